@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Everything the project needs is installed into .venv by the `install` target.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch that the set-up pins (the package itself accepts torch>=2.4).
+TORCH_PIN := torch==2.13.0
+DEMO_DIR ?= demo_output
+PYTEST_WORKERS ?= 2
+
+.PHONY: install demo test lint benchmarks clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e ".[all]" "$(TORCH_PIN)"
+	touch $@
+
+demo: install
+	$(PY) -m common.demo --output $(DEMO_DIR)
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+test: install lint
+	NOTEBOOK_SIZE=small OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
+
+benchmarks: install
+	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
