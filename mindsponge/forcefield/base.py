@@ -1,0 +1,226 @@
+"""Energy terms, the force field that sums them, and forces by automatic differentiation.
+
+A classical force field is a sum of energy terms: bonds, angles, torsions, Lennard-Jones,
+Coulomb... Each term is a :class:`EnergyTerm`, a :class:`torch.nn.Module` whose ``forward``
+maps positions ``(N, 3)`` in nm and a box ``(3, 3)`` in nm (rows are the box vectors, or
+``None`` without periodic boundaries) to an energy ``()`` in kJ/mol. Parameters of a term
+are buffers or :class:`torch.nn.Parameter` objects, so ``.to(dtype)``/``.to(device)`` move
+them and gradients with respect to them (parameter fitting) work.
+
+:class:`ForceField` holds a list of terms, sums them, and reports them by name with
+:meth:`ForceField.energy_terms`. Forces are minus the gradient of the energy,
+computed by :func:`forces` (terms may supply analytic gradients through a custom
+:class:`torch.autograd.Function`; :func:`forces` does not need to know).
+
+Example::
+
+    ff = ForceField([HarmonicBond(bonds, lengths, k)])
+    ff.energy_terms(positions, box)      # {"HarmonicBond": tensor(...)}
+    energy = ff(positions, box)          # () kJ/mol, differentiable
+    f = forces(ff, positions, box)       # (N, 3) kJ/mol/nm
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["EnergyTerm", "ForceField", "DuplicateTermError", "forces", "energy_and_forces"]
+
+
+class DuplicateTermError(ValueError):
+    """Two energy terms of a :class:`ForceField` report the same name."""
+
+
+class EnergyTerm(nn.Module):
+    """One additive contribution to the potential energy.
+
+    Subclasses implement :meth:`forward`; they may override :meth:`energy_terms` to report
+    several named parts (for example the direct and reciprocal parts of PME).
+
+    Args:
+        name: the name under which :meth:`energy_terms` reports this term. Defaults to the
+            class name.
+    """
+
+    name: str
+
+    def __init__(self, name: str | None = None):
+        super().__init__()
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"EnergyTerm name must be a non-empty string, got {name!r}")
+        self.name = name if name is not None else type(self).__name__
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Energy of this term.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor, nm, rows are the box vectors; ``None`` without
+                periodic boundaries.
+
+        Returns:
+            ``()`` tensor, kJ/mol.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement forward")
+
+    def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
+        """Energies of this term by name: ``{self.name: self(positions, box)}`` by default.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor, nm, or ``None``.
+
+        Returns:
+            dict mapping names to ``()`` tensors, kJ/mol.
+        """
+        return {self.name: self(positions, box)}
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+class ForceField(nn.Module):
+    """A sum of energy terms.
+
+    Args:
+        terms: the :class:`EnergyTerm` objects; their names must be distinct.
+
+    Calling the force field returns the total energy ``()`` in kJ/mol;
+    :meth:`energy_terms` returns the energy of every term by name. Iterating yields
+    the terms; ``ff["HarmonicBond"]`` returns a term by name.
+    """
+
+    def __init__(self, terms: Iterable[EnergyTerm] = ()):
+        super().__init__()
+        self.terms = nn.ModuleList()
+        for term in terms:
+            self.add(term)
+
+    def add(self, term: EnergyTerm) -> ForceField:
+        """Append an energy term (its name must not be taken). Returns ``self``."""
+        if not isinstance(term, EnergyTerm):
+            raise TypeError(f"ForceField terms must be EnergyTerm modules, got {type(term).__name__}")
+        if term.name in self.names:
+            raise DuplicateTermError(
+                f"ForceField already has a term named {term.name!r}; give the new "
+                f"{type(term).__name__} a distinct name (EnergyTerm(name=...))"
+            )
+        self.terms.append(term)
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the terms, in order."""
+        return [term.name for term in self.terms]
+
+    def __iter__(self) -> Iterator[EnergyTerm]:
+        return iter(self.terms)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def __getitem__(self, name: str) -> EnergyTerm:
+        for term in self.terms:
+            if term.name == name:
+                return term
+        raise KeyError(f"ForceField has no term named {name!r}; it has {self.names}")
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Total potential energy.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor, nm, or ``None`` without periodic boundaries.
+
+        Returns:
+            ``()`` tensor, kJ/mol.
+        """
+        _check_inputs(positions, box)
+        if len(self.terms) == 0:
+            return positions.new_zeros(()) + 0.0 * positions.sum()
+        total = None
+        for term in self.terms:
+            energy = term(positions, box)
+            total = energy if total is None else total + energy
+        return total
+
+    def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
+        """Energy of every term by name.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor, nm, or ``None``.
+
+        Returns:
+            dict mapping term names to ``()`` tensors, kJ/mol. A term that reports several
+            parts (e.g. PME direct and reciprocal) contributes all of them.
+
+        Raises:
+            DuplicateTermError: two terms report the same name.
+        """
+        _check_inputs(positions, box)
+        merged: dict[str, Tensor] = {}
+        for term in self.terms:
+            for name, energy in term.energy_terms(positions, box).items():
+                if name in merged:
+                    raise DuplicateTermError(
+                        f"energy term name {name!r} is reported by more than one term "
+                        f"(the second is {type(term).__name__} {term.name!r})"
+                    )
+                merged[name] = energy
+        return merged
+
+
+def _check_inputs(positions: Tensor, box: Tensor | None) -> None:
+    if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[-1] != 3:
+        shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")
+    if box is not None and (not isinstance(box, Tensor) or tuple(box.shape) != (3, 3)):
+        shape = tuple(box.shape) if isinstance(box, Tensor) else type(box).__name__
+        raise ValueError(f"box must be a (3, 3) tensor of box vectors in nm (rows) or None, got {shape}")
+
+
+def energy_and_forces(
+    potential: nn.Module, positions: Tensor, box: Tensor | None = None, create_graph: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Energy and forces ``-dE/dx`` of a potential in one evaluation.
+
+    Args:
+        potential: any module called as ``potential(positions, box) -> () energy``, usually a
+            :class:`ForceField`.
+        positions: ``(N, 3)`` tensor, nm. It may or may not require grad already.
+        box: ``(3, 3)`` tensor, nm, or ``None``.
+        create_graph: keep the graph of the forces so that they can be differentiated again
+            (force matching, Hessians). Without it the returned forces are detached.
+
+    Returns:
+        ``(energy, forces)``: ``()`` tensor in kJ/mol and ``(N, 3)`` tensor in kJ/mol/nm.
+    """
+    with torch.enable_grad():
+        if not positions.requires_grad:
+            positions = positions.detach().requires_grad_(True)
+        energy = potential(positions, box)
+        (gradient,) = torch.autograd.grad(energy, positions, create_graph=create_graph)
+    if not create_graph:
+        energy = energy.detach()
+    return energy, -gradient
+
+
+def forces(potential: nn.Module, positions: Tensor, box: Tensor | None = None,
+           create_graph: bool = False) -> Tensor:
+    """Forces ``-dE/dx`` of a potential by automatic differentiation.
+
+    Args:
+        potential: any module called as ``potential(positions, box) -> () energy``, usually a
+            :class:`ForceField`.
+        positions: ``(N, 3)`` tensor, nm. It may or may not require grad already.
+        box: ``(3, 3)`` tensor, nm, or ``None``.
+        create_graph: keep the graph so that the forces can be differentiated again.
+
+    Returns:
+        ``(N, 3)`` tensor, kJ/mol/nm.
+    """
+    return energy_and_forces(potential, positions, box, create_graph=create_graph)[1]
