@@ -9,7 +9,7 @@ value per interaction for each parameter. The energy expressions are those of Op
 - :class:`HarmonicAngle`: ``E = 1/2 k (theta - theta0)^2`` (``k`` in kJ/mol/rad^2, rad);
 - :class:`PeriodicTorsion`: ``E = k (1 + cos(n phi - phase))`` (kJ/mol, rad);
 - :class:`HarmonicImproper`: ``E = k (phi - phi0)^2`` (CHARMM; kJ/mol/rad^2, rad), with the
-  angle difference optionally wrapped into ``[-pi, pi]``.
+  angle difference optionally taken on the circle.
 
 Angles use ``atan2(|u x v|, u . v)`` and dihedrals ``atan2(|b2| b1 . (b2 x b3), (b1 x b2) .
 (b2 x b3))`` (IUPAC sign convention, ``phi`` in ``(-pi, pi]``), which stay accurate near 0
@@ -21,12 +21,13 @@ that flag. With ``periodic=False`` (the default, and OpenMM's) the box is ignore
 molecules must be whole.
 
 Parameters are buffers, or :class:`torch.nn.Parameter` objects with ``trainable=True``
-(for force-field parameter fitting). Forces come from autograd.
+(for force-field parameter fitting); given as tensors they keep their dtype, given as
+Python numbers or integer tensors they are stored in float64. Energies are computed in the
+dtype of the positions (call ``term.to(torch.float32)`` to store float32 parameters too).
+Forces come from autograd.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor, nn
@@ -59,9 +60,9 @@ class _BondedTerm(EnergyTerm):
         self.register_buffer("atoms", atoms.long())
         count = atoms.shape[0]
         for key, value in parameters.items():
-            value = torch.as_tensor(value)
+            value = torch.as_tensor(value) if isinstance(value, Tensor) else torch.as_tensor(value, dtype=torch.float64)
             if not value.dtype.is_floating_point:
-                value = value.to(torch.get_default_dtype())
+                value = value.to(torch.float64)
             if value.ndim == 0:
                 value = value.expand(count).clone()
             if tuple(value.shape) != (count,):
@@ -228,21 +229,24 @@ class HarmonicImproper(_TorsionTerm):
         atoms: ``(M, 4)`` integer tensor.
         angle: ``(M,)`` equilibrium dihedrals ``phi0``, rad.
         k: ``(M,)`` force constants, kJ/mol/rad^2.
-        wrap: wrap ``phi - phi0`` into ``[-pi, pi]`` (ParmEd's expression
-            ``dtheta = min(diff, 2 pi - diff)``). Without it the plain difference of angles in
-            ``(-pi, pi]`` is used, as OpenMM's ``charmm36.xml`` expression ``k*(theta-theta0)^2``.
+        period: when given (normally ``2 pi``), the deviation is taken on the circle,
+            ``min(|phi - phi0|, period - |phi - phi0|)``, as in the expressions of OpenMM's
+            ``CharmmPsfFile`` and Amber prmtop readers (which define ``pi`` to 6 decimals; pass
+            their value to match them exactly). Without it the plain difference of angles in
+            ``(-pi, pi]`` is used, as in OpenMM's ``charmm36.xml`` expression ``k*(theta-theta0)^2``.
         periodic: apply the minimum image to the bond vectors (needs a box).
         trainable: make ``angle`` and ``k`` :class:`torch.nn.Parameter` objects.
         name: term name (default ``"HarmonicImproper"``).
     """
 
-    def __init__(self, atoms, angle, k, wrap: bool = False, periodic: bool = False,
+    def __init__(self, atoms, angle, k, period: float | None = None, periodic: bool = False,
                  trainable: bool = False, name: str | None = None):
         super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name)
-        self.wrap = bool(wrap)
+        self.period = None if period is None else float(period)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         deviation = self._dihedrals(positions, box) - self._parameter("angle", positions)
-        if self.wrap:
-            deviation = torch.remainder(deviation + math.pi, 2.0 * math.pi) - math.pi
+        if self.period is not None:
+            deviation = deviation.abs()
+            deviation = torch.minimum(deviation, self.period - deviation)
         return (self._parameter("k", positions) * deviation * deviation).sum()

@@ -1,0 +1,343 @@
+"""OpenMM interoperability: an OpenMM ``System`` becomes a :class:`~mindsponge.forcefield.ForceField`.
+
+Any force field OpenMM can assign (Amber, CHARMM, TIP3P water, GAFF through
+openmmforcefields...) reaches mindsponge through OpenMM's ``System``: :func:`from_openmm`
+translates its forces term by term, :func:`load` reads a serialized ``System`` (XML) plus
+a PDB, and :func:`from_pdb_with_forcefield` parameterises a PDB with OpenMM force-field
+files in one call.
+
+Supported forces (anything else raises :class:`UnsupportedOpenMMForceError` naming it):
+
+=========================  ============================================================
+OpenMM force               mindsponge term
+=========================  ============================================================
+``HarmonicBondForce``      :class:`~mindsponge.forcefield.bonded.HarmonicBond`
+``HarmonicAngleForce``     :class:`~mindsponge.forcefield.bonded.HarmonicAngle`
+``PeriodicTorsionForce``   :class:`~mindsponge.forcefield.bonded.PeriodicTorsion`
+``CustomTorsionForce``     :class:`~mindsponge.forcefield.bonded.HarmonicImproper` (the
+                           CHARMM expressions ``k*(theta-theta0)^2`` and ParmEd's wrapped form)
+``NonbondedForce``         :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (no cutoff,
+                           cutoff, reaction field, Ewald, PME; switching, dispersion correction,
+                           exceptions)
+``CMMotionRemover``        ignored (it is not an energy term)
+=========================  ============================================================
+
+Term names are the force's name without the ``Force`` suffix (``HarmonicBond``,
+``PeriodicTorsion``...), with ``_2``, ``_3``... appended when a System holds several forces
+of one kind. Each term records the index of the OpenMM force it came from in
+``term.openmm_force_index``.
+
+OpenMM is imported only when these functions run, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+
+import torch
+
+from mindsponge.forcefield.base import EnergyTerm, ForceField
+from mindsponge.forcefield.bonded import HarmonicAngle, HarmonicBond, HarmonicImproper, PeriodicTorsion
+
+__all__ = [
+    "UnsupportedOpenMMForceError",
+    "from_openmm",
+    "load",
+    "from_pdb_with_forcefield",
+    "SUPPORTED_FORCES",
+]
+
+SUPPORTED_FORCES = (
+    "HarmonicBondForce",
+    "HarmonicAngleForce",
+    "PeriodicTorsionForce",
+    "CustomTorsionForce (CHARMM harmonic impropers)",
+    "NonbondedForce",
+    "CMMotionRemover (ignored)",
+)
+
+# CustomTorsionForce energy expressions of harmonic impropers (whitespace removed, a numeric
+# definition of pi dropped), to whether the angle difference is taken on the circle: OpenMM's
+# charmm36.xml; OpenMM's CharmmPsfFile and Amber prmtop readers; ParmEd.
+_IMPROPER_EXPRESSIONS = {
+    "k*(theta-theta0)^2": False,
+    "k*min(dtheta,2*pi-dtheta)^2;dtheta=abs(theta-theta0)": True,
+    "k*dtheta^2;dtheta=min(diff,2*pi-diff);diff=abs(theta-theta0)": True,
+}
+_PI_DEFINITION = re.compile(r";pi=([0-9.eE+-]+)(?=;|$)")
+
+
+class UnsupportedOpenMMForceError(ValueError):
+    """An OpenMM force, or an option of one, that mindsponge cannot translate."""
+
+
+def _unsupported(index: int, force, what: str) -> UnsupportedOpenMMForceError:
+    return UnsupportedOpenMMForceError(
+        f"OpenMM force {index} ({type(force).__name__}, name {force.getName()!r}): {what}. "
+        f"mindsponge supports {', '.join(SUPPORTED_FORCES)}"
+    )
+
+
+def _bond_term(index, force, dtype):
+    count = force.getNumBonds()
+    atoms = torch.empty(count, 2, dtype=torch.long)
+    length = torch.empty(count, dtype=torch.float64)
+    k = torch.empty(count, dtype=torch.float64)
+    for bond in range(count):
+        i, j, r0, kb = force.getBondParameters(bond)
+        atoms[bond, 0], atoms[bond, 1] = i, j
+        length[bond], k[bond] = _md(r0), _md(kb)
+    return HarmonicBond(atoms, length.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
+
+
+def _angle_term(index, force, dtype):
+    count = force.getNumAngles()
+    atoms = torch.empty(count, 3, dtype=torch.long)
+    angle = torch.empty(count, dtype=torch.float64)
+    k = torch.empty(count, dtype=torch.float64)
+    for term in range(count):
+        i, j, l, theta0, ka = force.getAngleParameters(term)
+        atoms[term, 0], atoms[term, 1], atoms[term, 2] = i, j, l
+        angle[term], k[term] = _md(theta0), _md(ka)
+    return HarmonicAngle(atoms, angle.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
+
+
+def _torsion_term(index, force, dtype):
+    count = force.getNumTorsions()
+    atoms = torch.empty(count, 4, dtype=torch.long)
+    periodicity = torch.empty(count, dtype=torch.float64)
+    phase = torch.empty(count, dtype=torch.float64)
+    k = torch.empty(count, dtype=torch.float64)
+    for term in range(count):
+        i, j, l, m, n, phi0, kt = force.getTorsionParameters(term)
+        atoms[term] = torch.tensor((i, j, l, m))
+        periodicity[term], phase[term], k[term] = n, _md(phi0), _md(kt)
+    return PeriodicTorsion(atoms, periodicity.to(dtype), phase.to(dtype), k.to(dtype),
+                           periodic=force.usesPeriodicBoundaryConditions())
+
+
+def _custom_torsion_term(index, force, dtype):
+    expression = re.sub(r"\s+", "", force.getEnergyFunction()).rstrip(";")
+    pi_definition = _PI_DEFINITION.search(expression)
+    pi = float(pi_definition.group(1)) if pi_definition else math.pi
+    expression = _PI_DEFINITION.sub("", expression)
+    if expression not in _IMPROPER_EXPRESSIONS:
+        raise _unsupported(
+            index, force,
+            f"energy expression {force.getEnergyFunction()!r} is not a harmonic improper "
+            f"(supported: {sorted(_IMPROPER_EXPRESSIONS)}, optionally with 'pi = <value>')",
+        )
+    if force.getNumGlobalParameters() or force.getNumEnergyParameterDerivatives():
+        raise _unsupported(index, force, "global parameters are not supported")
+    names = [force.getPerTorsionParameterName(p) for p in range(force.getNumPerTorsionParameters())]
+    if sorted(names) != ["k", "theta0"]:
+        raise _unsupported(index, force, f"per-torsion parameters must be k and theta0, got {names}")
+    k_slot, theta0_slot = names.index("k"), names.index("theta0")
+    count = force.getNumTorsions()
+    atoms = torch.empty(count, 4, dtype=torch.long)
+    angle = torch.empty(count, dtype=torch.float64)
+    k = torch.empty(count, dtype=torch.float64)
+    for term in range(count):
+        i, j, l, m, values = force.getTorsionParameters(term)
+        atoms[term] = torch.tensor((i, j, l, m))
+        angle[term], k[term] = values[theta0_slot], values[k_slot]
+    return HarmonicImproper(atoms, angle.to(dtype), k.to(dtype), period=2 * pi if _IMPROPER_EXPRESSIONS[expression] else None,
+                            periodic=force.usesPeriodicBoundaryConditions())
+
+
+def _md(value) -> float:
+    """A float in OpenMM's MD units from a float or an ``openmm.unit.Quantity``."""
+    if hasattr(value, "value_in_unit_system"):
+        from openmm import unit
+
+        return float(value.value_in_unit_system(unit.md_unit_system))
+    return float(value)
+
+
+_CONVERTERS = {
+    "HarmonicBondForce": _bond_term,
+    "HarmonicAngleForce": _angle_term,
+    "PeriodicTorsionForce": _torsion_term,
+    "CustomTorsionForce": _custom_torsion_term,
+}
+_IGNORED = {"CMMotionRemover"}
+
+
+def from_openmm(openmm_system, topology=None, dtype: torch.dtype | None = None) -> ForceField:
+    """Translate an OpenMM ``System`` into a :class:`~mindsponge.forcefield.ForceField`.
+
+    Args:
+        openmm_system: an ``openmm.System``.
+        topology: optional ``openmm.app.Topology`` (or anything with ``getNumAtoms()``); when
+            given, its atom count must match the System's.
+        dtype: floating dtype of the parameters (default: torch's default dtype). Use
+            ``ff.to(dtype)`` to change it later.
+
+    Returns:
+        A :class:`~mindsponge.forcefield.ForceField` with one term per OpenMM force (in the
+        System's order; ``CMMotionRemover`` is skipped). ``term.openmm_force_index`` is the
+        index of the source force.
+
+    Raises:
+        TypeError: ``openmm_system`` is not an ``openmm.System``.
+        UnsupportedOpenMMForceError: a force, or an option of one, has no mindsponge
+            equivalent (the message names the force and lists what is supported).
+        ValueError: the topology does not match the System.
+    """
+    import openmm
+
+    if not isinstance(openmm_system, openmm.System):
+        raise TypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
+    if topology is not None and topology.getNumAtoms() != openmm_system.getNumParticles():
+        raise ValueError(
+            f"topology has {topology.getNumAtoms()} atoms but the OpenMM System has "
+            f"{openmm_system.getNumParticles()} particles"
+        )
+    dtype = dtype or torch.get_default_dtype()
+    _check_virtual_sites(openmm_system)
+    terms: list[EnergyTerm] = []
+    counts: dict[str, int] = {}
+    for index, force in enumerate(openmm_system.getForces()):
+        kind = type(force).__name__
+        if kind in _IGNORED:
+            continue
+        if kind == "NonbondedForce":
+            term = _nonbonded_term(index, force, openmm_system, dtype)
+        elif kind in _CONVERTERS:
+            term = _CONVERTERS[kind](index, force, dtype)
+        else:
+            raise _unsupported(index, force, "this force type is not supported")
+        base_name = kind.removesuffix("Force") if force.getName() == kind else force.getName()
+        counts[base_name] = counts.get(base_name, 0) + 1
+        term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
+        term.openmm_force_index = index
+        terms.append(term)
+    return ForceField(terms)
+
+
+def _check_virtual_sites(openmm_system) -> None:
+    sites = [i for i in range(openmm_system.getNumParticles()) if openmm_system.isVirtualSite(i)]
+    if sites:
+        raise UnsupportedOpenMMForceError(
+            f"the OpenMM System has {len(sites)} virtual sites (first: particle {sites[0]}, e.g. TIP4P "
+            f"M sites); mindsponge does not support virtual sites yet: use a 3-site water model"
+        )
+
+
+def _nonbonded_term(index, force, openmm_system, dtype):
+    raise _unsupported(index, force, "not yet translated")
+
+
+def _check_file(path, what: str) -> str:
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} file not found: {path!r}")
+    return path
+
+
+def load(system_xml, pdb, dtype: torch.dtype | None = None):
+    """Load a serialized OpenMM ``System`` and the structure it describes.
+
+    Positions come from the PDB; the box from the System's default periodic box vectors
+    when it uses periodic boundary conditions (exactly what an OpenMM ``Context`` does),
+    else ``None``; masses and charges from the System.
+
+    Args:
+        system_xml: path of an OpenMM ``System`` serialized with ``openmm.XmlSerializer``.
+        pdb: path of the matching PDB file (same atoms, same order).
+        dtype: floating dtype of positions and parameters (default: torch's default dtype).
+
+    Returns:
+        ``(system, forcefield)``: a :class:`mindsponge.system.System` and a
+        :class:`~mindsponge.forcefield.ForceField`.
+
+    Raises:
+        FileNotFoundError: a file is missing (the message names it).
+        ValueError: the XML is not a serialized System, or the atom counts differ.
+        UnsupportedOpenMMForceError: see :func:`from_openmm`.
+    """
+    import openmm
+
+    system_xml = _check_file(system_xml, "OpenMM System XML")
+    pdb = _check_file(pdb, "PDB")
+    with open(system_xml) as handle:
+        text = handle.read()
+    try:
+        openmm_system = openmm.XmlSerializer.deserialize(text)
+    except Exception as error:
+        raise ValueError(f"{system_xml!r} is not a serialized OpenMM object: {error}") from error
+    if not isinstance(openmm_system, openmm.System):
+        raise ValueError(f"{system_xml!r} holds a serialized {type(openmm_system).__name__}, not a System")
+    return _system_from_openmm(openmm_system, pdb, dtype), from_openmm(openmm_system, dtype=dtype)
+
+
+def _system_from_openmm(openmm_system, pdb, dtype):
+    from mindsponge.system import System
+
+    dtype = dtype or torch.get_default_dtype()
+    structure = System.from_pdb(pdb)
+    if structure.positions.shape[0] != openmm_system.getNumParticles():
+        raise ValueError(
+            f"PDB {os.fspath(pdb)!r} has {structure.positions.shape[0]} atoms but the OpenMM System has "
+            f"{openmm_system.getNumParticles()} particles"
+        )
+    masses = torch.tensor([_md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())],
+                          dtype=dtype)
+    charges = _charges(openmm_system, dtype)
+    box = _box(openmm_system, dtype)
+    return structure.replace(masses=masses, charges=charges, box=box).to(dtype=dtype)
+
+
+def _charges(openmm_system, dtype) -> torch.Tensor:
+    import openmm
+
+    charges = torch.zeros(openmm_system.getNumParticles(), dtype=dtype)
+    for force in openmm_system.getForces():
+        if isinstance(force, openmm.NonbondedForce):
+            charges = torch.tensor(
+                [_md(force.getParticleParameters(i)[0]) for i in range(force.getNumParticles())], dtype=dtype
+            )
+    return charges
+
+
+def _box(openmm_system, dtype) -> torch.Tensor | None:
+    if not openmm_system.usesPeriodicBoundaryConditions():
+        return None
+    vectors = openmm_system.getDefaultPeriodicBoxVectors()
+    return torch.tensor([[_md(component) for component in vector] for vector in vectors], dtype=dtype)
+
+
+def from_pdb_with_forcefield(
+    pdb,
+    forcefield_files: Sequence[str] = ("amber14-all.xml", "amber14/tip3pfb.xml"),
+    dtype: torch.dtype | None = None,
+    **create_system_options,
+):
+    """Parameterise a PDB with OpenMM force-field files and translate the result.
+
+    Args:
+        pdb: path of a PDB file whose residues the force field knows (with hydrogens).
+        forcefield_files: OpenMM force-field XML files (``openmm.app.ForceField`` names).
+        dtype: floating dtype of positions and parameters (default: torch's default dtype).
+        **create_system_options: passed to ``openmm.app.ForceField.createSystem`` in OpenMM's
+            units, e.g. ``nonbondedMethod=openmm.app.PME``, ``nonbondedCutoff=0.9 *
+            openmm.unit.nanometer``, ``rigidWater=False``, ``constraints=None``.
+
+    Returns:
+        ``(system, forcefield, openmm_system)``: the :class:`mindsponge.system.System`, the
+        :class:`~mindsponge.forcefield.ForceField`, and the OpenMM ``System`` it came from
+        (for comparisons).
+    """
+    from openmm import app
+
+    pdb = _check_file(pdb, "PDB")
+    topology = app.PDBFile(pdb).topology
+    openmm_system = app.ForceField(*forcefield_files).createSystem(topology, **create_system_options)
+    return (
+        _system_from_openmm(openmm_system, pdb, dtype),
+        from_openmm(openmm_system, topology, dtype=dtype),
+        openmm_system,
+    )
