@@ -209,8 +209,9 @@ def energy_and_forces(
     return energy, -gradient
 
 
-def forces(potential: nn.Module, positions: Tensor, box: Tensor | None = None,
-           create_graph: bool = False) -> Tensor:
+def forces(
+    potential: nn.Module, positions: Tensor, box: Tensor | None = None, create_graph: bool = False
+) -> Tensor:
     """Forces ``-dE/dx`` of a potential by automatic differentiation.
 
     Args:

@@ -42,8 +42,9 @@ class _BondedTerm(EnergyTerm):
 
     atoms_per_term: int = 2
 
-    def __init__(self, atoms, parameters: dict[str, object], periodic: bool, trainable: bool,
-                 name: str | None):
+    def __init__(
+        self, atoms, parameters: dict[str, object], periodic: bool, trainable: bool, name: str | None
+    ):
         super().__init__(name)
         atoms = torch.as_tensor(atoms)
         if atoms.ndim == 1 and atoms.numel() == 0:
@@ -60,7 +61,11 @@ class _BondedTerm(EnergyTerm):
         self.register_buffer("atoms", atoms.long())
         count = atoms.shape[0]
         for key, value in parameters.items():
-            value = torch.as_tensor(value) if isinstance(value, Tensor) else torch.as_tensor(value, dtype=torch.float64)
+            value = (
+                torch.as_tensor(value)
+                if isinstance(value, Tensor)
+                else torch.as_tensor(value, dtype=torch.float64)
+            )
             if not value.dtype.is_floating_point:
                 value = value.to(torch.float64)
             if value.ndim == 0:
@@ -125,8 +130,9 @@ class HarmonicBond(_BondedTerm):
 
     atoms_per_term = 2
 
-    def __init__(self, atoms, length, k, periodic: bool = False, trainable: bool = False,
-                 name: str | None = None):
+    def __init__(
+        self, atoms, length, k, periodic: bool = False, trainable: bool = False, name: str | None = None
+    ):
         super().__init__(atoms, {"length": length, "k": k}, periodic, trainable, name)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
@@ -158,8 +164,9 @@ class HarmonicAngle(_BondedTerm):
 
     atoms_per_term = 3
 
-    def __init__(self, atoms, angle, k, periodic: bool = False, trainable: bool = False,
-                 name: str | None = None):
+    def __init__(
+        self, atoms, angle, k, periodic: bool = False, trainable: bool = False, name: str | None = None
+    ):
         super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
@@ -203,8 +210,16 @@ class PeriodicTorsion(_TorsionTerm):
         name: term name (default ``"PeriodicTorsion"``).
     """
 
-    def __init__(self, atoms, periodicity, phase, k, periodic: bool = False, trainable: bool = False,
-                 name: str | None = None):
+    def __init__(
+        self,
+        atoms,
+        periodicity,
+        phase,
+        k,
+        periodic: bool = False,
+        trainable: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(atoms, {"phase": phase, "k": k}, periodic, trainable, name)
         periodicity = torch.as_tensor(periodicity)
         if periodicity.ndim == 0:
@@ -239,8 +254,16 @@ class HarmonicImproper(_TorsionTerm):
         name: term name (default ``"HarmonicImproper"``).
     """
 
-    def __init__(self, atoms, angle, k, period: float | None = None, periodic: bool = False,
-                 trainable: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        atoms,
+        angle,
+        k,
+        period: float | None = None,
+        periodic: bool = False,
+        trainable: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name)
         self.period = None if period is None else float(period)
 

@@ -115,8 +115,13 @@ def _torsion_term(index, force, dtype):
         i, j, l, m, n, phi0, kt = force.getTorsionParameters(term)
         atoms[term] = torch.tensor((i, j, l, m))
         periodicity[term], phase[term], k[term] = n, _md(phi0), _md(kt)
-    return PeriodicTorsion(atoms, periodicity.to(dtype), phase.to(dtype), k.to(dtype),
-                           periodic=force.usesPeriodicBoundaryConditions())
+    return PeriodicTorsion(
+        atoms,
+        periodicity.to(dtype),
+        phase.to(dtype),
+        k.to(dtype),
+        periodic=force.usesPeriodicBoundaryConditions(),
+    )
 
 
 def _custom_torsion_term(index, force, dtype):
@@ -126,7 +131,8 @@ def _custom_torsion_term(index, force, dtype):
     expression = _PI_DEFINITION.sub("", expression)
     if expression not in _IMPROPER_EXPRESSIONS:
         raise _unsupported(
-            index, force,
+            index,
+            force,
             f"energy expression {force.getEnergyFunction()!r} is not a harmonic improper "
             f"(supported: {sorted(_IMPROPER_EXPRESSIONS)}, optionally with 'pi = <value>')",
         )
@@ -144,8 +150,13 @@ def _custom_torsion_term(index, force, dtype):
         i, j, l, m, values = force.getTorsionParameters(term)
         atoms[term] = torch.tensor((i, j, l, m))
         angle[term], k[term] = values[theta0_slot], values[k_slot]
-    return HarmonicImproper(atoms, angle.to(dtype), k.to(dtype), period=2 * pi if _IMPROPER_EXPRESSIONS[expression] else None,
-                            periodic=force.usesPeriodicBoundaryConditions())
+    return HarmonicImproper(
+        atoms,
+        angle.to(dtype),
+        k.to(dtype),
+        period=2 * pi if _IMPROPER_EXPRESSIONS[expression] else None,
+        periodic=force.usesPeriodicBoundaryConditions(),
+    )
 
 
 def _md(value) -> float:
@@ -284,8 +295,9 @@ def _system_from_openmm(openmm_system, pdb, dtype):
             f"PDB {os.fspath(pdb)!r} has {structure.positions.shape[0]} atoms but the OpenMM System has "
             f"{openmm_system.getNumParticles()} particles"
         )
-    masses = torch.tensor([_md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())],
-                          dtype=dtype)
+    masses = torch.tensor(
+        [_md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())], dtype=dtype
+    )
     charges = _charges(openmm_system, dtype)
     box = _box(openmm_system, dtype)
     return structure.replace(masses=masses, charges=charges, box=box).to(dtype=dtype)

@@ -62,21 +62,30 @@ def openmm_reference(openmm_system, positions: np.ndarray, box: np.ndarray | Non
         force.setForceGroup(index)
         if isinstance(force, openmm.NonbondedForce):
             force.setReciprocalSpaceForceGroup(reciprocal_group)
-    context = openmm.Context(system, openmm.VerletIntegrator(1e-3), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        system, openmm.VerletIntegrator(1e-3), openmm.Platform.getPlatformByName("Reference")
+    )
     if box is not None:
         context.setPeriodicBoxVectors(*[openmm.Vec3(*row) for row in box])
     context.setPositions(positions)
     energies = {
-        index: context.getState(getEnergy=True, groups={index}).getPotentialEnergy().value_in_unit(
-            unit.kilojoule_per_mole)
+        index: context.getState(getEnergy=True, groups={index})
+        .getPotentialEnergy()
+        .value_in_unit(unit.kilojoule_per_mole)
         for index in range(len(forces))
     }
-    reciprocal = context.getState(getEnergy=True, groups={reciprocal_group}).getPotentialEnergy().value_in_unit(
-        unit.kilojoule_per_mole)
+    reciprocal = (
+        context.getState(getEnergy=True, groups={reciprocal_group})
+        .getPotentialEnergy()
+        .value_in_unit(unit.kilojoule_per_mole)
+    )
     state = context.getState(getEnergy=True, getForces=True)
     pme_parameters = None
     for force in forces:
-        if isinstance(force, openmm.NonbondedForce) and force.getNonbondedMethod() == openmm.NonbondedForce.PME:
+        if (
+            isinstance(force, openmm.NonbondedForce)
+            and force.getNonbondedMethod() == openmm.NonbondedForce.PME
+        ):
             pme_parameters = force.getPMEParametersInContext(context)
     return OpenMMResult(
         energies=energies,
@@ -94,7 +103,9 @@ def _positions(modeller) -> np.ndarray:
 def _box(openmm_system) -> np.ndarray | None:
     if not openmm_system.usesPeriodicBoundaryConditions():
         return None
-    return np.array([list(v.value_in_unit(unit.nanometer)) for v in openmm_system.getDefaultPeriodicBoxVectors()])
+    return np.array(
+        [list(v.value_in_unit(unit.nanometer)) for v in openmm_system.getDefaultPeriodicBoxVectors()]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -128,8 +139,13 @@ def solvated_villin(amber14, villin_pdb) -> OpenMMCase:
         if np.min(np.linalg.norm(positions[solute] - oxygen, axis=1)) > 0.35:
             far_waters.append(residue)
     modeller.delete(far_waters)
-    system = amber14.createSystem(modeller.topology, nonbondedMethod=app.PME, nonbondedCutoff=CUTOFF * unit.nanometer,
-                                  constraints=None, rigidWater=False)
+    system = amber14.createSystem(
+        modeller.topology,
+        nonbondedMethod=app.PME,
+        nonbondedCutoff=CUTOFF * unit.nanometer,
+        constraints=None,
+        rigidWater=False,
+    )
     return OpenMMCase(system, modeller.topology, _positions(modeller), _box(system))
 
 
@@ -143,12 +159,18 @@ def water_box(amber14):
         if key not in cache:
             if size not in cache:
                 modeller = app.Modeller(app.Topology(), [])
-                modeller.addSolvent(amber14, model="tip3p", boxSize=openmm.Vec3(size, size, size) * unit.nanometer)
+                modeller.addSolvent(
+                    amber14, model="tip3p", boxSize=openmm.Vec3(size, size, size) * unit.nanometer
+                )
                 cache[size] = modeller
             modeller = cache[size]
             system = amber14.createSystem(
-                modeller.topology, nonbondedMethod=getattr(app, method), nonbondedCutoff=CUTOFF * unit.nanometer,
-                rigidWater=rigid, constraints=None, **options,
+                modeller.topology,
+                nonbondedMethod=getattr(app, method),
+                nonbondedCutoff=CUTOFF * unit.nanometer,
+                rigidWater=rigid,
+                constraints=None,
+                **options,
             )
             cache[key] = OpenMMCase(system, modeller.topology, _positions(modeller), _box(system))
         return cache[key]

@@ -42,7 +42,9 @@ def _bonded_system(periodic, seed=0):
     angles = openmm.HarmonicAngleForce()
     torsions = openmm.PeriodicTorsionForce()
     impropers = openmm.CustomTorsionForce("k*(theta-theta0)^2")
-    wrapped = openmm.CustomTorsionForce("k*min(dtheta, 2*pi-dtheta)^2; dtheta = abs(theta-theta0); pi = 3.141593;")
+    wrapped = openmm.CustomTorsionForce(
+        "k*min(dtheta, 2*pi-dtheta)^2; dtheta = abs(theta-theta0); pi = 3.141593;"
+    )
     for force in (impropers, wrapped):
         force.addPerTorsionParameter("k")
         force.addPerTorsionParameter("theta0")
@@ -69,8 +71,13 @@ def test_every_bonded_term_matches_openmm(periodic, reference):
         positions = positions - np.floor(positions / np.diag(BOX)) * np.diag(BOX)
     expected = reference(system, positions, BOX)
     ff = from_openmm(system, dtype=torch.float64)
-    assert [type(term) for term in ff] == [HarmonicBond, HarmonicAngle, PeriodicTorsion, HarmonicImproper,
-                                           HarmonicImproper]
+    assert [type(term) for term in ff] == [
+        HarmonicBond,
+        HarmonicAngle,
+        PeriodicTorsion,
+        HarmonicImproper,
+        HarmonicImproper,
+    ]
     box = torch.tensor(BOX)
     x = torch.tensor(positions)
     energies = ff.energy_terms(x, box)
@@ -107,7 +114,8 @@ def test_bonded_forces_are_minus_the_gradient_by_finite_differences():
 def test_angle_energy_and_force_are_finite_at_0_and_180_degrees(theta):
     angle = HarmonicAngle([[0, 1, 2]], [2.0], [400.0])
     positions = torch.tensor(
-        [[0.1, 0.0, 0.0], [0.0, 0.0, 0.0], [0.1 * math.cos(theta), 0.1 * math.sin(theta), 0.0]], dtype=torch.float64
+        [[0.1, 0.0, 0.0], [0.0, 0.0, 0.0], [0.1 * math.cos(theta), 0.1 * math.sin(theta), 0.0]],
+        dtype=torch.float64,
     )
     energy = angle(positions)
     assert energy.item() == pytest.approx(0.5 * 400.0 * (theta - 2.0) ** 2, rel=1e-12)
