@@ -1,0 +1,409 @@
+"""Reading and writing PDB files.
+
+The reader follows the fixed-column PDB format and OpenMM's ``PDBFile`` conventions:
+
+* ``ATOM`` and ``HETATM`` records, first model only (``MODEL``/``ENDMDL``), stops at ``END``;
+* ``TER`` ends a chain; a change of chain identifier starts one;
+* a residue is a run of atoms with the same chain, resSeq, insertion code and name;
+  4-character residue names (column 21) and hexadecimal resSeq beyond 9999 are accepted;
+* alternate locations: the first one of each atom is kept;
+* ``CRYST1`` gives the box, converted from Å and degrees to OpenMM's reduced triclinic
+  form (:func:`mindsponge.space.box_from_lengths_and_angles`); the placeholder unit cube
+  (a = b = c = 1 Å) of non-crystallographic entries means no box;
+* elements from columns 77-78 (``EP`` marks an extra particle, element ``None``); where they
+  are blank, inferred from the atom name as OpenMM does (leading digits dropped, ``CL``,
+  ``NA``, ``MG``, ``BE``, ``LI``, ``K``, ``ZN`` and single-atom ``CA`` residues are
+  two-letter elements, otherwise the first letter); virtual-site names (``M``, ``MW``,
+  ``EP*``, ``LP*``, Drude ``D<name>``) become extra particles;
+* bonds from ``CONECT`` records and, for water residues (``HOH``, ``WAT``, ``SOL``, ...),
+  the O-H bonds (OpenMM adds those from its residue templates).
+
+Residue and atom names are kept as written (OpenMM's ``PDBFile`` additionally renames
+non-standard names such as ``WAT`` -> ``HOH`` through its ``pdbNames.xml``).
+
+Errors name the file and line: ``protein.pdb:17: ATOM record too short ...``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from common import units
+from mindsponge import elements, space
+from mindsponge.system import Atom, Residue, Topology
+
+__all__ = ["PDBError", "PDBStructure", "read_pdb", "write_pdb"]
+
+WATER_RESIDUE_NAMES = frozenset(
+    {"HOH", "WAT", "SOL", "H2O", "TIP", "TIP3", "TP3", "TIP4", "TP4", "SPC", "T3P", "T4P"}
+)
+# residues OpenMM writes as ATOM records (all others are HETATM)
+_STANDARD_RESIDUES = frozenset(
+    "ALA ASN CYS GLU HIS LEU MET PRO THR TYR ARG ASP GLN GLY ILE LYS PHE SER TRP VAL "
+    "A G C U I DA DG DC DT DI".split()
+)
+_COORDINATE_END = 54  # columns 31-54 hold x, y, z
+
+
+class PDBError(ValueError):
+    """A malformed PDB file; the message starts with ``file:line:``."""
+
+
+@dataclass(frozen=True)
+class PDBStructure:
+    """The first model of a PDB file.
+
+    Attributes:
+        topology: atoms, residues, chains and bonds.
+        positions: (N, 3) float64 tensor, nm.
+        box: (3, 3) float64 tensor, nm, in reduced form, or ``None`` without ``CRYST1``.
+        line_numbers: the line of every atom's record (1-based).
+        path: the file read.
+    """
+
+    topology: Topology
+    positions: torch.Tensor
+    box: torch.Tensor | None
+    line_numbers: tuple[int, ...]
+    path: str
+
+
+def _parse_serial(text):
+    """Atom serial number, decimal or OpenMM's hexadecimal continuation beyond 99999."""
+    try:
+        return int(text)
+    except ValueError:
+        return int(text, 16) - 0xA0000 + 100000
+
+
+def _infer_element(name, residue_atom_names):
+    """Element symbol inferred from an atom name as OpenMM does; ``None`` for extra particles.
+
+    Raises:
+        KeyError: if nothing sensible can be inferred.
+    """
+    upper = name.upper()
+    while len(upper) > 1 and upper[0].isdigit():
+        upper = upper[1:]
+    for prefix, symbol in (
+        ("CL", "Cl"),
+        ("NA", "Na"),
+        ("MG", "Mg"),
+        ("BE", "Be"),
+        ("LI", "Li"),
+        ("ZN", "Zn"),
+    ):
+        if upper.startswith(prefix):
+            return symbol
+    if upper.startswith("K"):
+        return "K"
+    if len(residue_atom_names) == 1 and upper.startswith("CA"):
+        return "Ca"
+    if upper in ("M", "MW") or upper.startswith(("EP", "LP")):
+        return None
+    if upper.startswith("D") and name[1:] in residue_atom_names:
+        return None  # a Drude particle
+    symbol = elements.normalize_symbol(upper[:1])
+    if symbol is None:
+        raise KeyError(name)
+    return symbol
+
+
+class _Reader:
+    """State of one pass over a PDB file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.atoms = []  # dicts: name, element column, residue index, line
+        self.residues = []
+        self.positions = []
+        self.line_numbers = []
+        self.serials = {}
+        self.connects = []
+        self.box = None
+        self.residue_key = None
+        self.residue_atom_names = set()
+        self.chain_index = 0
+        self.chain_id = None
+        self.chain_ended = False
+        self.models_seen = 0
+        self.first_model_done = False
+
+    def error(self, line_number, message):
+        return PDBError(f"{self.path}:{line_number}: {message}")
+
+    def read(self):
+        try:
+            with open(self.path) as file:
+                for line_number, raw in enumerate(file, 1):
+                    if self.process(raw.rstrip("\r\n"), line_number):
+                        break
+        except UnicodeDecodeError as error:
+            raise PDBError(f"{self.path}: not a text PDB file ({error})") from None
+        if not self.atoms:
+            raise PDBError(f"{self.path}: no ATOM or HETATM records")
+        return self.finish()
+
+    def process(self, line, line_number):
+        """Handle one line; True to stop reading."""
+        record = line[:6].rstrip()
+        if record == "CONECT":
+            self.read_connect(line, line_number)
+        elif self.first_model_done:
+            return False
+        elif record in ("ATOM", "HETATM"):
+            self.read_atom(record, line, line_number)
+        elif record == "CRYST1":
+            self.read_cryst1(line, line_number)
+        elif record == "MODEL":
+            self.models_seen += 1
+            self.first_model_done = self.models_seen > 1
+        elif record == "ENDMDL":
+            self.first_model_done = True
+        elif record == "TER":
+            self.chain_ended = True
+        elif record == "END":
+            return True
+        return False
+
+    def read_cryst1(self, line, line_number):
+        try:
+            lengths = [float(line[start : start + 9]) * units.ANGSTROM_TO_NM for start in (6, 15, 24)]
+            angles = [float(line[start : start + 7]) for start in (33, 40, 47)]
+        except ValueError:
+            raise self.error(
+                line_number,
+                f"CRYST1 record needs a, b, c (columns 7-33) and angles (columns 34-54), got {line!r}",
+            ) from None
+        if 0.0 in lengths or all(abs(length - units.ANGSTROM_TO_NM) < 1e-9 for length in lengths):
+            return  # no box, or the unit-cube placeholder of non-crystallographic entries
+        try:
+            self.box = space.box_from_lengths_and_angles(*lengths, *angles, dtype=torch.float64)
+        except space.BoxError as error:
+            raise self.error(line_number, f"invalid CRYST1 box: {error}") from None
+
+    def read_connect(self, line, line_number):
+        serials = []
+        for start in range(6, min(len(line), 31), 5):
+            field = line[start : start + 5].strip()
+            if field:
+                try:
+                    serials.append(_parse_serial(field))
+                except ValueError:
+                    raise self.error(line_number, f"CONECT record has a bad atom serial {field!r}") from None
+        if len(serials) > 1:
+            self.connects.append((serials[0], serials[1:], line_number))
+
+    def read_atom(self, record, line, line_number):
+        if len(line) < _COORDINATE_END:
+            raise self.error(
+                line_number,
+                f"{record} record too short ({len(line)} characters; the coordinates need columns 31-54)",
+            )
+        name = line[12:16].strip()
+        try:
+            coordinates = [float(line[start : start + 8]) * units.ANGSTROM_TO_NM for start in (30, 38, 46)]
+        except ValueError:
+            raise self.error(
+                line_number,
+                f"{record} record for atom {name!r} has unreadable coordinates "
+                f"(columns 31-54: {line[30:54]!r})",
+            ) from None
+        alternate_location = line[16]
+        residue_name = line[17:20].strip()
+        if line[20] != " ":
+            residue_name = (line[17:20] + line[20]).strip()
+        chain_id = line[21]
+        residue_field = line[22:27]
+        chain_changed = self.chain_ended or chain_id != self.chain_id
+        if chain_changed and self.chain_id is not None:
+            self.chain_index += 1
+        self.chain_ended = False
+        self.chain_id = chain_id
+        key = (self.chain_index, residue_field, residue_name)
+        if key != self.residue_key or (residue_field[:4] == "****" and name in self.residue_atom_names):
+            self.start_residue(key, residue_name, residue_field, chain_id, line_number)
+        elif name in self.residue_atom_names:
+            if alternate_location != " ":
+                return  # a further alternate location of an atom already read
+        self.residue_atom_names.add(name)
+        serial_field = line[6:11].strip()
+        if serial_field:
+            try:
+                self.serials[_parse_serial(serial_field)] = len(self.atoms)
+            except ValueError:
+                raise self.error(line_number, f"bad atom serial number {serial_field!r}") from None
+        element_field = line[76:78].strip()
+        self.atoms.append((name, element_field, len(self.residues) - 1, line_number))
+        self.positions.append(coordinates)
+        self.line_numbers.append(line_number)
+
+    def start_residue(self, key, residue_name, residue_field, chain_id, line_number):
+        number_field = residue_field[:4]
+        try:
+            number = int(number_field)
+        except ValueError:
+            try:
+                number = int(number_field, 16) - 0xA000 + 10000
+            except ValueError:
+                number = self.residues[-1].number + 1 if self.residues else 1
+        self.residues.append(
+            Residue(residue_name, number, chain_id, residue_field[4].strip(), self.chain_index)
+        )
+        self.residue_key = key
+        self.residue_atom_names = set()
+
+    def finish(self):
+        names_by_residue = [set() for _ in self.residues]
+        for name, _, residue_index, _ in self.atoms:
+            names_by_residue[residue_index].add(name)
+        atoms = []
+        for name, element_field, residue_index, line_number in self.atoms:
+            if element_field:
+                if element_field.upper() == "EP":
+                    element = None
+                else:
+                    element = elements.normalize_symbol(element_field)
+                    if element is None:
+                        raise self.error(line_number, f"unknown element {element_field!r} for atom {name!r}")
+            else:
+                try:
+                    element = _infer_element(name, names_by_residue[residue_index])
+                except KeyError:
+                    raise self.error(
+                        line_number,
+                        f"cannot infer the element of atom {name!r} from its name and columns 77-78 are "
+                        "blank; write the element symbol there (EP for an extra particle)",
+                    ) from None
+            atoms.append(Atom(name, element, residue_index))
+        bonds = _water_bonds(atoms, self.residues)
+        known = {frozenset(bond) for bond in bonds}
+        for first, others, _ in self.connects:
+            if first not in self.serials:
+                continue  # CONECT of an atom outside the first model
+            for other in others:
+                if other in self.serials:
+                    pair = (self.serials[first], self.serials[other])
+                    if pair[0] != pair[1] and frozenset(pair) not in known:
+                        known.add(frozenset(pair))
+                        bonds.append(pair)
+        topology = Topology(atoms, self.residues, bonds)
+        positions = torch.tensor(self.positions, dtype=torch.float64)
+        return PDBStructure(topology, positions, self.box, tuple(self.line_numbers), self.path)
+
+
+def _water_bonds(atoms, residues):
+    """O-H bonds of every water residue (a residue with a water name, one O and two H)."""
+    members = {}
+    for index, atom in enumerate(atoms):
+        if residues[atom.residue_index].name.upper() in WATER_RESIDUE_NAMES:
+            members.setdefault(atom.residue_index, []).append(index)
+    bonds = []
+    for indices in members.values():
+        oxygens = [index for index in indices if atoms[index].element == "O"]
+        hydrogens = [index for index in indices if atoms[index].element == "H"]
+        if len(oxygens) == 1 and len(hydrogens) == 2:
+            bonds.extend((oxygens[0], hydrogen) for hydrogen in hydrogens)
+    return bonds
+
+
+def read_pdb(path):
+    """Read the first model of a PDB file.
+
+    Args:
+        path: file name.
+
+    Returns:
+        :class:`PDBStructure` (topology, positions in nm, box in nm or None, line numbers).
+
+    Raises:
+        PDBError: ``file:line: ...`` for a truncated record, unreadable numbers, an unknown
+            element or an atom whose element cannot be inferred.
+    """
+    return _Reader(path).read()
+
+
+def _format_index(index, places):
+    """Decimal index, switching to OpenMM's hexadecimal continuation when it does not fit."""
+    if index < 10**places:
+        return f"{index:{places}d}"
+    shifted = (index - 10**places + 10 * 16 ** (places - 1)) % (16**places)
+    return f"{shifted:{places}X}"
+
+
+def _format_coordinate(value, atom_index):
+    if -999.999 < value < 9999.999:
+        return f"{value:8.3f}"
+    raise ValueError(f"atom {atom_index}: coordinate {value:.6g} Å does not fit the 8-column PDB field")
+
+
+def write_pdb(path, topology, positions, box=None):
+    """Write one model as a PDB file, in OpenMM's layout.
+
+    Args:
+        path: file name.
+        topology: :class:`mindsponge.system.Topology`.
+        positions: (N, 3) tensor, nm.
+        box: (3, 3) tensor, nm, or ``None``; written as ``CRYST1``.
+
+    Bonds other than water O-H bonds (which :func:`read_pdb` restores) are written as
+    ``CONECT`` records, so reading the file back gives the same topology (except residue
+    insertion codes longer than one character and names longer than the PDB columns).
+    """
+    values = positions.detach().to(device="cpu", dtype=torch.float64) * units.NM_TO_ANGSTROM
+    if tuple(values.shape) != (topology.n_atoms, 3):
+        raise ValueError(f"positions must have shape ({topology.n_atoms}, 3), got {tuple(values.shape)}")
+    if not torch.isfinite(values).all():
+        bad = int(torch.nonzero(~torch.isfinite(values).all(dim=1))[0, 0])
+        raise ValueError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
+    lines = ["REMARK   1 CREATED WITH MINDSPONGE"]
+    if box is not None:
+        a, b, c, alpha, beta, gamma = space.box_lengths_and_angles(box)
+        lines.append(
+            f"CRYST1{a * 10:9.3f}{b * 10:9.3f}{c * 10:9.3f}{alpha:7.2f}{beta:7.2f}{gamma:7.2f}"
+            " P 1           1 "
+        )
+    atoms_by_residue = [[] for _ in topology.residues]
+    for index, atom in enumerate(topology.atoms):
+        atoms_by_residue[atom.residue_index].append(index)
+    serial = 1
+    serials = [0] * topology.n_atoms
+    for chain_id, residue_indices in topology.chains():
+        chain = (chain_id or " ")[:1]
+        for residue_index in residue_indices:
+            residue = topology.residues[residue_index]
+            record = "ATOM  " if residue.name in _STANDARD_RESIDUES else "HETATM"
+            number = (
+                str(residue.number) if len(str(residue.number)) <= 4 else _format_index(residue.number, 4)
+            )
+            insertion = residue.insertion_code[:1] or " "
+            name = residue.name[:3]
+            for index in atoms_by_residue[residue_index]:
+                atom = topology.atoms[index]
+                symbol = "EP" if atom.element is None else atom.element
+                atom_name = atom.name[:4]
+                if len(atom_name) < 4 and atom_name[:1].isalpha() and len(symbol) < 2:
+                    atom_name = " " + atom_name
+                x, y, z = (_format_coordinate(value, index) for value in values[index].tolist())
+                lines.append(
+                    f"{record}{_format_index(serial, 5)} {atom_name:<4s} {name:>3s} {chain}{number:>4s}"
+                    f"{insertion}   {x}{y}{z}  1.00  0.00          {symbol:>2s}  "
+                )
+                serials[index] = serial
+                serial += 1
+        lines.append(f"TER   {_format_index(serial, 5)}      {name:>3s} {chain}{number:>4s}")
+        serial += 1
+    restored = {frozenset(bond) for bond in _water_bonds(topology.atoms, topology.residues)}
+    neighbours = {}
+    for i, j in topology.bonds:
+        if frozenset((i, j)) not in restored:
+            neighbours.setdefault(i, []).append(j)
+            neighbours.setdefault(j, []).append(i)
+    for index in sorted(neighbours):
+        bonded = [serials[other] for other in neighbours[index]]
+        for start in range(0, len(bonded), 4):
+            fields = "".join(_format_index(other, 5) for other in bonded[start : start + 4])
+            lines.append(f"CONECT{_format_index(serials[index], 5)}{fields}")
+    lines.append("END")
+    with open(path, "w") as file:
+        file.write("\n".join(lines) + "\n")
