@@ -9,7 +9,8 @@ value per interaction for each parameter. The energy expressions are those of Op
 - :class:`HarmonicAngle`: ``E = 1/2 k (theta - theta0)^2`` (``k`` in kJ/mol/rad^2, rad);
 - :class:`PeriodicTorsion`: ``E = k (1 + cos(n phi - phase))`` (kJ/mol, rad);
 - :class:`HarmonicImproper`: ``E = k (phi - phi0)^2`` (CHARMM; kJ/mol/rad^2, rad), with the
-  angle difference optionally taken on the circle.
+  angle difference optionally taken on the circle;
+- :class:`CMAPTorsion`: bicubic correction maps on dihedral pairs (CHARMM, Amber ff19SB).
 
 Angles use ``atan2(|u x v|, u . v)`` and dihedrals ``atan2(|b2| b1 . (b2 x b3), (b1 x b2) .
 (b2 x b3))`` (IUPAC sign convention, ``phi`` in ``(-pi, pi]``), which stay accurate near 0
@@ -29,12 +30,20 @@ Forces come from autograd.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from mindsponge.forcefield.base import EnergyTerm
 
-__all__ = ["HarmonicBond", "UreyBradley", "HarmonicAngle", "PeriodicTorsion", "HarmonicImproper"]
+__all__ = [
+    "HarmonicBond",
+    "UreyBradley",
+    "HarmonicAngle",
+    "PeriodicTorsion",
+    "HarmonicImproper",
+    "CMAPTorsion",
+]
 
 
 class _BondedTerm(EnergyTerm):
@@ -273,3 +282,130 @@ class HarmonicImproper(_TorsionTerm):
             deviation = deviation.abs()
             deviation = torch.minimum(deviation, self.period - deviation)
         return (self._parameter("k", positions) * deviation * deviation).sum()
+
+
+# Bicubic patch weights of OpenMM's CMAPTorsionForceImpl: coefficients = _BICUBIC_WEIGHTS.T @ rhs,
+# where rhs holds energies, delta * d/dphi, delta * d/dpsi and delta^2 * d2/dphi dpsi at the
+# four patch corners (i, j), (i+1, j), (i+1, j+1), (i, j+1).
+_BICUBIC_WEIGHTS = (
+    (1, 0, -3, 2, 0, 0, 0, 0, -3, 0, 9, -6, 2, 0, -6, 4),
+    (0, 0, 0, 0, 0, 0, 0, 0, 3, 0, -9, 6, -2, 0, 6, -4),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, -6, 0, 0, -6, 4),
+    (0, 0, 3, -2, 0, 0, 0, 0, 0, 0, -9, 6, 0, 0, 6, -4),
+    (0, 0, 0, 0, 1, 0, -3, 2, -2, 0, 6, -4, 1, 0, -3, 2),
+    (0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 3, -2, 1, 0, -3, 2),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -3, 2, 0, 0, 3, -2),
+    (0, 0, 0, 0, 0, 0, 3, -2, 0, 0, -6, 4, 0, 0, 3, -2),
+    (0, 1, -2, 1, 0, 0, 0, 0, 0, -3, 6, -3, 0, 2, -4, 2),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 3, -6, 3, 0, -2, 4, -2),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -3, 3, 0, 0, 2, -2),
+    (0, 0, -1, 1, 0, 0, 0, 0, 0, 0, 3, -3, 0, 0, -2, 2),
+    (0, 0, 0, 0, 0, 1, -2, 1, 0, -2, 4, -2, 0, 1, -2, 1),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 2, -1, 0, 1, -2, 1),
+    (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, -1, 0, 0, -1, 1),
+    (0, 0, 0, 0, 0, 0, -1, 1, 0, 0, 2, -2, 0, 0, -1, 1),
+)
+
+
+def _cmap_patches(energy: np.ndarray) -> np.ndarray:
+    """Bicubic coefficients of every patch of a periodic map, as OpenMM computes them.
+
+    Args:
+        energy: ``(size, size)`` array, kJ/mol; ``energy[i, j]`` at ``phi = i 2pi/size``,
+            ``psi = j 2pi/size``.
+
+    Returns:
+        ``(size * size, 16)`` array; row ``s + size * t`` holds the coefficients ``c[4 a + b]``
+        of ``da^a db^b`` on the patch whose lower corner is ``(s, t)``.
+    """
+    from scipy.interpolate import CubicSpline
+
+    size = energy.shape[0]
+    delta = 2.0 * np.pi / size
+    knots = np.arange(size + 1) * delta
+
+    def derivative(values: np.ndarray, axis: int) -> np.ndarray:
+        closed = np.concatenate([values, np.take(values, [0], axis=axis)], axis=axis)
+        return CubicSpline(knots, closed, axis=axis, bc_type="periodic")(knots[:-1], 1)
+
+    d_phi = derivative(energy, 0)
+    d_psi = derivative(energy, 1)
+    d_phi_psi = derivative(d_psi, 0)
+    index = np.arange(size)
+    s, t = np.meshgrid(index, index, indexing="ij")  # s: phi patch, t: psi patch
+    corners = [(s, t), ((s + 1) % size, t), ((s + 1) % size, (t + 1) % size), (s, (t + 1) % size)]
+    rhs = np.stack(
+        [energy[c] for c in corners]
+        + [delta * d_phi[c] for c in corners]
+        + [delta * d_psi[c] for c in corners]
+        + [delta * delta * d_phi_psi[c] for c in corners],
+        axis=-1,
+    )  # (size, size, 16) indexed [s, t]
+    coefficients = rhs @ np.asarray(_BICUBIC_WEIGHTS, dtype=np.float64)
+    return coefficients.transpose(1, 0, 2).reshape(size * size, 16)
+
+
+class CMAPTorsion(_BondedTerm):
+    """CMAP correction maps on pairs of dihedrals (OpenMM ``CMAPTorsionForce``; CHARMM, ff19SB).
+
+    The energy of each torsion pair is the periodic bicubic interpolation of a tabulated map
+    at the two dihedrals (each taken in ``[0, 2 pi)``), with the grid derivatives from periodic
+    cubic splines, exactly as OpenMM does it.
+
+    Args:
+        atoms: ``(M, 8)`` integer tensor: the four atoms of the first dihedral (phi), then the
+            four of the second (psi).
+        map_index: ``(M,)`` integer tensor, which map each torsion pair uses.
+        maps: sequence of ``(size, size)`` arrays (kJ/mol; sizes may differ between maps);
+            ``maps[k][i, j]`` is the energy at ``phi = i 2pi/size``, ``psi = j 2pi/size``.
+        periodic: apply the minimum image to the bond vectors (needs a box).
+        name: term name (default ``"CMAPTorsion"``).
+
+    The bicubic coefficients are buffers (float64 unless moved with ``.to``); they are
+    derived from the maps once, so gradients with respect to the map values are not provided.
+    """
+
+    atoms_per_term = 8
+
+    def __init__(self, atoms, map_index, maps, periodic: bool = False, name: str | None = None):
+        super().__init__(atoms, {}, periodic, False, name)
+        map_index = torch.as_tensor(map_index, dtype=torch.long).reshape(-1)
+        if tuple(map_index.shape) != (len(self),):
+            raise ValueError(
+                f"CMAPTorsion: map_index must have one entry per torsion pair ({len(self)}), "
+                f"got shape {tuple(map_index.shape)}"
+            )
+        tables, sizes, offsets = [], [], []
+        for number, energy in enumerate(maps):
+            energy = np.asarray(energy, dtype=np.float64)
+            if energy.ndim != 2 or energy.shape[0] != energy.shape[1] or energy.shape[0] < 2:
+                raise ValueError(
+                    f"CMAPTorsion: map {number} must be a square (size, size) array, got {energy.shape}"
+                )
+            offsets.append(sum(len(table) for table in tables))
+            sizes.append(energy.shape[0])
+            tables.append(_cmap_patches(energy))
+        if len(self) and (int(map_index.min()) < 0 or int(map_index.max()) >= len(tables)):
+            raise ValueError(f"CMAPTorsion: map_index must lie in [0, {len(tables)}), the number of maps")
+        coefficients = np.concatenate(tables) if tables else np.zeros((0, 16))
+        self.register_buffer("coefficients", torch.as_tensor(coefficients))
+        self.register_buffer("map_size", torch.as_tensor(sizes, dtype=torch.long)[map_index])
+        self.register_buffer("map_offset", torch.as_tensor(offsets, dtype=torch.long)[map_index])
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        self._check_atoms(positions)
+        two_pi = 2.0 * np.pi
+        size = self.map_size.to(positions.dtype)
+        delta = two_pi / size
+        patch_coordinates = []
+        for first in (0, 4):
+            angle = _dihedral(
+                *(self._displacement(positions, box, first + step, first + step + 1) for step in range(3))
+            )
+            scaled = torch.remainder(angle, two_pi) / delta
+            cell = torch.clamp(torch.floor(scaled.detach()), max=size - 1)
+            patch_coordinates.append((cell.long(), scaled - cell))
+        (s, da), (t, db) = patch_coordinates
+        patch = self.coefficients[self.map_offset + s + self.map_size * t].to(positions.dtype).view(-1, 4, 4)
+        powers = torch.arange(4, device=positions.device, dtype=positions.dtype)
+        return torch.einsum("mab,ma,mb->", patch, da.unsqueeze(-1) ** powers, db.unsqueeze(-1) ** powers)

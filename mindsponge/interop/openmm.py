@@ -16,6 +16,7 @@ OpenMM force               mindsponge term
 ``PeriodicTorsionForce``   :class:`~mindsponge.forcefield.bonded.PeriodicTorsion`
 ``CustomTorsionForce``     :class:`~mindsponge.forcefield.bonded.HarmonicImproper` (the
                            CHARMM expressions ``k*(theta-theta0)^2`` and ParmEd's wrapped form)
+``CMAPTorsionForce``       :class:`~mindsponge.forcefield.bonded.CMAPTorsion`
 ``NonbondedForce``         :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (no cutoff,
                            cutoff, reaction field, Ewald, PME; switching, dispersion correction,
                            exceptions)
@@ -40,7 +41,13 @@ from collections.abc import Sequence
 import torch
 
 from mindsponge.forcefield.base import EnergyTerm, ForceField
-from mindsponge.forcefield.bonded import HarmonicAngle, HarmonicBond, HarmonicImproper, PeriodicTorsion
+from mindsponge.forcefield.bonded import (
+    CMAPTorsion,
+    HarmonicAngle,
+    HarmonicBond,
+    HarmonicImproper,
+    PeriodicTorsion,
+)
 
 __all__ = [
     "UnsupportedOpenMMForceError",
@@ -55,6 +62,7 @@ SUPPORTED_FORCES = (
     "HarmonicAngleForce",
     "PeriodicTorsionForce",
     "CustomTorsionForce (CHARMM harmonic impropers)",
+    "CMAPTorsionForce",
     "NonbondedForce",
     "CMMotionRemover (ignored)",
 )
@@ -159,6 +167,22 @@ def _custom_torsion_term(index, force, dtype):
     )
 
 
+def _cmap_term(index, force, dtype):
+    maps = []
+    for number in range(force.getNumMaps()):
+        size, energy = force.getMapParameters(number)
+        flat = torch.tensor([_md(value) for value in energy], dtype=torch.float64)
+        maps.append(flat.reshape(size, size).T.numpy())  # OpenMM: energy[i + size * j]
+    count = force.getNumTorsions()
+    atoms = torch.empty(count, 8, dtype=torch.long)
+    map_index = torch.empty(count, dtype=torch.long)
+    for term in range(count):
+        parameters = force.getTorsionParameters(term)
+        map_index[term] = parameters[0]
+        atoms[term] = torch.tensor(parameters[1:])
+    return CMAPTorsion(atoms, map_index, maps, periodic=force.usesPeriodicBoundaryConditions()).to(dtype)
+
+
 def _md(value) -> float:
     """A float in OpenMM's MD units from a float or an ``openmm.unit.Quantity``."""
     if hasattr(value, "value_in_unit_system"):
@@ -173,18 +197,19 @@ _CONVERTERS = {
     "HarmonicAngleForce": _angle_term,
     "PeriodicTorsionForce": _torsion_term,
     "CustomTorsionForce": _custom_torsion_term,
+    "CMAPTorsionForce": _cmap_term,
 }
 _IGNORED = {"CMMotionRemover"}
 
 
-def from_openmm(openmm_system, topology=None, dtype: torch.dtype | None = None) -> ForceField:
+def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64) -> ForceField:
     """Translate an OpenMM ``System`` into a :class:`~mindsponge.forcefield.ForceField`.
 
     Args:
         openmm_system: an ``openmm.System``.
         topology: optional ``openmm.app.Topology`` (or anything with ``getNumAtoms()``); when
             given, its atom count must match the System's.
-        dtype: floating dtype of the parameters (default: torch's default dtype). Use
+        dtype: floating dtype of the parameters (float64 by default, exact for OpenMM's values). Use
             ``ff.to(dtype)`` to change it later.
 
     Returns:
@@ -207,7 +232,6 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype | None = None) 
             f"topology has {topology.getNumAtoms()} atoms but the OpenMM System has "
             f"{openmm_system.getNumParticles()} particles"
         )
-    dtype = dtype or torch.get_default_dtype()
     _check_virtual_sites(openmm_system)
     terms: list[EnergyTerm] = []
     counts: dict[str, int] = {}
@@ -249,7 +273,7 @@ def _check_file(path, what: str) -> str:
     return path
 
 
-def load(system_xml, pdb, dtype: torch.dtype | None = None):
+def load(system_xml, pdb, dtype: torch.dtype = torch.float64):
     """Load a serialized OpenMM ``System`` and the structure it describes.
 
     Positions come from the PDB; the box from the System's default periodic box vectors
@@ -259,7 +283,7 @@ def load(system_xml, pdb, dtype: torch.dtype | None = None):
     Args:
         system_xml: path of an OpenMM ``System`` serialized with ``openmm.XmlSerializer``.
         pdb: path of the matching PDB file (same atoms, same order).
-        dtype: floating dtype of positions and parameters (default: torch's default dtype).
+        dtype: floating dtype of positions and parameters (float64 by default).
 
     Returns:
         ``(system, forcefield)``: a :class:`mindsponge.system.System` and a
@@ -288,8 +312,7 @@ def load(system_xml, pdb, dtype: torch.dtype | None = None):
 def _system_from_openmm(openmm_system, pdb, dtype):
     from mindsponge.system import System
 
-    dtype = dtype or torch.get_default_dtype()
-    structure = System.from_pdb(pdb)
+    structure = System.from_pdb(pdb, dtype=dtype)
     if structure.positions.shape[0] != openmm_system.getNumParticles():
         raise ValueError(
             f"PDB {os.fspath(pdb)!r} has {structure.positions.shape[0]} atoms but the OpenMM System has "
@@ -300,7 +323,7 @@ def _system_from_openmm(openmm_system, pdb, dtype):
     )
     charges = _charges(openmm_system, dtype)
     box = _box(openmm_system, dtype)
-    return structure.replace(masses=masses, charges=charges, box=box).to(dtype=dtype)
+    return structure.replace(masses=masses, charges=charges, box=box)
 
 
 def _charges(openmm_system, dtype) -> torch.Tensor:
@@ -325,7 +348,7 @@ def _box(openmm_system, dtype) -> torch.Tensor | None:
 def from_pdb_with_forcefield(
     pdb,
     forcefield_files: Sequence[str] = ("amber14-all.xml", "amber14/tip3pfb.xml"),
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype = torch.float64,
     **create_system_options,
 ):
     """Parameterise a PDB with OpenMM force-field files and translate the result.
@@ -333,7 +356,7 @@ def from_pdb_with_forcefield(
     Args:
         pdb: path of a PDB file whose residues the force field knows (with hydrogens).
         forcefield_files: OpenMM force-field XML files (``openmm.app.ForceField`` names).
-        dtype: floating dtype of positions and parameters (default: torch's default dtype).
+        dtype: floating dtype of positions and parameters (float64 by default).
         **create_system_options: passed to ``openmm.app.ForceField.createSystem`` in OpenMM's
             units, e.g. ``nonbondedMethod=openmm.app.PME``, ``nonbondedCutoff=0.9 *
             openmm.unit.nanometer``, ``rigidWater=False``, ``constraints=None``.

@@ -161,3 +161,27 @@ def test_bad_bonded_input_raises_with_a_clear_message():
         HarmonicBond([[0, 1]], [0.1], [1.0], periodic=True)(positions, None)
     with pytest.raises(ValueError, match=r"positions must be an \(N, 3\) tensor"):
         ForceField([HarmonicBond([[0, 1]], [0.1], [1.0])])(torch.zeros(2, 2))
+
+
+def test_cmap_and_amber19_bonded_terms_match_openmm(villin_pdb, reference):
+    """ff19SB carries CMAP maps; compare every bonded force of villin on distorted positions."""
+    from openmm import app, unit
+
+    modeller = app.Modeller(villin_pdb.topology, villin_pdb.positions)
+    modeller.deleteWater()
+    modeller.delete([residue for residue in modeller.topology.residues() if residue.name == "Cl"])
+    system = app.ForceField("amber19-all.xml").createSystem(modeller.topology, constraints=None)
+    for index in reversed(range(system.getNumForces())):
+        if isinstance(system.getForce(index), openmm.NonbondedForce):
+            system.removeForce(index)
+    positions = np.array(modeller.getPositions().value_in_unit(unit.nanometer))
+    positions += np.random.default_rng(0).normal(scale=0.02, size=positions.shape)
+    expected = reference(system, positions)
+    ff = from_openmm(system)
+    assert "CMAPTorsion" in ff.names
+    x = torch.tensor(positions)
+    energies = ff.energy_terms(x, None)
+    for term in ff:
+        assert energies[term.name].item() == pytest.approx(expected.energies[term.openmm_force_index], rel=1e-8)
+    forces = ms.forces(ff, x).numpy()
+    assert np.sqrt(((forces - expected.forces) ** 2).sum() / (expected.forces**2).sum()) < 1e-10
