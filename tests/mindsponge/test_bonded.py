@@ -182,6 +182,8 @@ def test_cmap_and_amber19_bonded_terms_match_openmm(villin_pdb, reference):
     x = torch.tensor(positions)
     energies = ff.energy_terms(x, None)
     for term in ff:
-        assert energies[term.name].item() == pytest.approx(expected.energies[term.openmm_force_index], rel=1e-8)
+        assert energies[term.name].item() == pytest.approx(
+            expected.energies[term.openmm_force_index], rel=1e-8
+        )
     forces = ms.forces(ff, x).numpy()
     assert np.sqrt(((forces - expected.forces) ** 2).sum() / (expected.forces**2).sum()) < 1e-10
