@@ -1,0 +1,619 @@
+"""2D finite-difference frequency-domain (FDFD) solver with adjoint gradients.
+
+The solver computes the steady-state fields of a 2D structure driven at one angular
+frequency ``omega = 2 pi frequency``, on the Yee grid and with the units of
+:mod:`mindelec.fdtd` (SI; the domain spans ``[-size/2, size/2]`` along each axis; the
+perfectly matched layer lies inside it, ``pml_thickness`` cells thick; ``resolution`` is
+the cell size in metres).
+
+Time convention
+---------------
+Phasors carry ``exp(+j omega t)`` (the engineering convention): a real field is
+``Re(F exp(j omega t))`` and an outgoing wave is ``exp(-j k r)``. Maxwell's equations read
+``curl E = -j omega mu H - M`` and ``curl H = j omega eps E + J``.
+
+Polarisations and the equations solved
+--------------------------------------
+``"TM"`` (fields Ez, Hx, Hy; source: electric current density Jz, A/m^2)::
+
+    d2Ez/dx2 + d2Ez/dy2 + k0^2 eps_r Ez = j omega mu0 Jz
+
+``"TE"`` (fields Hz, Ex, Ey; source: magnetic current density Mz, V/m^2)::
+
+    d/dx (1/eps_r dHz/dx) + d/dy (1/eps_r dHz/dy) + k0^2 Hz = j omega eps0 Mz
+
+with ``k0 = omega / c``. A line current ``I`` (A) in vacuum gives the TM field
+``Ez = -(omega mu0 I / 4) H0^(2)(k0 r)`` (``H0^(2)`` the Hankel function of the second kind,
+outgoing for ``exp(+j omega t)``); a magnetic line current ``K`` (V) gives
+``Hz = -(omega eps0 K / 4) H0^(2)(k0 r)``. (FDTD DFT fields computed with the kernel
+``exp(-j omega t)`` follow the same convention.)
+
+Grid (Yee staggering)
+---------------------
+The main field (Ez for TM, Hz for TE) and the permittivity live at the cell centres
+``x_i = -size_x/2 + (i + 1/2) dx``, ``i = 0..Nx-1`` (likewise in y); arrays have shape
+``(Nx, Ny)`` with x first. The transverse fields sit half a cell further along their
+derivative axis: TM ``Hy`` (and TE ``Ey``) at ``(x_i + dx/2, y_j)``, TM ``Hx`` (and TE ``Ex``)
+at ``(x_i, y_j + dy/2)``. TE uses ``1/eps_r`` at those half-cell points, with ``eps_r`` the
+arithmetic mean of the two neighbouring cells. Outside the domain the main field is zero
+(a perfect conductor behind the PML).
+
+Stretched-coordinate PML
+------------------------
+Each derivative ``d/dx`` becomes ``(1/s_x) d/dx`` with ``s_x = 1 - j sigma_x / (omega eps0)``
+and a polynomial grading ``sigma_x(d) = sigma_max (d / L)^m`` (``d`` the depth into a PML of
+thickness ``L``; ``m = 3``; ``sigma_max = -(m + 1) ln(R) / (2 eta0 L)`` for a nominal normal
+incidence reflection ``R = 1e-8``). ``s`` is evaluated where each derivative lands (cell
+centres or half-cell points), which keeps the discrete PML reflectionless to second order.
+
+Adjoint gradients
+-----------------
+The system matrix is ``A = Dxb W_x Dxf + Dyb W_y Dyf + diag(c)`` (``Dxf``/``Dxb`` the
+PML-stretched forward/backward differences; TM: ``W = 1``, ``c = k0^2 eps_r``; TE:
+``W = diag(1/eps_r)`` at the half-cell points, ``c = k0^2``). :func:`solve_linear_system`
+solves ``A x = b`` with one sparse LU factorisation (``scipy.sparse.linalg.splu``) and
+keeps it for the backward pass. Derivation of the backward pass, for a real loss ``L``:
+
+* PyTorch's gradient of a real ``L`` with respect to a complex ``z = u + j v`` is
+  ``g_z = dL/du + j dL/dv = 2 dL/dz*`` (conjugate Wirtinger), so that to first order
+  ``dL = Re(sum conj(g_z) dz)``. It is what arrives as ``grad_output`` for ``x``.
+* From ``A x = b``: ``dx = A^-1 (db - dA x)``, hence
+  ``dL = Re(g_x^H A^-1 (db - dA x)) = Re(lambda^H (db - dA x))`` with the adjoint field
+  ``lambda`` solving ``A^H lambda = g_x`` (one solve with the cached factors, ``trans='H'``).
+* Source: ``dL = Re(lambda^H db)``, so ``g_b = lambda``.
+* Diagonal ``c`` (entry n enters as ``dA = e_n e_n^T dc_n``): ``dL = Re(-conj(lambda_n) x_n dc_n)``,
+  so ``g_c = -lambda * conj(x)``; for a real parameter the gradient is the real part,
+  ``dL/dc_n = -Re(conj(lambda_n) x_n)``. With ``c = k0^2 eps_r`` the chain rule gives
+  ``dL/deps_r = -k0^2 Re(conj(lambda) x)``.
+* Weights ``W_x`` (``dA = Dxb e_n e_n^T Dxf dw_n``): ``g_w = -(Dxb^H lambda) * conj(Dxf x)``.
+
+Batches of sources (several right-hand sides) reuse the same factorisation; their
+gradients are summed.
+
+Example:
+    >>> import torch, mindelec as me
+    >>> eps = torch.ones(100, 100, dtype=torch.float64, requires_grad=True)
+    >>> sim = me.fdfd.Simulation(size=(1e-3, 1e-3), resolution=1e-5, frequency=1e12,
+    ...                          permittivity=eps, pml_thickness=15)
+    >>> ez = sim.solve(sim.point_source((0.0, 0.0)))      # (100, 100) complex128
+    >>> sim.flux(ez, axis="x", position=3e-4).backward()   # gradient in eps.grad
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sparse
+import scipy.sparse.linalg as sparse_linalg
+import torch
+
+from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
+
+__all__ = ["Simulation", "WaveguideMode", "solve_linear_system", "PML_ORDER", "PML_REFLECTION"]
+
+PML_ORDER = 3
+PML_REFLECTION = 1e-8
+_AXES = {"x": 0, "y": 1}
+_POLARIZATIONS = ("TM", "TE")
+
+
+def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The complex dtype with the precision of a real (or complex) dtype."""
+    if dtype.is_complex:
+        return dtype
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    # scipy's sparse LU runs on the host; this is the one place fields leave the device.
+    return tensor.detach().to("cpu").numpy().astype(np.complex128)
+
+
+@dataclass
+class _Operators:
+    """PML-stretched difference operators (scipy sparse, N x N with N = Nx * Ny)."""
+
+    forward_x: sparse.csr_matrix
+    backward_x: sparse.csr_matrix
+    forward_y: sparse.csr_matrix
+    backward_y: sparse.csr_matrix
+
+
+class _SparseSolve(torch.autograd.Function):
+    """``x = A(c, w_x, w_y)^-1 b`` with adjoint gradients; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, rhs, diagonal, weight_x, weight_y, operators):
+        matrix = (
+            operators.backward_x @ sparse.diags(_to_numpy(weight_x)) @ operators.forward_x
+            + operators.backward_y @ sparse.diags(_to_numpy(weight_y)) @ operators.forward_y
+            + sparse.diags(_to_numpy(diagonal))
+        )
+        factors = sparse_linalg.splu(matrix.tocsc())
+        solution = factors.solve(_to_numpy(rhs))
+        ctx.factors = factors
+        ctx.operators = operators
+        ctx.solution = solution
+        ctx.input_dtypes = (diagonal.dtype, weight_x.dtype, weight_y.dtype)
+        return torch.from_numpy(solution).to(device=rhs.device, dtype=rhs.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_solution):
+        adjoint = ctx.factors.solve(_to_numpy(grad_solution), trans="H")
+        solution, operators = ctx.solution, ctx.operators
+        device, complex_dtype = grad_solution.device, grad_solution.dtype
+
+        def parameter_gradient(values, dtype):
+            gradient = torch.from_numpy(values.sum(axis=1)).to(device=device, dtype=complex_dtype)
+            return gradient if dtype.is_complex else gradient.real.to(dtype)
+
+        grad_rhs = torch.from_numpy(adjoint).to(device=device, dtype=complex_dtype)
+        grad_diagonal = grad_weight_x = grad_weight_y = None
+        if ctx.needs_input_grad[1]:
+            grad_diagonal = parameter_gradient(-adjoint * solution.conj(), ctx.input_dtypes[0])
+        if ctx.needs_input_grad[2]:
+            values = -(operators.backward_x.conj().T @ adjoint) * (operators.forward_x @ solution).conj()
+            grad_weight_x = parameter_gradient(values, ctx.input_dtypes[1])
+        if ctx.needs_input_grad[3]:
+            values = -(operators.backward_y.conj().T @ adjoint) * (operators.forward_y @ solution).conj()
+            grad_weight_y = parameter_gradient(values, ctx.input_dtypes[2])
+        return grad_rhs, grad_diagonal, grad_weight_x, grad_weight_y, None
+
+
+def solve_linear_system(rhs, diagonal, weight_x, weight_y, operators):
+    """Solve ``(Dxb W_x Dxf + Dyb W_y Dyf + diag(c)) x = b`` differentiably.
+
+    Args:
+        rhs: (N, B) complex tensor, the right-hand sides ``b`` (B sources).
+        diagonal: (N,) real or complex tensor ``c``.
+        weight_x, weight_y: (N,) real or complex tensors, the diagonals of ``W_x``, ``W_y``.
+        operators: the PML-stretched difference operators (built by :class:`Simulation`).
+
+    Returns:
+        (N, B) complex tensor ``x``, same dtype and device as ``rhs``. Gradients flow to
+        ``rhs``, ``diagonal`` and the weights by one adjoint solve (module docstring).
+    """
+    return _SparseSolve.apply(rhs, diagonal, weight_x, weight_y, operators)
+
+
+def _difference_matrices(count: int, step: float):
+    """1D forward and backward differences with zero field beyond both ends."""
+    forward = sparse.diags([-np.ones(count), np.ones(count - 1)], [0, 1], shape=(count, count)) / step
+    return forward.tocsr(), (-forward.T).tocsr()
+
+
+@dataclass(frozen=True)
+class WaveguideMode:
+    """A guided mode of a waveguide cross-section (a grid line), for sources and monitors.
+
+    Attributes:
+        axis: propagation axis, ``"x"`` or ``"y"``.
+        index: grid index along ``axis`` of the cross-section line (its main-field nodes).
+        position: coordinate of that line along ``axis`` (m).
+        profile: (M,) real tensor, the main-field profile along the line (M = cells across),
+            normalised so that a forward wave of amplitude 1 carries 1 W/m (flux as
+            measured by :meth:`Simulation.flux`).
+        metric: (M,) tensor, 1 for TM and ``1/eps_r`` for TE: modes are orthogonal in
+            ``sum(profile_a * metric * profile_b)``.
+        wavenumber: discrete propagation constant ``kappa`` (rad/m) on the grid.
+        effective_index: ``kappa / k0``.
+    """
+
+    axis: str
+    index: int
+    position: float
+    profile: torch.Tensor
+    metric: torch.Tensor
+    wavenumber: float
+    effective_index: float
+
+
+class Simulation:
+    """A 2D FDFD problem at one frequency.
+
+    Args:
+        size: (Lx, Ly) domain extent (m); the domain spans ``[-L/2, L/2]``.
+        resolution: cell size (m). As in :mod:`mindelec.fdtd`, an axis has
+            ``N = round(L / resolution)`` cells and the actual spacing is ``L / N``
+            (attribute ``spacing``).
+        frequency: frequency (Hz).
+        permittivity: (Nx, Ny) tensor of relative permittivity at the main-field nodes
+            (``coordinates``); real, or complex for lossy media (``eps' - j eps''`` in the
+            ``exp(+j omega t)`` convention). May require grad. Its dtype (float32/float64)
+            sets the precision of the returned fields, its device theirs.
+        pml_thickness: PML thickness in cells (inside the domain, on all four sides).
+        polarization: ``"TM"`` (Ez, Hx, Hy) or ``"TE"`` (Hz, Ex, Ey).
+
+    The medium is non-magnetic (``mu_r = 1``).
+
+    Raises:
+        ValueError: for a non-2D size, a non-positive resolution or frequency, a PML that
+            leaves no interior, a permittivity of the wrong shape, or an unknown polarisation.
+        TypeError: if the permittivity is not a torch tensor.
+    """
+
+    def __init__(self, size, resolution, frequency, permittivity, pml_thickness=10, polarization="TM"):
+        if len(size) != 2 or any(float(length) <= 0 for length in size):
+            raise ValueError(f"fdfd.Simulation: size must be two positive lengths (m), got {size!r}")
+        if not resolution > 0:
+            raise ValueError(
+                f"fdfd.Simulation: resolution must be a positive cell size (m), got {resolution!r}"
+            )
+        if not frequency > 0:
+            raise ValueError(f"fdfd.Simulation: frequency must be positive (Hz), got {frequency!r}")
+        if polarization not in _POLARIZATIONS:
+            raise ValueError(f"fdfd.Simulation: polarization must be 'TM' or 'TE', got {polarization!r}")
+        self.size = (float(size[0]), float(size[1]))
+        self.frequency = float(frequency)
+        self.polarization = polarization
+        self.shape = tuple(max(1, round(length / float(resolution))) for length in self.size)
+        self.spacing = tuple(length / count for length, count in zip(self.size, self.shape))
+        if not isinstance(permittivity, torch.Tensor):
+            raise TypeError(
+                f"fdfd.Simulation: permittivity must be a torch tensor of shape {self.shape}, "
+                f"got {type(permittivity).__name__}"
+            )
+        if tuple(permittivity.shape) != self.shape:
+            raise ValueError(
+                f"fdfd.Simulation: permittivity has shape {tuple(permittivity.shape)}, expected {self.shape} "
+                f"(size / resolution cells along x and y)"
+            )
+        if int(pml_thickness) != pml_thickness or pml_thickness < 0:
+            raise ValueError(
+                f"fdfd.Simulation: pml_thickness must be a whole number of cells, got {pml_thickness!r}"
+            )
+        if 2 * pml_thickness >= min(self.shape):
+            raise ValueError(
+                f"fdfd.Simulation: PML of {pml_thickness} cells on each side is thicker than the domain "
+                f"({self.shape[0]} x {self.shape[1]} cells); it must leave an interior"
+            )
+        self.pml_thickness = int(pml_thickness)
+        self.permittivity = permittivity
+        self.omega = 2.0 * math.pi * self.frequency
+        self.wavenumber = self.omega / SPEED_OF_LIGHT
+        # main-field nodes: Ez on the integer Yee nodes, Hz on the half nodes (as in mindelec.fdtd)
+        self._offset = 0.0 if polarization == "TM" else 0.5
+        # the constant in the right-hand side j omega c J: mu0 (TM, electric current) or eps0 (TE, magnetic)
+        self._field_constant = VACUUM_PERMEABILITY if polarization == "TM" else VACUUM_PERMITTIVITY
+        self._operators = self._build_operators()
+
+    # ----- grid -----
+    @property
+    def coordinates(self):
+        """Main-field node coordinates ``(x (Nx,), y (Ny,))`` (m), in the permittivity's real dtype."""
+        dtype, device = self.permittivity.real.dtype, self.permittivity.device
+        return tuple(
+            -length / 2 + (torch.arange(count, dtype=dtype, device=device) + self._offset) * step
+            for count, length, step in zip(self.shape, self.size, self.spacing)
+        )
+
+    def _stretch(self, axis: int, offset: float) -> np.ndarray:
+        """PML stretch factors ``s`` at the nodes ``-L/2 + (i + offset) d`` of ``axis``."""
+        count, length, step = self.shape[axis], self.size[axis], self.spacing[axis]
+        if self.pml_thickness == 0:
+            return np.ones(count, dtype=np.complex128)
+        thickness = self.pml_thickness * step
+        positions = -length / 2 + (np.arange(count) + offset) * step
+        depth = np.clip(np.abs(positions) - (length / 2 - thickness), 0.0, thickness)
+        sigma_max = -(PML_ORDER + 1) * math.log(PML_REFLECTION) / (2.0 * VACUUM_IMPEDANCE * thickness)
+        sigma = sigma_max * (depth / thickness) ** PML_ORDER
+        return 1.0 - 1j * sigma / (self.omega * VACUUM_PERMITTIVITY)
+
+    def _build_operators(self) -> _Operators:
+        matrices = []
+        for axis in (0, 1):
+            forward, backward = _difference_matrices(self.shape[axis], self.spacing[axis])
+            forward = sparse.diags(1.0 / self._stretch(axis, self._offset + 0.5)) @ forward
+            backward = sparse.diags(1.0 / self._stretch(axis, self._offset)) @ backward
+            identity = sparse.identity(self.shape[1 - axis], format="csr")
+            pair = (forward, identity) if axis == 0 else (identity, forward)
+            matrices.append(sparse.kron(*pair, "csr"))
+            pair = (backward, identity) if axis == 0 else (identity, backward)
+            matrices.append(sparse.kron(*pair, "csr"))
+        return _Operators(*matrices)
+
+    def _half_cell_weights(self):
+        """(W_x, W_y), each (Nx, Ny): 1 for TM; 1/eps_r at the half-cell points for TE."""
+        permittivity = self.permittivity
+        if self.polarization == "TM":
+            ones = torch.ones_like(permittivity)
+            return ones, ones
+        # the last half-cell point lies on the wall (zero field beyond): reuse the edge cell
+        padded_x = torch.cat([permittivity, permittivity[-1:, :]], dim=0)
+        padded_y = torch.cat([permittivity, permittivity[:, -1:]], dim=1)
+        return 2.0 / (padded_x[1:] + padded_x[:-1]), 2.0 / (padded_y[:, 1:] + padded_y[:, :-1])
+
+    def _node_index(self, axis: int, coordinate: float, what: str, half: bool = False) -> int:
+        """Nearest main-field node (or, with ``half``, the node before the nearest half node)."""
+        length = self.size[axis]
+        if not -length / 2 <= float(coordinate) <= length / 2:
+            raise ValueError(
+                f"fdfd.Simulation.{what}: position {coordinate!r} lies outside the domain "
+                f"[{-length / 2:g}, {length / 2:g}] m along {'xy'[axis]}"
+            )
+        offset = self._offset + (0.5 if half else 0.0)
+        fractional = (float(coordinate) + length / 2) / self.spacing[axis] - offset
+        return min(max(round(fractional), 0), self.shape[axis] - (2 if half else 1))
+
+    def _zeros(self) -> torch.Tensor:
+        return torch.zeros(
+            self.shape, dtype=_complex_dtype(self.permittivity.dtype), device=self.permittivity.device
+        )
+
+    # ----- sources -----
+    def point_source(self, position, amplitude=1.0) -> torch.Tensor:
+        """Current density of a line current through the nearest main-field node.
+
+        The same normalisation as ``mindelec.fdtd`` sources: ``amplitude / (dx dy)`` on one node.
+
+        Args:
+            position: (x, y) in m.
+            amplitude: the line current, A (TM: Jz) or V (TE: magnetic Mz).
+
+        Returns:
+            (Nx, Ny) complex tensor, the current density.
+        """
+        if len(position) != 2:
+            raise ValueError(f"fdfd.Simulation.point_source: position must be (x, y), got {position!r}")
+        source = self._zeros()
+        index = tuple(self._node_index(axis, position[axis], "point_source") for axis in (0, 1))
+        source[index] = amplitude / (self.spacing[0] * self.spacing[1])
+        return source
+
+    def line_source(self, start, end, amplitude=1.0) -> torch.Tensor:
+        """Uniform sheet current along an axis-aligned segment.
+
+        Args:
+            start, end: (x, y) end points (m); they must share x or y.
+            amplitude: surface current density, A/m (TM) or V/m (TE).
+
+        Returns:
+            (Nx, Ny) complex tensor, current density ``amplitude / d`` on the nodes of the
+            segment (``d`` the spacing across it).
+        """
+        first = [self._node_index(axis, start[axis], "line_source") for axis in (0, 1)]
+        last = [self._node_index(axis, end[axis], "line_source") for axis in (0, 1)]
+        if first[0] != last[0] and first[1] != last[1]:
+            raise ValueError(
+                f"fdfd.Simulation.line_source: segment {tuple(start)!r} -> {tuple(end)!r} "
+                "must be parallel to x or y"
+            )
+        across = 0 if first[0] == last[0] else 1
+        low = [min(a, b) for a, b in zip(first, last)]
+        high = [max(a, b) + 1 for a, b in zip(first, last)]
+        source = self._zeros()
+        source[low[0] : high[0], low[1] : high[1]] = amplitude / self.spacing[across]
+        return source
+
+    # ----- solve -----
+    def solve(self, source: torch.Tensor) -> torch.Tensor:
+        """Steady-state main field (Ez for TM, Hz for TE) driven by a current density.
+
+        Args:
+            source: (Nx, Ny) or (B, Nx, Ny) tensor, current density Jz (A/m^2, TM) or Mz
+                (V/m^2, TE); a batch of B sources shares one factorisation.
+
+        Returns:
+            Complex tensor of the source's shape: Ez (V/m) or Hz (A/m). Differentiable with
+            respect to the permittivity and the source (one adjoint solve per backward).
+        """
+        if not isinstance(source, torch.Tensor):
+            raise TypeError(
+                f"fdfd.Simulation.solve: source must be a torch tensor, got {type(source).__name__}"
+            )
+        if tuple(source.shape[-2:]) != self.shape or source.dim() not in (2, 3):
+            raise ValueError(
+                f"fdfd.Simulation.solve: source has shape {tuple(source.shape)}, expected {self.shape} "
+                f"or (batch, {self.shape[0]}, {self.shape[1]})"
+            )
+        batch = source.reshape(-1, self.shape[0] * self.shape[1]).to(_complex_dtype(self.permittivity.dtype))
+        rhs = (1j * self.omega * self._field_constant) * batch.T
+        weight_x, weight_y = self._half_cell_weights()
+        if self.polarization == "TM":
+            diagonal = self.wavenumber**2 * self.permittivity
+        else:
+            diagonal = torch.full_like(self.permittivity, self.wavenumber**2)
+        solution = solve_linear_system(
+            rhs, diagonal.reshape(-1), weight_x.reshape(-1), weight_y.reshape(-1), self._operators
+        )
+        return solution.T.reshape(source.shape)
+
+    # ----- monitors (plain differentiable functions of a solved field) -----
+    def _line(self, field: torch.Tensor, axis: str, position: float, what: str):
+        """The main field on the two node lines either side of the half-node line nearest ``position``.
+
+        Returns ``(before, after, weight, index)``: (..., M) fields on nodes ``index`` and
+        ``index + 1`` along ``axis``, the (M,) W weights on the half-node line, and ``index``.
+        """
+        if axis not in _AXES:
+            raise ValueError(f"fdfd.Simulation.{what}: axis must be 'x' or 'y', got {axis!r}")
+        dim = _AXES[axis]
+        index = self._node_index(dim, position, what, half=True)
+        weights = self._half_cell_weights()[dim]
+        if dim == 0:
+            return field[..., index, :], field[..., index + 1, :], weights[index, :], index
+        return field[..., :, index], field[..., :, index + 1], weights[:, index], index
+
+    def _span_mask(self, axis: str, span, like: torch.Tensor) -> torch.Tensor:
+        """(M,) 0/1 mask of the nodes along a line normal to ``axis`` that lie within ``span`` (m)."""
+        mask = torch.ones(like.shape[-1], dtype=like.dtype, device=like.device)
+        if span is None:
+            return mask
+        along = self.coordinates[1 - _AXES[axis]]
+        return mask * ((along >= min(span)) & (along <= max(span))).to(like.dtype)
+
+    def flux(self, field: torch.Tensor, axis: str, position: float, span=None) -> torch.Tensor:
+        """Time-averaged power per unit length through a line normal to ``axis`` (W/m).
+
+        The line is the half-node line nearest to ``position``, where the transverse field
+        (TM: Hy or Hx; TE: Ey or Ex) lives; the main field there is the mean of its two
+        neighbours: ``S = -1/2 Re(conj(F) W dF/dn / (j omega c))``, ``c = mu0`` (TM) or
+        ``eps0`` (TE). Positive means towards +axis.
+
+        Args:
+            field: (Nx, Ny) or (B, Nx, Ny) main field from :meth:`solve`.
+            axis: ``"x"`` (a line x = position) or ``"y"``.
+            position: coordinate of the line along ``axis`` (m).
+            span: optional (low, high) range (m) along the line; default the whole line.
+
+        Returns:
+            Real tensor of shape () or (B,), differentiable.
+        """
+        before, after, weight, _ = self._line(field, axis, position, "flux")
+        dim = _AXES[axis]
+        average = 0.5 * (before + after)
+        derivative = (after - before) / self.spacing[dim]
+        impedance = 1j * self.omega * self._field_constant
+        density = -0.5 * (average.conj() * derivative * weight / impedance).real
+        return (density * self._span_mask(axis, span, density)).sum(-1) * self.spacing[1 - dim]
+
+    def mode(self, axis: str, position: float, span=None, mode_index: int = 0) -> WaveguideMode:
+        """Guided mode of the cross-section at ``position`` (a node line normal to ``axis``).
+
+        Solves the 1D eigenproblem of the cross-section (the discretisation of the 2D
+        operator, without PML stretching: the line ends are perfect conductors):
+        TM ``(Db Df + k0^2 eps_r) m = beta^2 m``; TE ``(Db W Df + k0^2) m = beta^2 W m``.
+        The discrete wavenumber along the axis follows from
+        ``2 (cos(kappa d) - 1) / d^2 = -beta^2``. The mode is computed from the current
+        permittivity and treated as a constant (no gradient flows through it): place ports
+        where the guide is fixed, outside any design region.
+
+        Args:
+            axis: propagation axis, ``"x"`` or ``"y"``.
+            position: coordinate of the cross-section along ``axis`` (m); the nearest node line.
+            span: optional (low, high) range (m) across the guide to solve on; default the whole line.
+            mode_index: 0 for the fundamental mode, 1 for the next, ...
+
+        Raises:
+            ValueError: if the requested mode is not guided.
+        """
+        if axis not in _AXES:
+            raise ValueError(f"fdfd.Simulation.mode: axis must be 'x' or 'y', got {axis!r}")
+        dim = _AXES[axis]
+        index = self._node_index(dim, position, "mode", half=True)
+        along, across = self.spacing[dim], self.spacing[1 - dim]
+        line = self.permittivity[index, :] if dim == 0 else self.permittivity[:, index]
+        weight = self._half_cell_weights()[dim]
+        weight = weight[index, :] if dim == 0 else weight[:, index]
+        mask = self._span_mask(axis, span, line.real).detach().to("cpu").numpy().astype(bool)
+        count = int(mask.sum())
+        if count < 3 or mode_index >= count:
+            raise ValueError(
+                f"fdfd.Simulation.mode: the cross-section (span {span!r}) holds {count} nodes; "
+                f"need at least 3 and more than mode_index = {mode_index}"
+            )
+        eps_line = line.detach().to("cpu").numpy().real[mask]
+        metric = weight.detach().to("cpu").numpy().real[mask]
+        forward, backward = _difference_matrices(count, across)
+        if self.polarization == "TM":
+            cross_weight = np.ones(count)
+            potential = self.wavenumber**2 * eps_line
+        else:
+            # 1/eps_r at the half-node points across the guide, as in the 2D operator
+            cross_weight = 2.0 / (eps_line + np.append(eps_line[1:], eps_line[-1]))
+            potential = np.full(count, self.wavenumber**2)
+        stiffness = (backward @ sparse.diags(cross_weight) @ forward).toarray() + np.diag(potential)
+        # symmetric tridiagonal form of the generalised problem: M^-1/2 K M^-1/2 v = beta^2 v
+        scale = 1.0 / np.sqrt(metric)
+        scaled = stiffness * scale[:, None] * scale[None, :]
+        eigenvalues, eigenvectors = scipy.linalg.eigh_tridiagonal(
+            np.diag(scaled), np.diag(scaled, 1), select="i", select_range=(count - 1 - mode_index, count - 1)
+        )
+        beta_squared = eigenvalues[0]
+        cosine = 1.0 - beta_squared * along**2 / 2.0
+        if beta_squared <= 0 or cosine <= -1:
+            raise ValueError(
+                f"fdfd.Simulation.mode: mode {mode_index} at {axis} = {position:g} m is not guided "
+                f"(beta^2 = {beta_squared:.4g} rad^2/m^2)"
+            )
+        wavenumber = math.acos(cosine) / along
+        impedance_factor = 2.0 * math.tan(wavenumber * along / 2.0) / along
+        # a unit forward wave carries 1/2 K / (omega c) sum(m W m) d  ->  normalise that to 1 W/m
+        profile = eigenvectors[:, 0] * scale
+        norm = np.sum(profile * metric * profile) * across
+        profile = profile * math.sqrt(2.0 * self.omega * self._field_constant / (impedance_factor * norm))
+        profile = profile * np.sign(profile[np.argmax(np.abs(profile))])
+        full = np.zeros(mask.shape)
+        full[mask] = profile
+        real_dtype, device = self.permittivity.real.dtype, self.permittivity.device
+        return WaveguideMode(
+            axis=axis,
+            index=index,
+            position=-self.size[dim] / 2 + (index + self._offset) * along,
+            profile=torch.as_tensor(full, dtype=real_dtype, device=device),
+            metric=weight.detach().real.to(real_dtype),
+            wavenumber=wavenumber,
+            effective_index=wavenumber / self.wavenumber,
+        )
+
+    def mode_source(self, mode: WaveguideMode, direction: int = 1, amplitude=1.0) -> torch.Tensor:
+        """Current density launching ``mode`` one way only.
+
+        Two current sheets on the node lines ``mode.index`` and ``mode.index + direction``
+        with the phases that cancel the wave going the other way (exact on the grid for a
+        guide uniform along the axis around the source).
+
+        Args:
+            mode: from :meth:`mode`.
+            direction: +1 (towards +axis) or -1.
+            amplitude: complex amplitude of the launched mode at ``mode.position``, as
+                :meth:`mode_amplitudes` reads it (power ``|amplitude|^2`` W/m).
+
+        Returns:
+            (Nx, Ny) complex tensor, current density (A/m^2 TM, V/m^2 TE).
+        """
+        if direction not in (1, -1):
+            raise ValueError(f"fdfd.Simulation.mode_source: direction must be +1 or -1, got {direction!r}")
+        dim = _AXES[mode.axis]
+        second = mode.index + direction
+        if not 0 <= second < self.shape[dim]:
+            raise ValueError(
+                f"fdfd.Simulation.mode_source: the mode line at {mode.position:g} m lies on the domain edge"
+            )
+        along = self.spacing[dim]
+        phase = mode.wavenumber * along
+        # a sheet b = w (-2j sin(kappa d) / d^2) W m radiates w m exp(-j kappa |x - x_sheet|); monitors
+        # read the mean of two nodes, which scales a wave by cos(kappa d / 2)
+        first_weight = amplitude / ((1.0 - np.exp(2j * phase)) * math.cos(phase / 2.0))
+        second_weight = -first_weight * np.exp(1j * phase)
+        sheet = (mode.metric * mode.profile) * (-2j * math.sin(phase) / along**2)
+        sheet = sheet / (1j * self.omega * self._field_constant)
+        source = self._zeros()
+        for index, weight in ((mode.index, first_weight), (second, second_weight)):
+            if dim == 0:
+                source[index, :] = weight * sheet
+            else:
+                source[:, index] = weight * sheet
+        return source
+
+    def mode_amplitudes(self, field: torch.Tensor, mode: WaveguideMode, position: float):
+        """Forward and backward amplitudes of ``mode`` in ``field`` through a line.
+
+        Splits the main field on the half-node line nearest to ``position`` into the waves
+        ``exp(-/+ j kappa x)`` using its mean ``F`` and difference ``dF`` across the line
+        (a forward wave has ``dF = -j K F`` with ``K = 2 tan(kappa d / 2) / d``), then projects
+        on the mode profile. ``|forward|^2`` is the power (W/m) the mode carries towards
+        +axis; the phase is referenced to the line.
+
+        Args:
+            field: (Nx, Ny) or (B, Nx, Ny) main field from :meth:`solve`.
+            mode: the mode (its profile must match the guide at ``position``).
+            position: coordinate along ``mode.axis`` (m).
+
+        Returns:
+            (forward, backward): complex tensors of shape () or (B,), differentiable.
+        """
+        before, after, weight, _ = self._line(field, mode.axis, position, "mode_amplitudes")
+        dim = _AXES[mode.axis]
+        along = self.spacing[dim]
+        average = 0.5 * (before + after)
+        impedance_factor = 2.0 * math.tan(mode.wavenumber * along / 2.0) / along
+        outgoing = (after - before) / along / (1j * impedance_factor)
+        projector = (mode.profile * weight).to(field.dtype)
+        scale = impedance_factor / (2.0 * self.omega * self._field_constant) * self.spacing[1 - dim]
+        forward = (0.5 * (average - outgoing) * projector).sum(-1) * scale
+        backward = (0.5 * (average + outgoing) * projector).sum(-1) * scale
+        return forward, backward
