@@ -89,40 +89,29 @@ def _unsupported(index: int, force, what: str) -> UnsupportedOpenMMForceError:
     )
 
 
+def _table(rows: list, atoms_per_term: int, values_per_term: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split OpenMM parameter rows ``(atom, ..., value, ...)`` into atoms ``(M, k)`` and values ``(V, M)``."""
+    atoms = torch.tensor([row[:atoms_per_term] for row in rows], dtype=torch.long).reshape(-1, atoms_per_term)
+    values = torch.tensor(
+        [[_md(value) for value in row[atoms_per_term:]] for row in rows], dtype=torch.float64
+    )
+    return atoms, values.reshape(len(rows), values_per_term).T
+
+
 def _bond_term(index, force, dtype):
-    count = force.getNumBonds()
-    atoms = torch.empty(count, 2, dtype=torch.long)
-    length = torch.empty(count, dtype=torch.float64)
-    k = torch.empty(count, dtype=torch.float64)
-    for bond in range(count):
-        i, j, r0, kb = force.getBondParameters(bond)
-        atoms[bond, 0], atoms[bond, 1] = i, j
-        length[bond], k[bond] = _md(r0), _md(kb)
+    atoms, (length, k) = _table([force.getBondParameters(i) for i in range(force.getNumBonds())], 2, 2)
     return HarmonicBond(atoms, length.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
 
 
 def _angle_term(index, force, dtype):
-    count = force.getNumAngles()
-    atoms = torch.empty(count, 3, dtype=torch.long)
-    angle = torch.empty(count, dtype=torch.float64)
-    k = torch.empty(count, dtype=torch.float64)
-    for term in range(count):
-        i, j, l, theta0, ka = force.getAngleParameters(term)
-        atoms[term, 0], atoms[term, 1], atoms[term, 2] = i, j, l
-        angle[term], k[term] = _md(theta0), _md(ka)
+    atoms, (angle, k) = _table([force.getAngleParameters(i) for i in range(force.getNumAngles())], 3, 2)
     return HarmonicAngle(atoms, angle.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
 
 
 def _torsion_term(index, force, dtype):
-    count = force.getNumTorsions()
-    atoms = torch.empty(count, 4, dtype=torch.long)
-    periodicity = torch.empty(count, dtype=torch.float64)
-    phase = torch.empty(count, dtype=torch.float64)
-    k = torch.empty(count, dtype=torch.float64)
-    for term in range(count):
-        i, j, l, m, n, phi0, kt = force.getTorsionParameters(term)
-        atoms[term] = torch.tensor((i, j, l, m))
-        periodicity[term], phase[term], k[term] = n, _md(phi0), _md(kt)
+    atoms, (periodicity, phase, k) = _table(
+        [force.getTorsionParameters(i) for i in range(force.getNumTorsions())], 4, 3
+    )
     return PeriodicTorsion(
         atoms,
         periodicity.to(dtype),
@@ -149,15 +138,9 @@ def _custom_torsion_term(index, force, dtype):
     names = [force.getPerTorsionParameterName(p) for p in range(force.getNumPerTorsionParameters())]
     if sorted(names) != ["k", "theta0"]:
         raise _unsupported(index, force, f"per-torsion parameters must be k and theta0, got {names}")
-    k_slot, theta0_slot = names.index("k"), names.index("theta0")
-    count = force.getNumTorsions()
-    atoms = torch.empty(count, 4, dtype=torch.long)
-    angle = torch.empty(count, dtype=torch.float64)
-    k = torch.empty(count, dtype=torch.float64)
-    for term in range(count):
-        i, j, l, m, values = force.getTorsionParameters(term)
-        atoms[term] = torch.tensor((i, j, l, m))
-        angle[term], k[term] = values[theta0_slot], values[k_slot]
+    rows = [force.getTorsionParameters(i) for i in range(force.getNumTorsions())]
+    atoms, values = _table([(*row[:4], *row[4]) for row in rows], 4, 2)
+    k, angle = values[names.index("k")], values[names.index("theta0")]
     return HarmonicImproper(
         atoms,
         angle.to(dtype),
@@ -173,13 +156,8 @@ def _cmap_term(index, force, dtype):
         size, energy = force.getMapParameters(number)
         flat = torch.tensor([_md(value) for value in energy], dtype=torch.float64)
         maps.append(flat.reshape(size, size).T.numpy())  # OpenMM: energy[i + size * j]
-    count = force.getNumTorsions()
-    atoms = torch.empty(count, 8, dtype=torch.long)
-    map_index = torch.empty(count, dtype=torch.long)
-    for term in range(count):
-        parameters = force.getTorsionParameters(term)
-        map_index[term] = parameters[0]
-        atoms[term] = torch.tensor(parameters[1:])
+    atoms_and_map, _ = _table([force.getTorsionParameters(i) for i in range(force.getNumTorsions())], 9, 0)
+    map_index, atoms = atoms_and_map[:, 0], atoms_and_map[:, 1:]
     return CMAPTorsion(atoms, map_index, maps, periodic=force.usesPeriodicBoundaryConditions()).to(dtype)
 
 
