@@ -4,7 +4,8 @@ Every term is a :class:`torch.nn.Module` mapping positions ``(N, 3)`` (nm) and a
 ``(3, 3)`` (nm, or ``None``) to an energy (kJ/mol); :class:`ForceField` sums them and
 reports them by name; :func:`forces` returns ``-dE/dx`` (kJ/mol/nm).
 
-- :mod:`~mindsponge.forcefield.base`: :class:`EnergyTerm`, :class:`ForceField`, :func:`forces`.
+- :mod:`~mindsponge.forcefield.base`: :class:`EnergyTerm`, :class:`ForceField`,
+  :class:`VirtualSites`, :func:`forces`.
 - :mod:`~mindsponge.forcefield.bonded`: bonds, angles, Urey-Bradley, periodic and improper
   torsions, CMAP.
 - :mod:`~mindsponge.forcefield.nonbonded`, :mod:`~mindsponge.forcefield.ewald`:
@@ -15,9 +16,16 @@ Names of the non-bonded modules are re-exported here on first use.
 
 import importlib
 
-from mindsponge.forcefield.base import DuplicateTermError, EnergyTerm, ForceField, energy_and_forces, forces
+from mindsponge.forcefield.base import (
+    DuplicateTermError,
+    EnergyTerm,
+    ForceField,
+    VirtualSites,
+    energy_and_forces,
+    forces,
+)
 
-__all__ = ["DuplicateTermError", "EnergyTerm", "ForceField", "energy_and_forces", "forces"]
+__all__ = ["DuplicateTermError", "EnergyTerm", "ForceField", "VirtualSites", "energy_and_forces", "forces"]
 
 _LAZY_MODULES = ("bonded", "nonbonded", "ewald")
 

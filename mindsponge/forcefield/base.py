@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor, nn
 
-__all__ = ["EnergyTerm", "ForceField", "DuplicateTermError", "forces", "energy_and_forces"]
+__all__ = ["EnergyTerm", "ForceField", "VirtualSites", "DuplicateTermError", "forces", "energy_and_forces"]
 
 
 class DuplicateTermError(ValueError):
@@ -82,19 +82,82 @@ class EnergyTerm(nn.Module):
         return f"name={self.name!r}"
 
 
+class VirtualSites(nn.Module):
+    """Massless interaction sites placed from other atoms (TIP4P/TIP5P water, lone pairs).
+
+    Each site ``s`` sits at a fixed combination of three parent atoms ``p0, p1, p2``::
+
+        x_s = w0 x_p0 + w1 x_p1 + w2 x_p2 + w_cross (x_p1 - x_p0) x (x_p2 - x_p0)
+
+    which covers OpenMM's ``TwoParticleAverageSite`` (``w2 = 0``), ``ThreeParticleAverageSite``
+    and ``OutOfPlaneSite`` (``w0 = 1 - w12 - w13``, ``w1 = w12``, ``w2 = w13``). Calling the
+    module returns positions with every site recomputed; used inside a :class:`ForceField`,
+    autograd then carries the forces on the sites over to their parents, as OpenMM does.
+
+    Args:
+        sites: ``(S,)`` integer tensor, indices of the virtual sites.
+        parents: ``(S, 3)`` integer tensor, parent atoms (pad unused ones with any parent and
+            a zero weight).
+        weights: ``(S, 3)`` tensor, dimensionless.
+        cross_weights: ``(S,)`` tensor, 1/nm; zeros if omitted.
+    """
+
+    def __init__(self, sites, parents, weights, cross_weights=None):
+        super().__init__()
+        sites = torch.as_tensor(sites, dtype=torch.long).reshape(-1)
+        parents = torch.as_tensor(parents, dtype=torch.long).reshape(-1, 3)
+        weights = torch.as_tensor(weights, dtype=torch.float64).reshape(-1, 3)
+        cross = torch.zeros(len(sites), dtype=torch.float64) if cross_weights is None else cross_weights
+        cross = torch.as_tensor(cross, dtype=torch.float64).reshape(-1)
+        if not len(parents) == len(weights) == len(cross) == len(sites):
+            raise ValueError(
+                f"VirtualSites: sites ({len(sites)}), parents ({len(parents)}), weights ({len(weights)}) and "
+                f"cross_weights ({len(cross)}) must have one row per site"
+            )
+        if bool(torch.isin(parents, sites).any()):
+            raise ValueError("VirtualSites: a virtual site cannot be the parent of another site")
+        self.register_buffer("sites", sites)
+        self.register_buffer("parents", parents)
+        self.register_buffer("weights", weights)
+        self.register_buffer("cross_weights", cross)
+
+    def __len__(self) -> int:
+        return len(self.sites)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """Positions ``(N, 3)`` (nm) with the virtual sites placed from their parents."""
+        parent_positions = positions[self.parents]  # (S, 3, 3)
+        placed = (self.weights.to(positions.dtype).unsqueeze(-1) * parent_positions).sum(1)
+        cross = torch.cross(
+            parent_positions[:, 1] - parent_positions[:, 0],
+            parent_positions[:, 2] - parent_positions[:, 0],
+            dim=-1,
+        )
+        placed = placed + self.cross_weights.to(positions.dtype).unsqueeze(-1) * cross
+        return positions.index_copy(0, self.sites, placed)
+
+
 class ForceField(nn.Module):
     """A sum of energy terms.
 
     Args:
         terms: the :class:`EnergyTerm` objects; their names must be distinct.
+        virtual_sites: optional :class:`VirtualSites`; the positions of the sites are
+            recomputed from their parents before the terms see them (the input positions of the
+            sites are ignored, and forces on them are carried over to their parents).
 
     Calling the force field returns the total energy ``()`` in kJ/mol;
     :meth:`energy_terms` returns the energy of every term by name. Iterating yields
     the terms; ``ff["HarmonicBond"]`` returns a term by name.
     """
 
-    def __init__(self, terms: Iterable[EnergyTerm] = ()):
+    def __init__(self, terms: Iterable[EnergyTerm] = (), virtual_sites: VirtualSites | None = None):
         super().__init__()
+        if virtual_sites is not None and not isinstance(virtual_sites, VirtualSites):
+            raise TypeError(
+                f"virtual_sites must be a VirtualSites module, got {type(virtual_sites).__name__}"
+            )
+        self.virtual_sites = virtual_sites
         self.terms = nn.ModuleList()
         for term in terms:
             self.add(term)
@@ -138,7 +201,7 @@ class ForceField(nn.Module):
         Returns:
             ``()`` tensor, kJ/mol.
         """
-        _check_inputs(positions, box)
+        positions = self._prepare(positions, box)
         if len(self.terms) == 0:
             return positions.new_zeros(()) + 0.0 * positions.sum()
         total = None
@@ -161,7 +224,7 @@ class ForceField(nn.Module):
         Raises:
             DuplicateTermError: two terms report the same name.
         """
-        _check_inputs(positions, box)
+        positions = self._prepare(positions, box)
         merged: dict[str, Tensor] = {}
         for term in self.terms:
             for name, energy in term.energy_terms(positions, box).items():
@@ -172,6 +235,10 @@ class ForceField(nn.Module):
                     )
                 merged[name] = energy
         return merged
+
+    def _prepare(self, positions: Tensor, box: Tensor | None) -> Tensor:
+        _check_inputs(positions, box)
+        return positions if self.virtual_sites is None else self.virtual_sites(positions)
 
 
 def _check_inputs(positions: Tensor, box: Tensor | None) -> None:

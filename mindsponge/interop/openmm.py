@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mindsponge.forcefield.base import EnergyTerm, ForceField
+from mindsponge.forcefield.base import EnergyTerm, ForceField, VirtualSites
 from mindsponge.forcefield.bonded import (
     CMAPTorsion,
     HarmonicAngle,
@@ -193,7 +193,8 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
     Returns:
         A :class:`~mindsponge.forcefield.ForceField` with one term per OpenMM force (in the
         System's order; ``CMMotionRemover`` is skipped). ``term.openmm_force_index`` is the
-        index of the source force.
+        index of the source force. Virtual sites (two/three-particle average, out-of-plane:
+        TIP4P, TIP5P) become the force field's :class:`~mindsponge.forcefield.VirtualSites`.
 
     Raises:
         TypeError: ``openmm_system`` is not an ``openmm.System``.
@@ -210,7 +211,6 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
             f"topology has {topology.getNumAtoms()} atoms but the OpenMM System has "
             f"{openmm_system.getNumParticles()} particles"
         )
-    _check_virtual_sites(openmm_system)
     terms: list[EnergyTerm] = []
     counts: dict[str, int] = {}
     for index, force in enumerate(openmm_system.getForces()):
@@ -228,16 +228,40 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
         term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
         term.openmm_force_index = index
         terms.append(term)
-    return ForceField(terms)
+    return ForceField(terms, virtual_sites=_virtual_sites(openmm_system))
 
 
-def _check_virtual_sites(openmm_system) -> None:
-    sites = [i for i in range(openmm_system.getNumParticles()) if openmm_system.isVirtualSite(i)]
-    if sites:
-        raise UnsupportedOpenMMForceError(
-            f"the OpenMM System has {len(sites)} virtual sites (first: particle {sites[0]}, e.g. TIP4P "
-            f"M sites); mindsponge does not support virtual sites yet: use a 3-site water model"
-        )
+def _virtual_sites(openmm_system) -> VirtualSites | None:
+    """OpenMM's two/three-particle average and out-of-plane sites as :class:`VirtualSites`."""
+    import openmm
+
+    sites, parents, weights, cross_weights = [], [], [], []
+    for particle in range(openmm_system.getNumParticles()):
+        if not openmm_system.isVirtualSite(particle):
+            continue
+        site = openmm_system.getVirtualSite(particle)
+        if isinstance(site, openmm.TwoParticleAverageSite):
+            row = [site.getParticle(0), site.getParticle(1), site.getParticle(0)]
+            weight, cross = [site.getWeight(0), site.getWeight(1), 0.0], 0.0
+        elif isinstance(site, openmm.ThreeParticleAverageSite):
+            row = [site.getParticle(i) for i in range(3)]
+            weight, cross = [site.getWeight(i) for i in range(3)], 0.0
+        elif isinstance(site, openmm.OutOfPlaneSite):
+            row = [site.getParticle(i) for i in range(3)]
+            weight = [1.0 - site.getWeight12() - site.getWeight13(), site.getWeight12(), site.getWeight13()]
+            cross = site.getWeightCross()
+        else:
+            raise UnsupportedOpenMMForceError(
+                f"particle {particle} is a {type(site).__name__} virtual site; mindsponge supports "
+                "TwoParticleAverageSite, ThreeParticleAverageSite and OutOfPlaneSite"
+            )
+        sites.append(particle)
+        parents.append(row)
+        weights.append(weight)
+        cross_weights.append(cross)
+    if not sites:
+        return None
+    return VirtualSites(sites, parents, weights, cross_weights)
 
 
 def _nonbonded_term(index, force, openmm_system, dtype):

@@ -1,0 +1,164 @@
+"""Energy + forces evaluations per second: mindsponge (float32) against OpenMM's CPU platform.
+
+TIP3P-FB water boxes of about 3,000 and 24,000 atoms with PME (0.9 nm cutoff, OpenMM's
+default error tolerance 5e-4), parameterised by OpenMM (amber14 files) and translated
+with :func:`mindsponge.interop.openmm.from_openmm`. OpenMM runs on its CPU platform with 2
+threads, mindsponge with 2 torch threads, in the same process; both evaluate energy and
+forces at the same positions (each OpenMM ``getState`` recomputes them).
+
+Also printed: a torch.profiler summary of where mindsponge's time goes, the time of each
+energy term alone, and the peak resident memory of a 24,000-atom evaluation (measured in a
+fresh subprocess with ``resource.getrusage``). The ratio mindsponge/OpenMM comes last.
+
+Usage::
+
+    .venv/bin/python benchmarks/md_energy.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+THREADS = 2
+CUTOFF = 0.9  # nm
+SIZES = {"3k": 3.1, "24k": 6.2}  # box edge (nm) -> about 3,000 and 24,000 atoms
+
+
+def build_water_box(edge: float):
+    """An OpenMM System of TIP3P-FB water with PME, positions (nm) and box (nm)."""
+    import openmm
+    from openmm import app, unit
+
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3pfb.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(edge, edge, edge) * unit.nanometer)
+    system = forcefield.createSystem(
+        modeller.topology, nonbondedMethod=app.PME, nonbondedCutoff=CUTOFF * unit.nanometer
+    )
+    positions = np.array(modeller.getPositions().value_in_unit(unit.nanometer))
+    box = np.array(
+        [list(vector.value_in_unit(unit.nanometer)) for vector in system.getDefaultPeriodicBoxVectors()]
+    )
+    return system, positions, box
+
+
+def time_calls(function, repeats: int, warmup: int = 2) -> float:
+    """Best-of-three mean seconds per call of ``function``."""
+    for _ in range(warmup):
+        function()
+    means = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            function()
+        means.append((time.perf_counter() - start) / repeats)
+    return min(means)
+
+
+def openmm_seconds(system, positions, repeats: int) -> float:
+    import openmm
+
+    platform = openmm.Platform.getPlatformByName("CPU")
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, {"Threads": str(THREADS)})
+    context.setPositions(positions)
+    return time_calls(lambda: context.getState(getEnergy=True, getForces=True), repeats)
+
+
+def mindsponge_model(system, positions, box):
+    from mindsponge.interop.openmm import from_openmm
+
+    forcefield = from_openmm(system).to(torch.float32)
+    return forcefield, torch.tensor(positions, dtype=torch.float32), torch.tensor(box, dtype=torch.float32)
+
+
+def mindsponge_seconds(forcefield, positions, box, repeats: int) -> float:
+    from mindsponge.forcefield import energy_and_forces
+
+    return time_calls(lambda: energy_and_forces(forcefield, positions, box), repeats)
+
+
+def profile(forcefield, positions, box, rows: int = 12) -> str:
+    """Top torch ops by self CPU time over a few energy+forces evaluations, and per-term times."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from mindsponge.forcefield import ForceField, energy_and_forces
+
+    lines = ["time of each term alone (energy + forces):"]
+    for term in forcefield:
+        single = ForceField([term])
+        seconds = time_calls(lambda single=single: energy_and_forces(single, positions, box), 3, warmup=1)
+        lines.append(f"  {term.name:<24s} {1e3 * seconds:8.2f} ms")
+    with torch_profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(3):
+            energy_and_forces(forcefield, positions, box)
+    lines.append("torch.profiler, top ops by self CPU time (3 evaluations):")
+    lines.append(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+    return "\n".join(lines)
+
+
+def peak_rss_child(edge: float) -> None:
+    """Run in a subprocess: one 24k-atom energy+forces evaluation; print peak RSS as JSON."""
+    torch.set_num_threads(THREADS)
+    system, positions, box = build_water_box(edge)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    forcefield, x, box_tensor = mindsponge_model(system, positions, box)
+    del system
+    from mindsponge.forcefield import energy_and_forces
+
+    for _ in range(2):
+        energy_and_forces(forcefield, x, box_tensor)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(json.dumps({"atoms": x.shape[0], "peak_rss_mib": peak / 1024, "before_mib": before / 1024}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the ~3,000-atom box, fewer repeats")
+    parser.add_argument("--rss-child", type=float, default=None, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.rss_child is not None:
+        peak_rss_child(arguments.rss_child)
+        return
+
+    torch.set_num_threads(THREADS)
+    sizes = ["3k"] if arguments.quick else ["3k", "24k"]
+    repeats = 3 if arguments.quick else 10
+    ratios = {}
+    for label in sizes:
+        system, positions, box = build_water_box(SIZES[label])
+        atoms = positions.shape[0]
+        reference = openmm_seconds(system, positions, repeats)
+        forcefield, x, box_tensor = mindsponge_model(system, positions, box)
+        ours = mindsponge_seconds(forcefield, x, box_tensor, repeats)
+        ratios[label] = reference / ours
+        print(
+            f"TIP3P {atoms} atoms, PME {CUTOFF} nm: OpenMM CPU ({THREADS} threads) {1 / reference:8.2f} eval/s "
+            f"({1e3 * reference:.1f} ms), mindsponge float32 {1 / ours:8.2f} eval/s ({1e3 * ours:.1f} ms)"
+        )
+        if label == "3k":
+            print(profile(forcefield, x, box_tensor))
+    if not arguments.quick:
+        child = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(SIZES["24k"])], capture_output=True, text=True, check=True
+        )
+        rss = json.loads(child.stdout.strip().splitlines()[-1])
+        print(
+            f"peak RSS of a {rss['atoms']}-atom energy+forces evaluation: {rss['peak_rss_mib']:.0f} MiB "
+            f"(process incl. OpenMM set-up; {rss['before_mib']:.0f} MiB before mindsponge) "
+            f"{'< 2 GiB: ok' if rss['peak_rss_mib'] < 2048 else '>= 2 GiB: OVER BUDGET'}"
+        )
+    for label, ratio in ratios.items():
+        print(f"ratio mindsponge/OpenMM-CPU evaluations per second ({label} atoms): {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
