@@ -1,0 +1,625 @@
+"""Non-bonded interactions: Lennard-Jones and Coulomb, with the semantics of OpenMM's ``NonbondedForce``.
+
+Every pair of atoms ``i < j`` that is neither excluded nor an exception interacts through::
+
+    E_LJ(r)   = 4 eps_ij ((sigma_ij / r)^12 - (sigma_ij / r)^6) * S(r)
+    sigma_ij  = (sigma_i + sigma_j) / 2,  eps_ij = sqrt(eps_i eps_j)     (Lorentz-Berthelot)
+    S(r)      = 1 - 10 x^3 + 15 x^4 - 6 x^5,  x = (r - r_s) / (r_c - r_s)  for r_s < r < r_c
+                (only with ``switch_distance`` r_s; otherwise S = 1)
+
+and a Coulomb term ``f q_i q_j g(r)`` (``f`` = 1/(4 pi eps0) = 138.935456 kJ/mol nm/e^2) that
+depends on ``method``:
+
+========================  =====================================  ====================================
+``method``                ``g(r)`` for ``r < r_c`` (0 beyond)    OpenMM equivalent
+========================  =====================================  ====================================
+``"nocutoff"``            ``1/r`` for all pairs, no box          ``NoCutoff``
+``"reaction_field"``      ``1/r + k_rf r^2 - c_rf``              ``CutoffNonPeriodic`` (box ``None``) or
+                                                                 ``CutoffPeriodic`` (with a box)
+``"cutoff"``              ``1/r - 1/r_c``                        the same with reaction-field
+                                                                 dielectric 1 (``k_rf = 0``)
+``"ewald"``, ``"pme"``    ``erfc(alpha r)/r`` + reciprocal sum   ``Ewald``, ``PME``
+========================  =====================================  ====================================
+
+with ``k_rf = (eps_rf - 1) / ((2 eps_rf + 1) r_c^3)`` and ``c_rf = 3 eps_rf / ((2 eps_rf + 1) r_c)``.
+Lennard-Jones is truncated at ``r_c`` (not shifted) for every method except ``"nocutoff"``.
+Ewald and PME add the reciprocal-space sum (:mod:`mindsponge.forcefield.ewald`), the self
+energy ``-f alpha/sqrt(pi) sum_i q_i^2`` and, for every excluded pair and every exception
+pair, ``-f q_i q_j erf(alpha r)/r`` (minimum image), which removes what the reciprocal sum
+counted for them. As in OpenMM, excluded pairs get no reaction-field term.
+
+**Exceptions** (OpenMM ``NonbondedForce`` exceptions with non-zero parameters, e.g. scaled 1-4
+pairs) replace the normal interaction of their pair (they are excluded from it) by::
+
+    f qq_ij / r + 4 eps_ij ((sigma_ij / r)^12 - (sigma_ij / r)^6)
+
+with their own ``qq_ij``, ``sigma_ij``, ``eps_ij``, without cutoff, switching or reaction field,
+and without periodic images (OpenMM's default; ``exceptions_periodic=True`` matches
+``setExceptionsUsePeriodicBoundaryConditions(True)``). Exceptions with all-zero parameters are
+plain ``exclusions``.
+
+**Long-range dispersion correction** (with a box, any method but ``"nocutoff"``): ``C / V``
+with OpenMM's coefficient (``NonbondedForceImpl::calcDispersionCorrection``, including the
+switching-function integral), computed once from the particle parameters; it ignores
+exclusions and exceptions, as OpenMM does, and is a constant with respect to the parameters.
+
+**Named components** (:meth:`Nonbonded.energy_terms`), each ``()`` kJ/mol:
+
+- ``"lennard_jones"``: LJ of all listed pairs within the cutoff, plus the LJ part of exceptions.
+- ``"coulomb_direct"``: the direct-space Coulomb of pairs within the cutoff (``g(r)`` above), plus
+  the Coulomb part of exceptions.
+- ``"coulomb_reciprocal"`` (Ewald/PME): the reciprocal-space sum plus the self energy
+  ``-f alpha/sqrt(pi) sum_i q_i^2``. This is exactly what OpenMM reports for the force group
+  given to ``NonbondedForce.setReciprocalSpaceForceGroup`` (OpenMM puts the self energy there).
+- ``"coulomb_exclusions"`` (Ewald/PME, when there are excluded or exception pairs): the
+  ``-f q_i q_j erf(alpha r)/r`` corrections of all excluded and exception pairs.
+- ``"dispersion_correction"`` (periodic, when enabled): ``C / V``.
+
+OpenMM's direct-space part of the ``NonbondedForce`` (its own force group) equals
+``lennard_jones + coulomb_direct + coulomb_exclusions + dispersion_correction``.
+
+**Forces.** By default energies and forces come from one pass: pair terms keep the per-pair
+force factors and scatter them only when a gradient is asked for (a custom
+:class:`torch.autograd.Function`), and PME interpolates its forces from the grid, so
+``torch.autograd.grad(E, positions)`` costs little more than the energy. These analytic
+gradients are first derivatives with respect to positions only. With
+``analytic_forces=False``, or automatically when a parameter or the box requires grad, the
+energy is built from differentiable operations instead (slower; supports second derivatives,
+parameter gradients). Differentiating analytic forces again (``create_graph=True``) raises an
+error that says to use ``analytic_forces=False``.
+
+The net PME force is not exactly zero (B-spline interpolation is not translation invariant
+on the grid); OpenMM has the same small net force.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from common.units import COULOMB_MD
+from mindsponge import space
+from mindsponge.forcefield.base import EnergyTerm
+from mindsponge.forcefield.ewald import (
+    PMEReciprocal,
+    ewald_alpha,
+    ewald_kmax,
+    ewald_reciprocal,
+    pme_grid_size,
+)
+from mindsponge.neighbors import NeighborList, all_pairs, pair_keys
+
+__all__ = ["Nonbonded", "NonbondedMethodError", "dispersion_coefficient"]
+
+METHODS = ("nocutoff", "cutoff", "reaction_field", "ewald", "pme")
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+class NonbondedMethodError(ValueError):
+    """An option that the chosen non-bonded method does not support (e.g. PME without a box)."""
+
+
+@dataclass(frozen=True)
+class _Coulomb:
+    """How the Coulomb part of a pair kernel is evaluated.
+
+    kind: ``"plain"`` (1/r), ``"ewald"`` (erfc(alpha r)/r), ``"erf"`` (-erf(alpha r)/r, the
+    exclusion correction) or ``"reaction_field"`` (1/r + krf r^2 - crf).
+    """
+
+    kind: str
+    alpha: float = 0.0
+    krf: float = 0.0
+    crf: float = 0.0
+
+
+@dataclass
+class _PairSet:
+    """Pairs with their parameters; the first ``len(sigma_squared)`` pairs have Lennard-Jones."""
+
+    first: Tensor
+    second: Tensor
+    charge_products: Tensor  # f q_i q_j, kJ/mol nm
+    sigma_squared: Tensor  # nm^2
+    epsilon4: Tensor  # 4 eps, kJ/mol
+
+
+def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
+    """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them)."""
+    active = epsilon != 0
+    if not bool(active.all()):
+        order = torch.cat([torch.nonzero(active).flatten(), torch.nonzero(~active).flatten()])
+        first, second, charge_products = first[order], second[order], charge_products[order]
+        n_lj = int(active.sum())
+        sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
+    return _PairSet(first, second, charge_products, sigma * sigma, 4.0 * epsilon)
+
+
+class _PairResult:
+    """Energies of a pair kernel and the per-pair force factors to build its gradient lazily."""
+
+    def __init__(self, energies, first, second, displacement, coulomb_factor, lj_factor):
+        self.energies = energies
+        self.first, self.second, self.displacement = first, second, displacement
+        self.coulomb_factor, self.lj_factor = coulomb_factor, lj_factor
+
+    def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
+        """dE/dx for ``grad_lj * E_LJ + grad_coulomb * E_Coulomb``, ``(N, 3)``."""
+        factor = grad_coulomb * self.coulomb_factor
+        n_lj = len(self.lj_factor)
+        factor[:n_lj] += grad_lj * self.lj_factor
+        force_on_second = factor[:, None] * self.displacement
+        gradient = force_on_second.new_zeros((n_atoms, 3))
+        gradient.index_add_(0, self.first, force_on_second)
+        gradient.index_add_(0, self.second, force_on_second, alpha=-1.0)
+        return gradient
+
+
+def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
+                 cutoff: float | None, switch_distance: float | None, keep_factors: bool):
+    """Lennard-Jones and Coulomb energies of a set of pairs.
+
+    Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
+    false, else a :class:`_PairResult` (computed without a graph) that can produce forces.
+    """
+    displacement = positions[pairs.second] - positions[pairs.first]
+    if box is not None:
+        displacement = space.minimum_image(displacement, box)
+    r2 = (displacement * displacement).sum(-1)
+    inverse_r2 = 1.0 / r2
+    charge_products = pairs.charge_products
+    if coulomb.kind == "plain":
+        inverse_r = torch.sqrt(inverse_r2)
+        e_coulomb = charge_products * inverse_r
+        f_coulomb = e_coulomb * inverse_r2 if keep_factors else None
+    elif coulomb.kind == "reaction_field":
+        inverse_r = torch.sqrt(inverse_r2)
+        e_coulomb = charge_products * (inverse_r + coulomb.krf * r2 - coulomb.crf)
+        f_coulomb = charge_products * (inverse_r * inverse_r2 - 2.0 * coulomb.krf) if keep_factors else None
+    else:
+        r = torch.sqrt(r2)
+        inverse_r = 1.0 / r
+        alpha = coulomb.alpha
+        if coulomb.kind == "ewald":
+            screened = torch.special.erfc(alpha * r)
+            e_coulomb = charge_products * screened * inverse_r
+            f_coulomb = (charge_products * (screened * inverse_r + alpha * _TWO_OVER_SQRT_PI
+                                            * torch.exp(-alpha * alpha * r2)) * inverse_r2
+                         if keep_factors else None)
+        else:  # "erf": minus the long-range part
+            smooth = torch.special.erf(alpha * r)
+            e_coulomb = -charge_products * smooth * inverse_r
+            f_coulomb = (charge_products * (alpha * _TWO_OVER_SQRT_PI * torch.exp(-alpha * alpha * r2)
+                                            - smooth * inverse_r) * inverse_r2 if keep_factors else None)
+    n_lj = len(pairs.sigma_squared)
+    lj_inverse_r2 = inverse_r2[:n_lj]
+    s6 = (pairs.sigma_squared * lj_inverse_r2) ** 3
+    e_lj = pairs.epsilon4 * (s6 * s6 - s6)
+    f_lj = pairs.epsilon4 * (12.0 * s6 * s6 - 6.0 * s6) * lj_inverse_r2 if keep_factors else None
+    if switch_distance is not None:
+        r_lj = torch.sqrt(r2[:n_lj])
+        width = cutoff - switch_distance
+        x = ((r_lj - switch_distance) / width).clamp(0.0, 1.0)
+        switch = 1.0 + x * x * x * (-10.0 + x * (15.0 - 6.0 * x))
+        if keep_factors:
+            switch_derivative = x * x * (-30.0 + x * (60.0 - 30.0 * x)) / width
+            f_lj = f_lj * switch - e_lj * switch_derivative / r_lj
+        e_lj = e_lj * switch
+    if cutoff is not None:
+        inside = (r2 < cutoff * cutoff).to(r2.dtype)
+        e_coulomb = e_coulomb * inside
+        e_lj = e_lj * inside[:n_lj]
+        if keep_factors:
+            f_coulomb = f_coulomb * inside
+            f_lj = f_lj * inside[:n_lj]
+    accumulate = torch.float64 if r2.dtype == torch.float32 else r2.dtype
+    energies = (e_lj.sum(dtype=accumulate).to(r2.dtype), e_coulomb.sum(dtype=accumulate).to(r2.dtype))
+    if not keep_factors:
+        return energies
+    return _PairResult(energies, pairs.first, pairs.second, displacement, f_coulomb, f_lj)
+
+
+class _AnalyticEnergies(torch.autograd.Function):
+    """Energies whose gradient with respect to positions is supplied analytically.
+
+    ``parts`` is a list of ``(kind, payload)``: ``("pair", _PairResult)`` contributes two
+    energies (LJ, Coulomb) with lazily scattered forces; ``("forces", (energy, forces))``
+    contributes one energy with precomputed forces.
+    """
+
+    @staticmethod
+    def forward(ctx, positions, parts):
+        ctx.parts = parts
+        ctx.n_atoms = len(positions)
+        outputs = []
+        for kind, payload in parts:
+            outputs.extend(payload.energies if kind == "pair" else (payload[0],))
+        return tuple(output.clone() for output in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "Nonbonded computes forces analytically and cannot be differentiated twice "
+                "(create_graph=True); build it with analytic_forces=False for higher derivatives"
+            )
+        gradient = None
+        index = 0
+        for kind, payload in ctx.parts:
+            if kind == "pair":
+                part = payload.gradient(grads[index], grads[index + 1], ctx.n_atoms)
+                index += 2
+            else:
+                part = -grads[index] * payload[1]
+                index += 1
+            gradient = part if gradient is None else gradient + part
+        return gradient, None
+
+
+def dispersion_coefficient(sigma: Tensor, epsilon: Tensor, cutoff: float,
+                           switch_distance: float | None = None) -> float:
+    """OpenMM's long-range dispersion coefficient ``C`` (kJ/mol nm^3); the correction is ``C / V``.
+
+    Atoms are grouped in classes of equal ``(sigma, epsilon)``; with the Lorentz-Berthelot
+    combination of each pair of classes, ``C = 8 pi N^2 (<eps sigma^12>/(9 r_c^9) -
+    <eps sigma^6>/(3 r_c^3) + <switch integral>)``, averages over the ``N (N + 1) / 2`` pairs
+    (``NonbondedForceImpl::calcDispersionCorrection``).
+
+    Args:
+        sigma: ``(N,)`` nm. epsilon: ``(N,)`` kJ/mol. cutoff: nm.
+        switch_distance: nm, or ``None`` without switching.
+    """
+    pairs = np.stack([sigma.detach().cpu().double().numpy(), epsilon.detach().cpu().double().numpy()], 1)
+    classes, counts = np.unique(pairs, axis=0, return_counts=True)
+    counts = counts.astype(np.float64)
+    class_sigma = 0.5 * (classes[:, None, 0] + classes[None, :, 0])
+    class_epsilon = np.sqrt(classes[:, None, 1] * classes[None, :, 1])
+    weight = np.outer(counts, counts)
+    np.fill_diagonal(weight, 0.0)
+    weight = 0.5 * weight + np.diag(counts * (counts + 1) / 2)
+    sigma6 = class_sigma**6
+    total12 = (weight * class_epsilon * sigma6 * sigma6).sum()
+    total6 = (weight * class_epsilon * sigma6).sum()
+    total_switch = 0.0
+    if switch_distance is not None:
+        integral = (_switch_integral(cutoff, switch_distance, cutoff, class_sigma)
+                    - _switch_integral(switch_distance, switch_distance, cutoff, class_sigma))
+        total_switch = (weight * class_epsilon * integral).sum()
+    n_atoms = float(len(sigma))
+    n_interactions = n_atoms * (n_atoms + 1) / 2
+    return float(8 * n_atoms * n_atoms * math.pi * (total12 / n_interactions / (9 * cutoff**9)
+                                                   - total6 / n_interactions / (3 * cutoff**3)
+                                                   + total_switch / n_interactions))
+
+
+def _switch_integral(r, rs, rc, sigma):
+    """Indefinite integral of the switched LJ tail (OpenMM's ``NonbondedForceImpl::evalIntegral``)."""
+    a = 1.0 / (rc - rs)
+    a2, a3 = a * a, a * a * a
+    sig6 = sigma**6
+    rs2, rs3 = rs * rs, rs**3
+    r2, r3, r4, r5, r6, r9 = r**2, r**3, r**4, r**5, r**6, r**9
+    return sig6 * a3 * ((
+        sig6 * (
+            + rs3 * 28 * (6 * rs2 * a2 + 15 * rs * a + 10)
+            - r * rs2 * 945 * (rs2 * a2 + 2 * rs * a + 1)
+            + r2 * rs * 1080 * (2 * rs2 * a2 + 3 * rs * a + 1)
+            - r3 * 420 * (6 * rs2 * a2 + 6 * rs * a + 1)
+            + r4 * 756 * (2 * rs * a2 + a)
+            - r5 * 378 * a2)
+        - r6 * (
+            + rs3 * 84 * (6 * rs2 * a2 + 15 * rs * a + 10)
+            - r * rs2 * 3780 * (rs2 * a2 + 2 * rs * a + 1)
+            + r2 * rs * 7560 * (2 * rs2 * a2 + 3 * rs * a + 1))
+    ) / (252 * r9)
+        - math.log(r) * 10 * (6 * rs2 * a2 + 6 * rs * a + 1)
+        + r * 15 * (2 * rs * a2 + a)
+        - r2 * 3 * a2)
+
+
+def _vector(values, name: str, n: int | None) -> Tensor:
+    tensor = torch.as_tensor(values)
+    if not tensor.is_floating_point():
+        tensor = tensor.to(torch.get_default_dtype())
+    if tensor.ndim != 1 or (n is not None and len(tensor) != n):
+        expected = f"({n},)" if n is not None else "(X,)"
+        raise ValueError(f"{name} must be a {expected} tensor, got shape {tuple(tensor.shape)}")
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return tensor
+
+
+def _index_pairs(values, name: str, n_atoms: int) -> Tensor:
+    if values is None:
+        return torch.zeros((0, 2), dtype=torch.long)
+    pairs = torch.as_tensor(values)
+    if pairs.numel() == 0:
+        return torch.zeros((0, 2), dtype=torch.long)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point():
+        raise ValueError(f"{name} must be an (E, 2) integer tensor of atom index pairs, got "
+                         f"{tuple(pairs.shape)} {pairs.dtype}")
+    if bool((pairs < 0).any()) or bool((pairs >= n_atoms).any()):
+        raise ValueError(f"{name} holds atom indices outside [0, {n_atoms})")
+    if bool((pairs[:, 0] == pairs[:, 1]).any()):
+        raise ValueError(f"{name} pairs an atom with itself")
+    return pairs.long()
+
+
+class Nonbonded(EnergyTerm):
+    """Lennard-Jones and Coulomb interactions, identical to OpenMM's ``NonbondedForce``.
+
+    See the module docstring for the energy expressions and the named components.
+
+    Args:
+        charges: ``(N,)`` tensor, e.
+        sigma: ``(N,)`` tensor, nm.
+        epsilon: ``(N,)`` tensor, kJ/mol.
+        method: ``"pme"``, ``"ewald"``, ``"reaction_field"``, ``"cutoff"`` or ``"nocutoff"``.
+        cutoff: r_c, nm (ignored by ``"nocutoff"``).
+        switch_distance: r_s in ``[0, r_c)``, nm, to switch LJ off smoothly; ``None`` for a plain
+            truncation (OpenMM's ``setUseSwitchingFunction``). Ignored by ``"nocutoff"``, as OpenMM.
+        dispersion_correction: add the long-range LJ correction (periodic methods only).
+        ewald_tolerance: OpenMM's ``ewaldErrorTolerance``; gives ``alpha``, the PME grid and the
+            Ewald ``kmax`` when those are not given.
+        alpha: Ewald splitting parameter, 1/nm, or ``None`` (from the tolerance).
+        pme_grid: ``(n_x, n_y, n_z)``, or ``None`` (from the tolerance and the box of each call,
+            like OpenMM's ``calcPMEParameters``, fixed at the first call).
+        pme_order: B-spline order of PME.
+        ewald_kmax: ``(kx, ky, kz)`` for ``"ewald"``, or ``None`` (from the tolerance, like
+            OpenMM's ``calcEwaldParameters``, fixed at the first call).
+        reaction_field_dielectric: eps_rf of ``"reaction_field"``.
+        exclusions: ``(E, 2)`` long tensor of pairs with no LJ and no Coulomb interaction.
+        exceptions: ``(X, 2)`` long tensor of exception pairs (they are excluded from the
+            normal interaction and computed with their own parameters, see module docstring).
+        exception_charge_products: ``(X,)`` tensor, e^2.
+        exception_sigma: ``(X,)`` tensor, nm.
+        exception_epsilon: ``(X,)`` tensor, kJ/mol.
+        exceptions_periodic: apply the minimum image to exception pairs.
+        skin: Verlet skin of the neighbour list, nm.
+        analytic_forces: compute forces analytically with the energy (see module docstring).
+        name: name of the term (its components have the fixed names listed above).
+
+    Raises:
+        ValueError: inconsistent shapes, unknown method, bad cutoff or switching distance.
+        NonbondedMethodError: a periodic method (``"ewald"``, ``"pme"``) called without a box.
+    """
+
+    def __init__(self, charges, sigma, epsilon, *, method: str = "pme", cutoff: float = 1.0,
+                 switch_distance: float | None = None, dispersion_correction: bool = True,
+                 ewald_tolerance: float = 5e-4, alpha: float | None = None,
+                 pme_grid: tuple[int, int, int] | None = None, pme_order: int = 5,
+                 ewald_kmax: tuple[int, int, int] | None = None,
+                 reaction_field_dielectric: float = 78.3, exclusions=None, exceptions=None,
+                 exception_charge_products=None, exception_sigma=None, exception_epsilon=None,
+                 exceptions_periodic: bool = False, skin: float = 0.1, analytic_forces: bool = True,
+                 name: str | None = None):
+        super().__init__(name)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        charges = _vector(charges, "charges", None)
+        n_atoms = len(charges)
+        sigma = _vector(sigma, "sigma", n_atoms).to(charges.dtype)
+        epsilon = _vector(epsilon, "epsilon", n_atoms).to(charges.dtype)
+        if bool((epsilon < 0).any()) or bool((sigma < 0).any()):
+            raise ValueError("sigma and epsilon must be non-negative")
+        if not (isinstance(cutoff, int | float) and cutoff > 0 and math.isfinite(cutoff)):
+            raise ValueError(f"cutoff must be a positive number of nm, got {cutoff!r}")
+        if method == "nocutoff":
+            switch_distance = None
+        if switch_distance is not None and not 0.0 <= switch_distance < cutoff:
+            raise ValueError(f"switch_distance must lie in [0, cutoff={cutoff}) nm, got {switch_distance!r}")
+        self.method = method
+        self.cutoff = float(cutoff)
+        self.switch_distance = None if switch_distance is None else float(switch_distance)
+        self.use_dispersion_correction = bool(dispersion_correction) and method != "nocutoff"
+        self.ewald_tolerance = float(ewald_tolerance)
+        self.pme_order = int(pme_order)
+        self.exceptions_periodic = bool(exceptions_periodic)
+        self.analytic_forces = bool(analytic_forces)
+        self.register_buffer("charges", charges)
+        self.register_buffer("sigma", sigma)
+        self.register_buffer("epsilon", epsilon)
+
+        exceptions = _index_pairs(exceptions, "exceptions", n_atoms)
+        n_exceptions = len(exceptions)
+        exception_parameters = []
+        for values, label in ((exception_charge_products, "exception_charge_products"),
+                              (exception_sigma, "exception_sigma"), (exception_epsilon, "exception_epsilon")):
+            if values is None:
+                if n_exceptions:
+                    raise ValueError(f"{label} is required with {n_exceptions} exceptions")
+                values = torch.zeros(0)
+            exception_parameters.append(_vector(values, label, n_exceptions).to(charges.dtype))
+        self.register_buffer("exceptions", exceptions)
+        self.register_buffer("exception_charge_products", exception_parameters[0])
+        self.register_buffer("exception_sigma", exception_parameters[1])
+        self.register_buffer("exception_epsilon", exception_parameters[2])
+        exclusions = _index_pairs(exclusions, "exclusions", n_atoms)
+        # every pair whose normal interaction is removed: exclusions and exceptions, each once
+        excluded = torch.cat([exclusions, exceptions])
+        keys = torch.unique(pair_keys(excluded, n_atoms))
+        self.register_buffer("excluded_pairs", torch.stack([keys // n_atoms, keys % n_atoms], 1))
+
+        self.alpha = None
+        if method in ("ewald", "pme"):
+            self.alpha = float(alpha) if alpha is not None else ewald_alpha(self.cutoff, self.ewald_tolerance)
+        elif method == "reaction_field":
+            dielectric = float(reaction_field_dielectric)
+            self.krf = (dielectric - 1.0) / ((2.0 * dielectric + 1.0) * self.cutoff**3)
+            self.crf = 3.0 * dielectric / ((2.0 * dielectric + 1.0) * self.cutoff)
+        elif method == "cutoff":
+            self.krf, self.crf = 0.0, 1.0 / self.cutoff
+        self.pme_grid = None if pme_grid is None else tuple(int(n) for n in pme_grid)
+        self.ewald_kmax = None if ewald_kmax is None else tuple(int(k) for k in ewald_kmax)
+        self._pme: PMEReciprocal | None = None
+        self.dispersion_coefficient = 0.0
+        if self.use_dispersion_correction:
+            self.dispersion_coefficient = dispersion_coefficient(sigma, epsilon, self.cutoff,
+                                                                 self.switch_distance)
+        self.neighbors = (None if method == "nocutoff" else
+                          NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs))
+        self._pair_cache: tuple | None = None
+
+    def extra_repr(self) -> str:
+        return (f"name={self.name!r}, n_atoms={len(self.charges)}, method={self.method!r}, "
+                f"cutoff={self.cutoff}, switch_distance={self.switch_distance}, alpha={self.alpha}, "
+                f"pme_grid={self.pme_grid}")
+
+    # --- pair sets -------------------------------------------------------------------------
+
+    def _make_pairs(self, pairs: Tensor) -> _PairSet:
+        first, second = pairs[:, 0], pairs[:, 1]
+        charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
+        sigma = 0.5 * (self.sigma[first] + self.sigma[second])
+        epsilon = torch.sqrt(self.epsilon[first] * self.epsilon[second])
+        return _lj_first(first, second, charge_products, sigma, epsilon)
+
+    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool) -> _PairSet:
+        if self.neighbors is None:
+            key = ("all", len(positions), positions.device)
+            if self._pair_cache is None or self._pair_cache[0] != key:
+                pairs = all_pairs(len(positions), self.excluded_pairs, device=positions.device)
+                self._pair_cache = (key, pairs, None)
+        else:
+            pairs = self.neighbors.update(positions, box)
+            key = ("list", self.neighbors.n_builds, positions.device)
+            if self._pair_cache is None or self._pair_cache[0] != key:
+                self._pair_cache = (key, pairs, None)
+        key, pairs, pair_set = self._pair_cache
+        if not cached:
+            return self._make_pairs(pairs)
+        if pair_set is None or pair_set.charge_products.dtype != positions.dtype:
+            pair_set = self._make_pairs(pairs)
+            self._pair_cache = (key, pairs, pair_set)
+        return pair_set
+
+    def _exception_pairs(self) -> _PairSet:
+        first, second = self.exceptions[:, 0], self.exceptions[:, 1]
+        return _lj_first(first, second, COULOMB_MD * self.exception_charge_products,
+                         self.exception_sigma, self.exception_epsilon)
+
+    def _exclusion_pairs(self) -> _PairSet:
+        first, second = self.excluded_pairs[:, 0], self.excluded_pairs[:, 1]
+        charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
+        empty = charge_products.new_zeros(0)
+        return _PairSet(first, second, charge_products, empty, empty)
+
+    def _reciprocal(self, positions: Tensor, box: Tensor, compute_forces: bool):
+        if self.method == "pme":
+            if self._pme is None:
+                grid = self.pme_grid or pme_grid_size(self.alpha, box, self.ewald_tolerance)
+                self.pme_grid = grid
+                self._pme = PMEReciprocal(self.alpha, grid, self.pme_order)
+            return self._pme(positions, self.charges, box, compute_forces)
+        if self.ewald_kmax is None:
+            self.ewald_kmax = ewald_kmax(self.alpha, box, self.ewald_tolerance)
+        return ewald_reciprocal(positions, self.charges, box, self.alpha, self.ewald_kmax, compute_forces)
+
+    # --- energies --------------------------------------------------------------------------
+
+    def _check(self, positions: Tensor, box: Tensor | None) -> Tensor | None:
+        n_atoms = len(self.charges)
+        if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape != (n_atoms, 3):
+            shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"{self.name}: positions must be a ({n_atoms}, 3) tensor in nm, got {shape}")
+        if self.method == "nocutoff":
+            return None
+        if box is None and self.method in ("ewald", "pme"):
+            raise NonbondedMethodError(
+                f"{self.name}: method {self.method!r} needs a periodic box, got box=None")
+        if box is not None:
+            space.check_box(box)
+        return box
+
+    def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
+        """Named energy components (see the module docstring), each ``()`` kJ/mol.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor, nm (rows are box vectors, reduced form), or ``None``.
+
+        Returns:
+            dict with ``"lennard_jones"``, ``"coulomb_direct"``, and depending on the method
+            ``"coulomb_reciprocal"``, ``"coulomb_exclusions"``, ``"dispersion_correction"``.
+        """
+        box = self._check(positions, box)
+        parameters_need_grad = any(t.requires_grad for t in (self.charges, self.sigma, self.epsilon,
+                                                             self.exception_charge_products,
+                                                             self.exception_sigma, self.exception_epsilon))
+        box_needs_grad = box is not None and box.requires_grad
+        analytic = self.analytic_forces and not parameters_need_grad and not box_needs_grad
+        if analytic:
+            terms = self._analytic_terms(positions, box)
+        else:
+            terms = self._autograd_terms(positions, box)
+        if self.use_dispersion_correction and box is not None:
+            terms["dispersion_correction"] = self.dispersion_coefficient / space.volume(box)
+        return terms
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Total non-bonded energy, ``()`` kJ/mol (sum of :meth:`energy_terms`)."""
+        return sum(self.energy_terms(positions, box).values())
+
+    def _coulomb(self) -> _Coulomb:
+        if self.method in ("ewald", "pme"):
+            return _Coulomb("ewald", alpha=self.alpha)
+        if self.method in ("cutoff", "reaction_field"):
+            return _Coulomb("reaction_field", krf=self.krf, crf=self.crf)
+        return _Coulomb("plain")
+
+    def _evaluate(self, positions: Tensor, box: Tensor | None, keep_factors: bool):
+        """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
+        cutoff = None if self.method == "nocutoff" else self.cutoff
+        parts = {"direct": _pair_kernel(positions, box, self._direct_pairs(positions, box, keep_factors),
+                                        self._coulomb(), cutoff, self.switch_distance, keep_factors)}
+        if len(self.exceptions):
+            parts["exceptions"] = _pair_kernel(positions, box if self.exceptions_periodic else None,
+                                               self._exception_pairs(), _Coulomb("plain"), None, None,
+                                               keep_factors)
+        if self.method in ("ewald", "pme"):
+            if len(self.excluded_pairs):
+                parts["exclusions"] = _pair_kernel(positions, box, self._exclusion_pairs(),
+                                                   _Coulomb("erf", alpha=self.alpha), None, None,
+                                                   keep_factors)
+            reciprocal, forces = self._reciprocal(positions, box, keep_factors)
+            self_energy = -COULOMB_MD * self.alpha / math.sqrt(math.pi) * (self.charges * self.charges).sum()
+            parts["reciprocal"] = (reciprocal + self_energy.to(reciprocal.dtype), forces)
+        return parts
+
+    def _autograd_terms(self, positions: Tensor, box: Tensor | None) -> dict[str, Tensor]:
+        parts = self._evaluate(positions, box, keep_factors=False)
+        energies = {name: (part[0],) if name == "reciprocal" else part for name, part in parts.items()}
+        return self._assemble(energies)
+
+    def _analytic_terms(self, positions: Tensor, box: Tensor | None) -> dict[str, Tensor]:
+        with torch.no_grad():
+            parts = self._evaluate(positions.detach(), None if box is None else box.detach(),
+                                   keep_factors=True)
+        names = [name for name in ("direct", "exceptions", "exclusions", "reciprocal") if name in parts]
+        wrapped = [("forces" if name == "reciprocal" else "pair", parts[name]) for name in names]
+        outputs = _AnalyticEnergies.apply(positions, wrapped)
+        energies = {}
+        index = 0
+        for name, (kind, _) in zip(names, wrapped):
+            count = 1 if kind == "forces" else 2
+            energies[name] = outputs[index:index + count]
+            index += count
+        return self._assemble(energies)
+
+    @staticmethod
+    def _assemble(energies: dict) -> dict[str, Tensor]:
+        """Named components from the energies of each part (pair parts give (LJ, Coulomb))."""
+        e_lj, e_coulomb = energies["direct"]
+        if "exceptions" in energies:
+            e_lj = e_lj + energies["exceptions"][0]
+            e_coulomb = e_coulomb + energies["exceptions"][1]
+        terms = {"lennard_jones": e_lj, "coulomb_direct": e_coulomb}
+        if "reciprocal" in energies:
+            terms["coulomb_reciprocal"] = energies["reciprocal"][0]
+        if "exclusions" in energies:
+            terms["coulomb_exclusions"] = energies["exclusions"][1]
+        return terms

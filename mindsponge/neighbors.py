@@ -1,0 +1,317 @@
+"""Neighbour lists: which atom pairs are closer than a cutoff.
+
+A pair term (Lennard-Jones, real-space Coulomb) only needs the pairs within its cutoff
+``r_c``. :class:`NeighborList` finds the pairs within ``r_c + skin`` and keeps them across
+steps: as long as no atom has moved more than half the skin since the list was built,
+every pair now closer than ``r_c`` is still in the list (two atoms approach each other by
+at most one skin). The list is rebuilt only when some atom has moved further, or when
+the box changed. Pair terms then mask the listed pairs with ``r < r_c`` themselves.
+
+Building uses a cell list: space (the periodic box, or the bounding box of the atoms
+without periodicity) is cut into cells at least ``r_c + skin`` wide along each
+perpendicular direction, atoms are sorted by cell, and only the 13 "forward" neighbouring
+cells of each cell plus the cell itself are searched (a half shell, so each pair is seen
+once). Memory is linear in the number of atoms: candidates are generated one neighbour
+offset at a time. Small systems (fewer than ``all_pairs_below`` atoms) and boxes too small
+for three cells along some direction use an all-pairs search instead, done in blocks of
+rows so that no ``(N, N)`` matrix is ever formed.
+
+Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
+triclinic); distances use :func:`mindsponge.space.minimum_image`, so a pair is listed
+exactly when the minimum-image distance used by the energy terms is below ``r_c + skin``.
+
+Example::
+
+    neighbors = NeighborList(cutoff=0.9, skin=0.1, exclusions=bonded_pairs)
+    for step in range(n_steps):
+        pairs = neighbors.update(positions, box)     # (P, 2) long, i < j
+        ...
+    neighbors.n_builds                               # how many times it was rebuilt
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from mindsponge import space
+
+__all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
+
+# the 13 half-shell offsets (lexicographically positive) plus the cell itself, first
+_HALF_SHELL = [(0, 0, 0)] + [
+    (dx, dy, dz)
+    for dx in (-1, 0, 1)
+    for dy in (-1, 0, 1)
+    for dz in (-1, 0, 1)
+    if (dx, dy, dz) > (0, 0, 0)
+]
+# candidate pairs examined at once by the all-pairs search (bounds its memory)
+_BLOCK_ELEMENTS = 1 << 22
+
+
+class NeighborListOverflowError(RuntimeError):
+    """More pairs were found than the fixed capacity ``max_pairs`` of a :class:`NeighborList`."""
+
+
+def pair_keys(pairs: Tensor, n_atoms: int) -> Tensor:
+    """Unique integer key ``min(i, j) * n_atoms + max(i, j)`` of each unordered pair.
+
+    Args:
+        pairs: ``(P, 2)`` long tensor of atom indices.
+        n_atoms: number of atoms N.
+
+    Returns:
+        ``(P,)`` long tensor.
+    """
+    first = torch.minimum(pairs[:, 0], pairs[:, 1])
+    second = torch.maximum(pairs[:, 0], pairs[:, 1])
+    return first * n_atoms + second
+
+
+def all_pairs(n_atoms: int, exclusions: Tensor | None = None, device=None) -> Tensor:
+    """Every pair ``i < j`` of ``n_atoms`` atoms, without the excluded ones.
+
+    This is ``n_atoms * (n_atoms - 1) / 2`` pairs: meant for small systems without a cutoff.
+
+    Args:
+        n_atoms: number of atoms N.
+        exclusions: ``(E, 2)`` long tensor of pairs to leave out (either order), or ``None``.
+        device: device of the result.
+
+    Returns:
+        ``(P, 2)`` long tensor with ``i < j``.
+    """
+    pairs = torch.triu_indices(n_atoms, n_atoms, offset=1, device=device).T
+    if exclusions is not None and len(exclusions) > 0:
+        excluded = torch.isin(pair_keys(pairs, n_atoms), pair_keys(exclusions.to(pairs.device), n_atoms))
+        pairs = pairs[~excluded]
+    return pairs.contiguous()
+
+
+def _check_exclusions(exclusions) -> Tensor | None:
+    if exclusions is None:
+        return None
+    exclusions = torch.as_tensor(exclusions)
+    if exclusions.numel() == 0:
+        return None
+    if exclusions.ndim != 2 or exclusions.shape[1] != 2 or exclusions.is_floating_point():
+        raise ValueError(
+            f"exclusions must be an (E, 2) integer tensor of atom index pairs, got "
+            f"{tuple(exclusions.shape)} {exclusions.dtype}"
+        )
+    if bool((exclusions[:, 0] == exclusions[:, 1]).any()):
+        raise ValueError("exclusions must pair two different atoms; found a pair (i, i)")
+    return exclusions.long()
+
+
+class NeighborList:
+    """Verlet list of the atom pairs within ``cutoff + skin``, built with a cell list.
+
+    Args:
+        cutoff: interaction cutoff ``r_c``, nm.
+        skin: extra distance kept in the list, nm. The list is rebuilt when some atom has moved
+            more than ``skin / 2`` since the last build (minimum-image displacement, so wrapping
+            atoms into the box does not trigger a rebuild) or when the box changed.
+        exclusions: ``(E, 2)`` long tensor of atom pairs never listed (bonded pairs, 1-4 pairs
+            handled separately...), either order; or ``None``.
+        max_pairs: optional fixed capacity. When more pairs are found,
+            :class:`NeighborListOverflowError` is raised (pairs are never silently dropped).
+            ``None`` lets the list grow as needed.
+        all_pairs_below: systems with fewer atoms use the all-pairs search.
+
+    Attributes:
+        n_builds: how many times the list has been built.
+        pairs: the current ``(P, 2)`` long tensor (``i < j``), or ``None`` before the first update.
+    """
+
+    def __init__(self, cutoff: float, skin: float = 0.1, exclusions: Tensor | None = None,
+                 max_pairs: int | None = None, all_pairs_below: int = 1000):
+        if not (isinstance(cutoff, int | float) and math.isfinite(cutoff) and cutoff > 0):
+            raise ValueError(f"cutoff must be a positive finite number of nm, got {cutoff!r}")
+        if not (isinstance(skin, int | float) and skin >= 0):
+            raise ValueError(f"skin must be a non-negative number of nm, got {skin!r}")
+        if max_pairs is not None and (not isinstance(max_pairs, int) or max_pairs < 0):
+            raise ValueError(f"max_pairs must be a non-negative int or None, got {max_pairs!r}")
+        self.cutoff = float(cutoff)
+        self.skin = float(skin)
+        self.exclusions = _check_exclusions(exclusions)
+        self.max_pairs = max_pairs
+        self.all_pairs_below = int(all_pairs_below)
+        self.n_builds = 0
+        self.pairs: Tensor | None = None
+        self._reference_positions: Tensor | None = None
+        self._reference_box: Tensor | None = None
+        self._excluded_keys: Tensor | None = None
+
+    @property
+    def list_cutoff(self) -> float:
+        """``cutoff + skin``, nm: the distance up to which pairs are listed."""
+        return self.cutoff + self.skin
+
+    def needs_rebuild(self, positions: Tensor, box: Tensor | None = None) -> bool:
+        """Whether :meth:`update` would rebuild the list for these positions and box."""
+        reference = self._reference_positions
+        if reference is None or reference.shape != positions.shape or reference.device != positions.device:
+            return True
+        if (box is None) != (self._reference_box is None):
+            return True
+        if box is not None and not torch.equal(box.detach(), self._reference_box):
+            return True
+        displacement = space.minimum_image(positions.detach() - reference, box)
+        max_squared = float((displacement * displacement).sum(-1).max()) if len(positions) else 0.0
+        return max_squared > (0.5 * self.skin) ** 2
+
+    def update(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """The pairs to consider for these positions, rebuilding the list if needed.
+
+        Args:
+            positions: ``(N, 3)`` tensor, nm.
+            box: ``(3, 3)`` tensor of box vectors (rows, OpenMM's reduced form), nm, or ``None``.
+
+        Returns:
+            ``(P, 2)`` long tensor of pairs ``i < j`` (excluded pairs removed), containing every
+            non-excluded pair closer than ``cutoff`` (and some up to ``cutoff + skin``).
+
+        Raises:
+            NeighborListOverflowError: more pairs than ``max_pairs``.
+            ValueError: the cutoff is longer than half the box allows (see
+                :func:`mindsponge.space.max_cutoff`).
+        """
+        if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[1] != 3:
+            shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")
+        if self.needs_rebuild(positions, box):
+            self.build(positions, box)
+        return self.pairs
+
+    def build(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Build the list now (see :meth:`update`, which calls this only when needed)."""
+        positions = positions.detach()
+        if box is not None:
+            box = box.detach().to(positions)
+            if self.cutoff > space.max_cutoff(box) + 1e-12:
+                raise ValueError(
+                    f"NeighborList cutoff {self.cutoff} nm is longer than half the box "
+                    f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff"
+                )
+        n_atoms = len(positions)
+        cells = self._cell_grid(positions, box)
+        if n_atoms < self.all_pairs_below or cells is None:
+            pairs = self._search_all_pairs(positions, box)
+        else:
+            pairs = self._search_cells(positions, box, *cells)
+        if self.exclusions is not None and len(pairs) > 0:
+            if self._excluded_keys is None or self._excluded_keys.device != pairs.device:
+                self._excluded_keys = torch.unique(pair_keys(self.exclusions.to(pairs.device), n_atoms))
+            pairs = pairs[~torch.isin(pair_keys(pairs, n_atoms), self._excluded_keys)]
+        if self.max_pairs is not None and len(pairs) > self.max_pairs:
+            raise NeighborListOverflowError(
+                f"NeighborList found {len(pairs)} pairs within {self.list_cutoff} nm, more than its "
+                f"capacity max_pairs={self.max_pairs}; raise max_pairs (or pass None to grow as needed)"
+            )
+        self.pairs = pairs.contiguous()
+        self._reference_positions = positions.clone()
+        self._reference_box = None if box is None else box.clone()
+        self.n_builds += 1
+        return self.pairs
+
+    def _within(self, positions: Tensor, box: Tensor | None, first: Tensor, second: Tensor) -> Tensor:
+        """Mask of candidate pairs closer than ``cutoff + skin`` (minimum image)."""
+        displacement = space.minimum_image(positions[second] - positions[first], box)
+        return (displacement * displacement).sum(-1) < self.list_cutoff**2
+
+    def _search_all_pairs(self, positions: Tensor, box: Tensor | None) -> Tensor:
+        n_atoms = len(positions)
+        device = positions.device
+        block = max(1, _BLOCK_ELEMENTS // max(n_atoms, 1))
+        found = []
+        for start in range(0, n_atoms, block):
+            rows = torch.arange(start, min(start + block, n_atoms), device=device)
+            columns = torch.arange(n_atoms, device=device)
+            first, second = torch.meshgrid(rows, columns, indexing="ij")
+            upper = second > first
+            first, second = first[upper], second[upper]
+            keep = self._within(positions, box, first, second)
+            found.append(torch.stack([first[keep], second[keep]], dim=1))
+        if not found:
+            return torch.zeros((0, 2), dtype=torch.long, device=device)
+        return torch.cat(found)
+
+    def _cell_grid(self, positions: Tensor, box: Tensor | None):
+        """Cell coordinates of every atom and the grid shape, or ``None`` if the grid is too coarse."""
+        if box is None:
+            if len(positions) == 0:
+                return None
+            lower = positions.min(0).values
+            extent = (positions.max(0).values - lower).clamp_min(self.list_cutoff)
+            n_cells = torch.clamp(torch.floor(extent / self.list_cutoff), min=1).long()
+            scaled = (positions - lower) / extent
+            return _cell_coordinates(scaled, n_cells), n_cells, False
+        volume = torch.linalg.det(box).abs()
+        # perpendicular width along each box vector: volume over the area of the opposite face
+        faces = torch.stack([torch.linalg.cross(box[1], box[2]), torch.linalg.cross(box[2], box[0]),
+                             torch.linalg.cross(box[0], box[1])])
+        widths = volume / torch.linalg.vector_norm(faces, dim=1)
+        n_cells = torch.floor(widths / self.list_cutoff).long()
+        if bool((n_cells < 3).any()):
+            return None
+        fractional = space.fractional(positions, box)
+        fractional = fractional - torch.floor(fractional)
+        return _cell_coordinates(fractional, n_cells), n_cells, True
+
+    def _search_cells(self, positions: Tensor, box: Tensor | None, cell_xyz: Tensor, n_cells: Tensor,
+                      periodic: bool) -> Tensor:
+        device = positions.device
+        n_atoms = len(positions)
+        n_cells_list = [int(n) for n in n_cells]
+        total_cells = math.prod(n_cells_list)
+        strides = torch.tensor([n_cells_list[1] * n_cells_list[2], n_cells_list[2], 1], device=device)
+        cell_of_atom = (cell_xyz * strides).sum(1)
+        order = torch.argsort(cell_of_atom, stable=True)
+        sorted_cell = cell_of_atom[order]
+        counts = torch.bincount(cell_of_atom, minlength=total_cells)
+        starts = torch.cumsum(counts, 0) - counts
+        grid = torch.stack(torch.meshgrid(*(torch.arange(n, device=device) for n in n_cells_list),
+                                          indexing="ij"), dim=-1).reshape(-1, 3)
+        sorted_index = torch.arange(n_atoms, device=device)
+        found = []
+        for offset in _HALF_SHELL:
+            if offset == (0, 0, 0):
+                # same cell: partners are the atoms after this one in sorted order
+                partner_start = sorted_index + 1
+                n_partners = starts[sorted_cell] + counts[sorted_cell] - partner_start
+            else:
+                neighbour = grid + torch.tensor(offset, device=device)
+                if periodic:
+                    neighbour = neighbour % n_cells
+                    valid = torch.ones(total_cells, dtype=torch.bool, device=device)
+                else:
+                    valid = ((neighbour >= 0) & (neighbour < n_cells)).all(1)
+                    neighbour = neighbour.clamp(min=torch.zeros_like(n_cells), max=n_cells - 1)
+                neighbour_cell = (neighbour * strides).sum(1)
+                neighbour_count = torch.where(valid, counts[neighbour_cell], 0)
+                partner_start = starts[neighbour_cell][sorted_cell]
+                n_partners = neighbour_count[sorted_cell]
+            n_candidates = int(n_partners.sum())
+            if n_candidates == 0:
+                continue
+            first = torch.repeat_interleave(sorted_index, n_partners, output_size=n_candidates)
+            within_group = torch.arange(n_candidates, device=device) - torch.repeat_interleave(
+                torch.cumsum(n_partners, 0) - n_partners, n_partners, output_size=n_candidates)
+            second = partner_start[first] + within_group
+            first, second = order[first], order[second]
+            keep = self._within(positions, box, first, second)
+            first, second = first[keep], second[keep]
+            found.append(torch.stack([torch.minimum(first, second), torch.maximum(first, second)], dim=1))
+        if not found:
+            return torch.zeros((0, 2), dtype=torch.long, device=device)
+        return torch.cat(found)
+
+
+def _cell_coordinates(scaled: Tensor, n_cells: Tensor) -> Tensor:
+    """Integer cell coordinates ``(N, 3)`` of points with coordinates ``scaled`` in ``[0, 1]``."""
+    cells = torch.floor(scaled * n_cells.to(scaled.dtype)).long()
+    return torch.minimum(cells.clamp_min(0), n_cells - 1)
