@@ -1,0 +1,50 @@
+"""Differentiable Yee-grid FDTD in 1D, 2D (TM/TE) and 3D on torch tensors.
+
+The entry point is :class:`Simulation`::
+
+    import mindelec as me
+    sim = me.fdtd.Simulation(size=(2e-3, 2e-3), resolution=10e-6, boundary=me.fdtd.PML(thickness=20),
+                             sources=[me.fdtd.PointDipole(
+                                 position=(0, 0), component="Ez",
+                                 waveform=me.fdtd.GaussianPulse(f0=150e9, fwidth=100e9))],
+                             monitors=[me.fdtd.FieldProbe("p", position=(2e-4, 0), components=("Ez",))])
+    result = sim.run(until=50e-12)
+    result["p"]["Ez"]     # (steps,) time series; result.times the matching times (s); sim.dt the step (s)
+
+Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
+design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
+:mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors`, :mod:`~mindelec.fdtd.updates` (the step),
+:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
+"""
+
+from .boundaries import PML, Periodic
+from .grid import Grid
+from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
+from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Snapshots
+from .result import Result
+from .simulation import Simulation
+from .sources import CurrentSource, PointDipole
+from .waveforms import ContinuousWave, GaussianPulse, Ricker
+
+__all__ = [
+    "Simulation",
+    "Result",
+    "Grid",
+    "PML",
+    "Periodic",
+    "PEC",
+    "Medium",
+    "Drude",
+    "Lorentz",
+    "Structure",
+    "DesignRegion",
+    "PointDipole",
+    "CurrentSource",
+    "GaussianPulse",
+    "Ricker",
+    "ContinuousWave",
+    "FieldProbe",
+    "DFTMonitor",
+    "FluxMonitor",
+    "Snapshots",
+]

@@ -1,0 +1,234 @@
+"""Materials and structures: what fills each cell of the grid.
+
+* :class:`Medium` - permittivity (relative), conductivity (S/m), permeability (relative).
+* :class:`Drude` and :class:`Lorentz` - dispersive media, one pole each, integrated by an
+  auxiliary differential equation for the polarisation ``P`` (central differences).
+* :class:`PEC` - a perfect electric conductor (as a structure's medium or as a boundary).
+* :class:`Structure` - a ``common.geometry`` shape filled with a medium; later structures override
+  earlier ones.
+* :class:`DesignRegion` - an axis-aligned box whose cells take their permittivity from a tensor
+  (one value per cell), typically one that requires grad for inverse design.
+
+Frequency-domain conventions (used by :meth:`Medium.relative_permittivity`): fields vary as
+``exp(+i omega t)`` (the convention of the monitors' DFT, ``F(omega) = sum f(t) exp(-i omega t) dt``), so
+losses make the imaginary part of the permittivity negative.
+
+Sub-cell averaging: each E component's permittivity and conductivity (and each H component's
+permeability) is the fill-fraction-weighted arithmetic mean of the media covering its Yee cell,
+the fill fractions coming from ``common.geometry.rasterize`` at that component's nodes.
+"""
+
+import math
+
+import torch
+
+from common.units import VACUUM_PERMITTIVITY
+
+
+def _parameter(value, name, owner, positive=True, allow_zero=False):
+    """A float or a tensor (kept as is, so that it may require grad), checked for sign."""
+    if isinstance(value, torch.Tensor):
+        if not value.is_floating_point():
+            raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {value.dtype}")
+        check = value.detach()
+    else:
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{owner}: {name} must be a number or a tensor, got {type(value).__name__}"
+            ) from None
+        check = torch.tensor(value)
+    if not bool(torch.isfinite(check).all()):
+        raise ValueError(f"{owner}: {name} must be finite, got {value}")
+    if positive and bool((check < 0).any() if allow_zero else (check <= 0).any()):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{owner}: {name} must be {bound}, got {value}")
+    return value
+
+
+class Medium:
+    """A linear, isotropic, non-dispersive medium.
+
+    Args:
+        permittivity: relative permittivity (> 0; a negative value needs a dispersive medium,
+            see :class:`Drude`). A float or a tensor (may require grad).
+        conductivity: electric conductivity (S/m, >= 0).
+        permeability: relative permeability (> 0).
+
+    Raises:
+        ValueError: for a non-positive permittivity or permeability or a negative conductivity.
+    """
+
+    def __init__(self, permittivity=1.0, conductivity=0.0, permeability=1.0):
+        owner = type(self).__name__
+        self.permittivity = _parameter(permittivity, "permittivity", f"{owner}(permittivity={permittivity})")
+        self.conductivity = _parameter(conductivity, "conductivity", owner, allow_zero=True)
+        self.permeability = _parameter(permeability, "permeability", owner)
+
+    def relative_permittivity(self, frequencies):
+        """Complex relative permittivity ``eps(f)`` at ``frequencies`` (Hz, tensor), ``exp(+i omega t)``."""
+        omega = 2 * math.pi * torch.as_tensor(frequencies, dtype=torch.float64)
+        return (
+            self.permittivity
+            - 1j * self.conductivity / (omega * VACUUM_PERMITTIVITY)
+            + self._susceptibility(omega)
+        )
+
+    def _susceptibility(self, omega):
+        return torch.zeros_like(omega, dtype=torch.complex128)
+
+    def _pole(self):
+        """``(numerator, omega0^2, gamma)`` of ``chi = numerator / (omega0^2 - omega^2 + i gamma omega)``."""
+        return None
+
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(permittivity={self.permittivity}, conductivity={self.conductivity}, "
+            f"permeability={self.permeability})"
+        )
+
+
+class Drude(Medium):
+    """A Drude metal or plasma: ``eps(omega) = eps_inf - omega_p^2 / (omega^2 - i gamma omega)``.
+
+    Args:
+        plasma_frequency: ``omega_p / 2 pi`` (Hz).
+        collision_frequency: ``gamma / 2 pi`` (Hz, >= 0).
+        permittivity: ``eps_inf`` (> 0).
+        conductivity, permeability: as :class:`Medium`.
+    """
+
+    def __init__(
+        self, plasma_frequency, collision_frequency=0.0, permittivity=1.0, conductivity=0.0, permeability=1.0
+    ):
+        super().__init__(permittivity, conductivity, permeability)
+        self.plasma_frequency = float(_parameter(plasma_frequency, "plasma_frequency", "Drude"))
+        self.collision_frequency = float(
+            _parameter(collision_frequency, "collision_frequency", "Drude", allow_zero=True)
+        )
+
+    def _pole(self):
+        return ((2 * math.pi * self.plasma_frequency) ** 2, 0.0, 2 * math.pi * self.collision_frequency)
+
+    def _susceptibility(self, omega):
+        numerator, _, gamma = self._pole()
+        return -numerator / (omega**2 - 1j * gamma * omega)
+
+    def __repr__(self):
+        return (
+            f"Drude(plasma_frequency={self.plasma_frequency:g}, collision_frequency="
+            f"{self.collision_frequency:g}, permittivity={self.permittivity})"
+        )
+
+
+class Lorentz(Medium):
+    """A Lorentz oscillator medium.
+
+    ``eps(omega) = eps_inf + d_eps omega_0^2 / (omega_0^2 - omega^2 + i gamma omega)``.
+
+    Args:
+        delta_permittivity: oscillator strength ``d_eps`` (> 0).
+        resonance_frequency: ``omega_0 / 2 pi`` (Hz).
+        damping_frequency: ``gamma / 2 pi`` (Hz, >= 0).
+        permittivity: ``eps_inf`` (> 0).
+        conductivity, permeability: as :class:`Medium`.
+    """
+
+    def __init__(
+        self,
+        delta_permittivity,
+        resonance_frequency,
+        damping_frequency=0.0,
+        permittivity=1.0,
+        conductivity=0.0,
+        permeability=1.0,
+    ):
+        super().__init__(permittivity, conductivity, permeability)
+        self.delta_permittivity = float(_parameter(delta_permittivity, "delta_permittivity", "Lorentz"))
+        self.resonance_frequency = float(_parameter(resonance_frequency, "resonance_frequency", "Lorentz"))
+        self.damping_frequency = float(
+            _parameter(damping_frequency, "damping_frequency", "Lorentz", allow_zero=True)
+        )
+
+    def _pole(self):
+        omega0 = 2 * math.pi * self.resonance_frequency
+        return (self.delta_permittivity * omega0**2, omega0**2, 2 * math.pi * self.damping_frequency)
+
+    def _susceptibility(self, omega):
+        numerator, omega0_squared, gamma = self._pole()
+        return numerator / (omega0_squared - omega**2 + 1j * gamma * omega)
+
+    def __repr__(self):
+        return (
+            f"Lorentz(delta_permittivity={self.delta_permittivity:g}, resonance_frequency="
+            f"{self.resonance_frequency:g}, damping_frequency={self.damping_frequency:g}, "
+            f"permittivity={self.permittivity})"
+        )
+
+
+class PEC:
+    """A perfect electric conductor: tangential E is zero on it.
+
+    Used as a structure's medium (cells more than half covered have E = 0) or as a boundary
+    (``boundary=PEC()``: the walls at ``+-size/2`` are perfect conductors).
+    """
+
+    def __repr__(self):
+        return "PEC()"
+
+
+class Structure:
+    """A shape filled with a medium.
+
+    Args:
+        geometry: a ``common.geometry`` shape (``Interval``, ``Rectangle``, ``Disk``, ``Box``, ``Sphere``,
+            ``Cylinder``, ``Polygon`` or a CSG combination) of the simulation's dimension, in m.
+        medium: a :class:`Medium` (or :class:`Drude`, :class:`Lorentz`) or :class:`PEC`.
+    """
+
+    def __init__(self, geometry, medium):
+        if not hasattr(geometry, "contains"):
+            raise TypeError(
+                f"Structure: geometry must be a common.geometry shape, got {type(geometry).__name__}"
+            )
+        if not isinstance(medium, (Medium, PEC)):
+            raise TypeError(f"Structure: medium must be a Medium, Drude, Lorentz or PEC, got {medium!r}")
+        self.geometry = geometry
+        self.medium = medium
+
+    def __repr__(self):
+        return f"Structure({self.geometry!r}, {self.medium!r})"
+
+
+class DesignRegion:
+    """An axis-aligned box of cells whose relative permittivity is given cell by cell.
+
+    The design cells are the grid cells whose integer node (see :mod:`mindelec.fdtd.grid`) lies in
+    ``center +- size/2``; every E component with that cell index takes the cell's value (exact for
+    Ez in 1D and 2D TM; a half-cell shift for the in-plane components). The region overrides the
+    permittivity of the structures below it; conductivity and permeability stay.
+
+    Args:
+        center: box centre (m), one value per dimension.
+        size: box extent (m), one value per dimension.
+        permittivity: tensor of shape ``(n_x[, n_y[, n_z]])`` (the number of design cells per axis,
+            see :meth:`mindelec.fdtd.Simulation.design_shape`), relative permittivity (> 0); may
+            require grad.
+    """
+
+    def __init__(self, center, size, permittivity):
+        if not isinstance(permittivity, torch.Tensor) or not permittivity.is_floating_point():
+            raise TypeError("DesignRegion: permittivity must be a floating-point tensor (one value per cell)")
+        if bool((permittivity.detach() <= 0).any()):
+            raise ValueError(
+                "DesignRegion: permittivity must be positive in every cell; a negative "
+                "permittivity needs a dispersive medium (Drude, Lorentz)"
+            )
+        self.center = tuple(float(value) for value in center)
+        self.size = tuple(float(value) for value in size)
+        self.permittivity = permittivity
+
+    def __repr__(self):
+        shape = tuple(self.permittivity.shape)
+        return f"DesignRegion(center={self.center}, size={self.size}, permittivity=<tensor {shape}>)"

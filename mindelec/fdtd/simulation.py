@@ -1,0 +1,432 @@
+"""The FDTD driver: ``Simulation(...).run(until=...) -> Result``.
+
+A :class:`Simulation` holds a set-up (grid, boundaries, materials, sources, monitors); ``run``
+starts from zero fields, steps them, and returns the monitors' outputs. The set-up is not
+changed by a run, so a simulation can be run again (e.g. after its design tensor changed).
+
+Time step: ``dt = courant * dt_max`` with ``dt_max = 1 / (c_max sqrt(sum_a 1/dx_a^2))`` the Yee
+stability limit (``c_max`` the fastest light speed among the media); ``courant`` defaults to 0.99.
+A user ``dt`` above ``dt_max`` is refused.
+
+Differentiable runs: when grad is enabled and any medium parameter or design permittivity
+requires grad, ``run`` uses out-of-place updates and ``torch.utils.checkpoint`` over segments of
+``ceil(sqrt(steps))`` steps, so that the memory kept for the backward pass grows like
+``sqrt(steps)``: only each segment's starting state is stored, and one segment is recomputed at a
+time during the backward pass. Otherwise the fields are updated in place under ``torch.no_grad``.
+"""
+
+import math
+
+import torch
+from tqdm.auto import tqdm
+
+from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
+
+from .boundaries import PML, Periodic
+from .grid import ACTIVE_COMPONENTS, AXES, H_COMPONENTS, Grid
+from .materials import PEC, DesignRegion, Medium, Structure
+from .monitors import Monitor
+from .result import Result
+from .sources import CurrentSource
+from .updates import YeeStepper
+
+
+def _is_tensor_requiring_grad(value):
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _minimum(value):
+    return float(value.detach().min()) if isinstance(value, torch.Tensor) else float(value)
+
+
+class Simulation:
+    """A Yee-grid FDTD simulation in 1D, 2D (TM or TE) or 3D.
+
+    Args:
+        size: domain extent per axis (m); the domain is ``[-size/2, size/2]`` and ``len(size)`` its dimension.
+        resolution: the cell size (m).
+        boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
+            axis. A PML lies inside the domain. Default: PEC walls.
+        sources: :class:`PointDipole` / :class:`CurrentSource` objects.
+        monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`Snapshots` objects,
+            with distinct names.
+        structures: :class:`Structure` objects; later ones override earlier ones.
+        design_regions: :class:`DesignRegion` objects (per-cell permittivity, applied after the structures).
+        default_medium: the medium filling the rest of the domain (default vacuum).
+        polarization: ``"TM"`` (Ez, Hx, Hy) or ``"TE"`` (Hz, Ex, Ey) in 2D; ignored in 1D and 3D.
+        dt: time step (s); default ``courant`` times the stability limit.
+        courant: fraction of the stability limit used when ``dt`` is not given (0 < courant <= 1).
+        dtype: ``torch.float32`` (default) or ``torch.float64``.
+        device: e.g. ``"cpu"`` or ``"cuda"``.
+
+    Attributes:
+        grid: the :class:`Grid`.
+        dt: the time step (s).
+        dt_limit: the stability limit (s).
+
+    Raises:
+        ValueError: naming the object at fault, for a source or monitor outside the domain, a PML
+            thicker than half the domain, an unstable time step, a component the simulation does not carry.
+
+    Example:
+        >>> import mindelec as me
+        >>> sim = me.fdtd.Simulation(size=(2e-3, 2e-3), resolution=20e-6, boundary=me.fdtd.PML(thickness=10),
+        ...     sources=[me.fdtd.PointDipole((0, 0), "Ez", me.fdtd.GaussianPulse(f0=150e9, fwidth=100e9))],
+        ...     monitors=[me.fdtd.FieldProbe("p", position=(2e-4, 0), components=("Ez",))])
+        >>> result = sim.run(until=20e-12, progress=False)
+        >>> result["p"]["Ez"].shape == result.times.shape
+        True
+    """
+
+    def __init__(
+        self,
+        size,
+        resolution,
+        boundary=None,
+        sources=(),
+        monitors=(),
+        structures=(),
+        design_regions=(),
+        default_medium=None,
+        polarization="TM",
+        dt=None,
+        courant=0.99,
+        dtype=torch.float32,
+        device="cpu",
+    ):
+        self.grid = grid = Grid(size, resolution)
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
+        self.dtype, self.device = dtype, torch.device(device)
+        if grid.ndim == 2:
+            if polarization not in ("TM", "TE"):
+                raise ValueError(
+                    f"Simulation polarization: expected 'TM' or 'TE' in 2D, got {polarization!r}"
+                )
+            self.polarization = polarization
+        else:
+            self.polarization = None
+        self.active = ACTIVE_COMPONENTS[(grid.ndim, self.polarization)]
+        self.boundaries = self._check_boundaries(boundary)
+        self.default_medium = Medium() if default_medium is None else default_medium
+        if not isinstance(self.default_medium, Medium):
+            raise TypeError(f"Simulation default_medium: expected a Medium, got {self.default_medium!r}")
+        self.structures = tuple(structures)
+        for structure in self.structures:
+            if not isinstance(structure, Structure):
+                raise TypeError(f"Simulation structures: expected Structure objects, got {structure!r}")
+        self.design_regions = tuple(design_regions)
+        self._design_slices = [self._check_design_region(region) for region in self.design_regions]
+        self.sources = tuple(sources)
+        self._bound_sources = []
+        for source in self.sources:
+            if not isinstance(source, CurrentSource):
+                raise TypeError(
+                    f"Simulation sources: expected PointDipole or CurrentSource objects, got {source!r}"
+                )
+            self._bound_sources.append((source,) + source.bind(grid, self.polarization))
+        self.dt_limit = self._stability_limit()
+        if dt is None:
+            if not 0 < courant <= 1:
+                raise ValueError(f"Simulation courant: expected 0 < courant <= 1, got {courant}")
+            self.dt = courant * self.dt_limit
+        else:
+            self.dt = float(dt)
+            if not 0 < self.dt <= self.dt_limit:
+                raise ValueError(
+                    f"Simulation dt = {self.dt:.6g} s is unstable: the Courant limit for this grid "
+                    f"and these media is dt <= {self.dt_limit:.6g} s"
+                )
+        self.monitors = tuple(monitors)
+        names = set()
+        for monitor in self.monitors:
+            if not isinstance(monitor, Monitor):
+                raise TypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
+            if monitor.name in names:
+                raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
+            names.add(monitor.name)
+            monitor._bind(grid, self.polarization, self.dt, dtype, self.device)
+
+    # ------------------------------------------------------------------ set-up checks
+
+    def _check_boundaries(self, boundary):
+        grid = self.grid
+        boundary = PEC() if boundary is None else boundary
+        per_axis = tuple(boundary) if isinstance(boundary, (tuple, list)) else (boundary,) * grid.ndim
+        if len(per_axis) != grid.ndim:
+            raise ValueError(
+                f"Simulation boundary: expected one boundary or {grid.ndim} (one per axis), "
+                f"got {len(per_axis)}"
+            )
+        for axis, item in enumerate(per_axis):
+            if not isinstance(item, (PML, Periodic, PEC)):
+                raise TypeError(
+                    f"Simulation boundary along {AXES[axis]}: expected PML, Periodic or PEC, got {item!r}"
+                )
+            if isinstance(item, PML) and 2 * item.thickness + 1 > grid.shape[axis]:
+                raise ValueError(
+                    f"{item!r} along {AXES[axis]}: two layers of {item.thickness} cells do not fit in "
+                    f"the domain's {grid.shape[axis]} cells; make the PML thinner or the domain larger"
+                )
+        return per_axis + (PEC(),) * (3 - grid.ndim)
+
+    def _check_design_region(self, region):
+        if not isinstance(region, DesignRegion):
+            raise TypeError(f"Simulation design_regions: expected DesignRegion objects, got {region!r}")
+        slices = self.grid.index_range(region.center, region.size, None, repr(region))
+        expected = tuple(s.stop - s.start for s in slices[: self.grid.ndim])
+        if tuple(region.permittivity.shape) != expected:
+            raise ValueError(
+                f"{region!r}: permittivity has shape {tuple(region.permittivity.shape)}; the region "
+                f"covers {expected} cells"
+            )
+        return slices
+
+    def design_shape(self, center, size):
+        """Number of design cells per axis of a :class:`DesignRegion` at ``center`` with ``size`` (m)."""
+        slices = self.grid.index_range(center, size, None, "DesignRegion")
+        return tuple(s.stop - s.start for s in slices[: self.grid.ndim])
+
+    def _media(self):
+        media = [self.default_medium] + [s.medium for s in self.structures]
+        return [m for m in media if isinstance(m, Medium)]
+
+    def _stability_limit(self):
+        media = self._media()
+        permittivity = min(_minimum(m.permittivity) for m in media)
+        for region in self.design_regions:
+            permittivity = min(permittivity, _minimum(region.permittivity))
+        permeability = min(_minimum(m.permeability) for m in media)
+        speed = (
+            SPEED_OF_LIGHT / math.sqrt(min(permittivity, 1.0) * min(permeability, 1.0))
+            if permittivity * permeability < 1
+            else SPEED_OF_LIGHT / math.sqrt(permittivity * permeability)
+        )
+        inverse_squares = sum(1 / self.grid.spacing[a] ** 2 for a in range(self.grid.ndim))
+        return 1.0 / (speed * math.sqrt(inverse_squares))
+
+    @property
+    def differentiable(self):
+        """True if a medium parameter or design permittivity requires grad (and grad mode is on)."""
+        values = [
+            getattr(m, name)
+            for m in self._media()
+            for name in ("permittivity", "conductivity", "permeability")
+        ]
+        values += [region.permittivity for region in self.design_regions]
+        return torch.is_grad_enabled() and any(_is_tensor_requiring_grad(v) for v in values)
+
+    # ------------------------------------------------------------------ materials on the grid
+
+    def _fill_fractions(self, component):
+        """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
+        from common.geometry import rasterize
+
+        grid = self.grid
+        centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
+        spacing = list(grid.spacing[: grid.ndim])
+        fractions = []
+        for structure in self.structures:
+            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
+            fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
+        return fractions
+
+    def _weights(self, component):
+        """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
+        weights = [1.0]
+        for fill in self._fill_fractions(component):
+            weights = [w * (1 - fill) for w in weights] + [fill]
+        return weights
+
+    def _mix(self, weights, media, name):
+        """``sum_k weight_k * medium_k.name`` over non-PEC media; a float when uniform, else a full tensor."""
+        total = 0.0
+        for weight, medium in zip(weights, media):
+            if isinstance(medium, Medium):
+                total = total + weight * getattr(medium, name)
+        if isinstance(total, torch.Tensor):
+            total = total.to(dtype=self.dtype, device=self.device)
+            return torch.broadcast_to(total, self.grid.shape)
+        return float(total)
+
+    def _coefficients(self):
+        """Update coefficients: ``electric[c] = (ca, cb, poles)`` and ``magnetic[c] = dt / mu``."""
+        dt = self.dt
+        media = [self.default_medium] + [s.medium for s in self.structures]
+        electric, magnetic = {}, {}
+        for component in self.active:
+            weights = self._weights(component) if self.structures else [1.0]
+            if component in H_COMPONENTS:
+                magnetic[component] = dt / (VACUUM_PERMEABILITY * self._mix(weights, media, "permeability"))
+                continue
+            permittivity = self._mix(weights, media, "permittivity")
+            for region, slices in zip(self.design_regions, self._design_slices):
+                full = torch.empty(self.grid.shape, dtype=self.dtype, device=self.device)
+                full.copy_(
+                    permittivity if isinstance(permittivity, torch.Tensor) else torch.tensor(permittivity)
+                )
+                permittivity = full
+                design = region.permittivity.to(dtype=self.dtype, device=self.device)
+                permittivity = permittivity.index_put(
+                    tuple(
+                        torch.arange(s.start, s.stop, device=self.device).reshape(
+                            [-1 if a == i else 1 for a in range(3)]
+                        )
+                        for i, s in enumerate(slices)
+                    ),
+                    design.reshape([s.stop - s.start for s in slices]),
+                )
+            conductivity = self._mix(weights, media, "conductivity")
+            loss = conductivity * dt / (2 * VACUUM_PERMITTIVITY * permittivity)
+            ca = (1 - loss) / (1 + loss)
+            cb = dt / (VACUUM_PERMITTIVITY * permittivity) / (1 + loss)
+            poles = []
+            for weight, medium in zip(weights, media):
+                pole = medium._pole() if isinstance(medium, Medium) else None
+                if pole is None:
+                    continue
+                numerator, omega0_squared, gamma = pole
+                denominator = 1 + gamma * dt / 2
+                weight = torch.broadcast_to(
+                    torch.as_tensor(weight, dtype=self.dtype, device=self.device), self.grid.shape
+                )
+                poles.append(
+                    (
+                        (2 - omega0_squared * dt**2) / denominator,
+                        -(1 - gamma * dt / 2) / denominator,
+                        weight * (VACUUM_PERMITTIVITY * numerator * dt**2 / denominator),
+                    )
+                )
+            conductor = sum((w for w, m in zip(weights, media) if isinstance(m, PEC)), 0.0)
+            if isinstance(conductor, torch.Tensor):
+                inside = conductor > 0.5
+                ca = torch.where(inside, 0.0, ca)
+                cb = torch.where(inside, 0.0, cb)
+            electric[component] = (ca, cb, poles)
+        return electric, magnetic
+
+    # ------------------------------------------------------------------ running
+
+    def _steps(self, until, steps):
+        if (until is None) == (steps is None):
+            raise ValueError("Simulation.run: give exactly one of until (s) or steps")
+        if steps is not None:
+            if not (isinstance(steps, int) and steps >= 1):
+                raise ValueError(f"Simulation.run: steps must be a positive int, got {steps!r}")
+            return steps
+        if not until > 0:
+            raise ValueError(f"Simulation.run: until must be a positive time (s), got {until!r}")
+        return max(1, math.ceil(until / self.dt - 1e-9))
+
+    def _source_values(self, steps):
+        values = []
+        for source, slices, scale in self._bound_sources:
+            # E sources act at (n + 1/2) dt, H sources at n dt (the midpoints of their updates)
+            shift = 0.5 if source.component[0] == "E" else 0.0
+            times = (torch.arange(steps, dtype=torch.float64) + shift) * self.dt
+            values.append((source.component, slices, (scale * source.waveform(times)).tolist()))
+        return values
+
+    def run(self, until=None, steps=None, progress=True):
+        """Run from zero fields for a duration or a number of steps.
+
+        Args:
+            until: simulated time (s); the number of steps is ``ceil(until / dt)``.
+            steps: number of steps (instead of ``until``).
+            progress: show a tqdm progress bar.
+
+        Returns:
+            :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
+
+        Raises:
+            FloatingPointError: if the fields become non-finite (the message gives the step).
+        """
+        steps = self._steps(until, steps)
+        electric, magnetic = self._coefficients()
+        periodic = tuple(isinstance(b, Periodic) for b in self.boundaries)
+        pml = tuple(b if isinstance(b, PML) else None for b in self.boundaries)
+        stepper = YeeStepper(
+            self.grid,
+            self.active,
+            periodic,
+            pml,
+            self.dt,
+            electric,
+            magnetic,
+            self._source_values(steps),
+            self.dtype,
+            self.device,
+        )
+        state = stepper.initial_state()
+        for monitor in self.monitors:
+            state.update(monitor._initial_state())
+        bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
+        try:
+            if self.differentiable:
+                state, records = self._run_checkpointed(stepper, state, steps, bar)
+            else:
+                with torch.no_grad():
+                    state, records = self._run_inplace(stepper, state, steps, bar)
+        finally:
+            bar.close()
+        outputs = {m.name: m._finish(state, records[m.name], self.grid) for m in self.monitors}
+        times = (torch.arange(1, steps + 1, dtype=torch.float64, device=self.device)) * self.dt
+        metadata = {
+            "size": list(self.grid.size[: self.grid.ndim]),
+            "spacing": list(self.grid.spacing[: self.grid.ndim]),
+            "ndim": self.grid.ndim,
+            "polarization": self.polarization or "",
+            "steps": steps,
+        }
+        return Result(outputs, times.to(self.dtype), self.dt, metadata)
+
+    def _check_finite(self, state, step):
+        field = state[self.active[0]]
+        if not bool(torch.isfinite(field).all()):
+            raise FloatingPointError(
+                f"Simulation.run: the fields became non-finite by step {step}; check the "
+                "media (negative or dispersive parameters) and the time step"
+            )
+
+    def _run_inplace(self, stepper, state, steps, bar):
+        records = {m.name: [] for m in self.monitors}
+        for step in range(steps):
+            state = stepper.step(state, step, inplace=True)
+            for monitor in self.monitors:
+                state, recorded = monitor._record(state, state, step, inplace=True)
+                records[monitor.name].append(recorded)
+            if (step + 1) % 256 == 0 or step + 1 == steps:
+                self._check_finite(state, step + 1)
+                bar.update(bar.total - bar.n if step + 1 == steps else 256)
+        return state, records
+
+    def _run_checkpointed(self, stepper, state, steps, bar):
+        from torch.utils.checkpoint import checkpoint
+
+        keys = list(state)
+        segment_length = max(1, math.ceil(math.sqrt(steps)))
+
+        def segment(start, count, *values):
+            current = dict(zip(keys, values))
+            recorded = []
+            for step in range(start, start + count):
+                current = stepper.step(current, step, inplace=False)
+                for monitor in self.monitors:
+                    current, step_records = monitor._record(current, current, step, inplace=False)
+                    recorded.extend(step_records)
+            return tuple(current[key] for key in keys) + tuple(recorded)
+
+        records = {m.name: [] for m in self.monitors}
+        values = tuple(state[key] for key in keys)
+        for start in range(0, steps, segment_length):
+            count = min(segment_length, steps - start)
+            outputs = checkpoint(segment, start, count, *values, use_reentrant=False)
+            values, flat = outputs[: len(keys)], list(outputs[len(keys) :])
+            for step in range(start, start + count):
+                for monitor in self.monitors:
+                    n = monitor._record_count(step)
+                    records[monitor.name].append(flat[:n])
+                    flat = flat[n:]
+            self._check_finite(dict(zip(keys, values)), start + count)
+            bar.update(count)
+        return dict(zip(keys, values)), records

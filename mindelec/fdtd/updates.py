@@ -1,0 +1,246 @@
+"""The Yee leapfrog step on 3D tensors (length-1 axes for 1D and 2D).
+
+``YeeStepper.step(state, step, inplace)`` advances a dict of tensors (fields, CPML auxiliary
+fields, dispersive polarisations) by one time step:
+
+1. ``H^{n+1/2} = H^{n-1/2} - (dt / mu) (curl E^n + M)`` with forward differences;
+2. dispersive polarisations ``P^{n+1}`` from ``P^n``, ``P^{n-1}``, ``E^n``;
+3. ``E^{n+1} = ca E^n + cb (curl H^{n+1/2} - J - (P^{n+1} - P^n) / dt)`` with backward differences;
+4. tangential E zeroed on the PEC walls of non-periodic axes.
+
+Two modes share the code. ``inplace=True`` (forward-only runs under ``torch.no_grad``) updates
+the tensors in place, one pass per curl term, with scalar coefficients where the medium is
+uniform. ``inplace=False`` (differentiable runs) starts each field from a new tensor
+(``E * ca`` or a clone), so that the autograd graph keeps every step's inputs intact.
+
+CPML auxiliary fields live only on the two slabs of each PML axis (``2 * thickness`` cells along
+that axis), one per (updated component, derivative axis) pair.
+"""
+
+import torch
+
+from .grid import AXES, E_COMPONENTS, H_COMPONENTS
+
+
+def _accumulate(out, axis, start, length, term, scale, coefficient):
+    """``out[start:start+length along axis] += scale * coefficient * term``."""
+    target = out.narrow(axis, start, length)
+    if isinstance(coefficient, torch.Tensor):
+        target.addcmul_(coefficient.narrow(axis, start, length), term, value=scale)
+    else:
+        target.add_(term, alpha=scale * coefficient)
+
+
+def _add_difference(out, source, axis, forward, periodic, scale, coefficient):
+    """``out += scale * coefficient * D source``, D the forward (H) or backward (E) difference along ``axis``.
+
+    Beyond the last node the source is taken from the other end (periodic) or as zero (a PEC wall:
+    E = 0 at ``+size/2``); the backward difference at index 0 of a non-periodic axis is skipped,
+    since the E nodes there lie on the PEC wall and are zeroed.
+    """
+    length = source.shape[axis]
+    difference = source.narrow(axis, 1, length - 1) - source.narrow(axis, 0, length - 1)
+    _accumulate(out, axis, 0 if forward else 1, length - 1, difference, scale, coefficient)
+    if forward:
+        last = source.narrow(axis, length - 1, 1)
+        if periodic:
+            _accumulate(out, axis, length - 1, 1, source.narrow(axis, 0, 1) - last, scale, coefficient)
+        else:
+            _accumulate(out, axis, length - 1, 1, last, -scale, coefficient)
+    elif periodic:
+        _accumulate(
+            out,
+            axis,
+            0,
+            1,
+            source.narrow(axis, 0, 1) - source.narrow(axis, length - 1, 1),
+            scale,
+            coefficient,
+        )
+
+
+def _slab_difference(source, axis, forward, thickness, spacing):
+    """The difference / ``spacing`` on the two PML slabs: length ``2 * thickness`` along ``axis``."""
+    length = source.shape[axis]
+    zero = torch.zeros_like(source.narrow(axis, 0, 1))
+    if forward:
+        left = source.narrow(axis, 1, thickness) - source.narrow(axis, 0, thickness)
+        right = torch.cat(
+            [source.narrow(axis, length - thickness + 1, thickness - 1), zero], axis
+        ) - source.narrow(axis, length - thickness, thickness)
+    else:
+        left = source.narrow(axis, 0, thickness) - torch.cat(
+            [zero, source.narrow(axis, 0, thickness - 1)], axis
+        )
+        right = source.narrow(axis, length - thickness, thickness) - source.narrow(
+            axis, length - thickness - 1, thickness
+        )
+    return torch.cat([left, right], axis) / spacing
+
+
+class CurlTerm:
+    """One term ``sign * d(source)/d(axis)`` of a component's curl, with its CPML data if any."""
+
+    def __init__(self, source, axis, sign, spacing):
+        self.source = source
+        self.axis = axis
+        self.sign = sign
+        self.spacing = spacing
+        self.pml = None  # (thickness, b, a, kappa_inverse_minus_one) broadcast along axis
+
+
+def curl_terms(component, active, ndim):
+    """The curl terms of ``component``'s update: ``[(source, axis, sign)]`` (components/axes present only).
+
+    ``dH_c/dt = -(1/mu) (dE_b/da - dE_a/db)`` and ``eps dE_c/dt = dH_b/da - dH_a/db`` with (c, a, b) cyclic.
+    """
+    c = AXES.index(component[1])
+    a, b = (c + 1) % 3, (c + 2) % 3
+    other = "E" if component[0] == "H" else "H"
+    sign = -1.0 if component[0] == "H" else 1.0
+    terms = [(other + AXES[b], a, sign), (other + AXES[a], b, -sign)]
+    return [(source, axis, s) for source, axis, s in terms if source in active and axis < ndim]
+
+
+class YeeStepper:
+    """Advances the state of a simulation by one step (internal to :class:`Simulation`).
+
+    Args:
+        grid: the :class:`Grid`.
+        active: the simulated components.
+        periodic: per axis (3 bools).
+        pml: per axis, a :class:`PML` or None.
+        dt: time step (s).
+        electric: per E component, ``(ca, cb, poles)``; ``ca``, ``cb`` floats or full-shape tensors;
+            ``poles`` a list of ``(c1, c2, c3)`` with ``c3`` a full-shape tensor (fill weight included).
+        magnetic: per H component, ``ch = dt / mu`` (float or tensor).
+        sources: list of ``(component, slices, values)``; ``values[n]`` is the current density of step n.
+        dtype, device: of the fields.
+    """
+
+    def __init__(self, grid, active, periodic, pml, dt, electric, magnetic, sources, dtype, device):
+        self.grid = grid
+        self.active = active
+        self.periodic = periodic
+        self.dt = dt
+        self.electric = electric
+        self.magnetic = magnetic
+        self.sources = sources
+        self.dtype, self.device = dtype, device
+        self.terms = {}
+        for component in active:
+            half = component[0] == "H"  # H updates sit on half nodes along their derivative axes
+            terms = []
+            for source, axis, sign in curl_terms(component, active, grid.ndim):
+                term = CurlTerm(source, axis, sign, grid.spacing[axis])
+                if pml[axis] is not None:
+                    shape = [1, 1, 1]
+                    shape[axis] = -1
+                    profiles = pml[axis].profiles(
+                        grid.shape[axis], grid.spacing[axis], dt, half, dtype, device
+                    )
+                    term.pml = (pml[axis].thickness,) + tuple(p.reshape(shape) for p in profiles)
+                terms.append(term)
+            self.terms[component] = terms
+        self.pec_axes = [a for a in range(grid.ndim) if not periodic[a]]
+
+    def initial_state(self):
+        """Zero fields, CPML auxiliary fields and polarisations: a dict of tensors."""
+        shape = self.grid.shape
+        state = {}
+        for component in self.active:
+            state[component] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            for term in self.terms[component]:
+                if term.pml is not None:
+                    slab = list(shape)
+                    slab[term.axis] = 2 * term.pml[0]
+                    state[f"psi/{component}/{AXES[term.axis]}"] = torch.zeros(
+                        slab, dtype=self.dtype, device=self.device
+                    )
+        for component in E_COMPONENTS:
+            if component in self.active:
+                for k in range(len(self.electric[component][2])):
+                    for key in (f"P/{component}/{k}", f"P_previous/{component}/{k}"):
+                        state[key] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        return state
+
+    def _apply_curl(self, state, component, field, coefficient, inplace):
+        for term in self.terms[component]:
+            source = state[term.source]
+            _add_difference(
+                field,
+                source,
+                term.axis,
+                component[0] == "H",
+                self.periodic[term.axis],
+                term.sign / term.spacing,
+                coefficient,
+            )
+            if term.pml is None:
+                continue
+            thickness, b, a, kappa_term = term.pml
+            key = f"psi/{component}/{AXES[term.axis]}"
+            difference = _slab_difference(source, term.axis, component[0] == "H", thickness, term.spacing)
+            psi = state[key]
+            psi = psi.mul_(b).add_(a * difference) if inplace else b * psi + a * difference
+            state[key] = psi
+            correction = kappa_term * difference + psi
+            length = field.shape[term.axis]
+            for start, part in ((0, 0), (length - thickness, thickness)):
+                _accumulate(
+                    field,
+                    term.axis,
+                    start,
+                    thickness,
+                    correction.narrow(term.axis, part, thickness),
+                    term.sign,
+                    coefficient,
+                )
+
+    def _inject(self, field, component, coefficient, step):
+        for source_component, slices, values in self.sources:
+            if source_component == component:
+                target = field[slices]
+                if isinstance(coefficient, torch.Tensor):
+                    target.sub_(coefficient[slices] * values[step])
+                else:
+                    target.sub_(values[step] * coefficient)
+
+    def step(self, state, step, inplace):
+        """Advance ``state`` (dict of tensors) from E at ``step * dt`` to ``(step + 1) * dt``.
+
+        Returns the new state dict (the same tensors, updated, when ``inplace``).
+        """
+        state = dict(state)
+        for component in H_COMPONENTS:
+            if component not in self.active:
+                continue
+            field = state[component] if inplace else state[component].clone()
+            coefficient = self.magnetic[component]
+            self._apply_curl(state, component, field, coefficient, inplace)
+            self._inject(field, component, coefficient, step)
+            state[component] = field
+        for component in E_COMPONENTS:
+            if component not in self.active:
+                continue
+            ca, cb, poles = self.electric[component]
+            old = state[component]
+            currents = []
+            for k, (c1, c2, c3) in enumerate(poles):
+                polarization, previous = state[f"P/{component}/{k}"], state[f"P_previous/{component}/{k}"]
+                new = c1 * polarization + c2 * previous + c3 * old
+                currents.append(new - polarization)
+                state[f"P/{component}/{k}"], state[f"P_previous/{component}/{k}"] = new, polarization
+            if inplace:
+                field = old.mul_(ca) if not (isinstance(ca, float) and ca == 1.0) else old
+            else:
+                field = old * ca if not (isinstance(ca, float) and ca == 1.0) else old.clone()
+            self._apply_curl(state, component, field, cb, inplace)
+            for current in currents:
+                _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
+            self._inject(field, component, cb, step)
+            for axis in self.pec_axes:
+                if axis != AXES.index(component[1]):
+                    field.narrow(axis, 0, 1).zero_()
+            state[component] = field
+        return state
