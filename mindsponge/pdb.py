@@ -26,13 +26,15 @@ Errors name the file and line: ``protein.pdb:17: ATOM record too short ...``.
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from ase.data import covalent_radii
 
 from common import units
 from mindsponge import elements, space
 from mindsponge.system import Atom, Residue, Topology
 
-__all__ = ["PDBError", "PDBStructure", "read_pdb", "write_pdb"]
+__all__ = ["PDBError", "PDBStructure", "read_pdb", "standard_bonds", "write_pdb"]
 
 WATER_RESIDUE_NAMES = frozenset(
     {"HOH", "WAT", "SOL", "H2O", "TIP", "TIP3", "TP3", "TIP4", "TP4", "SPC", "T3P", "T4P"}
@@ -42,6 +44,14 @@ _STANDARD_RESIDUES = frozenset(
     "ALA ASN CYS GLU HIS LEU MET PRO THR TYR ARG ASP GLN GLY ILE LYS PHE SER TRP VAL "
     "A G C U I DA DG DC DT DI".split()
 )
+# residues whose bonds OpenMM takes from its templates (pdbNames.xml, residues.xml), with variants
+POLYMER_RESIDUE_NAMES = frozenset(
+    "GLY ALA VAL LEU ILE SER THR CYS CYX CYM PRO PHE TYR TRP HIS HSP HSH HIP HIH HID HIE HSD HSE ASP ASH "
+    "ASN GLU GLH GLN MET LYS LYN ARG ORN AIB PCA FOR ACE NME NMA NH2 NHE UNK "
+    "A ADE A3 A5 G GUA G3 G5 C CYT C3 C5 U URA U3 U5 DA DAD DA3 DA5 DG DGU DG3 DG5 DC DCY DC3 DC5 "
+    "DT THY DT3 DT5".split()
+)
+_BOND_TOLERANCE = 1.2  # bonded: distance < 1.2 x the sum of covalent radii
 _COORDINATE_END = 54  # columns 31-54 hold x, y, z
 
 
@@ -257,6 +267,7 @@ class _Reader:
         names_by_residue = [set() for _ in self.residues]
         for name, _, residue_index, _ in self.atoms:
             names_by_residue[residue_index].add(name)
+        positions = torch.tensor(self.positions, dtype=torch.float64)
         atoms = []
         for name, element_field, residue_index, line_number in self.atoms:
             if element_field:
@@ -276,7 +287,7 @@ class _Reader:
                         "blank; write the element symbol there (EP for an extra particle)",
                     ) from None
             atoms.append(Atom(name, element, residue_index))
-        bonds = _water_bonds(atoms, self.residues)
+        bonds = standard_bonds(atoms, self.residues, positions)
         known = {frozenset(bond) for bond in bonds}
         for first, others, _ in self.connects:
             if first not in self.serials:
@@ -288,7 +299,6 @@ class _Reader:
                         known.add(frozenset(pair))
                         bonds.append(pair)
         topology = Topology(atoms, self.residues, bonds)
-        positions = torch.tensor(self.positions, dtype=torch.float64)
         return PDBStructure(topology, positions, self.box, tuple(self.line_numbers), self.path)
 
 
@@ -304,6 +314,73 @@ def _water_bonds(atoms, residues):
         hydrogens = [index for index in indices if atoms[index].element == "H"]
         if len(oxygens) == 1 and len(hydrogens) == 2:
             bonds.extend((oxygens[0], hydrogen) for hydrogen in hydrogens)
+    return bonds
+
+
+def _covalent_pairs(indices, atoms, positions):
+    """Index pairs among ``indices`` closer than 1.2 x the sum of covalent radii (no H-H pairs)."""
+    if len(indices) < 2:
+        return []
+    indices = np.asarray(indices)
+    points = positions[indices]
+    radii = np.array([covalent_radii[elements.atomic_number(atoms[i].element)] for i in indices])
+    hydrogen = np.array([atoms[i].element == "H" for i in indices])
+    distances = np.linalg.norm(points[:, None] - points[None], axis=-1) * units.NM_TO_ANGSTROM
+    bonded = distances < _BOND_TOLERANCE * (radii[:, None] + radii[None])
+    bonded &= ~(hydrogen[:, None] & hydrogen[None])
+    first, second = np.nonzero(np.triu(bonded, 1))
+    return list(zip(indices[first].tolist(), indices[second].tolist()))
+
+
+def standard_bonds(atoms, residues, positions):
+    """Bonds OpenMM's ``PDBFile`` adds without ``CONECT`` records, found from the geometry.
+
+    OpenMM bonds standard residues from templates by atom name; names vary between
+    programs (``HB1``/``HB3``), so mindsponge finds the same bonds from distances instead:
+
+    * water residues: O-H1 and O-H2;
+    * standard amino-acid and nucleic-acid residues (and their protonation variants): atom
+      pairs closer than 1.2 x the sum of covalent radii, except H-H;
+    * consecutive standard residues of a chain: C-N (peptide) and O3'-P links, same criterion;
+    * disulfide bridges: SG-SG pairs of cysteines without HG closer than 0.3 nm.
+
+    Args:
+        atoms: sequence of :class:`mindsponge.system.Atom`.
+        residues: sequence of :class:`mindsponge.system.Residue`.
+        positions: (N, 3) array or tensor, nm.
+
+    Returns:
+        list of ``(i, j)`` atom index pairs.
+    """
+    positions = np.asarray(positions.detach().cpu() if isinstance(positions, torch.Tensor) else positions)
+    bonds = _water_bonds(atoms, residues)
+    members = [[] for _ in residues]
+    for index, atom in enumerate(atoms):
+        if atom.element is not None:
+            members[atom.residue_index].append(index)
+    standard = [residue.name.upper() in POLYMER_RESIDUE_NAMES for residue in residues]
+    for residue_index, indices in enumerate(members):
+        if standard[residue_index]:
+            bonds.extend(_covalent_pairs(indices, atoms, positions))
+    for residue_index in range(1, len(residues)):
+        previous, current = residues[residue_index - 1], residues[residue_index]
+        same_chain = (previous.chain_id, previous.chain_index) == (current.chain_id, current.chain_index)
+        if not (same_chain and standard[residue_index - 1] and standard[residue_index]):
+            continue
+        for tail_names, head_name in ((("C",), "N"), (("O3'", "O3*"), "P")):
+            tails = [i for i in members[residue_index - 1] if atoms[i].name in tail_names]
+            heads = [i for i in members[residue_index] if atoms[i].name == head_name]
+            if tails and heads:
+                bonds.extend(_covalent_pairs([tails[0], heads[0]], atoms, positions))
+    sulfurs = []
+    for residue_index, indices in enumerate(members):
+        names = {atoms[i].name: i for i in indices}
+        if residues[residue_index].name.upper() in ("CYS", "CYX") and "SG" in names and "HG" not in names:
+            sulfurs.append(names["SG"])
+    for position, first in enumerate(sulfurs):
+        for second in sulfurs[position + 1 :]:
+            if np.linalg.norm(positions[first] - positions[second]) < 0.3:
+                bonds.append((first, second))
     return bonds
 
 
@@ -393,7 +470,7 @@ def write_pdb(path, topology, positions, box=None):
                 serial += 1
         lines.append(f"TER   {_format_index(serial, 5)}      {name:>3s} {chain}{number:>4s}")
         serial += 1
-    restored = {frozenset(bond) for bond in _water_bonds(topology.atoms, topology.residues)}
+    restored = {frozenset(bond) for bond in standard_bonds(topology.atoms, topology.residues, positions)}
     neighbours = {}
     for i, j in topology.bonds:
         if frozenset((i, j)) not in restored:
