@@ -30,13 +30,16 @@ outgoing for ``exp(+j omega t)``); a magnetic line current ``K`` (V) gives
 
 Grid (Yee staggering)
 ---------------------
-The main field (Ez for TM, Hz for TE) and the permittivity live at the cell centres
-``x_i = -size_x/2 + (i + 1/2) dx``, ``i = 0..Nx-1`` (likewise in y); arrays have shape
-``(Nx, Ny)`` with x first. The transverse fields sit half a cell further along their
-derivative axis: TM ``Hy`` (and TE ``Ey``) at ``(x_i + dx/2, y_j)``, TM ``Hx`` (and TE ``Ex``)
-at ``(x_i, y_j + dy/2)``. TE uses ``1/eps_r`` at those half-cell points, with ``eps_r`` the
-arithmetic mean of the two neighbouring cells. Outside the domain the main field is zero
-(a perfect conductor behind the PML).
+The grid is that of :mod:`mindelec.fdtd`: an axis of length ``L`` has ``N = round(L / resolution)``
+cells of spacing ``d = L / N``, integer nodes at ``-L/2 + i d`` and half nodes at
+``-L/2 + (i + 1/2) d`` (``i = 0 .. N-1``). TM: Ez on the integer nodes (``(x_i, y_j)``), Hy at
+``(x_i + dx/2, y_j)``, Hx at ``(x_i, y_j + dy/2)``. TE: Hz on the half nodes
+(``(x_i + dx/2, y_j + dy/2)``), Ey half a cell further along x, Ex half a cell further along y.
+The main field (Ez or Hz) and the permittivity array share the main-field nodes
+(:attr:`Simulation.coordinates`); arrays have shape ``(Nx, Ny)``, x first. TE needs
+``1/eps_r`` between main nodes; it uses the arithmetic mean of the two neighbouring
+permittivities. The main field is zero one node beyond each edge of the domain (a wall
+behind the PML, where the field has already decayed).
 
 Stretched-coordinate PML
 ------------------------
@@ -180,8 +183,13 @@ def solve_linear_system(rhs, diagonal, weight_x, weight_y, operators):
 
 
 def _difference_matrices(count: int, step: float):
-    """1D forward and backward differences with zero field beyond both ends."""
-    forward = sparse.diags([-np.ones(count), np.ones(count - 1)], [0, 1], shape=(count, count)) / step
+    """1D differences with zero field one node beyond each end.
+
+    ``forward`` ((count + 1) x count) maps the nodes to the count + 1 half nodes between and
+    around them (row ``r`` is the half node between nodes ``r - 1`` and ``r``); ``backward``
+    (count x (count + 1)) is ``-forward^T`` and maps back.
+    """
+    forward = sparse.diags([np.ones(count), -np.ones(count)], [0, -1], shape=(count + 1, count)) / step
     return forward.tocsr(), (-forward.T).tocsr()
 
 
@@ -290,9 +298,9 @@ class Simulation:
             for count, length, step in zip(self.shape, self.size, self.spacing)
         )
 
-    def _stretch(self, axis: int, offset: float) -> np.ndarray:
-        """PML stretch factors ``s`` at the nodes ``-L/2 + (i + offset) d`` of ``axis``."""
-        count, length, step = self.shape[axis], self.size[axis], self.spacing[axis]
+    def _stretch(self, axis: int, offset: float, count: int) -> np.ndarray:
+        """PML stretch factors ``s`` at ``-L/2 + (i + offset) d``, ``i = 0 .. count - 1``, along ``axis``."""
+        length, step = self.size[axis], self.spacing[axis]
         if self.pml_thickness == 0:
             return np.ones(count, dtype=np.complex128)
         thickness = self.pml_thickness * step
@@ -306,8 +314,9 @@ class Simulation:
         matrices = []
         for axis in (0, 1):
             forward, backward = _difference_matrices(self.shape[axis], self.spacing[axis])
-            forward = sparse.diags(1.0 / self._stretch(axis, self._offset + 0.5)) @ forward
-            backward = sparse.diags(1.0 / self._stretch(axis, self._offset)) @ backward
+            count = self.shape[axis]
+            forward = sparse.diags(1.0 / self._stretch(axis, self._offset - 0.5, count + 1)) @ forward
+            backward = sparse.diags(1.0 / self._stretch(axis, self._offset, count)) @ backward
             identity = sparse.identity(self.shape[1 - axis], format="csr")
             pair = (forward, identity) if axis == 0 else (identity, forward)
             matrices.append(sparse.kron(*pair, "csr"))
@@ -316,14 +325,19 @@ class Simulation:
         return _Operators(*matrices)
 
     def _half_cell_weights(self):
-        """(W_x, W_y), each (Nx, Ny): 1 for TM; 1/eps_r at the half-cell points for TE."""
+        """(W_x (Nx + 1, Ny), W_y (Nx, Ny + 1)) on the half nodes: 1 for TM, 1/eps_r for TE.
+
+        Half node ``r`` lies between main nodes ``r - 1`` and ``r``; the first and last lie
+        beyond the domain's edge nodes and take the edge permittivity.
+        """
         permittivity = self.permittivity
         if self.polarization == "TM":
-            ones = torch.ones_like(permittivity)
-            return ones, ones
-        # the last half-cell point lies on the wall (zero field beyond): reuse the edge cell
-        padded_x = torch.cat([permittivity, permittivity[-1:, :]], dim=0)
-        padded_y = torch.cat([permittivity, permittivity[:, -1:]], dim=1)
+            return (
+                permittivity.new_ones(self.shape[0] + 1, self.shape[1]),
+                permittivity.new_ones(self.shape[0], self.shape[1] + 1),
+            )
+        padded_x = torch.cat([permittivity[:1, :], permittivity, permittivity[-1:, :]], dim=0)
+        padded_y = torch.cat([permittivity[:, :1], permittivity, permittivity[:, -1:]], dim=1)
         return 2.0 / (padded_x[1:] + padded_x[:-1]), 2.0 / (padded_y[:, 1:] + padded_y[:, :-1])
 
     def _node_index(self, axis: int, coordinate: float, what: str, half: bool = False) -> int:
@@ -434,8 +448,8 @@ class Simulation:
         index = self._node_index(dim, position, what, half=True)
         weights = self._half_cell_weights()[dim]
         if dim == 0:
-            return field[..., index, :], field[..., index + 1, :], weights[index, :], index
-        return field[..., :, index], field[..., :, index + 1], weights[:, index], index
+            return field[..., index, :], field[..., index + 1, :], weights[index + 1, :], index
+        return field[..., :, index], field[..., :, index + 1], weights[:, index + 1], index
 
     def _span_mask(self, axis: str, span, like: torch.Tensor) -> torch.Tensor:
         """(M,) 0/1 mask of the nodes along a line normal to ``axis`` that lie within ``span`` (m)."""
@@ -497,7 +511,7 @@ class Simulation:
         along, across = self.spacing[dim], self.spacing[1 - dim]
         line = self.permittivity[index, :] if dim == 0 else self.permittivity[:, index]
         weight = self._half_cell_weights()[dim]
-        weight = weight[index, :] if dim == 0 else weight[:, index]
+        weight = weight[index + 1, :] if dim == 0 else weight[:, index + 1]
         mask = self._span_mask(axis, span, line.real).detach().to("cpu").numpy().astype(bool)
         count = int(mask.sum())
         if count < 3 or mode_index >= count:
@@ -509,11 +523,12 @@ class Simulation:
         metric = weight.detach().to("cpu").numpy().real[mask]
         forward, backward = _difference_matrices(count, across)
         if self.polarization == "TM":
-            cross_weight = np.ones(count)
+            cross_weight = np.ones(count + 1)
             potential = self.wavenumber**2 * eps_line
         else:
-            # 1/eps_r at the half-node points across the guide, as in the 2D operator
-            cross_weight = 2.0 / (eps_line + np.append(eps_line[1:], eps_line[-1]))
+            # 1/eps_r at the half nodes across the guide, as in the 2D operator
+            padded = np.concatenate([eps_line[:1], eps_line, eps_line[-1:]])
+            cross_weight = 2.0 / (padded[1:] + padded[:-1])
             potential = np.full(count, self.wavenumber**2)
         stiffness = (backward @ sparse.diags(cross_weight) @ forward).toarray() + np.diag(potential)
         # symmetric tridiagonal form of the generalised problem: M^-1/2 K M^-1/2 v = beta^2 v
