@@ -91,7 +91,9 @@ def _unsupported(index: int, force, what: str) -> UnsupportedOpenMMForceError:
 
 def _table(rows: list, atoms_per_term: int, values_per_term: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Split OpenMM parameter rows ``(atom, ..., value, ...)`` into atoms ``(M, k)`` and values ``(V, M)``."""
-    atoms = torch.tensor([row[:atoms_per_term] for row in rows], dtype=torch.long).reshape(-1, atoms_per_term)
+    atoms = torch.tensor([row[:atoms_per_term] for row in rows], dtype=torch.long).reshape(
+        len(rows), atoms_per_term
+    )
     values = torch.tensor(
         [[_md(value) for value in row[atoms_per_term:]] for row in rows], dtype=torch.float64
     )
@@ -161,6 +163,71 @@ def _cmap_term(index, force, dtype):
     return CMAPTorsion(atoms, map_index, maps, periodic=force.usesPeriodicBoundaryConditions()).to(dtype)
 
 
+_NONBONDED_METHODS = {
+    "NoCutoff": "nocutoff",
+    "CutoffNonPeriodic": "reaction_field",
+    "CutoffPeriodic": "reaction_field",
+    "Ewald": "ewald",
+    "PME": "pme",
+}
+
+
+def _nonbonded_term(index, force, dtype):
+    """``NonbondedForce`` to :class:`~mindsponge.forcefield.nonbonded.Nonbonded`."""
+    import openmm
+
+    from mindsponge.forcefield.nonbonded import Nonbonded
+
+    methods = {getattr(openmm.NonbondedForce, name): name for name in (*_NONBONDED_METHODS, "LJPME")}
+    method_name = methods.get(force.getNonbondedMethod(), str(force.getNonbondedMethod()))
+    if method_name not in _NONBONDED_METHODS:
+        raise _unsupported(
+            index,
+            force,
+            f"nonbonded method {method_name} is not supported (supported: {', '.join(_NONBONDED_METHODS)})",
+        )
+    if (
+        force.getNumGlobalParameters()
+        or force.getNumParticleParameterOffsets()
+        or force.getNumExceptionParameterOffsets()
+    ):
+        raise _unsupported(index, force, "global parameters and parameter offsets are not supported")
+    if force.getIncludeDirectSpace() is False:
+        raise _unsupported(index, force, "setIncludeDirectSpace(False) is not supported")
+    _, particles = _table([force.getParticleParameters(i) for i in range(force.getNumParticles())], 0, 3)
+    charges, sigma, epsilon = particles
+    pairs, (charge_products, exception_sigma, exception_epsilon) = _table(
+        [force.getExceptionParameters(i) for i in range(force.getNumExceptions())], 2, 3
+    )
+    excluded = (charge_products == 0) & (exception_epsilon == 0)
+    options = {}
+    if method_name in ("Ewald", "PME"):
+        alpha, *grid = force.getPMEParameters()
+        alpha = _md(alpha)
+        if alpha > 0:
+            options["alpha"] = alpha
+            if method_name == "PME" and all(size > 0 for size in grid):
+                options["pme_grid"] = tuple(grid)
+    return Nonbonded(
+        charges.to(dtype),
+        sigma.to(dtype),
+        epsilon.to(dtype),
+        method=_NONBONDED_METHODS[method_name],
+        cutoff=_md(force.getCutoffDistance()),
+        switch_distance=_md(force.getSwitchingDistance()) if force.getUseSwitchingFunction() else None,
+        dispersion_correction=force.getUseDispersionCorrection(),
+        ewald_tolerance=force.getEwaldErrorTolerance(),
+        reaction_field_dielectric=force.getReactionFieldDielectric(),
+        exclusions=pairs[excluded],
+        exceptions=pairs[~excluded],
+        exception_charge_products=charge_products[~excluded].to(dtype),
+        exception_sigma=exception_sigma[~excluded].to(dtype),
+        exception_epsilon=exception_epsilon[~excluded].to(dtype),
+        exceptions_periodic=force.getExceptionsUsePeriodicBoundaryConditions(),
+        **options,
+    )
+
+
 def _md(value) -> float:
     """A float in OpenMM's MD units from a float or an ``openmm.unit.Quantity``."""
     if hasattr(value, "value_in_unit_system"):
@@ -176,6 +243,7 @@ _CONVERTERS = {
     "PeriodicTorsionForce": _torsion_term,
     "CustomTorsionForce": _custom_torsion_term,
     "CMAPTorsionForce": _cmap_term,
+    "NonbondedForce": _nonbonded_term,
 }
 _IGNORED = {"CMMotionRemover"}
 
@@ -217,9 +285,7 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
         kind = type(force).__name__
         if kind in _IGNORED:
             continue
-        if kind == "NonbondedForce":
-            term = _nonbonded_term(index, force, openmm_system, dtype)
-        elif kind in _CONVERTERS:
+        if kind in _CONVERTERS:
             term = _CONVERTERS[kind](index, force, dtype)
         else:
             raise _unsupported(index, force, "this force type is not supported")
@@ -262,10 +328,6 @@ def _virtual_sites(openmm_system) -> VirtualSites | None:
     if not sites:
         return None
     return VirtualSites(sites, parents, weights, cross_weights)
-
-
-def _nonbonded_term(index, force, openmm_system, dtype):
-    raise _unsupported(index, force, "not yet translated")
 
 
 def _check_file(path, what: str) -> str:

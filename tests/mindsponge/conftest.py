@@ -11,7 +11,7 @@ Systems are small (a few hundred to ~2,000 atoms) and built once per session:
 
 ``openmm_reference(openmm_system, positions, box)`` evaluates energies per force (one force
 group per force, the reciprocal space of a NonbondedForce in its own group) and total forces
-on OpenMM's Reference platform (float64).
+on OpenMM's Reference platform (float64), with virtual sites placed from their parents.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def openmm_reference(openmm_system, positions: np.ndarray, box: np.ndarray | Non
     if box is not None:
         context.setPeriodicBoxVectors(*[openmm.Vec3(*row) for row in box])
     context.setPositions(positions)
+    context.computeVirtualSites()  # as an integrator does: sites follow their parents
     energies = {
         index: context.getState(getEnergy=True, groups={index})
         .getPotentialEnergy()
