@@ -15,9 +15,16 @@ from .shapes import TimeDomain
 
 
 class _Combination(Geometry):
-    """A boolean combination of two shapes of the same dimension."""
+    """A boolean combination of two shapes of the same dimension.
+
+    Args:
+        first: left operand, a shape of dimension ``d``.
+        second: right operand, a shape of dimension ``d`` (not a space x time product).
+    """
 
     _operator: str
+    _is_union = False  # margins combine by max (union) or min (intersection, difference)
+    _second_sign = 1.0  # -1 for a difference: the second shape's outside counts
     _boundary_is_exact = False
 
     def __init__(self, first: Geometry, second: Geometry):
@@ -32,11 +39,21 @@ class _Combination(Geometry):
     def __repr__(self) -> str:
         return f"({self.first!r} {self._operator} {self.second!r})"
 
-    def _second_sign(self) -> float:
-        return 1.0
+    @property
+    def bounds_float64(self):
+        (lo_a, hi_a), (lo_b, hi_b) = self.first.bounds_float64, self.second.bounds_float64
+        if self._second_sign < 0:
+            return lo_a, hi_a
+        if self._is_union:
+            return torch.minimum(lo_a, lo_b), torch.maximum(hi_a, hi_b)
+        return torch.maximum(lo_a, lo_b), torch.minimum(hi_a, hi_b)
+
+    def _margin(self, points):
+        combine = torch.maximum if self._is_union else torch.minimum
+        return combine(self.first._margin(points), self._second_sign * self.second._margin(points))
 
     def _boundary_pieces(self):
-        sign = self._second_sign()
+        sign = self._second_sign
         second = [(piece, sign * orientation) for piece, orientation in self.second._boundary_pieces()]
         return self.first._boundary_pieces() + second
 
@@ -86,51 +103,27 @@ class _Combination(Geometry):
 
 
 class Union(_Combination):
-    """Points in either shape: ``first | second``."""
+    """Points in either shape: ``first | second`` (both of dimension ``d``; points ``(B, d)``)."""
 
     _operator = "|"
-
-    @property
-    def bounds_float64(self):
-        (lo_a, hi_a), (lo_b, hi_b) = self.first.bounds_float64, self.second.bounds_float64
-        return torch.minimum(lo_a, lo_b), torch.maximum(hi_a, hi_b)
-
-    def _margin(self, points):
-        return torch.maximum(self.first._margin(points), self.second._margin(points))
+    _is_union = True
 
 
 class Intersection(_Combination):
-    """Points in both shapes: ``first & second``."""
+    """Points in both shapes: ``first & second`` (both of dimension ``d``; points ``(B, d)``)."""
 
     _operator = "&"
-
-    @property
-    def bounds_float64(self):
-        (lo_a, hi_a), (lo_b, hi_b) = self.first.bounds_float64, self.second.bounds_float64
-        return torch.maximum(lo_a, lo_b), torch.minimum(hi_a, hi_b)
-
-    def _margin(self, points):
-        return torch.minimum(self.first._margin(points), self.second._margin(points))
 
 
 class Difference(_Combination):
     """Points in ``first`` and not in the interior of ``second``: ``first - second``.
 
     The boundary of ``second`` inside ``first`` becomes boundary of the result, with its
-    normals flipped (they point into ``second``).
+    normals flipped (they point into ``second``). Its bounding box is that of ``first``.
     """
 
     _operator = "-"
-
-    def _second_sign(self) -> float:
-        return -1.0
-
-    @property
-    def bounds_float64(self):
-        return self.first.bounds_float64
-
-    def _margin(self, points):
-        return torch.minimum(self.first._margin(points), -self.second._margin(points))
+    _second_sign = -1.0
 
 
 class SpaceTime(Geometry):

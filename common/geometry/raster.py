@@ -95,6 +95,7 @@ def rasterize(shape: Geometry, centers: Sequence[torch.Tensor], spacing: Sequenc
         cut = (margin.abs() <= half_diagonal + tolerance).nonzero().flatten()
         for cells in cut.split(cells_per_chunk):
             sub_points = (points[cells, None, :] + sub_offsets).reshape(-1, shape.dim)
-            fraction[cells] = shape._inside(sub_points).reshape(len(cells), -1).to(dtype).mean(dim=1)
+            inside = shape._inside(sub_points).reshape(len(cells), len(sub_offsets))
+            fraction[cells] = inside.to(dtype).mean(dim=1)
         slabs.append(fraction)
     return torch.cat(slabs).reshape(grid_shape)
