@@ -10,6 +10,7 @@ the requested size, the uniform sampler advances its seeded ``torch.Generator``.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import torch
@@ -26,9 +27,9 @@ def check_sampler(sampler: str) -> str:
 
 def check_count(n, name: str = "n") -> int:
     """Return ``n`` as an int if it is a positive integer, else raise ``ValueError``."""
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
         raise ValueError(f"{name} must be a positive integer (number of points), got {n!r}")
-    return n
+    return int(n)
 
 
 def resolve_dtype(dtype: torch.dtype | None) -> torch.dtype:
@@ -62,8 +63,9 @@ class UnitSampler:
         self.dim = check_count(dim, "dim")
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        seed = int(seed)
         self.dtype = resolve_dtype(dtype)
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.generator = torch.Generator().manual_seed(seed)

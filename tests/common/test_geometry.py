@@ -120,6 +120,8 @@ def test_rasterized_disk_area(dtype):
     coarse = abs(float(mask.sum()) * h * h / disk.volume - 1)
     fine = abs(float(geo.rasterize(disk, [x, x], [h, h], supersample=16).sum()) * h * h / disk.volume - 1)
     assert fine < 1e-4 and fine < coarse
+    # slabs of two rows: most slabs hold no boundary cell; the result does not depend on chunking
+    assert torch.equal(geo.rasterize(disk, [x, x], [h, h], chunk_size=80), fraction)
 
 
 def test_rasterized_sphere_and_cylinder_volume():
@@ -481,7 +483,10 @@ def test_space_time_sampling_columns_and_ranges():
 # ------------------------------------------------------------------ seeds, dtypes, bad arguments
 
 def test_seeds_make_samples_reproducible():
+    import numpy as np
+
     shape = SHAPES["plate"]
+    assert torch.equal(shape.sample_interior(np.int64(5), seed=np.int64(3)), shape.sample_interior(5, seed=3))
     for sampler in geo.SAMPLERS:
         first = shape.sample_interior(50, sampler=sampler, seed=1)
         assert torch.equal(first, shape.sample_interior(50, sampler=sampler, seed=1))
@@ -505,6 +510,8 @@ def test_bad_sampling_arguments_raise():
         disk.sample_boundary(-5)
     with pytest.raises(ValueError, match="n must be a positive integer"):
         disk.sample_boundary(2.5)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        disk.sample_boundary(5, seed=-1)
     with pytest.raises(ValueError, match="dtype"):
         disk.sample_interior(10, dtype=torch.int64)
     with pytest.raises(ValueError, match="empty"):
