@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -57,6 +58,7 @@ __all__ = [
     "curl",
     "derivative",
     "divergence",
+    "forward_derivative",
     "forward_laplacian",
     "grad",
     "hessian",
@@ -130,6 +132,21 @@ def _first_derivatives(field: torch.Tensor, x: torch.Tensor, name: str) -> torch
     return gradient
 
 
+def _canonical_wrt(wrt: Sequence[int], dimension: int, name: str = "wrt") -> tuple[int, ...]:
+    """Validate a tuple of input indices and sort it (mixed partials of smooth fields commute)."""
+    if isinstance(wrt, (int, str)) or not isinstance(wrt, Sequence):
+        raise TypeError(f"{name} must be a tuple of input indices such as (0, 0, 1), got {wrt!r}")
+    for index in wrt:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"{name} must hold integer input indices, got {wrt!r}")
+        if not 0 <= index < dimension:
+            raise ValueError(
+                f"{name} index {index} in {tuple(wrt)} is out of range for x with d={dimension} inputs "
+                f"(valid indices are 0..{dimension - 1})"
+            )
+    return tuple(sorted(wrt))
+
+
 class Derivatives:
     """Memoised partial derivatives of one scalar field ``u`` with respect to points ``x``.
 
@@ -182,19 +199,6 @@ class Derivatives:
             self._partials.setdefault(key, value)
         self._expanded.add(parent)
 
-    def _canonical(self, wrt: Sequence[int]) -> tuple[int, ...]:
-        if isinstance(wrt, (int, str)) or not isinstance(wrt, Sequence):
-            raise TypeError(f"wrt must be a tuple of input indices such as (0, 0, 1), got {wrt!r}")
-        for index in wrt:
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise TypeError(f"wrt must hold integer input indices, got {wrt!r}")
-            if not 0 <= index < self.dimension:
-                raise ValueError(
-                    f"wrt index {index} in {tuple(wrt)} is out of range for x with d={self.dimension} inputs "
-                    f"(valid indices are 0..{self.dimension - 1})"
-                )
-        return tuple(sorted(wrt))
-
     def of(self, wrt: Sequence[int]) -> torch.Tensor:
         """The partial derivative of ``u`` with respect to the inputs listed in ``wrt``.
 
@@ -212,7 +216,7 @@ class Derivatives:
             TypeError: ``wrt`` is not a sequence of ints.
             ValueError: an index is outside ``0..d-1``.
         """
-        key = self._canonical(wrt)
+        key = _canonical_wrt(wrt, self.dimension)
         if key not in self._partials:
             # Prefer a parent that is already known; otherwise build the chain from key[:-1].
             parents = [key[:position] + key[position + 1 :] for position in range(len(key))]
@@ -241,7 +245,7 @@ class Derivatives:
             dims: the input indices to sum over, e.g. ``(0, 1)`` for the spatial
                 Laplacian when input 2 is time. Costs 1 + len(dims) passes.
         """
-        indices = range(self.dimension) if dims is None else self._canonical(dims)
+        indices = range(self.dimension) if dims is None else _canonical_wrt(dims, self.dimension, "dims")
         if len(indices) == 0 or len(set(indices)) != len(indices):
             raise ValueError(f"dims must name distinct input indices, at least one, got {dims!r}")
         return sum(self.of((index, index)) for index in indices)
@@ -419,6 +423,210 @@ def curl(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     )
 
 
+# --------------------------------------------------------------------------------------------
+# Forward propagation through known network modules (the fast path for common.nn networks).
+#
+# A "jet" carries a layer's value together with its derivatives with respect to the input
+# points. Both jets below share one walker (_propagate) over the module tree; they differ in
+# what they carry: _LaplacianJet the Jacobian and Laplacian, _TaylorJet the truncated Taylor
+# coefficients of one multi-index.
+
+
+def _elementwise_derivatives(
+    module: nn.Module, inputs: torch.Tensor, order: int
+) -> list[torch.Tensor] | None:
+    """[s(h), s'(h), ..., s^(order)(h)] of an elementwise activation, or None if unsupported."""
+    if isinstance(module, nn.Tanh):
+        # t' = 1 - t^2, so t^(k) = -(t^2)^(k-1) = -sum_j C(k-1, j) t^(j) t^(k-1-j) for k >= 2 (Leibniz).
+        values = [torch.tanh(inputs)]
+        for k in range(1, order + 1):
+            leibniz = sum(math.comb(k - 1, j) * values[j] * values[k - 1 - j] for j in range(k))
+            values.append(1 - leibniz if k == 1 else -leibniz)
+        return values
+    if isinstance(module, Sine):
+        return _sine_derivatives(module.w0 * inputs, order, module.w0)
+    if isinstance(module, nn.SiLU):
+        # sigmoid' = sigmoid - sigmoid^2; silu^(k) = h sigmoid^(k) + k sigmoid^(k-1).
+        sigmoid = [torch.sigmoid(inputs)]
+        for k in range(1, order + 1):
+            leibniz = sum(math.comb(k - 1, j) * sigmoid[j] * sigmoid[k - 1 - j] for j in range(k))
+            sigmoid.append(sigmoid[k - 1] - leibniz)
+        return [inputs * sigmoid[0]] + [inputs * sigmoid[k] + k * sigmoid[k - 1] for k in range(1, order + 1)]
+    return None
+
+
+def _sine_derivatives(phase: torch.Tensor, order: int, frequency: float = 1.0, shift: int = 0):
+    """d^k/dh^k sin(frequency h) at phase = frequency h, k = 0..order; ``shift=1`` gives the cosine."""
+    cycle = [torch.sin(phase), torch.cos(phase)]
+    cycle += [-cycle[0], -cycle[1]]
+    return [frequency**k * cycle[(k + shift) % 4] for k in range(order + 1)]
+
+
+class _LaplacianJet:
+    """value (B, n), jacobian (B, d, n), laplacian (B, n)."""
+
+    order = 2
+
+    def __init__(self, value, jacobian, laplacian):
+        self.value, self.jacobian, self.laplacian = value, jacobian, laplacian
+
+    def linear(self, weight, bias=None):
+        return _LaplacianJet(
+            nn.functional.linear(self.value, weight, bias),
+            self.jacobian @ weight.T,
+            self.laplacian @ weight.T,
+        )
+
+    def affine(self, factor, shift=0.0):
+        return _LaplacianJet(self.value * factor + shift, self.jacobian * factor, self.laplacian * factor)
+
+    def elementwise(self, derivatives):
+        value, first, second = derivatives
+        curvature = second * self.jacobian.square().sum(dim=1)
+        return _LaplacianJet(value, first.unsqueeze(1) * self.jacobian, first * self.laplacian + curvature)
+
+    @staticmethod
+    def combine(jets, how):
+        return _LaplacianJet(
+            *(how(parts) for parts in zip(*((j.value, j.jacobian, j.laplacian) for j in jets)))
+        )
+
+
+class _MultiIndexGrid:
+    """The multi-indices beta <= alpha of a partial derivative, and the pairs that multiply."""
+
+    def __init__(self, wrt: tuple[int, ...]):
+        self.dims = sorted(set(wrt))
+        self.alpha = tuple(wrt.count(dim) for dim in self.dims)
+        self.order = len(wrt)
+        self.indices = list(itertools.product(*(range(count + 1) for count in self.alpha)))
+        position = {beta: i for i, beta in enumerate(self.indices)}
+        self.top = position[self.alpha]
+        self.units = [
+            position[tuple(int(j == k) for j in range(len(self.dims)))] for k in range(len(self.dims))
+        ]
+        self.degrees = [sum(beta) for beta in self.indices]
+        # For each gamma, the pairs (beta, gamma - beta) with both parts of degree >= 1.
+        self.pairs = [
+            [
+                (position[beta], position[tuple(g - b for g, b in zip(gamma, beta))])
+                for beta in self.indices
+                if all(b <= g for b, g in zip(beta, gamma)) and 0 < sum(beta) < sum(gamma)
+            ]
+            for gamma in self.indices
+        ]
+
+
+class _TaylorJet:
+    """Truncated multivariate Taylor coefficients c_beta (B, n), beta <= alpha; None stands for zero."""
+
+    def __init__(self, grid: _MultiIndexGrid, coefficients):
+        self.grid, self.coefficients = grid, coefficients
+        self.order = grid.order
+
+    @property
+    def value(self):
+        return self.coefficients[0]
+
+    def linear(self, weight, bias=None):
+        head = nn.functional.linear(self.value, weight, bias)
+        return _TaylorJet(
+            self.grid, [head] + [None if c is None else c @ weight.T for c in self.coefficients[1:]]
+        )
+
+    def affine(self, factor, shift=0.0):
+        head = self.value * factor + shift
+        return _TaylorJet(
+            self.grid, [head] + [None if c is None else c * factor for c in self.coefficients[1:]]
+        )
+
+    def _times(self, left, right, min_degree):
+        """Truncated product of two series without constant term (non-zero only at degrees >= min_degree)."""
+        product = []
+        for gamma, pairs in enumerate(self.grid.pairs):
+            terms = [
+                left[i] * right[j]
+                for i, j in pairs
+                if self.grid.degrees[gamma] >= min_degree and left[i] is not None and right[j] is not None
+            ]
+            product.append(sum(terms[1:], terms[0]) if terms else None)
+        return product
+
+    def elementwise(self, derivatives):
+        # s(h0 + delta) = sum_k s^(k)(h0) / k! delta^k, delta the non-constant part.
+        delta = [None] + self.coefficients[1:]
+        result = [derivatives[0]] + [None if c is None else derivatives[1] * c for c in delta[1:]]
+        power = delta
+        for k in range(2, self.order + 1):
+            power = self._times(power, delta, k)
+            weight = derivatives[k] / math.factorial(k)
+            for gamma, term in enumerate(power):
+                if term is not None:
+                    result[gamma] = weight * term if result[gamma] is None else result[gamma] + weight * term
+        return _TaylorJet(self.grid, result)
+
+    @staticmethod
+    def combine(jets, how):
+        coefficients = []
+        for parts in zip(*(jet.coefficients for jet in jets)):
+            if all(part is None for part in parts):
+                coefficients.append(None)
+                continue
+            reference = next(part for part in parts if part is not None)
+            coefficients.append(
+                how([torch.zeros_like(reference) if part is None else part for part in parts])
+            )
+        return _TaylorJet(jets[0].grid, coefficients)
+
+
+def _concatenate(parts):
+    return torch.cat(parts, dim=-1)
+
+
+def _add(parts):
+    return sum(parts[1:], parts[0])
+
+
+def _propagate(module: nn.Module, jet):
+    """Push a jet through one module of a supported network."""
+    if isinstance(module, nn.Linear):
+        return jet.linear(module.weight, module.bias)
+    if isinstance(module, nn.Sequential):
+        for child in module:
+            jet = _propagate(child, jet)
+        return jet
+    if isinstance(module, MLP):
+        for layer in module.hidden:
+            jet = _propagate(module.activation, jet.linear(layer.weight, layer.bias))
+        return jet.linear(module.readout.weight, module.readout.bias)
+    if isinstance(module, FourierFeatures):
+        phase = jet.linear(2 * math.pi * module.frequencies.T)
+        sine = phase.elementwise(_sine_derivatives(phase.value, jet.order))
+        cosine = phase.elementwise(_sine_derivatives(phase.value, jet.order, shift=1))
+        return type(jet).combine([sine, cosine], _concatenate)
+    if isinstance(module, MultiScaleMLP):
+        normalised = jet.affine(module.input_scale, -module.input_center * module.input_scale)
+        outputs = [
+            _propagate(net, normalised.affine(scale)) for scale, net in zip(module.scales, module.subnetworks)
+        ]
+        return type(jet).combine(outputs, _add)
+    derivatives = _elementwise_derivatives(module, jet.value, jet.order)
+    if derivatives is None:
+        raise TypeError(
+            f"no forward derivative rule for module {type(module).__name__}; supported: nn.Linear, "
+            "nn.Sequential, nn.Tanh, nn.SiLU and common.nn's Sine, MLP, FourierFeatures, MultiScaleMLP "
+            "(use the graph functions, e.g. laplacian(model(x), x), for any other pointwise model)"
+        )
+    return jet.elementwise(derivatives)
+
+
+def _check_model_points(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(
+            f"x must be a tensor of shape (B, d) (a batch of points), got {getattr(x, 'shape', x)}"
+        )
+
+
 class Jet(NamedTuple):
     """A network's output with its input derivatives, from :func:`forward_laplacian`.
 
@@ -433,78 +641,6 @@ class Jet(NamedTuple):
     laplacian: torch.Tensor
 
 
-def _activation_derivatives(module: nn.Module, inputs: torch.Tensor):
-    """(sigma, sigma', sigma'') of an elementwise activation at ``inputs``, or None if unsupported."""
-    if isinstance(module, nn.Tanh):
-        value = torch.tanh(inputs)
-        first = 1 - value * value
-        return value, first, -2 * value * first
-    if isinstance(module, Sine):
-        phase = module.w0 * inputs
-        value = torch.sin(phase)
-        return value, module.w0 * torch.cos(phase), -(module.w0**2) * value
-    if isinstance(module, nn.SiLU):
-        sigmoid = torch.sigmoid(inputs)
-        value = inputs * sigmoid
-        return (
-            value,
-            sigmoid * (1 + inputs * (1 - sigmoid)),
-            sigmoid * (1 - sigmoid) * (2 + inputs * (1 - 2 * sigmoid)),
-        )
-    return None
-
-
-def _propagate(module: nn.Module, value: torch.Tensor, jacobian: torch.Tensor, laplacian: torch.Tensor):
-    """Push (value (B, n), jacobian (B, d, n), laplacian (B, n)) through one module."""
-    if isinstance(module, nn.Linear):
-        return module(value), jacobian @ module.weight.T, laplacian @ module.weight.T
-    if isinstance(module, nn.Sequential):
-        for child in module:
-            value, jacobian, laplacian = _propagate(child, value, jacobian, laplacian)
-        return value, jacobian, laplacian
-    if isinstance(module, MLP):
-        for layer in module.hidden:
-            value, jacobian, laplacian = _propagate(layer, value, jacobian, laplacian)
-            value, jacobian, laplacian = _propagate(module.activation, value, jacobian, laplacian)
-        return _propagate(module.readout, value, jacobian, laplacian)
-    if isinstance(module, FourierFeatures):
-        angular = 2 * math.pi * module.frequencies
-        phase, phase_jacobian, phase_laplacian = value @ angular, jacobian @ angular, laplacian @ angular
-        sine, cosine = torch.sin(phase), torch.cos(phase)
-        gradient_squared = phase_jacobian.square().sum(dim=1)
-        return (
-            torch.cat((sine, cosine), dim=-1),
-            torch.cat((cosine.unsqueeze(1) * phase_jacobian, -sine.unsqueeze(1) * phase_jacobian), dim=-1),
-            torch.cat(
-                (
-                    cosine * phase_laplacian - sine * gradient_squared,
-                    -sine * phase_laplacian - cosine * gradient_squared,
-                ),
-                dim=-1,
-            ),
-        )
-    if isinstance(module, MultiScaleMLP):
-        factor = module.input_scale
-        normalised = (value - module.input_center) * factor
-        jacobian, laplacian = jacobian * factor, laplacian * factor
-        outputs = [
-            _propagate(network, scale * normalised, scale * jacobian, scale * laplacian)
-            for scale, network in zip(module.scales, module.subnetworks)
-        ]
-        return tuple(sum(parts) for parts in zip(*outputs))
-    derivatives = _activation_derivatives(module, value)
-    if derivatives is None:
-        raise TypeError(
-            f"forward_laplacian does not know how to propagate through {type(module).__name__}; supported: "
-            "nn.Linear, nn.Sequential, nn.Tanh, nn.SiLU and common.nn's Sine, MLP, FourierFeatures, "
-            "MultiScaleMLP "
-            "(use laplacian(model(x), x) for any other pointwise model)"
-        )
-    activated, first, second = derivatives
-    gradient_squared = jacobian.square().sum(dim=1)
-    return activated, first.unsqueeze(1) * jacobian, first * laplacian + second * gradient_squared
-
-
 def forward_laplacian(model: nn.Module, x: torch.Tensor) -> Jet:
     """Output, Jacobian and Laplacian of a network in one forward pass ("forward Laplacian").
 
@@ -514,17 +650,16 @@ def forward_laplacian(model: nn.Module, x: torch.Tensor) -> Jet:
     three map linearly, through an elementwise activation
     ``L' = s'(h) L + s''(h) |J|^2``. It needs no ``requires_grad`` on ``x`` and
     builds no second-order graph, so it is the fast path for PINN residuals
-    (measured on a 4x64 tanh MLP, 10,000 points: about 2x faster than the naive
-    nested-grad Laplacian and 1.5x faster than :func:`laplacian`, also when the
-    loss is then backpropagated to the parameters, see ``benchmarks/autodiff.py``).
-    The result keeps the graph with respect to the parameters (and to ``x`` if
-    it requires grad).
+    (about 1.5-2x faster than the naive nested-grad Laplacian on a 4x64 tanh
+    MLP with 10,000 points, also with the loss backpropagated to the
+    parameters; see ``benchmarks/autodiff.py``). The result keeps the graph
+    with respect to the parameters (and to ``x`` if it requires grad).
 
-    A second way to compute a Laplacian, kept for its speed: it works only for
-    models built from the supported modules (``nn.Linear``, ``nn.Sequential``,
-    ``nn.Tanh``, ``nn.SiLU`` and :mod:`common.nn`'s ``Sine``, ``MLP``,
-    ``FourierFeatures``, ``MultiScaleMLP``); use :func:`laplacian` on
-    ``model(x)`` for anything else.
+    This is a second way to get a Laplacian, kept for its speed: it works only
+    for models built from the supported modules (``nn.Linear``,
+    ``nn.Sequential``, ``nn.Tanh``, ``nn.SiLU`` and :mod:`common.nn`'s
+    ``Sine``, ``MLP``, ``FourierFeatures``, ``MultiScaleMLP``); use
+    :func:`laplacian` on ``model(x)`` for anything else.
 
     Args:
         model: the network, mapping (B, d) to (B, k).
@@ -537,11 +672,54 @@ def forward_laplacian(model: nn.Module, x: torch.Tensor) -> Jet:
         TypeError: the model holds a module without a propagation rule.
         ValueError: ``x`` is not (B, d).
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(
-            f"x must be a tensor of shape (B, d) (a batch of points), got {getattr(x, 'shape', x)}"
-        )
+    _check_model_points(x)
     batch, dimension = x.shape
     identity = torch.eye(dimension, dtype=x.dtype, device=x.device).expand(batch, dimension, dimension)
-    value, jacobian, laplacian = _propagate(model, x, identity, torch.zeros_like(x))
-    return Jet(value, jacobian.transpose(1, 2), laplacian)
+    jet = _propagate(model, _LaplacianJet(x, identity, torch.zeros_like(x)))
+    return Jet(jet.value, jet.jacobian.transpose(1, 2), jet.laplacian)
+
+
+def forward_derivative(model: nn.Module, x: torch.Tensor, wrt: Sequence[int]) -> torch.Tensor:
+    """One partial derivative of any order of a network, by forward Taylor-mode propagation.
+
+    The input ``x + sum_i t_i e_i`` (one variable per distinct index in
+    ``wrt``) is pushed through the network as a truncated multivariate Taylor
+    series in the ``t_i`` (through linear layers coefficient by coefficient,
+    through activations by the composition ``s(h0 + delta) = sum_k s^(k)(h0)
+    delta^k / k!``); the partial is the top coefficient times the factorials of
+    the multiplicities. No nested graph is built, so high orders stay cheap:
+    on a 4x64 tanh MLP with 10,000 points d4u/dx0^4 is about 2-3x faster
+    than four nested ``autograd.grad`` calls, mixed 4th-order partials about
+    1.3x (more Taylor coefficients); see ``benchmarks/autodiff.py``. The result
+    keeps the graph with respect to the parameters.
+
+    Works for the same modules as :func:`forward_laplacian`; use
+    :func:`derivative` on ``model(x)`` for any other pointwise model.
+
+    Args:
+        model: the network, mapping (B, d) to (B, k).
+        x: (B, d) points.
+        wrt: tuple of input indices, e.g. ``(0, 0, 1, 1)`` for d4/dx0^2 dx1^2.
+
+    Returns:
+        (B, k) tensor.
+
+    Raises:
+        TypeError: the model holds a module without a rule, or ``wrt`` is not a tuple of ints.
+        ValueError: ``x`` is not (B, d) or an index in ``wrt`` is out of range.
+    """
+    _check_model_points(x)
+    key = _canonical_wrt(wrt, x.shape[1])
+    grid = _MultiIndexGrid(key)
+    coefficients = [x] + [None] * (len(grid.indices) - 1)
+    for position, dim in zip(grid.units, grid.dims):
+        coefficients[position] = (
+            torch.nn.functional.one_hot(torch.tensor(dim, device=x.device), x.shape[1])
+            .to(x.dtype)
+            .expand_as(x)
+        )
+    jet = _propagate(model, _TaylorJet(grid, coefficients))
+    top = jet.coefficients[grid.top]
+    if top is None:
+        return torch.zeros_like(jet.value)
+    return top * math.prod(math.factorial(count) for count in grid.alpha)
