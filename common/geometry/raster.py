@@ -66,6 +66,7 @@ def rasterize(shape: Geometry, centers: Sequence[torch.Tensor], spacing: Sequenc
         volume it estimates the shape's volume inside the grid.
 
     Example:
+        >>> from common.geometry import Disk, rasterize
         >>> x = torch.linspace(-1, 1, 41, dtype=torch.float64)
         >>> fraction = rasterize(Disk((0, 0), 0.5), [x, x], [0.05, 0.05])
         >>> round(float(fraction.sum()) * 0.05**2, 3)  # pi / 4 = 0.785

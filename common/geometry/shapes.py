@@ -306,6 +306,7 @@ class Polygon(Geometry):
     Args:
         vertices: ``(V, 2)`` vertices in order (clockwise or counter-clockwise, ``V >= 3``;
             the closing edge from the last to the first vertex is implied; length unit).
+            Fewer than 3 vertices, zero area or two edges that cross raise ``ValueError``.
     """
 
     dim = 2

@@ -518,3 +518,12 @@ def test_bad_sampling_arguments_raise():
         (geo.Disk((0, 0), 1) & geo.Disk((3, 0), 1)).sample_interior(10)
     with pytest.raises(NotImplementedError, match="Monte Carlo"):
         _ = SHAPES["plate"].volume
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from common.geometry import raster, shapes
+
+    for module in (geo, shapes, raster):
+        assert doctest.testmod(module).failed == 0, module.__name__
