@@ -29,7 +29,7 @@ import torch
 
 THREADS = 2
 CUTOFF = 0.9  # nm
-SIZES = {"3k": 3.1, "24k": 6.2}  # box edge (nm) -> about 3,000 and 24,000 atoms
+SIZES = {"3k": 3.25, "24k": 6.45}  # box edge (nm) -> about 3,000 and 24,000 atoms
 
 
 def build_water_box(edge: float):
@@ -85,18 +85,52 @@ def mindsponge_seconds(forcefield, positions, box, repeats: int) -> float:
     return time_calls(lambda: energy_and_forces(forcefield, positions, box), repeats)
 
 
+def nonbonded_stages(term, positions, box) -> list[str]:
+    """Times of the stages of a ``Nonbonded`` term, from its public building blocks."""
+    from mindsponge.forcefield.ewald import PMEReciprocal
+    from mindsponge.neighbors import NeighborList
+
+    lines = []
+    neighbors = term.neighbors
+    if neighbors is not None:
+        build = time_calls(
+            lambda: NeighborList(neighbors.cutoff, neighbors.skin, neighbors.exclusions).update(
+                positions, box
+            ),
+            2,
+            1,
+        )
+        check = time_calls(lambda: neighbors.needs_rebuild(positions, box), 5, 1)
+        lines.append(
+            f"    neighbour list build      {1e3 * build:8.2f} ms (rebuilt only after moves > skin/2)"
+        )
+        lines.append(f"    neighbour list check      {1e3 * check:8.2f} ms (every call)")
+        if neighbors.pairs is not None:
+            lines.append(f"    listed pairs              {len(neighbors.pairs):8d}")
+    if term.method == "pme" and term.pme_grid is not None:
+        pme = PMEReciprocal(term.alpha, term.pme_grid, term.pme_order)
+        charges = term.charges.to(positions.dtype)
+        reciprocal = time_calls(lambda: pme(positions, charges, box, True), 3, 1)
+        lines.append(
+            f"    PME reciprocal (grid {term.pme_grid}) {1e3 * reciprocal:8.2f} ms (spread, FFT, gather)"
+        )
+    return lines
+
+
 def profile(forcefield, positions, box, rows: int = 12) -> str:
-    """Top torch ops by self CPU time over a few energy+forces evaluations, and per-term times."""
+    """Time of each term alone, stages of the non-bonded term, and top torch ops by self CPU time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     from mindsponge.forcefield import ForceField, energy_and_forces
 
-    lines = ["time of each term alone (energy + forces):"]
+    lines = ["mindsponge: time of each term alone (energy + forces):"]
     for term in forcefield:
         single = ForceField([term])
         seconds = time_calls(lambda single=single: energy_and_forces(single, positions, box), 3, warmup=1)
         lines.append(f"  {term.name:<24s} {1e3 * seconds:8.2f} ms")
+        if type(term).__name__ == "Nonbonded":
+            lines.extend(nonbonded_stages(term, positions, box))
     with torch_profile(activities=[ProfilerActivity.CPU]) as profiler:
         for _ in range(3):
             energy_and_forces(forcefield, positions, box)
@@ -141,14 +175,17 @@ def main() -> None:
         ours = mindsponge_seconds(forcefield, x, box_tensor, repeats)
         ratios[label] = reference / ours
         print(
-            f"TIP3P {atoms} atoms, PME {CUTOFF} nm: OpenMM CPU ({THREADS} threads) {1 / reference:8.2f} eval/s "
-            f"({1e3 * reference:.1f} ms), mindsponge float32 {1 / ours:8.2f} eval/s ({1e3 * ours:.1f} ms)"
+            f"TIP3P {atoms} atoms, PME {CUTOFF} nm. OpenMM CPU ({THREADS} thr) {1 / reference:.2f} eval/s "
+            f"({1e3 * reference:.1f} ms), mindsponge float32 {1 / ours:.2f} eval/s ({1e3 * ours:.1f} ms)"
         )
         if label == "3k":
             print(profile(forcefield, x, box_tensor))
     if not arguments.quick:
         child = subprocess.run(
-            [sys.executable, __file__, "--rss-child", str(SIZES["24k"])], capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--rss-child", str(SIZES["24k"])],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         rss = json.loads(child.stdout.strip().splitlines()[-1])
         print(
