@@ -1,0 +1,226 @@
+"""Ports, S-parameters from FDTD runs, and Touchstone export (scikit-rf).
+
+A :class:`WaveguidePort` is a line (2D) or point (1D) across a waveguide (or free space)
+where waves are measured: it supplies a :class:`mindelec.fdtd.DFTMonitor` of the tangential
+field on its nodes, and reads from a run's result the complex wave amplitude per frequency,
+the projection of that field on the port's mode profile.
+
+S-parameters follow the normalisation-run method of Meep:
+
+1. a *reference* run: the source in the straight, empty feed (no device), with the same ports;
+   at the source port it sees only the incident wave ``a_s``;
+2. a *device* run, same source, same ports, with the device.
+
+At the source port the device run holds the incident plus the reflected wave, so the reflected
+wave is the difference of the two runs; at the other ports it holds only the transmitted wave::
+
+    S_ss = (A_s(device) - A_s(reference)) / A_s(reference)
+    S_ps = A_p(device) / A_s(reference),   p != s
+
+with ``A_p`` the port amplitudes. The port must lie between the source and the device, and the
+reference planes of the S-parameters are the port lines (a wave ``exp(-j k x)`` travelling a
+distance ``l`` contributes ``exp(-j k l)``: the FDTD's DFT uses ``exp(-i omega t)``, i.e. phasors
+``exp(+j omega t)``). Amplitudes of ports on identical waveguides are directly comparable; a full
+S-matrix takes one pair of runs per source port (``torch.stack(columns, dim=-1)``).
+
+Touchstone files are written and read by scikit-rf (:func:`to_network`, :func:`write_touchstone`).
+
+Example (1D, a slab between two ports)::
+
+    ports = [WaveguidePort("p1", (-1e-3,)), WaveguidePort("p2", (1e-3,))]
+    monitors = [port.monitor(frequencies) for port in ports]
+    reference = fdtd.Simulation(..., monitors=monitors).run(until=...)
+    device = fdtd.Simulation(..., structures=[slab], monitors=monitors).run(until=...)
+    column = s_parameters(reference, device, ports, source_port=0)      # (F, 2): S11, S21
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["WaveguidePort", "s_parameters", "scattering_column", "to_network", "write_touchstone"]
+
+
+class WaveguidePort:
+    """A port: a point (1D) or a line across a waveguide (2D) where wave amplitudes are measured.
+
+    Args:
+        name: the port's name; its DFT monitor is called ``"port:<name>"``.
+        position: (m), one coordinate per dimension: the point (1D) or the centre of the line (2D).
+        axis: the port's normal, ``"x"`` or ``"y"`` (2D); ignored in 1D.
+        span: (m) length of the line across the guide (2D; required there).
+        profile: optional (M,) real tensor, the mode profile on the M nodes of the line, for
+            example ``mindelec.fdfd.Simulation(...).mode(...).profile`` restricted to them (the FDFD
+            uses the same nodes). Default: a uniform profile (a plane wave or TEM mode).
+        component: the tangential field component read: ``"Ez"`` (1D, 2D TM) or ``"Hz"`` (2D TE).
+    """
+
+    def __init__(self, name, position, axis="x", span=None, profile=None, component="Ez"):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"WaveguidePort: name must be a non-empty string, got {name!r}")
+        if axis not in ("x", "y"):
+            raise ValueError(f"WaveguidePort({name!r}): axis must be 'x' or 'y', got {axis!r}")
+        if profile is not None and (not isinstance(profile, torch.Tensor) or profile.dim() != 1):
+            raise TypeError(f"WaveguidePort({name!r}): profile must be a 1D tensor (one value per node)")
+        self.name = name
+        self.position = tuple(float(value) for value in position)
+        self.axis = axis
+        self.span = span
+        self.profile = profile
+        self.component = component
+
+    @property
+    def monitor_name(self) -> str:
+        return f"port:{self.name}"
+
+    def monitor(self, frequencies):
+        """The :class:`mindelec.fdtd.DFTMonitor` to add to both runs' monitors.
+
+        Args:
+            frequencies: (F,) frequencies (Hz).
+        """
+        from mindelec import fdtd
+
+        if len(self.position) == 1:
+            return fdtd.DFTMonitor(self.monitor_name, frequencies, (self.component,), self.position, (0.0,))
+        if len(self.position) != 2:
+            raise ValueError(
+                f"{self!r}: ports exist in 1D and 2D; position has {len(self.position)} coordinates"
+            )
+        if self.span is None:
+            raise ValueError(f"{self!r}: a 2D port needs its span (m) across the guide")
+        size = (0.0, float(self.span)) if self.axis == "x" else (float(self.span), 0.0)
+        return fdtd.DFTMonitor(self.monitor_name, frequencies, (self.component,), self.position, size)
+
+    def amplitude(self, result) -> torch.Tensor:
+        """Complex wave amplitude per frequency, (F,), from a run's :class:`mindelec.fdtd.Result`.
+
+        The projection ``sum(profile * field) / sum(profile^2)`` of the DFT field on the port
+        nodes (the mean of the field for a uniform profile).
+
+        Raises:
+            KeyError: if the run did not carry this port's monitor.
+            ValueError: if the profile does not have one value per port node.
+        """
+        if self.monitor_name not in result:
+            raise KeyError(f"{self!r}: the run has no monitor {self.monitor_name!r}; add port.monitor(...)")
+        field = result[self.monitor_name][self.component]
+        field = field.reshape(field.shape[0], -1)
+        if self.profile is None:
+            return field.mean(dim=1)
+        if self.profile.numel() != field.shape[1]:
+            raise ValueError(
+                f"{self!r}: profile has {self.profile.numel()} values; "
+                f"the port line has {field.shape[1]} nodes"
+            )
+        profile = self.profile.to(device=field.device, dtype=field.real.dtype)
+        return (field * profile).sum(dim=1) / (profile * profile).sum()
+
+    def __repr__(self):
+        return f"WaveguidePort({self.name!r}, position={self.position}, axis={self.axis!r})"
+
+
+def scattering_column(reference_amplitudes, device_amplitudes, source_port: int) -> torch.Tensor:
+    """One column of the S-matrix from port amplitudes of a reference and a device run.
+
+    Args:
+        reference_amplitudes: (P, F) complex, the amplitude at each port in the reference run.
+        device_amplitudes: (P, F) complex, the same in the device run.
+        source_port: index of the port the source feeds.
+
+    Returns:
+        (F, P) complex tensor: ``S[:, p] = S_{p, source}`` (see the module docstring).
+    """
+    reference = torch.as_tensor(reference_amplitudes)
+    device = torch.as_tensor(device_amplitudes)
+    if reference.shape != device.shape or reference.dim() != 2:
+        raise ValueError(
+            f"scattering_column: amplitudes must both be (ports, frequencies); got {tuple(reference.shape)} "
+            f"and {tuple(device.shape)}"
+        )
+    if not 0 <= source_port < reference.shape[0]:
+        raise ValueError(
+            f"scattering_column: source_port {source_port} is not one of {reference.shape[0]} ports"
+        )
+    outgoing = device.clone()
+    outgoing[source_port] = device[source_port] - reference[source_port]
+    return (outgoing / reference[source_port]).T
+
+
+def s_parameters(reference, device, ports, source_port=0) -> torch.Tensor:
+    """S-parameters ``S_{p, source}`` over frequency from a reference and a device FDTD run.
+
+    Args:
+        reference: :class:`mindelec.fdtd.Result` of the run without the device.
+        device: :class:`mindelec.fdtd.Result` of the run with it (same source and ports).
+        ports: sequence of :class:`WaveguidePort`, both runs carrying their monitors.
+        source_port: index in ``ports`` of the port the source feeds.
+
+    Returns:
+        (F, P) complex tensor; the frequencies are ``reference[ports[0].monitor_name]["frequencies"]``.
+    """
+    reference_amplitudes = torch.stack([port.amplitude(reference) for port in ports])
+    device_amplitudes = torch.stack([port.amplitude(device) for port in ports])
+    return scattering_column(reference_amplitudes, device_amplitudes, source_port)
+
+
+def _as_numpy(value) -> np.ndarray:
+    return value.detach().to("cpu").numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def to_network(frequencies, s_matrix, z0=50.0, name=None):
+    """A scikit-rf ``Network`` from S-parameters.
+
+    Args:
+        frequencies: (F,) frequencies (Hz), increasing.
+        s_matrix: (F, P, P) complex S-parameters (``s_matrix[f, p, q] = S_pq``); (F,) is taken as a 1-port.
+        z0: reference impedance (ohm).
+        name: the network's name.
+
+    Returns:
+        ``skrf.Network``.
+
+    Raises:
+        ValueError: if the shapes do not match or the frequencies are not increasing.
+    """
+    import skrf
+
+    frequencies = _as_numpy(frequencies).astype(np.float64).reshape(-1)
+    s_matrix = _as_numpy(s_matrix).astype(np.complex128)
+    if s_matrix.ndim == 1:
+        s_matrix = s_matrix[:, None, None]
+    if s_matrix.ndim != 3 or s_matrix.shape[0] != frequencies.size or s_matrix.shape[1] != s_matrix.shape[2]:
+        raise ValueError(
+            f"to_network: s_matrix has shape {s_matrix.shape}; expected ({frequencies.size}, P, P) "
+            f"for {frequencies.size} frequencies"
+        )
+    if frequencies.size > 1 and not np.all(np.diff(frequencies) > 0):
+        raise ValueError("to_network: frequencies must be strictly increasing (Hz)")
+    return skrf.Network(frequency=skrf.Frequency.from_f(frequencies, unit="Hz"), s=s_matrix, z0=z0, name=name)
+
+
+def write_touchstone(path, frequencies, s_matrix, z0=50.0) -> Path:
+    """Write S-parameters to a Touchstone file (real/imaginary form) with scikit-rf.
+
+    Args:
+        path: the file; its suffix must be ``.sNp`` with N the number of ports (e.g. ``.s2p``).
+        frequencies, s_matrix, z0: as :func:`to_network`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: if the suffix does not match the number of ports.
+    """
+    network = to_network(frequencies, s_matrix, z0=z0)
+    path = Path(path)
+    expected = f".s{network.nports}p"
+    if path.suffix.lower() != expected:
+        raise ValueError(
+            f"write_touchstone: {path} must end in {expected} for a {network.nports}-port network"
+        )
+    network.write_touchstone(filename=path.stem, dir=str(path.parent), form="ri")
+    return path
