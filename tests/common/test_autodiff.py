@@ -6,12 +6,15 @@ float64; every partial up to 4th order is compared to 1e-10.
 """
 
 import itertools
+import math
 
 import pytest
 import sympy
 import torch
+from torch import nn
 
 from common import autodiff as ad
+from common.nn import MLP, FourierFeatures, MultiScaleMLP, Sine
 
 TOLERANCE = {"rtol": 1e-10, "atol": 1e-10}
 
@@ -205,8 +208,6 @@ def test_gradcheck_through_laplacian_of_mlp():
 
 def test_laplacian_loss_gradient_matches_finite_differences():
     """A Poisson residual loss differentiated with respect to one network weight."""
-    from common.nn import MLP
-
     torch.manual_seed(0)
     model = MLP(2, 1, hidden_features=16, hidden_layers=2).to(torch.float64)
     points = sample_points(2, count=32)
@@ -273,3 +274,127 @@ def test_bad_input_raises_naming_the_problem():
         ad.hvp(u, points, torch.ones(2, dtype=torch.float64))
     with pytest.raises(ValueError, match="dims must name distinct"):
         ad.laplacian(u, points, dims=(0, 0))
+
+
+# --- forward (model-aware) fast paths: forward_laplacian and forward_derivative ---
+
+SYMPY_ACTIVATIONS = {
+    "tanh": (nn.Tanh(), sympy.tanh),
+    "sine": (Sine(1.5), lambda h: sympy.sin(1.5 * h)),
+    "silu": (nn.SiLU(), lambda h: h / (1 + sympy.exp(-h))),
+}
+
+
+def tiny_network(dimension, activation, seed):
+    """Linear(d, 3) -> activation -> Linear(3, 1) in float64, and its exact partials.
+
+    u = sum_j c_j s(w_j . x + b_j) + c0, so
+    d^alpha u = sum_j c_j s^(|alpha|)(w_j . x + b_j) prod_i w_ji^alpha_i,
+    with the derivatives s^(k) of the activation taken symbolically.
+    """
+    torch.manual_seed(seed)
+    module, symbolic = SYMPY_ACTIVATIONS[activation]
+    model = nn.Sequential(nn.Linear(dimension, 3), module, nn.Linear(3, 1)).to(torch.float64)
+    hidden = sympy.Symbol("h")
+    activation_derivatives = [
+        sympy.lambdify(hidden, sympy.diff(symbolic(hidden), hidden, k), modules="math") for k in range(5)
+    ]
+    weights, biases = model[0].weight.detach().tolist(), model[0].bias.detach().tolist()
+    readout, offset = model[2].weight.detach()[0].tolist(), model[2].bias.item()
+
+    def partial(points, wrt):
+        values = []
+        for point in points.tolist():
+            total = offset if not wrt else 0.0
+            for w, b, c in zip(weights, biases, readout):
+                chain = math.prod(w[i] for i in wrt)
+                total += (
+                    c * chain * activation_derivatives[len(wrt)](sum(wi * xi for wi, xi in zip(w, point)) + b)
+                )
+            values.append(total)
+        return torch.tensor(values, dtype=torch.float64)
+
+    return model, partial
+
+
+@pytest.mark.parametrize("activation", sorted(SYMPY_ACTIVATIONS))
+@pytest.mark.parametrize("dimension", [1, 2, 3])
+def test_forward_paths_against_analytic_network(activation, dimension):
+    model, partial = tiny_network(dimension, activation, seed=dimension)
+    points = sample_points(dimension, count=6).detach()
+    for wrt in multi_indices(dimension):
+        result = ad.forward_derivative(model, points, wrt)
+        assert result.shape == (len(points), 1)
+        torch.testing.assert_close(
+            result[:, 0], partial(points, wrt), **TOLERANCE, msg=f"{activation} wrt={wrt}"
+        )
+    jet = ad.forward_laplacian(model, points)
+    gradient = torch.stack([partial(points, (i,)) for i in range(dimension)], 1)
+    laplacian = sum(partial(points, (i, i)) for i in range(dimension))
+    torch.testing.assert_close(jet.value[:, 0], partial(points, ()), **TOLERANCE)
+    torch.testing.assert_close(jet.jacobian[:, 0], gradient, **TOLERANCE)
+    torch.testing.assert_close(jet.laplacian[:, 0], laplacian, **TOLERANCE)
+
+
+def common_networks():
+    torch.manual_seed(0)
+    return {
+        "mlp_tanh": MLP(3, 2, hidden_features=8, hidden_layers=3),
+        "fourier_mlp": nn.Sequential(
+            FourierFeatures(3, 4, scale=0.5), MLP(8, 1, hidden_features=8, hidden_layers=2)
+        ),
+        "multiscale_sine": MultiScaleMLP(
+            3,
+            2,
+            scales=(1, 3),
+            hidden_features=8,
+            hidden_layers=2,
+            activation=Sine(2.0),
+            input_center=(0.1, 0, 0.3),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(common_networks()))
+def test_forward_paths_match_graph_functions_on_common_networks(name):
+    model = common_networks()[name].to(torch.float64)
+    points = sample_points(3, count=8)
+    outputs = model(points)
+    jet = ad.forward_laplacian(model, points)
+    torch.testing.assert_close(jet.value, outputs, **TOLERANCE)
+    torch.testing.assert_close(jet.jacobian, ad.jacobian(outputs, points), **TOLERANCE)
+    for component in range(outputs.shape[1]):
+        derivatives = ad.Derivatives(outputs[:, component], points)
+        torch.testing.assert_close(jet.laplacian[:, component], derivatives.laplacian(), **TOLERANCE)
+        for wrt in [(0, 0, 0, 0), (0, 1, 1, 2), (2, 2, 1), (1,)]:
+            torch.testing.assert_close(
+                ad.forward_derivative(model, points, wrt)[:, component], derivatives.of(wrt), **TOLERANCE
+            )
+
+
+def test_forward_laplacian_loss_has_the_graph_laplacian_parameter_gradient():
+    model = common_networks()["mlp_tanh"].to(torch.float64)
+    points = sample_points(3, count=16)
+    parameters = list(model.parameters())
+    gradients = [
+        torch.autograd.grad(
+            laplacian_of().square().mean(), parameters, allow_unused=True, materialize_grads=True
+        )
+        for laplacian_of in (
+            lambda: ad.forward_laplacian(model, points).laplacian[:, 0],
+            lambda: ad.laplacian(model(points)[:, 0], points),
+        )
+    ]
+    for forward_gradient, graph_gradient in zip(*gradients):
+        torch.testing.assert_close(forward_gradient, graph_gradient, **TOLERANCE)
+    assert torch.autograd.gradcheck(lambda x: ad.forward_derivative(model, x, (0, 1, 1)), (points[:3],))
+
+
+def test_forward_paths_reject_unknown_modules_and_bad_points():
+    model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
+    with pytest.raises(TypeError, match="no forward derivative rule for module ReLU"):
+        ad.forward_laplacian(model, torch.rand(3, 2))
+    with pytest.raises(ValueError, match=r"x must be a tensor of shape \(B, d\)"):
+        ad.forward_derivative(MLP(2, 1), torch.rand(3), (0,))
+    with pytest.raises(ValueError, match="wrt index 2"):
+        ad.forward_derivative(MLP(2, 1), torch.rand(3, 2), (0, 2))
