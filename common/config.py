@@ -67,8 +67,9 @@ class ConfigError(ValueError):
         reason: what is wrong, without the location.
     """
 
-    def __init__(self, reason: str, filename: str = "<string>", line: int | None = None,
-                 key_path: KeyPath = ()):
+    def __init__(
+        self, reason: str, filename: str = "<string>", line: int | None = None, key_path: KeyPath = ()
+    ):
         self.reason = reason
         self.filename = filename
         self.line = line
@@ -125,8 +126,9 @@ def loads(text: str, schema: type, filename: str = "<string>") -> Any:
         if match is None:
             raise ConfigError(f"TOML syntax error: {message}", filename) from None
         reason = message[: match.start()].strip()
-        raise ConfigError(f"TOML syntax error: {reason} (column {match.group(2)})", filename,
-                          int(match.group(1))) from None
+        raise ConfigError(
+            f"TOML syntax error: {reason} (column {match.group(2)})", filename, int(match.group(1))
+        ) from None
     return _Converter(filename, _LineIndex(text)).convert(data, schema, ())
 
 
@@ -287,15 +289,18 @@ class _Converter:
                 return self.convert(value, member, path)
             except ConfigError as error:
                 errors.append(error)
-        if len(errors) == 1:
-            raise errors[0]
+        # the alternative that got furthest into the value (e.g. the right table, a bad key in it)
+        deepest = max(errors, key=lambda error: len(error.key_path))
+        if len(errors) == 1 or len(deepest.key_path) > len(path):
+            raise deepest
         raise self.error(f"expected {_type_name(annotation)}, got {_show_value(value)}", path)
 
     def _container(self, value: Any, annotation: Any, origin: type, arguments: tuple, path: KeyPath) -> Any:
         if origin is dict:
             if not isinstance(value, dict):
-                raise self.error(f"expected {_type_name(annotation)} (a table), got {_show_value(value)}",
-                                 path)
+                raise self.error(
+                    f"expected {_type_name(annotation)} (a table), got {_show_value(value)}", path
+                )
             value_type = arguments[1] if len(arguments) == 2 else Any
             return {key: self.convert(item, value_type, (*path, key)) for key, item in value.items()}
         if not isinstance(value, list):
@@ -307,10 +312,15 @@ class _Converter:
             item_type = arguments[0] if arguments else Any
             return tuple(self.convert(item, item_type, (*path, index)) for index, item in enumerate(value))
         if len(value) != len(arguments):
-            raise self.error(f"expected {_type_name(annotation)} with {len(arguments)} items, "
-                             f"got {len(value)}: {_show_value(value)}", path)
-        return tuple(self.convert(item, item_type, (*path, index))
-                     for index, (item, item_type) in enumerate(zip(value, arguments)))
+            raise self.error(
+                f"expected {_type_name(annotation)} with {len(arguments)} items, "
+                f"got {len(value)}: {_show_value(value)}",
+                path,
+            )
+        return tuple(
+            self.convert(item, item_type, (*path, index))
+            for index, (item, item_type) in enumerate(zip(value, arguments))
+        )
 
     def _enum(self, value: Any, annotation: type[enum.Enum], path: KeyPath) -> enum.Enum:
         for member in annotation:
@@ -362,8 +372,10 @@ def _field_types(schema: type) -> dict[str, Any]:
     except NameError as error:
         fields = dataclasses.fields(schema)
         if any(isinstance(field.type, str) for field in fields):
-            raise TypeError(f"configuration schema {schema.__qualname__}: cannot resolve the annotation "
-                            f"{error.name!r}; define the dataclasses it refers to at module level") from error
+            raise TypeError(
+                f"configuration schema {schema.__qualname__}: cannot resolve the annotation "
+                f"{error.name!r}; define the dataclasses it refers to at module level"
+            ) from error
         return {field.name: field.type for field in fields}
 
 
@@ -486,8 +498,11 @@ def _toml_value(value: Any, path: KeyPath) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(item, (*path, index)) for index, item in enumerate(value)) + "]"
     if isinstance(value, dict):
-        items = [f"{_toml_key(key)} = {_toml_value(item, (*path, key))}"
-                 for key, item in value.items() if item is not None]
+        items = [
+            f"{_toml_key(key)} = {_toml_value(item, (*path, key))}"
+            for key, item in value.items()
+            if item is not None
+        ]
         return "{ " + ", ".join(items) + " }" if items else "{}"
     raise TypeError(f"dumps: {_join(path)} holds {type(value).__name__} {value!r}, which TOML cannot store")
 

@@ -101,8 +101,10 @@ def test_load_good_file_maps_tables_defaults_and_types(tmp_path):
     assert run.grid == Grid(name="box", size=(1.0, 2.5e-3), resolution=2e-6, pml=10)
     assert isinstance(run.grid.size[0], float)  # int accepted where float expected, converted
     assert run.options == {"courant": 0.5, "relax": 1.0} and isinstance(run.options["relax"], float)
-    assert run.sources == [Source(position=(0.0, 0.0)),
-                           Source(position=(1.0, -1.0), component="Ex", waveform=Waveform(f0=3e9))]
+    assert run.sources == [
+        Source(position=(0.0, 0.0)),
+        Source(position=(1.0, -1.0), component="Ex", waveform=Waveform(f0=3e9)),
+    ]
     # a str path works as well as a Path
     assert config.load(str(path), Run) == run
 
@@ -123,8 +125,12 @@ def test_round_trip_through_toml_and_json(tmp_path):
 
 
 def test_dumps_quotes_awkward_strings_and_keys_and_special_floats():
-    data = {"plain": 'say "hi"\\ \n\t\x7f \u00e9', "with space": math.inf, "nan": math.nan,
-            "nested": {"a.b": [1, 2.5, "x"], "inline": [{"k": 1}, 2]}}
+    data = {
+        "plain": 'say "hi"\\ \n\t\x7f \u00e9',
+        "with space": math.inf,
+        "nan": math.nan,
+        "nested": {"a.b": [1, 2.5, "x"], "inline": [{"k": 1}, 2]},
+    }
     parsed = tomllib.loads(config.dumps(data))
     assert parsed["plain"] == data["plain"]
     assert parsed["with space"] == math.inf and math.isnan(parsed["nan"])
@@ -179,8 +185,11 @@ def test_fixed_length_tuple():
     class Point:
         position: tuple[float, float]
 
-    with pytest.raises(ConfigError, match=r"<string>:1: key 'position': expected tuple\[float, float\] "
-                                          r"with 2 items, got 3"):
+    with pytest.raises(
+        ConfigError,
+        match=r"<string>:1: key 'position': expected tuple\[float, float\] "
+        r"with 2 items, got 3",
+    ):
         config.loads("position = [1, 2, 3]", Point)
 
 
@@ -198,12 +207,14 @@ def test_literal_and_enum_choices():
     error = _error('polarisation = "xx"\n[grid]\nname = "a"\nsize = [1]\n')
     assert str(error) == "run.toml:1: key 'polarisation': 'xx' is not one of the choices 'te', 'tm'"
     # the enum member name works too
-    assert config.loads('polarisation = "TE"\n[grid]\nname = "a"\nsize = [1]\n', Run).polarisation \
+    assert (
+        config.loads('polarisation = "TE"\n[grid]\nname = "a"\nsize = [1]\n', Run).polarisation
         is Polarisation.TE
+    )
 
 
 def test_table_where_scalar_expected_and_vice_versa():
-    error = _error('grid = 3\n')
+    error = _error("grid = 3\n")
     assert str(error) == "run.toml:1: key 'grid': expected table (Grid), got int 3"
     error = _error('[grid]\nname = "a"\nsize = [1]\n[grid.resolution]\nx = 1\n')
     assert str(error) == "run.toml:4: [grid] key 'resolution': expected float, got table"
@@ -211,8 +222,9 @@ def test_table_where_scalar_expected_and_vice_versa():
 
 def test_post_init_value_error_reported_with_key_and_line():
     error = _error('[grid]\nname = "box"\nsize = [1]\nresolution = -1.0\n')
-    assert str(error) == ("run.toml:4: [grid] key 'resolution': invalid value: "
-                          "resolution must be positive, got -1.0")
+    assert str(error) == (
+        "run.toml:4: [grid] key 'resolution': invalid value: resolution must be positive, got -1.0"
+    )
     assert isinstance(error.__cause__, ValueError)
 
 
@@ -230,7 +242,7 @@ def test_optional_union_alternatives():
         value: int | str
         limit: float | None = None
 
-    assert config.loads('value = 3', Choice) == Choice(3)
+    assert config.loads("value = 3", Choice) == Choice(3)
     assert config.loads('value = "three"\nlimit = 2', Choice) == Choice("three", 2.0)
     with pytest.raises(ConfigError, match=r"<string>:1: key 'value': expected int \| str, got float 2.5"):
         config.loads("value = 2.5", Choice)
@@ -275,3 +287,26 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match=r"dumps: x holds object"):
         config.dumps({"x": object()})
     assert dataclasses.is_dataclass(config.loads('[grid]\nname="a"\nsize=[1]', Run))
+
+
+def test_union_of_tables_reports_the_alternative_that_got_furthest():
+    @dataclass
+    class Dipole:
+        kind: Literal["dipole"]
+        position: tuple[float, float]
+
+    @dataclass
+    class PlaneWave:
+        kind: Literal["plane_wave"]
+        direction: str = "+x"
+
+    @dataclass
+    class Sources:
+        sources: list[Dipole | PlaneWave]
+
+    text = '[[sources]]\nkind = "plane_wave"\n\n[[sources]]\nkind = "dipole"\nposition = [0, "a"]\n'
+    with pytest.raises(ConfigError) as info:
+        config.loads(text, Sources)
+    assert str(info.value) == "<string>:6: [sources[1]] key 'position[1]': expected float, got str 'a'"
+    loaded = config.loads(text.replace('"a"', "1"), Sources)
+    assert loaded.sources == [PlaneWave("plane_wave"), Dipole("dipole", (0.0, 1.0))]
