@@ -23,9 +23,10 @@ OpenMM force               mindsponge term
 ``CMMotionRemover``        ignored (it is not an energy term)
 =========================  ============================================================
 
-Term names are the force's name without the ``Force`` suffix (``HarmonicBond``,
-``PeriodicTorsion``...), with ``_2``, ``_3``... appended when a System holds several forces
-of one kind. Each term records the index of the OpenMM force it came from in
+Term names are the mindsponge class names (``HarmonicBond``, ``PeriodicTorsion``,
+``HarmonicImproper``, ``Nonbonded``...) or the force's own name when it was given one
+(``force.setName``), with ``_2``, ``_3``... appended when a System holds several forces of one
+kind. Each term records the index of the OpenMM force it came from in
 ``term.openmm_force_index``.
 
 OpenMM is imported only when these functions run, so importing this module is cheap.
@@ -289,7 +290,7 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
             term = _CONVERTERS[kind](index, force, dtype)
         else:
             raise _unsupported(index, force, "this force type is not supported")
-        base_name = kind.removesuffix("Force") if force.getName() == kind else force.getName()
+        base_name = term.name if force.getName() == kind else force.getName()
         counts[base_name] = counts.get(base_name, 0) + 1
         term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
         term.openmm_force_index = index

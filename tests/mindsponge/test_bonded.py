@@ -163,22 +163,30 @@ def test_bad_bonded_input_raises_with_a_clear_message():
         ForceField([HarmonicBond([[0, 1]], [0.1], [1.0])])(torch.zeros(2, 2))
 
 
-def test_cmap_and_amber19_bonded_terms_match_openmm(villin_pdb, reference):
-    """ff19SB carries CMAP maps; compare every bonded force of villin on distorted positions."""
+@pytest.mark.parametrize("forcefield_file", ["amber19-all.xml", "charmm36.xml"])
+def test_cmap_impropers_and_protein_bonded_terms_match_openmm(forcefield_file, villin_pdb, reference):
+    """ff19SB carries CMAP; CHARMM36 CMAP, harmonic impropers and Urey-Bradley: villin, distorted."""
     from openmm import app, unit
 
     modeller = app.Modeller(villin_pdb.topology, villin_pdb.positions)
     modeller.deleteWater()
     modeller.delete([residue for residue in modeller.topology.residues() if residue.name == "Cl"])
-    system = app.ForceField("amber19-all.xml").createSystem(modeller.topology, constraints=None)
+    system = app.ForceField(forcefield_file).createSystem(modeller.topology, constraints=None)
+    non_bonded = {
+        "NonbondedForce",
+        "CustomNonbondedForce",
+        "CustomBondForce",
+    }  # CHARMM's LJ (NBFIX) and 1-4 LJ
     for index in reversed(range(system.getNumForces())):
-        if isinstance(system.getForce(index), openmm.NonbondedForce):
+        if type(system.getForce(index)).__name__ in non_bonded:
             system.removeForce(index)
     positions = np.array(modeller.getPositions().value_in_unit(unit.nanometer))
     positions += np.random.default_rng(0).normal(scale=0.02, size=positions.shape)
     expected = reference(system, positions)
     ff = from_openmm(system)
     assert "CMAPTorsion" in ff.names
+    if forcefield_file == "charmm36.xml":
+        assert "HarmonicImproper" in ff.names
     x = torch.tensor(positions)
     energies = ff.energy_terms(x, None)
     for term in ff:
