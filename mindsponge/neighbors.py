@@ -8,13 +8,15 @@ at most one skin). The list is rebuilt only when some atom has moved further, or
 the box changed. Pair terms then mask the listed pairs with ``r < r_c`` themselves.
 
 Building uses a cell list: space (the periodic box, or the bounding box of the atoms
-without periodicity) is cut into cells at least ``r_c + skin`` wide along each
-perpendicular direction, atoms are sorted by cell, and only the 13 "forward" neighbouring
-cells of each cell plus the cell itself are searched (a half shell, so each pair is seen
-once). Memory is linear in the number of atoms: candidates are generated one neighbour
-offset at a time. Small systems (fewer than ``all_pairs_below`` atoms) and boxes too small
-for three cells along some direction use an all-pairs search instead, done in blocks of
-rows so that no ``(N, N)`` matrix is ever formed.
+without periodicity) is cut into cells at least ``(r_c + skin) / 2`` wide along each
+perpendicular direction (``r_c + skin`` in small boxes), atoms are sorted by cell, and only
+the "forward" half of the neighbouring cells within two cells (one) plus the cell itself are
+searched (a half shell, so each pair is seen once). A neighbouring cell across the box
+boundary is searched as the periodic image shifted by the box vectors. Memory is linear in
+the number of atoms: candidates are generated one neighbour offset at a time. Small systems
+(fewer than ``all_pairs_below`` atoms) and boxes too small for three cells along some
+direction use an all-pairs search instead, done in blocks of rows so that no ``(N, N)``
+matrix is ever formed.
 
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
 triclinic); distances use :func:`mindsponge.space.minimum_image`, so a pair is listed
@@ -40,14 +42,15 @@ from mindsponge import space
 
 __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
 
-# the 13 half-shell offsets (lexicographically positive) plus the cell itself, first
-_HALF_SHELL = [(0, 0, 0)] + [
-    (dx, dy, dz)
-    for dx in (-1, 0, 1)
-    for dy in (-1, 0, 1)
-    for dz in (-1, 0, 1)
-    if (dx, dy, dz) > (0, 0, 0)
-]
+
+
+def _half_shell(reach: int) -> list[tuple[int, int, int]]:
+    """The cell itself, then the lexicographically positive offsets with components in [-reach, reach]."""
+    span = range(-reach, reach + 1)
+    offsets = [(dx, dy, dz) for dx in span for dy in span for dz in span]
+    return [(0, 0, 0)] + [offset for offset in offsets if offset > (0, 0, 0)]
+
+
 # candidate pairs examined at once by the all-pairs search (bounds its memory)
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -147,6 +150,11 @@ class NeighborList:
         self._excluded_keys: Tensor | None = None
 
     @property
+    def reference_positions(self) -> Tensor | None:
+        """``(N, 3)`` positions (detached) at the last build, nm; ``None`` before the first."""
+        return self._reference_positions
+
+    @property
     def list_cutoff(self) -> float:
         """``cutoff + skin``, nm: the distance up to which pairs are listed."""
         return self.cutoff + self.skin
@@ -198,8 +206,8 @@ class NeighborList:
                     f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff"
                 )
         n_atoms = len(positions)
-        cells = self._cell_grid(positions, box)
-        if n_atoms < self.all_pairs_below or cells is None:
+        cells = None if n_atoms < self.all_pairs_below else self._cell_grid(positions, box)
+        if cells is None:
             pairs = self._search_all_pairs(positions, box)
         else:
             pairs = self._search_cells(positions, box, *cells)
@@ -241,29 +249,37 @@ class NeighborList:
         return torch.cat(found)
 
     def _cell_grid(self, positions: Tensor, box: Tensor | None):
-        """Cell coordinates of every atom and the grid shape, or ``None`` if the grid is too coarse."""
+        """Cell coordinates of every atom, the grid shape, the search reach and the wrapped positions.
+
+        Cells are at least ``(cutoff + skin) / reach`` wide, so the partners of an atom lie within
+        ``reach`` cells along each axis. Reach 2 (finer cells, fewer candidates) is used when the
+        grid has at least 5 cells along every axis, else reach 1 with at least 3 cells; with a box
+        too small for that, ``None`` (all-pairs search).
+        """
+        if len(positions) == 0:
+            return None
         if box is None:
-            if len(positions) == 0:
-                return None
             lower = positions.min(0).values
             extent = (positions.max(0).values - lower).clamp_min(self.list_cutoff)
-            n_cells = torch.clamp(torch.floor(extent / self.list_cutoff), min=1).long()
-            scaled = (positions - lower) / extent
-            return _cell_coordinates(scaled, n_cells), n_cells, False
+            reach = 2
+            n_cells = torch.clamp(torch.floor(reach * extent / self.list_cutoff), min=1).long()
+            return _cell_coordinates((positions - lower) / extent, n_cells), n_cells, reach, positions
         volume = torch.linalg.det(box).abs()
         # perpendicular width along each box vector: volume over the area of the opposite face
         faces = torch.stack([torch.linalg.cross(box[1], box[2]), torch.linalg.cross(box[2], box[0]),
                              torch.linalg.cross(box[0], box[1])])
         widths = volume / torch.linalg.vector_norm(faces, dim=1)
-        n_cells = torch.floor(widths / self.list_cutoff).long()
-        if bool((n_cells < 3).any()):
-            return None
-        fractional = space.fractional(positions, box)
-        fractional = fractional - torch.floor(fractional)
-        return _cell_coordinates(fractional, n_cells), n_cells, True
+        for reach in (2, 1):
+            n_cells = torch.floor(reach * widths / self.list_cutoff).long()
+            if bool((n_cells >= 2 * reach + 1).all()):
+                fractional = space.fractional(positions, box)
+                fractional = fractional - torch.floor(fractional)
+                return _cell_coordinates(fractional, n_cells), n_cells, reach, fractional @ box
+        return None
 
     def _search_cells(self, positions: Tensor, box: Tensor | None, cell_xyz: Tensor, n_cells: Tensor,
-                      periodic: bool) -> Tensor:
+                      reach: int, wrapped: Tensor) -> Tensor:
+        """Half-shell cell search; ``wrapped`` are the positions inside the box (or as given without)."""
         device = positions.device
         n_atoms = len(positions)
         n_cells_list = [int(n) for n in n_cells]
@@ -272,22 +288,29 @@ class NeighborList:
         cell_of_atom = (cell_xyz * strides).sum(1)
         order = torch.argsort(cell_of_atom, stable=True)
         sorted_cell = cell_of_atom[order]
+        sorted_positions = wrapped[order]
         counts = torch.bincount(cell_of_atom, minlength=total_cells)
         starts = torch.cumsum(counts, 0) - counts
         grid = torch.stack(torch.meshgrid(*(torch.arange(n, device=device) for n in n_cells_list),
                                           indexing="ij"), dim=-1).reshape(-1, 3)
         sorted_index = torch.arange(n_atoms, device=device)
+        limit = self.list_cutoff**2
         found = []
-        for offset in _HALF_SHELL:
+        for offset in _half_shell(reach):
+            first_positions = sorted_positions
             if offset == (0, 0, 0):
                 # same cell: partners are the atoms after this one in sorted order
                 partner_start = sorted_index + 1
                 n_partners = starts[sorted_cell] + counts[sorted_cell] - partner_start
             else:
                 neighbour = grid + torch.tensor(offset, device=device)
-                if periodic:
-                    neighbour = neighbour % n_cells
+                if box is not None:
+                    # a neighbour across the box boundary is the periodic image shifted by the box
+                    image = torch.div(neighbour, n_cells, rounding_mode="floor")
+                    neighbour = neighbour - image * n_cells
                     valid = torch.ones(total_cells, dtype=torch.bool, device=device)
+                    image_shift = image.to(positions.dtype) @ box
+                    first_positions = sorted_positions - image_shift[sorted_cell]
                 else:
                     valid = ((neighbour >= 0) & (neighbour < n_cells)).all(1)
                     neighbour = neighbour.clamp(min=torch.zeros_like(n_cells), max=n_cells - 1)
@@ -299,12 +322,12 @@ class NeighborList:
             if n_candidates == 0:
                 continue
             first = torch.repeat_interleave(sorted_index, n_partners, output_size=n_candidates)
-            within_group = torch.arange(n_candidates, device=device) - torch.repeat_interleave(
-                torch.cumsum(n_partners, 0) - n_partners, n_partners, output_size=n_candidates)
-            second = partner_start[first] + within_group
-            first, second = order[first], order[second]
-            keep = self._within(positions, box, first, second)
-            first, second = first[keep], second[keep]
+            second = torch.arange(n_candidates, device=device) + torch.repeat_interleave(
+                partner_start - (torch.cumsum(n_partners, 0) - n_partners), n_partners,
+                output_size=n_candidates)
+            displacement = sorted_positions[second] - first_positions[first]
+            keep = (displacement * displacement).sum(-1) < limit
+            first, second = order[first[keep]], order[second[keep]]
             found.append(torch.stack([torch.minimum(first, second), torch.maximum(first, second)], dim=1))
         if not found:
             return torch.zeros((0, 2), dtype=torch.long, device=device)

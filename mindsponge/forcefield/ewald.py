@@ -233,11 +233,14 @@ class PMEReciprocal:
         at_atoms = potential.reshape(-1)[flat_index].view(n_atoms, p, p, p)
         wx, wy, wz = weights.unbind(1)
         dx, dy, dz = derivatives.unbind(1)
-        gradient_scaled = torch.stack([
-            torch.einsum("ai,aj,ak,aijk->a", dx, wy, wz, at_atoms),
-            torch.einsum("ai,aj,ak,aijk->a", wx, dy, wz, at_atoms),
-            torch.einsum("ai,aj,ak,aijk->a", wx, wy, dz, at_atoms),
-        ], dim=1)
+        # contract the z, then the y, then the x spline axis (values or derivatives)
+        along_z = (at_atoms * wz[:, None, None, :]).sum(3)
+        along_dz = (at_atoms * dz[:, None, None, :]).sum(3)
+        along_yz = (along_z * wy[:, None, :]).sum(2)
+        along_dy_z = (along_z * dy[:, None, :]).sum(2)
+        along_y_dz = (along_dz * wy[:, None, :]).sum(2)
+        gradient_scaled = torch.stack([(along_yz * dx).sum(1), (along_dy_z * wx).sum(1),
+                                       (along_y_dz * wx).sum(1)], dim=1)
         # u_d = n_d (x R)_d, so dE/dx = (dE/du * n) R^T
         recip = torch.linalg.inv(box)
         forces = -(charges[:, None] * gradient_scaled * sizes.to(positions.dtype)) @ recip.T

@@ -49,8 +49,10 @@ exclusions and exceptions, as OpenMM does, and is a constant with respect to the
 - ``"coulomb_direct"``: the direct-space Coulomb of pairs within the cutoff (``g(r)`` above), plus
   the Coulomb part of exceptions.
 - ``"coulomb_reciprocal"`` (Ewald/PME): the reciprocal-space sum plus the self energy
-  ``-f alpha/sqrt(pi) sum_i q_i^2``. This is exactly what OpenMM reports for the force group
-  given to ``NonbondedForce.setReciprocalSpaceForceGroup`` (OpenMM puts the self energy there).
+  ``-f alpha/sqrt(pi) sum_i q_i^2`` plus, for a system with net charge ``Q``, the energy of
+  its neutralising background ``-f pi Q^2 / (2 V alpha^2)``. This is exactly what OpenMM
+  reports for the force group given to ``NonbondedForce.setReciprocalSpaceForceGroup``
+  (OpenMM puts the self and background energies there).
 - ``"coulomb_exclusions"`` (Ewald/PME, when there are excluded or exception pairs): the
   ``-f q_i q_j erf(alpha r)/r`` corrections of all excluded and exception pairs.
 - ``"dispersion_correction"`` (periodic, when enabled): ``C / V``.
@@ -62,11 +64,11 @@ OpenMM's direct-space part of the ``NonbondedForce`` (its own force group) equal
 force factors and scatter them only when a gradient is asked for (a custom
 :class:`torch.autograd.Function`), and PME interpolates its forces from the grid, so
 ``torch.autograd.grad(E, positions)`` costs little more than the energy. These analytic
-gradients are first derivatives with respect to positions only. With
-``analytic_forces=False``, or automatically when a parameter or the box requires grad, the
-energy is built from differentiable operations instead (slower; supports second derivatives,
-parameter gradients). Differentiating analytic forces again (``create_graph=True``) raises an
-error that says to use ``analytic_forces=False``.
+gradients are first derivatives with respect to positions only. When the forces themselves
+must be differentiable (``create_graph=True``: force matching, Hessians), the backward pass
+recomputes the energy from differentiable operations and differentiates that (slower, same
+values). With ``analytic_forces=False``, or automatically when a parameter or the box requires
+grad, the energy is always built from differentiable operations (parameter gradients).
 
 The net PME force is not exactly zero (B-spline interpolation is not translation invariant
 on the grid); OpenMM has the same small net force.
@@ -126,6 +128,7 @@ class _PairSet:
     charge_products: Tensor  # f q_i q_j, kJ/mol nm
     sigma_squared: Tensor  # nm^2
     epsilon4: Tensor  # 4 eps, kJ/mol
+    shifts: Tensor | None = None  # (P, 3) lattice vectors added to the displacements, nm
 
 
 def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
@@ -163,59 +166,59 @@ def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb
                  cutoff: float | None, switch_distance: float | None, keep_factors: bool):
     """Lennard-Jones and Coulomb energies of a set of pairs.
 
+    Displacements are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
+    carries lattice shifts (then ``positions`` must be unwrapped consistently, see
+    :meth:`Nonbonded._direct_pairs`), else the minimum image in ``box`` (or none without a box).
+
     Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
     false, else a :class:`_PairResult` (computed without a graph) that can produce forces.
     """
     displacement = positions[pairs.second] - positions[pairs.first]
-    if box is not None:
+    if pairs.shifts is not None:
+        displacement = displacement + pairs.shifts
+    elif box is not None:
         displacement = space.minimum_image(displacement, box)
     r2 = (displacement * displacement).sum(-1)
-    inverse_r2 = 1.0 / r2
-    charge_products = pairs.charge_products
+    charge_products, epsilon4 = pairs.charge_products, pairs.epsilon4
+    n_lj = len(epsilon4)
+    if cutoff is not None:  # zero parameters beyond the cutoff: energies and forces vanish there
+        inside = r2 < cutoff * cutoff
+        charge_products = torch.where(inside, charge_products, 0.0)
+        epsilon4 = torch.where(inside[:n_lj], epsilon4, 0.0)
+    inverse_r = torch.rsqrt(r2)
+    inverse_r2 = inverse_r * inverse_r
+    f_coulomb = None
     if coulomb.kind == "plain":
-        inverse_r = torch.sqrt(inverse_r2)
         e_coulomb = charge_products * inverse_r
-        f_coulomb = e_coulomb * inverse_r2 if keep_factors else None
+        if keep_factors:
+            f_coulomb = e_coulomb * inverse_r2
     elif coulomb.kind == "reaction_field":
-        inverse_r = torch.sqrt(inverse_r2)
         e_coulomb = charge_products * (inverse_r + coulomb.krf * r2 - coulomb.crf)
-        f_coulomb = charge_products * (inverse_r * inverse_r2 - 2.0 * coulomb.krf) if keep_factors else None
+        if keep_factors:
+            f_coulomb = charge_products * (inverse_r * inverse_r2 - 2.0 * coulomb.krf)
     else:
-        r = torch.sqrt(r2)
-        inverse_r = 1.0 / r
         alpha = coulomb.alpha
+        alpha_r = alpha * (r2 * inverse_r)
         if coulomb.kind == "ewald":
-            screened = torch.special.erfc(alpha * r)
-            e_coulomb = charge_products * screened * inverse_r
-            f_coulomb = (charge_products * (screened * inverse_r + alpha * _TWO_OVER_SQRT_PI
-                                            * torch.exp(-alpha * alpha * r2)) * inverse_r2
-                         if keep_factors else None)
+            e_coulomb = charge_products * torch.special.erfc(alpha_r) * inverse_r
         else:  # "erf": minus the long-range part
-            smooth = torch.special.erf(alpha * r)
-            e_coulomb = -charge_products * smooth * inverse_r
-            f_coulomb = (charge_products * (alpha * _TWO_OVER_SQRT_PI * torch.exp(-alpha * alpha * r2)
-                                            - smooth * inverse_r) * inverse_r2 if keep_factors else None)
-    n_lj = len(pairs.sigma_squared)
+            e_coulomb = -charge_products * torch.special.erf(alpha_r) * inverse_r
+        if keep_factors:  # both: -(dE/dr)/r = (E + qq 2 alpha/sqrt(pi) exp(-alpha^2 r^2)) / r^2
+            gaussian = (alpha * _TWO_OVER_SQRT_PI) * torch.exp(-alpha_r * alpha_r)
+            f_coulomb = (e_coulomb + charge_products * gaussian) * inverse_r2
     lj_inverse_r2 = inverse_r2[:n_lj]
     s6 = (pairs.sigma_squared * lj_inverse_r2) ** 3
-    e_lj = pairs.epsilon4 * (s6 * s6 - s6)
-    f_lj = pairs.epsilon4 * (12.0 * s6 * s6 - 6.0 * s6) * lj_inverse_r2 if keep_factors else None
+    e_lj = epsilon4 * (s6 * s6 - s6)
+    f_lj = epsilon4 * (12.0 * s6 * s6 - 6.0 * s6) * lj_inverse_r2 if keep_factors else None
     if switch_distance is not None:
-        r_lj = torch.sqrt(r2[:n_lj])
+        r_lj = r2[:n_lj] * inverse_r[:n_lj]
         width = cutoff - switch_distance
         x = ((r_lj - switch_distance) / width).clamp(0.0, 1.0)
         switch = 1.0 + x * x * x * (-10.0 + x * (15.0 - 6.0 * x))
         if keep_factors:
             switch_derivative = x * x * (-30.0 + x * (60.0 - 30.0 * x)) / width
-            f_lj = f_lj * switch - e_lj * switch_derivative / r_lj
+            f_lj = f_lj * switch - e_lj * switch_derivative * inverse_r[:n_lj]
         e_lj = e_lj * switch
-    if cutoff is not None:
-        inside = (r2 < cutoff * cutoff).to(r2.dtype)
-        e_coulomb = e_coulomb * inside
-        e_lj = e_lj * inside[:n_lj]
-        if keep_factors:
-            f_coulomb = f_coulomb * inside
-            f_lj = f_lj * inside[:n_lj]
     accumulate = torch.float64 if r2.dtype == torch.float32 else r2.dtype
     energies = (e_lj.sum(dtype=accumulate).to(r2.dtype), e_coulomb.sum(dtype=accumulate).to(r2.dtype))
     if not keep_factors:
@@ -228,13 +231,16 @@ class _AnalyticEnergies(torch.autograd.Function):
 
     ``parts`` is a list of ``(kind, payload)``: ``("pair", _PairResult)`` contributes two
     energies (LJ, Coulomb) with lazily scattered forces; ``("forces", (energy, forces))``
-    contributes one energy with precomputed forces.
+    contributes one energy with precomputed forces. ``recompute(positions)`` returns the same
+    energies built from differentiable operations: it is used only when the gradient itself
+    must be differentiable (``create_graph=True``).
     """
 
     @staticmethod
-    def forward(ctx, positions, parts):
-        ctx.parts = parts
+    def forward(ctx, positions, parts, recompute):
+        ctx.parts, ctx.recompute = parts, recompute
         ctx.n_atoms = len(positions)
+        ctx.save_for_backward(positions)
         outputs = []
         for kind, payload in parts:
             outputs.extend(payload.energies if kind == "pair" else (payload[0],))
@@ -242,11 +248,11 @@ class _AnalyticEnergies(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "Nonbonded computes forces analytically and cannot be differentiated twice "
-                "(create_graph=True); build it with analytic_forces=False for higher derivatives"
-            )
+        if torch.is_grad_enabled():  # create_graph: differentiate the autograd formulation
+            (positions,) = ctx.saved_tensors
+            outputs = ctx.recompute(positions)
+            (gradient,) = torch.autograd.grad(outputs, positions, grads, create_graph=True)
+            return gradient, None, None
         gradient = None
         index = 0
         for kind, payload in ctx.parts:
@@ -257,7 +263,7 @@ class _AnalyticEnergies(torch.autograd.Function):
                 part = -grads[index] * payload[1]
                 index += 1
             gradient = part if gradient is None else gradient + part
-        return gradient, None
+        return gradient, None, None
 
 
 def dispersion_coefficient(sigma: Tensor, epsilon: Tensor, cutoff: float,
@@ -478,7 +484,15 @@ class Nonbonded(EnergyTerm):
         epsilon = torch.sqrt(self.epsilon[first] * self.epsilon[second])
         return _lj_first(first, second, charge_products, sigma, epsilon)
 
-    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool) -> _PairSet:
+    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool) -> tuple[_PairSet, Tensor]:
+        """Pairs of the direct-space sum and the positions to evaluate them at.
+
+        With a periodic box, each pair carries the lattice shift that gave its minimum image
+        when the neighbour list was built, and the positions are returned unwrapped back to
+        the reference positions of that build (atoms that were wrapped into the box since are
+        moved back by a lattice vector). Until the next rebuild no atom moves more than half
+        the skin, so the shifts stay the minimum images and the kernel needs no rounding.
+        """
         if self.neighbors is None:
             key = ("all", len(positions), positions.device)
             if self._pair_cache is None or self._pair_cache[0] != key:
@@ -490,12 +504,18 @@ class Nonbonded(EnergyTerm):
             if self._pair_cache is None or self._pair_cache[0] != key:
                 self._pair_cache = (key, pairs, None)
         key, pairs, pair_set = self._pair_cache
-        if not cached:
-            return self._make_pairs(pairs)
-        if pair_set is None or pair_set.charge_products.dtype != positions.dtype:
+        if not cached or pair_set is None or pair_set.charge_products.dtype != positions.dtype:
             pair_set = self._make_pairs(pairs)
-            self._pair_cache = (key, pairs, pair_set)
-        return pair_set
+            if box is not None:
+                reference = self.neighbors.reference_positions.to(positions.dtype)
+                direct = reference[pair_set.second] - reference[pair_set.first]
+                pair_set.shifts = space.minimum_image(direct, box.detach()) - direct
+            if cached:
+                self._pair_cache = (key, pairs, pair_set)
+        if box is None:
+            return pair_set, positions
+        moved = positions.detach() - self.neighbors.reference_positions
+        return pair_set, positions - (moved - space.minimum_image(moved, box.detach()))
 
     def _exception_pairs(self) -> _PairSet:
         first, second = self.exceptions[:, 0], self.exceptions[:, 1]
@@ -574,8 +594,9 @@ class Nonbonded(EnergyTerm):
     def _evaluate(self, positions: Tensor, box: Tensor | None, keep_factors: bool):
         """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
         cutoff = None if self.method == "nocutoff" else self.cutoff
-        parts = {"direct": _pair_kernel(positions, box, self._direct_pairs(positions, box, keep_factors),
-                                        self._coulomb(), cutoff, self.switch_distance, keep_factors)}
+        pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors)
+        parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
+                                        self.switch_distance, keep_factors)}
         if len(self.exceptions):
             parts["exceptions"] = _pair_kernel(positions, box if self.exceptions_periodic else None,
                                                self._exception_pairs(), _Coulomb("plain"), None, None,
@@ -587,7 +608,11 @@ class Nonbonded(EnergyTerm):
                                                    keep_factors)
             reciprocal, forces = self._reciprocal(positions, box, keep_factors)
             self_energy = -COULOMB_MD * self.alpha / math.sqrt(math.pi) * (self.charges * self.charges).sum()
-            parts["reciprocal"] = (reciprocal + self_energy.to(reciprocal.dtype), forces)
+            # a net charge interacts with its neutralising background (as OpenMM)
+            background = (-COULOMB_MD * math.pi * self.charges.sum() ** 2
+                          / (2 * self.alpha**2 * space.volume(box)))
+            constant = (self_energy + background).to(reciprocal.dtype)
+            parts["reciprocal"] = (reciprocal + constant, forces)
         return parts
 
     def _autograd_terms(self, positions: Tensor, box: Tensor | None) -> dict[str, Tensor]:
@@ -601,7 +626,12 @@ class Nonbonded(EnergyTerm):
                                    keep_factors=True)
         names = [name for name in ("direct", "exceptions", "exclusions", "reciprocal") if name in parts]
         wrapped = [("forces" if name == "reciprocal" else "pair", parts[name]) for name in names]
-        outputs = _AnalyticEnergies.apply(positions, wrapped)
+
+        def recompute(differentiable_positions):
+            again = self._evaluate(differentiable_positions, box, keep_factors=False)
+            return tuple(energy for name in names for energy in again[name] if energy is not None)
+
+        outputs = _AnalyticEnergies.apply(positions, wrapped, recompute)
         energies = {}
         index = 0
         for name, (kind, _) in zip(names, wrapped):

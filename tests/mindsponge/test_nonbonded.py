@@ -1,0 +1,353 @@
+"""Nonbonded (LJ + Coulomb) against OpenMM's NonbondedForce on the Reference platform, live.
+
+Systems: a ~650-atom TIP3P box (``Modeller.addSolvent``) and villin (openmm's ``test.pdb``,
+amber14, with its 1-4 exceptions) in vacuum and in a periodic box. Each case builds an OpenMM
+System holding only the NonbondedForce, evaluates it in float64, and compares the total energy,
+the reciprocal-space force group and the forces with ours.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+openmm = pytest.importorskip("openmm")
+from openmm import app, unit  # noqa: E402
+
+from mindsponge import space  # noqa: E402
+from mindsponge.forcefield import ForceField, forces  # noqa: E402
+from mindsponge.forcefield.ewald import ewald_alpha, pme_grid_size  # noqa: E402
+from mindsponge.forcefield.nonbonded import Nonbonded, NonbondedMethodError  # noqa: E402
+
+KJ = unit.kilojoule_per_mole
+OPENMM_METHODS = {"pme": app.PME, "ewald": app.Ewald, "reaction_field": app.CutoffPeriodic,
+                  "cutoff": app.CutoffPeriodic, "nocutoff": app.NoCutoff}
+REFERENCE_PLATFORM = openmm.Platform.getPlatformByName("Reference")
+
+
+@pytest.fixture(scope="module")
+def water():
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(1.9, 1.9, 1.9) * unit.nanometer)
+    return forcefield, modeller.topology, modeller.positions
+
+
+@pytest.fixture(scope="module")
+def villin():
+    pdb = app.PDBFile(os.path.join(os.path.dirname(app.__file__), "data", "test.pdb"))
+    modeller = app.Modeller(pdb.topology, pdb.positions)
+    modeller.deleteWater()
+    modeller.delete([residue for residue in modeller.topology.residues() if len(list(residue.atoms())) == 1])
+    forcefield = app.ForceField("amber14-all.xml")
+    return forcefield, modeller.topology, modeller.positions
+
+
+def openmm_case(forcefield, topology, positions, method, cutoff=0.8, switch=None, dispersion=True,
+                dielectric=78.3, box=None, tolerance=5e-4):
+    """OpenMM reference (energy, reciprocal group energy, forces, NonbondedForce, box) in float64."""
+    if box is not None:
+        topology.setPeriodicBoxVectors(box * unit.nanometer)
+    system = forcefield.createSystem(topology, nonbondedMethod=OPENMM_METHODS[method],
+                                     nonbondedCutoff=cutoff * unit.nanometer, constraints=None,
+                                     rigidWater=False, ewaldErrorTolerance=tolerance)
+    for index in reversed(range(system.getNumForces())):
+        if not isinstance(system.getForce(index), openmm.NonbondedForce):
+            system.removeForce(index)
+    force = system.getForce(0)
+    if method == "cutoff":
+        dielectric = 1.0
+    force.setReactionFieldDielectric(dielectric)
+    force.setUseDispersionCorrection(dispersion)
+    if switch is not None:
+        force.setUseSwitchingFunction(True)
+        force.setSwitchingDistance(switch)
+    force.setReciprocalSpaceForceGroup(1)
+    context = openmm.Context(system, openmm.VerletIntegrator(1.0), REFERENCE_PLATFORM)
+    context.setPositions(positions)
+    state = context.getState(getEnergy=True, getForces=True)
+    reciprocal = context.getState(getEnergy=True, groups={1}).getPotentialEnergy().value_in_unit(KJ)
+    reference = {
+        "system": system,  # owns the NonbondedForce returned below: keep it alive
+        "energy": state.getPotentialEnergy().value_in_unit(KJ),
+        "reciprocal": reciprocal,
+        "forces": np.asarray(state.getForces().value_in_unit(KJ / unit.nanometer)),
+        "positions": np.asarray(positions.value_in_unit(unit.nanometer)),
+        "box": None if method == "nocutoff" else np.asarray(
+            [v.value_in_unit(unit.nanometer) for v in system.getDefaultPeriodicBoxVectors()]),
+    }
+    if method == "pme":
+        reference["pme"] = force.getPMEParametersInContext(context)
+    return force, reference
+
+
+def ours_from(force, method, dtype=torch.float64, pme_parameters=None, **options):
+    """Our Nonbonded with the particles, exclusions and exceptions of an OpenMM NonbondedForce."""
+    particles = np.array([[p.value_in_unit(p.unit) for p in force.getParticleParameters(i)]
+                          for i in range(force.getNumParticles())])
+    exclusions, exceptions, parameters = [], [], []
+    for index in range(force.getNumExceptions()):
+        i, j, charge_product, sigma, epsilon = force.getExceptionParameters(index)
+        values = [charge_product.value_in_unit(charge_product.unit), sigma.value_in_unit(unit.nanometer),
+                  epsilon.value_in_unit(KJ)]
+        if values[0] == 0.0 and values[2] == 0.0:
+            exclusions.append((i, j))
+        else:
+            exceptions.append((i, j))
+            parameters.append(values)
+    parameters = np.array(parameters).reshape(-1, 3)
+    if pme_parameters is not None:
+        alpha, nx, ny, nz = pme_parameters
+        options.update(alpha=alpha, pme_grid=(nx, ny, nz))
+    tensor = lambda values: torch.tensor(values, dtype=dtype)  # noqa: E731
+    return Nonbonded(
+        tensor(particles[:, 0]), tensor(particles[:, 1]), tensor(particles[:, 2]), method=method,
+        cutoff=force.getCutoffDistance().value_in_unit(unit.nanometer),
+        switch_distance=(force.getSwitchingDistance().value_in_unit(unit.nanometer)
+                         if force.getUseSwitchingFunction() else None),
+        dispersion_correction=force.getUseDispersionCorrection(),
+        ewald_tolerance=force.getEwaldErrorTolerance(),
+        reaction_field_dielectric=force.getReactionFieldDielectric(),
+        exclusions=torch.tensor(exclusions, dtype=torch.long).reshape(-1, 2),
+        exceptions=torch.tensor(exceptions, dtype=torch.long).reshape(-1, 2),
+        exception_charge_products=tensor(parameters[:, 0]), exception_sigma=tensor(parameters[:, 1]),
+        exception_epsilon=tensor(parameters[:, 2]), **options)
+
+
+def evaluate(model, reference, dtype=torch.float64):
+    positions = torch.tensor(reference["positions"], dtype=dtype, requires_grad=True)
+    box = None if reference["box"] is None else torch.tensor(reference["box"], dtype=dtype)
+    terms = model.energy_terms(positions, box)
+    energy = sum(terms.values())
+    (gradient,) = torch.autograd.grad(energy, positions)
+    return terms, energy.item(), -gradient.detach().numpy()
+
+
+def force_error(ours, reference):
+    return math.sqrt(((ours - reference) ** 2).mean() / (reference**2).mean())
+
+
+WATER_CASES = [
+    ("pme", {}),
+    ("pme", {"switch": 0.7}),
+    ("pme", {"dispersion": False}),
+    ("ewald", {}),
+    ("reaction_field", {}),
+    ("reaction_field", {"switch": 0.65, "dispersion": False}),
+    ("cutoff", {}),
+]
+
+
+@pytest.mark.parametrize("method, options", WATER_CASES)
+def test_water_box_matches_openmm(water, method, options):
+    force, reference = openmm_case(*water, method, **options)
+    model = ours_from(force, method, pme_parameters=reference.get("pme"))
+    terms, energy, ours = evaluate(model, reference)
+    assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+    assert force_error(ours, reference["forces"]) < 1e-5
+    if method in ("pme", "ewald"):
+        # OpenMM's reciprocal-space force group holds the reciprocal sum and the self energy
+        assert terms["coulomb_reciprocal"].item() == pytest.approx(reference["reciprocal"], rel=1e-6)
+    else:
+        assert reference["reciprocal"] == 0.0 and "coulomb_reciprocal" not in terms
+    assert ("dispersion_correction" in terms) == options.get("dispersion", True)
+
+
+def test_pme_parameters_from_tolerance_match_openmm(water):
+    force, reference = openmm_case(*water, "pme", cutoff=0.8, tolerance=5e-4)
+    alpha, nx, ny, nz = reference["pme"]
+    box = torch.tensor(reference["box"])
+    assert ewald_alpha(0.8, 5e-4) == pytest.approx(alpha, rel=1e-12)
+    assert pme_grid_size(alpha, box, 5e-4) == (nx, ny, nz)
+    # and with those defaults the energy equals OpenMM's
+    terms, energy, _ = evaluate(ours_from(force, "pme"), reference)
+    assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+
+
+def test_water_box_float32(water):
+    force, reference = openmm_case(*water, "pme")
+    model = ours_from(force, "pme", dtype=torch.float32, pme_parameters=reference["pme"])
+    terms, energy, ours = evaluate(model, reference, dtype=torch.float32)
+    assert terms["coulomb_direct"].dtype == torch.float32
+    # the total is a small difference of large terms: compare with their magnitude
+    magnitude = sum(abs(term.item()) for term in terms.values())
+    assert abs(energy - reference["energy"]) <= 1e-6 * magnitude
+    assert force_error(ours, reference["forces"]) < 1e-3
+
+
+def test_villin_vacuum_no_cutoff_with_exceptions(villin):
+    force, reference = openmm_case(*villin, "nocutoff")
+    assert force.getNumExceptions() > 0
+    model = ours_from(force, "nocutoff")
+    assert len(model.exceptions) > 0
+    terms, energy, ours = evaluate(model, reference)
+    assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+    assert force_error(ours, reference["forces"]) < 1e-5
+    assert set(terms) == {"lennard_jones", "coulomb_direct"}
+
+
+def test_villin_nonperiodic_reaction_field(villin):
+    force, reference = openmm_case(*villin, "reaction_field", cutoff=1.0)
+    force.setNonbondedMethod(openmm.NonbondedForce.CutoffNonPeriodic)
+    system = openmm.System()
+    for _ in range(force.getNumParticles()):
+        system.addParticle(1.0)
+    system.addForce(openmm.XmlSerializer.clone(force))
+    context = openmm.Context(system, openmm.VerletIntegrator(1.0), REFERENCE_PLATFORM)
+    context.setPositions(reference["positions"])
+    state = context.getState(getEnergy=True, getForces=True)
+    reference.update(energy=state.getPotentialEnergy().value_in_unit(KJ), box=None,
+                     forces=np.asarray(state.getForces().value_in_unit(KJ / unit.nanometer)))
+    terms, energy, ours = evaluate(ours_from(force, "reaction_field"), reference)
+    assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+    assert force_error(ours, reference["forces"]) < 1e-5
+    assert "dispersion_correction" not in terms  # OpenMM: none without periodicity
+
+
+@pytest.mark.parametrize("method", ["pme", "ewald"])
+def test_villin_periodic_with_exceptions(villin, method):
+    box = np.diag([4.0, 4.2, 4.4])
+    force, reference = openmm_case(*villin, method, cutoff=1.0, switch=0.9, box=box)
+    model = ours_from(force, method, pme_parameters=reference.get("pme"))
+    terms, energy, ours = evaluate(model, reference)
+    assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+    assert force_error(ours, reference["forces"]) < 1e-5
+    assert terms["coulomb_reciprocal"].item() == pytest.approx(reference["reciprocal"], rel=1e-6)
+
+
+def test_pme_within_tolerance_of_exact_ewald(water):
+    tolerance = 5e-4
+    force, reference = openmm_case(*water, "pme", tolerance=tolerance)
+    pme = ours_from(force, "pme")
+    exact = ours_from(force, "ewald", alpha=pme.alpha, ewald_kmax=(15, 15, 15))  # converged sum
+    _, e_pme, f_pme = evaluate(pme, reference)
+    terms, e_exact, f_exact = evaluate(exact, reference)
+    coulomb = abs(terms["coulomb_reciprocal"].item())
+    assert abs(e_pme - e_exact) < tolerance * coulomb
+    assert force_error(f_pme, f_exact) < tolerance
+
+
+@pytest.fixture(scope="module")
+def water_model(water):
+    force, reference = openmm_case(*water, "pme")
+    return ours_from(force, "pme", pme_parameters=reference["pme"]), reference
+
+
+def test_invariance_translation_and_wrapping(water_model, water):
+    model, reference = water_model
+    positions = torch.tensor(reference["positions"])
+    box = torch.tensor(reference["box"])
+    energy = model(positions, box).item()
+    # PME is exactly invariant under translations by whole grid spacings (others move the atoms
+    # relative to the grid and change the energy by the interpolation error, as in OpenMM)
+    spacing = torch.diagonal(box) / torch.tensor(model.pme_grid, dtype=box.dtype)
+    shifted = positions + torch.tensor([3.0, -7.0, 11.0], dtype=box.dtype) * spacing
+    assert model(shifted, box).item() == pytest.approx(energy, rel=1e-10)
+    builds = model.neighbors.n_builds
+    wrapped = space.wrap(shifted, box)
+    assert not torch.allclose(wrapped, shifted)
+    assert model(wrapped, box).item() == pytest.approx(energy, rel=1e-10)
+    assert model.neighbors.n_builds == builds  # wrapping is not a displacement
+    force, rf_reference = openmm_case(*water, "reaction_field")
+    reaction_field = ours_from(force, "reaction_field")
+    energy = reaction_field(positions, box).item()
+    shifted = positions + torch.tensor([0.37, -1.21, 2.53], dtype=box.dtype)
+    assert reaction_field(space.wrap(shifted, box), box).item() == pytest.approx(energy, rel=1e-10)
+
+
+def test_net_force_and_finite_differences(water_model):
+    model, reference = water_model
+    positions = torch.tensor(reference["positions"])
+    box = torch.tensor(reference["box"])
+    ours = forces(model, positions, box)
+    # PME's B-spline interpolation leaves a small net force, as in OpenMM; compare magnitudes
+    net_openmm = np.linalg.norm(reference["forces"].sum(0))
+    assert ours.sum(0).norm().item() < 10 * net_openmm + 1e-6 * ours.norm().item()
+    step = 1e-5
+    for atom, axis in [(0, 0), (1, 2), (100, 1), (len(positions) - 1, 2)]:
+        plus, minus = positions.clone(), positions.clone()
+        plus[atom, axis] += step
+        minus[atom, axis] -= step
+        derivative = (model(plus, box) - model(minus, box)).item() / (2 * step)
+        assert -derivative == pytest.approx(ours[atom, axis].item(), rel=1e-6, abs=1e-4)
+
+
+def test_reaction_field_forces_sum_to_zero(water):
+    force, reference = openmm_case(*water, "reaction_field")
+    model = ours_from(force, "reaction_field")
+    _, _, ours = evaluate(model, reference)
+    assert np.abs(ours.sum(0)).max() < 1e-9 * np.abs(ours).max() * len(ours)
+
+
+def test_autograd_path_equals_analytic_and_double_backward(water):
+    force, reference = openmm_case(*water, "pme")
+    analytic = ours_from(force, "pme", pme_parameters=reference["pme"])
+    autograd = ours_from(force, "pme", pme_parameters=reference["pme"], analytic_forces=False)
+    positions = torch.tensor(reference["positions"], requires_grad=True)
+    box = torch.tensor(reference["box"])
+    terms_a = analytic.energy_terms(positions, box)
+    terms_b = autograd.energy_terms(positions, box)
+    for name in terms_a:
+        assert terms_b[name].item() == pytest.approx(terms_a[name].item(), rel=1e-10)
+    (g_a,) = torch.autograd.grad(sum(terms_a.values()), positions, create_graph=True)
+    (g_b,) = torch.autograd.grad(sum(terms_b.values()), positions, create_graph=True)
+    assert torch.allclose(g_a, g_b, rtol=1e-8, atol=1e-8)
+    # a Hessian-vector product through the analytic path equals the finite difference of forces
+    generator = torch.Generator().manual_seed(0)
+    direction = torch.randn(positions.shape, dtype=positions.dtype, generator=generator)
+    (hessian_direction,) = torch.autograd.grad((g_a * direction).sum(), positions)
+    step = 1e-6
+    plus = forces(analytic, positions.detach() + step * direction, box)
+    minus = forces(analytic, positions.detach() - step * direction, box)
+    finite = -(plus - minus) / (2 * step)
+    assert force_error(hessian_direction.numpy(), finite.numpy()) < 1e-5
+
+
+def test_charges_gradient_uses_autograd(water):
+    force, reference = openmm_case(*water, "reaction_field")
+    model = ours_from(force, "reaction_field")
+    positions = torch.tensor(reference["positions"])
+    box = torch.tensor(reference["box"])
+    model.charges.requires_grad_(True)
+    energy = model(positions, box)
+    (gradient,) = torch.autograd.grad(energy, model.charges)
+    step = 1e-6
+    with torch.no_grad():
+        model.charges[3] += step
+        plus = model(positions, box).item()
+        model.charges[3] -= 2 * step
+        minus = model(positions, box).item()
+    assert gradient[3].item() == pytest.approx((plus - minus) / (2 * step), rel=1e-5)
+
+
+def test_force_field_sum_and_names(water_model):
+    model, reference = water_model
+    positions = torch.tensor(reference["positions"])
+    box = torch.tensor(reference["box"])
+    terms = ForceField([model]).energy_terms(positions, box)
+    assert set(terms) == {"lennard_jones", "coulomb_direct", "coulomb_reciprocal", "coulomb_exclusions",
+                          "dispersion_correction"}
+    assert sum(terms.values()).item() == pytest.approx(reference["energy"], rel=1e-6)
+
+
+def test_bad_input():
+    charges = torch.tensor([0.5, -0.5])
+    sigma = torch.tensor([0.3, 0.3])
+    epsilon = torch.tensor([0.5, 0.5])
+    positions = torch.tensor([[0.0, 0.0, 0.0], [0.3, 0.0, 0.0]])
+    with pytest.raises(NonbondedMethodError, match="needs a periodic box"):
+        Nonbonded(charges, sigma, epsilon, method="pme")(positions, None)
+    with pytest.raises(ValueError, match="method must be one of"):
+        Nonbonded(charges, sigma, epsilon, method="pppm")
+    with pytest.raises(ValueError, match="switch_distance"):
+        Nonbonded(charges, sigma, epsilon, method="cutoff", cutoff=1.0, switch_distance=1.2)
+    with pytest.raises(ValueError, match="sigma must be a"):
+        Nonbonded(charges, sigma[:1], epsilon)
+    with pytest.raises(ValueError, match="exception_charge_products is required"):
+        Nonbonded(charges, sigma, epsilon, exceptions=torch.tensor([[0, 1]]))
+    with pytest.raises(ValueError, match="outside"):
+        Nonbonded(charges, sigma, epsilon, exclusions=torch.tensor([[0, 2]]))
+    with pytest.raises(ValueError, match="positions must be a"):
+        Nonbonded(charges, sigma, epsilon, method="nocutoff")(positions[:1], None)
