@@ -147,6 +147,14 @@ def _canonical_wrt(wrt: Sequence[int], dimension: int, name: str = "wrt") -> tup
     return tuple(sorted(wrt))
 
 
+def _distinct_dims(dims: Sequence[int], dimension: int) -> list[int]:
+    """Validate the input indices a Laplacian sums over."""
+    indices = _canonical_wrt(dims, dimension, "dims")
+    if len(indices) == 0 or len(set(indices)) != len(indices):
+        raise ValueError(f"dims must name distinct input indices, at least one, got {dims!r}")
+    return list(indices)
+
+
 class Derivatives:
     """Memoised partial derivatives of one scalar field ``u`` with respect to points ``x``.
 
@@ -180,16 +188,16 @@ class Derivatives:
         self.dimension = x.shape[1]
         self._partials: dict[tuple[int, ...], torch.Tensor] = {(): field}
         self._expanded: set[tuple[int, ...]] = set()
-        self._expand((), name="u")
+        self._expand(())
 
-    def _expand(self, parent: tuple[int, ...], name: str = "u") -> None:
+    def _expand(self, parent: tuple[int, ...]) -> None:
         """Compute all d partials one order above ``parent`` in one reverse pass."""
         if parent in self._expanded:
             return
         if parent:
             gradient = _reverse_pass(self._partials[parent], self.x)
         else:
-            gradient = _first_derivatives(self._partials[()], self.x, name)
+            gradient = _first_derivatives(self._partials[()], self.x, "u")
         for index in range(self.dimension):
             key = tuple(sorted(parent + (index,)))
             if gradient is None:
@@ -206,7 +214,7 @@ class Derivatives:
             wrt: tuple of input indices, one per differentiation: ``(0, 0, 1)``
                 is d3u / dx0^2 dx1; ``()`` is ``u`` itself. Any order works; each
                 new order costs one reverse pass over a graph that grows with
-                the order (4th order is about 5x the cost of 2nd order).
+                the order.
 
         Returns:
             (B,) tensor, in the units of u divided by those of the listed inputs;
@@ -245,9 +253,7 @@ class Derivatives:
             dims: the input indices to sum over, e.g. ``(0, 1)`` for the spatial
                 Laplacian when input 2 is time. Costs 1 + len(dims) passes.
         """
-        indices = range(self.dimension) if dims is None else _canonical_wrt(dims, self.dimension, "dims")
-        if len(indices) == 0 or len(set(indices)) != len(indices):
-            raise ValueError(f"dims must name distinct input indices, at least one, got {dims!r}")
+        indices = range(self.dimension) if dims is None else _distinct_dims(dims, self.dimension)
         return sum(self.of((index, index)) for index in indices)
 
 
@@ -463,33 +469,38 @@ def _sine_derivatives(phase: torch.Tensor, order: int, frequency: float = 1.0, s
 
 
 class _LaplacianJet:
-    """value (B, n), jacobian (B, d, n), laplacian (B, n)."""
+    """value (B, n), jacobian (B, d, n), laplacian (B, n) summed over the inputs ``dims`` (None: all)."""
 
     order = 2
 
-    def __init__(self, value, jacobian, laplacian):
-        self.value, self.jacobian, self.laplacian = value, jacobian, laplacian
+    def __init__(self, value, jacobian, laplacian, dims):
+        self.value, self.jacobian, self.laplacian, self.dims = value, jacobian, laplacian, dims
 
     def linear(self, weight, bias=None):
         return _LaplacianJet(
             nn.functional.linear(self.value, weight, bias),
             self.jacobian @ weight.T,
             self.laplacian @ weight.T,
+            self.dims,
         )
 
     def affine(self, factor, shift=0.0):
-        return _LaplacianJet(self.value * factor + shift, self.jacobian * factor, self.laplacian * factor)
+        return _LaplacianJet(
+            self.value * factor + shift, self.jacobian * factor, self.laplacian * factor, self.dims
+        )
 
     def elementwise(self, derivatives):
         value, first, second = derivatives
-        curvature = second * self.jacobian.square().sum(dim=1)
-        return _LaplacianJet(value, first.unsqueeze(1) * self.jacobian, first * self.laplacian + curvature)
+        rows = self.jacobian if self.dims is None else self.jacobian[:, self.dims]
+        curvature = second * rows.square().sum(dim=1)
+        return _LaplacianJet(
+            value, first.unsqueeze(1) * self.jacobian, first * self.laplacian + curvature, self.dims
+        )
 
     @staticmethod
     def combine(jets, how):
-        return _LaplacianJet(
-            *(how(parts) for parts in zip(*((j.value, j.jacobian, j.laplacian) for j in jets)))
-        )
+        parts = zip(*((jet.value, jet.jacobian, jet.laplacian) for jet in jets))
+        return _LaplacianJet(*(how(part) for part in parts), jets[0].dims)
 
 
 class _MultiIndexGrid:
@@ -641,7 +652,7 @@ class Jet(NamedTuple):
     laplacian: torch.Tensor
 
 
-def forward_laplacian(model: nn.Module, x: torch.Tensor) -> Jet:
+def forward_laplacian(model: nn.Module, x: torch.Tensor, dims: Sequence[int] | None = None) -> Jet:
     """Output, Jacobian and Laplacian of a network in one forward pass ("forward Laplacian").
 
     Instead of differentiating a graph, this pushes the value, the (B, d, n)
@@ -664,18 +675,23 @@ def forward_laplacian(model: nn.Module, x: torch.Tensor) -> Jet:
     Args:
         model: the network, mapping (B, d) to (B, k).
         x: (B, d) points.
+        dims: input indices the Laplacian sums over (default: all), e.g.
+            ``(0, 1)`` when input 2 is time; the Jacobian always covers all
+            inputs, so ``jet.jacobian[..., 2]`` is then du/dt from the same pass.
 
     Returns:
         :class:`Jet` with value (B, k), jacobian (B, k, d) and laplacian (B, k).
 
     Raises:
         TypeError: the model holds a module without a propagation rule.
-        ValueError: ``x`` is not (B, d).
+        ValueError: ``x`` is not (B, d), or ``dims`` repeats or exceeds the inputs.
     """
     _check_model_points(x)
     batch, dimension = x.shape
+    if dims is not None:
+        dims = _distinct_dims(dims, dimension)
     identity = torch.eye(dimension, dtype=x.dtype, device=x.device).expand(batch, dimension, dimension)
-    jet = _propagate(model, _LaplacianJet(x, identity, torch.zeros_like(x)))
+    jet = _propagate(model, _LaplacianJet(x, identity, torch.zeros_like(x), dims))
     return Jet(jet.value, jet.jacobian.transpose(1, 2), jet.laplacian)
 
 

@@ -366,6 +366,11 @@ def test_forward_paths_match_graph_functions_on_common_networks(name):
     for component in range(outputs.shape[1]):
         derivatives = ad.Derivatives(outputs[:, component], points)
         torch.testing.assert_close(jet.laplacian[:, component], derivatives.laplacian(), **TOLERANCE)
+        torch.testing.assert_close(
+            ad.forward_laplacian(model, points, dims=(2, 0)).laplacian[:, component],
+            derivatives.of((0, 0)) + derivatives.of((2, 2)),
+            **TOLERANCE,
+        )
         for wrt in [(0, 0, 0, 0), (0, 1, 1, 2), (2, 2, 1), (1,)]:
             torch.testing.assert_close(
                 ad.forward_derivative(model, points, wrt)[:, component], derivatives.of(wrt), **TOLERANCE
@@ -396,5 +401,7 @@ def test_forward_paths_reject_unknown_modules_and_bad_points():
         ad.forward_laplacian(model, torch.rand(3, 2))
     with pytest.raises(ValueError, match=r"x must be a tensor of shape \(B, d\)"):
         ad.forward_derivative(MLP(2, 1), torch.rand(3), (0,))
+    with pytest.raises(ValueError, match="dims must name distinct"):
+        ad.forward_laplacian(MLP(2, 1), torch.rand(3, 2), dims=(1, 1))
     with pytest.raises(ValueError, match="wrt index 2"):
         ad.forward_derivative(MLP(2, 1), torch.rand(3, 2), (0, 2))
