@@ -195,3 +195,24 @@ def test_cmap_impropers_and_protein_bonded_terms_match_openmm(forcefield_file, v
         )
     forces = ms.forces(ff, x).numpy()
     assert np.sqrt(((forces - expected.forces) ** 2).sum() / (expected.forces**2).sum()) < 1e-10
+
+
+def test_forces_can_be_differentiated_again_for_force_matching():
+    """create_graph=True keeps the graph: d/dk of a loss on forces matches finite differences."""
+    positions = torch.tensor(_chain_positions(5, seed=4))
+    target = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def loss(k):
+        term = HarmonicAngle([[0, 1, 2], [1, 2, 3], [2, 3, 4]], [1.9, 2.0, 2.1], k, trainable=True)
+        return ((ms.forces(term, positions, create_graph=True) - target) ** 2).sum(), term
+
+    value, term = loss([100.0, 200.0, 300.0])
+    (gradient,) = torch.autograd.grad(value, term.k)
+    step = 1e-4
+    for index in range(3):
+        k = [100.0, 200.0, 300.0]
+        k[index] += step
+        plus = loss(k)[0].item()
+        k[index] -= 2 * step
+        minus = loss(k)[0].item()
+        assert gradient[index].item() == pytest.approx((plus - minus) / (2 * step), rel=1e-6)

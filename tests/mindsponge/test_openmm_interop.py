@@ -229,3 +229,22 @@ def test_unsupported_forces_and_options_are_named():
         from_openmm(system)
     with pytest.raises(TypeError, match="openmm.System"):
         from_openmm("system.xml")
+
+
+@pytest.mark.parametrize("case_name", ["villin_vacuum", "water_pme"])
+def test_forces_are_minus_the_finite_difference_gradient_of_the_whole_force_field(
+    case_name, request, water_box
+):
+    case = water_box("PME", rigid=False) if case_name == "water_pme" else request.getfixturevalue(case_name)
+    ff = from_openmm(case.system)
+    x = torch.tensor(_distorted(case.positions, seed=8))
+    box = None if case.box is None else torch.tensor(case.box)
+    forces = ms.forces(ff, x, box)
+    step = 1e-5
+    rng = np.random.default_rng(9)
+    for atom, component in zip(rng.integers(0, len(x), 6), rng.integers(0, 3, 6)):
+        plus, minus = x.clone(), x.clone()
+        plus[atom, component] += step
+        minus[atom, component] -= step
+        derivative = (ff(plus, box) - ff(minus, box)).item() / (2 * step)
+        assert -derivative == pytest.approx(forces[atom, component].item(), rel=1e-5, abs=1e-3)
