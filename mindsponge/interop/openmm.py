@@ -202,12 +202,11 @@ def _nonbonded_term(index, force, dtype):
     )
     excluded = (charge_products == 0) & (exception_epsilon == 0)
     options = {}
-    if method_name in ("Ewald", "PME"):
+    if method_name == "PME":  # explicit PME parameters; OpenMM derives Ewald's from the tolerance
         alpha, *grid = force.getPMEParameters()
-        alpha = _md(alpha)
-        if alpha > 0:
-            options["alpha"] = alpha
-            if method_name == "PME" and all(size > 0 for size in grid):
+        if _md(alpha) > 0:
+            options["alpha"] = _md(alpha)
+            if all(size > 0 for size in grid):
                 options["pme_grid"] = tuple(grid)
     return Nonbonded(
         charges.to(dtype),
@@ -254,7 +253,7 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
 
     Args:
         openmm_system: an ``openmm.System``.
-        topology: optional ``openmm.app.Topology`` (or anything with ``getNumAtoms()``); when
+        topology: optional ``openmm.app.Topology`` or :class:`mindsponge.system.Topology`; when
             given, its atom count must match the System's.
         dtype: floating dtype of the parameters (float64 by default, exact for OpenMM's values). Use
             ``ff.to(dtype)`` to change it later.
@@ -275,11 +274,13 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
 
     if not isinstance(openmm_system, openmm.System):
         raise TypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
-    if topology is not None and topology.getNumAtoms() != openmm_system.getNumParticles():
-        raise ValueError(
-            f"topology has {topology.getNumAtoms()} atoms but the OpenMM System has "
-            f"{openmm_system.getNumParticles()} particles"
-        )
+    if topology is not None:
+        atoms = topology.n_atoms if hasattr(topology, "n_atoms") else topology.getNumAtoms()
+        if atoms != openmm_system.getNumParticles():
+            raise ValueError(
+                f"topology has {atoms} atoms but the OpenMM System has "
+                f"{openmm_system.getNumParticles()} particles"
+            )
     terms: list[EnergyTerm] = []
     counts: dict[str, int] = {}
     for index, force in enumerate(openmm_system.getForces()):
