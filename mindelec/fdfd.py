@@ -507,7 +507,8 @@ class Simulation:
         if axis not in _AXES:
             raise ValueError(f"fdfd.Simulation.mode: axis must be 'x' or 'y', got {axis!r}")
         dim = _AXES[axis]
-        index = self._node_index(dim, position, "mode", half=True)
+        # the nearest node line (one short of the far edge: the metric lives on the half nodes after it)
+        index = min(self._node_index(dim, position, "mode"), self.shape[dim] - 2)
         along, across = self.spacing[dim], self.spacing[1 - dim]
         line = self.permittivity[index, :] if dim == 0 else self.permittivity[:, index]
         weight = self._half_cell_weights()[dim]

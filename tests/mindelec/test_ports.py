@@ -8,9 +8,9 @@ import pytest
 import skrf
 import torch
 
-from common.geometry import Interval
+from common.geometry import Interval, Rectangle, rasterize
 from common.units import SPEED_OF_LIGHT
-from mindelec import fdtd, ports
+from mindelec import fdfd, fdtd, ports
 
 FREQUENCY = 1e12
 WAVELENGTH = SPEED_OF_LIGHT / FREQUENCY
@@ -135,3 +135,78 @@ def test_to_network_and_bad_input(tmp_path):
     monitor = ports.WaveguidePort("far", (1.0,)).monitor([FREQUENCY])
     with pytest.raises(ValueError, match="port:far"):
         fdtd.Simulation(size=(WAVELENGTH,), resolution=WAVELENGTH / 20, monitors=[monitor])
+
+
+def test_waveguide_ports_in_2d_match_fdfd():
+    # a slab waveguide (eps 4, 0.3 wavelength wide: single mode) cut by a 0.25-wavelength air gap;
+    # ports project Ez on the guide's fundamental mode (from the FDFD mode solver, on the same
+    # nodes). The FDFD with the same line source and the same port arithmetic, at the frequency
+    # the leapfrog scheme actually solves, sin(pi f dt) / (pi dt), agrees to 2e-5 (float32 FDTD).
+    spacing = WAVELENGTH / 20
+    shape = (120, 50)
+    size = (shape[0] * spacing, shape[1] * spacing)
+    width, gap, pml = 0.3 * WAVELENGTH, 0.25 * WAVELENGTH, 12
+    source_x, port_x = -2.2 * WAVELENGTH, (-1.5 * WAVELENGTH, 1.5 * WAVELENGTH)
+    guide = fdtd.Structure(
+        Rectangle((-size[0], -width / 2), (size[0], width / 2)), fdtd.Medium(permittivity=4.0)
+    )
+    air_gap = fdtd.Structure(
+        Rectangle((-gap / 2, -size[1]), (gap / 2, size[1])), fdtd.Medium(permittivity=1.0)
+    )
+    grid = fdtd.Grid(size, spacing)
+    x_nodes, y_nodes = grid.coordinates("Ez", 0), grid.coordinates("Ez", 1)
+
+    def permittivity_of(structures):  # the FDTD's sub-cell average on the Ez nodes
+        permittivity = torch.ones(shape, dtype=torch.float64)
+        for structure in structures:
+            fill = rasterize(structure.geometry, [x_nodes, y_nodes], [spacing, spacing], supersample=4)
+            permittivity = permittivity * (1 - fill) + fill * structure.medium.permittivity
+        return permittivity
+
+    layouts = ([guide], [guide, air_gap])
+    permittivities = [permittivity_of(structures) for structures in layouts]
+    profile = fdfd.Simulation(size, spacing, FREQUENCY, permittivities[0], pml).mode("x", port_x[0]).profile
+    port_list = [
+        ports.WaveguidePort(str(k + 1), (x, 0.0), span=size[1], profile=profile) for k, x in enumerate(port_x)
+    ]
+    frequencies = torch.linspace(0.8 * FREQUENCY, 1.2 * FREQUENCY, 5, dtype=torch.float64)
+    source = fdtd.CurrentSource(
+        "Ez",
+        fdtd.GaussianPulse(f0=FREQUENCY, fwidth=0.6 * FREQUENCY),
+        center=(source_x, 0.0),
+        size=(0.0, width),
+    )
+    results = []
+    for structures in layouts:
+        sim = fdtd.Simulation(
+            size=size,
+            resolution=spacing,
+            boundary=fdtd.PML(thickness=pml),
+            sources=[source],
+            structures=structures,
+            monitors=[port.monitor(frequencies) for port in port_list],
+        )
+        results.append(sim.run(until=25 / FREQUENCY, progress=False))
+    column = ports.s_parameters(results[0], results[1], port_list, source_port=0)
+
+    # the FDFD: the same sheet current (amplitude / dx on the source's nodes), the same projections
+    current = torch.zeros(shape, dtype=torch.complex128)
+    current[int(torch.argmin((x_nodes - source_x).abs()))] = (
+        y_nodes.abs() <= width / 2 * (1 + 1e-9)
+    ) / spacing
+    port_nodes = [int(torch.argmin((x_nodes - x).abs())) for x in port_x]
+    expected = []
+    for frequency in frequencies.tolist():
+        solved = math.sin(math.pi * frequency * sim.dt) / (math.pi * sim.dt)
+        amplitudes = []
+        for permittivity in permittivities:
+            field = fdfd.Simulation(size, spacing, solved, permittivity, pml).solve(current)
+            amplitudes.append(
+                torch.stack([(field[i] * profile).sum() / (profile**2).sum() for i in port_nodes])
+            )
+        expected.append(ports.scattering_column(amplitudes[0][:, None], amplitudes[1][:, None], 0)[0])
+    expected = torch.stack(expected)
+    assert (column - expected).abs().max() < 1e-4
+    # the gap reflects (|S11| ~ 0.5) and radiates: |S11|^2 + |S21|^2 from 0.89 down to 0.77
+    power = (column.abs() ** 2).sum(dim=1)
+    assert (power < 0.95).all() and (power > 0.7).all()
