@@ -294,7 +294,6 @@ class NeighborList:
         grid = torch.stack(torch.meshgrid(*(torch.arange(n, device=device) for n in n_cells_list),
                                           indexing="ij"), dim=-1).reshape(-1, 3)
         sorted_index = torch.arange(n_atoms, device=device)
-        limit = self.list_cutoff**2
         found = []
         for offset in _half_shell(reach):
             first_positions = sorted_positions
@@ -325,9 +324,11 @@ class NeighborList:
             second = torch.arange(n_candidates, device=device) + torch.repeat_interleave(
                 partner_start - (torch.cumsum(n_partners, 0) - n_partners), n_partners,
                 output_size=n_candidates)
-            displacement = sorted_positions[second] - first_positions[first]
-            keep = (displacement * displacement).sum(-1) < limit
-            first, second = order[first[keep]], order[second[keep]]
+            displacement = sorted_positions.index_select(0, second) - torch.repeat_interleave(
+                first_positions, n_partners, dim=0, output_size=n_candidates)
+            keep = torch.nonzero((displacement * displacement).sum(1) < self.list_cutoff**2).squeeze(1)
+            first = order.index_select(0, first.index_select(0, keep))
+            second = order.index_select(0, second.index_select(0, keep))
             found.append(torch.stack([torch.minimum(first, second), torch.maximum(first, second)], dim=1))
         if not found:
             return torch.zeros((0, 2), dtype=torch.long, device=device)
