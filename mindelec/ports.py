@@ -27,11 +27,21 @@ Touchstone files are written and read by scikit-rf (:func:`to_network`, :func:`w
 
 Example (1D, a slab between two ports)::
 
-    ports = [WaveguidePort("p1", (-1e-3,)), WaveguidePort("p2", (1e-3,))]
-    monitors = [port.monitor(frequencies) for port in ports]
+    port_list = [WaveguidePort("p1", (-1e-3,)), WaveguidePort("p2", (1e-3,))]
+    monitors = [port.monitor(frequencies) for port in port_list]
     reference = fdtd.Simulation(..., monitors=monitors).run(until=...)
     device = fdtd.Simulation(..., structures=[slab], monitors=monitors).run(until=...)
-    column = s_parameters(reference, device, ports, source_port=0)      # (F, 2): S11, S21
+    column = s_parameters(reference, device, port_list, source_port=0)   # (F, 2): S11, S21
+    write_touchstone("slab.s2p", frequencies, torch.stack([column, column.flip(1)], dim=-1))  # symmetric
+
+Validation (tests/mindelec/test_ports.py): a dielectric slab in 1D against the transfer-matrix
+S11/S21 over a band (differences are the FDTD's numerical dispersion: 0.02-0.04 at 60 cells per
+vacuum wavelength), ``|S11|^2 + |S21|^2 = 1`` to 1e-5; a gap in a 2D slab waveguide against the
+FDFD with the same ports, to 2e-5.
+
+A port reads one field component only: directions are told apart by the reference-run subtraction,
+so each run must carry one direction of travel at each non-source port and only the incident wave
+at the source port in the reference run. Lumped (circuit) ports are not provided.
 """
 
 from __future__ import annotations
@@ -74,6 +84,7 @@ class WaveguidePort:
 
     @property
     def monitor_name(self) -> str:
+        """Name of the port's DFT monitor in a run's result."""
         return f"port:{self.name}"
 
     def monitor(self, frequencies):
