@@ -470,7 +470,8 @@ class System:
         a cell without periodicity gives ``box=None``. The topology uses the arrays ASE's PDB
         reader fills (``atomtypes``, ``residuenames``, ``residuenumbers``) when present, plus
         ``chainids`` and ``info["bonds"]`` written by :meth:`to_ase`; element ``X`` becomes an
-        extra particle (element ``None``).
+        extra particle (element ``None``). Massless particles carry no momentum in ASE: their
+        velocities are zero.
         """
         import numpy as np
         from ase import units as ase_units
@@ -489,9 +490,12 @@ class System:
                 positions = positions @ rotation.T
             box = space.reduce_box(torch.as_tensor(cell * units.ANGSTROM_TO_NM, dtype=torch.float64))
         velocities = None
+        masses = atoms.get_masses()
         if atoms.has("momenta"):
             # ASE velocity unit: Å per ASE time unit; 1 fs = ase.units.fs ASE time units
-            velocities = atoms.get_velocities() * ase_units.fs * units.ANGSTROM_TO_NM / units.FS_TO_PS
+            massive = masses[:, None] > 0
+            velocities = np.where(massive, atoms.get_momenta() / np.where(massive, masses[:, None], 1.0), 0.0)
+            velocities = velocities * ase_units.fs * units.ANGSTROM_TO_NM / units.FS_TO_PS
         symbols = atoms.get_chemical_symbols()
         names = atoms.arrays.get("atomtypes", symbols)
         residue_names = atoms.arrays.get("residuenames", ["MOL"] * len(atoms))
@@ -514,7 +518,7 @@ class System:
         kwargs = {"dtype": dtype, "device": device}
         return cls(
             positions=torch.as_tensor(positions * units.ANGSTROM_TO_NM, **kwargs),
-            masses=torch.as_tensor(atoms.get_masses(), **kwargs),
+            masses=torch.as_tensor(masses, **kwargs),
             charges=torch.as_tensor(atoms.get_initial_charges(), **kwargs),
             box=None if box is None else box.to(**kwargs),
             topology=Topology(topology_atoms, residues, bonds),
