@@ -528,6 +528,11 @@ class _MultiIndexGrid:
         ]
 
 
+def _multiply_add(total, left, right):
+    """total + left * right in one fused op (total None stands for zero)."""
+    return left * right if total is None else torch.addcmul(total, left, right)
+
+
 class _TaylorJet:
     """Truncated multivariate Taylor coefficients c_beta (B, n), beta <= alpha; None stands for zero."""
 
@@ -555,12 +560,12 @@ class _TaylorJet:
         """Truncated product of two series without constant term (non-zero only at degrees >= min_degree)."""
         product = []
         for gamma, pairs in enumerate(self.grid.pairs):
-            terms = [
-                left[i] * right[j]
-                for i, j in pairs
-                if self.grid.degrees[gamma] >= min_degree and left[i] is not None and right[j] is not None
-            ]
-            product.append(sum(terms[1:], terms[0]) if terms else None)
+            total = None
+            if self.grid.degrees[gamma] >= min_degree:
+                for i, j in pairs:
+                    if left[i] is not None and right[j] is not None:
+                        total = _multiply_add(total, left[i], right[j])
+            product.append(total)
         return product
 
     def elementwise(self, derivatives):
@@ -573,7 +578,7 @@ class _TaylorJet:
             weight = derivatives[k] / math.factorial(k)
             for gamma, term in enumerate(power):
                 if term is not None:
-                    result[gamma] = weight * term if result[gamma] is None else result[gamma] + weight * term
+                    result[gamma] = _multiply_add(result[gamma], weight, term)
         return _TaylorJet(self.grid, result)
 
     @staticmethod
