@@ -111,6 +111,12 @@ class Topology:
                     f"bond {index} ({i}, {j}) must join two different atoms in [0, {self.n_atoms})"
                 )
 
+    def __repr__(self):
+        return (
+            f"Topology(n_atoms={self.n_atoms}, n_residues={self.n_residues}, n_chains={len(self.chains())}, "
+            f"n_bonds={len(self.bonds)})"
+        )
+
     @property
     def n_atoms(self):
         """Number of atoms."""
@@ -358,6 +364,13 @@ class System:
                 "and the box both in nm?",
                 bad,
             )
+
+    def __repr__(self):
+        box = None if self.box is None else [round(value, 6) for value in torch.diagonal(self.box).tolist()]
+        return (
+            f"System(n_atoms={self.n_atoms}, dtype={self.dtype}, device={self.device}, box_diagonal={box}, "
+            f"velocities={self.velocities is not None}, topology={self.topology!r})"
+        )
 
     # --- basic properties ---
     @property
