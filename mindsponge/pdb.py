@@ -15,8 +15,10 @@ The reader follows the fixed-column PDB format and OpenMM's ``PDBFile`` conventi
   ``NA``, ``MG``, ``BE``, ``LI``, ``K``, ``ZN`` and single-atom ``CA`` residues are
   two-letter elements, otherwise the first letter); virtual-site names (``M``, ``MW``,
   ``EP*``, ``LP*``, Drude ``D<name>``) become extra particles;
-* bonds from ``CONECT`` records and, for water residues (``HOH``, ``WAT``, ``SOL``, ...),
-  the O-H bonds (OpenMM adds those from its residue templates).
+* bonds from ``CONECT`` records plus the bonds OpenMM adds from its residue templates:
+  water O-H bonds, and the bonds of standard amino and nucleic acids (peptide and
+  phosphodiester links, disulfides) found from the geometry (:func:`standard_bonds`); on
+  OpenMM's own PDB files the bond lists agree exactly.
 
 Residue and atom names are kept as written (OpenMM's ``PDBFile`` additionally renames
 non-standard names such as ``WAT`` -> ``HOH`` through its ``pdbNames.xml``).
@@ -124,7 +126,7 @@ class _Reader:
 
     def __init__(self, path):
         self.path = str(path)
-        self.atoms = []  # dicts: name, element column, residue index, line
+        self.atoms = []  # (name, element columns 77-78, residue index, line number)
         self.residues = []
         self.positions = []
         self.line_numbers = []
@@ -232,7 +234,7 @@ class _Reader:
         self.chain_id = chain_id
         key = (self.chain_index, residue_field, residue_name)
         if key != self.residue_key or (residue_field[:4] == "****" and name in self.residue_atom_names):
-            self.start_residue(key, residue_name, residue_field, chain_id, line_number)
+            self.start_residue(key, residue_name, residue_field, chain_id)
         elif name in self.residue_atom_names:
             if alternate_location != " ":
                 return  # a further alternate location of an atom already read
@@ -248,7 +250,7 @@ class _Reader:
         self.positions.append(coordinates)
         self.line_numbers.append(line_number)
 
-    def start_residue(self, key, residue_name, residue_field, chain_id, line_number):
+    def start_residue(self, key, residue_name, residue_field, chain_id):
         number_field = residue_field[:4]
         try:
             number = int(number_field)
