@@ -38,11 +38,11 @@ Method for the graph functions (measured, see ``benchmarks/autodiff.py``)
 Fast path for networks built from common.nn (a second way, kept for speed)
     :func:`forward_laplacian` and :func:`forward_derivative` take the *model*
     instead of a graph and push derivatives forward through its layers
-    (forward Laplacian; Taylor mode), building no nested graph. Measured:
-    Laplacian 1.3x faster than the naive loop, 1.3-1.7x with the loss
-    backpropagated to the parameters; d4u/dx0^4 about 2x faster; mixed
-    4th-order partials about as fast as nested ``autograd.grad`` (they need
-    many Taylor coefficients). They support ``nn.Linear``, ``nn.Sequential``,
+    (forward Laplacian; Taylor mode), building no nested graph. Measured
+    against the naive nested loop: Laplacian 1.3-1.8x faster, 1.4-1.5x with
+    the loss backpropagated to the parameters; d4u/dx0^4 about 1.9x faster;
+    mixed 4th-order partials such as (0, 0, 1, 1) 1.2-1.3x (they need more
+    Taylor coefficients). They support ``nn.Linear``, ``nn.Sequential``,
     ``nn.Tanh``, ``nn.SiLU`` and :mod:`common.nn`'s ``Sine``, ``MLP``,
     ``FourierFeatures``, ``MultiScaleMLP``, and raise ``TypeError`` for any
     other module: use the graph functions there.
@@ -682,9 +682,10 @@ def forward_laplacian(model: nn.Module, x: torch.Tensor, dims: Sequence[int] | N
     three map linearly, through an elementwise activation
     ``L' = s'(h) L + s''(h) |J|^2``. It needs no ``requires_grad`` on ``x`` and
     builds no second-order graph, so it is the fast path for PINN residuals
-    (about 1.5-2x faster than the naive nested-grad Laplacian on a 4x64 tanh
-    MLP with 10,000 points, also with the loss backpropagated to the
-    parameters; see ``benchmarks/autodiff.py``). The result keeps the graph
+    (1.3-1.8x faster than the naive nested-grad Laplacian on a 4x64 tanh MLP
+    with 10,000 points, 1.4-1.5x with the loss backpropagated to the
+    parameters, against 1.2x and 1.15x for :func:`laplacian`; see
+    ``benchmarks/autodiff.py``). The result keeps the graph
     with respect to the parameters (and to ``x`` if it requires grad).
 
     This is a second way to get a Laplacian, kept for its speed: it works only
@@ -725,9 +726,9 @@ def forward_derivative(model: nn.Module, x: torch.Tensor, wrt: Sequence[int]) ->
     through activations by the composition ``s(h0 + delta) = sum_k s^(k)(h0)
     delta^k / k!``); the partial is the top coefficient times the factorials of
     the multiplicities. No nested graph is built, so high orders stay cheap:
-    on a 4x64 tanh MLP with 10,000 points d4u/dx0^4 is about 2-3x faster
-    than four nested ``autograd.grad`` calls, mixed 4th-order partials about
-    1.3x (more Taylor coefficients); see ``benchmarks/autodiff.py``. The result
+    on a 4x64 tanh MLP with 10,000 points d4u/dx0^4 is about 1.9x faster
+    than four nested ``autograd.grad`` calls, the mixed (0, 0, 1, 1) 1.2-1.3x
+    (nine Taylor coefficients instead of five); see ``benchmarks/autodiff.py``. The result
     keeps the graph with respect to the parameters.
 
     Works for the same modules as :func:`forward_laplacian`; use
