@@ -159,3 +159,11 @@ class Grid:
                 low = high = self.nearest_index(component, center)[a]
             slices.append(slice(low, high + 1))
         return tuple(slices)
+
+    def cell_counts(self, center, size) -> tuple[int, ...]:
+        """Number of cells (integer nodes) per axis in the box ``center +- size/2`` (m).
+
+        This is the shape a :class:`~mindelec.fdtd.DesignRegion` permittivity tensor must have.
+        """
+        slices = self.index_range(center, size, None, "box")
+        return tuple(s.stop - s.start for s in slices[: self.ndim])

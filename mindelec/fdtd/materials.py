@@ -213,7 +213,7 @@ class DesignRegion:
         center: box centre (m), one value per dimension.
         size: box extent (m), one value per dimension.
         permittivity: tensor of shape ``(n_x[, n_y[, n_z]])`` (the number of design cells per axis,
-            see :meth:`mindelec.fdtd.Simulation.design_shape`), relative permittivity (> 0); may
+            see :meth:`mindelec.fdtd.Grid.cell_counts`), relative permittivity (> 0); may
             require grad.
     """
 

@@ -37,11 +37,6 @@ def _check_components(components, grid, polarization, owner):
     return components
 
 
-def _sample_time(component, step, dt):
-    """Time (s) at which ``component`` holds its value after step ``step`` (0-based)."""
-    return (step + 1) * dt if component[0] == "E" else (step + 0.5) * dt
-
-
 def _squeeze(tensor, ndim, leading=0):
     """Drop the internal length-1 axes beyond the simulation's dimension."""
     return tensor.reshape(tensor.shape[: leading + ndim])
@@ -55,7 +50,7 @@ class Monitor:
             raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
         self.name = name
 
-    def _initial_state(self):
+    def _initial_state(self, steps):
         return {}
 
     def _record_count(self, step):
@@ -132,23 +127,26 @@ class DFTMonitor(Monitor):
         self._slices = self._regions(grid)
         self._dt = dt
         self._dtype, self._device = dtype, device
-        self._omega = (2 * math.pi * self.frequencies).to(dtype=dtype, device=device)
 
-    def _initial_state(self):
+    def _initial_state(self, steps):
         complex_dtype = torch.complex128 if self._dtype == torch.float64 else torch.complex64
+        # exp(-i omega t) dt at every step's E and H sample times, computed in float64: (steps, F, 1, 1, 1)
+        omega = 2 * math.pi * self.frequencies.to(self._device)
+        self._phases = {}
+        for kind, shift in (("E", 1.0), ("H", 0.5)):
+            times = (torch.arange(steps, dtype=torch.float64, device=self._device) + shift) * self._dt
+            phases = torch.polar(torch.full_like(omega, self._dt).expand(steps, -1), -times[:, None] * omega)
+            self._phases[kind] = phases.to(complex_dtype).reshape(steps, -1, 1, 1, 1)
         state = {}
         for component, slices in self._slices.items():
-            shape = (len(self._omega),) + tuple(s.stop - s.start for s in slices)
+            shape = (len(self.frequencies),) + tuple(s.stop - s.start for s in slices)
             state[f"{self.name}/{component}"] = torch.zeros(shape, dtype=complex_dtype, device=self._device)
         return state
 
     def _record(self, fields, state, step, inplace):
         for component, slices in self._slices.items():
             key = f"{self.name}/{component}"
-            phase = torch.polar(
-                torch.full_like(self._omega, self._dt), -self._omega * _sample_time(component, step, self._dt)
-            )
-            increment = fields[component][slices].unsqueeze(0) * phase.reshape(-1, 1, 1, 1)
+            increment = fields[component][slices].unsqueeze(0) * self._phases[component[0]][step]
             state[key] = state[key].add_(increment) if inplace else state[key] + increment
         return state, []
 

@@ -182,11 +182,6 @@ class Simulation:
             )
         return slices
 
-    def design_shape(self, center, size):
-        """Number of design cells per axis of a :class:`DesignRegion` at ``center`` with ``size`` (m)."""
-        slices = self.grid.index_range(center, size, None, "DesignRegion")
-        return tuple(s.stop - s.start for s in slices[: self.grid.ndim])
-
     def _media(self):
         media = [self.default_medium] + [s.medium for s in self.structures]
         return [m for m in media if isinstance(m, Medium)]
@@ -359,7 +354,7 @@ class Simulation:
         )
         state = stepper.initial_state()
         for monitor in self.monitors:
-            state.update(monitor._initial_state())
+            state.update(monitor._initial_state(steps))
         bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
         try:
             if self.differentiable:
@@ -401,26 +396,32 @@ class Simulation:
         return state, records
 
     def _run_checkpointed(self, stepper, state, steps, bar):
-        from torch.utils.checkpoint import checkpoint
-
         keys = list(state)
+        parameters = stepper.coefficient_tensors()
         segment_length = max(1, math.ceil(math.sqrt(steps)))
+        monitors = self.monitors
 
-        def segment(start, count, *values):
-            current = dict(zip(keys, values))
-            recorded = []
-            for step in range(start, start + count):
-                current = stepper.step(current, step, inplace=False)
-                for monitor in self.monitors:
-                    current, step_records = monitor._record(current, current, step, inplace=False)
-                    recorded.extend(step_records)
-            return tuple(current[key] for key in keys) + tuple(recorded)
+        def make_segment(start, count):
+            def run(tensors, inplace):
+                current = dict(zip(keys, tensors[: len(keys)]))
+                if inplace:
+                    current = {key: value.clone() for key, value in current.items()}
+                local = stepper.with_coefficients(parameters, tensors[len(keys) :])
+                recorded = []
+                for step in range(start, start + count):
+                    current = local.step(current, step, inplace=inplace)
+                    for monitor in monitors:
+                        current, step_records = monitor._record(current, current, step, inplace=inplace)
+                        recorded.extend(step_records)
+                return tuple(current[key] for key in keys) + tuple(recorded)
+
+            return run
 
         records = {m.name: [] for m in self.monitors}
         values = tuple(state[key] for key in keys)
         for start in range(0, steps, segment_length):
             count = min(segment_length, steps - start)
-            outputs = checkpoint(segment, start, count, *values, use_reentrant=False)
+            outputs = _Segment.apply(make_segment(start, count), *values, *parameters)
             values, flat = outputs[: len(keys)], list(outputs[len(keys) :])
             for step in range(start, start + count):
                 for monitor in self.monitors:
@@ -430,3 +431,33 @@ class Simulation:
             self._check_finite(dict(zip(keys, values)), start + count)
             bar.update(count)
         return dict(zip(keys, values)), records
+
+
+class _Segment(torch.autograd.Function):
+    """A run of consecutive steps that stores only its inputs and recomputes itself in the backward pass.
+
+    Forward: the steps run in place under ``no_grad`` (on copies of the input state). Backward: they run
+    again out of place with grad enabled, and ``torch.autograd.grad`` carries the output gradients back to
+    the input state and the coefficient tensors. One graph node per segment, so both the stored tensors and
+    the autograd bookkeeping grow like the number of segments, ``sqrt(steps)``.
+    """
+
+    @staticmethod
+    def forward(ctx, run, *tensors):
+        ctx.run = run
+        ctx.save_for_backward(*tensors)
+        with torch.no_grad():
+            return run(tensors, inplace=True)
+
+    @staticmethod
+    def backward(ctx, *output_gradients):
+        needs = ctx.needs_input_grad[1:]
+        inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, needs)]
+        with torch.enable_grad():
+            outputs = ctx.run(inputs, inplace=False)
+        pairs = [(output, gradient) for output, gradient in zip(outputs, output_gradients)
+                 if gradient is not None and output.requires_grad]
+        wanted = [t for t in inputs if t.requires_grad]
+        gradients = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                             allow_unused=True) if pairs and wanted else [None] * len(wanted))
+        return (None,) + tuple(next(gradients) if t.requires_grad else None for t in inputs)

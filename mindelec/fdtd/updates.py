@@ -17,6 +17,8 @@ CPML auxiliary fields live only on the two slabs of each PML axis (``2 * thickne
 that axis), one per (updated component, derivative axis) pair.
 """
 
+import copy
+
 import torch
 
 from .grid import AXES, E_COMPONENTS, H_COMPONENTS
@@ -31,51 +33,27 @@ def _accumulate(out, axis, start, length, term, scale, coefficient):
         target.add_(term, alpha=scale * coefficient)
 
 
-def _add_difference(out, source, axis, forward, periodic, scale, coefficient):
-    """``out += scale * coefficient * D source``, D the forward (H) or backward (E) difference along ``axis``.
+def _difference(source, axis, forward, periodic, buffer):
+    """The forward (H update) or backward (E update) difference of ``source`` along ``axis``, full length.
 
-    Beyond the last node the source is taken from the other end (periodic) or as zero (a PEC wall:
-    E = 0 at ``+size/2``); the backward difference at index 0 of a non-periodic axis is skipped,
-    since the E nodes there lie on the PEC wall and are zeroed.
+    Beyond the last node the source is taken from the other end (periodic) or as zero (a PEC wall
+    at ``+size/2``). The backward difference at index 0 of a non-periodic axis holds ``source[0]``;
+    it only reaches E nodes on the PEC wall at ``-size/2``, which are zeroed. With a ``buffer`` (a tensor
+    of the field shape, forward-only runs) the result is written into it instead of a new tensor.
     """
     length = source.shape[axis]
-    difference = source.narrow(axis, 1, length - 1) - source.narrow(axis, 0, length - 1)
-    _accumulate(out, axis, 0 if forward else 1, length - 1, difference, scale, coefficient)
+    high, low = source.narrow(axis, 1, length - 1), source.narrow(axis, 0, length - 1)
+    first, last = source.narrow(axis, 0, 1), source.narrow(axis, length - 1, 1)
     if forward:
-        last = source.narrow(axis, length - 1, 1)
-        if periodic:
-            _accumulate(out, axis, length - 1, 1, source.narrow(axis, 0, 1) - last, scale, coefficient)
-        else:
-            _accumulate(out, axis, length - 1, 1, last, -scale, coefficient)
-    elif periodic:
-        _accumulate(
-            out,
-            axis,
-            0,
-            1,
-            source.narrow(axis, 0, 1) - source.narrow(axis, length - 1, 1),
-            scale,
-            coefficient,
-        )
-
-
-def _slab_difference(source, axis, forward, thickness, spacing):
-    """The difference / ``spacing`` on the two PML slabs: length ``2 * thickness`` along ``axis``."""
-    length = source.shape[axis]
-    zero = torch.zeros_like(source.narrow(axis, 0, 1))
-    if forward:
-        left = source.narrow(axis, 1, thickness) - source.narrow(axis, 0, thickness)
-        right = torch.cat(
-            [source.narrow(axis, length - thickness + 1, thickness - 1), zero], axis
-        ) - source.narrow(axis, length - thickness, thickness)
+        edge = (first - last) if periodic else -last
     else:
-        left = source.narrow(axis, 0, thickness) - torch.cat(
-            [zero, source.narrow(axis, 0, thickness - 1)], axis
-        )
-        right = source.narrow(axis, length - thickness, thickness) - source.narrow(
-            axis, length - thickness - 1, thickness
-        )
-    return torch.cat([left, right], axis) / spacing
+        edge = (first - last) if periodic else first
+    if buffer is None:
+        inner = high - low
+        return torch.cat([inner, edge] if forward else [edge, inner], axis)
+    torch.sub(high, low, out=buffer.narrow(axis, 0 if forward else 1, length - 1))
+    buffer.narrow(axis, length - 1 if forward else 0, 1).copy_(edge)
+    return buffer
 
 
 class CurlTerm:
@@ -136,13 +114,49 @@ class YeeStepper:
                 if pml[axis] is not None:
                     shape = [1, 1, 1]
                     shape[axis] = -1
-                    profiles = pml[axis].profiles(
-                        grid.shape[axis], grid.spacing[axis], dt, half, dtype, device
-                    )
-                    term.pml = (pml[axis].thickness,) + tuple(p.reshape(shape) for p in profiles)
+                    thickness = pml[axis].thickness
+                    profiles = pml[axis].profiles(grid.shape[axis], grid.spacing[axis], dt, half, dtype,
+                                                  device)
+                    b, a, kappa_term = (p.reshape(shape) for p in profiles)
+                    # the differences are not divided by the spacing: fold 1/dx into a and (1/kappa - 1)
+                    sides = {}
+                    for side, start in (("left", 0), ("right", thickness)):
+                        sides[side] = tuple(p.narrow(axis, start, thickness) for p in
+                                            (b, a / grid.spacing[axis], kappa_term / grid.spacing[axis]))
+                    term.pml = (thickness, sides)
                 terms.append(term)
             self.terms[component] = terms
         self.pec_axes = [a for a in range(grid.ndim) if not periodic[a]]
+        self._buffer = torch.empty(grid.shape, dtype=dtype, device=device)  # differences, forward-only runs
+
+    def _map_coefficients(self, function):
+        """Apply ``function`` to every tensor coefficient; returns ``(electric, magnetic)`` dicts."""
+
+        def apply(value):
+            return function(value) if isinstance(value, torch.Tensor) else value
+
+        electric = {component: (apply(ca), apply(cb), [(c1, c2, apply(c3)) for c1, c2, c3 in poles])
+                    for component, (ca, cb, poles) in self.electric.items()}
+        return electric, {component: apply(value) for component, value in self.magnetic.items()}
+
+    def coefficient_tensors(self):
+        """The coefficient tensors that require grad (each once)."""
+        found = {}
+
+        def collect(value):
+            if value.requires_grad:
+                found.setdefault(id(value), value)
+            return value
+
+        self._map_coefficients(collect)
+        return list(found.values())
+
+    def with_coefficients(self, originals, replacements):
+        """A copy of this stepper with the coefficient tensors ``originals`` replaced by ``replacements``."""
+        lookup = {id(original): new for original, new in zip(originals, replacements)}
+        stepper = copy.copy(self)
+        stepper.electric, stepper.magnetic = self._map_coefficients(lambda old: lookup.get(id(old), old))
+        return stepper
 
     def initial_state(self):
         """Zero fields, CPML auxiliary fields and polarisations: a dict of tensors."""
@@ -153,10 +167,10 @@ class YeeStepper:
             for term in self.terms[component]:
                 if term.pml is not None:
                     slab = list(shape)
-                    slab[term.axis] = 2 * term.pml[0]
-                    state[f"psi/{component}/{AXES[term.axis]}"] = torch.zeros(
-                        slab, dtype=self.dtype, device=self.device
-                    )
+                    slab[term.axis] = term.pml[0]
+                    for side in ("left", "right"):
+                        state[f"psi/{component}/{AXES[term.axis]}/{side}"] = torch.zeros(
+                            slab, dtype=self.dtype, device=self.device)
         for component in E_COMPONENTS:
             if component in self.active:
                 for k in range(len(self.electric[component][2])):
@@ -165,37 +179,27 @@ class YeeStepper:
         return state
 
     def _apply_curl(self, state, component, field, coefficient, inplace):
+        forward = component[0] == "H"
         for term in self.terms[component]:
-            source = state[term.source]
-            _add_difference(
-                field,
-                source,
-                term.axis,
-                component[0] == "H",
-                self.periodic[term.axis],
-                term.sign / term.spacing,
-                coefficient,
-            )
+            difference = _difference(state[term.source], term.axis, forward, self.periodic[term.axis],
+                                     self._buffer if inplace else None)
+            _accumulate(field, term.axis, 0, field.shape[term.axis], difference, term.sign / term.spacing,
+                        coefficient)
             if term.pml is None:
                 continue
-            thickness, b, a, kappa_term = term.pml
-            key = f"psi/{component}/{AXES[term.axis]}"
-            difference = _slab_difference(source, term.axis, component[0] == "H", thickness, term.spacing)
-            psi = state[key]
-            psi = psi.mul_(b).add_(a * difference) if inplace else b * psi + a * difference
-            state[key] = psi
-            correction = kappa_term * difference + psi
+            thickness = term.pml[0]
             length = field.shape[term.axis]
-            for start, part in ((0, 0), (length - thickness, thickness)):
-                _accumulate(
-                    field,
-                    term.axis,
-                    start,
-                    thickness,
-                    correction.narrow(term.axis, part, thickness),
-                    term.sign,
-                    coefficient,
-                )
+            for side, start in (("left", 0), ("right", length - thickness)):
+                b, a, kappa_term = term.pml[1][side]
+                key = f"psi/{component}/{AXES[term.axis]}/{side}"
+                part = difference.narrow(term.axis, start, thickness)
+                if inplace:
+                    psi = state[key].mul_(b).addcmul_(a, part)
+                else:
+                    psi = torch.addcmul(b * state[key], a, part)
+                state[key] = psi
+                correction = torch.addcmul(psi, kappa_term, part)
+                _accumulate(field, term.axis, start, thickness, correction, term.sign, coefficient)
 
     def _inject(self, field, component, coefficient, step):
         for source_component, slices, values in self.sources:
