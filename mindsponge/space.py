@@ -71,26 +71,23 @@ def check_box(box, name="box"):
         raise BoxError(f"{name} must have shape (3, 3) (rows a, b, c in nm), got {tuple(box.shape)}")
     if not box.is_floating_point():
         raise BoxError(f"{name} must be a floating-point tensor, got {box.dtype}")
-    values = box.detach().double().cpu()
-    if not torch.isfinite(values).all():
-        raise BoxError(f"{name} contains NaN or infinite entries: {values.tolist()}")
-    diagonal = torch.diagonal(values)
-    if (diagonal <= 0).any():
+    rows = box.detach().tolist()  # one transfer; the checks below are plain Python (cheap per call)
+    values = [value for row in rows for value in row]
+    if not all(math.isfinite(value) for value in values):
+        raise BoxError(f"{name} contains NaN or infinite entries: {rows}")
+    (a_x, a_y, a_z), (b_x, b_y, b_z), (c_x, c_y, c_z) = rows
+    if min(a_x, b_y, c_z) <= 0:
         raise BoxError(
-            f"{name} is singular or not right-handed: its diagonal (a_x, b_y, c_z) = {diagonal.tolist()} "
+            f"{name} is singular or not right-handed: its diagonal (a_x, b_y, c_z) = {[a_x, b_y, c_z]} "
             "must be positive"
         )
-    scale = float(diagonal.max())
-    upper = torch.triu(values, 1)
-    if upper.abs().max() > _REDUCED_FORM_TOLERANCE * scale:
+    tolerance = _REDUCED_FORM_TOLERANCE * max(a_x, b_y, c_z)
+    if max(abs(a_y), abs(a_z), abs(b_z)) > tolerance:
         raise BoxError(
             f"{name} is not lower triangular: a must lie along x and b in the xy plane "
-            f"(a_y, a_z, b_z = {values[0, 1]:.6g}, {values[0, 2]:.6g}, {values[1, 2]:.6g}); "
+            f"(a_y, a_z, b_z = {a_y:.6g}, {a_z:.6g}, {b_z:.6g}); "
             "rotate the coordinates first (System.from_ase does this)"
         )
-    tolerance = _REDUCED_FORM_TOLERANCE * scale
-    a_x, b_y = float(values[0, 0]), float(values[1, 1])
-    b_x, c_x, c_y = float(values[1, 0]), float(values[2, 0]), float(values[2, 1])
     if abs(b_x) > a_x / 2 + tolerance or abs(c_x) > a_x / 2 + tolerance or abs(c_y) > b_y / 2 + tolerance:
         raise BoxError(
             f"{name} is not in reduced form (need |b_x| <= a_x/2, |c_x| <= a_x/2, |c_y| <= b_y/2, got "
@@ -103,7 +100,8 @@ def is_orthorhombic(box):
     """Whether ``box`` (3, 3) is diagonal (``False`` for ``None``)."""
     if box is None:
         return False
-    return bool((torch.tril(box, -1) == 0).all())
+    (_, _, _), (b_x, _, _), (c_x, c_y, _) = box.detach().tolist()
+    return b_x == 0 and c_x == 0 and c_y == 0
 
 
 def reduce_box(box):
