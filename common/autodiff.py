@@ -458,16 +458,16 @@ def _elementwise_derivatives(
     module: nn.Module, inputs: torch.Tensor, order: int
 ) -> list[torch.Tensor] | None:
     """[s(h), s'(h), ..., s^(order)(h)] of an elementwise activation, or None if unsupported."""
-    if isinstance(module, nn.Tanh):
+    if type(module) is nn.Tanh:
         # t' = 1 - t^2, so t^(k) = -(t^2)^(k-1) = -sum_j C(k-1, j) t^(j) t^(k-1-j) for k >= 2 (Leibniz).
         values = [torch.tanh(inputs)]
         for k in range(1, order + 1):
             leibniz = sum(math.comb(k - 1, j) * values[j] * values[k - 1 - j] for j in range(k))
             values.append(1 - leibniz if k == 1 else -leibniz)
         return values
-    if isinstance(module, Sine):
+    if type(module) is Sine:
         return _sine_derivatives(module.w0 * inputs, order, module.w0)
-    if isinstance(module, nn.SiLU):
+    if type(module) is nn.SiLU:
         # sigmoid' = sigmoid - sigmoid^2; silu^(k) = h sigmoid^(k) + k sigmoid^(k-1).
         sigmoid = [torch.sigmoid(inputs)]
         for k in range(1, order + 1):
@@ -620,23 +620,27 @@ def _add(parts):
 
 
 def _propagate(module: nn.Module, jet):
-    """Push a jet through one module of a supported network."""
-    if isinstance(module, nn.Linear):
+    """Push a jet through one module of a supported network.
+
+    Types are matched exactly: a subclass may override ``forward``, so it gets
+    no rule (and a TypeError) rather than a silently wrong derivative.
+    """
+    if type(module) is nn.Linear:
         return jet.linear(module.weight, module.bias)
-    if isinstance(module, nn.Sequential):
+    if type(module) is nn.Sequential:
         for child in module:
             jet = _propagate(child, jet)
         return jet
-    if isinstance(module, MLP):
+    if type(module) is MLP:
         for layer in module.hidden:
             jet = _propagate(module.activation, jet.linear(layer.weight, layer.bias))
         return jet.linear(module.readout.weight, module.readout.bias)
-    if isinstance(module, FourierFeatures):
+    if type(module) is FourierFeatures:
         phase = jet.linear(2 * math.pi * module.frequencies.T)
         sine = phase.elementwise(_sine_derivatives(phase.value, jet.order))
         cosine = phase.elementwise(_sine_derivatives(phase.value, jet.order, shift=1))
         return type(jet).combine([sine, cosine], _concatenate)
-    if isinstance(module, MultiScaleMLP):
+    if type(module) is MultiScaleMLP:
         normalised = jet.affine(module.input_scale, -module.input_center * module.input_scale)
         outputs = [
             _propagate(net, normalised.affine(scale)) for scale, net in zip(module.scales, module.subnetworks)

@@ -399,6 +399,13 @@ def test_forward_paths_reject_unknown_modules_and_bad_points():
     model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
     with pytest.raises(TypeError, match="no forward derivative rule for module ReLU"):
         ad.forward_laplacian(model, torch.rand(3, 2))
+
+    class ShiftedMLP(MLP):
+        def forward(self, inputs):
+            return super().forward(inputs + 1)
+
+    with pytest.raises(TypeError, match="no forward derivative rule for module ShiftedMLP"):
+        ad.forward_derivative(ShiftedMLP(2, 1), torch.rand(3, 2), (0,))
     with pytest.raises(ValueError, match=r"x must be a tensor of shape \(B, d\)"):
         ad.forward_derivative(MLP(2, 1), torch.rand(3), (0,))
     with pytest.raises(ValueError, match="dims must name distinct"):
