@@ -128,16 +128,24 @@ class _PairSet:
     charge_products: Tensor  # f q_i q_j, kJ/mol nm
     sigma_squared: Tensor  # nm^2
     epsilon4: Tensor  # 4 eps, kJ/mol
-    shifts: Tensor | None = None  # (P, 3) lattice vectors added to the displacements, nm
+    shifts: Tensor | None = None  # (3, P) lattice vectors added to the displacements, nm
+    flat_first: Tensor | None = None  # (3 P,) see _flat_index: a 1-D index_add_ scatters fastest
+    flat_second: Tensor | None = None
+
+
+def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
+    """``(3 P,)`` indices ``component * N + atom`` into a flattened ``(3, N)`` array."""
+    return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
 
 
 def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
-    """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them)."""
+    """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them),
+    each group sorted by its first atom (for locality of the gathers and scatters)."""
     active = epsilon != 0
-    if not bool(active.all()):
-        order = torch.cat([torch.nonzero(active).flatten(), torch.nonzero(~active).flatten()])
+    n_lj = int(active.sum())
+    if len(first) > 0:
+        order = torch.argsort((~active).long() * (int(first.max()) + 1) + first, stable=True)
         first, second, charge_products = first[order], second[order], charge_products[order]
-        n_lj = int(active.sum())
         sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
     return _PairSet(first, second, charge_products, sigma * sigma, 4.0 * epsilon)
 
@@ -145,9 +153,9 @@ def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
 class _PairResult:
     """Energies of a pair kernel and the per-pair force factors to build its gradient lazily."""
 
-    def __init__(self, energies, first, second, displacement, coulomb_factor, lj_factor):
+    def __init__(self, energies, pairs: _PairSet, displacement, coulomb_factor, lj_factor):
         self.energies = energies
-        self.first, self.second, self.displacement = first, second, displacement
+        self.pairs, self.displacement = pairs, displacement
         self.coulomb_factor, self.lj_factor = coulomb_factor, lj_factor
 
     def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
@@ -155,30 +163,38 @@ class _PairResult:
         factor = grad_coulomb * self.coulomb_factor
         n_lj = len(self.lj_factor)
         factor[:n_lj] += grad_lj * self.lj_factor
-        force_on_second = factor[:, None] * self.displacement
-        gradient = force_on_second.new_zeros((n_atoms, 3))
-        gradient.index_add_(0, self.first, force_on_second)
-        gradient.index_add_(0, self.second, force_on_second, alpha=-1.0)
-        return gradient
+        force_on_second = self.displacement * factor  # (3, P)
+        pairs = self.pairs
+        flat_first = pairs.flat_first if pairs.flat_first is not None else _flat_index(pairs.first, n_atoms)
+        flat_second = (pairs.flat_second if pairs.flat_second is not None
+                       else _flat_index(pairs.second, n_atoms))
+        flat = force_on_second.reshape(-1)
+        gradient = flat.new_zeros(3 * n_atoms)
+        gradient.index_add_(0, flat_first, flat)
+        gradient.index_add_(0, flat_second, flat, alpha=-1.0)
+        return gradient.view(3, n_atoms).T
 
 
 def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
                  cutoff: float | None, switch_distance: float | None, keep_factors: bool):
     """Lennard-Jones and Coulomb energies of a set of pairs.
 
-    Displacements are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
+    Displacements ``(3, P)`` are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
     carries lattice shifts (then ``positions`` must be unwrapped consistently, see
     :meth:`Nonbonded._direct_pairs`), else the minimum image in ``box`` (or none without a box).
 
     Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
     false, else a :class:`_PairResult` (computed without a graph) that can produce forces.
     """
-    displacement = positions[pairs.second] - positions[pairs.first]
+    # components along the rows, (3, P): contiguous per component, no reductions over a size-3 axis
+    columns = positions.T.contiguous()
+    displacement = columns.index_select(1, pairs.second) - columns.index_select(1, pairs.first)
     if pairs.shifts is not None:
         displacement = displacement + pairs.shifts
     elif box is not None:
-        displacement = space.minimum_image(displacement, box)
-    r2 = (displacement * displacement).sum(-1)
+        displacement = space.minimum_image(displacement.T, box).T
+    dx, dy, dz = displacement.unbind(0)
+    r2 = torch.addcmul(torch.addcmul(dx * dx, dy, dy), dz, dz)
     charge_products, epsilon4 = pairs.charge_products, pairs.epsilon4
     n_lj = len(epsilon4)
     if cutoff is not None:  # zero parameters beyond the cutoff: energies and forces vanish there
@@ -223,7 +239,7 @@ def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb
     energies = (e_lj.sum(dtype=accumulate).to(r2.dtype), e_coulomb.sum(dtype=accumulate).to(r2.dtype))
     if not keep_factors:
         return energies
-    return _PairResult(energies, pairs.first, pairs.second, displacement, f_coulomb, f_lj)
+    return _PairResult(energies, pairs, displacement, f_coulomb, f_lj)
 
 
 class _AnalyticEnergies(torch.autograd.Function):
@@ -509,8 +525,10 @@ class Nonbonded(EnergyTerm):
             if box is not None:
                 reference = self.neighbors.reference_positions.to(positions.dtype)
                 direct = reference[pair_set.second] - reference[pair_set.first]
-                pair_set.shifts = space.minimum_image(direct, box.detach()) - direct
+                pair_set.shifts = (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
             if cached:
+                pair_set.flat_first = _flat_index(pair_set.first, len(positions))
+                pair_set.flat_second = _flat_index(pair_set.second, len(positions))
                 self._pair_cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
