@@ -225,6 +225,8 @@ class H5Writer:
         for name, group in _table_groups(self._file):
             table = _Table(group)
             for dataset in table.columns.values():
+                if h5py.check_string_dtype(dataset.dtype) is not None:
+                    _clear_unfinished_strings(dataset, table.count)
                 if dataset.shape[0] > table.count:
                     dataset.resize(table.count, axis=0)
             self._tables[name] = table
@@ -312,6 +314,28 @@ class _Table:
             else:
                 ready[key] = value
         return ready
+
+
+def _clear_unfinished_strings(dataset: h5py.Dataset, count: int) -> None:
+    """Zero the stored string references of rows ``count`` onwards in the chunk holding row ``count``.
+
+    A writer killed while appending can leave, in the row after the last complete
+    record, a reference to a string HDF5 never wrote to its heap. Writing that row
+    again would make HDF5 free the old string first and fail ("bad heap index").
+    All-zero bytes are HDF5's null string, so the chunk's raw bytes past the complete
+    rows are zeroed with a direct chunk write (no conversion, no freeing).
+    """
+    rows_per_chunk = dataset.chunks[0]
+    first_row = count // rows_per_chunk * rows_per_chunk
+    if dataset.shape[0] < first_row + rows_per_chunk:
+        dataset.resize(first_row + rows_per_chunk, axis=0)  # the whole chunk must lie in the extent
+    offsets = (first_row,) + (0,) * (dataset.ndim - 1)
+    if dataset.id.get_chunk_info_by_coord(offsets).byte_offset is None:
+        return  # the chunk was never written
+    filter_mask, raw = dataset.id.read_direct_chunk(offsets)
+    keep = (count - first_row) * (len(raw) // rows_per_chunk)
+    if any(raw[keep:]):
+        dataset.id.write_direct_chunk(offsets, raw[:keep] + bytes(len(raw) - keep), filter_mask)
 
 
 def _group_name(group: str) -> str:
