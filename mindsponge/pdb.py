@@ -435,6 +435,7 @@ def write_pdb(path, topology, positions, box=None):
     if not torch.isfinite(values).all():
         bad = int(torch.nonzero(~torch.isfinite(values).all(dim=1))[0, 0])
         raise ValueError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
+    topology.check_residue_order(f"write_pdb({path!r})")
     lines = ["REMARK   1 CREATED WITH MINDSPONGE"]
     if box is not None:
         a, b, c, alpha, beta, gamma = space.box_lengths_and_angles(box)

@@ -167,6 +167,20 @@ class Topology:
             groups[-1][1].append(index)
         return groups
 
+    def check_residue_order(self, purpose):
+        """Raise ValueError unless atoms run residue by residue and residues chain by chain.
+
+        PDB files and OpenMM topologies store atoms in that order; ``purpose`` names the caller.
+        """
+        residue_indices = [atom.residue_index for atom in self.atoms]
+        if any(later < earlier for earlier, later in zip(residue_indices, residue_indices[1:])):
+            first = next(i for i in range(1, self.n_atoms) if residue_indices[i] < residue_indices[i - 1])
+            raise ValueError(
+                f"{purpose} needs the atoms of each residue to be contiguous and residues in atom order; "
+                f"atom {first} ({self.atoms[first].name!r}) belongs to residue {residue_indices[first]} "
+                f"after an atom of residue {residue_indices[first - 1]}"
+            )
+
     @classmethod
     def from_openmm(cls, openmm_topology):
         """Build a Topology from an ``openmm.app.Topology`` (atoms, residues, chains, bonds).
@@ -203,6 +217,7 @@ class Topology:
         """
         from openmm import Vec3, app, unit
 
+        self.check_residue_order("Topology.to_openmm (OpenMM numbers atoms residue by residue)")
         topology = app.Topology()
         openmm_residues = [None] * self.n_residues
         for chain_id, residue_indices in self.chains():
@@ -221,11 +236,6 @@ class Topology:
                 atom = self.atoms[index]
                 element = None if atom.element is None else app.Element.getBySymbol(atom.element)
                 openmm_atoms[index] = topology.addAtom(atom.name, element, openmm_residues[residue_index])
-        if [atom.index for atom in openmm_atoms] != list(range(self.n_atoms)):
-            raise ValueError(
-                "Topology.to_openmm needs the atoms of each residue to be contiguous and residues in atom "
-                "order (OpenMM numbers atoms residue by residue)"
-            )
         for i, j in self.bonds:
             topology.addBond(openmm_atoms[i], openmm_atoms[j])
         if box is not None:

@@ -254,3 +254,17 @@ def test_topology_openmm_round_trip():
     vectors = back.getPeriodicBoxVectors().value_in_unit(unit.nanometer)
     np.testing.assert_allclose(np.array([list(vector) for vector in vectors]), np.eye(3) * 2.5)
     assert Topology.from_openmm(back) == topology
+
+
+def test_atoms_out_of_residue_order_are_rejected_by_openmm_and_pdb_export(tmp_path):
+    pytest.importorskip("openmm")
+    topology = Topology(
+        [Atom("C1", "C", 0), Atom("O1", "O", 1), Atom("C2", "C", 0)], [Residue("A", 1), Residue("B", 2)]
+    )
+    with pytest.raises(ValueError, match=r"to_openmm .* atom 2 \('C2'\) belongs to residue 0"):
+        topology.to_openmm()
+    system = ms.System(
+        torch.zeros(3, 3, dtype=torch.float64), torch.ones(3, dtype=torch.float64), topology=topology
+    )
+    with pytest.raises(ValueError, match="write_pdb"):
+        system.to_pdb(tmp_path / "out.pdb")
