@@ -356,6 +356,11 @@ class Simulation:
         for monitor in self.monitors:
             state.update(monitor._initial_state(steps))
         bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
+        threads = torch.get_num_threads()
+        # below ~1M cells an operation is too short for several threads to pay off (and they spin-wait
+        # on a busy machine): small grids run on one thread
+        if math.prod(self.grid.shape) < 2**20 and self.device.type == "cpu":
+            torch.set_num_threads(1)
         try:
             if self.differentiable:
                 state, records = self._run_checkpointed(stepper, state, steps, bar)
@@ -363,6 +368,7 @@ class Simulation:
                 with torch.no_grad():
                     state, records = self._run_inplace(stepper, state, steps, bar)
         finally:
+            torch.set_num_threads(threads)
             bar.close()
         outputs = {m.name: m._finish(state, records[m.name], self.grid) for m in self.monitors}
         times = (torch.arange(1, steps + 1, dtype=torch.float64, device=self.device)) * self.dt

@@ -1,0 +1,261 @@
+"""The ``mindelec`` command line: ``mindelec run config.toml [--output DIR]``.
+
+``run`` loads a TOML configuration (schema :class:`RunConfig`, validated by ``common.config``), runs the
+FDTD simulation it describes, and writes into the output folder (printed at the end):
+
+* ``result.h5`` - every monitor's tensors (``Result.save``) and the resolved configuration;
+* ``field.png`` - the last field snapshot and the magnitude of the DFT field at the centre frequency;
+* ``spectrum.png`` - the amplitude spectrum at each probe, normalised by the source spectrum.
+
+See ``mindelec/examples/dipole2d.toml`` for a complete configuration.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+from common import config as configuration
+
+
+@dataclass
+class GridConfig:
+    """The domain: ``size`` (m) per axis (1 to 3 values), cell size ``resolution`` (m), PML cells."""
+
+    size: list[float]
+    resolution: float
+    pml_thickness: int = 20
+    polarization: Literal["TM", "TE"] = "TM"
+    dtype: Literal["float32", "float64"] = "float32"
+    courant: float = 0.99
+
+
+@dataclass
+class SourceConfig:
+    """A point dipole: ``position`` (m), ``component``, waveform and its frequencies (Hz)."""
+
+    position: list[float]
+    component: str = "Ez"
+    waveform: Literal["gaussian", "ricker", "continuous"] = "gaussian"
+    frequency: float = 1e11
+    fwidth: float = 5e10
+    amplitude: float = 1.0
+
+
+@dataclass
+class StructureConfig:
+    """A shape and its medium.
+
+    ``rectangle``/``box``/``interval``: corners ``lower``, ``upper``;
+    ``disk``/``sphere``: ``center``, ``radius``.
+    """
+
+    shape: Literal["rectangle", "box", "disk", "sphere", "interval"]
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    center: list[float] = field(default_factory=list)
+    radius: float = 0.0
+    permittivity: float = 1.0
+    conductivity: float = 0.0
+    permeability: float = 1.0
+
+
+@dataclass
+class ProbeConfig:
+    """A field probe: ``name``, ``position`` (m), ``components``."""
+
+    name: str
+    position: list[float]
+    components: list[str] = field(default_factory=lambda: ["Ez"])
+
+
+@dataclass
+class OutputConfig:
+    """What to record: snapshots every ``snapshot_every`` steps of ``component``; spectrum band (Hz)."""
+
+    component: str = "Ez"
+    snapshot_every: int = 100
+    spectrum_min: float = 0.0
+    spectrum_max: float = 0.0
+    spectrum_points: int = 200
+
+
+@dataclass
+class RunConfig:
+    """A complete FDTD run: grid, duration ``until`` (s), sources, structures, probes, output."""
+
+    grid: GridConfig
+    until: float
+    sources: list[SourceConfig]
+    structures: list[StructureConfig] = field(default_factory=list)
+    probes: list[ProbeConfig] = field(default_factory=list)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+def _waveform(source, fdtd):
+    if source.waveform == "gaussian":
+        return fdtd.GaussianPulse(source.frequency, source.fwidth)
+    if source.waveform == "ricker":
+        return fdtd.Ricker(source.frequency)
+    return fdtd.ContinuousWave(source.frequency)
+
+
+def _shape(structure, index):
+    from common import geometry
+
+    where = f"structures[{index}]"
+    if structure.shape in ("rectangle", "box", "interval"):
+        if not structure.lower or len(structure.lower) != len(structure.upper):
+            raise ValueError(
+                f"{where}: a {structure.shape} needs 'lower' and 'upper' corners of equal length"
+            )
+        if structure.shape == "interval":
+            return geometry.Interval(structure.lower[0], structure.upper[0])
+        kind = geometry.Rectangle if structure.shape == "rectangle" else geometry.Box
+        return kind(tuple(structure.lower), tuple(structure.upper))
+    if not structure.center or structure.radius <= 0:
+        raise ValueError(f"{where}: a {structure.shape} needs 'center' and a positive 'radius'")
+    kind = geometry.Disk if structure.shape == "disk" else geometry.Sphere
+    return kind(tuple(structure.center), structure.radius)
+
+
+def build_simulation(run):
+    """The :class:`mindelec.fdtd.Simulation` of a :class:`RunConfig`, with snapshot and DFT monitors."""
+    import torch
+
+    from mindelec import fdtd
+
+    grid = run.grid
+    sources = [
+        fdtd.PointDipole(tuple(s.position), s.component, _waveform(s, fdtd), amplitude=s.amplitude)
+        for s in run.sources
+    ]
+    structures = [
+        fdtd.Structure(_shape(s, i), fdtd.Medium(s.permittivity, s.conductivity, s.permeability))
+        for i, s in enumerate(run.structures)
+    ]
+    monitors = [fdtd.FieldProbe(p.name, tuple(p.position), tuple(p.components)) for p in run.probes]
+    monitors.append(fdtd.Snapshots("snapshots", run.output.snapshot_every, (run.output.component,)))
+    monitors.append(fdtd.DFTMonitor("dft", [run.sources[0].frequency], (run.output.component,)))
+    return fdtd.Simulation(
+        size=tuple(grid.size),
+        resolution=grid.resolution,
+        boundary=fdtd.PML(grid.pml_thickness),
+        sources=sources,
+        structures=structures,
+        monitors=monitors,
+        polarization=grid.polarization,
+        courant=grid.courant,
+        dtype=torch.float32 if grid.dtype == "float32" else torch.float64,
+    )
+
+
+def _plot(run, sim, result, folder):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+
+    component = run.output.component
+    extent = None
+    if sim.grid.ndim == 2:
+        half = [s / 2 for s in sim.grid.size[:2]]
+        extent = [-half[0] * 1e3, half[0] * 1e3, -half[1] * 1e3, half[1] * 1e3]
+    snapshots = result["snapshots"][component]
+    dft = result["dft"][component][0].abs()
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for axis, image, title in [
+        (
+            axes[0],
+            snapshots[-1] if len(snapshots) else None,
+            f"{component} at t = {float(result['snapshots']['times'][-1]) * 1e12:.1f} ps"
+            if len(snapshots)
+            else "no snapshot",
+        ),
+        (axes[1], dft, f"|DFT {component}| at {run.sources[0].frequency / 1e9:.0f} GHz"),
+    ]:
+        if image is None:
+            continue
+        data = image.detach().cpu().numpy()
+        if data.ndim == 1:
+            axis.plot(np.linspace(-sim.grid.size[0] / 2, sim.grid.size[0] / 2, len(data)) * 1e3, data)
+            axis.set_xlabel("x (mm)")
+        else:
+            if data.ndim == 3:
+                data = data[:, :, data.shape[2] // 2]
+            limit = float(np.abs(data).max()) or 1.0
+            cmap, low = ("RdBu_r", -limit) if image is not dft else ("magma", 0.0)
+            shown = axis.imshow(data.T, origin="lower", extent=extent, cmap=cmap, vmin=low, vmax=limit)
+            figure.colorbar(shown, ax=axis)
+            axis.set_xlabel("x (mm)")
+            axis.set_ylabel("y (mm)")
+        axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(folder / "field.png", dpi=110)
+    plt.close(figure)
+
+    low = run.output.spectrum_min or max(0.0, run.sources[0].frequency - 1.5 * run.sources[0].fwidth)
+    high = run.output.spectrum_max or run.sources[0].frequency + 1.5 * run.sources[0].fwidth
+    frequencies = torch.linspace(low, high, run.output.spectrum_points, dtype=torch.float64)
+    times = result.times.to(torch.float64)
+    kernel = torch.exp(-2j * math.pi * frequencies[:, None] * times[None, :]) * sim.dt
+    source_times = times - sim.dt / 2
+    source = (kernel * sim.sources[0].waveform(source_times)[None, :]).sum(dim=1).abs()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for probe in run.probes:
+        for name in probe.components:
+            series = result[probe.name][name].to(torch.float64)
+            spectrum = (kernel * series[None, :]).sum(dim=1).abs() / source.clamp_min(1e-30)
+            axis.semilogy(frequencies.numpy() / 1e9, spectrum.numpy(), label=f"{probe.name}: {name}")
+    axis.set_xlabel("frequency (GHz)")
+    axis.set_ylabel("|probe spectrum| / |source spectrum|")
+    if run.probes:
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(folder / "spectrum.png", dpi=110)
+    plt.close(figure)
+
+
+def run_command(path, output=None, progress=True):
+    """Load ``path``, run it, save ``result.h5``, ``field.png`` and ``spectrum.png``; returns the folder.
+
+    Raises:
+        common.config.ConfigError: for a bad configuration (names the file, line and key).
+        ValueError: for a set-up the simulation refuses (names the object).
+    """
+    import h5py
+
+    run = configuration.load(path, RunConfig)
+    sim = build_simulation(run)
+    result = sim.run(until=run.until, progress=progress)
+    folder = pathlib.Path(output) if output else pathlib.Path(path).with_suffix("").name + "_output"
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    result.save(folder / "result.h5")
+    with h5py.File(folder / "result.h5", "a") as file:
+        file.attrs["config"] = json.dumps(configuration.to_dict(run))
+    _plot(run, sim, result, folder)
+    return folder
+
+
+def main(argv=None):
+    """Entry point of ``mindelec`` and ``python -m mindelec``."""
+    parser = argparse.ArgumentParser(prog="mindelec", description="mindelec electromagnetic simulations")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run an FDTD simulation from a TOML configuration")
+    run.add_argument("config", help="path of the TOML configuration (see mindelec/examples/dipole2d.toml)")
+    run.add_argument("--output", help="output folder (default: <config name>_output)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    arguments = parser.parse_args(argv)
+    try:
+        folder = run_command(arguments.config, arguments.output, progress=not arguments.quiet)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        print(f"mindelec run: error: {error}", file=sys.stderr)
+        return 2
+    print(f"results written to {folder.resolve()}")
+    return 0
