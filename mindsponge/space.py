@@ -239,6 +239,8 @@ def minimum_image(displacements, box):
 def wrap(positions, box):
     """Wrap positions into the primary cell ``0 <= s < 1`` of every fractional coordinate.
 
+    (An atom within rounding error of a face may land on ``s = 1`` instead of ``s = 0``.)
+
     Atoms already inside are returned bit-identical; the others are shifted by lattice
     vectors, so every minimum-image distance is unchanged.
 

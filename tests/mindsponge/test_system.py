@@ -268,3 +268,11 @@ def test_atoms_out_of_residue_order_are_rejected_by_openmm_and_pdb_export(tmp_pa
     )
     with pytest.raises(ValueError, match="write_pdb"):
         system.to_pdb(tmp_path / "out.pdb")
+
+
+def test_from_ase_rejects_partial_periodicity():
+    atoms = molecule("H2O")
+    atoms.set_cell([10.0, 10.0, 10.0])
+    atoms.pbc = [True, True, False]
+    with pytest.raises(ValueError, match="periodic in all three directions or none"):
+        ms.System.from_ase(atoms)
