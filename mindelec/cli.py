@@ -4,7 +4,8 @@
 FDTD simulation it describes, and writes into the output folder (printed at the end):
 
 * ``result.h5`` - every monitor's tensors (``Result.save``) and the resolved configuration;
-* ``field.png`` - the last field snapshot and the magnitude of the DFT field at the centre frequency;
+* ``field.png`` - the field snapshot half-way through the run and the magnitude of the DFT field at the
+  first source's centre frequency;
 * ``spectrum.png`` - the amplitude spectrum at each probe, normalised by the source spectrum.
 
 See ``mindelec/examples/dipole2d.toml`` for a complete configuration.
@@ -172,8 +173,8 @@ def _plot(run, sim, result, folder):
     for axis, image, title in [
         (
             axes[0],
-            snapshots[-1] if len(snapshots) else None,
-            f"{component} at t = {float(result['snapshots']['times'][-1]) * 1e12:.1f} ps"
+            snapshots[len(snapshots) // 2] if len(snapshots) else None,
+            f"{component} at t = {float(result['snapshots']['times'][len(snapshots) // 2]) * 1e12:.1f} ps"
             if len(snapshots)
             else "no snapshot",
         ),
@@ -199,8 +200,9 @@ def _plot(run, sim, result, folder):
     figure.savefig(folder / "field.png", dpi=110)
     plt.close(figure)
 
-    low = run.output.spectrum_min or max(0.0, run.sources[0].frequency - 1.5 * run.sources[0].fwidth)
-    high = run.output.spectrum_max or run.sources[0].frequency + 1.5 * run.sources[0].fwidth
+    low = run.output.spectrum_min or max(0.1 * run.sources[0].frequency,
+                                         run.sources[0].frequency - run.sources[0].fwidth)
+    high = run.output.spectrum_max or run.sources[0].frequency + run.sources[0].fwidth
     frequencies = torch.linspace(low, high, run.output.spectrum_points, dtype=torch.float64)
     times = result.times.to(torch.float64)
     kernel = torch.exp(-2j * math.pi * frequencies[:, None] * times[None, :]) * sim.dt
