@@ -18,7 +18,7 @@ time during the backward pass. Otherwise the fields are updated in place under `
 import math
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
