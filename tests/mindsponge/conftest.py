@@ -156,7 +156,7 @@ def water_box(amber14):
     cache = {}
 
     def build(method: str = "PME", rigid: bool = True, size: float = 2.2, **options) -> OpenMMCase:
-        key = (method, rigid, size, tuple(sorted(options.items())))
+        key = (method, rigid, size, repr(sorted(options.items())))
         if key not in cache:
             if size not in cache:
                 modeller = app.Modeller(app.Topology(), [])

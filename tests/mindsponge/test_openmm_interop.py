@@ -77,13 +77,26 @@ def test_flexible_water_box_pme_bonds_and_angles_match_openmm(water_box, referen
     assert len(ff["HarmonicBond"]) > 0 and len(ff["HarmonicAngle"]) > 0
 
 
-def test_water_box_reaction_field_matches_openmm(water_box, reference):
-    ff, _ = _compare(water_box("CutoffPeriodic", rigid=False), reference, seed=2)
+@pytest.mark.parametrize("switching", [False, True], ids=["plain", "switched"])
+def test_water_box_reaction_field_matches_openmm(switching, water_box, reference):
+    options = {"switchDistance": 0.75 * unit.nanometer} if switching else {}
+    ff, _ = _compare(water_box("CutoffPeriodic", rigid=False, **options), reference, seed=2)
     assert ff["Nonbonded"].method == "reaction_field"
+    assert ff["Nonbonded"].switch_distance == (pytest.approx(0.75) if switching else None)
 
 
-def test_peptide_in_vacuum_amber14_matches_openmm(villin_vacuum, reference):
-    ff, _ = _compare(villin_vacuum, reference, seed=3)
+@pytest.mark.parametrize("method", ["NoCutoff", "CutoffNonPeriodic"])
+def test_peptide_in_vacuum_amber14_matches_openmm(method, amber14, villin_vacuum, reference):
+    case = villin_vacuum
+    if method != "NoCutoff":
+        system = amber14.createSystem(
+            case.topology,
+            nonbondedMethod=app.CutoffNonPeriodic,
+            nonbondedCutoff=1.0 * unit.nanometer,
+            constraints=None,
+        )
+        case = type(case)(system, case.topology, case.positions, None)
+    ff, _ = _compare(case, reference, seed=3)
     assert {"HarmonicBond", "HarmonicAngle", "PeriodicTorsion", "Nonbonded"} <= set(ff.names)
 
 
