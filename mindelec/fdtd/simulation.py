@@ -234,11 +234,14 @@ class Simulation:
         return weights
 
     def _mix(self, weights, media, name):
-        """``sum_k weight_k * medium_k.name`` over non-PEC media; a float when uniform, else a full tensor."""
+        """``sum_k weight_k * medium_k.name``; a float when uniform, else a full tensor.
+
+        PEC parts count with the default medium's value (their E is zeroed anyway; this keeps mu finite).
+        """
         total = 0.0
         for weight, medium in zip(weights, media):
-            if isinstance(medium, Medium):
-                total = total + weight * getattr(medium, name)
+            medium = medium if isinstance(medium, Medium) else self.default_medium
+            total = total + weight * getattr(medium, name)
         if isinstance(total, torch.Tensor):
             total = total.to(dtype=self.dtype, device=self.device)
             return torch.broadcast_to(total, self.grid.shape)
@@ -272,9 +275,12 @@ class Simulation:
                     design.reshape([s.stop - s.start for s in slices]),
                 )
             conductivity = self._mix(weights, media, "conductivity")
-            loss = conductivity * dt / (2 * VACUUM_PERMITTIVITY * permittivity)
-            ca = (1 - loss) / (1 + loss)
-            cb = dt / (VACUUM_PERMITTIVITY * permittivity) / (1 + loss)
+            if isinstance(conductivity, float) and conductivity == 0.0:  # lossless: no E *= ca pass
+                ca, cb = 1.0, dt / (VACUUM_PERMITTIVITY * permittivity)
+            else:
+                loss = conductivity * dt / (2 * VACUUM_PERMITTIVITY * permittivity)
+                ca = (1 - loss) / (1 + loss)
+                cb = dt / (VACUUM_PERMITTIVITY * permittivity) / (1 + loss)
             poles = []
             for weight, medium in zip(weights, media):
                 pole = medium._pole() if isinstance(medium, Medium) else None
@@ -295,8 +301,8 @@ class Simulation:
             conductor = sum((w for w, m in zip(weights, media) if isinstance(m, PEC)), 0.0)
             if isinstance(conductor, torch.Tensor):
                 inside = conductor > 0.5
-                ca = torch.where(inside, 0.0, ca)
-                cb = torch.where(inside, 0.0, cb)
+                ca, cb = (torch.where(inside, 0.0, torch.as_tensor(c, dtype=self.dtype, device=self.device))
+                          for c in (ca, cb))
             electric[component] = (ca, cb, poles)
         return electric, magnetic
 

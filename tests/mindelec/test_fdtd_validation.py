@@ -280,3 +280,22 @@ def test_dispersive_half_space_reflection(medium, tolerance):
     exact = np.abs((1 - index) / (1 + index)) ** 2
     assert np.abs(reflectance - exact).max() < tolerance
     assert exact.max() - exact.min() > 0.3  # the band spans strong and weak reflection
+
+
+def test_pec_structure_reflects_totally():
+    """A PEC half-space (a structure, not a wall): |r| = 1 and the field behind it stays zero."""
+    frequencies = torch.linspace(2e14, 4e14, 5, dtype=torch.float64)
+
+    def run(structures):
+        sim = fdtd.Simulation(
+            size=(6e-6,), resolution=10e-9, boundary=fdtd.PML(30), structures=structures, dtype=torch.float64,
+            sources=[fdtd.PointDipole((-2e-6,), "Ez", fdtd.GaussianPulse(3e14, 2e14))],
+            monitors=[fdtd.DFTMonitor("r", frequencies, ("Ez",), center=(-1e-6,), size=(0,)),
+                      fdtd.FieldProbe("behind", (1.5e-6,), ("Ez",))])
+        return sim.run(until=80e-15, progress=False)
+
+    incident = run([])["r"]["Ez"].flatten()
+    conductor = run([fdtd.Structure(Interval(0.5e-6, 2.5e-6), fdtd.PEC())])
+    reflection = (conductor["r"]["Ez"].flatten() - incident).abs() / incident.abs()
+    assert (reflection - 1).abs().max() < 1e-3
+    assert conductor["behind"]["Ez"].abs().max() == 0
