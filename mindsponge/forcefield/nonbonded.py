@@ -539,7 +539,7 @@ class Nonbonded(EnergyTerm):
                 self._pair_cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
-        moved = positions.detach() - self.neighbors.reference_positions
+        moved = positions.detach() - self.neighbors.reference_positions.to(positions.dtype)
         return pair_set, positions - (moved - space.minimum_image(moved, box.detach()))
 
     def _exception_pairs(self) -> _PairSet:
