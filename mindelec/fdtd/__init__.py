@@ -23,7 +23,7 @@ from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Snapshots
 from .result import Result
 from .simulation import Simulation
-from .sources import CurrentSource, PointDipole
+from .sources import CurrentSource, PlaneWave, PointDipole
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "Structure",
     "DesignRegion",
     "PointDipole",
+    "PlaneWave",
     "CurrentSource",
     "GaussianPulse",
     "Ricker",

@@ -27,7 +27,7 @@ from .grid import ACTIVE_COMPONENTS, AXES, H_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import Monitor
 from .result import Result
-from .sources import CurrentSource
+from .sources import CurrentSource, PlaneWave
 from .updates import YeeStepper
 
 
@@ -118,13 +118,24 @@ class Simulation:
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
         self.sources = tuple(sources)
-        self._bound_sources = []
+        self._bound_sources, self._plane_waves = [], []
+        pml_x = self.boundaries[0].thickness if isinstance(self.boundaries[0], PML) else 0
         for source in self.sources:
-            if not isinstance(source, CurrentSource):
+            if isinstance(source, PlaneWave):
+                if not all(
+                    isinstance(getattr(self.default_medium, name), float) and not self.default_medium._pole()
+                    for name in ("permittivity", "permeability")
+                ):
+                    raise ValueError(
+                        f"{source!r}: the default medium must be non-dispersive with float parameters"
+                    )
+                self._plane_waves.append((source,) + source.bind(grid, self.polarization, pml_x))
+            elif isinstance(source, CurrentSource):
+                self._bound_sources.append((source,) + source.bind(grid, self.polarization))
+            else:
                 raise TypeError(
-                    f"Simulation sources: expected PointDipole or CurrentSource objects, got {source!r}"
+                    f"Simulation sources: expected PointDipole, CurrentSource or PlaneWave, got {source!r}"
                 )
-            self._bound_sources.append((source,) + source.bind(grid, self.polarization))
         self.dt_limit = self._stability_limit()
         if dt is None:
             if not 0 < courant <= 1:
@@ -301,8 +312,10 @@ class Simulation:
             conductor = sum((w for w, m in zip(weights, media) if isinstance(m, PEC)), 0.0)
             if isinstance(conductor, torch.Tensor):
                 inside = conductor > 0.5
-                ca, cb = (torch.where(inside, 0.0, torch.as_tensor(c, dtype=self.dtype, device=self.device))
-                          for c in (ca, cb))
+                ca, cb = (
+                    torch.where(inside, 0.0, torch.as_tensor(c, dtype=self.dtype, device=self.device))
+                    for c in (ca, cb)
+                )
             electric[component] = (ca, cb, poles)
         return electric, magnetic
 
@@ -327,6 +340,31 @@ class Simulation:
             times = (torch.arange(steps, dtype=torch.float64) + shift) * self.dt
             values.append((source.component, slices, (scale * source.waveform(times)).tolist()))
         return values
+
+    def _plane_wave_lines(self, steps):
+        """Per plane wave, the auxiliary 1D line that carries its incident field (see ``YeeStepper``)."""
+        lines = []
+        spacing = self.grid.spacing[0]
+        for source, electric, magnetic, index in self._plane_waves:
+            # long enough that the echo from the line's far end never returns to the TF/SF plane
+            travel = steps * SPEED_OF_LIGHT * self.dt / spacing
+            length = self.grid.shape[0] + math.ceil(travel / 2) + 2
+            times = (torch.arange(steps, dtype=torch.float64) + 1) * self.dt
+            lines.append(
+                {
+                    "electric": electric,
+                    "magnetic": magnetic,
+                    "index": index,
+                    "length": length,
+                    # signs of the curl terms: H += sign_h ch dE/dx and E += sign_e cb dH/dx along x
+                    "sign_h": 1.0 if electric == "Ez" else -1.0,
+                    "sign_e": 1.0 if electric == "Ez" else -1.0,
+                    "ce": self.dt / (VACUUM_PERMITTIVITY * self.default_medium.permittivity * spacing),
+                    "ch": self.dt / (VACUUM_PERMEABILITY * self.default_medium.permeability * spacing),
+                    "drive": (source.amplitude * source.waveform(times)).tolist(),
+                }
+            )
+        return lines
 
     def run(self, until=None, steps=None, progress=True):
         """Run from zero fields for a duration or a number of steps.
@@ -355,6 +393,7 @@ class Simulation:
             electric,
             magnetic,
             self._source_values(steps),
+            self._plane_wave_lines(steps),
             self.dtype,
             self.device,
         )
@@ -467,9 +506,15 @@ class _Segment(torch.autograd.Function):
         inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, needs)]
         with torch.enable_grad():
             outputs = ctx.run(inputs, inplace=False)
-        pairs = [(output, gradient) for output, gradient in zip(outputs, output_gradients)
-                 if gradient is not None and output.requires_grad]
+        pairs = [
+            (output, gradient)
+            for output, gradient in zip(outputs, output_gradients)
+            if gradient is not None and output.requires_grad
+        ]
         wanted = [t for t in inputs if t.requires_grad]
-        gradients = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                             allow_unused=True) if pairs and wanted else [None] * len(wanted))
+        gradients = iter(
+            torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+            if pairs and wanted
+            else [None] * len(wanted)
+        )
         return (None,) + tuple(next(gradients) if t.requires_grad else None for t in inputs)

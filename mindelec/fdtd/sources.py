@@ -79,3 +79,53 @@ class PointDipole(CurrentSource):
         return (
             f"PointDipole(position={self.center}, component={self.component!r}, waveform={self.waveform!r})"
         )
+
+
+class PlaneWave:
+    """A plane wave travelling along +x, injected through a total-field/scattered-field (TF/SF) plane.
+
+    The domain is split at ``x = x0``: for ``x >= x0`` the fields are total fields (incident plus
+    scattered), for ``x < x0`` scattered fields only, so a probe there sees only what the structures
+    reflect. The incident field comes from an auxiliary 1D Yee line with the same ``dt`` and ``dx``
+    (so it has exactly the main grid's dispersion along x), driven at ``x = -size/2`` by
+    ``E_inc = amplitude * waveform(t)`` (V/m) and long enough that its far end never echoes back.
+    Use periodic or PML boundaries along y (and z); the default medium must be non-dispersive with
+    float parameters, and the TF/SF plane must not lie in a PML.
+
+    Args:
+        waveform: a callable of times (s), e.g. :class:`GaussianPulse`.
+        x0: position (m) of the TF/SF plane (snapped to the nearest integer node along x).
+        component: the incident E component: ``"Ez"`` (1D, 2D TM, 3D; H along -y) or ``"Ey"``
+            (2D TE, 3D; H along +z).
+        amplitude: incident electric field (V/m) at ``x = -size/2``.
+    """
+
+    def __init__(self, waveform, x0, component="Ez", amplitude=1.0):
+        if not callable(waveform):
+            raise TypeError(f"PlaneWave: waveform must be callable on a tensor of times, got {waveform!r}")
+        if component not in ("Ez", "Ey"):
+            raise ValueError(
+                f"PlaneWave: component must be 'Ez' or 'Ey' (propagation along +x), got {component!r}"
+            )
+        self.waveform = waveform
+        self.x0 = float(x0)
+        self.component = component
+        self.amplitude = float(amplitude)
+
+    def bind(self, grid, polarization, pml_thickness):
+        """``(e_component, h_component, plane_index)`` on this grid; raises ValueError naming the source."""
+        active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
+        magnetic = "Hy" if self.component == "Ez" else "Hz"
+        if self.component not in active or magnetic not in active:
+            raise ValueError(
+                f"{self!r}: needs {self.component} and {magnetic}; this {grid.ndim}D simulation "
+                f"has {', '.join(active)}"
+            )
+        grid.check_inside((self.x0,) + (0.0,) * (grid.ndim - 1), repr(self))
+        index = grid.nearest_index(self.component, (self.x0, 0.0, 0.0))[0]
+        if not pml_thickness + 1 <= index <= grid.shape[0] - pml_thickness - 1:
+            raise ValueError(f"{self!r}: the TF/SF plane must lie inside the domain, outside the PML along x")
+        return self.component, magnetic, index
+
+    def __repr__(self):
+        return f"PlaneWave(x0={self.x0}, component={self.component!r}, waveform={self.waveform!r})"

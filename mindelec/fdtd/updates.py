@@ -93,10 +93,17 @@ class YeeStepper:
             ``poles`` a list of ``(c1, c2, c3)`` with ``c3`` a full-shape tensor (fill weight included).
         magnetic: per H component, ``ch = dt / mu`` (float or tensor).
         sources: list of ``(component, slices, values)``; ``values[n]`` is the current density of step n.
+        plane_waves: list of dicts describing TF/SF plane waves along +x (see :class:`PlaneWave`): the E and H
+            components, the plane index ``i0``, the auxiliary line ``length``, its coefficients ``ce``, ``ch``
+            (with 1/dx), the curl signs and ``drive[n]``, the incident E at the line's start after step n.
+            At the plane, the H node at ``i0 - 1`` (scattered field) and the E node at ``i0`` (total field)
+            get the incident field that their curl misses.
         dtype, device: of the fields.
     """
 
-    def __init__(self, grid, active, periodic, pml, dt, electric, magnetic, sources, dtype, device):
+    def __init__(
+        self, grid, active, periodic, pml, dt, electric, magnetic, sources, plane_waves, dtype, device
+    ):
         self.grid = grid
         self.active = active
         self.periodic = periodic
@@ -104,6 +111,7 @@ class YeeStepper:
         self.electric = electric
         self.magnetic = magnetic
         self.sources = sources
+        self.plane_waves = plane_waves
         self.dtype, self.device = dtype, device
         self.terms = {}
         for component in active:
@@ -115,14 +123,17 @@ class YeeStepper:
                     shape = [1, 1, 1]
                     shape[axis] = -1
                     thickness = pml[axis].thickness
-                    profiles = pml[axis].profiles(grid.shape[axis], grid.spacing[axis], dt, half, dtype,
-                                                  device)
+                    profiles = pml[axis].profiles(
+                        grid.shape[axis], grid.spacing[axis], dt, half, dtype, device
+                    )
                     b, a, kappa_term = (p.reshape(shape) for p in profiles)
                     # the differences are not divided by the spacing: fold 1/dx into a and (1/kappa - 1)
                     sides = {}
                     for side, start in (("left", 0), ("right", thickness)):
-                        sides[side] = tuple(p.narrow(axis, start, thickness) for p in
-                                            (b, a / grid.spacing[axis], kappa_term / grid.spacing[axis]))
+                        sides[side] = tuple(
+                            p.narrow(axis, start, thickness)
+                            for p in (b, a / grid.spacing[axis], kappa_term / grid.spacing[axis])
+                        )
                     term.pml = (thickness, sides)
                 terms.append(term)
             self.terms[component] = terms
@@ -135,8 +146,10 @@ class YeeStepper:
         def apply(value):
             return function(value) if isinstance(value, torch.Tensor) else value
 
-        electric = {component: (apply(ca), apply(cb), [(c1, c2, apply(c3)) for c1, c2, c3 in poles])
-                    for component, (ca, cb, poles) in self.electric.items()}
+        electric = {
+            component: (apply(ca), apply(cb), [(c1, c2, apply(c3)) for c1, c2, c3 in poles])
+            for component, (ca, cb, poles) in self.electric.items()
+        }
         return electric, {component: apply(value) for component, value in self.magnetic.items()}
 
     def coefficient_tensors(self):
@@ -170,7 +183,13 @@ class YeeStepper:
                     slab[term.axis] = term.pml[0]
                     for side in ("left", "right"):
                         state[f"psi/{component}/{AXES[term.axis]}/{side}"] = torch.zeros(
-                            slab, dtype=self.dtype, device=self.device)
+                            slab, dtype=self.dtype, device=self.device
+                        )
+        for k, line in enumerate(self.plane_waves):
+            for kind in "EH":
+                state[f"incident/{k}/{kind}"] = torch.zeros(
+                    line["length"], dtype=self.dtype, device=self.device
+                )
         for component in E_COMPONENTS:
             if component in self.active:
                 for k in range(len(self.electric[component][2])):
@@ -181,10 +200,16 @@ class YeeStepper:
     def _apply_curl(self, state, component, field, coefficient, inplace):
         forward = component[0] == "H"
         for term in self.terms[component]:
-            difference = _difference(state[term.source], term.axis, forward, self.periodic[term.axis],
-                                     self._buffer if inplace else None)
-            _accumulate(field, term.axis, 0, field.shape[term.axis], difference, term.sign / term.spacing,
-                        coefficient)
+            difference = _difference(
+                state[term.source],
+                term.axis,
+                forward,
+                self.periodic[term.axis],
+                self._buffer if inplace else None,
+            )
+            _accumulate(
+                field, term.axis, 0, field.shape[term.axis], difference, term.sign / term.spacing, coefficient
+            )
             if term.pml is None:
                 continue
             thickness = term.pml[0]
@@ -223,7 +248,23 @@ class YeeStepper:
             coefficient = self.magnetic[component]
             self._apply_curl(state, component, field, coefficient, inplace)
             self._inject(field, component, coefficient, step)
+            for k, line in enumerate(self.plane_waves):
+                if line["magnetic"] == component:  # H at i0 - 1 is scattered: remove the incident E it sees
+                    incident = state[f"incident/{k}/E"].narrow(0, line["index"], 1).reshape(1, 1, 1)
+                    _accumulate(
+                        field,
+                        0,
+                        line["index"] - 1,
+                        1,
+                        incident,
+                        -line["sign_h"] / self.grid.spacing[0],
+                        coefficient,
+                    )
             state[component] = field
+        for k, line in enumerate(self.plane_waves):  # the incident line: H^{n+1/2}
+            incident_e, incident_h = state[f"incident/{k}/E"], state[f"incident/{k}/H"]
+            difference = torch.cat([incident_e[1:] - incident_e[:-1], -incident_e[-1:]])
+            state[f"incident/{k}/H"] = incident_h + line["sign_h"] * line["ch"] * difference
         for component in E_COMPONENTS:
             if component not in self.active:
                 continue
@@ -243,8 +284,20 @@ class YeeStepper:
             for current in currents:
                 _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
             self._inject(field, component, cb, step)
+            for k, line in enumerate(self.plane_waves):
+                if line["electric"] == component:  # E at i0 is total: add the incident H its curl misses
+                    incident = state[f"incident/{k}/H"].narrow(0, line["index"] - 1, 1).reshape(1, 1, 1)
+                    _accumulate(
+                        field, 0, line["index"], 1, incident, -line["sign_e"] / self.grid.spacing[0], cb
+                    )
             for axis in self.pec_axes:
                 if axis != AXES.index(component[1]):
                     field.narrow(axis, 0, 1).zero_()
             state[component] = field
+        for k, line in enumerate(self.plane_waves):  # the incident line: E^{n+1}, driven at its start
+            incident_e, incident_h = state[f"incident/{k}/E"], state[f"incident/{k}/H"]
+            difference = torch.cat([incident_h[:1], incident_h[1:] - incident_h[:-1]])
+            updated = incident_e + line["sign_e"] * line["ce"] * difference
+            drive = torch.tensor([line["drive"][step]], dtype=self.dtype, device=self.device)
+            state[f"incident/{k}/E"] = torch.cat([drive, updated[1:]])
         return state
