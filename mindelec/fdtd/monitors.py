@@ -195,7 +195,7 @@ class FluxMonitor(DFTMonitor):
         )
         # the plane sits on the integer node along the normal; E_t lives there, H_t half a cell either side
         plane = grid.nearest_index("E" + AXES[tangential[0]], position)[normal]
-        if grid.ndim > normal and not 1 <= plane <= grid.shape[normal] - 1:
+        if not 1 <= plane <= grid.shape[normal] - 1:
             raise ValueError(f"{self!r}: the plane must lie at least one cell inside the domain")
         self._box = []  # per axis: the index range [low, high) of the averaged nodes
         for a in range(3):
@@ -209,7 +209,6 @@ class FluxMonitor(DFTMonitor):
             if stop <= start:
                 raise ValueError(f"{self!r}: the surface covers no grid node along {AXES[a]}")
             self._box.append((start, stop))
-        self._grid_ndim = grid.ndim
         super()._bind(grid, polarization, dt, dtype, device)
 
     def _regions(self, grid):

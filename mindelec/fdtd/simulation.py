@@ -9,10 +9,12 @@ stability limit (``c_max`` the fastest light speed among the media); ``courant``
 A user ``dt`` above ``dt_max`` is refused.
 
 Differentiable runs: when grad is enabled and any medium parameter or design permittivity
-requires grad, ``run`` uses out-of-place updates and ``torch.utils.checkpoint`` over segments of
-``ceil(sqrt(steps))`` steps, so that the memory kept for the backward pass grows like
-``sqrt(steps)``: only each segment's starting state is stored, and one segment is recomputed at a
-time during the backward pass. Otherwise the fields are updated in place under ``torch.no_grad``.
+requires grad, ``run`` splits the steps into segments of ``ceil(sqrt(steps))`` steps, each one
+autograd node (time-segment checkpointing): the forward pass runs them in place without a graph and
+stores only each segment's starting state; the backward pass recomputes one segment at a time out of
+place and back-propagates through it. Memory for the backward pass therefore grows like
+``sqrt(steps)``, and the cost is about one extra forward pass. Otherwise the fields are updated in
+place under ``torch.no_grad``.
 """
 
 import math
