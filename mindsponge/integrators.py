@@ -1,0 +1,145 @@
+"""Time integrators: a step maps a :class:`~mindsponge.state.State` to the next one.
+
+Every integrator exposes ``step(state, force, masses, constraints=None, generator=None)``:
+
+- ``force(positions, box) -> (energy, forces)`` evaluates the potential (kJ/mol) and forces
+  (kJ/mol/nm) at new positions; a step calls it once, and the returned state carries the
+  forces for the next step.
+- ``masses``: (N,) tensor, amu; massless particles (virtual sites) are not moved.
+- ``constraints``: a :class:`~mindsponge.constraints.Constraints` (or ``None``): positions are
+  constrained after each drift, velocities after each kick (RATTLE).
+- ``generator``: a ``torch.Generator`` for stochastic integrators; its state is loaded from
+  ``state.rng_state`` before the step and stored in the returned state, so a step is a pure
+  function of the state (a restarted run continues bit for bit).
+
+Integration is done in the dtype of ``state.positions`` (float64 for mixed precision) whatever
+dtype the forces come in.
+
+:class:`VelocityVerlet` samples the microcanonical (NVE) ensemble; :class:`LangevinMiddle` is
+the BAOAB splitting of Langevin dynamics (Leimkuhler & Matthews 2013), exactly the update of
+OpenMM's ``LangevinMiddleIntegrator``: kick by the full step, drift half a step, Ornstein-
+Uhlenbeck velocity update, drift half a step, constrain.
+"""
+
+import math
+
+import torch
+
+from common import units
+
+__all__ = ["Integrator", "LangevinMiddle", "VelocityVerlet"]
+
+
+def _check_positive(value, name, owner):
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _inverse_masses(masses, dtype):
+    masses = masses.to(dtype)
+    massive = masses > 0
+    return torch.where(massive, 1.0 / torch.where(massive, masses, torch.ones_like(masses)), 0.0)[:, None]
+
+
+class Integrator:
+    """Base class: a time step ``dt`` (ps) and the :meth:`step` contract of the module docstring."""
+
+    stochastic = False
+
+    def __init__(self, dt):
+        self.dt = _check_positive(dt, "dt (ps)", type(self).__name__)
+
+    def step(self, state, force, masses, constraints=None, generator=None):
+        """Advance ``state`` by one step of ``dt``; returns the new :class:`~mindsponge.state.State`."""
+        raise NotImplementedError
+
+    def _finish(self, state, positions, velocities, energy, forces, generator=None):
+        return state.replace(
+            positions=positions,
+            velocities=velocities,
+            step=state.step + 1,
+            time=state.time + self.dt,
+            forces=forces,
+            potential_energy=energy,
+            rng_state=state.rng_state if generator is None else generator.get_state(),
+        )
+
+    def __repr__(self):
+        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+class VelocityVerlet(Integrator):
+    """Velocity Verlet with RATTLE constraints: NVE dynamics.
+
+    Args:
+        dt: time step, ps.
+    """
+
+    def step(self, state, force, masses, constraints=None, generator=None):
+        """One velocity-Verlet step (see the module docstring for the arguments)."""
+        dt = self.dt
+        inverse = _inverse_masses(masses, state.positions.dtype)
+        velocities = state.velocities + 0.5 * dt * state.forces * inverse
+        positions = state.positions + dt * velocities
+        if constraints is not None:
+            positions = constraints.positions(state.positions, positions, masses)
+            velocities = (positions - state.positions) / dt
+        energy, forces = force(positions, state.box)
+        forces = forces.to(positions.dtype)
+        velocities = velocities + 0.5 * dt * forces * inverse
+        if constraints is not None:
+            velocities = constraints.velocities(positions, velocities, masses)
+        return self._finish(state, positions, velocities, energy, forces)
+
+
+class LangevinMiddle(Integrator):
+    """Langevin dynamics by the BAOAB ("middle") scheme of OpenMM's LangevinMiddleIntegrator.
+
+    Args:
+        dt: time step, ps.
+        temperature: heat-bath temperature, K.
+        friction: collision rate gamma, 1/ps.
+    """
+
+    stochastic = True
+
+    def __init__(self, dt, temperature, friction):
+        super().__init__(dt)
+        self.temperature = _check_positive(temperature, "temperature (K)", "LangevinMiddle")
+        self.friction = _check_positive(friction, "friction (1/ps)", "LangevinMiddle")
+
+    def step(self, state, force, masses, constraints=None, generator=None):
+        """One BAOAB step (see the module docstring for the arguments).
+
+        Raises:
+            ValueError: without a generator or without ``state.rng_state``.
+        """
+        if generator is None or state.rng_state is None:
+            raise ValueError("LangevinMiddle.step needs a torch.Generator and a state with rng_state")
+        generator.set_state(state.rng_state)
+        dt = self.dt
+        dtype = state.positions.dtype
+        inverse = _inverse_masses(masses, dtype)
+        velocities = state.velocities + dt * state.forces * inverse
+        if constraints is not None:
+            velocities = constraints.velocities(state.positions, velocities, masses)
+        positions = state.positions + 0.5 * dt * velocities
+        decay = math.exp(-self.friction * dt)
+        thermal = math.sqrt((1.0 - decay * decay) * units.BOLTZMANN_MD * self.temperature)
+        noise = torch.randn(
+            velocities.shape, generator=generator, dtype=dtype, device=velocities.device
+        )
+        velocities = decay * velocities + thermal * torch.sqrt(inverse) * noise
+        positions = positions + 0.5 * dt * velocities
+        if constraints is not None:
+            constrained = constraints.positions(state.positions, positions, masses)
+            # as OpenMM: the correction of the whole drift over dt (the unconstrained limit is
+            # leapfrog, v = (x_new - x) / dt); dividing by dt / 2 would double the centripetal
+            # correction of rotating molecules and heat the system
+            velocities = velocities + (constrained - positions) / dt
+            positions = constrained
+        energy, forces = force(positions, state.box)
+        return self._finish(state, positions, velocities, energy, forces.to(dtype), generator)

@@ -1,0 +1,201 @@
+"""Energy minimisation: L-BFGS and FIRE, with constraints.
+
+Both minimisers stop when the largest atomic force (its Euclidean norm, kJ/mol/nm) drops below
+``tolerance`` or after ``max_iterations`` iterations. With constraints, forces are projected
+on the constraint surface (their components along constrained distances removed, the RATTLE
+projection with unit weights) and positions are put back on it after every move (SHAKE /
+SETTLE), so rigid water stays rigid.
+
+- ``"lbfgs"``: limited-memory BFGS (Nocedal & Wright, Algorithm 7.4; 10 pairs of history) with
+  a backtracking line search on the Armijo condition; no atom moves more than ``max_step`` per
+  iteration.
+- ``"fire"``: the Fast Inertial Relaxation Engine (Bitzek et al., PRL 97, 170201 (2006)) with
+  unit masses and its standard parameters.
+
+Units: nm, kJ/mol, kJ/mol/nm.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MinimizationResult", "minimize"]
+
+METHODS = ("lbfgs", "fire")
+
+
+@dataclass(frozen=True)
+class MinimizationResult:
+    """Outcome of :func:`minimize`.
+
+    Attributes:
+        positions: (N, 3) tensor, nm.
+        energy: final potential energy, kJ/mol.
+        max_force: largest atomic force norm at the end, kJ/mol/nm.
+        iterations: iterations taken.
+        converged: whether ``max_force < tolerance``.
+    """
+
+    positions: torch.Tensor
+    energy: float
+    max_force: float
+    iterations: int
+    converged: bool
+
+
+class _Problem:
+    """Energy and projected forces on the constraint surface."""
+
+    def __init__(self, force, masses, box, constraints):
+        self.force, self.masses, self.box, self.constraints = force, masses, box, constraints
+
+    def evaluate(self, positions):
+        energy, forces = self.force(positions, self.box)
+        forces = forces.to(positions.dtype)
+        if self.constraints is not None:
+            forces = self.constraints.velocities(positions, forces, torch.ones_like(self.masses))
+        forces = torch.where((self.masses > 0)[:, None], forces, torch.zeros_like(forces))
+        return energy.to(positions.dtype), forces
+
+    def move(self, positions, displacement):
+        moved = positions + displacement
+        if self.constraints is not None:
+            moved = self.constraints.positions(positions, moved, self.masses)
+        return moved
+
+
+def _max_norm(vectors):
+    return float(torch.linalg.vector_norm(vectors, dim=-1).max())
+
+
+def _lbfgs(problem, positions, tolerance, max_iterations, max_step, bar, history=10):
+    energy, forces = problem.evaluate(positions)
+    steps, changes = [], []
+    iteration = 0
+    for iteration in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
+        if _max_norm(forces) < tolerance:
+            return positions, energy, forces, iteration - 1
+        gradient = -forces
+        direction = -gradient
+        coefficients = []
+        for step, change in reversed(list(zip(steps, changes, strict=True))):
+            rho = 1.0 / (change * step).sum()
+            coefficient = rho * (step * direction).sum()
+            coefficients.append((rho, coefficient))
+            direction = direction - coefficient * change
+        if steps:
+            direction = direction * ((steps[-1] * changes[-1]).sum() / (changes[-1] * changes[-1]).sum())
+        for (step, change), (rho, coefficient) in zip(
+            zip(steps, changes, strict=True), reversed(coefficients), strict=True
+        ):
+            direction = direction + step * (coefficient - rho * (change * direction).sum())
+        slope = float((direction * gradient).sum())
+        if slope >= 0:  # not a descent direction: restart from steepest descent
+            steps, changes = [], []
+            direction, slope = forces, float(-(forces * forces).sum())
+        length = min(1.0, max_step / max(_max_norm(direction), 1e-30))
+        for _ in range(30):
+            trial = problem.move(positions, length * direction)
+            trial_energy, trial_forces = problem.evaluate(trial)
+            if float(trial_energy) <= float(energy) + 1e-4 * length * slope:
+                break
+            length *= 0.5
+        else:  # no decrease resolvable at this precision
+            return positions, energy, forces, iteration
+        steps.append(trial - positions)
+        changes.append(forces - trial_forces)  # gradient change
+        if float((steps[-1] * changes[-1]).sum()) <= 0:
+            steps.pop()
+            changes.pop()
+        del steps[:-history], changes[:-history]
+        positions, energy, forces = trial, trial_energy, trial_forces
+        bar.update(1)
+    return positions, energy, forces, iteration
+
+
+def _fire(problem, positions, tolerance, max_iterations, max_step, bar):
+    dt, dt_max, alpha = 1e-3, 1e-2, 0.1
+    energy, forces = problem.evaluate(positions)
+    velocities = torch.zeros_like(positions)
+    since_negative = 0
+    iteration = 0
+    for iteration in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
+        if _max_norm(forces) < tolerance:
+            return positions, energy, forces, iteration - 1
+        power = float((forces * velocities).sum())
+        if power > 0:
+            force_norm = torch.linalg.vector_norm(forces)
+            velocity_norm = torch.linalg.vector_norm(velocities)
+            velocities = (1 - alpha) * velocities + alpha * velocity_norm * forces / force_norm
+            since_negative += 1
+            if since_negative > 5:
+                dt, alpha = min(1.1 * dt, dt_max), 0.99 * alpha
+        else:
+            velocities = torch.zeros_like(velocities)
+            since_negative, dt, alpha = 0, 0.5 * dt, 0.1
+        velocities = velocities + dt * forces
+        displacement = dt * velocities
+        largest = _max_norm(displacement)
+        if largest > max_step:
+            displacement = displacement * (max_step / largest)
+        positions = problem.move(positions, displacement)
+        energy, forces = problem.evaluate(positions)
+        if problem.constraints is not None:
+            velocities = problem.constraints.velocities(
+                positions, velocities, torch.ones_like(problem.masses)
+            )
+        bar.update(1)
+    return positions, energy, forces, iteration
+
+
+def minimize(
+    force,
+    positions,
+    masses,
+    box=None,
+    constraints=None,
+    tolerance=10.0,
+    max_iterations=1000,
+    method="lbfgs",
+    max_step=0.01,
+    progress=True,
+):
+    """Minimise a potential energy from ``positions``.
+
+    Args:
+        force: callable ``(positions, box) -> (energy, forces)`` in kJ/mol and kJ/mol/nm (as
+            :meth:`mindsponge.simulation.Simulation.force`).
+        positions: (N, 3) tensor, nm; the dtype of the minimisation.
+        masses: (N,) tensor, amu (massless particles are not moved; masses weight SETTLE).
+        box: (3, 3) tensor, nm, or ``None``.
+        constraints: :class:`~mindsponge.constraints.Constraints` or ``None``.
+        tolerance: stop when the largest atomic force norm is below this, kJ/mol/nm.
+        max_iterations: iteration limit.
+        method: ``"lbfgs"`` or ``"fire"``.
+        max_step: largest displacement of an atom in one iteration, nm.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        :class:`MinimizationResult`.
+
+    Raises:
+        ValueError: an unknown method or non-positive tolerance or iteration limit.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations <= 0:
+        raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
+    from tqdm.auto import tqdm
+
+    problem = _Problem(force, masses, box, constraints)
+    if constraints is not None:
+        positions = constraints.positions(positions, positions, masses)
+    run = _lbfgs if method == "lbfgs" else _fire
+    with tqdm(total=max_iterations, disable=not progress, unit="iter", desc=f"minimize ({method})") as bar:
+        positions, energy, forces, iterations = run(
+            problem, positions, tolerance, max_iterations, max_step, bar
+        )
+    max_force = _max_norm(forces)
+    return MinimizationResult(positions, float(energy), max_force, iterations, max_force < tolerance)

@@ -1,0 +1,429 @@
+"""The simulation driver: state, step loop, minimisation, checkpoints, reporters.
+
+Example::
+
+    import mindsponge as ms
+    sim = ms.Simulation(system, ff,
+                        integrator=ms.integrators.LangevinMiddle(dt=0.002, temperature=300.0, friction=1.0),
+                        constraints="water+hbonds",
+                        reporters=[ms.reporters.LogReporter("log.csv", every=100)])
+    sim.minimize()
+    sim.set_velocities(temperature=300.0, seed=1)
+    sim.run(10_000)
+    sim.save_checkpoint("run.chk")
+    sim.energies()   # potential, kinetic, total, temperature, pressure, volume, density
+
+A :class:`Simulation` holds an immutable :class:`~mindsponge.state.State` and replaces it at
+every step with the one the integrator returns. Everything a step depends on (positions,
+velocities, box, forces, the generator state, thermostat variables, and the reference
+positions of the force field's neighbour lists, which fix the summation order) goes into a
+checkpoint, so a run continued from a checkpoint is bit-identical to one that never stopped
+(same device and dtype). A step whose potential energy is not finite or jumps by more than
+``max_energy_jump`` stops the run with :class:`SimulationBlowUpError` naming the step; with a
+``checkpoint`` path the last good state is written there first.
+"""
+
+import math
+
+import torch
+
+from common import io
+from common.precision import Precision
+from mindsponge import constraints as constraints_module
+from mindsponge import thermo
+from mindsponge.forcefield.base import energy_and_forces
+from mindsponge.state import State
+
+__all__ = ["Simulation", "SimulationBlowUpError"]
+
+CHECKPOINT_FORMAT = "mindsponge.Simulation/1"
+
+
+class SimulationBlowUpError(RuntimeError):
+    """The simulation became unstable (non-finite or exploding energy).
+
+    Attributes:
+        step: the step at which the instability was detected.
+    """
+
+    def __init__(self, message, step):
+        super().__init__(message)
+        self.step = step
+
+
+class Simulation:
+    """Molecular dynamics of a system under a force field.
+
+    Args:
+        system: :class:`~mindsponge.system.System` (positions, masses, box, topology, velocities).
+        forcefield: callable ``(positions, box) -> energy`` (kJ/mol), usually a
+            :class:`~mindsponge.forcefield.ForceField`, in the compute dtype of ``precision``.
+        integrator: an integrator from :mod:`mindsponge.integrators`.
+        thermostat: optional thermostat from :mod:`mindsponge.thermostats` (applied after each
+            step; use with :class:`~mindsponge.integrators.VelocityVerlet`).
+        barostat: optional barostat with ``frequency`` and ``apply(simulation, state) -> state``.
+        constraints: ``None``, ``"water"``, ``"hbonds"``, ``"water+hbonds"`` or a
+            :class:`~mindsponge.constraints.Constraints`.
+        constraint_tolerance: relative tolerance of RATTLE (OpenMM's default 1e-5).
+        reporters: reporters from :mod:`mindsponge.reporters`.
+        precision: ``None`` (everything in the system's dtype), a :class:`common.precision.Precision`
+            or its name (``"single"``, ``"mixed"``, ``"double"``): forces in the compute dtype,
+            state and integration in the accumulate dtype.
+        remove_center_of_mass_motion: zero the centre-of-mass velocity after every step (as
+            OpenMM's ``CMMotionRemover``); 3 degrees of freedom fewer.
+        checkpoint: optional path written every ``checkpoint_every`` steps and on a blow-up.
+        checkpoint_every: steps between checkpoints.
+        max_energy_jump: largest allowed change of the potential energy in one step, kJ/mol;
+            default 100 kJ/mol per atom.
+        seed: seed of the generator of stochastic integrators and thermostats.
+        progress: show a tqdm progress bar in :meth:`run`.
+
+    Raises:
+        ValueError: an invalid argument (named in the message).
+        TypeError: an argument of the wrong type.
+    """
+
+    def __init__(
+        self,
+        system,
+        forcefield,
+        integrator,
+        *,
+        thermostat=None,
+        barostat=None,
+        constraints=None,
+        constraint_tolerance=1e-5,
+        reporters=(),
+        precision=None,
+        remove_center_of_mass_motion=True,
+        checkpoint=None,
+        checkpoint_every=1000,
+        max_energy_jump=None,
+        seed=0,
+        progress=True,
+    ):
+        from mindsponge.system import System
+
+        if not isinstance(system, System):
+            raise TypeError(f"system must be a mindsponge System, got {type(system).__name__}")
+        if not callable(forcefield):
+            raise TypeError(f"forcefield must be callable as forcefield(positions, box), got {forcefield!r}")
+        if not hasattr(integrator, "step") or not hasattr(integrator, "dt"):
+            raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
+        if barostat is not None and system.box is None:
+            raise ValueError("a barostat needs a periodic system; this System's box is None")
+        if isinstance(precision, str):
+            precision = Precision.from_name(precision)
+        if precision is None:
+            precision = Precision(system.dtype, system.dtype)
+        if not isinstance(precision, Precision):
+            raise TypeError(
+                f"precision must be None, a name or a common.precision.Precision, got {precision!r}"
+            )
+        if (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int)
+            or checkpoint_every <= 0
+        ):
+            raise ValueError(f"checkpoint_every must be a positive int (steps), got {checkpoint_every!r}")
+        self.system = system.to(dtype=precision.accumulate)
+        self.forcefield = forcefield
+        self.integrator = integrator
+        self.thermostat = thermostat
+        self.barostat = barostat
+        self.precision = precision
+        self.reporters = list(reporters)
+        self.remove_center_of_mass_motion = bool(remove_center_of_mass_motion)
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.progress = progress
+        self.masses = self.system.masses
+        if isinstance(constraints, str) or constraints is None:
+            constraints = constraints_module.from_system(
+                self.system,
+                constraints,
+                forcefield if hasattr(forcefield, "terms") else None,
+                tolerance=constraint_tolerance,
+            )
+        self.constraints = constraints
+        n_constraints = 0 if constraints is None else constraints.n_constraints
+        self.degrees_of_freedom = thermo.degrees_of_freedom(
+            self.masses, n_constraints, self.remove_center_of_mass_motion
+        )
+        self.max_energy_jump = 100.0 * system.n_atoms if max_energy_jump is None else float(max_energy_jump)
+        bonds = () if system.topology is None else system.topology.bonds
+        self.molecules = thermo.molecule_groups(system.n_atoms, bonds, device=system.device)
+        self.generator = torch.Generator(device=system.device)
+        self.generator.manual_seed(int(seed))
+        positions = self.system.positions
+        if constraints is not None:
+            positions = constraints.positions(positions, positions, self.masses)
+        velocities = self.system.velocities
+        if velocities is None:
+            velocities = torch.zeros_like(positions)
+        self.state = self._with_forces(
+            State(positions, velocities, self.system.box, rng_state=self.generator.get_state())
+        )
+
+    # --- forces and energies -------------------------------------------------------------
+    def potential(self, positions, box):
+        """Potential energy (kJ/mol, accumulate dtype) of the force field at ``positions`` and ``box``."""
+        compute = self.precision.compute
+        energy = self.forcefield(positions.to(compute), None if box is None else box.to(compute))
+        return energy.detach().to(self.precision.accumulate)
+
+    def force(self, positions, box):
+        """``(energy, forces)`` at ``positions`` (N, 3) nm and ``box``: kJ/mol and kJ/mol/nm."""
+        compute, accumulate = self.precision.compute, self.precision.accumulate
+        energy, forces = energy_and_forces(
+            self.forcefield, positions.to(compute), None if box is None else box.to(compute)
+        )
+        return energy.to(accumulate), forces.to(accumulate)
+
+    def _with_forces(self, state):
+        energy, forces = self.force(state.positions, state.box)
+        return state.replace(forces=forces, potential_energy=energy)
+
+    def energies(self, state=None, pressure=True):
+        """Thermodynamic observables of a state (default: the current one).
+
+        Args:
+            state: a :class:`~mindsponge.state.State` or ``None``.
+            pressure: compute the pressure (two extra energy evaluations); else ``nan``.
+
+        Returns:
+            dict of floats: ``potential``, ``kinetic``, ``total`` (kJ/mol), ``temperature`` (K),
+            ``pressure`` (bar), ``volume`` (nm^3), ``density`` (g/cm^3); the last three are
+            ``nan`` without a periodic box.
+        """
+        state = self.state if state is None else state
+        if state.potential_energy is None:
+            state = self._with_forces(state)
+        kinetic = float(thermo.kinetic_energy(state.velocities, self.masses))
+        potential = float(state.potential_energy)
+        values = {
+            "potential": potential,
+            "kinetic": kinetic,
+            "total": potential + kinetic,
+            "temperature": float(thermo.temperature(kinetic, self.degrees_of_freedom)),
+            "pressure": math.nan,
+            "volume": math.nan,
+            "density": math.nan,
+        }
+        if state.box is not None:
+            values["volume"] = float(torch.linalg.det(state.box).abs())
+            values["density"] = float(thermo.density(self.masses, state.box))
+            if pressure:
+                values["pressure"] = float(
+                    thermo.pressure(
+                        self.potential,
+                        state.positions,
+                        state.velocities,
+                        self.masses,
+                        state.box,
+                        self.molecules,
+                    )
+                )
+        return values
+
+    # --- set-up ---------------------------------------------------------------------------
+    def set_velocities(self, temperature, seed=None):
+        """Draw Maxwell-Boltzmann velocities at ``temperature`` (K).
+
+        Massless particles get zero velocity; the centre-of-mass motion is removed (if the
+        simulation removes it) and the velocities are constrained. Without a ``seed`` the
+        simulation's generator is used (and advanced).
+        """
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 K, got {temperature!r}")
+        generator = self.generator
+        if seed is not None:
+            generator = torch.Generator(device=self.state.positions.device)
+            generator.manual_seed(int(seed))
+        else:
+            generator.set_state(self.state.rng_state)
+        positions = self.state.positions
+        from common import units
+
+        masses = self.masses
+        scale = torch.sqrt(
+            units.BOLTZMANN_MD * temperature / torch.where(masses > 0, masses, torch.ones_like(masses))
+        )
+        scale = torch.where(masses > 0, scale, torch.zeros_like(scale))
+        noise = torch.randn(
+            positions.shape, generator=generator, dtype=positions.dtype, device=positions.device
+        )
+        velocities = noise * scale[:, None]
+        velocities = self._constrain_velocities(positions, velocities)
+        self.state = self.state.replace(
+            velocities=velocities,
+            rng_state=self.generator.get_state() if seed is None else self.state.rng_state,
+        )
+
+    def _constrain_velocities(self, positions, velocities):
+        if self.remove_center_of_mass_motion:
+            velocities = thermo.remove_center_of_mass_motion(velocities, self.masses)
+        if self.constraints is not None:
+            velocities = self.constraints.velocities(positions, velocities, self.masses)
+        return velocities
+
+    def minimize(self, tolerance=10.0, max_iterations=1000, method="lbfgs"):
+        """Minimise the potential energy (see :func:`mindsponge.minimize.minimize`).
+
+        Args:
+            tolerance: stop when the largest atomic force is below this, kJ/mol/nm.
+            max_iterations: iteration limit.
+            method: ``"lbfgs"`` or ``"fire"``.
+
+        Returns:
+            :class:`mindsponge.minimize.MinimizationResult`.
+        """
+        from mindsponge import minimize as minimize_module
+
+        result = minimize_module.minimize(
+            self.force,
+            self.state.positions,
+            self.masses,
+            self.state.box,
+            constraints=self.constraints,
+            tolerance=tolerance,
+            max_iterations=max_iterations,
+            method=method,
+            progress=self.progress,
+        )
+        self.state = self._with_forces(self.state.replace(positions=result.positions))
+        return result
+
+    # --- dynamics -------------------------------------------------------------------------
+    def step_once(self, state):
+        """The state one step after ``state`` (integrator, centre-of-mass removal, thermostat, barostat)."""
+        state = self.integrator.step(state, self.force, self.masses, self.constraints, self.generator)
+        if self.remove_center_of_mass_motion:
+            state = state.replace(
+                velocities=thermo.remove_center_of_mass_motion(state.velocities, self.masses)
+            )
+        if self.thermostat is not None:
+            state = self.thermostat.apply(state, self)
+        if self.barostat is not None and state.step % self.barostat.frequency == 0:
+            state = self.barostat.apply(self, state)
+        return state
+
+    def run(self, steps):
+        """Integrate ``steps`` steps, calling reporters and writing checkpoints on schedule.
+
+        Raises:
+            ValueError: ``steps`` is not a non-negative integer.
+            SimulationBlowUpError: the energy became non-finite or jumped (the message names
+                the step; the last good state is written to the checkpoint path if any).
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        from tqdm.auto import tqdm
+
+        with tqdm(total=steps, disable=not self.progress, unit="step", desc="md") as bar:
+            for _ in range(steps):
+                previous = self.state
+                try:
+                    state = self.step_once(previous)
+                except constraints_module.ConstraintError as error:
+                    self._blow_up(previous, str(error))
+                self._check_stability(previous, state)
+                self.state = state
+                if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
+                    self.save_checkpoint(self.checkpoint)
+                for reporter in self.reporters:
+                    if state.step % reporter.every == 0:
+                        reporter.report(self, state)
+                bar.update(1)
+        return self.state
+
+    def _check_stability(self, previous, state):
+        energy = float(state.potential_energy)
+        finite = math.isfinite(energy) and bool(torch.isfinite(state.positions).all())
+        jump = abs(energy - float(previous.potential_energy)) if finite else math.inf
+        if not finite:
+            self._blow_up(previous, "the potential energy or a position is not finite")
+        if jump > self.max_energy_jump:
+            self._blow_up(
+                previous,
+                f"the potential energy jumped by {jump:.4g} kJ/mol "
+                f"(max_energy_jump {self.max_energy_jump:.4g})",
+            )
+
+    def _blow_up(self, previous, reason):
+        """Write the last good state (if a checkpoint path is set) and raise SimulationBlowUpError."""
+        step = previous.step + 1
+        where = ""
+        if self.checkpoint is not None:
+            self._save(self.checkpoint, previous)
+            where = f"; the last good state (step {previous.step}) is in {str(self.checkpoint)!r}"
+        for reporter in self.reporters:
+            reporter.close()
+        raise SimulationBlowUpError(
+            f"simulation blew up at step {step} (time {previous.time + self.integrator.dt:.4f} ps): "
+            f"{reason}{where}",
+            step,
+        )
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def _neighbor_lists(self):
+        from mindsponge.neighbors import NeighborList
+
+        if not isinstance(self.forcefield, torch.nn.Module):
+            return []
+        found = []
+        for module in self.forcefield.modules():
+            neighbors = getattr(module, "neighbors", None)
+            if isinstance(neighbors, NeighborList):
+                found.append(neighbors)
+        return found
+
+    def _save(self, path, state):
+        lists = [
+            {"positions": nl.reference_positions, "box": nl._reference_box}  # noqa: SLF001
+            for nl in self._neighbor_lists()
+        ]
+        io.save_checkpoint(
+            path,
+            {
+                "format": CHECKPOINT_FORMAT,
+                "state": state.to_dict(),
+                "neighbor_lists": lists,
+                "integrator": repr(self.integrator),
+            },
+        )
+
+    def save_checkpoint(self, path):
+        """Write the current state atomically to ``path`` (see :func:`common.io.save_checkpoint`)."""
+        self._save(path, self.state)
+
+    def load_checkpoint(self, path):
+        """Continue from a checkpoint written by :meth:`save_checkpoint` (bit-identically).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: not a mindsponge checkpoint, or for a different number of atoms.
+        """
+        data = io.load_checkpoint(path, map_location=self.state.positions.device)
+        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
+        state = State.from_dict(data["state"])
+        if state.positions.shape != self.state.positions.shape:
+            raise ValueError(
+                f"checkpoint {str(path)!r} holds {state.positions.shape[0]} atoms, this simulation "
+                f"{self.state.positions.shape[0]}"
+            )
+        lists = self._neighbor_lists()
+        if len(lists) != len(data["neighbor_lists"]):
+            raise ValueError(
+                f"checkpoint {str(path)!r} was written for a force field with different neighbour lists"
+            )
+        for neighbors, saved in zip(lists, data["neighbor_lists"], strict=True):
+            if saved["positions"] is not None:
+                neighbors.build(saved["positions"], saved["box"])
+        self.state = state
+
+    def close(self):
+        """Close the reporters."""
+        for reporter in self.reporters:
+            reporter.close()

@@ -1,0 +1,173 @@
+"""Simulation: restart bit-identity, energies and pressure against OpenMM, blow-up detection,
+the CSV log, checkpoints and argument errors."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+import mindsponge as ms
+from mindsponge.build import water_box
+from mindsponge.simulation import SimulationBlowUpError
+
+openmm = pytest.importorskip("openmm")
+from openmm import app, unit  # noqa: E402
+
+
+def _water(n_molecules=64, cutoff=0.6, seed=2, **options):
+    system = water_box(n_molecules, seed=seed)
+    openmm_system = app.ForceField("tip3p.xml").createSystem(
+        system.topology.to_openmm(system.box),
+        nonbondedMethod=app.CutoffPeriodic,
+        nonbondedCutoff=cutoff * unit.nanometer,
+        rigidWater=True,
+        **options,
+    )
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    return system.replace(masses=torch.tensor(masses, dtype=torch.float64)), openmm_system
+
+
+@pytest.fixture(scope="module")
+def relaxed_water():
+    """64 rigid TIP3P waters (reaction field), minimised by mindsponge, with 300 K velocities."""
+    system, openmm_system = _water()
+    simulation = ms.Simulation(
+        system,
+        ms.interop.openmm.from_openmm(openmm_system),
+        ms.integrators.VelocityVerlet(0.001),
+        constraints="water",
+        progress=False,
+    )
+    simulation.minimize(tolerance=50.0, max_iterations=300)
+    simulation.set_velocities(temperature=300.0, seed=1)
+    state = simulation.state
+    return system.replace(positions=state.positions, velocities=state.velocities), openmm_system
+
+
+def _simulation(system, openmm_system, **options):
+    options.setdefault("integrator", ms.integrators.LangevinMiddle(dt=0.002, temperature=300.0, friction=1.0))
+    return ms.Simulation(
+        system,
+        ms.interop.openmm.from_openmm(openmm_system),
+        constraints="water",
+        progress=False,
+        seed=5,
+        **options,
+    )
+
+
+def test_restart_is_bit_identical(relaxed_water, tmp_path):
+    system, openmm_system = relaxed_water
+    straight = _simulation(system, openmm_system)
+    straight.run(400)
+    first = _simulation(system, openmm_system)
+    first.run(200)
+    first.save_checkpoint(tmp_path / "run.chk")
+    first.energies()  # reporting in between (with pressure) does not disturb the continuation
+    second = _simulation(system, openmm_system)
+    second.load_checkpoint(tmp_path / "run.chk")
+    second.run(200)
+    for name in ("positions", "velocities", "forces", "potential_energy", "rng_state"):
+        assert torch.equal(getattr(second.state, name), getattr(straight.state, name)), name
+    assert second.state.step == straight.state.step == 400
+    assert second.state.time == straight.state.time
+
+
+def test_energies_and_pressure_match_openmm(relaxed_water):
+    # a switched Lennard-Jones potential makes the energy continuous in the box scaling (the
+    # pressure of a truncated one depends on the finite-difference step)
+    _, openmm_system = _water(switchDistance=0.5 * unit.nanometer)
+    system = relaxed_water[0]
+    simulation = _simulation(system, openmm_system)
+    values = simulation.energies()
+    barostat = openmm.MonteCarloBarostat(1.0, 300.0)
+    with_barostat = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(openmm_system))
+    with_barostat.addForce(barostat)
+    context = openmm.Context(
+        with_barostat, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
+    context.setPositions(simulation.state.positions.numpy())
+    context.setVelocities(simulation.state.velocities.numpy())
+    state = context.getState(getEnergy=True)
+    assert values["potential"] == pytest.approx(
+        state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), abs=1e-4
+    )
+    # (OpenMM's Verlet kinetic energy is shifted by half a step, so compare with 1/2 m v^2 directly)
+    velocities = simulation.state.velocities.numpy()
+    kinetic = 0.5 * (system.masses.numpy()[:, None] * velocities**2).sum()
+    assert values["kinetic"] == pytest.approx(kinetic, rel=1e-12)
+    dof = 6 * 64 - 3
+    assert simulation.degrees_of_freedom == dof
+    assert values["temperature"] == pytest.approx(
+        2 * values["kinetic"] / (dof * 0.00831446261815324), rel=1e-9
+    )
+    pressure = (
+        context.getSystem().getForce(context.getSystem().getNumForces() - 1).computeCurrentPressure(context)
+    )
+    # OpenMM's instantaneous pressure: molecular virial by a numerical box-scaling derivative (same
+    # estimator); the finite differences differ, so agree to ~1 bar out of hundreds
+    assert values["pressure"] == pytest.approx(pressure.value_in_unit(unit.bar), abs=2.0)
+    volume = float(torch.linalg.det(system.box))
+    assert values["volume"] == pytest.approx(volume, rel=1e-12)
+    assert values["density"] == pytest.approx(
+        float(system.masses.sum()) / volume * 1.66053906892e-3, rel=1e-6
+    )
+
+
+def test_log_reporter_csv(relaxed_water, tmp_path):
+    system, openmm_system = relaxed_water
+    path = tmp_path / "log.csv"
+    simulation = _simulation(system, openmm_system, reporters=[ms.reporters.LogReporter(path, every=5)])
+    simulation.run(10)
+    simulation.close()
+    with open(path) as handle:
+        rows = list(csv.DictReader(handle))
+    header = "step,time,potential_energy,kinetic_energy,total_energy,temperature,pressure,volume,density"
+    assert path.read_text().splitlines()[0].startswith(header)
+    assert [int(row["step"]) for row in rows] == [5, 10]
+    assert float(rows[1]["time"]) == pytest.approx(0.02)
+    last = simulation.energies()
+    for column, key in (
+        ("potential_energy", "potential"),
+        ("kinetic_energy", "kinetic"),
+        ("temperature", "temperature"),
+    ):
+        assert float(rows[1][column]) == pytest.approx(last[key], abs=1e-5)
+    assert float(rows[1]["total_energy"]) == pytest.approx(last["potential"] + last["kinetic"], abs=1e-5)
+    assert np.isfinite(float(rows[1]["speed"])) and float(rows[1]["speed"]) > 0
+
+
+def test_blow_up_names_step_and_leaves_checkpoint(relaxed_water, tmp_path):
+    system, openmm_system = relaxed_water
+    # 20 fs steps with rigid water: unstable within a few steps
+    path = tmp_path / "last_good.chk"
+    simulation = _simulation(
+        system,
+        openmm_system,
+        integrator=ms.integrators.VelocityVerlet(0.02),
+        checkpoint=path,
+        checkpoint_every=1000,
+    )
+    simulation.set_velocities(temperature=3000.0, seed=2)
+    with pytest.raises(SimulationBlowUpError, match=r"blew up at step (\d+)") as error:
+        simulation.run(200)
+    step = error.value.step
+    assert f"step {step}" in str(error.value) and str(path) in str(error.value)
+    restored = _simulation(system, openmm_system, integrator=ms.integrators.VelocityVerlet(0.02))
+    restored.load_checkpoint(path)
+    assert restored.state.step == step - 1
+    assert torch.isfinite(restored.state.positions).all()
+
+
+def test_bad_arguments(relaxed_water):
+    system, openmm_system = relaxed_water
+    with pytest.raises(ValueError, match="dt"):
+        ms.integrators.VelocityVerlet(-0.001)
+    with pytest.raises(ValueError, match="barostat needs a periodic"):
+        _simulation(system.replace(box=None), openmm_system, barostat=object())
+    simulation = _simulation(system, openmm_system)
+    with pytest.raises(ValueError, match="steps"):
+        simulation.run(-1)
+    with pytest.raises(FileNotFoundError):
+        simulation.load_checkpoint("/nonexistent/run.chk")
