@@ -9,14 +9,14 @@ the box changed. Pair terms then mask the listed pairs with ``r < r_c`` themselv
 
 Building uses a cell list: space (the periodic box, or the bounding box of the atoms
 without periodicity) is cut into cells at least ``(r_c + skin) / 2`` wide along each
-perpendicular direction (``r_c + skin`` in small boxes), atoms are sorted by cell, and only
-the "forward" half of the neighbouring cells within two cells (one) plus the cell itself are
-searched (a half shell, so each pair is seen once). A neighbouring cell across the box
-boundary is searched as the periodic image shifted by the box vectors. Memory is linear in
-the number of atoms: candidates are generated one neighbour offset at a time. Small systems
-(fewer than ``all_pairs_below`` atoms) and boxes too small for three cells along some
-direction use an all-pairs search instead, done in blocks of rows so that no ``(N, N)``
-matrix is ever formed.
+perpendicular direction, atoms are sorted by cell, and only the "forward" half of the
+neighbouring cells within two cells plus the cell itself are searched (a half shell, so
+each pair is seen once). A neighbouring cell across the box boundary is searched as the
+periodic image shifted by the box vectors. Memory is linear in the number of atoms:
+candidates are generated one neighbour offset at a time. Small systems (fewer than
+``all_pairs_below`` atoms) and boxes too small for five such cells along some direction
+use an all-pairs search instead, done in blocks of rows so that no ``(N, N)`` matrix is
+ever formed.
 
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
 triclinic); distances use :func:`mindsponge.space.minimum_image`, so a pair is listed
@@ -44,12 +44,15 @@ __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"
 
 
 
-def _half_shell(reach: int) -> list[tuple[int, int, int]]:
-    """The cell itself, then the lexicographically positive offsets with components in [-reach, reach]."""
-    span = range(-reach, reach + 1)
-    offsets = [(dx, dy, dz) for dx in span for dy in span for dz in span]
-    return [(0, 0, 0)] + [offset for offset in offsets if offset > (0, 0, 0)]
-
+# cells are at least half the list cutoff wide, so partners lie within two cells along each axis
+_REACH = 2
+# the cell itself, then the lexicographically positive offsets with components in [-2, 2]
+_HALF_SHELL = [(0, 0, 0)] + [
+    offset
+    for offset in ((dx, dy, dz) for dx in range(-_REACH, _REACH + 1) for dy in range(-_REACH, _REACH + 1)
+                   for dz in range(-_REACH, _REACH + 1))
+    if offset > (0, 0, 0)
+]
 
 # candidate pairs examined at once by the all-pairs search (bounds its memory)
 _BLOCK_ELEMENTS = 1 << 22
@@ -249,36 +252,33 @@ class NeighborList:
         return torch.cat(found)
 
     def _cell_grid(self, positions: Tensor, box: Tensor | None):
-        """Cell coordinates of every atom, the grid shape, the search reach and the wrapped positions.
+        """Cell coordinates of every atom, the grid shape and the wrapped positions.
 
-        Cells are at least ``(cutoff + skin) / reach`` wide, so the partners of an atom lie within
-        ``reach`` cells along each axis. Reach 2 (finer cells, fewer candidates) is used when the
-        grid has at least 5 cells along every axis, else reach 1 with at least 3 cells; with a box
-        too small for that, ``None`` (all-pairs search).
+        Cells are at least ``(cutoff + skin) / 2`` wide, so the partners of an atom lie within two
+        cells along each axis. A periodic box needs at least 5 cells along every axis (so that the
+        offsets -2..2 reach distinct cells); in a smaller box ``None`` (all-pairs search).
         """
         if len(positions) == 0:
             return None
         if box is None:
             lower = positions.min(0).values
             extent = (positions.max(0).values - lower).clamp_min(self.list_cutoff)
-            reach = 2
-            n_cells = torch.clamp(torch.floor(reach * extent / self.list_cutoff), min=1).long()
-            return _cell_coordinates((positions - lower) / extent, n_cells), n_cells, reach, positions
+            n_cells = torch.clamp(torch.floor(_REACH * extent / self.list_cutoff), min=1).long()
+            return _cell_coordinates((positions - lower) / extent, n_cells), n_cells, positions
         volume = torch.linalg.det(box).abs()
         # perpendicular width along each box vector: volume over the area of the opposite face
         faces = torch.stack([torch.linalg.cross(box[1], box[2]), torch.linalg.cross(box[2], box[0]),
                              torch.linalg.cross(box[0], box[1])])
         widths = volume / torch.linalg.vector_norm(faces, dim=1)
-        for reach in (2, 1):
-            n_cells = torch.floor(reach * widths / self.list_cutoff).long()
-            if bool((n_cells >= 2 * reach + 1).all()):
-                fractional = space.fractional(positions, box)
-                fractional = fractional - torch.floor(fractional)
-                return _cell_coordinates(fractional, n_cells), n_cells, reach, fractional @ box
-        return None
+        n_cells = torch.floor(_REACH * widths / self.list_cutoff).long()
+        if bool((n_cells < 2 * _REACH + 1).any()):
+            return None
+        fractional = space.fractional(positions, box)
+        fractional = fractional - torch.floor(fractional)
+        return _cell_coordinates(fractional, n_cells), n_cells, fractional @ box
 
     def _search_cells(self, positions: Tensor, box: Tensor | None, cell_xyz: Tensor, n_cells: Tensor,
-                      reach: int, wrapped: Tensor) -> Tensor:
+                      wrapped: Tensor) -> Tensor:
         """Half-shell cell search; ``wrapped`` are the positions inside the box (or as given without)."""
         device = positions.device
         n_atoms = len(positions)
@@ -295,7 +295,7 @@ class NeighborList:
                                           indexing="ij"), dim=-1).reshape(-1, 3)
         sorted_index = torch.arange(n_atoms, device=device)
         found = []
-        for offset in _half_shell(reach):
+        for offset in _HALF_SHELL:
             first_positions = sorted_positions
             if offset == (0, 0, 0):
                 # same cell: partners are the atoms after this one in sorted order
