@@ -19,8 +19,10 @@ use an all-pairs search instead, done in blocks of rows so that no ``(N, N)`` ma
 ever formed.
 
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
-triclinic); distances use :func:`mindsponge.space.minimum_image`, so a pair is listed
-exactly when the minimum-image distance used by the energy terms is below ``r_c + skin``.
+triclinic). With at least five cells of width ``(r_c + skin) / 2`` per direction only one
+periodic image of a partner can be within ``r_c + skin``, so a pair is listed exactly when
+its minimum-image distance (:func:`mindsponge.space.minimum_image`, as used by the energy
+terms) is below ``r_c + skin``.
 
 Example::
 
