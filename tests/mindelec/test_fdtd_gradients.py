@@ -59,7 +59,7 @@ def test_design_region_gradient_matches_finite_differences():
             with torch.no_grad():
                 values.append(float(_objective(_design_simulation(shifted).run(steps=160, progress=False))))
         finite_difference = (values[0] - values[1]) / (2 * step)
-        assert abs(float(gradient[cell]) - finite_difference) <= 1e-3 * abs(finite_difference), cell
+        assert abs(float(gradient[cell]) - finite_difference) <= 1e-6 * abs(finite_difference), cell
 
 
 def test_gradient_through_structure_medium_and_conductivity():
