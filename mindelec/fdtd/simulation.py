@@ -49,7 +49,7 @@ class Simulation:
         resolution: the cell size (m).
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
             axis. A PML lies inside the domain. Default: PEC walls.
-        sources: :class:`PointDipole` / :class:`CurrentSource` objects.
+        sources: :class:`PointDipole`, :class:`CurrentSource` (line, area) and :class:`PlaneWave` (TF/SF).
         monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`Snapshots` objects,
             with distinct names.
         structures: :class:`Structure` objects; later ones override earlier ones.
