@@ -1,0 +1,152 @@
+"""Integrators: NVE energy conservation with SETTLE side by side with OpenMM, an analytic
+harmonic oscillator, determinism and argument checks."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mindsponge as ms
+from mindsponge.build import water_box
+from mindsponge.forcefield.bonded import HarmonicBond
+
+openmm = pytest.importorskip("openmm")
+from openmm import app, unit  # noqa: E402
+
+
+def test_velocity_verlet_harmonic_oscillator_analytic():
+    # two atoms joined by a harmonic bond: r(t) = r0 + A cos(omega t), omega = sqrt(k / mu)
+    k, r0, amplitude, masses = 1000.0, 0.1, 0.01, torch.tensor([1.0, 3.0], dtype=torch.float64)
+    ff = ms.ForceField([HarmonicBond([[0, 1]], [r0], [k])])
+    positions = torch.tensor([[0.0, 0.0, 0.0], [r0 + amplitude, 0.0, 0.0]], dtype=torch.float64)
+    system = ms.System(positions, masses)
+    dt = 0.001
+    simulation = ms.Simulation(
+        system, ff, ms.integrators.VelocityVerlet(dt), remove_center_of_mass_motion=False, progress=False
+    )
+    reduced_mass = float(masses[0] * masses[1] / masses.sum())
+    omega = math.sqrt(k / reduced_mass)
+    times, lengths, energies = [], [], []
+    for _ in range(200):
+        simulation.run(1)
+        state = simulation.state
+        times.append(state.time)
+        lengths.append(float(torch.linalg.vector_norm(state.positions[1] - state.positions[0])))
+        energies.append(simulation.energies()["total"])
+    expected = r0 + amplitude * np.cos(omega * np.array(times))
+    # velocity Verlet's phase error after n steps: n (omega dt)^3 / 24
+    assert np.abs(np.array(lengths) - expected).max() < amplitude * (200 * (omega * dt) ** 3 / 24 + 1e-3)
+    initial = 0.5 * k * amplitude**2
+    assert np.abs(np.array(energies) - initial).max() < initial * (omega * dt) ** 2 / 4
+
+
+@pytest.fixture(scope="module")
+def equilibrated_pme_water():
+    """216 rigid TIP3P waters with PME, minimised and equilibrated at 300 K by OpenMM."""
+    system = water_box(216, seed=1)
+    openmm_system = app.ForceField("tip3p.xml").createSystem(
+        system.topology.to_openmm(system.box),
+        nonbondedMethod=app.PME,
+        nonbondedCutoff=0.8 * unit.nanometer,
+        rigidWater=True,
+        removeCMMotion=False,
+    )
+    integrator = openmm.LangevinMiddleIntegrator(300.0, 5.0, 0.002)
+    integrator.setRandomNumberSeed(1)
+    context = openmm.Context(
+        openmm_system, integrator, openmm.Platform.getPlatformByName("CPU"), {"Threads": "1"}
+    )
+    context.setPositions(system.positions.numpy())
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 200)
+    context.setVelocitiesToTemperature(300.0, 1)
+    integrator.step(500)
+    state = context.getState(getPositions=True, getVelocities=True)
+    positions = state.getPositions(asNumpy=True).value_in_unit(unit.nanometer)
+    velocities = state.getVelocities(asNumpy=True).value_in_unit(unit.nanometer / unit.picosecond)
+    return system, openmm_system, positions, velocities
+
+
+def test_nve_energy_fluctuation_as_openmm(equilibrated_pme_water):
+    system, openmm_system, positions, velocities = equilibrated_pme_water
+    dt, steps, every = 0.001, 200, 5
+    # OpenMM VerletIntegrator, Reference platform (double precision), same start
+    context = openmm.Context(
+        openmm_system, openmm.VerletIntegrator(dt), openmm.Platform.getPlatformByName("Reference")
+    )
+    context.setPositions(positions)
+    context.setVelocities(velocities)
+    reference = []
+    for _ in range(steps // every):
+        context.getIntegrator().step(every)
+        state = context.getState(getEnergy=True)
+        reference.append(
+            (state.getPotentialEnergy() + state.getKineticEnergy()).value_in_unit(unit.kilojoule_per_mole)
+        )
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    system = system.replace(
+        positions=torch.tensor(positions),
+        velocities=torch.tensor(velocities),
+        masses=torch.tensor(masses, dtype=torch.float64),
+    )
+    simulation = ms.Simulation(
+        system,
+        ms.interop.openmm.from_openmm(openmm_system),
+        ms.integrators.VelocityVerlet(dt),
+        constraints="water",
+        remove_center_of_mass_motion=False,
+        progress=False,
+    )
+    dof = simulation.degrees_of_freedom
+    assert dof == 6 * 216
+    ours = []
+    for _ in range(steps // every):
+        simulation.run(every)
+        ours.append(simulation.energies(pressure=False)["total"])
+    fluctuation, reference_fluctuation = np.std(ours) / dof, np.std(reference) / dof
+    assert 0.5 < fluctuation / reference_fluctuation < 2.0, (fluctuation, reference_fluctuation)
+    # and both are small: well below 1e-3 kJ/mol per degree of freedom
+    assert fluctuation < 1e-3
+    # the rigid geometry is kept to 1e-10 nm in float64 along the run
+    pairs = simulation.constraints.pairs()
+    (settle,) = simulation.constraints.parts
+    target = torch.stack([settle.oh_distance, settle.oh_distance, settle.hh_distance], 1).reshape(-1)
+    final = simulation.state.positions
+    distances = torch.linalg.vector_norm(final[pairs[:, 1]] - final[pairs[:, 0]], dim=-1)
+    assert float((distances - target).abs().max()) < 1e-10
+
+
+def test_langevin_is_deterministic_given_seed():
+    system = water_box(27)
+    masses = system.masses
+
+    def force(positions, box):
+        return positions.new_zeros(()), torch.zeros_like(positions)
+
+    integrator = ms.integrators.LangevinMiddle(0.002, 300.0, 1.0)
+    generator = torch.Generator().manual_seed(3)
+    state = ms.state.State(
+        system.positions,
+        torch.zeros_like(system.positions),
+        system.box,
+        forces=torch.zeros_like(system.positions),
+        potential_energy=torch.zeros(()),
+        rng_state=generator.get_state(),
+    )
+    first = integrator.step(state, force, masses, generator=generator)
+    second = integrator.step(state, force, masses, generator=generator)
+    assert torch.equal(first.velocities, second.velocities)
+    assert not torch.equal(first.rng_state, state.rng_state)
+    # free particles: the O step alone, v = sqrt((1 - a^2) kT / m) xi with a = exp(-gamma dt)
+    decay = math.exp(-0.002)
+    scaled = first.velocities * torch.sqrt(masses / ((1 - decay**2) * 0.00831446261815324 * 300.0))[:, None]
+    assert abs(float(scaled.std()) - 1.0) < 0.1
+
+
+def test_integrator_arguments():
+    with pytest.raises(ValueError, match="dt"):
+        ms.integrators.VelocityVerlet(0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        ms.integrators.LangevinMiddle(0.002, -300.0, 1.0)
+    with pytest.raises(ValueError, match="friction"):
+        ms.integrators.LangevinMiddle(0.002, 300.0, float("nan"))
