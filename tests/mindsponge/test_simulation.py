@@ -171,3 +171,37 @@ def test_bad_arguments(relaxed_water):
         simulation.run(-1)
     with pytest.raises(FileNotFoundError):
         simulation.load_checkpoint("/nonexistent/run.chk")
+
+
+def test_monte_carlo_barostat_ideal_gas_volume_distribution():
+    """Ideal gas of N particles at pressure P: V is Gamma(N + 1, kT / P) distributed.
+
+    (N is large enough that the adapted volume step stays well below OpenMM's cap of 30% of the
+    volume, which would bias a small gas.)"""
+    from scipy import stats
+
+    n_atoms, pressure, temperature = 500, 100.0, 300.0
+    generator = torch.Generator().manual_seed(0)
+    system = ms.System(
+        torch.rand(n_atoms, 3, generator=generator, dtype=torch.float64) * 5.9,
+        torch.full((n_atoms,), 10.0, dtype=torch.float64),
+        box=torch.eye(3, dtype=torch.float64) * 5.9,
+    )
+    simulation = ms.Simulation(
+        system,
+        ms.ForceField(),
+        ms.integrators.VelocityVerlet(0.001),
+        barostat=ms.barostats.MonteCarloBarostat(pressure, temperature, frequency=1),
+        remove_center_of_mass_motion=False,
+        progress=False,
+        seed=3,
+    )
+    volumes = []
+    for _ in range(6000):
+        simulation.run(1)
+        volumes.append(float(torch.linalg.det(simulation.state.box)))
+    volumes = np.array(volumes[1000:])
+    scale = 0.00831446261815324 * temperature / (pressure * 0.0602214076)  # kT / P in nm^3
+    assert volumes.mean() == pytest.approx((n_atoms + 1) * scale, rel=0.01)
+    thinned = volumes[::25]
+    assert stats.kstest(thinned, stats.gamma(n_atoms + 1, scale=scale).cdf).pvalue > 1e-3
