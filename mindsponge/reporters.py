@@ -14,7 +14,7 @@ import math
 import sys
 import time
 
-__all__ = ["LogReporter", "Reporter"]
+__all__ = ["H5MDReporter", "LogReporter", "Reporter"]
 
 
 class Reporter:
@@ -51,8 +51,16 @@ class LogReporter(Reporter):
     """
 
     COLUMNS = (
-        "step", "time", "potential_energy", "kinetic_energy", "total_energy", "temperature",
-        "pressure", "volume", "density", "speed",
+        "step",
+        "time",
+        "potential_energy",
+        "kinetic_energy",
+        "total_energy",
+        "temperature",
+        "pressure",
+        "volume",
+        "density",
+        "speed",
     )
 
     def __init__(self, path=None, every=100, pressure=True, stdout=False):
@@ -99,3 +107,104 @@ class LogReporter(Reporter):
         if self._handle is not None and self._handle is not sys.stdout:
             self._handle.close()
         self._handle = None
+
+
+class H5MDReporter(Reporter):
+    """Trajectory in the H5MD format (https://www.nongnu.org/h5md/), readable by MDAnalysis and mdtraj.
+
+    Writes ``/particles/all/position`` (and ``velocity`` if asked) with ``value`` (T, N, 3) in nm,
+    ``step`` and ``time`` (ps); the box as ``/particles/all/box/edges`` (T, 3, 3) nm (periodic
+    systems); and ``/observables/{potential_energy,kinetic_energy,temperature}`` (T,). Every
+    report is flushed, so a run that stops (blow-up) leaves a readable file.
+
+    Args:
+        path: the ``.h5md`` file (overwritten).
+        every: report every this many steps.
+        velocities: also write velocities (nm/ps).
+    """
+
+    def __init__(self, path, every=100, velocities=False):
+        super().__init__(every)
+        self.path = path
+        self.velocities = bool(velocities)
+        self._file = None
+
+    def _dataset(self, group, shape, dtype, unit=None):
+        for name, data_shape, data_dtype in (("value", shape, dtype), ("step", (), "i8"), ("time", (), "f8")):
+            dataset = group.create_dataset(
+                name,
+                shape=(0, *data_shape),
+                maxshape=(None, *data_shape),
+                dtype=data_dtype,
+                chunks=(1, *data_shape) if data_shape else (256,),
+            )
+            if name == "time":
+                dataset.attrs["unit"] = "ps"
+        if unit is not None:
+            group["value"].attrs["unit"] = unit
+
+    def _open(self, simulation, state):
+        import h5py
+
+        from mindsponge import __version__
+
+        handle = h5py.File(self.path, "w")
+        h5md = handle.create_group("h5md")
+        h5md.attrs["version"] = [1, 1]
+        h5md.create_group("author").attrs["name"] = "mindsponge"
+        creator = h5md.create_group("creator")
+        creator.attrs["name"], creator.attrs["version"] = "mindsponge", __version__
+        particles = handle.create_group("particles/all")
+        n_atoms = state.positions.shape[0]
+        box = particles.create_group("box")
+        box.attrs["dimension"] = 3
+        box.attrs["boundary"] = ["periodic" if state.box is not None else "none"] * 3
+        if state.box is not None:
+            self._dataset(box.create_group("edges"), (3, 3), "f8", "nm")
+        self._dataset(particles.create_group("position"), (n_atoms, 3), "f4", "nm")
+        if self.velocities:
+            self._dataset(particles.create_group("velocity"), (n_atoms, 3), "f4", "nm ps-1")
+        for name, unit in (
+            ("potential_energy", "kJ mol-1"),
+            ("kinetic_energy", "kJ mol-1"),
+            ("temperature", "K"),
+        ):
+            self._dataset(handle.create_group(f"observables/{name}"), (), "f8", unit)
+        self._file = handle
+
+    @staticmethod
+    def _append(group, value, state):
+        for name, item in (("value", value), ("step", state.step), ("time", state.time)):
+            dataset = group[name]
+            dataset.resize(dataset.shape[0] + 1, axis=0)
+            dataset[-1] = item
+
+    def report(self, simulation, state):
+        """Append the frame of ``state``."""
+        if self._file is None:
+            self._open(simulation, state)
+        handle = self._file
+
+        def array(tensor):
+            return tensor.detach().to("cpu").numpy()
+
+        particles = handle["particles/all"]
+        self._append(particles["position"], array(state.positions), state)
+        if self.velocities:
+            self._append(particles["velocity"], array(state.velocities), state)
+        if state.box is not None:
+            self._append(particles["box/edges"], array(state.box), state)
+        values = simulation.energies(state, pressure=False)
+        for name, key in (
+            ("potential_energy", "potential"),
+            ("kinetic_energy", "kinetic"),
+            ("temperature", "temperature"),
+        ):
+            self._append(handle[f"observables/{name}"], values[key], state)
+        handle.flush()
+
+    def close(self):
+        """Close the file."""
+        if self._file is not None:
+            self._file.close()
+        self._file = None

@@ -24,31 +24,19 @@ import torch
 
 from common import units
 from mindsponge import thermo
+from mindsponge.integrators import Integrator, _check_positive
 from mindsponge.integrators import LangevinMiddle as Langevin
 
 __all__ = ["Berendsen", "Bussi", "Langevin", "NoseHooverChain"]
 
 
-def _positive(value, name, owner):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value > 0
-        or not math.isfinite(value)
-    ):
-        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
-    return float(value)
-
-
 class _Thermostat:
     def __init__(self, temperature, time_constant):
         owner = type(self).__name__
-        self.temperature = _positive(temperature, "temperature (K)", owner)
-        self.time_constant = _positive(time_constant, "time_constant (ps)", owner)
+        self.temperature = _check_positive(temperature, "temperature (K)", owner)
+        self.time_constant = _check_positive(time_constant, "time_constant (ps)", owner)
 
-    def __repr__(self):
-        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
-        return f"{type(self).__name__}({fields})"
+    __repr__ = Integrator.__repr__
 
 
 class Bussi(_Thermostat):

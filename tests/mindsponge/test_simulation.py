@@ -140,12 +140,12 @@ def test_log_reporter_csv(relaxed_water, tmp_path):
 
 def test_blow_up_names_step_and_leaves_checkpoint(relaxed_water, tmp_path):
     system, openmm_system = relaxed_water
-    # 20 fs steps with rigid water: unstable within a few steps
+    # 6 fs steps at 3000 K with rigid water: unstable within a few steps
     path = tmp_path / "last_good.chk"
     simulation = _simulation(
         system,
         openmm_system,
-        integrator=ms.integrators.VelocityVerlet(0.02),
+        integrator=ms.integrators.VelocityVerlet(0.006),
         checkpoint=path,
         checkpoint_every=1000,
     )
@@ -153,8 +153,8 @@ def test_blow_up_names_step_and_leaves_checkpoint(relaxed_water, tmp_path):
     with pytest.raises(SimulationBlowUpError, match=r"blew up at step (\d+)") as error:
         simulation.run(200)
     step = error.value.step
-    assert f"step {step}" in str(error.value) and str(path) in str(error.value)
-    restored = _simulation(system, openmm_system, integrator=ms.integrators.VelocityVerlet(0.02))
+    assert step > 1 and f"step {step}" in str(error.value) and str(path) in str(error.value)
+    restored = _simulation(system, openmm_system, integrator=ms.integrators.VelocityVerlet(0.006))
     restored.load_checkpoint(path)
     assert restored.state.step == step - 1
     assert torch.isfinite(restored.state.positions).all()
@@ -205,3 +205,38 @@ def test_monte_carlo_barostat_ideal_gas_volume_distribution():
     assert volumes.mean() == pytest.approx((n_atoms + 1) * scale, rel=0.01)
     thinned = volumes[::25]
     assert stats.kstest(thinned, stats.gamma(n_atoms + 1, scale=scale).cdf).pvalue > 1e-3
+
+
+def test_h5md_reporter_read_by_mdanalysis(relaxed_water, tmp_path):
+    mda = pytest.importorskip("MDAnalysis")
+    system, openmm_system = relaxed_water
+    trajectory = tmp_path / "traj.h5md"
+    simulation = _simulation(
+        system, openmm_system, reporters=[ms.reporters.H5MDReporter(trajectory, every=5)]
+    )
+    frames = []
+    for _ in range(2):
+        simulation.run(5)
+        frames.append(simulation.state.positions.clone())
+    simulation.close()
+    topology = tmp_path / "top.pdb"
+    system.to_pdb(topology)
+    universe = mda.Universe(str(topology), str(trajectory))
+    assert universe.trajectory.n_frames == 2
+    for timestep, expected in zip(universe.trajectory, frames, strict=True):
+        np.testing.assert_allclose(timestep.positions, expected.numpy() * 10.0, atol=1e-4)  # Angstrom
+        np.testing.assert_allclose(timestep.dimensions[:3], np.diag(system.box.numpy()) * 10.0, rtol=1e-6)
+    assert universe.trajectory[1].time == pytest.approx(0.02)  # ps
+    # a blown-up run leaves a readable trajectory with every frame before the failure
+    blown = tmp_path / "blown.h5md"
+    simulation = _simulation(
+        system,
+        openmm_system,
+        integrator=ms.integrators.VelocityVerlet(0.006),
+        reporters=[ms.reporters.H5MDReporter(blown, every=1)],
+    )
+    simulation.set_velocities(temperature=3000.0, seed=2)
+    with pytest.raises(SimulationBlowUpError) as error:
+        simulation.run(200)
+    universe = mda.Universe(str(topology), str(blown))
+    assert universe.trajectory.n_frames == error.value.step - 1
