@@ -11,6 +11,7 @@ volume and density are ``nan`` without a periodic box.
 """
 
 import math
+import os
 import sys
 import time
 
@@ -48,6 +49,7 @@ class LogReporter(Reporter):
         every: report every this many steps.
         pressure: compute the pressure (two extra energy evaluations per report).
         stdout: also print each row to standard output when writing a file.
+        append: append to an existing file (a resumed run) instead of overwriting it.
     """
 
     COLUMNS = (
@@ -63,8 +65,9 @@ class LogReporter(Reporter):
         "speed",
     )
 
-    def __init__(self, path=None, every=100, pressure=True, stdout=False):
+    def __init__(self, path=None, every=100, pressure=True, stdout=False, append=False):
         super().__init__(every)
+        self.append = bool(append) and path is not None and os.path.isfile(path)
         self.path = path
         self.pressure = bool(pressure)
         self.stdout = bool(stdout) and path is not None
@@ -73,8 +76,12 @@ class LogReporter(Reporter):
 
     def _write(self, line):
         if self._handle is None:
-            self._handle = sys.stdout if self.path is None else open(self.path, "w")  # noqa: SIM115
-            self._write_line(",".join(self.COLUMNS))
+            if self.path is None:
+                self._handle = sys.stdout
+            else:
+                self._handle = open(self.path, "a" if self.append else "w")  # noqa: SIM115
+            if not self.append:
+                self._write_line(",".join(self.COLUMNS))
         self._write_line(line)
 
     def _write_line(self, line):
@@ -121,11 +128,13 @@ class H5MDReporter(Reporter):
         path: the ``.h5md`` file (overwritten).
         every: report every this many steps.
         velocities: also write velocities (nm/ps).
+        append: append to an existing file written by this reporter (a resumed run).
     """
 
-    def __init__(self, path, every=100, velocities=False):
+    def __init__(self, path, every=100, velocities=False, append=False):
         super().__init__(every)
         self.path = path
+        self.append = bool(append) and os.path.isfile(path)
         self.velocities = bool(velocities)
         self._file = None
 
@@ -181,6 +190,10 @@ class H5MDReporter(Reporter):
 
     def report(self, simulation, state):
         """Append the frame of ``state``."""
+        if self._file is None and self.append:
+            import h5py
+
+            self._file = h5py.File(self.path, "a")
         if self._file is None:
             self._open(simulation, state)
         handle = self._file

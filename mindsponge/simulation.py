@@ -231,34 +231,32 @@ class Simulation:
         """Draw Maxwell-Boltzmann velocities at ``temperature`` (K).
 
         Massless particles get zero velocity; the centre-of-mass motion is removed (if the
-        simulation removes it) and the velocities are constrained. Without a ``seed`` the
-        simulation's generator is used (and advanced).
+        simulation removes it), the velocities are constrained, and they are then scaled so
+        that the instantaneous temperature (with this simulation's degrees of freedom) is
+        exactly ``temperature``. With a ``seed`` a fresh generator is used; without, the
+        simulation's generator (and its state advances).
         """
         if not temperature >= 0:
             raise ValueError(f"temperature must be >= 0 K, got {temperature!r}")
-        generator = self.generator
-        if seed is not None:
-            generator = torch.Generator(device=self.state.positions.device)
-            generator.manual_seed(int(seed))
-        else:
-            generator.set_state(self.state.rng_state)
         positions = self.state.positions
-        from common import units
-
+        generator = torch.Generator(device=positions.device)
+        if seed is None:
+            generator.set_state(self.state.rng_state)
+        else:
+            generator.manual_seed(int(seed))
         masses = self.masses
-        scale = torch.sqrt(
-            units.BOLTZMANN_MD * temperature / torch.where(masses > 0, masses, torch.ones_like(masses))
-        )
-        scale = torch.where(masses > 0, scale, torch.zeros_like(scale))
+        massive = masses > 0
         noise = torch.randn(
             positions.shape, generator=generator, dtype=positions.dtype, device=positions.device
         )
-        velocities = noise * scale[:, None]
-        velocities = self._constrain_velocities(positions, velocities)
-        self.state = self.state.replace(
-            velocities=velocities,
-            rng_state=self.generator.get_state() if seed is None else self.state.rng_state,
+        velocities = (
+            noise * torch.where(massive, torch.rsqrt(torch.where(massive, masses, 1.0)), 0.0)[:, None]
         )
+        velocities = self._constrain_velocities(positions, velocities)
+        current = thermo.temperature(thermo.kinetic_energy(velocities, masses), self.degrees_of_freedom)
+        velocities = velocities * torch.sqrt(temperature / current)
+        rng_state = generator.get_state() if seed is None else self.state.rng_state
+        self.state = self.state.replace(velocities=velocities, rng_state=rng_state)
 
     def _constrain_velocities(self, positions, velocities):
         if self.remove_center_of_mass_motion:

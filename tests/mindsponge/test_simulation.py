@@ -240,3 +240,57 @@ def test_h5md_reporter_read_by_mdanalysis(relaxed_water, tmp_path):
         simulation.run(200)
     universe = mda.Universe(str(topology), str(blown))
     assert universe.trajectory.n_frames == error.value.step - 1
+
+
+CONFIG = """
+steps = 10
+constraints = "water"
+minimize_tolerance = 50.0
+
+[system.water_box]
+n_molecules = 64
+
+[forcefield]
+files = ["tip3p.xml"]
+nonbonded_method = "CutoffPeriodic"
+cutoff = 0.6
+
+[integrator]
+dt = 0.002
+
+[barostat]
+frequency = 5
+
+[output]
+directory = "{directory}"
+report_every = 5
+trajectory_every = 5
+checkpoint_every = 5
+"""
+
+
+def test_command_line_run_resume_and_errors(tmp_path, capsys):
+    from mindsponge.__main__ import main
+
+    directory = tmp_path / "out"
+    path = tmp_path / "run.toml"
+    path.write_text(CONFIG.format(directory=directory))
+    assert main(["run", str(path), "--quiet"]) == 0
+    path.write_text(CONFIG.format(directory=directory).replace("steps = 10", "steps = 15"))
+    assert main(["run", str(path), "--resume", "--quiet"]) == 0
+    with open(directory / "log.csv") as handle:
+        assert [int(row["step"]) for row in csv.DictReader(handle)] == [5, 10, 15]
+    capsys.readouterr()
+    bad_inputs = {
+        "typo": (CONFIG.replace("cutoff = 0.6", "cutof = 0.6"), "run.toml:12: [forcefield] key 'cutof'"),
+        "negative dt": (CONFIG.replace("dt = 0.002", "dt = -0.002"), "run.toml:15: [integrator] key 'dt'"),
+        "missing pdb": ('steps = 1\n[system]\npdb = "missing.pdb"\n', "PDB file not found: 'missing.pdb'"),
+    }
+    for name, (text, expected) in bad_inputs.items():
+        path.write_text(text.format(directory=directory))
+        assert main(["run", str(path), "--quiet"]) == 2, name
+        message = capsys.readouterr().err
+        assert message.count("\n") == 1 and message.startswith("error: ") and expected in message, (
+            name,
+            message,
+        )

@@ -1,0 +1,293 @@
+"""Command line: ``mindsponge run config.toml [--resume]`` (also ``python -m mindsponge run``).
+
+A run configuration (TOML, validated by :mod:`common.config`: an unknown key or a bad value is
+reported with its file, line and key) describes a complete simulation::
+
+    steps = 5000
+    constraints = "water+hbonds"     # "none" | "water" | "hbonds" | "water+hbonds"
+    precision = "double"             # "single" | "mixed" | "double"
+
+    [system.water_box]               # or: [system] pdb = "protein.pdb"
+    n_molecules = 216                #     [system] pdb = "x.pdb", openmm_xml = "system.xml"
+
+    [forcefield]                     # OpenMM force-field files (not used with openmm_xml)
+    files = ["amber14-all.xml", "amber14/tip3pfb.xml"]
+    nonbonded_method = "PME"
+    cutoff = 0.9
+
+    [integrator]
+    type = "langevin"                # or "verlet" (NVE, or NVT with [thermostat])
+    dt = 0.002
+    temperature = 300.0
+    friction = 1.0
+
+    [barostat]                       # optional: Monte Carlo, isotropic
+    pressure = 1.0
+    temperature = 300.0
+
+    [output]
+    directory = "run"
+    report_every = 100
+
+``--resume`` continues from the checkpoint in the output directory up to ``steps``.
+Errors are printed as one line (``error: ...``) with exit status 2.
+"""
+
+import argparse
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["RunConfig", "main", "run"]
+
+
+@dataclass
+class WaterBoxConfig:
+    """A cubic box of rigid water (:func:`mindsponge.build.water_box`)."""
+
+    n_molecules: int | None = None
+    box_size: float | None = None
+    model: str = "tip3p"
+    density: float | None = None
+    seed: int = 0
+
+
+@dataclass
+class SystemConfig:
+    """Where the system comes from: a PDB (with ``[forcefield]``), a water box, or OpenMM XML + PDB."""
+
+    pdb: pathlib.Path | None = None
+    openmm_xml: pathlib.Path | None = None
+    water_box: WaterBoxConfig | None = None
+
+    def __post_init__(self):
+        if (self.water_box is None) == (self.pdb is None):
+            raise ValueError("give either pdb (optionally with openmm_xml) or a [system.water_box] table")
+        if self.openmm_xml is not None and self.pdb is None:
+            raise ValueError("openmm_xml needs the matching pdb")
+
+
+@dataclass
+class ForceFieldConfig:
+    """OpenMM force-field files and non-bonded settings (nm)."""
+
+    files: list[str] = field(default_factory=lambda: ["amber14-all.xml", "amber14/tip3pfb.xml"])
+    nonbonded_method: Literal["PME", "Ewald", "CutoffPeriodic", "CutoffNonPeriodic", "NoCutoff"] = "PME"
+    cutoff: float = 0.9
+    switch_distance: float | None = None
+    ewald_tolerance: float = 5e-4
+
+    def __post_init__(self):
+        if not self.cutoff > 0:
+            raise ValueError(f"cutoff must be positive (nm), got {self.cutoff}")
+
+
+@dataclass
+class IntegratorConfig:
+    """Integrator: Langevin (BAOAB) or velocity Verlet; dt in ps, temperature in K, friction in 1/ps."""
+
+    type: Literal["langevin", "verlet"] = "langevin"
+    dt: float = 0.002
+    temperature: float = 300.0
+    friction: float = 1.0
+
+    def __post_init__(self):
+        if not self.dt > 0:
+            raise ValueError(f"dt must be a positive time step in ps, got {self.dt}")
+        if not self.temperature > 0 or not self.friction > 0:
+            raise ValueError("temperature and friction must be positive")
+
+
+@dataclass
+class ThermostatConfig:
+    """Thermostat for the Verlet integrator."""
+
+    type: Literal["bussi", "berendsen", "nose_hoover"] = "bussi"
+    temperature: float = 300.0
+    time_constant: float = 0.1
+
+
+@dataclass
+class BarostatConfig:
+    """Isotropic Monte Carlo barostat: pressure in bar, temperature in K, frequency in steps."""
+
+    pressure: float = 1.0
+    temperature: float = 300.0
+    frequency: int = 25
+
+
+@dataclass
+class OutputConfig:
+    """Output files, in ``directory``."""
+
+    directory: pathlib.Path = pathlib.Path(".")
+    log: str = "log.csv"
+    trajectory: str = "trajectory.h5md"
+    checkpoint: str = "run.chk"
+    report_every: int = 100
+    trajectory_every: int = 1000
+    checkpoint_every: int = 1000
+
+
+@dataclass
+class RunConfig:
+    """A complete simulation."""
+
+    system: SystemConfig
+    steps: int = 10_000
+    constraints: Literal["none", "water", "hbonds", "water+hbonds"] = "water+hbonds"
+    precision: Literal["single", "mixed", "double"] = "double"
+    minimize: bool = True
+    minimize_tolerance: float = 10.0
+    seed: int = 0
+    forcefield: ForceFieldConfig = field(default_factory=ForceFieldConfig)
+    integrator: IntegratorConfig = field(default_factory=IntegratorConfig)
+    thermostat: ThermostatConfig | None = None
+    barostat: BarostatConfig | None = None
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def _build(config, dtype):
+    """System and force field of a configuration."""
+    from openmm import app, unit
+
+    from mindsponge import build
+    from mindsponge.interop import openmm as interop
+
+    options = {
+        "nonbondedMethod": getattr(app, config.forcefield.nonbonded_method),
+        "rigidWater": False,  # mindsponge applies its own constraints
+        "constraints": None,
+        "removeCMMotion": False,
+    }
+    if config.forcefield.nonbonded_method != "NoCutoff":
+        options["nonbondedCutoff"] = config.forcefield.cutoff * unit.nanometer
+    if config.forcefield.nonbonded_method in ("PME", "Ewald"):
+        options["ewaldErrorTolerance"] = config.forcefield.ewald_tolerance
+    if config.forcefield.switch_distance is not None:
+        options["switchDistance"] = config.forcefield.switch_distance * unit.nanometer
+    source = config.system
+    if source.openmm_xml is not None:
+        return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
+    if source.pdb is not None:
+        system, forcefield, _ = interop.from_pdb_with_forcefield(
+            source.pdb, config.forcefield.files, dtype=dtype, **options
+        )
+        return system, forcefield
+    box = source.water_box
+    system = build.water_box(
+        box.n_molecules, box.box_size, model=box.model, density=box.density, seed=box.seed, dtype=dtype
+    )
+    openmm_system = app.ForceField(*config.forcefield.files).createSystem(
+        system.topology.to_openmm(system.box), **options
+    )
+    forcefield = interop.from_openmm(openmm_system, dtype=dtype)
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    import torch
+
+    return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield
+
+
+def run(config_path, resume=False, progress=True):
+    """Run the simulation a configuration file describes.
+
+    Returns:
+        the :class:`~mindsponge.simulation.Simulation` after the run.
+
+    Raises:
+        common.config.ConfigError: the file does not match the schema (file, line and key named).
+        FileNotFoundError: a missing file (named).
+        ValueError: an inconsistent configuration (e.g. a barostat without a periodic box).
+    """
+    import mindsponge as ms
+    from common import config as config_module
+    from common.precision import Precision
+
+    config = config_module.load(config_path, RunConfig)
+    precision = Precision.from_name(config.precision)
+    system, forcefield = _build(config, precision.compute)
+    if config.barostat is not None and system.box is None:
+        raise ValueError(f"{config_path}: [barostat] needs a periodic system, but the system has no box")
+    settings = config.integrator
+    if settings.type == "langevin":
+        integrator = ms.integrators.LangevinMiddle(settings.dt, settings.temperature, settings.friction)
+    else:
+        integrator = ms.integrators.VelocityVerlet(settings.dt)
+    thermostat = None
+    if config.thermostat is not None:
+        kind = {"bussi": "Bussi", "berendsen": "Berendsen", "nose_hoover": "NoseHooverChain"}[
+            config.thermostat.type
+        ]
+        thermostat = getattr(ms.thermostats, kind)(
+            config.thermostat.temperature, config.thermostat.time_constant
+        )
+    barostat = None
+    if config.barostat is not None:
+        barostat = ms.barostats.MonteCarloBarostat(
+            config.barostat.pressure, config.barostat.temperature, config.barostat.frequency
+        )
+    output = config.output
+    output.directory.mkdir(parents=True, exist_ok=True)
+    checkpoint = output.directory / output.checkpoint
+    reporters = [
+        ms.reporters.LogReporter(output.directory / output.log, every=output.report_every, append=resume)
+    ]
+    if output.trajectory:
+        reporters.append(
+            ms.reporters.H5MDReporter(
+                output.directory / output.trajectory, every=output.trajectory_every, append=resume
+            )
+        )
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        integrator,
+        thermostat=thermostat,
+        barostat=barostat,
+        constraints=None if config.constraints == "none" else config.constraints,
+        reporters=reporters,
+        precision=precision,
+        checkpoint=checkpoint,
+        checkpoint_every=output.checkpoint_every,
+        seed=config.seed,
+        progress=progress,
+    )
+    if resume:
+        simulation.load_checkpoint(checkpoint)
+    else:
+        if config.minimize:
+            simulation.minimize(tolerance=config.minimize_tolerance)
+        temperature = thermostat.temperature if thermostat is not None else settings.temperature
+        simulation.set_velocities(temperature=temperature, seed=config.seed)
+    try:
+        simulation.run(max(config.steps - simulation.state.step, 0))
+        simulation.save_checkpoint(checkpoint)
+    finally:
+        simulation.close()
+    return simulation
+
+
+def main(argv=None):
+    """Entry point of ``mindsponge`` / ``python -m mindsponge``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="mindsponge", description="mindsponge molecular dynamics")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run a simulation from a TOML configuration")
+    run_parser.add_argument("config", type=pathlib.Path, help="the TOML run configuration")
+    run_parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    run_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    arguments = parser.parse_args(argv)
+    try:
+        run(arguments.config, resume=arguments.resume, progress=not arguments.quiet)
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
