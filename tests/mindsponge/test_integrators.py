@@ -150,3 +150,31 @@ def test_integrator_arguments():
         ms.integrators.LangevinMiddle(0.002, -300.0, 1.0)
     with pytest.raises(ValueError, match="friction"):
         ms.integrators.LangevinMiddle(0.002, 300.0, float("nan"))
+
+
+def test_mixed_precision_float32_forces_float64_state(equilibrated_pme_water):
+    system, openmm_system, positions, velocities = equilibrated_pme_water
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    system = system.replace(
+        positions=torch.tensor(positions),
+        velocities=torch.tensor(velocities),
+        masses=torch.tensor(masses, dtype=torch.float64),
+    )
+    runs = {}
+    for precision, dtype in (("mixed", torch.float32), ("double", torch.float64)):
+        simulation = ms.Simulation(
+            system,
+            ms.interop.openmm.from_openmm(openmm_system, dtype=dtype),
+            ms.integrators.VelocityVerlet(0.001),
+            constraints="water",
+            precision=precision,
+            progress=False,
+        )
+        simulation.run(20)
+        assert simulation.state.positions.dtype == simulation.state.velocities.dtype == torch.float64
+        runs[precision] = simulation
+    # float32 forces move the trajectory by float32 rounding only over 20 fs
+    difference = (runs["mixed"].state.positions - runs["double"].state.positions).abs().max()
+    assert float(difference) < 1e-5
+    energies = runs["mixed"].energies(pressure=False), runs["double"].energies(pressure=False)
+    assert energies[0]["total"] == pytest.approx(energies[1]["total"], abs=0.5)
