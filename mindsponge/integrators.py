@@ -30,7 +30,7 @@ import torch
 
 from common import units
 
-__all__ = ["Integrator", "LangevinMiddle", "VelocityVerlet"]
+__all__ = ["Integrator", "LangevinMiddle", "MultipleTimeStep", "VelocityVerlet"]
 
 
 def _check_positive(value, name, owner):
@@ -132,9 +132,7 @@ class LangevinMiddle(Integrator):
         positions = state.positions + 0.5 * dt * velocities
         decay = math.exp(-self.friction * dt)
         thermal = math.sqrt((1.0 - decay * decay) * units.BOLTZMANN_MD * self.temperature)
-        noise = torch.randn(
-            velocities.shape, generator=generator, dtype=dtype, device=velocities.device
-        )
+        noise = torch.randn(velocities.shape, generator=generator, dtype=dtype, device=velocities.device)
         velocities = decay * velocities + thermal * torch.sqrt(inverse) * noise
         positions = positions + 0.5 * dt * velocities
         if constraints is not None:
@@ -149,3 +147,64 @@ class LangevinMiddle(Integrator):
             velocities = constraints.velocities(positions, velocities, masses)
         energy, forces = force(positions, state.box)
         return self._finish(state, positions, velocities, energy, forces.to(dtype), generator)
+
+
+class MultipleTimeStep(Integrator):
+    """Multiple time stepping (r-RESPA, Tuckerman, Berne & Martyna 1992): fast terms every inner step.
+
+    The force field splits into a ``fast`` part (bonds, angles: cheap and stiff), integrated by
+    velocity Verlet with the inner step ``dt / inner_steps``, and the rest (non-bonded:
+    expensive and soft), whose forces kick the velocities by half the outer step ``dt`` before
+    and after the inner steps. The slow forces are the total forces minus the fast ones, so
+    the force field is evaluated once per outer step and the fast part ``inner_steps + 1`` times.
+
+    Args:
+        dt: outer time step, ps.
+        inner_steps: number of inner steps per outer step.
+        fast: module ``(positions, box) -> energy`` of the fast terms (e.g. a
+            :class:`~mindsponge.forcefield.ForceField` of the bonded terms), in the dtype of the
+            state.
+    """
+
+    def __init__(self, dt, inner_steps, fast):
+        super().__init__(dt)
+        if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
+            raise ValueError(f"MultipleTimeStep: inner_steps must be a positive int, got {inner_steps!r}")
+        if not callable(fast):
+            raise TypeError(f"MultipleTimeStep: fast must be callable as fast(positions, box), got {fast!r}")
+        self.inner_steps = inner_steps
+        self.fast = fast
+
+    def _fast_forces(self, positions, box):
+        from mindsponge.forcefield.base import energy_and_forces
+
+        return energy_and_forces(self.fast, positions, box)[1].to(positions.dtype)
+
+    def step(self, state, force, masses, constraints=None, generator=None):
+        """One outer step (see the module docstring for the arguments)."""
+        dt, inner = self.dt, self.dt / self.inner_steps
+        inverse = _inverse_masses(masses, state.positions.dtype)
+        fast = self._fast_forces(state.positions, state.box)
+        velocities = state.velocities + 0.5 * dt * (state.forces - fast) * inverse
+        positions = state.positions
+        for _ in range(self.inner_steps):
+            velocities = velocities + 0.5 * inner * fast * inverse
+            moved = positions + inner * velocities
+            if constraints is not None:
+                moved = constraints.positions(positions, moved, masses)
+                velocities = (moved - positions) / inner
+            positions = moved
+            fast = self._fast_forces(positions, state.box)
+            velocities = velocities + 0.5 * inner * fast * inverse
+            if constraints is not None:
+                velocities = constraints.velocities(positions, velocities, masses)
+        energy, forces = force(positions, state.box)
+        forces = forces.to(positions.dtype)
+        velocities = velocities + 0.5 * dt * (forces - fast) * inverse
+        if constraints is not None:
+            velocities = constraints.velocities(positions, velocities, masses)
+        return self._finish(state, positions, velocities, energy, forces)
+
+    def __repr__(self):
+        fast = type(self.fast).__name__
+        return f"MultipleTimeStep(dt={self.dt!r}, inner_steps={self.inner_steps!r}, fast={fast})"
