@@ -294,8 +294,16 @@ class Simulation:
 
     # --- dynamics -------------------------------------------------------------------------
     def step_once(self, state):
-        """The state one step after ``state`` (integrator, centre-of-mass removal, thermostat, barostat)."""
+        """The state one step after ``state`` (integrator, centre-of-mass removal, thermostat, barostat).
+
+        Virtual sites of the force field (massless, not moved by the integrator) are put back
+        at their places, so that reporters see them where the force field does.
+        """
         state = self.integrator.step(state, self.force, self.masses, self.constraints, self.generator)
+        virtual_sites = getattr(self.forcefield, "virtual_sites", None)
+        if virtual_sites is not None:
+            with torch.no_grad():
+                state = state.replace(positions=virtual_sites(state.positions))
         if self.remove_center_of_mass_motion:
             state = state.replace(
                 velocities=thermo.remove_center_of_mass_motion(state.velocities, self.masses)
