@@ -21,7 +21,18 @@ import torch
 
 from common import units
 
-__all__ = ["MonteCarloBarostat"]
+__all__ = ["CRescale", "MonteCarloBarostat"]
+
+
+def _scale_molecules(simulation, positions, scale):
+    """Positions with every molecule's centre of mass scaled by ``scale`` (molecules move rigidly)."""
+    groups = simulation.molecules
+    masses = simulation.masses.to(positions.dtype)
+    n_molecules = int(groups.max()) + 1
+    totals = masses.new_zeros(n_molecules).index_add(0, groups, masses)
+    totals = torch.where(totals > 0, totals, torch.ones_like(totals))
+    centers = positions.new_zeros((n_molecules, 3)).index_add(0, groups, masses[:, None] * positions)
+    return positions + (scale - 1) * (centers / totals[:, None])[groups]
 
 
 class MonteCarloBarostat:
@@ -74,14 +85,7 @@ class MonteCarloBarostat:
         moved = state
         if float(new_volume) > 0:
             scale = (new_volume / volume) ** (1.0 / 3.0)
-            masses = simulation.masses.to(dtype)
-            totals = masses.new_zeros(n_molecules).index_add(0, groups, masses)
-            totals = torch.where(totals > 0, totals, torch.ones_like(totals))
-            centers = state.positions.new_zeros((n_molecules, 3)).index_add(
-                0, groups, masses[:, None] * state.positions
-            )
-            centers = centers / totals[:, None]
-            positions = state.positions + (scale - 1) * centers[groups]
+            positions = _scale_molecules(simulation, state.positions, scale)
             box = state.box * scale
             energy, forces = simulation.force(positions, box)
             work = (
@@ -105,3 +109,83 @@ class MonteCarloBarostat:
             barostat_volume_step=step_size, barostat_attempted=attempted, barostat_accepted=accepted
         )
         return moved.replace(extras=extras, rng_state=generator.get_state())
+
+
+class CRescale:
+    """Stochastic cell rescaling, isotropic (Bernetti & Bussi, J. Chem. Phys. 153, 114107 (2020)).
+
+    Every ``frequency`` steps the logarithm of the volume takes an Euler-Maruyama step of
+
+        d(ln V) = -(beta_T / tau_p) (P0 - P - k T / V) dt + sqrt(2 k T beta_T / (V tau_p)) dW,
+
+    with ``P`` the instantaneous molecular-virial pressure (:func:`mindsponge.thermo.pressure`);
+    the molecules' centres of mass and the box are scaled by ``mu = exp(d(ln V) / 3)`` and the
+    velocities by ``1 / mu``. Samples the isothermal-isobaric ensemble (with a thermostat).
+
+    Args:
+        pressure: target pressure, bar.
+        temperature: temperature, K.
+        compressibility: isothermal compressibility beta_T, 1/bar (4.5e-5 for water).
+        time_constant: relaxation time tau_p, ps.
+        frequency: apply every this many steps.
+    """
+
+    def __init__(self, pressure, temperature, compressibility=4.5e-5, time_constant=1.0, frequency=10):
+        if not math.isfinite(pressure):
+            raise ValueError(f"CRescale: pressure must be a finite number of bar, got {pressure!r}")
+        for name, value in (
+            ("temperature (K)", temperature),
+            ("compressibility (1/bar)", compressibility),
+            ("time_constant (ps)", time_constant),
+        ):
+            if not value > 0:
+                raise ValueError(f"CRescale: {name} must be positive, got {value!r}")
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency <= 0:
+            raise ValueError(f"CRescale: frequency must be a positive int (steps), got {frequency!r}")
+        self.pressure, self.temperature = float(pressure), float(temperature)
+        self.compressibility, self.time_constant = float(compressibility), float(time_constant)
+        self.frequency = frequency
+
+    def __repr__(self):
+        return (
+            f"CRescale(pressure={self.pressure!r}, temperature={self.temperature!r}, "
+            f"compressibility={self.compressibility!r}, time_constant={self.time_constant!r}, "
+            f"frequency={self.frequency!r})"
+        )
+
+    def apply(self, simulation, state):
+        """Rescale the box, positions and velocities of ``state`` by one stochastic step."""
+        from mindsponge import thermo
+
+        generator = simulation.generator
+        generator.set_state(state.rng_state)
+        dtype, device = state.positions.dtype, state.positions.device
+        current = thermo.pressure(
+            simulation.potential,
+            state.positions,
+            state.velocities,
+            simulation.masses,
+            state.box,
+            simulation.molecules,
+        )
+        volume = torch.linalg.det(state.box).abs()
+        thermal_pressure = units.BOLTZMANN_MD * self.temperature / volume * units.KJ_PER_MOL_NM3_TO_BAR
+        interval = simulation.integrator.dt * self.frequency
+        rate = self.compressibility / self.time_constant
+        noise = torch.randn((), generator=generator, dtype=dtype, device=device)
+        log_volume_change = (
+            -rate * (self.pressure - current - thermal_pressure) * interval
+            + torch.sqrt(2 * thermal_pressure * rate * interval) * noise
+        )
+        scale = torch.exp(log_volume_change / 3)
+        positions = _scale_molecules(simulation, state.positions, scale)
+        box = state.box * scale
+        energy, forces = simulation.force(positions, box)
+        return state.replace(
+            positions=positions,
+            velocities=state.velocities / scale,
+            box=box,
+            forces=forces,
+            potential_energy=energy,
+            rng_state=generator.get_state(),
+        )

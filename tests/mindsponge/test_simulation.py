@@ -294,3 +294,34 @@ def test_command_line_run_resume_and_errors(tmp_path, capsys):
             name,
             message,
         )
+
+
+def test_c_rescale_ideal_gas_volume_distribution():
+    """C-rescale with Langevin dynamics on an ideal gas samples V ~ Gamma(N + 1, kT / P)."""
+    n_atoms, pressure, temperature = 500, 100.0, 300.0
+    generator = torch.Generator().manual_seed(1)
+    system = ms.System(
+        torch.rand(n_atoms, 3, generator=generator, dtype=torch.float64) * 5.9,
+        torch.full((n_atoms,), 10.0, dtype=torch.float64),
+        box=torch.eye(3, dtype=torch.float64) * 5.9,
+    )
+    simulation = ms.Simulation(
+        system,
+        ms.ForceField(),
+        ms.integrators.LangevinMiddle(0.002, temperature, 10.0),
+        barostat=ms.barostats.CRescale(
+            pressure, temperature, compressibility=1.0 / pressure, time_constant=0.1, frequency=1
+        ),
+        remove_center_of_mass_motion=False,
+        progress=False,
+        seed=4,
+    )
+    simulation.set_velocities(temperature, seed=2)
+    volumes = []
+    for _ in range(5000):
+        simulation.run(1)
+        volumes.append(float(torch.linalg.det(simulation.state.box)))
+    volumes = np.array(volumes[500:])
+    scale = 0.00831446261815324 * temperature / (pressure * 0.0602214076)  # kT / P in nm^3
+    assert volumes.mean() == pytest.approx((n_atoms + 1) * scale, rel=0.015)
+    assert volumes.std() == pytest.approx(np.sqrt(n_atoms + 1) * scale, rel=0.25)
