@@ -21,7 +21,8 @@ reported with its file, line and key) describes a complete simulation::
     temperature = 300.0
     friction = 1.0
 
-    [barostat]                       # optional: Monte Carlo, isotropic
+    [barostat]                       # optional, isotropic: "monte_carlo" or "c_rescale"
+    type = "monte_carlo"
     pressure = 1.0
     temperature = 300.0
 
@@ -110,11 +111,15 @@ class ThermostatConfig:
 
 @dataclass
 class BarostatConfig:
-    """Isotropic Monte Carlo barostat: pressure in bar, temperature in K, frequency in steps."""
+    """Isotropic barostat: pressure in bar, temperature in K, frequency in steps; C-rescale also
+    takes the compressibility (1/bar) and time constant (ps)."""
 
+    type: Literal["monte_carlo", "c_rescale"] = "monte_carlo"
     pressure: float = 1.0
     temperature: float = 300.0
     frequency: int = 25
+    compressibility: float = 4.5e-5
+    time_constant: float = 1.0
 
 
 @dataclass
@@ -228,9 +233,19 @@ def run(config_path, resume=False, progress=True):
         )
     barostat = None
     if config.barostat is not None:
-        barostat = ms.barostats.MonteCarloBarostat(
-            config.barostat.pressure, config.barostat.temperature, config.barostat.frequency
-        )
+        coupling = config.barostat
+        if coupling.type == "monte_carlo":
+            barostat = ms.barostats.MonteCarloBarostat(
+                coupling.pressure, coupling.temperature, coupling.frequency
+            )
+        else:
+            barostat = ms.barostats.CRescale(
+                coupling.pressure,
+                coupling.temperature,
+                coupling.compressibility,
+                coupling.time_constant,
+                coupling.frequency,
+            )
     output = config.output
     output.directory.mkdir(parents=True, exist_ok=True)
     checkpoint = output.directory / output.checkpoint

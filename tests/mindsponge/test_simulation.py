@@ -259,6 +259,8 @@ cutoff = 0.6
 dt = 0.002
 
 [barostat]
+type = "c_rescale"
+compressibility = 4.5e-5
 frequency = 5
 
 [output]
