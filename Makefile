@@ -18,8 +18,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all]" "$(TORCH_PIN)"
 	touch $@
 
+# A real default run of each package on shipped inputs; every output goes under $(DEMO_DIR).
 demo: install
-	$(PY) -m common.demo --output $(DEMO_DIR)
+	$(PY) -m common.demo --output $(DEMO_DIR)/common
+	$(VENV)/bin/mindelec run mindelec/examples/dipole2d.toml --output $(DEMO_DIR)/mindelec
+	@echo "demo outputs are in $(abspath $(DEMO_DIR)): common/ (geometry and autodiff check), mindelec/ (2D dipole FDTD: field.png, spectrum.png, result.h5)"
 
 lint: install
 	$(VENV)/bin/ruff check .
