@@ -1,0 +1,127 @@
+"""Compiled CPU kernels: build a PyTorch C++ extension lazily, or fall back quietly.
+
+Some inner loops (MD pair kernels, fused FDTD updates) are much faster as a small C++
+kernel than as a chain of eager torch operations. This module compiles such a kernel
+the first time it is needed, with :func:`torch.utils.cpp_extension.load`, and caches
+it. The compiled module is an optimisation only: every caller keeps a complete pure
+torch path and uses it whenever :func:`load` returns ``None``, which happens (after
+one warning that names the reason) when
+
+- the environment variable ``MINDSCIENCE_NO_EXTENSIONS`` is ``1``;
+- torch's extension build is unavailable (no ninja, no C++ compiler);
+- a source file is missing or the compilation fails.
+
+Sources are compiled with ``-O3 -march=native -fopenmp`` (the kernel is built on the
+machine that runs it). Kernels should parallelise with ``at::parallel_for`` so that
+they follow ``torch.set_num_threads``. Builds land in torch's extension directory
+(``$TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``), one per
+name and source hash, so a machine compiles each kernel once. Two processes that
+build the same kernel at once (pytest-xdist workers) serialise on torch's lock file in
+that directory; the second one then loads the finished build.
+
+Example::
+
+    from common import extensions
+    kernels = extensions.load("md_pair_kernels", [Path(__file__).parent / "pairs.cpp"])
+    if kernels is not None:
+        energy = kernels.pair_energy(...)
+    else:
+        energy = pure_torch_pair_energy(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["ExtensionWarning", "build_seconds", "load"]
+
+DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+
+# wall-clock seconds each kernel took to compile or load in this process, by name
+build_seconds: dict[str, float] = {}
+
+_cache: dict[tuple, ModuleType | None] = {}
+_warned: set[str] = set()
+
+
+class ExtensionWarning(UserWarning):
+    """A compiled kernel is unavailable; the pure torch path is used instead."""
+
+
+def _warn_once(name: str, reason: str, stacklevel: int) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"compiled kernel {name!r} unavailable ({reason}); using the pure torch path",
+                      ExtensionWarning, stacklevel=stacklevel + 1)
+
+
+def load(name: str, sources: list[str | Path], extra_cflags: tuple = ()) -> ModuleType | None:
+    """Compile (once per machine) and import a C++ extension, or return ``None``.
+
+    Args:
+        name: the extension's module name, a Python identifier (it must match the
+            ``TORCH_EXTENSION_NAME`` the sources bind with ``PYBIND11_MODULE``).
+        sources: paths of the ``.cpp`` files.
+        extra_cflags: compiler flags added to ``-O3 -march=native -fopenmp``.
+
+    Returns:
+        The compiled module, or ``None`` after one :class:`ExtensionWarning` naming the
+        reason (extensions disabled by ``MINDSCIENCE_NO_EXTENSIONS=1``, no compiler or
+        ninja, a missing source, a failed compilation). The result is cached per
+        process; compiler output is shown only in the warning of a failed build.
+
+    Raises:
+        TypeError: ``name`` is not an identifier string, ``sources`` is not a list of
+            paths, or ``extra_cflags`` is not a tuple of strings.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"extensions.load: name must be a Python identifier string, got {name!r}")
+    if isinstance(sources, (str, Path)) or not all(isinstance(source, (str, Path)) for source in sources):
+        raise TypeError(f"extensions.load({name!r}): sources must be a list of paths, got {sources!r}")
+    if not isinstance(extra_cflags, tuple) or not all(isinstance(flag, str) for flag in extra_cflags):
+        raise TypeError(f"extensions.load({name!r}): extra_cflags must be a tuple of strings, "
+                        f"got {extra_cflags!r}")
+    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        _warn_once(name, "MINDSCIENCE_NO_EXTENSIONS=1", stacklevel=2)
+        return None
+    paths = [str(Path(source).resolve()) for source in sources]
+    key = (name, tuple(paths), extra_cflags)
+    if key in _cache:
+        return _cache[key]
+    _cache[key] = module = _build(name, paths, extra_cflags)
+    return module
+
+
+def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | None:
+    missing = [path for path in paths if not Path(path).is_file()]
+    if missing:
+        _warn_once(name, f"source file not found: {missing[0]}", stacklevel=3)
+        return None
+    try:
+        from torch.utils import cpp_extension
+
+        cpp_extension.verify_ninja_availability()
+    except (ImportError, RuntimeError, OSError) as error:
+        _warn_once(name, f"torch C++ extension build unavailable: {error}", stacklevel=3)
+        return None
+    output = io.StringIO()
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = cpp_extension.load(name=name, sources=paths,
+                                        extra_cflags=[*DEFAULT_CFLAGS, *extra_cflags],
+                                        extra_ldflags=["-fopenmp"], verbose=False)
+    except Exception as error:  # noqa: BLE001 - any build failure means: use the fallback
+        details = f"{error}\n{output.getvalue()}".strip()
+        _warn_once(name, f"compilation failed: {details[-2000:]}", stacklevel=3)
+        return None
+    build_seconds[name] = time.perf_counter() - start
+    return module

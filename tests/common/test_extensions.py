@@ -1,0 +1,97 @@
+"""common.extensions: lazy C++ kernels that fall back to pure torch with one warning."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from common import extensions
+
+# pybind11 only (no torch headers): compiles in seconds, yet goes through torch's build
+PROBE_SOURCE = textwrap.dedent("""
+    #include <pybind11/pybind11.h>
+    int add(int a, int b) { return a + b; }
+    PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add", &add); }
+""")
+
+
+@pytest.fixture
+def build_dir(tmp_path, monkeypatch):
+    """A private torch extension directory and a clean per-process cache."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch_extensions"))
+    monkeypatch.delenv("MINDSCIENCE_NO_EXTENSIONS", raising=False)
+    monkeypatch.setattr(extensions, "_cache", {})
+    monkeypatch.setattr(extensions, "_warned", set())
+    return tmp_path
+
+
+def _probe(tmp_path: Path, text: str = PROBE_SOURCE) -> Path:
+    source = tmp_path / "probe.cpp"
+    source.write_text(text)
+    return source
+
+
+def test_builds_caches_and_runs(build_dir, capfd):
+    source = _probe(build_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = extensions.load("ms_probe_ok", [source])
+    assert module is not None and module.add(2, 3) == 5
+    assert extensions.load("ms_probe_ok", [str(source)]) is module
+    assert extensions.build_seconds["ms_probe_ok"] > 0
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_failed_compilation_warns_once_and_returns_none(build_dir):
+    source = _probe(build_dir, "#include <pybind11/pybind11.h>\nthis is not C++;\n")
+    match = "ms_probe_bad.*compilation failed.*probe.cpp"
+    with pytest.warns(extensions.ExtensionWarning, match=match) as record:
+        assert extensions.load("ms_probe_bad", [source]) is None
+    assert len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert extensions.load("ms_probe_bad", [source]) is None
+
+
+def test_disabled_by_environment(build_dir, monkeypatch):
+    monkeypatch.setenv("MINDSCIENCE_NO_EXTENSIONS", "1")
+    with pytest.warns(extensions.ExtensionWarning, match="MINDSCIENCE_NO_EXTENSIONS=1"):
+        assert extensions.load("ms_probe_off", [_probe(build_dir)]) is None
+    assert not any(build_dir.glob("torch_extensions/*/ms_probe_off"))
+
+
+def test_missing_source_names_the_file(build_dir):
+    with pytest.warns(extensions.ExtensionWarning, match="not found: .*nowhere.cpp"):
+        assert extensions.load("ms_probe_missing", [build_dir / "nowhere.cpp"]) is None
+
+
+@pytest.mark.parametrize("arguments, match", [
+    (("not an identifier", ["a.cpp"]), "name must be a Python identifier"),
+    (("ms_probe", "a.cpp"), "sources must be a list of paths"),
+    (("ms_probe", ["a.cpp"], ["-O2"]), "extra_cflags must be a tuple"),
+])
+def test_bad_arguments(arguments, match):
+    with pytest.raises(TypeError, match=match):
+        extensions.load(*arguments)
+
+
+def test_two_processes_build_at_once(build_dir):
+    """Two workers compiling the same kernel at once both get a working module."""
+    source = _probe(build_dir)
+    script = (f"from common import extensions; m = extensions.load('ms_probe_race', [{str(source)!r}]); "
+              "print(m.add(1, 1))")
+    environment = {**os.environ, "TORCH_EXTENSIONS_DIR": str(build_dir / "race"), "PYTHONWARNINGS": "error"}
+    environment.pop("MINDSCIENCE_NO_EXTENSIONS", None)
+    workers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=environment,
+                                cwd=Path(__file__).resolve().parents[2])
+               for _ in range(2)]
+    for worker in workers:
+        out, err = worker.communicate(timeout=600)
+        assert worker.returncode == 0, err
+        assert out.strip() == "2"
