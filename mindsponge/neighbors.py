@@ -40,7 +40,7 @@ import math
 import torch
 from torch import Tensor
 
-from mindsponge import space
+from mindsponge import _kernels, space
 
 __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
 
@@ -129,6 +129,8 @@ class NeighborList:
             :class:`NeighborListOverflowError` is raised (pairs are never silently dropped).
             ``None`` lets the list grow as needed.
         all_pairs_below: systems with fewer atoms use the all-pairs search.
+        compiled: use the compiled cell search (:mod:`mindsponge._kernels`) for CPU positions when
+            it is available; ``False`` always uses the pure torch search (same pairs).
 
     Attributes:
         n_builds: how many times the list has been built.
@@ -136,7 +138,7 @@ class NeighborList:
     """
 
     def __init__(self, cutoff: float, skin: float = 0.1, exclusions: Tensor | None = None,
-                 max_pairs: int | None = None, all_pairs_below: int = 1000):
+                 max_pairs: int | None = None, all_pairs_below: int = 1000, compiled: bool = True):
         if not (isinstance(cutoff, int | float) and math.isfinite(cutoff) and cutoff > 0):
             raise ValueError(f"cutoff must be a positive finite number of nm, got {cutoff!r}")
         if not (isinstance(skin, int | float) and skin >= 0):
@@ -148,11 +150,13 @@ class NeighborList:
         self.exclusions = _check_exclusions(exclusions)
         self.max_pairs = max_pairs
         self.all_pairs_below = int(all_pairs_below)
+        self.compiled = bool(compiled)
         self.n_builds = 0
         self.pairs: Tensor | None = None
         self._reference_positions: Tensor | None = None
         self._reference_box: Tensor | None = None
         self._excluded_keys: Tensor | None = None
+        self._exclusion_table: tuple[Tensor, Tensor] | None = None
 
     @property
     def reference_positions(self) -> Tensor | None:
@@ -212,11 +216,17 @@ class NeighborList:
                 )
         n_atoms = len(positions)
         cells = None if n_atoms < self.all_pairs_below else self._cell_grid(positions, box)
+        kernels = _kernels.usable(positions) if self.compiled and cells is not None else None
         if cells is None:
             pairs = self._search_all_pairs(positions, box)
+        elif kernels is not None:  # excluded pairs are left out during the search
+            cell_xyz, n_cells, wrapped = cells
+            starts, partners = self._exclusions_by_atom(n_atoms)
+            pairs = kernels.cell_pairs(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
+                                       [int(n) for n in n_cells], self.list_cutoff, starts, partners)
         else:
             pairs = self._search_cells(positions, box, *cells)
-        if self.exclusions is not None and len(pairs) > 0:
+        if self.exclusions is not None and len(pairs) > 0 and kernels is None:
             if self._excluded_keys is None or self._excluded_keys.device != pairs.device:
                 self._excluded_keys = torch.unique(pair_keys(self.exclusions.to(pairs.device), n_atoms))
             pairs = pairs[~torch.isin(pair_keys(pairs, n_atoms), self._excluded_keys)]
@@ -230,6 +240,18 @@ class NeighborList:
         self._reference_box = None if box is None else box.clone()
         self.n_builds += 1
         return self.pairs
+
+    def _exclusions_by_atom(self, n_atoms: int) -> tuple[Tensor, Tensor]:
+        """Excluded partners ``j > i`` of each atom ``i``: ``partners[starts[i]:starts[i + 1]]``."""
+        if self._exclusion_table is None or len(self._exclusion_table[0]) != n_atoms + 1:
+            if self.exclusions is None:
+                keys = torch.zeros(0, dtype=torch.long)
+            else:
+                keys = torch.unique(pair_keys(self.exclusions.cpu(), n_atoms))
+            counts = torch.bincount(keys // n_atoms, minlength=n_atoms)
+            starts = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+            self._exclusion_table = (starts, keys % n_atoms)
+        return self._exclusion_table
 
     def _within(self, positions: Tensor, box: Tensor | None, first: Tensor, second: Tensor) -> Tensor:
         """Mask of candidate pairs closer than ``cutoff + skin`` (minimum image)."""

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from common.units import COULOMB_MD
-from mindsponge import space
+from mindsponge import _kernels, space
 
 __all__ = [
     "PMEReciprocal",
@@ -164,13 +164,15 @@ class PMEReciprocal:
         alpha: Ewald splitting parameter, 1/nm.
         grid: ``(n_x, n_y, n_z)`` grid dimensions.
         order: B-spline order (OpenMM uses 5).
+        compiled: when forces are asked for on CPU, spread and gather with the compiled kernels
+            (:mod:`mindsponge._kernels`) if available; ``False`` always uses pure torch.
 
     Calling it with ``(positions (N, 3) nm, charges (N,) e, box (3, 3) nm, compute_forces)``
     returns ``(energy () kJ/mol, forces (N, 3) kJ/mol/nm or None)``. The influence function
     is recomputed only when the box, dtype or device changes.
     """
 
-    def __init__(self, alpha: float, grid: tuple[int, int, int], order: int = 5):
+    def __init__(self, alpha: float, grid: tuple[int, int, int], order: int = 5, compiled: bool = True):
         if order < 2:
             raise ValueError(f"pme_order must be at least 2, got {order!r}")
         if len(grid) != 3 or any(int(n) < order for n in grid):
@@ -178,6 +180,7 @@ class PMEReciprocal:
         self.alpha = float(alpha)
         self.grid = tuple(int(n) for n in grid)
         self.order = int(order)
+        self.compiled = bool(compiled)
         self._cache_key = None
         self._influence: Tensor | None = None
 
@@ -215,6 +218,13 @@ class PMEReciprocal:
         sizes = torch.tensor(self.grid, device=positions.device)
         scaled = space.fractional(positions, box)
         scaled = (scaled - torch.floor(scaled)) * sizes.to(positions.dtype)
+        kernels = _kernels.usable(positions) if compute_forces and self.compiled else None
+        if kernels is not None:  # one pass per atom for spreading and for gathering
+            charge_grid = kernels.pme_spread(scaled, charges, list(self.grid), p)
+            potential = torch.fft.irfftn(torch.fft.rfftn(charge_grid) * self.influence(box), s=self.grid)
+            gradient_scaled = kernels.pme_gather(potential, scaled, charges, list(self.grid), p)
+            forces = -(gradient_scaled * sizes.to(positions.dtype)) @ torch.linalg.inv(box).T
+            return 0.5 * (charge_grid * potential).sum(), forces
         base = torch.floor(scaled)
         weights, derivatives = bspline_weights(scaled - base, p)  # (N, 3, p)
         # grid point base - k receives weight M_p(t + k)

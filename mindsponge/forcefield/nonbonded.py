@@ -7,7 +7,8 @@ Every pair of atoms ``i < j`` that is neither excluded nor an exception interact
     S(r)      = 1 - 10 x^3 + 15 x^4 - 6 x^5,  x = (r - r_s) / (r_c - r_s)  for r_s < r < r_c
                 (only with ``switch_distance`` r_s; otherwise S = 1)
 
-and a Coulomb term ``f q_i q_j g(r)`` (``f`` = 1/(4 pi eps0) = 138.935456 kJ/mol nm/e^2) that
+and a Coulomb term ``f q_i q_j g(r)`` (``f`` = 1/(4 pi eps0) =
+:data:`common.units.COULOMB_MD` = 138.93545764438198 kJ/mol nm/e^2, OpenMM 8.6's value) that
 depends on ``method``:
 
 ========================  =====================================  ====================================
@@ -91,7 +92,7 @@ import torch
 from torch import Tensor
 
 from common.units import COULOMB_MD
-from mindsponge import space
+from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.ewald import (
     PMEReciprocal,
@@ -182,8 +183,40 @@ class _PairResult:
         return gradient.view(3, n_atoms).T
 
 
+class _CompiledPairResult:
+    """Energies and gradients of a pair kernel from the compiled kernel (same interface as
+    :class:`_PairResult`)."""
+
+    def __init__(self, energies, gradients: Tensor):
+        self.energies = energies
+        self.gradients = gradients  # (2, N, 3): dE_LJ/dx, dE_Coulomb/dx
+
+    def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
+        """dE/dx for ``grad_lj * E_LJ + grad_coulomb * E_Coulomb``, ``(N, 3)``."""
+        return torch.add(grad_lj * self.gradients[0], self.gradients[1], alpha=grad_coulomb)
+
+
+_COULOMB_KINDS = {"plain": 0, "reaction_field": 1, "ewald": 2, "erf": 3}
+
+
+def _compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
+                          cutoff: float | None, switch_distance: float | None) -> _CompiledPairResult:
+    """:func:`_pair_kernel` with ``keep_factors`` in one pass of the compiled kernel (CPU, no graph)."""
+    shifts = pairs.shifts
+    if shifts is None and box is not None:  # small pair sets (exclusions, exceptions): shifts now
+        direct = positions.index_select(0, pairs.second) - positions.index_select(0, pairs.first)
+        shifts = (space.minimum_image(direct, box) - direct).T
+    energies, gradients = kernels.pair_forces(
+        positions, pairs.first, pairs.second, positions.new_zeros(0) if shifts is None else shifts,
+        pairs.charge_products, pairs.sigma_squared, pairs.epsilon4, -1.0 if cutoff is None else cutoff,
+        -1.0 if switch_distance is None else switch_distance, _COULOMB_KINDS[coulomb.kind], coulomb.alpha,
+        coulomb.krf, coulomb.crf)
+    energies = energies.to(positions.dtype)
+    return _CompiledPairResult((energies[0], energies[1]), gradients)
+
+
 def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
-                 cutoff: float | None, switch_distance: float | None, keep_factors: bool):
+                 cutoff: float | None, switch_distance: float | None, keep_factors: bool, kernels=None):
     """Lennard-Jones and Coulomb energies of a set of pairs.
 
     Displacements ``(3, P)`` are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
@@ -191,8 +224,11 @@ def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb
     :meth:`Nonbonded._direct_pairs`), else the minimum image in ``box`` (or none without a box).
 
     Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
-    false, else a :class:`_PairResult` (computed without a graph) that can produce forces.
+    false, else a :class:`_PairResult` (computed without a graph) that can produce forces, from the
+    compiled ``kernels`` (:mod:`mindsponge._kernels`) when given.
     """
+    if keep_factors and kernels is not None:
+        return _compiled_pair_kernel(kernels, positions, box, pairs, coulomb, cutoff, switch_distance)
     # components along the rows, (3, P): contiguous per component, no reductions over a size-3 axis
     columns = positions.T.contiguous()
     displacement = columns.index_select(1, pairs.second) - columns.index_select(1, pairs.first)
@@ -410,6 +446,9 @@ class Nonbonded(EnergyTerm):
         exceptions_periodic: apply the minimum image to exception pairs.
         skin: Verlet skin of the neighbour list, nm.
         analytic_forces: compute forces analytically with the energy (see module docstring).
+        compiled: with analytic forces on CPU, use the compiled kernels (:mod:`mindsponge._kernels`:
+            pair forces, cell-list build, PME spreading and gathering) when they are available;
+            ``False`` always uses the pure torch code (same results to round-off).
         name: name of the term (its components have the fixed names listed above).
 
     Raises:
@@ -425,7 +464,7 @@ class Nonbonded(EnergyTerm):
                  reaction_field_dielectric: float = 78.3, exclusions=None, exceptions=None,
                  exception_charge_products=None, exception_sigma=None, exception_epsilon=None,
                  exceptions_periodic: bool = False, skin: float = 0.1, analytic_forces: bool = True,
-                 name: str | None = None):
+                 compiled: bool = True, name: str | None = None):
         super().__init__(name)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -449,6 +488,7 @@ class Nonbonded(EnergyTerm):
         self.pme_order = int(pme_order)
         self.exceptions_periodic = bool(exceptions_periodic)
         self.analytic_forces = bool(analytic_forces)
+        self.compiled = bool(compiled)
         self.register_buffer("charges", charges)
         self.register_buffer("sigma", sigma)
         self.register_buffer("epsilon", epsilon)
@@ -490,7 +530,8 @@ class Nonbonded(EnergyTerm):
             self.dispersion_coefficient = dispersion_coefficient(sigma, epsilon, self.cutoff,
                                                                  self.switch_distance)
         self.neighbors = (None if method == "nocutoff" else
-                          NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs))
+                          NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs,
+                                       compiled=self.compiled))
         self._pair_cache: tuple | None = None
 
     def extra_repr(self) -> str:
@@ -558,7 +599,7 @@ class Nonbonded(EnergyTerm):
             if self._pme is None:
                 grid = self.pme_grid or pme_grid_size(self.alpha, box, self.ewald_tolerance)
                 self.pme_grid = grid
-                self._pme = PMEReciprocal(self.alpha, grid, self.pme_order)
+                self._pme = PMEReciprocal(self.alpha, grid, self.pme_order, compiled=self.compiled)
             return self._pme(positions, self.charges, box, compute_forces)
         if self.ewald_kmax is None:
             self.ewald_kmax = ewald_kmax(self.alpha, box, self.ewald_tolerance)
@@ -619,18 +660,19 @@ class Nonbonded(EnergyTerm):
     def _evaluate(self, positions: Tensor, box: Tensor | None, keep_factors: bool):
         """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
         cutoff = None if self.method == "nocutoff" else self.cutoff
+        kernels = _kernels.usable(positions) if keep_factors and self.compiled else None
         pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors)
         parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
-                                        self.switch_distance, keep_factors)}
+                                        self.switch_distance, keep_factors, kernels)}
         if len(self.exceptions):
             parts["exceptions"] = _pair_kernel(positions, box if self.exceptions_periodic else None,
                                                self._exception_pairs(), _Coulomb("plain"), None, None,
-                                               keep_factors)
+                                               keep_factors, kernels)
         if self.method in ("ewald", "pme"):
             if len(self.excluded_pairs):
                 parts["exclusions"] = _pair_kernel(positions, box, self._exclusion_pairs(),
                                                    _Coulomb("erf", alpha=self.alpha), None, None,
-                                                   keep_factors)
+                                                   keep_factors, kernels)
             reciprocal, forces = self._reciprocal(positions, box, keep_factors)
             self_energy = -COULOMB_MD * self.alpha / math.sqrt(math.pi) * (self.charges * self.charges).sum()
             # a net charge interacts with its neutralising background (as OpenMM)

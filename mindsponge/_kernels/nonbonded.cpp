@@ -1,0 +1,402 @@
+// Compiled CPU kernels of mindsponge's non-bonded forces (see mindsponge/_kernels/__init__.py).
+//
+// pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
+// cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
+// pme_spread  : B-spline charge spreading onto the PME grid
+// pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
+//
+// Every kernel is templated on the floating type of the positions (float or double) and
+// parallelised with at::parallel_for (thread-local accumulation buffers, reduced at the end),
+// so it follows torch.set_num_threads. Energies are accumulated in double.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kPlain = 0, kReactionField = 1, kEwald = 2, kErf = 3;
+constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+
+struct PairOptions {
+  double cutoff;           // <= 0: no cutoff
+  double switch_distance;  // < 0: no switching
+  int64_t kind;
+  double alpha, krf, crf;
+};
+
+// erfc(x) on [0, x_max] by cubic Hermite interpolation of tabulated values and derivatives
+// (interpolation error below 1e-12 for 2048 points up to x = 4); entries are {erfc(x_k), h erfc'(x_k)}
+template <typename T>
+struct ErfcTable {
+  static constexpr int64_t kPoints = 2048;
+  std::vector<T> entries;
+  T inverse_spacing;
+
+  explicit ErfcTable(double x_max) : entries(2 * kPoints) {
+    const double spacing = x_max / double(kPoints - 2);
+    inverse_spacing = T(1.0 / spacing);
+    for (int64_t k = 0; k < kPoints; ++k) {
+      const double x = k * spacing;
+      entries[2 * k] = T(std::erfc(x));
+      entries[2 * k + 1] = T(-kTwoOverSqrtPi * std::exp(-x * x) * spacing);
+    }
+  }
+
+  // erfc(x) and d erfc / dx
+  inline void operator()(T x, T& value, T& derivative) const {
+    const T scaled = x * inverse_spacing;
+    const int64_t k = std::min(int64_t(scaled), kPoints - 2);
+    const T u = scaled - T(k);
+    const T* e = entries.data() + 2 * k;
+    const T f0 = e[0], d0 = e[1], f1 = e[2], d1 = e[3];
+    const T v = T(1) - u;
+    value = v * v * (T(1) + T(2) * u) * f0 + u * v * v * d0 + u * u * (T(3) - T(2) * u) * f1 - u * u * v * d1;
+    derivative = (T(6) * u * v * (f1 - f0) + v * (T(1) - T(3) * u) * d0 + u * (T(3) * u - T(2)) * d1) *
+                 inverse_spacing;
+  }
+};
+
+template <typename T>
+void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* second, const T* shifts,
+                      const T* charge_products, const T* sigma_squared, const T* epsilon4, int64_t n_pairs,
+                      int64_t n_lj, int64_t n_atoms, PairOptions options, double* energies, T* gradients) {
+  const bool has_cutoff = options.cutoff > 0;
+  const T cutoff2 = T(options.cutoff * options.cutoff);
+  const bool switching = options.switch_distance >= 0;
+  const T switch_distance = T(options.switch_distance);
+  const T width = T(options.cutoff - options.switch_distance);
+  const T alpha = T(options.alpha), krf = T(options.krf), crf = T(options.crf);
+  const T gaussian_prefactor = T(options.alpha * kTwoOverSqrtPi);
+  // real-space Ewald with a cutoff: tabulated erfc (as OpenMM's CPU platform); otherwise libm
+  const bool tabulated = options.kind == kEwald && has_cutoff;
+  const ErfcTable<T> table(tabulated ? options.alpha * options.cutoff : 1.0);
+  const int64_t stride = 2 * 3 * n_atoms;
+  at::parallel_for(0, n_pairs, 4096, [&](int64_t begin, int64_t end) {
+    const int thread = at::get_thread_num();
+    T* gradient_lj = gradients + thread * stride;
+    T* gradient_coulomb = gradient_lj + 3 * n_atoms;
+    double energy_lj = 0.0, energy_coulomb = 0.0;
+    // pairs come sorted by first atom: its gradient is accumulated here and stored once
+    int64_t current = -1;
+    T first_lj[3] = {0, 0, 0}, first_coulomb[3] = {0, 0, 0};
+    auto store_first = [&]() {
+      if (current < 0) return;
+      for (int d = 0; d < 3; ++d) {
+        gradient_lj[3 * current + d] += first_lj[d];
+        gradient_coulomb[3 * current + d] += first_coulomb[d];
+        first_lj[d] = first_coulomb[d] = T(0);
+      }
+    };
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t i = first[p], j = second[p];
+      if (i != current) {
+        store_first();
+        current = i;
+      }
+      T dx = positions[3 * j] - positions[3 * i];
+      T dy = positions[3 * j + 1] - positions[3 * i + 1];
+      T dz = positions[3 * j + 2] - positions[3 * i + 2];
+      if (shifts != nullptr) {
+        dx += shifts[p];
+        dy += shifts[n_pairs + p];
+        dz += shifts[2 * n_pairs + p];
+      }
+      const T r2 = dx * dx + dy * dy + dz * dz;
+      if (has_cutoff && !(r2 < cutoff2)) continue;
+      const T inverse_r = T(1) / std::sqrt(r2);
+      const T inverse_r2 = inverse_r * inverse_r;
+      const T qq = charge_products[p];
+      T e_coulomb, f_coulomb;  // f = -(dE/dr) / r
+      if (options.kind == kPlain) {
+        e_coulomb = qq * inverse_r;
+        f_coulomb = e_coulomb * inverse_r2;
+      } else if (options.kind == kReactionField) {
+        e_coulomb = qq * (inverse_r + krf * r2 - crf);
+        f_coulomb = qq * (inverse_r * inverse_r2 - T(2) * krf);
+      } else if (tabulated) {
+        T erfc_value, erfc_derivative;
+        table(alpha * r2 * inverse_r, erfc_value, erfc_derivative);
+        e_coulomb = qq * erfc_value * inverse_r;
+        f_coulomb = (e_coulomb - qq * alpha * erfc_derivative) * inverse_r2;
+      } else {
+        const T alpha_r = alpha * r2 * inverse_r;
+        e_coulomb = options.kind == kEwald ? qq * std::erfc(alpha_r) * inverse_r
+                                           : -qq * std::erf(alpha_r) * inverse_r;
+        f_coulomb = (e_coulomb + qq * gaussian_prefactor * std::exp(-alpha_r * alpha_r)) * inverse_r2;
+      }
+      energy_coulomb += e_coulomb;
+      T fx = dx * f_coulomb, fy = dy * f_coulomb, fz = dz * f_coulomb;
+      first_coulomb[0] += fx;
+      first_coulomb[1] += fy;
+      first_coulomb[2] += fz;
+      gradient_coulomb[3 * j] -= fx;
+      gradient_coulomb[3 * j + 1] -= fy;
+      gradient_coulomb[3 * j + 2] -= fz;
+      if (p < n_lj) {
+        const T s2 = sigma_squared[p] * inverse_r2;
+        const T s6 = s2 * s2 * s2;
+        T e_lj = epsilon4[p] * (s6 * s6 - s6);
+        T f_lj = epsilon4[p] * (T(12) * s6 * s6 - T(6) * s6) * inverse_r2;
+        if (switching) {
+          const T r = r2 * inverse_r;
+          const T x = std::min(std::max((r - switch_distance) / width, T(0)), T(1));
+          const T switch_value = T(1) + x * x * x * (T(-10) + x * (T(15) - T(6) * x));
+          const T switch_derivative = x * x * (T(-30) + x * (T(60) - T(30) * x)) / width;
+          f_lj = f_lj * switch_value - e_lj * switch_derivative * inverse_r;
+          e_lj *= switch_value;
+        }
+        energy_lj += e_lj;
+        fx = dx * f_lj, fy = dy * f_lj, fz = dz * f_lj;
+        first_lj[0] += fx;
+        first_lj[1] += fy;
+        first_lj[2] += fz;
+        gradient_lj[3 * j] -= fx;
+        gradient_lj[3 * j + 1] -= fy;
+        gradient_lj[3 * j + 2] -= fz;
+      }
+    }
+    store_first();
+    energies[2 * thread] += energy_lj;
+    energies[2 * thread + 1] += energy_coulomb;
+  });
+}
+
+// (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx)
+std::vector<torch::Tensor> pair_forces(torch::Tensor positions, torch::Tensor first, torch::Tensor second,
+                                       torch::Tensor shifts, torch::Tensor charge_products,
+                                       torch::Tensor sigma_squared, torch::Tensor epsilon4, double cutoff,
+                                       double switch_distance, int64_t kind, double alpha, double krf,
+                                       double crf) {
+  positions = positions.contiguous();
+  const int64_t n_atoms = positions.size(0), n_pairs = first.size(0), n_lj = epsilon4.size(0);
+  const int threads = at::get_num_threads();
+  auto energies = torch::zeros({threads, 2}, positions.options().dtype(torch::kFloat64));
+  auto gradients = torch::zeros({threads, 2, n_atoms, 3}, positions.options());
+  const bool has_shifts = shifts.numel() > 0;
+  if (has_shifts) shifts = shifts.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "pair_forces", [&] {
+    pair_forces_impl<scalar_t>(
+        positions.data_ptr<scalar_t>(), first.contiguous().data_ptr<int64_t>(),
+        second.contiguous().data_ptr<int64_t>(), has_shifts ? shifts.data_ptr<scalar_t>() : nullptr,
+        charge_products.contiguous().data_ptr<scalar_t>(), sigma_squared.contiguous().data_ptr<scalar_t>(),
+        epsilon4.contiguous().data_ptr<scalar_t>(), n_pairs, n_lj, n_atoms,
+        PairOptions{cutoff, switch_distance, kind, alpha, krf, crf}, energies.data_ptr<double>(),
+        gradients.data_ptr<scalar_t>());
+  });
+  return {energies.sum(0), gradients.sum(0)};
+}
+
+template <typename T>
+void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
+                     const std::vector<int64_t>& n_cells, double list_cutoff, const int64_t* exclusion_starts,
+                     const int64_t* exclusion_partners, std::vector<std::vector<int64_t>>& found) {
+  const int64_t nx = n_cells[0], ny = n_cells[1], nz = n_cells[2];
+  const int64_t total = nx * ny * nz;
+  std::vector<int64_t> cell(n_atoms), starts(total + 1, 0), order(n_atoms);
+  for (int64_t a = 0; a < n_atoms; ++a) {
+    cell[a] = (cell_xyz[3 * a] * ny + cell_xyz[3 * a + 1]) * nz + cell_xyz[3 * a + 2];
+    ++starts[cell[a] + 1];
+  }
+  for (int64_t c = 0; c < total; ++c) starts[c + 1] += starts[c];
+  {
+    std::vector<int64_t> next(starts.begin(), starts.end() - 1);
+    for (int64_t a = 0; a < n_atoms; ++a) order[next[cell[a]]++] = a;  // stable counting sort
+  }
+  std::vector<T> sorted(3 * n_atoms);
+  for (int64_t k = 0; k < n_atoms; ++k)
+    for (int d = 0; d < 3; ++d) sorted[3 * k + d] = wrapped[3 * order[k] + d];
+  // the cell itself, then the lexicographically positive offsets in [-2, 2]^3 (a half shell)
+  std::vector<std::array<int64_t, 3>> offsets = {{0, 0, 0}};
+  for (int64_t ox = -2; ox <= 2; ++ox)
+    for (int64_t oy = -2; oy <= 2; ++oy)
+      for (int64_t oz = -2; oz <= 2; ++oz)
+        if (ox > 0 || (ox == 0 && (oy > 0 || (oy == 0 && oz > 0)))) offsets.push_back({ox, oy, oz});
+  const T cutoff2 = T(list_cutoff * list_cutoff);
+  const bool periodic = box != nullptr;
+  at::parallel_for(0, total, 16, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t>& pairs = found[at::get_thread_num()];
+    for (int64_t c = begin; c < end; ++c) {
+      if (starts[c] == starts[c + 1]) continue;
+      const int64_t cx = c / (ny * nz), cy = (c / nz) % ny, cz = c % nz;
+      for (const auto& offset : offsets) {
+        int64_t neighbour[3] = {cx + offset[0], cy + offset[1], cz + offset[2]};
+        T shift[3] = {0, 0, 0};
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) {
+          const int64_t n = n_cells[d];
+          const int64_t image = neighbour[d] >= 0 ? neighbour[d] / n : -((n - 1 - neighbour[d]) / n);
+          if (image != 0) {
+            if (!periodic) inside = false;
+            neighbour[d] -= image * n;
+            for (int e = 0; e < 3 && periodic; ++e) shift[e] += T(image) * box[3 * d + e];
+          }
+        }
+        if (!inside) continue;
+        const int64_t other = (neighbour[0] * ny + neighbour[1]) * nz + neighbour[2];
+        const bool same = offset[0] == 0 && offset[1] == 0 && offset[2] == 0;
+        for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
+          const T x = sorted[3 * a] - shift[0], y = sorted[3 * a + 1] - shift[1], z = sorted[3 * a + 2] - shift[2];
+          for (int64_t b = same ? a + 1 : starts[other]; b < starts[other + 1]; ++b) {
+            const T dx = sorted[3 * b] - x, dy = sorted[3 * b + 1] - y, dz = sorted[3 * b + 2] - z;
+            if (!(dx * dx + dy * dy + dz * dz < cutoff2)) continue;
+            const int64_t low = std::min(order[a], order[b]), high = std::max(order[a], order[b]);
+            bool excluded = false;
+            for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
+              excluded |= exclusion_partners[e] == high;
+            if (excluded) continue;
+            pairs.push_back(low);
+            pairs.push_back(high);
+          }
+        }
+      }
+    }
+  });
+}
+
+// (P, 2) int64 pairs i < j within list_cutoff; box empty without periodicity
+torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+                         std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
+                         torch::Tensor exclusion_partners) {
+  wrapped = wrapped.contiguous();
+  cell_xyz = cell_xyz.contiguous();
+  exclusion_starts = exclusion_starts.contiguous();
+  exclusion_partners = exclusion_partners.contiguous();
+  const bool periodic = box.numel() > 0;
+  if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
+  std::vector<std::vector<int64_t>> found(at::get_num_threads());
+  AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_pairs", [&] {
+    cell_pairs_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
+                              cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, list_cutoff,
+                              exclusion_starts.data_ptr<int64_t>(), exclusion_partners.data_ptr<int64_t>(),
+                              found);
+  });
+  int64_t total = 0;
+  for (const auto& pairs : found) total += pairs.size();
+  auto result = torch::empty({total / 2, 2}, cell_xyz.options());
+  int64_t* out = result.data_ptr<int64_t>();
+  for (const auto& pairs : found) out = std::copy(pairs.begin(), pairs.end(), out);
+  return result;
+}
+
+// B-spline values M_p(t + k) and derivatives, k = 0..p-1 (as mindsponge.forcefield.ewald.bspline_weights)
+template <typename T>
+inline void bspline(T t, int order, T* values, T* derivatives) {
+  T lower[16];
+  values[0] = T(1);
+  for (int k = 1; k < order; ++k) values[k] = T(0);
+  for (int m = 2; m <= order; ++m) {
+    for (int k = 0; k < m - 1; ++k) lower[k] = values[k];
+    lower[m - 1] = T(0);
+    for (int k = 0; k < m; ++k) {
+      const T below = k > 0 ? lower[k - 1] : T(0);
+      values[k] = ((t + T(k)) * lower[k] + (T(m) - t - T(k)) * below) / T(m - 1);
+    }
+  }
+  if (derivatives != nullptr)
+    for (int k = 0; k < order; ++k) derivatives[k] = lower[k] - (k > 0 ? lower[k - 1] : T(0));
+}
+
+// scaled: (N, 3) grid coordinates in [0, n_d); grid point floor(u) - k gets weight M_p(frac(u) + k)
+template <typename T>
+inline void spline_setup(const T* scaled, const std::vector<int64_t>& sizes, int order, int64_t* index,
+                         T* values, T* derivatives) {
+  for (int d = 0; d < 3; ++d) {
+    const T u = scaled[d];
+    const T base = std::floor(u);
+    bspline(u - base, order, values + d * order, derivatives == nullptr ? nullptr : derivatives + d * order);
+    const int64_t n = sizes[d];
+    for (int k = 0; k < order; ++k) index[d * order + k] = (((int64_t(base) - k) % n) + n) % n;
+  }
+}
+
+torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vector<int64_t> sizes, int64_t order) {
+  TORCH_CHECK(order >= 2 && order <= 15, "pme_spread: order must lie in [2, 15]");
+  scaled = scaled.contiguous();
+  charges = charges.contiguous();
+  const int64_t n_atoms = scaled.size(0), grid_size = sizes[0] * sizes[1] * sizes[2];
+  const int threads = at::get_num_threads();
+  auto grids = torch::zeros({threads, grid_size}, scaled.options());
+  AT_DISPATCH_FLOATING_TYPES(scaled.scalar_type(), "pme_spread", [&] {
+    const scalar_t* u = scaled.data_ptr<scalar_t>();
+    const scalar_t* q = charges.data_ptr<scalar_t>();
+    scalar_t* all_grids = grids.data_ptr<scalar_t>();
+    const int p = int(order);
+    at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
+      scalar_t* grid = all_grids + at::get_thread_num() * grid_size;
+      int64_t index[3 * 16];
+      scalar_t values[3 * 16];
+      for (int64_t a = begin; a < end; ++a) {
+        spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, nullptr);
+        for (int i = 0; i < p; ++i) {
+          const scalar_t qx = q[a] * values[i];
+          const int64_t row_x = index[i] * sizes[1];
+          for (int j = 0; j < p; ++j) {
+            const scalar_t qxy = qx * values[p + j];
+            const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
+            for (int k = 0; k < p; ++k) grid[row_xy + index[2 * p + k]] += qxy * values[2 * p + k];
+          }
+        }
+      }
+    });
+  });
+  return grids.sum(0).view({sizes[0], sizes[1], sizes[2]});
+}
+
+// (N, 3): q_a * dphi/du_d at each atom, u the scaled coordinates (the PME energy gradient wrt u)
+torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::Tensor charges,
+                         std::vector<int64_t> sizes, int64_t order) {
+  TORCH_CHECK(order >= 2 && order <= 15, "pme_gather: order must lie in [2, 15]");
+  potential = potential.contiguous();
+  scaled = scaled.contiguous();
+  charges = charges.contiguous();
+  const int64_t n_atoms = scaled.size(0);
+  auto gradient = torch::empty({n_atoms, 3}, scaled.options());
+  AT_DISPATCH_FLOATING_TYPES(scaled.scalar_type(), "pme_gather", [&] {
+    const scalar_t* u = scaled.data_ptr<scalar_t>();
+    const scalar_t* q = charges.data_ptr<scalar_t>();
+    const scalar_t* phi = potential.data_ptr<scalar_t>();
+    scalar_t* out = gradient.data_ptr<scalar_t>();
+    const int p = int(order);
+    at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
+      int64_t index[3 * 16];
+      scalar_t values[3 * 16], derivatives[3 * 16];
+      for (int64_t a = begin; a < end; ++a) {
+        spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, derivatives);
+        scalar_t gx = 0, gy = 0, gz = 0;
+        for (int i = 0; i < p; ++i) {
+          const int64_t row_x = index[i] * sizes[1];
+          for (int j = 0; j < p; ++j) {
+            const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
+            scalar_t along_z = 0, along_dz = 0;
+            for (int k = 0; k < p; ++k) {
+              const scalar_t value = phi[row_xy + index[2 * p + k]];
+              along_z += value * values[2 * p + k];
+              along_dz += value * derivatives[2 * p + k];
+            }
+            gx += derivatives[i] * values[p + j] * along_z;
+            gy += values[i] * derivatives[p + j] * along_z;
+            gz += values[i] * values[p + j] * along_dz;
+          }
+        }
+        out[3 * a] = q[a] * gx;
+        out[3 * a + 1] = q[a] * gy;
+        out[3 * a + 2] = q[a] * gz;
+      }
+    });
+  });
+  return gradient;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("pair_forces", &pair_forces, "LJ + Coulomb energies and gradients of a pair list");
+  module.def("cell_pairs", &cell_pairs, "cell-list search of the pairs within a cutoff");
+  module.def("pme_spread", &pme_spread, "B-spline charge spreading onto the PME grid");
+  module.def("pme_gather", &pme_gather, "PME energy gradient wrt the scaled coordinates");
+}
