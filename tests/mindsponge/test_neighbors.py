@@ -1,9 +1,14 @@
-"""NeighborList: the listed pairs equal a brute-force search; rebuilds only when needed; linear memory."""
+"""NeighborList: the listed pairs equal a brute-force search; rebuilds only when needed; linear memory.
+
+The cell search runs both compiled (mindsponge._kernels) and in pure torch (``compiled=False``).
+"""
+
+import os
 
 import pytest
 import torch
 
-from mindsponge import space
+from mindsponge import _kernels, space
 from mindsponge.neighbors import NeighborList, NeighborListOverflowError, all_pairs, pair_keys
 
 
@@ -33,13 +38,25 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def kernels():
+    """The compiled kernels; they must build here unless extensions are disabled on purpose."""
+    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
+    module = _kernels.nonbonded()
+    assert module is not None, "the compiled kernels failed to build (see the ExtensionWarning)"
+    return module
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("n_atoms, all_pairs_below", [(300, 1000), (2500, 1000)])
-def test_pairs_equal_brute_force_periodic(name, n_atoms, all_pairs_below):
+def test_pairs_equal_brute_force_periodic(name, n_atoms, all_pairs_below, compiled):
     box = CASES[name]
     positions = random_system(n_atoms, box)
     exclusions = torch.stack([torch.arange(0, n_atoms - 1, 2), torch.arange(1, n_atoms, 2)], 1)
-    neighbors = NeighborList(cutoff=0.8, skin=0.2, exclusions=exclusions, all_pairs_below=all_pairs_below)
+    neighbors = NeighborList(cutoff=0.8, skin=0.2, exclusions=exclusions, all_pairs_below=all_pairs_below,
+                             compiled=compiled)
     pairs = neighbors.update(positions, box)
     assert bool((pairs[:, 0] < pairs[:, 1]).all())
     keys = pair_keys(pairs, n_atoms).tolist()
@@ -47,12 +64,29 @@ def test_pairs_equal_brute_force_periodic(name, n_atoms, all_pairs_below):
     assert set(keys) == brute_force(positions, box, 1.0, exclusions)
 
 
-def test_pairs_equal_brute_force_without_box():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_pairs_equal_brute_force_without_box(compiled):
     positions = torch.rand(3000, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 6.0
-    neighbors = NeighborList(cutoff=0.6, skin=0.1)
+    exclusions = torch.tensor([[5, 4], [10, 11], [0, 2999]])
+    neighbors = NeighborList(cutoff=0.6, skin=0.1, exclusions=exclusions, compiled=compiled)
     pairs = neighbors.update(positions, None)
-    assert set(pair_keys(pairs, 3000).tolist()) == brute_force(positions, None, 0.7)
+    assert set(pair_keys(pairs, 3000).tolist()) == brute_force(positions, None, 0.7, exclusions)
     assert len(pairs) == len(set(pair_keys(pairs, 3000).tolist()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_search_equals_torch_search(kernels, dtype):
+    """Same pairs from the compiled and the pure torch cell search (triclinic, float32 and float64),
+    and the compiled search really ran (the torch search is not called)."""
+    box = CASES["triclinic"].to(dtype)
+    positions = random_system(4000, CASES["triclinic"], seed=4).to(dtype)
+    exclusions = torch.stack([torch.arange(0, 3999, 3), torch.arange(1, 4000, 3)], 1)
+    compiled = NeighborList(cutoff=0.7, skin=0.15, exclusions=exclusions)
+    compiled._search_cells = None  # would raise if the pure torch search were used
+    pure = NeighborList(cutoff=0.7, skin=0.15, exclusions=exclusions, compiled=False)
+    keys = torch.sort(pair_keys(compiled.update(positions, box), 4000)).values
+    assert torch.equal(keys, torch.sort(pair_keys(pure.update(positions, box), 4000)).values)
+    assert len(keys) > 100_000
 
 
 def test_rebuild_only_after_half_skin():
@@ -101,16 +135,18 @@ def test_all_pairs_helper():
     assert sorted(map(tuple, pairs.tolist())) == expected
 
 
-def test_memory_is_linear_for_24000_atoms():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_memory_is_linear_for_24000_atoms(compiled):
     """A 24,000-atom box at water density: no allocation anywhere near N^2; pairs ~ N * density.
 
-    A short cutoff keeps the test fast; the cell search does not depend on it.
+    A short cutoff keeps the test fast; the cell search does not depend on it. (The profiler sees
+    torch allocations only: the compiled search's own buffers grow with the pairs found.)
     """
     n_atoms = 24_000
     length = (n_atoms / 100.0) ** (1 / 3)  # ~100 atoms/nm^3, as water
     box = torch.eye(3, dtype=torch.float32) * length
     positions = torch.rand(n_atoms, 3, generator=torch.Generator().manual_seed(3)) * length
-    neighbors = NeighborList(cutoff=0.4, skin=0.1)
+    neighbors = NeighborList(cutoff=0.4, skin=0.1, compiled=compiled)
     with torch.profiler.profile(profile_memory=True) as profiler:
         pairs = neighbors.update(positions, box)
     largest = max(event.cpu_memory_usage for event in profiler.events())

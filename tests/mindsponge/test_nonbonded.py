@@ -8,6 +8,7 @@ the reciprocal-space force group and the forces with ours.
 
 import math
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ import torch
 openmm = pytest.importorskip("openmm")
 from openmm import app, unit  # noqa: E402
 
-from mindsponge import space  # noqa: E402
+from mindsponge import _kernels, space  # noqa: E402
 from mindsponge.forcefield import ForceField, forces  # noqa: E402
-from mindsponge.forcefield.ewald import ewald_alpha, pme_grid_size  # noqa: E402
+from mindsponge.forcefield.ewald import PMEReciprocal, ewald_alpha, pme_grid_size  # noqa: E402
 from mindsponge.forcefield.nonbonded import Nonbonded, NonbondedMethodError  # noqa: E402
 
 KJ = unit.kilojoule_per_mole
@@ -140,10 +141,11 @@ WATER_CASES = [
 ]
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("method, options", WATER_CASES)
-def test_water_box_matches_openmm(water, method, options):
+def test_water_box_matches_openmm(water, method, options, compiled):
     force, reference = openmm_case(*water, method, **options)
-    model = ours_from(force, method, pme_parameters=reference.get("pme"))
+    model = ours_from(force, method, pme_parameters=reference.get("pme"), compiled=compiled)
     terms, energy, ours = evaluate(model, reference)
     assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
     assert force_error(ours, reference["forces"]) < 1e-5
@@ -166,9 +168,10 @@ def test_pme_parameters_from_tolerance_match_openmm(water):
     assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
 
 
-def test_water_box_float32(water):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_water_box_float32(water, compiled):
     force, reference = openmm_case(*water, "pme")
-    model = ours_from(force, "pme", dtype=torch.float32, pme_parameters=reference["pme"])
+    model = ours_from(force, "pme", dtype=torch.float32, pme_parameters=reference["pme"], compiled=compiled)
     terms, energy, ours = evaluate(model, reference, dtype=torch.float32)
     assert terms["coulomb_direct"].dtype == torch.float32
     # the total is a small difference of large terms: compare with their magnitude
@@ -177,10 +180,11 @@ def test_water_box_float32(water):
     assert force_error(ours, reference["forces"]) < 1e-3
 
 
-def test_villin_vacuum_no_cutoff_with_exceptions(villin):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_villin_vacuum_no_cutoff_with_exceptions(villin, compiled):
     force, reference = openmm_case(*villin, "nocutoff")
     assert force.getNumExceptions() > 0
-    model = ours_from(force, "nocutoff")
+    model = ours_from(force, "nocutoff", compiled=compiled)
     assert len(model.exceptions) > 0
     terms, energy, ours = evaluate(model, reference)
     assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
@@ -206,11 +210,12 @@ def test_villin_nonperiodic_reaction_field(villin):
     assert "dispersion_correction" not in terms  # OpenMM: none without periodicity
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("method", ["pme", "ewald"])
-def test_villin_periodic_with_exceptions(villin, method):
+def test_villin_periodic_with_exceptions(villin, method, compiled):
     box = np.diag([4.0, 4.2, 4.4])
     force, reference = openmm_case(*villin, method, cutoff=1.0, switch=0.9, box=box)
-    model = ours_from(force, method, pme_parameters=reference.get("pme"))
+    model = ours_from(force, method, pme_parameters=reference.get("pme"), compiled=compiled)
     terms, energy, ours = evaluate(model, reference)
     assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
     assert force_error(ours, reference["forces"]) < 1e-5
@@ -351,3 +356,80 @@ def test_bad_input():
         Nonbonded(charges, sigma, epsilon, exclusions=torch.tensor([[0, 2]]))
     with pytest.raises(ValueError, match="positions must be a"):
         Nonbonded(charges, sigma, epsilon, method="nocutoff")(positions[:1], None)
+
+
+# --- compiled kernels (mindsponge._kernels) against the pure torch path and OpenMM ------------------
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The compiled kernels; they must build here unless extensions are disabled on purpose."""
+    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
+    module = _kernels.nonbonded()
+    assert module is not None, "the compiled kernels failed to build (see the ExtensionWarning)"
+    return module
+
+
+@pytest.fixture(scope="module")
+def large_water():
+    """A 2.9 nm TIP3P box (~2,400 atoms): large enough for the cell search (not all pairs)."""
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(2.9, 2.9, 2.9) * unit.nanometer)
+    force, reference = openmm_case(forcefield, modeller.topology, modeller.positions, "pme", cutoff=0.9)
+    return force, reference
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_equals_pure_torch_and_openmm(kernels, large_water, dtype):
+    force, reference = large_water
+    models = {compiled: ours_from(force, "pme", dtype=dtype, pme_parameters=reference["pme"],
+                                  compiled=compiled) for compiled in (True, False)}
+    results = {compiled: evaluate(model, reference, dtype) for compiled, model in models.items()}
+    assert len(models[True].neighbors.pairs) > 300_000  # the cell search, not all pairs
+    (terms_c, energy_c, forces_c), (terms_t, energy_t, forces_t) = results[True], results[False]
+    magnitude = sum(abs(term.item()) for term in terms_t.values())
+    if dtype == torch.float64:
+        for name in terms_t:  # tabulated erfc (compiled) vs torch.special.erfc: same to ~1e-12
+            assert terms_c[name].item() == pytest.approx(terms_t[name].item(), rel=1e-10, abs=1e-9)
+        assert force_error(forces_c, forces_t) < 1e-10
+        assert abs(energy_c - reference["energy"]) <= 1e-6 * abs(reference["energy"])
+        assert force_error(forces_c, reference["forces"]) < 1e-5
+    else:
+        assert abs(energy_c - energy_t) <= 1e-6 * magnitude
+        assert force_error(forces_c, forces_t) < 1e-5
+        assert abs(energy_c - reference["energy"]) <= 1e-6 * magnitude
+        assert force_error(forces_c, reference["forces"]) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_pme_equals_pure_torch(kernels, dtype):
+    """Spreading and gathering of the compiled PME against the torch ones, triclinic box."""
+    box = space.box_from_lengths_and_angles(3.1, 3.3, 3.0, 75.0, 95.0, 80.0, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(5)
+    positions = (torch.rand(600, 3, dtype=torch.float64, generator=generator) * 1.4 - 0.2) @ box
+    charges = torch.randn(600, dtype=torch.float64, generator=generator)
+    charges -= charges.mean()
+    results = {}
+    for compiled in (True, False):
+        pme = PMEReciprocal(3.0, (24, 25, 27), order=5, compiled=compiled)
+        results[compiled] = pme(positions.to(dtype), charges.to(dtype), box.to(dtype), True)
+    (energy_c, forces_c), (energy_t, forces_t) = results[True], results[False]
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    assert energy_c.item() == pytest.approx(energy_t.item(), rel=tolerance)
+    assert force_error(forces_c.double().numpy(), forces_t.double().numpy()) < tolerance
+
+
+def test_disabled_extensions_fall_back_to_torch(water_model, monkeypatch):
+    """With MINDSCIENCE_NO_EXTENSIONS=1 the same model gives the same result from pure torch."""
+    model, reference = water_model
+    positions = torch.tensor(reference["positions"])
+    box = torch.tensor(reference["box"])
+    expected = forces(model, positions, box)
+    monkeypatch.setenv("MINDSCIENCE_NO_EXTENSIONS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _kernels.nonbonded() is None
+        fallback = forces(model, positions, box)
+    assert force_error(fallback.numpy(), expected.numpy()) < 1e-10
