@@ -2,6 +2,7 @@
 //
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
+// prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first, sorted by first atom
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
 //
@@ -218,6 +219,13 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
         if (ox > 0 || (ox == 0 && (oy > 0 || (oy == 0 && oz > 0)))) offsets.push_back({ox, oy, oz});
   const T cutoff2 = T(list_cutoff * list_cutoff);
   const bool periodic = box != nullptr;
+  constexpr int64_t kBlock = 64;
+  // about the number of pairs each thread will find (atoms per cell and pairs per atom from the density)
+  const double volume = periodic ? std::abs(box[0] * box[4] * box[8]) : 0.0;
+  if (periodic && volume > 0) {
+    const double expected = 0.5 * n_atoms * (n_atoms / volume) * 4.18879 * std::pow(list_cutoff, 3);
+    for (auto& pairs : found) pairs.reserve(size_t(2.2 * expected / found.size()) + 64);  // 2 ints a pair, +10%
+  }
   at::parallel_for(0, total, 16, [&](int64_t begin, int64_t end) {
     std::vector<int64_t>& pairs = found[at::get_thread_num()];
     for (int64_t c = begin; c < end; ++c) {
@@ -241,16 +249,27 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
         const bool same = offset[0] == 0 && offset[1] == 0 && offset[2] == 0;
         for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
           const T x = sorted[3 * a] - shift[0], y = sorted[3 * a + 1] - shift[1], z = sorted[3 * a + 2] - shift[2];
-          for (int64_t b = same ? a + 1 : starts[other]; b < starts[other + 1]; ++b) {
-            const T dx = sorted[3 * b] - x, dy = sorted[3 * b + 1] - y, dz = sorted[3 * b + 2] - z;
-            if (!(dx * dx + dy * dy + dz * dz < cutoff2)) continue;
-            const int64_t low = std::min(order[a], order[b]), high = std::max(order[a], order[b]);
-            bool excluded = false;
-            for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
-              excluded |= exclusion_partners[e] == high;
-            if (excluded) continue;
-            pairs.push_back(low);
-            pairs.push_back(high);
+          const int64_t begin_b = same ? a + 1 : starts[other], end_b = starts[other + 1];
+          for (int64_t block = begin_b; block < end_b; block += kBlock) {
+            // branch-free compaction of the candidates within the cutoff, then the exclusion check
+            int64_t within[kBlock];
+            int64_t count = 0;
+            const int64_t block_end = std::min(block + kBlock, end_b);
+            for (int64_t b = block; b < block_end; ++b) {
+              const T dx = sorted[3 * b] - x, dy = sorted[3 * b + 1] - y, dz = sorted[3 * b + 2] - z;
+              within[count] = b;
+              count += (dx * dx + dy * dy + dz * dz < cutoff2) ? 1 : 0;
+            }
+            for (int64_t m = 0; m < count; ++m) {
+              const int64_t b = within[m];
+              const int64_t low = std::min(order[a], order[b]), high = std::max(order[a], order[b]);
+              bool excluded = false;
+              for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
+                excluded |= exclusion_partners[e] == high;
+              if (excluded) continue;
+              pairs.push_back(low);
+              pairs.push_back(high);
+            }
           }
         }
       }
@@ -281,6 +300,83 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
   int64_t* out = result.data_ptr<int64_t>();
   for (const auto& pairs : found) out = std::copy(pairs.begin(), pairs.end(), out);
   return result;
+}
+
+// Pairs reordered by (no Lennard-Jones, first atom) with a stable counting sort, and their parameters:
+// (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the LJ prefix, (3, P) minimum-image shifts of the
+// reference displacements; empty without a box). Lorentz-Berthelot combination, as Nonbonded._make_pairs.
+template <typename T>
+void lj_first_order(const int64_t* pairs, int64_t n_pairs, int64_t n_atoms, const T* epsilon,
+                    std::vector<int64_t>& order, int64_t& n_lj) {
+  std::vector<int64_t> starts(2 * n_atoms + 1, 0), bucket(n_pairs);
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    const int64_t i = pairs[2 * p], j = pairs[2 * p + 1];
+    bucket[p] = (epsilon[i] * epsilon[j] == T(0) ? n_atoms : 0) + i;
+    ++starts[bucket[p] + 1];
+  }
+  for (int64_t b = 0; b < 2 * n_atoms; ++b) starts[b + 1] += starts[b];
+  n_lj = starts[n_atoms];
+  for (int64_t p = 0; p < n_pairs; ++p) order[starts[bucket[p]]++] = p;
+}
+
+std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor reference, torch::Tensor box,
+                                         torch::Tensor charges, torch::Tensor sigma, torch::Tensor epsilon,
+                                         double coulomb_constant) {
+  pairs = pairs.contiguous();
+  reference = reference.contiguous();
+  charges = charges.contiguous();
+  sigma = sigma.contiguous();
+  epsilon = epsilon.contiguous();
+  const bool periodic = box.numel() > 0;
+  if (periodic) box = box.contiguous();
+  const int64_t n_pairs = pairs.size(0), n_atoms = charges.size(0);
+  std::vector<int64_t> order(n_pairs);
+  int64_t n_lj = 0;
+  auto first = torch::empty({n_pairs}, pairs.options()), second = torch::empty({n_pairs}, pairs.options());
+  auto charge_products = torch::empty({n_pairs}, charges.options());
+  auto shifts = torch::empty({periodic ? 3 : 0, n_pairs}, charges.options());
+  torch::Tensor sigma_squared, epsilon4;
+  AT_DISPATCH_FLOATING_TYPES(charges.scalar_type(), "prepare_pairs", [&] {
+    const int64_t* pair_data = pairs.data_ptr<int64_t>();
+    const scalar_t* q = charges.data_ptr<scalar_t>();
+    const scalar_t* s = sigma.data_ptr<scalar_t>();
+    const scalar_t* e = epsilon.data_ptr<scalar_t>();
+    lj_first_order<scalar_t>(pair_data, n_pairs, n_atoms, e, order, n_lj);
+    sigma_squared = torch::empty({n_lj}, charges.options());
+    epsilon4 = torch::empty({n_lj}, charges.options());
+    int64_t* first_out = first.data_ptr<int64_t>();
+    int64_t* second_out = second.data_ptr<int64_t>();
+    scalar_t* qq = charge_products.data_ptr<scalar_t>();
+    scalar_t* sigma2 = sigma_squared.data_ptr<scalar_t>();
+    scalar_t* eps4 = epsilon4.data_ptr<scalar_t>();
+    scalar_t* shift = periodic ? shifts.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* x = periodic ? reference.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* b = periodic ? box.data_ptr<scalar_t>() : nullptr;
+    const scalar_t constant = scalar_t(coulomb_constant);
+    at::parallel_for(0, n_pairs, 8192, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const int64_t p = order[k], i = pair_data[2 * p], j = pair_data[2 * p + 1];
+        first_out[k] = i;
+        second_out[k] = j;
+        qq[k] = constant * q[i] * q[j];
+        if (k < n_lj) {
+          const scalar_t sigma_ij = scalar_t(0.5) * (s[i] + s[j]);
+          sigma2[k] = sigma_ij * sigma_ij;
+          eps4[k] = scalar_t(4) * std::sqrt(e[i] * e[j]);
+        }
+        if (periodic) {  // mindsponge.space.minimum_image: reduced box, axes 2, 1, 0
+          scalar_t direct[3], d[3];
+          for (int a = 0; a < 3; ++a) direct[a] = d[a] = x[3 * j + a] - x[3 * i + a];
+          for (int axis = 2; axis >= 0; --axis) {
+            const scalar_t image = std::nearbyint(d[axis] / b[4 * axis]);
+            for (int a = 0; a < 3; ++a) d[a] -= image * b[3 * axis + a];
+          }
+          for (int a = 0; a < 3; ++a) shift[a * n_pairs + k] = d[a] - direct[a];
+        }
+      }
+    });
+  });
+  return {first, second, charge_products, sigma_squared, epsilon4, shifts};
 }
 
 // B-spline values M_p(t + k) and derivatives, k = 0..p-1 (as mindsponge.forcefield.ewald.bspline_weights)
@@ -397,6 +493,7 @@ torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pair_forces", &pair_forces, "LJ + Coulomb energies and gradients of a pair list");
   module.def("cell_pairs", &cell_pairs, "cell-list search of the pairs within a cutoff");
+  module.def("prepare_pairs", &prepare_pairs, "pair parameters and shifts, LJ pairs first, by first atom");
   module.def("pme_spread", &pme_spread, "B-spline charge spreading onto the PME grid");
   module.def("pme_gather", &pme_gather, "PME energy gradient wrt the scaled coordinates");
 }

@@ -548,7 +548,8 @@ class Nonbonded(EnergyTerm):
         epsilon = torch.sqrt(self.epsilon[first] * self.epsilon[second])
         return _lj_first(first, second, charge_products, sigma, epsilon)
 
-    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool) -> tuple[_PairSet, Tensor]:
+    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool,
+                      kernels=None) -> tuple[_PairSet, Tensor]:
         """Pairs of the direct-space sum and the positions to evaluate them at.
 
         With a periodic box, each pair carries the lattice shift that gave its minimum image
@@ -556,6 +557,7 @@ class Nonbonded(EnergyTerm):
         the reference positions of that build (atoms that were wrapped into the box since are
         moved back by a lattice vector). Until the next rebuild no atom moves more than half
         the skin, so the shifts stay the minimum images and the kernel needs no rounding.
+        The compiled ``kernels`` prepare the pair set in one pass (same pairs, same order).
         """
         if self.neighbors is None:
             key = ("all", len(positions), positions.device)
@@ -569,14 +571,24 @@ class Nonbonded(EnergyTerm):
                 self._pair_cache = (key, pairs, None)
         key, pairs, pair_set = self._pair_cache
         if not cached or pair_set is None or pair_set.charge_products.dtype != positions.dtype:
-            pair_set = self._make_pairs(pairs)
-            if box is not None:
-                reference = self.neighbors.reference_positions.to(positions.dtype)
-                direct = reference[pair_set.second] - reference[pair_set.first]
-                pair_set.shifts = (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+            reference = None if box is None else self.neighbors.reference_positions.to(positions.dtype)
+            if kernels is not None:
+                empty = positions.new_zeros(0)
+                first, second, charge_products, sigma_squared, epsilon4, shifts = kernels.prepare_pairs(
+                    pairs, empty if box is None else reference, empty if box is None else box.detach(),
+                    *(values.to(positions.dtype) for values in (self.charges, self.sigma, self.epsilon)),
+                    COULOMB_MD)
+                pair_set = _PairSet(first, second, charge_products, sigma_squared, epsilon4,
+                                    None if box is None else shifts)
+            else:
+                pair_set = self._make_pairs(pairs)
+                if box is not None:
+                    direct = reference[pair_set.second] - reference[pair_set.first]
+                    pair_set.shifts = (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+                if cached:
+                    pair_set.flat_first = _flat_index(pair_set.first, len(positions))
+                    pair_set.flat_second = _flat_index(pair_set.second, len(positions))
             if cached:
-                pair_set.flat_first = _flat_index(pair_set.first, len(positions))
-                pair_set.flat_second = _flat_index(pair_set.second, len(positions))
                 self._pair_cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
@@ -661,7 +673,7 @@ class Nonbonded(EnergyTerm):
         """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
         cutoff = None if self.method == "nocutoff" else self.cutoff
         kernels = _kernels.usable(positions) if keep_factors and self.compiled else None
-        pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors)
+        pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors, kernels)
         parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
                                         self.switch_distance, keep_factors, kernels)}
         if len(self.exceptions):
