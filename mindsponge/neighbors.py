@@ -18,6 +18,14 @@ candidates are generated one neighbour offset at a time. Small systems (fewer th
 use an all-pairs search instead, done in blocks of rows so that no ``(N, N)`` matrix is
 ever formed.
 
+On CPU the cell search runs as a compiled kernel (:mod:`mindsponge._kernels`, built once
+per machine; ``compiled=False`` or ``MINDSCIENCE_NO_EXTENSIONS=1`` selects the pure torch
+search, which finds the same pairs): a counting sort of the atoms by cell, then one pass
+over the cells and their half shell with the exclusions checked as pairs are found.
+Measured on the shared 2-core test machine (TIP3P, 1.0 nm list cutoff, 2 threads): 3,400
+atoms (690k pairs) about 10-15 ms compiled and 130-260 ms in torch; 24,000 atoms (5M
+pairs) about 150-200 ms compiled and about 2 s in torch.
+
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
 triclinic). With at least five cells of width ``(r_c + skin) / 2`` per direction only one
 periodic image of a partner can be within ``r_c + skin``, so a pair is listed exactly when

@@ -488,7 +488,7 @@ class Nonbonded(EnergyTerm):
         self.pme_order = int(pme_order)
         self.exceptions_periodic = bool(exceptions_periodic)
         self.analytic_forces = bool(analytic_forces)
-        self.compiled = bool(compiled)
+        self._compiled = bool(compiled)
         self.register_buffer("charges", charges)
         self.register_buffer("sigma", sigma)
         self.register_buffer("epsilon", epsilon)
@@ -531,8 +531,22 @@ class Nonbonded(EnergyTerm):
                                                                  self.switch_distance)
         self.neighbors = (None if method == "nocutoff" else
                           NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs,
-                                       compiled=self.compiled))
+                                       compiled=self._compiled))
         self._pair_cache: tuple | None = None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether CPU analytic forces use the compiled kernels; settable (also sets the
+        neighbour list's and PME's choice)."""
+        return self._compiled
+
+    @compiled.setter
+    def compiled(self, value: bool) -> None:
+        self._compiled = bool(value)
+        if self.neighbors is not None:
+            self.neighbors.compiled = self._compiled
+        if self._pme is not None:
+            self._pme.compiled = self._compiled
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, n_atoms={len(self.charges)}, method={self.method!r}, "
