@@ -198,7 +198,8 @@ class NeighborList:
 
         Returns:
             ``(P, 2)`` long tensor of pairs ``i < j`` (excluded pairs removed), containing every
-            non-excluded pair closer than ``cutoff`` (and some up to ``cutoff + skin``).
+            non-excluded pair closer than ``cutoff`` (and some up to ``cutoff + skin``); sorted by
+            ``i`` from the compiled search and the all-pairs search.
 
         Raises:
             NeighborListOverflowError: more pairs than ``max_pairs``.

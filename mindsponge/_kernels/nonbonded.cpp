@@ -2,7 +2,7 @@
 //
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
-// prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first, sorted by first atom
+// prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
 //
@@ -277,7 +277,7 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
   });
 }
 
-// (P, 2) int64 pairs i < j within list_cutoff; box empty without periodicity
+// (P, 2) int64 pairs i < j within list_cutoff, sorted by i; box empty without periodicity
 torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
                          std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
                          torch::Tensor exclusion_partners) {
@@ -294,29 +294,36 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
                               exclusion_starts.data_ptr<int64_t>(), exclusion_partners.data_ptr<int64_t>(),
                               found);
   });
-  int64_t total = 0;
-  for (const auto& pairs : found) total += pairs.size();
-  auto result = torch::empty({total / 2, 2}, cell_xyz.options());
+  // counting sort of the pairs by first atom (stable): locality for the pair kernel
+  const int64_t n_atoms = wrapped.size(0);
+  std::vector<int64_t> starts(n_atoms + 1, 0);
+  for (const auto& pairs : found)
+    for (size_t k = 0; k < pairs.size(); k += 2) ++starts[pairs[k] + 1];
+  for (int64_t a = 0; a < n_atoms; ++a) starts[a + 1] += starts[a];
+  auto result = torch::empty({starts[n_atoms], 2}, cell_xyz.options());
   int64_t* out = result.data_ptr<int64_t>();
-  for (const auto& pairs : found) out = std::copy(pairs.begin(), pairs.end(), out);
+  for (const auto& pairs : found)
+    for (size_t k = 0; k < pairs.size(); k += 2) {
+      const int64_t position = starts[pairs[k]]++;
+      out[2 * position] = pairs[k];
+      out[2 * position + 1] = pairs[k + 1];
+    }
   return result;
 }
 
-// Pairs reordered by (no Lennard-Jones, first atom) with a stable counting sort, and their parameters:
-// (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the LJ prefix, (3, P) minimum-image shifts of the
-// reference displacements; empty without a box). Lorentz-Berthelot combination, as Nonbonded._make_pairs.
+// Pairs with Lennard-Jones first (stable partition: the input order, by first atom from the neighbour list,
+// is kept within each group) and their parameters: (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the
+// LJ prefix, (3, P) minimum-image shifts of the reference displacements; empty without a box).
+// Lorentz-Berthelot combination, as Nonbonded._make_pairs.
 template <typename T>
-void lj_first_order(const int64_t* pairs, int64_t n_pairs, int64_t n_atoms, const T* epsilon,
-                    std::vector<int64_t>& order, int64_t& n_lj) {
-  std::vector<int64_t> starts(2 * n_atoms + 1, 0), bucket(n_pairs);
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    const int64_t i = pairs[2 * p], j = pairs[2 * p + 1];
-    bucket[p] = (epsilon[i] * epsilon[j] == T(0) ? n_atoms : 0) + i;
-    ++starts[bucket[p] + 1];
-  }
-  for (int64_t b = 0; b < 2 * n_atoms; ++b) starts[b + 1] += starts[b];
-  n_lj = starts[n_atoms];
-  for (int64_t p = 0; p < n_pairs; ++p) order[starts[bucket[p]]++] = p;
+void lj_first_order(const int64_t* pairs, int64_t n_pairs, const T* epsilon, std::vector<int64_t>& order,
+                    int64_t& n_lj) {
+  n_lj = 0;
+  for (int64_t p = 0; p < n_pairs; ++p)
+    if (epsilon[pairs[2 * p]] * epsilon[pairs[2 * p + 1]] != T(0)) order[n_lj++] = p;
+  int64_t next = n_lj;
+  for (int64_t p = 0; p < n_pairs; ++p)
+    if (epsilon[pairs[2 * p]] * epsilon[pairs[2 * p + 1]] == T(0)) order[next++] = p;
 }
 
 std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor reference, torch::Tensor box,
@@ -341,7 +348,7 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
     const scalar_t* q = charges.data_ptr<scalar_t>();
     const scalar_t* s = sigma.data_ptr<scalar_t>();
     const scalar_t* e = epsilon.data_ptr<scalar_t>();
-    lj_first_order<scalar_t>(pair_data, n_pairs, n_atoms, e, order, n_lj);
+    lj_first_order<scalar_t>(pair_data, n_pairs, e, order, n_lj);
     sigma_squared = torch::empty({n_lj}, charges.options());
     epsilon4 = torch::empty({n_lj}, charges.options());
     int64_t* first_out = first.data_ptr<int64_t>();
