@@ -79,8 +79,9 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
   const int64_t stride = 2 * 3 * n_atoms;
   at::parallel_for(0, n_pairs, 4096, [&](int64_t begin, int64_t end) {
     const int thread = at::get_thread_num();
+    // per atom: dE_LJ/dx (3 values) then dE_Coulomb/dx (3 values), one cache line for both
     T* gradient_lj = gradients + thread * stride;
-    T* gradient_coulomb = gradient_lj + 3 * n_atoms;
+    T* gradient_coulomb = gradient_lj + 3;
     double energy_lj = 0.0, energy_coulomb = 0.0;
     // pairs come sorted by first atom: its gradient is accumulated here and stored once
     int64_t current = -1;
@@ -88,8 +89,8 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
     auto store_first = [&]() {
       if (current < 0) return;
       for (int d = 0; d < 3; ++d) {
-        gradient_lj[3 * current + d] += first_lj[d];
-        gradient_coulomb[3 * current + d] += first_coulomb[d];
+        gradient_lj[6 * current + d] += first_lj[d];
+        gradient_coulomb[6 * current + d] += first_coulomb[d];
         first_lj[d] = first_coulomb[d] = T(0);
       }
     };
@@ -135,9 +136,9 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
       first_coulomb[0] += fx;
       first_coulomb[1] += fy;
       first_coulomb[2] += fz;
-      gradient_coulomb[3 * j] -= fx;
-      gradient_coulomb[3 * j + 1] -= fy;
-      gradient_coulomb[3 * j + 2] -= fz;
+      gradient_coulomb[6 * j] -= fx;
+      gradient_coulomb[6 * j + 1] -= fy;
+      gradient_coulomb[6 * j + 2] -= fz;
       if (p < n_lj) {
         const T s2 = sigma_squared[p] * inverse_r2;
         const T s6 = s2 * s2 * s2;
@@ -156,9 +157,9 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
         first_lj[0] += fx;
         first_lj[1] += fy;
         first_lj[2] += fz;
-        gradient_lj[3 * j] -= fx;
-        gradient_lj[3 * j + 1] -= fy;
-        gradient_lj[3 * j + 2] -= fz;
+        gradient_lj[6 * j] -= fx;
+        gradient_lj[6 * j + 1] -= fy;
+        gradient_lj[6 * j + 2] -= fz;
       }
     }
     store_first();
@@ -177,7 +178,7 @@ std::vector<torch::Tensor> pair_forces(torch::Tensor positions, torch::Tensor fi
   const int64_t n_atoms = positions.size(0), n_pairs = first.size(0), n_lj = epsilon4.size(0);
   const int threads = at::get_num_threads();
   auto energies = torch::zeros({threads, 2}, positions.options().dtype(torch::kFloat64));
-  auto gradients = torch::zeros({threads, 2, n_atoms, 3}, positions.options());
+  auto gradients = torch::zeros({threads, n_atoms, 2, 3}, positions.options());
   const bool has_shifts = shifts.numel() > 0;
   if (has_shifts) shifts = shifts.contiguous();
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "pair_forces", [&] {
@@ -189,7 +190,7 @@ std::vector<torch::Tensor> pair_forces(torch::Tensor positions, torch::Tensor fi
         PairOptions{cutoff, switch_distance, kind, alpha, krf, crf}, energies.data_ptr<double>(),
         gradients.data_ptr<scalar_t>());
   });
-  return {energies.sum(0), gradients.sum(0)};
+  return {energies.sum(0), gradients.sum(0).permute({1, 0, 2})};
 }
 
 template <typename T>
