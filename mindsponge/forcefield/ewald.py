@@ -219,6 +219,7 @@ class PMEReciprocal:
                  compute_forces: bool) -> tuple[Tensor, Tensor | None]:
         n_atoms = len(positions)
         p = self.order
+        charges = charges.to(positions.dtype)  # differentiable cast: parameters may be float64
         sizes = torch.tensor(self.grid, device=positions.device)
         scaled = space.fractional(positions, box)
         scaled = (scaled - torch.floor(scaled)) * sizes.to(positions.dtype)

@@ -232,9 +232,11 @@ def _compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs:
     if shifts is None and box is not None:  # small pair sets (exclusions, exceptions): shifts now
         direct = positions.index_select(0, pairs.second) - positions.index_select(0, pairs.first)
         shifts = (space.minimum_image(direct, box) - direct).T
+    dtype = positions.dtype  # parameters may have another dtype than the positions
     energies, gradients = kernels.pair_forces(
-        positions, pairs.first, pairs.second, positions.new_zeros(0) if shifts is None else shifts,
-        pairs.charge_products, pairs.sigma_squared, pairs.epsilon4, -1.0 if cutoff is None else cutoff,
+        positions, pairs.first, pairs.second, positions.new_zeros(0) if shifts is None else shifts.to(dtype),
+        pairs.charge_products.to(dtype), pairs.sigma_squared.to(dtype), pairs.epsilon4.to(dtype),
+        -1.0 if cutoff is None else cutoff,
         -1.0 if switch_distance is None else switch_distance, _COULOMB_KINDS[coulomb.kind], coulomb.alpha,
         coulomb.krf, coulomb.crf)
     energies = energies.to(positions.dtype)

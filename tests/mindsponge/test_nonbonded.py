@@ -433,3 +433,21 @@ def test_disabled_extensions_fall_back_to_torch(water_model, monkeypatch):
         assert _kernels.nonbonded() is None
         fallback = forces(model, positions, box)
     assert force_error(fallback.numpy(), expected.numpy()) < 1e-10
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_float64_parameters_with_float32_positions(water_model, compiled):
+    """Parameters keep their dtype; the evaluation follows the positions' dtype (mixed precision)."""
+    model, reference = water_model
+    model.compiled = compiled
+    try:
+        positions = torch.tensor(reference["positions"], dtype=torch.float32)
+        box = torch.tensor(reference["box"], dtype=torch.float32)
+        terms = model.energy_terms(positions.requires_grad_(True), box)
+        (gradient,) = torch.autograd.grad(sum(terms.values()), positions)
+    finally:
+        model.compiled = True
+    assert gradient.dtype == torch.float32
+    magnitude = sum(abs(term.item()) for term in terms.values())
+    assert abs(sum(terms.values()).item() - reference["energy"]) <= 1e-6 * magnitude
+    assert force_error(-gradient.double().numpy(), reference["forces"]) < 1e-3
