@@ -62,6 +62,19 @@ struct ErfcTable {
   }
 };
 
+// gradient of a pair term with f = -(dE/dr)/r and d = x_j - x_i: += f d on the first atom (accumulated in
+// first_sum), -= f d on atom j
+template <typename T>
+inline void add_pair_gradient(T* first_sum, T* gradient_j, T dx, T dy, T dz, T f) {
+  const T fx = dx * f, fy = dy * f, fz = dz * f;
+  first_sum[0] += fx;
+  first_sum[1] += fy;
+  first_sum[2] += fz;
+  gradient_j[0] -= fx;
+  gradient_j[1] -= fy;
+  gradient_j[2] -= fz;
+}
+
 template <typename T>
 void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* second, const T* shifts,
                       const T* charge_products, const T* sigma_squared, const T* epsilon4, int64_t n_pairs,
@@ -132,13 +145,7 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
         f_coulomb = (e_coulomb + qq * gaussian_prefactor * std::exp(-alpha_r * alpha_r)) * inverse_r2;
       }
       energy_coulomb += e_coulomb;
-      T fx = dx * f_coulomb, fy = dy * f_coulomb, fz = dz * f_coulomb;
-      first_coulomb[0] += fx;
-      first_coulomb[1] += fy;
-      first_coulomb[2] += fz;
-      gradient_coulomb[6 * j] -= fx;
-      gradient_coulomb[6 * j + 1] -= fy;
-      gradient_coulomb[6 * j + 2] -= fz;
+      add_pair_gradient(first_coulomb, gradient_coulomb + 6 * j, dx, dy, dz, f_coulomb);
       if (p < n_lj) {
         const T s2 = sigma_squared[p] * inverse_r2;
         const T s6 = s2 * s2 * s2;
@@ -153,13 +160,7 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
           e_lj *= switch_value;
         }
         energy_lj += e_lj;
-        fx = dx * f_lj, fy = dy * f_lj, fz = dz * f_lj;
-        first_lj[0] += fx;
-        first_lj[1] += fy;
-        first_lj[2] += fz;
-        gradient_lj[6 * j] -= fx;
-        gradient_lj[6 * j + 1] -= fy;
-        gradient_lj[6 * j + 2] -= fz;
+        add_pair_gradient(first_lj, gradient_lj + 6 * j, dx, dy, dz, f_lj);
       }
     }
     store_first();
