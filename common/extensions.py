@@ -17,7 +17,9 @@ they follow ``torch.set_num_threads``. Builds land in torch's extension director
 (``$TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``), one per
 name and source hash, so a machine compiles each kernel once. Two processes that
 build the same kernel at once (pytest-xdist workers) serialise on torch's lock file in
-that directory; the second one then loads the finished build.
+that directory; the second one then loads the finished build. A lock left behind by a
+process killed while compiling (older than ``STALE_LOCK_SECONDS``) is removed, so later
+runs do not wait on it forever.
 
 Example::
 
@@ -42,6 +44,8 @@ from types import ModuleType
 __all__ = ["ExtensionWarning", "build_seconds", "load"]
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
+# a build lock older than this was left by a killed build (a kernel compiles in a few minutes)
+STALE_LOCK_SECONDS = 900.0
 
 # wall-clock seconds each kernel took to compile or load in this process, by name
 build_seconds: dict[str, float] = {}
@@ -110,6 +114,7 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
     except (ImportError, RuntimeError, OSError) as error:
         _warn_once(name, f"torch C++ extension build unavailable: {error}", stacklevel=3)
         return None
+    _remove_stale_lock(cpp_extension, name)
     output = io.StringIO()
     start = time.perf_counter()
     try:
@@ -125,3 +130,13 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
         return None
     build_seconds[name] = time.perf_counter() - start
     return module
+
+
+def _remove_stale_lock(cpp_extension, name: str) -> None:
+    """Delete the build lock of ``name`` if it is older than ``STALE_LOCK_SECONDS``."""
+    try:
+        lock = Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock"
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink()
+    except (AttributeError, OSError):  # no lock (the usual case), or torch's layout changed
+        pass

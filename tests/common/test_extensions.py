@@ -95,3 +95,14 @@ def test_two_processes_build_at_once(build_dir):
         out, err = worker.communicate(timeout=600)
         assert worker.returncode == 0, err
         assert out.strip() == "2"
+
+
+def test_stale_lock_of_a_killed_build_is_removed(build_dir):
+    """A lock file left by a build killed long ago does not make the next build wait forever."""
+    lock = build_dir / "torch_extensions" / "ms_probe_stale" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = lock.stat().st_mtime - extensions.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    module = extensions.load("ms_probe_stale", [_probe(build_dir)])
+    assert module is not None and module.add(1, 2) == 3
