@@ -451,3 +451,31 @@ def test_float64_parameters_with_float32_positions(water_model, compiled):
     magnitude = sum(abs(term.item()) for term in terms.values())
     assert abs(sum(terms.values()).item() - reference["energy"]) <= 1e-6 * magnitude
     assert force_error(-gradient.double().numpy(), reference["forces"]) < 1e-3
+
+
+@pytest.mark.parametrize("method, switch", [("pme", 0.6), ("reaction_field", None)])
+def test_compiled_equals_pure_torch_triclinic(kernels, method, switch):
+    """A triclinic box large enough for the cell search: both paths give the same energies and forces."""
+    box = space.box_from_lengths_and_angles(4.2, 4.4, 4.6, 70.0, 80.0, 100.0, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(7)
+    grid = torch.stack(torch.meshgrid(*(torch.arange(11.0, dtype=torch.float64),) * 3, indexing="ij"), -1)
+    jitter = 0.3 * torch.rand(1331, 3, dtype=torch.float64, generator=generator)
+    fractional = (grid.reshape(-1, 3) + jitter) / 11
+    positions = (fractional - 0.2) @ box  # some atoms outside the box
+    charges = torch.randn(1331, dtype=torch.float64, generator=generator) * 0.3
+    sigma = torch.full((1331,), 0.25, dtype=torch.float64)
+    epsilon = torch.where(torch.arange(1331) % 3 == 0, 0.5, 0.0).to(torch.float64)
+    bonded = torch.stack([torch.arange(0, 1330, 2), torch.arange(1, 1331, 2)], 1)
+    results = {}
+    for compiled in (True, False):
+        model = Nonbonded(charges, sigma, epsilon, method=method, cutoff=0.8, switch_distance=switch,
+                          exclusions=bonded, compiled=compiled)
+        x = positions.clone().requires_grad_(True)
+        terms = model.energy_terms(x, box)
+        (gradient,) = torch.autograd.grad(sum(terms.values()), x)
+        results[compiled] = terms, gradient
+        assert len(model.neighbors.pairs) > 20_000
+    (terms_c, gradient_c), (terms_t, gradient_t) = results[True], results[False]
+    for name in terms_t:
+        assert terms_c[name].item() == pytest.approx(terms_t[name].item(), rel=1e-10, abs=1e-9)
+    assert force_error(gradient_c.numpy(), gradient_t.numpy()) < 1e-10
