@@ -84,18 +84,18 @@ compare both paths with each other and with OpenMM's Reference platform.
 
 **Performance notes** (``benchmarks/md_energy.py``: TIP3P, PME, 0.9 nm cutoff, float32,
 2 threads, energy + forces, best of 5 alternating rounds against OpenMM's CPU platform on
-2 threads; shared 2-core machine, load average about 0.8-1.5)::
+2 threads; shared 2-core machine, load average 0.6-1.4 during the run)::
 
                                     3,378 atoms (691k pairs)     24,144 atoms (4.97M pairs)
-    OpenMM CPU                       9.3 ms                        58.6 ms
-    pure torch path ("before")      42.0 ms  (0.22x)              563 ms   (0.10x)
-    compiled kernels ("after")      16.9 ms  (0.55x)               92 ms   (0.64x)
-      direct pair kernel             ~9.5 ms                       ~65 ms
-      PME (spread, FFT, gather)       3.2 ms  (torch: 8.5 ms)       16 ms  (torch: 51 ms)
-      empty bonded terms, glue       ~3 ms                         ~10 ms
-    neighbour-list build            16 ms   (torch: 176 ms)       180 ms   (torch: 1.4 s)
-    evaluation including a rebuild  54 ms   (torch: 266 ms)       ~450 ms  (torch: 3.1 s)
-    peak RSS at 24k atoms                                          537 MiB
+    OpenMM CPU                      10.1 ms                        55.8 ms
+    pure torch path ("before")      42.8 ms  (0.24x)              468 ms   (0.12x)
+    compiled kernels ("after")      17.5 ms  (0.58x)               85 ms   (0.66x)
+      direct pair kernel             ~9 ms                         ~54 ms
+      PME (spread, FFT, gather)       3.6 ms  (torch: 11 ms)        10 ms  (torch: 56 ms)
+      bonded terms (empty), glue     ~3 ms                          ~3 ms
+    neighbour-list build            16 ms   (torch: 193 ms)       193 ms   (torch: 1.4 s)
+    evaluation including a rebuild  42 ms   (torch: 356 ms)       381 ms   (torch: 3.2 s)
+    peak RSS at 24k atoms                                          538 MiB
 
 In dynamics the list is rebuilt every 10-20 steps, so a step costs about one evaluation
 plus a tenth of a rebuild. The torch path caches the direct-space pairs per neighbour-list
