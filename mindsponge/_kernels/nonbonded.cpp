@@ -197,7 +197,7 @@ std::vector<torch::Tensor> pair_forces(torch::Tensor positions, torch::Tensor fi
 template <typename T>
 void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
                      const std::vector<int64_t>& n_cells, double list_cutoff, const int64_t* exclusion_starts,
-                     const int64_t* exclusion_partners, std::vector<std::vector<int64_t>>& found) {
+                     const int64_t* exclusion_partners, std::vector<std::vector<int32_t>>& found) {
   const int64_t nx = n_cells[0], ny = n_cells[1], nz = n_cells[2];
   const int64_t total = nx * ny * nz;
   std::vector<int64_t> cell(n_atoms), starts(total + 1, 0), order(n_atoms);
@@ -229,7 +229,7 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
     for (auto& pairs : found) pairs.reserve(size_t(2.2 * expected / found.size()) + 64);  // 2 ints a pair, +10%
   }
   at::parallel_for(0, total, 16, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t>& pairs = found[at::get_thread_num()];
+    std::vector<int32_t>& pairs = found[at::get_thread_num()];
     for (int64_t c = begin; c < end; ++c) {
       if (starts[c] == starts[c + 1]) continue;
       const int64_t cx = c / (ny * nz), cy = (c / nz) % ny, cz = c % nz;
@@ -269,8 +269,8 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
               for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
                 excluded |= exclusion_partners[e] == high;
               if (excluded) continue;
-              pairs.push_back(low);
-              pairs.push_back(high);
+              pairs.push_back(int32_t(low));  // int32 halves the buffers (checked: N < 2^31)
+              pairs.push_back(int32_t(high));
             }
           }
         }
@@ -289,7 +289,8 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
   exclusion_partners = exclusion_partners.contiguous();
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
-  std::vector<std::vector<int64_t>> found(at::get_num_threads());
+  TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell_pairs: at most 2^31 - 1 atoms");
+  std::vector<std::vector<int32_t>> found(at::get_num_threads());
   AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_pairs", [&] {
     cell_pairs_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
                               cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, list_cutoff,
@@ -317,17 +318,6 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
 // is kept within each group) and their parameters: (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the
 // LJ prefix, (3, P) minimum-image shifts of the reference displacements; empty without a box).
 // Lorentz-Berthelot combination, as Nonbonded._make_pairs.
-template <typename T>
-void lj_first_order(const int64_t* pairs, int64_t n_pairs, const T* epsilon, std::vector<int64_t>& order,
-                    int64_t& n_lj) {
-  n_lj = 0;
-  for (int64_t p = 0; p < n_pairs; ++p)
-    if (epsilon[pairs[2 * p]] * epsilon[pairs[2 * p + 1]] != T(0)) order[n_lj++] = p;
-  int64_t next = n_lj;
-  for (int64_t p = 0; p < n_pairs; ++p)
-    if (epsilon[pairs[2 * p]] * epsilon[pairs[2 * p + 1]] == T(0)) order[next++] = p;
-}
-
 std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor reference, torch::Tensor box,
                                          torch::Tensor charges, torch::Tensor sigma, torch::Tensor epsilon,
                                          double coulomb_constant) {
@@ -338,9 +328,12 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
   epsilon = epsilon.contiguous();
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.contiguous();
-  const int64_t n_pairs = pairs.size(0), n_atoms = charges.size(0);
-  std::vector<int64_t> order(n_pairs);
-  int64_t n_lj = 0;
+  const int64_t n_pairs = pairs.size(0);
+  // the pairs in fixed chunks: count the LJ pairs of each chunk, then each chunk writes its LJ pairs
+  // and its other pairs at their offsets (a stable partition without an index array)
+  constexpr int64_t kChunks = 256;
+  const int64_t chunk = std::max<int64_t>(1, (n_pairs + kChunks - 1) / kChunks);
+  std::vector<int64_t> lj_offset(kChunks + 1, 0), other_offset(kChunks + 1, 0);
   auto first = torch::empty({n_pairs}, pairs.options()), second = torch::empty({n_pairs}, pairs.options());
   auto charge_products = torch::empty({n_pairs}, charges.options());
   auto shifts = torch::empty({periodic ? 3 : 0, n_pairs}, charges.options());
@@ -350,7 +343,19 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
     const scalar_t* q = charges.data_ptr<scalar_t>();
     const scalar_t* s = sigma.data_ptr<scalar_t>();
     const scalar_t* e = epsilon.data_ptr<scalar_t>();
-    lj_first_order<scalar_t>(pair_data, n_pairs, e, order, n_lj);
+    auto has_lj = [&](int64_t p) { return e[pair_data[2 * p]] * e[pair_data[2 * p + 1]] != scalar_t(0); };
+    at::parallel_for(0, kChunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t count = 0;
+        for (int64_t p = c * chunk; p < std::min(n_pairs, (c + 1) * chunk); ++p) count += has_lj(p) ? 1 : 0;
+        lj_offset[c + 1] = count;
+        other_offset[c + 1] = std::max<int64_t>(0, std::min(n_pairs, (c + 1) * chunk) - c * chunk) - count;
+      }
+    });
+    for (int64_t c = 0; c < kChunks; ++c) lj_offset[c + 1] += lj_offset[c];
+    const int64_t n_lj = lj_offset[kChunks];
+    other_offset[0] = n_lj;
+    for (int64_t c = 0; c < kChunks; ++c) other_offset[c + 1] += other_offset[c];
     sigma_squared = torch::empty({n_lj}, charges.options());
     epsilon4 = torch::empty({n_lj}, charges.options());
     int64_t* first_out = first.data_ptr<int64_t>();
@@ -362,25 +367,30 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
     const scalar_t* x = periodic ? reference.data_ptr<scalar_t>() : nullptr;
     const scalar_t* b = periodic ? box.data_ptr<scalar_t>() : nullptr;
     const scalar_t constant = scalar_t(coulomb_constant);
-    at::parallel_for(0, n_pairs, 8192, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) {
-        const int64_t p = order[k], i = pair_data[2 * p], j = pair_data[2 * p + 1];
-        first_out[k] = i;
-        second_out[k] = j;
-        qq[k] = constant * q[i] * q[j];
-        if (k < n_lj) {
-          const scalar_t sigma_ij = scalar_t(0.5) * (s[i] + s[j]);
-          sigma2[k] = sigma_ij * sigma_ij;
-          eps4[k] = scalar_t(4) * std::sqrt(e[i] * e[j]);
-        }
-        if (periodic) {  // mindsponge.space.minimum_image: reduced box, axes 2, 1, 0
-          scalar_t direct[3], d[3];
-          for (int a = 0; a < 3; ++a) direct[a] = d[a] = x[3 * j + a] - x[3 * i + a];
-          for (int axis = 2; axis >= 0; --axis) {
-            const scalar_t image = std::nearbyint(d[axis] / b[4 * axis]);
-            for (int a = 0; a < 3; ++a) d[a] -= image * b[3 * axis + a];
+    at::parallel_for(0, kChunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t next_lj = lj_offset[c], next_other = other_offset[c];
+        for (int64_t p = c * chunk; p < std::min(n_pairs, (c + 1) * chunk); ++p) {
+          const int64_t i = pair_data[2 * p], j = pair_data[2 * p + 1];
+          const bool lj = has_lj(p);
+          const int64_t k = lj ? next_lj++ : next_other++;
+          first_out[k] = i;
+          second_out[k] = j;
+          qq[k] = constant * q[i] * q[j];
+          if (lj) {
+            const scalar_t sigma_ij = scalar_t(0.5) * (s[i] + s[j]);
+            sigma2[k] = sigma_ij * sigma_ij;
+            eps4[k] = scalar_t(4) * std::sqrt(e[i] * e[j]);
           }
-          for (int a = 0; a < 3; ++a) shift[a * n_pairs + k] = d[a] - direct[a];
+          if (periodic) {  // mindsponge.space.minimum_image: reduced box, axes 2, 1, 0
+            scalar_t direct[3], d[3];
+            for (int a = 0; a < 3; ++a) direct[a] = d[a] = x[3 * j + a] - x[3 * i + a];
+            for (int axis = 2; axis >= 0; --axis) {
+              const scalar_t image = std::rint(d[axis] / b[4 * axis]);
+              for (int a = 0; a < 3; ++a) d[a] -= image * b[3 * axis + a];
+            }
+            for (int a = 0; a < 3; ++a) shift[a * n_pairs + k] = d[a] - direct[a];
+          }
         }
       }
     });
