@@ -1,0 +1,130 @@
+"""Tests of common.parallel: torchrun data-parallel training and the job runner (pool and Dask)."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from common import parallel
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# Linear regression trained with DistributedContext, exactly as a user script would be.
+# The global batch is 16 samples: one process takes 16 per step, two processes 8 each.
+# Without shuffling, DistributedSampler gives rank r the samples r, r + 2, ..., so the
+# two shards of a step together are the single process's batch, and averaging the
+# gradients (DistributedDataParallel) reproduces its step up to summation order.
+TRAIN = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import torch
+    from common import parallel
+
+    output, shuffle = sys.argv[1], sys.argv[2] == "shuffle"
+    ctx = parallel.DistributedContext.from_environment(device="cpu")
+    rng = np.random.default_rng(0)
+    inputs = rng.normal(size=(256, 3))
+    targets = inputs @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.1 * rng.normal(size=256)
+    dataset = torch.utils.data.TensorDataset(
+        torch.tensor(inputs, dtype=torch.float64), torch.tensor(targets, dtype=torch.float64)[:, None]
+    )
+    torch.manual_seed(1)
+    model = ctx.wrap(torch.nn.Linear(3, 1).double())
+    sampler = ctx.sampler(dataset, shuffle=shuffle, seed=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=16 // ctx.world_size, sampler=sampler)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for epoch in range(15):
+        ctx.set_epoch(sampler, epoch)
+        total = torch.zeros((), dtype=torch.float64)
+        for features, labels in loader:
+            optimiser.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(features), labels)
+            loss.backward()
+            optimiser.step()
+            total += loss.detach() * len(labels)
+        losses.append(ctx.all_reduce_mean(total / len(sampler)).item())
+    if ctx.is_main:
+        with open(output, "w") as handle:
+            json.dump({"world_size": ctx.world_size, "losses": losses}, handle)
+    ctx.close()
+    """
+)
+
+
+def _environment():
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE")}
+    return {**environment, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def _train(tmp_path, processes, shuffle):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    output = tmp_path / f"losses_{processes}_{shuffle}.json"
+    launcher = [sys.executable] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"
+    ]
+    completed = subprocess.run(
+        [*launcher, str(script), str(output), "shuffle" if shuffle else "ordered"],
+        env=_environment(), capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(output.read_text())
+    assert result["world_size"] == processes
+    return np.array(result["losses"])
+
+
+def _least_squares_loss():
+    """The minimum mean squared error of the script's data (numpy lstsq): where training must end."""
+    rng = np.random.default_rng(0)
+    inputs = rng.normal(size=(256, 3))
+    targets = inputs @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.1 * rng.normal(size=256)
+    design = np.hstack([inputs, np.ones((256, 1))])
+    coefficients = np.linalg.lstsq(design, targets, rcond=None)[0]
+    return float(np.mean((design @ coefficients - targets) ** 2))
+
+
+def test_torchrun_two_processes_match_single_process(tmp_path):
+    single = _train(tmp_path, 1, shuffle=False)
+    double = _train(tmp_path, 2, shuffle=False)
+    # same samples per step: the same trajectory up to floating-point summation order
+    np.testing.assert_allclose(double, single, rtol=1e-9)
+    optimum = _least_squares_loss()
+    assert single[0] > 10 * optimum  # training had something to do
+    assert single[-1] == pytest.approx(optimum, rel=0.05)
+    # shuffled shards: a different sample order, the same result in expectation
+    shuffled = _train(tmp_path, 2, shuffle=True)
+    assert shuffled[-1] == pytest.approx(optimum, rel=0.05)
+
+
+def test_single_process_context_without_torchrun(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    ctx = parallel.DistributedContext.from_environment(device="cpu")
+    assert (ctx.rank, ctx.world_size, ctx.is_main, ctx.backend) == (0, 1, True, None)
+    model = torch.nn.Linear(2, 1)
+    assert ctx.wrap(model) is model
+    dataset = torch.utils.data.TensorDataset(torch.arange(10.0))
+    assert sorted(ctx.sampler(dataset, shuffle=True, seed=3)) == list(range(10))
+    assert list(ctx.sampler(dataset, shuffle=False)) == list(range(10))
+    value = torch.tensor([1.0, 2.0])
+    assert torch.equal(ctx.all_reduce_mean(value), value)
+    ctx.close()
+
+
+def test_bad_environment_names_the_variable(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE"):
+        parallel.DistributedContext.from_environment(device="cpu")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR"):
+        parallel.DistributedContext.from_environment(device="cpu")
