@@ -1,7 +1,6 @@
 """Tests of common.parallel: torchrun data-parallel training and the job runner (pool and Dask)."""
 
 import json
-import math
 import os
 import pathlib
 import subprocess
@@ -69,12 +68,17 @@ def _train(tmp_path, processes, shuffle):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     output = tmp_path / f"losses_{processes}_{shuffle}.json"
-    launcher = [sys.executable] if processes == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"
-    ]
+    launcher = (
+        [sys.executable]
+        if processes == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    )
     completed = subprocess.run(
         [*launcher, str(script), str(output), "shuffle" if shuffle else "ordered"],
-        env=_environment(), capture_output=True, text=True, timeout=300,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads(output.read_text())
