@@ -21,9 +21,9 @@ reported with its file, line and key) describes a complete simulation::
     temperature = 300.0
     friction = 1.0
 
-    [barostat]                       # optional, isotropic: "monte_carlo" or "c_rescale"
-    type = "monte_carlo"
-    pressure = 1.0
+    [barostat]                       # optional: "monte_carlo", "monte_carlo_anisotropic",
+    type = "monte_carlo"             #   "c_rescale" or "berendsen" (equilibration only)
+    pressure = 1.0                   # anisotropic: also [P_x, P_y, P_z] and scale_x/y/z = false
     temperature = 300.0
 
     [output]
@@ -111,15 +111,26 @@ class ThermostatConfig:
 
 @dataclass
 class BarostatConfig:
-    """Isotropic barostat: pressure in bar, temperature in K, frequency in steps; C-rescale also
-    takes the compressibility (1/bar) and time constant (ps)."""
+    """Barostat (:mod:`mindsponge.barostats`): pressure in bar (three per-axis values only for
+    ``monte_carlo_anisotropic``), temperature in K (not used by ``berendsen``), frequency in
+    steps; C-rescale and Berendsen also take the compressibility (1/bar) and time constant (ps);
+    the anisotropic Monte Carlo barostat the axes it may scale."""
 
-    type: Literal["monte_carlo", "c_rescale"] = "monte_carlo"
-    pressure: float = 1.0
+    type: Literal["monte_carlo", "monte_carlo_anisotropic", "c_rescale", "berendsen"] = "monte_carlo"
+    pressure: float | tuple[float, float, float] = 1.0
     temperature: float = 300.0
     frequency: int = 25
     compressibility: float = 4.5e-5
     time_constant: float = 1.0
+    scale_x: bool = True
+    scale_y: bool = True
+    scale_z: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.pressure, tuple) and self.type != "monte_carlo_anisotropic":
+            raise ValueError(
+                f"a per-axis pressure needs type = \"monte_carlo_anisotropic\", not {self.type!r}"
+            )
 
 
 @dataclass
@@ -238,13 +249,26 @@ def run(config_path, resume=False, progress=True):
             barostat = ms.barostats.MonteCarloBarostat(
                 coupling.pressure, coupling.temperature, coupling.frequency
             )
-        else:
+        elif coupling.type == "monte_carlo_anisotropic":
+            barostat = ms.barostats.MonteCarloAnisotropicBarostat(
+                coupling.pressure,
+                coupling.temperature,
+                coupling.frequency,
+                coupling.scale_x,
+                coupling.scale_y,
+                coupling.scale_z,
+            )
+        elif coupling.type == "c_rescale":
             barostat = ms.barostats.CRescale(
                 coupling.pressure,
                 coupling.temperature,
                 coupling.compressibility,
                 coupling.time_constant,
                 coupling.frequency,
+            )
+        else:
+            barostat = ms.barostats.Berendsen(
+                coupling.pressure, coupling.compressibility, coupling.time_constant, coupling.frequency
             )
     output = config.output
     output.directory.mkdir(parents=True, exist_ok=True)

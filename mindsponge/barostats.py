@@ -1,18 +1,37 @@
 """Barostats (NPT).
 
-:class:`MonteCarloBarostat` is the isotropic Monte Carlo barostat of OpenMM (Chow & Ferguson,
-Comput. Phys. Commun. 91, 283 (1995); Aqvist et al., Chem. Phys. Lett. 384, 288 (2004)):
-every ``frequency`` steps the box volume is changed by a random ``dV`` in
-``[-s, s]``, the molecules' centres of mass are scaled with the box (molecules move rigidly,
-so constraints stay satisfied), and the move is accepted with the Metropolis probability of
+A barostat has ``frequency`` (steps) and ``apply(simulation, state) -> state``; the simulation
+calls it after every step whose number is a multiple of ``frequency`` (after the thermostat).
+Every barostat scales the molecules' centres of mass with the box (molecules move rigidly, so
+constraints stay satisfied) and needs a periodic system (:class:`~mindsponge.simulation.Simulation`
+refuses a barostat when the system's box is ``None``). Its state lives in ``state.extras`` and
+goes into checkpoints.
 
-    w = dU + P dV - N_mol k T ln(V' / V),
+- :class:`MonteCarloBarostat`: OpenMM's isotropic Monte Carlo barostat (Chow & Ferguson,
+  Comput. Phys. Commun. 91, 283 (1995); Aqvist et al., Chem. Phys. Lett. 384, 288 (2004)).
+  Every ``frequency`` steps the box volume is changed by a random ``dV`` in ``[-s, s]`` and the
+  move is accepted with the Metropolis probability of
 
-where ``N_mol`` is the number of molecules. The step ``s`` starts at 1% of the volume and adapts
-every 10 attempts towards an acceptance rate between 25% and 75%, as OpenMM does. Velocities
-are not changed. The barostat's state (step size, counters) lives in ``state.extras``.
+      w = dU + P dV - N_mol k T ln(V' / V),
 
-Units: bar, K, nm^3, kJ/mol.
+  where ``N_mol`` is the number of molecules. The step ``s`` starts at 1% of the volume and
+  adapts every 10 attempts towards an acceptance rate between 25% and 75% (capped at 30% of
+  the volume), as OpenMM does. Velocities are not changed. Samples the isothermal-isobaric
+  ensemble exactly (with a thermostat at the same temperature).
+- :class:`MonteCarloAnisotropicBarostat`: OpenMM's ``MonteCarloAnisotropicBarostat``: each
+  attempt picks one of the enabled axes at random and changes the volume by stretching the
+  box along that axis only, with that axis's pressure in ``w``; each axis has its own step size.
+- :class:`CRescale`: stochastic cell rescaling (Bernetti & Bussi 2020), isotropic; samples the
+  isothermal-isobaric ensemble, with smooth volume dynamics.
+- :class:`Berendsen`: weak coupling (Berendsen et al., J. Chem. Phys. 81, 3684 (1984)), isotropic.
+  Relaxes the pressure to its target exponentially but suppresses the volume fluctuations: it
+  does **not** sample the isothermal-isobaric ensemble (use it to equilibrate, then switch).
+
+The pressure that :class:`CRescale` and :class:`Berendsen` couple to is the molecular-virial
+pressure of :func:`mindsponge.thermo.pressure`, which is exact with rigid molecules and
+constraints (constraint forces act inside molecules and drop out of the molecular virial).
+
+Units: bar, K, ps, nm^3, kJ/mol, 1/bar.
 """
 
 import math
@@ -20,12 +39,26 @@ import math
 import torch
 
 from common import units
+from mindsponge import thermo
+from mindsponge.integrators import _check_positive
 
-__all__ = ["CRescale", "MonteCarloBarostat"]
+__all__ = ["Berendsen", "CRescale", "MonteCarloAnisotropicBarostat", "MonteCarloBarostat"]
+
+
+def _check_frequency(frequency, owner):
+    if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency <= 0:
+        raise ValueError(f"{owner}: frequency must be a positive int (steps), got {frequency!r}")
+    return frequency
+
+
+def _check_pressure(pressure, owner):
+    if isinstance(pressure, bool) or not isinstance(pressure, int | float) or not math.isfinite(pressure):
+        raise ValueError(f"{owner}: pressure must be a finite number of bar, got {pressure!r}")
+    return float(pressure)
 
 
 def _scale_molecules(simulation, positions, scale):
-    """Positions with every molecule's centre of mass scaled by ``scale`` (molecules move rigidly)."""
+    """Positions with every molecule's centre of mass scaled by ``scale`` (a number or (3,) per axis)."""
     groups = simulation.molecules
     masses = simulation.masses.to(positions.dtype)
     n_molecules = int(groups.max()) + 1
@@ -35,8 +68,20 @@ def _scale_molecules(simulation, positions, scale):
     return positions + (scale - 1) * (centers / totals[:, None])[groups]
 
 
+def _current_pressure(simulation, state):
+    """Molecular-virial pressure of ``state``, bar (() tensor)."""
+    return thermo.pressure(
+        simulation.potential,
+        state.positions,
+        state.velocities,
+        simulation.masses,
+        state.box,
+        simulation.molecules,
+    )
+
+
 class MonteCarloBarostat:
-    """Isotropic Monte Carlo barostat.
+    """Isotropic Monte Carlo barostat (see the module docstring).
 
     Args:
         pressure: external pressure, bar.
@@ -48,23 +93,28 @@ class MonteCarloBarostat:
     """
 
     def __init__(self, pressure, temperature, frequency=25):
-        if not math.isfinite(pressure):
-            raise ValueError(f"MonteCarloBarostat: pressure must be a finite number of bar, got {pressure!r}")
-        if not temperature > 0:
-            raise ValueError(f"MonteCarloBarostat: temperature must be positive (K), got {temperature!r}")
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency <= 0:
-            raise ValueError(
-                f"MonteCarloBarostat: frequency must be a positive int (steps), got {frequency!r}"
-            )
-        self.pressure = float(pressure)
-        self.temperature = float(temperature)
-        self.frequency = frequency
+        owner = type(self).__name__
+        self.pressure = _check_pressure(pressure, owner)
+        self.temperature = _check_positive(temperature, "temperature (K)", owner)
+        self.frequency = _check_frequency(frequency, owner)
 
     def __repr__(self):
-        return (
-            f"MonteCarloBarostat(pressure={self.pressure!r}, temperature={self.temperature!r}, "
-            f"frequency={self.frequency!r})"
-        )
+        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+    # The isotropic barostat has one kind of move; the anisotropic one has one per axis.
+    def _n_moves(self):
+        return 1
+
+    def _choose_move(self, generator, device):
+        return 0
+
+    def _move_pressure(self, move):
+        return self.pressure
+
+    def _axis_scales(self, volume_ratio, move):
+        """Factors (3,) by which the box and the molecules' centres are stretched along x, y, z."""
+        return (volume_ratio ** (1.0 / 3.0)).expand(3)
 
     def apply(self, simulation, state):
         """Attempt one volume move; returns the new (or the unchanged) state."""
@@ -73,42 +123,100 @@ class MonteCarloBarostat:
         dtype, device = state.positions.dtype, state.positions.device
         volume = torch.linalg.det(state.box).abs()
         extras = dict(state.extras)
-        step_size = extras.get("barostat_volume_step", 0.01 * volume)
-        attempted = extras.get("barostat_attempted", torch.zeros((), dtype=torch.long, device=device))
-        accepted = extras.get("barostat_accepted", torch.zeros((), dtype=torch.long, device=device))
+        n_moves = self._n_moves()
+        step_sizes = extras.get("barostat_volume_step", 0.01 * volume.expand(n_moves)).clone()
+        counts = torch.zeros(n_moves, dtype=torch.long, device=device)
+        attempted = extras.get("barostat_attempted", counts).clone()
+        accepted = extras.get("barostat_accepted", counts).clone()
+        move = self._choose_move(generator, device)
         uniforms = torch.rand(2, generator=generator, dtype=dtype, device=device)
-        delta = step_size * 2 * (uniforms[0] - 0.5)
+        delta = step_sizes[move] * 2 * (uniforms[0] - 0.5)
         new_volume = volume + delta
-        groups = simulation.molecules
-        n_molecules = int(groups.max()) + 1
+        n_molecules = int(simulation.molecules.max()) + 1
         thermal = units.BOLTZMANN_MD * self.temperature
         moved = state
         if float(new_volume) > 0:
-            scale = (new_volume / volume) ** (1.0 / 3.0)
-            positions = _scale_molecules(simulation, state.positions, scale)
-            box = state.box * scale
+            scales = self._axis_scales(new_volume / volume, move)
+            positions = _scale_molecules(simulation, state.positions, scales)
+            box = state.box * scales  # every box vector stretched component-wise: V' = V prod(scales)
             energy, forces = simulation.force(positions, box)
             work = (
                 energy
                 - state.potential_energy
-                + self.pressure * units.BAR_NM3_TO_KJ_PER_MOL * delta
+                + self._move_pressure(move) * units.BAR_NM3_TO_KJ_PER_MOL * delta
                 - n_molecules * thermal * torch.log(new_volume / volume)
             )
             if float(work) <= 0 or float(uniforms[1]) < math.exp(-float(work) / thermal):
                 moved = state.replace(positions=positions, box=box, forces=forces, potential_energy=energy)
-                accepted = accepted + 1
-        attempted = attempted + 1
-        if int(attempted) >= 10:
-            rate = int(accepted) / int(attempted)
+                accepted[move] += 1
+        attempted[move] += 1
+        if int(attempted[move]) >= 10:
+            rate = int(accepted[move]) / int(attempted[move])
             if rate < 0.25:
-                step_size = step_size / 1.1
+                step_sizes[move] = step_sizes[move] / 1.1
             elif rate > 0.75:
-                step_size = torch.minimum(step_size * 1.1, 0.3 * volume)
-            attempted, accepted = attempted * 0, accepted * 0
+                step_sizes[move] = torch.minimum(step_sizes[move] * 1.1, 0.3 * volume)
+            attempted[move], accepted[move] = 0, 0
         extras.update(
-            barostat_volume_step=step_size, barostat_attempted=attempted, barostat_accepted=accepted
+            barostat_volume_step=step_sizes, barostat_attempted=attempted, barostat_accepted=accepted
         )
         return moved.replace(extras=extras, rng_state=generator.get_state())
+
+
+class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
+    """Anisotropic Monte Carlo barostat (OpenMM's ``MonteCarloAnisotropicBarostat``).
+
+    Each attempt picks one enabled axis uniformly at random and stretches the box and the
+    molecules' centres along that axis only (``x -> s x`` for the x axis, applied to the x
+    components of all three box vectors, so a triclinic box in reduced form stays reduced; for
+    an orthorhombic box this is exactly OpenMM's move), accepted with ``w`` of the module
+    docstring using that axis's pressure. Step sizes adapt per axis. Axes that are not enabled
+    keep their length exactly.
+
+    Args:
+        pressure: external pressure, bar: one number for all axes, or three ``(P_x, P_y, P_z)``.
+        temperature: temperature of the ensemble, K.
+        frequency: attempt a move every this many steps.
+        scale_x, scale_y, scale_z: which axes may change.
+
+    Raises:
+        ValueError: a bad pressure (not finite, or not one or three numbers), temperature or
+            frequency, or no axis enabled.
+    """
+
+    def __init__(self, pressure, temperature, frequency=25, scale_x=True, scale_y=True, scale_z=True):
+        owner = type(self).__name__
+        pressures = tuple(pressure) if isinstance(pressure, list | tuple) else (pressure,) * 3
+        if len(pressures) != 3:
+            raise ValueError(
+                f"{owner}: pressure must be a number or three numbers (P_x, P_y, P_z) in bar, "
+                f"got {pressure!r}"
+            )
+        super().__init__(pressures[0], temperature, frequency)
+        self.pressure = tuple(_check_pressure(value, owner) for value in pressures)
+        self.scale_x, self.scale_y, self.scale_z = bool(scale_x), bool(scale_y), bool(scale_z)
+        self._axes = [axis for axis, enabled in enumerate((scale_x, scale_y, scale_z)) if enabled]
+        if not self._axes:
+            raise ValueError(f"{owner}: at least one of scale_x, scale_y, scale_z must be True")
+
+    def __repr__(self):
+        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+    def _n_moves(self):
+        return 3
+
+    def _choose_move(self, generator, device):
+        pick = torch.randint(len(self._axes), (), generator=generator, device=device)
+        return self._axes[int(pick)]
+
+    def _move_pressure(self, move):
+        return self.pressure[move]
+
+    def _axis_scales(self, volume_ratio, move):
+        scales = torch.ones(3, dtype=volume_ratio.dtype, device=volume_ratio.device)
+        scales[move] = volume_ratio
+        return scales
 
 
 class CRescale:
@@ -128,46 +236,28 @@ class CRescale:
         compressibility: isothermal compressibility beta_T, 1/bar (4.5e-5 for water).
         time_constant: relaxation time tau_p, ps.
         frequency: apply every this many steps.
+
+    Raises:
+        ValueError: a non-finite pressure, a non-positive temperature, compressibility,
+            time constant or frequency.
     """
 
     def __init__(self, pressure, temperature, compressibility=4.5e-5, time_constant=1.0, frequency=10):
-        if not math.isfinite(pressure):
-            raise ValueError(f"CRescale: pressure must be a finite number of bar, got {pressure!r}")
-        for name, value in (
-            ("temperature (K)", temperature),
-            ("compressibility (1/bar)", compressibility),
-            ("time_constant (ps)", time_constant),
-        ):
-            if not value > 0:
-                raise ValueError(f"CRescale: {name} must be positive, got {value!r}")
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency <= 0:
-            raise ValueError(f"CRescale: frequency must be a positive int (steps), got {frequency!r}")
-        self.pressure, self.temperature = float(pressure), float(temperature)
-        self.compressibility, self.time_constant = float(compressibility), float(time_constant)
-        self.frequency = frequency
+        owner = type(self).__name__
+        self.pressure = _check_pressure(pressure, owner)
+        self.temperature = _check_positive(temperature, "temperature (K)", owner)
+        self.compressibility = _check_positive(compressibility, "compressibility (1/bar)", owner)
+        self.time_constant = _check_positive(time_constant, "time_constant (ps)", owner)
+        self.frequency = _check_frequency(frequency, owner)
 
-    def __repr__(self):
-        return (
-            f"CRescale(pressure={self.pressure!r}, temperature={self.temperature!r}, "
-            f"compressibility={self.compressibility!r}, time_constant={self.time_constant!r}, "
-            f"frequency={self.frequency!r})"
-        )
+    __repr__ = MonteCarloBarostat.__repr__
 
     def apply(self, simulation, state):
         """Rescale the box, positions and velocities of ``state`` by one stochastic step."""
-        from mindsponge import thermo
-
         generator = simulation.generator
         generator.set_state(state.rng_state)
         dtype, device = state.positions.dtype, state.positions.device
-        current = thermo.pressure(
-            simulation.potential,
-            state.positions,
-            state.velocities,
-            simulation.masses,
-            state.box,
-            simulation.molecules,
-        )
+        current = _current_pressure(simulation, state)
         volume = torch.linalg.det(state.box).abs()
         thermal_pressure = units.BOLTZMANN_MD * self.temperature / volume * units.KJ_PER_MOL_NM3_TO_BAR
         interval = simulation.integrator.dt * self.frequency
@@ -189,3 +279,55 @@ class CRescale:
             potential_energy=energy,
             rng_state=generator.get_state(),
         )
+
+
+class Berendsen:
+    """Berendsen weak-coupling barostat, isotropic (not isothermal-isobaric; for equilibration).
+
+    Every ``frequency`` steps the box and the molecules' centres of mass are scaled by
+
+        mu = 1 - beta_T (frequency dt / tau_p) (P0 - P) / 3
+
+    (GROMACS's form), with ``P`` the instantaneous molecular-virial pressure; velocities are not
+    changed. To first order the volume then relaxes as ``dV/dt = -(beta_T / tau_p) (P0 - <P>) V``,
+    so the mean pressure reaches ``P0`` with time constant ``tau_p / (beta_T K)`` (``K`` the bulk
+    modulus; ``tau_p`` when ``beta_T`` is the true compressibility). The volume fluctuations are
+    too small: this does not sample the isothermal-isobaric ensemble.
+
+    Args:
+        pressure: target pressure, bar.
+        compressibility: isothermal compressibility beta_T, 1/bar (4.5e-5 for water).
+        time_constant: coupling time tau_p, ps.
+        frequency: apply every this many steps.
+
+    Raises:
+        ValueError: a non-finite pressure, a non-positive compressibility, time constant or
+            frequency.
+        FloatingPointError: (from :meth:`apply`) a pressure so far from the target that the box
+            would shrink or grow by more than a factor 2 in one coupling step.
+    """
+
+    def __init__(self, pressure, compressibility=4.5e-5, time_constant=1.0, frequency=10):
+        owner = type(self).__name__
+        self.pressure = _check_pressure(pressure, owner)
+        self.compressibility = _check_positive(compressibility, "compressibility (1/bar)", owner)
+        self.time_constant = _check_positive(time_constant, "time_constant (ps)", owner)
+        self.frequency = _check_frequency(frequency, owner)
+
+    __repr__ = MonteCarloBarostat.__repr__
+
+    def apply(self, simulation, state):
+        """Scale the box and positions of ``state`` by one weak-coupling step."""
+        current = _current_pressure(simulation, state)
+        interval = simulation.integrator.dt * self.frequency
+        scale = 1 - self.compressibility * interval / self.time_constant * (self.pressure - current) / 3
+        if not 0.5 < float(scale) < 2.0:
+            raise FloatingPointError(
+                f"Berendsen barostat: the pressure {float(current):.4g} bar is so far from the target "
+                f"{self.pressure:.4g} bar that the box would be scaled by {float(scale):.4g} at step "
+                f"{state.step}; raise time_constant or lower compressibility"
+            )
+        positions = _scale_molecules(simulation, state.positions, scale)
+        box = state.box * scale
+        energy, forces = simulation.force(positions, box)
+        return state.replace(positions=positions, box=box, forces=forces, potential_energy=energy)
