@@ -1,0 +1,45 @@
+"""Dataset generation from recipes: resumable, on one machine or a Dask cluster, with provenance.
+
+A recipe (``datasets/<name>.toml``, see :mod:`common.datasets.recipe`) names a generator
+``fn(params: dict, seed: int, **options) -> dict[str, array]``, the parameter space and its
+sampling, and the output HDF5 file. :func:`generate` runs every sample through
+:func:`common.parallel.run_jobs` and appends each finished one to the file (see
+:mod:`common.datasets.runner` for the layout); a killed run started again continues.
+
+From the command line::
+
+    python -m common.datasets generate datasets/oscillator_small.toml --workers 2
+    python -m common.datasets generate RECIPE --scheduler tcp://host:8786   # on a Dask cluster
+    python -m common.datasets validate RECIPE                             # check only
+
+From Python:
+
+    >>> from common import datasets                                           # doctest: +SKIP
+    >>> summary = datasets.generate("datasets/oscillator_small.toml", workers=2)  # doctest: +SKIP
+    >>> print(summary)                                                        # doctest: +SKIP
+    >>> table = datasets.read_dataset("oscillator_small.h5")  # by sample_id    # doctest: +SKIP
+"""
+
+from common.datasets.recipe import (
+    Parameter,
+    Recipe,
+    Sampling,
+    load_recipe,
+    loads_recipe,
+    sample_parameters,
+    sample_seed,
+)
+from common.datasets.runner import GenerationSummary, generate, read_dataset
+
+__all__ = [
+    "Recipe",
+    "Parameter",
+    "Sampling",
+    "load_recipe",
+    "loads_recipe",
+    "sample_parameters",
+    "sample_seed",
+    "generate",
+    "read_dataset",
+    "GenerationSummary",
+]

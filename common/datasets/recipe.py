@@ -1,0 +1,372 @@
+"""Dataset recipes: TOML files naming a generator, a parameter space, its sampling and an output file.
+
+A recipe is validated completely when it is loaded, before any sample runs: TOML syntax,
+unknown or missing keys and wrong types (by :mod:`common.config`), then the meaning (the
+generator can be imported and accepts the options, ranges are ordered, grid sampling has
+points for every range, parameter names do not clash). Every error is a
+:class:`common.config.ConfigError` naming the file, line and key.
+
+Example recipe::
+
+    name = "oscillator"
+    description = "damped oscillators for a toy surrogate"
+
+    [generator]
+    function = "common.datasets.examples:damped_oscillator"
+    options = { n_times = 32 }
+
+    [parameters]
+    frequency = { low = 0.5, high = 5.0, scale = "log" }   # rad/s
+    damping = { low = 0.0, high = 0.9 }
+    solver = { values = ["analytic"] }
+
+    [sampling]
+    method = "sobol"       # grid | random | sobol | lhs
+    n = 64
+    seed = 0
+
+    [output]
+    path = "oscillator.h5"
+"""
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import itertools
+import json
+import keyword
+import math
+import pathlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+
+from common import config
+
+__all__ = [
+    "Recipe",
+    "GeneratorTable",
+    "Parameter",
+    "Sampling",
+    "Output",
+    "load_recipe",
+    "loads_recipe",
+    "resolve_function",
+    "sample_parameters",
+    "sample_seed",
+    "RESERVED_COLUMNS",
+]
+
+RESERVED_COLUMNS = ("sample_id", "sample_seed")
+"""Columns the runner adds to every sample; no parameter or generator output may use these names."""
+
+
+@dataclasses.dataclass
+class GeneratorTable:
+    """``[generator]``: the callable producing one sample.
+
+    Attributes:
+        function: ``"module:callable"``, an importable callable
+            ``fn(params: dict, seed: int, **options) -> dict[str, array]``.
+        options: keyword arguments passed to every call.
+        labels: the keys every sample must return (checked per sample); default: the
+            keys of the first finished sample.
+    """
+
+    function: str
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    labels: list[str] | None = None
+
+
+@dataclasses.dataclass
+class Parameter:
+    """One entry of ``[parameters]``: a range (``low``, ``high``) or a list (``values``).
+
+    Attributes:
+        low, high: bounds of a continuous parameter, ``low < high`` (``low > 0`` for
+            ``scale = "log"``).
+        scale: ``"linear"`` (uniform) or ``"log"`` (uniform in the logarithm).
+        points: number of values of a range for ``method = "grid"`` (``linspace`` or
+            ``geomspace`` including both bounds); not used by the other methods.
+        values: the values of a listed parameter (all numbers, all strings or all
+            booleans): crossed with the other parameters by ``method = "grid"``, drawn
+            uniformly by the other methods.
+    """
+
+    low: float | None = None
+    high: float | None = None
+    scale: Literal["linear", "log"] = "linear"
+    points: int | None = None
+    values: list[bool | int | float | str] | None = None
+
+    def __post_init__(self):
+        if self.values is not None:
+            if self.low is not None or self.high is not None or self.points is not None:
+                raise ValueError("give either values or a range (low, high, points), not both")
+            if not self.values:
+                raise ValueError("values must list at least one value")
+            kinds = {_kind(value) for value in self.values}
+            if len(kinds) > 1:
+                raise ValueError(
+                    f"values must be all numbers, all strings or all booleans, got {self.values}"
+                )
+            if kinds == {"number"} and any(isinstance(value, float) for value in self.values):
+                self.values = [float(value) for value in self.values]
+            return
+        if self.low is None or self.high is None:
+            raise ValueError("give a range { low = ..., high = ... } or a list { values = [...] }")
+        if not math.isfinite(self.low):
+            raise ValueError(f"low must be finite, got {self.low}")
+        if not (math.isfinite(self.high) and self.high > self.low):
+            raise ValueError(f"high must be finite and above the lower bound {self.low}, got {self.high}")
+        if self.scale == "log" and self.low <= 0:
+            raise ValueError(f"low must be > 0 for a log scale, got {self.low}")
+        if self.points is not None and self.points < 1:
+            raise ValueError(f"points must be >= 1, got {self.points}")
+
+    @property
+    def is_range(self) -> bool:
+        """True for a range, False for a list of values."""
+        return self.values is None
+
+    def grid(self) -> list:
+        """The grid values: ``points`` values spanning a range, or the listed values."""
+        if not self.is_range:
+            return list(self.values)
+        spacing = np.geomspace if self.scale == "log" else np.linspace
+        return spacing(self.low, self.high, self.points).tolist()
+
+    def from_unit(self, unit: np.ndarray) -> list:
+        """Map points ``u`` of ``[0, 1)`` to the range (uniform in the value or its log) or to
+        ``values[floor(u * len(values))]``."""
+        if not self.is_range:
+            indices = np.minimum((unit * len(self.values)).astype(int), len(self.values) - 1)
+            return [self.values[index] for index in indices]
+        if self.scale == "log":
+            return np.exp(np.log(self.low) + unit * (np.log(self.high) - np.log(self.low))).tolist()
+        return (self.low + unit * (self.high - self.low)).tolist()
+
+
+def _kind(value: Any) -> str:
+    return "bool" if isinstance(value, bool) else "str" if isinstance(value, str) else "number"
+
+
+@dataclasses.dataclass
+class Sampling:
+    """``[sampling]``: how points of the parameter space are chosen.
+
+    Attributes:
+        method: ``"grid"`` (the full cross product; ``n`` may be omitted), ``"random"``
+            (i.i.d. uniform), ``"sobol"`` (scrambled Sobol) or ``"lhs"`` (Latin hypercube).
+        n: number of samples (required except for ``grid``, where it must equal the
+            product of the grid sizes if given).
+        seed: seeds the sampling and, with the sample id, each sample's seed.
+    """
+
+    method: Literal["grid", "random", "sobol", "lhs"]
+    n: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n is not None and self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+@dataclasses.dataclass
+class Output:
+    """``[output]``: the HDF5 file (a relative path is relative to the working directory)."""
+
+    path: pathlib.Path
+
+
+@dataclasses.dataclass
+class Recipe:
+    """A dataset recipe (see the module docstring for the TOML form).
+
+    Attributes:
+        generator, parameters, sampling, output: the tables of the recipe.
+        name, description: free text, stored with the dataset.
+        text: the recipe's TOML source (stored in the dataset's provenance).
+        source: the file it was read from (``"<string>"`` if none).
+    """
+
+    generator: GeneratorTable
+    parameters: dict[str, Parameter]
+    sampling: Sampling
+    output: Output
+    name: str = ""
+    description: str = ""
+    text: str = dataclasses.field(default="", init=False, repr=False)
+    source: str = dataclasses.field(default="<string>", init=False, repr=False)
+
+    @property
+    def n_samples(self) -> int:
+        """Number of samples the recipe defines."""
+        if self.sampling.method == "grid":
+            return math.prod(len(parameter.grid()) for parameter in self.parameters.values())
+        return self.sampling.n
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what determines the samples (generator, options, parameters, sampling).
+
+        Two recipes with the same fingerprint produce the same dataset; the runner refuses
+        to resume a file made by a recipe with another fingerprint.
+        """
+        content = {key: config.to_dict(self)[key] for key in ("generator", "parameters", "sampling")}
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain data (without ``text`` and ``source``)."""
+        data = config.to_dict(self)
+        del data["text"], data["source"]
+        return data
+
+
+def resolve_function(reference: str) -> Callable:
+    """Import ``"package.module:callable"`` (attributes may be dotted) and return the callable.
+
+    Raises:
+        ValueError: if the reference is malformed, the module cannot be imported, or the
+            attribute is missing or not callable (the message says which).
+    """
+    module_name, separator, attribute = reference.partition(":")
+    if not separator or not module_name or not attribute:
+        raise ValueError(f"{reference!r} must have the form 'package.module:callable'")
+    try:
+        target = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import module {module_name!r} of {reference!r}: {error}") from error
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r} (from {reference!r})")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{reference!r} is a {type(target).__name__}, not a callable")
+    return target
+
+
+def _check_options(function: Callable, reference: str, options: dict) -> str | None:
+    """None if ``function`` accepts ``options`` as keyword arguments, else the reason."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None  # builtins without a signature: cannot check
+    parameters = list(signature.parameters.values())
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return f"{reference} must accept (params, seed, **options); its signature is {signature}"
+    keywords = {p.name for p in parameters[2:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    unknown = sorted(set(options) - keywords)
+    if unknown:
+        return f"{reference} takes no option {unknown[0]!r}; it accepts {sorted(keywords)}"
+    return None
+
+
+def _semantic_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
+    """Problems across tables, as (reason, key path)."""
+    errors = []
+    try:
+        function = resolve_function(recipe.generator.function)
+    except ValueError as error:
+        errors.append((str(error), ("generator", "function")))
+    else:
+        reason = _check_options(function, recipe.generator.function, recipe.generator.options)
+        if reason is not None:
+            errors.append((reason, ("generator", "options")))
+    if not recipe.parameters:
+        errors.append(("the recipe needs at least one parameter", ("parameters",)))
+    for name, parameter in recipe.parameters.items():
+        if not name.isidentifier() or keyword.iskeyword(name) or name in RESERVED_COLUMNS:
+            errors.append(
+                (
+                    f"parameter name must be a Python identifier and not one of {RESERVED_COLUMNS}",
+                    ("parameters", name),
+                )
+            )
+        if recipe.sampling.method == "grid" and parameter.is_range and parameter.points is None:
+            errors.append(
+                ("a range needs 'points' (number of grid values) for method 'grid'", ("parameters", name))
+            )
+    for label in recipe.generator.labels or ():
+        if label in recipe.parameters or label in RESERVED_COLUMNS:
+            errors.append(
+                (
+                    f"label {label!r} clashes with a parameter or a reserved column {RESERVED_COLUMNS}",
+                    ("generator", "labels"),
+                )
+            )
+    method, n = recipe.sampling.method, recipe.sampling.n
+    if method != "grid" and n is None:
+        errors.append((f"method {method!r} needs n (the number of samples)", ("sampling", "n")))
+    if method == "grid" and n is not None and not errors and n != recipe.n_samples:
+        errors.append(
+            (
+                f"the grid has {recipe.n_samples} points but n = {n}; omit n or make it match",
+                ("sampling", "n"),
+            )
+        )
+    return errors
+
+
+def loads_recipe(text: str, filename: str = "<string>") -> Recipe:
+    """Parse and validate recipe TOML ``text``.
+
+    Raises:
+        common.config.ConfigError: on any problem, naming ``filename``, the line and the key.
+    """
+    recipe = config.loads(text, Recipe, filename=filename)
+    errors = _semantic_errors(recipe)
+    if errors:
+        reason, key_path = errors[0]
+        line = config._LineIndex(text).line_of(key_path)  # the line lookup common.config uses itself
+        raise config.ConfigError(reason, filename, line, key_path)
+    recipe.text, recipe.source = text, filename
+    return recipe
+
+
+def load_recipe(path: str | pathlib.Path) -> Recipe:
+    """Read and validate the recipe file ``path`` (see :func:`loads_recipe`)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe {str(path)!r} does not exist or is not a file")
+    return loads_recipe(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def sample_parameters(recipe: Recipe) -> list[dict[str, Any]]:
+    """The parameter values of every sample, in sample-id order.
+
+    ``grid``: the cross product, the first parameter varying slowest. ``random``,
+    ``sobol``, ``lhs``: ``n`` points of the unit cube (one dimension per parameter, from
+    :class:`common.geometry.samplers.UnitSampler` seeded with ``sampling.seed``) mapped
+    to the ranges and value lists. Deterministic for a given recipe.
+
+    Returns:
+        One dict per sample: parameter name -> Python float, int, str or bool.
+    """
+    names = list(recipe.parameters)
+    if recipe.sampling.method == "grid":
+        axes = [recipe.parameters[name].grid() for name in names]
+        return [dict(zip(names, point)) for point in itertools.product(*axes)]
+    import torch
+
+    from common.geometry.samplers import UnitSampler
+
+    kind = {"random": "uniform", "sobol": "sobol", "lhs": "lhs"}[recipe.sampling.method]
+    sampler = UnitSampler(kind, len(names), seed=recipe.sampling.seed, dtype=torch.float64)
+    unit = sampler(recipe.sampling.n).numpy()
+    columns = [recipe.parameters[name].from_unit(unit[:, index]) for index, name in enumerate(names)]
+    return [dict(zip(names, row)) for row in zip(*columns)]
+
+
+def sample_seed(recipe_seed: int, sample_id: int) -> int:
+    """The seed passed to the generator for sample ``sample_id``: independent of run order and workers.
+
+    Derived with ``numpy.random.SeedSequence([recipe_seed, sample_id])``; in ``[0, 2**32)``.
+    """
+    return int(np.random.SeedSequence([recipe_seed, sample_id]).generate_state(1, np.uint32)[0])
