@@ -404,7 +404,7 @@ def _run_dask(fn: Callable, jobs: Iterable, scheduler: Any, max_in_flight: int |
         limit = max_in_flight or 2 * threads
         pending_jobs = iter(jobs)
         in_flight: dict[str, Any] = {}
-        completed = distributed.as_completed()
+        completed = distributed.as_completed(loop=client.loop)
 
         def submit_more() -> None:
             for job in pending_jobs:

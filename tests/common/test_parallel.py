@@ -1,6 +1,7 @@
 """Tests of common.parallel: torchrun data-parallel training and the job runner (pool and Dask)."""
 
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -132,3 +133,60 @@ def test_bad_environment_names_the_variable(monkeypatch):
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     with pytest.raises(ValueError, match="MASTER_ADDR"):
         parallel.DistributedContext.from_environment(device="cpu")
+
+
+def _exit_worker_if_negative(value):
+    """Kills its worker process for a negative value (a segfaulting simulation), else squares."""
+    if value < 0:
+        os._exit(1)
+    return value * value
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_run_jobs_local_returns_every_result_and_failures(workers):
+    values = [4.0, -1.0, 9.0, 2.25, 16.0]
+    results = dict(parallel.run_jobs(math.sqrt, values, workers=workers))
+    assert sorted(results) == sorted(values)
+    for value, result in results.items():
+        if value < 0:
+            assert isinstance(result, parallel.JobFailure)
+            assert result.error_type == "ValueError" and "math domain error" in result.message
+            assert "Traceback" in result.traceback
+        else:
+            assert result == math.sqrt(value)
+
+
+def test_run_jobs_survives_a_dying_worker():
+    values = [1, 2, -3, 4, 5, 6, 7, 8]
+    results = dict(parallel.run_jobs(_exit_worker_if_negative, values, workers=2, max_in_flight=2))
+    assert sorted(results) == sorted(values)
+    assert isinstance(results[-3], parallel.JobFailure) and "died" in results[-3].message
+    # jobs submitted after the crash ran on a fresh pool
+    assert all(results[value] == value * value for value in values if value > 4)
+
+
+def test_run_jobs_on_dask_local_cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster:
+        values = [float(value) for value in range(-2, 20)]
+        results = dict(parallel.run_jobs(math.sqrt, values, scheduler=cluster.scheduler_address))
+        with distributed.Client(cluster) as client:  # a Client is accepted too
+            again = dict(parallel.run_jobs(math.sqrt, values[:3], scheduler=client, max_in_flight=1))
+    assert sorted(results) == values
+    for value in values:
+        expected = math.sqrt(value) if value >= 0 else None
+        assert (
+            (results[value] == expected)
+            if expected is not None
+            else isinstance(results[value], parallel.JobFailure)
+        )
+    assert isinstance(again[-2.0], parallel.JobFailure) and again[0.0] == 0.0
+
+
+def test_run_jobs_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="workers"):
+        list(parallel.run_jobs(math.sqrt, [1.0], workers=-1))
+    with pytest.raises(TypeError, match="scheduler"):
+        list(parallel.run_jobs(math.sqrt, [1.0], scheduler=42))
