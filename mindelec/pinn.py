@@ -1,0 +1,635 @@
+"""Physics-informed networks for Maxwell's equations, built on :mod:`common.pde`.
+
+Equations (SI, linear isotropic medium with relative permittivity ``eps_r`` and permeability ``mu_r``,
+electric current density ``J`` and magnetic current density ``M``, as :mod:`mindelec.fdtd`)::
+
+    eps_r eps_0 dE/dt =  curl H - J
+    mu_r  mu_0  dH/dt = -curl E - M
+
+Non-dimensionalisation (:class:`Scales`): lengths in units of ``L``, times in ``T = L / c``, electric
+fields in ``E0``, magnetic fields in ``H0 = E0 / eta_0``. In these units ``eps_0 = mu_0 = c = 1``::
+
+    eps_r dE'/dt' =  curl' H' - J'       J' = J L eta_0 / E0
+    mu_r  dH'/dt' = -curl' E' - M'       M' = M L / E0
+
+so a network sees coordinates and fields of order one whatever the SI magnitudes (metres and
+nanoseconds, 1e-9 s against 1 m). All residual functions here work in these dimensionless units on
+points ``(B, d)`` (space columns, then time) and fields ``(B, k)`` from a network, through
+:mod:`common.autodiff`.
+
+Contents:
+
+- residuals: :func:`maxwell_te_residual` (Ex, Ey, Hz), :func:`maxwell_tm_residual` (Ez, Hx, Hy),
+  :func:`maxwell_3d_residual` (Ex, Ey, Ez, Hx, Hy, Hz), :func:`helmholtz_residual` (frequency
+  domain, real and imaginary parts);
+- boundaries: :func:`mur_residual` (first-order Mur / Engquist-Majda absorbing condition
+  ``du/dt + v du/dn = 0``), :func:`sommerfeld_residual` (its frequency-domain form
+  ``du/dn - i k u = 0``);
+- sources: :class:`PointSource` (a Gaussian-smoothed delta in space times a waveform such as
+  :class:`mindelec.fdtd.GaussianPulse` or :class:`~mindelec.fdtd.Ricker`);
+- problems: :func:`point_source_problem` (2D TE/TM time domain, parametric in ``eps_r``/``mu_r`` if
+  ranges are given, for pre-training and incremental fine-tuning), :func:`helmholtz_problem`;
+- models: :func:`default_model` (multi-scale sine network, :class:`common.nn.MultiScaleMLP`, on
+  optional Fourier features), :class:`ZeroInitialFields` (zero fields at ``t = 0`` by construction).
+
+Example::
+
+    import mindelec as me
+    from common import pde
+    setup = me.pinn.PointSourceSetup()            # MindElec's 2D TE benchmark: [0, 1]^2 m, 1 GHz, 4 ns
+    problem, scales = me.pinn.point_source_problem(setup)
+    model = me.pinn.default_model(problem, scales)
+    pde.Trainer(problem, model, steps=20000, resample_every=10).train()
+    fields = scales.fields_si(model, points_si)   # (B, 3) Ex, Ey (V/m), Hz (A/m)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from common import autodiff as ad
+from common import geometry as geo
+from common import nn as cnn
+from common import pde
+from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
+
+__all__ = [
+    "PointSource",
+    "PointSourceSetup",
+    "Scales",
+    "ZeroInitialFields",
+    "default_model",
+    "helmholtz_problem",
+    "helmholtz_residual",
+    "maxwell_3d_residual",
+    "maxwell_te_residual",
+    "maxwell_tm_residual",
+    "mur_residual",
+    "point_source_problem",
+    "sommerfeld_residual",
+]
+
+FIELDS = {"TE": ("Ex", "Ey", "Hz"), "TM": ("Ez", "Hx", "Hy"), "3D": ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scales:
+    """Units of the dimensionless problem: length ``length`` (m), time ``length / c`` (s), fields.
+
+    Args:
+        length: L (m).
+        electric_field: E0 (V/m); magnetic fields are in ``E0 / eta_0`` (A/m).
+        origin: (d,) point (m) mapped to the dimensionless origin.
+    """
+
+    length: float
+    electric_field: float = 1.0
+    origin: tuple[float, ...] = (0.0, 0.0)
+
+    @property
+    def time(self) -> float:
+        """T = L / c (s)."""
+        return self.length / SPEED_OF_LIGHT
+
+    @property
+    def magnetic_field(self) -> float:
+        """H0 = E0 / eta_0 (A/m)."""
+        return self.electric_field / VACUUM_IMPEDANCE
+
+    def points(self, points_si: torch.Tensor) -> torch.Tensor:
+        """SI points ``(B, d + 1 [+ p])`` (m, ..., s, then dimensionless parameters) to dimensionless ones."""
+        origin = torch.as_tensor(self.origin, dtype=points_si.dtype, device=points_si.device)
+        d = len(self.origin)
+        space = (points_si[:, :d] - origin) / self.length
+        return torch.cat([space, points_si[:, d : d + 1] / self.time, points_si[:, d + 1 :]], dim=1)
+
+    def fields_si(self, model: nn.Module, points_si: torch.Tensor, components: Sequence[str]) -> torch.Tensor:
+        """Evaluate ``model`` at SI points and return SI fields (V/m for E, A/m for H): ``(B, k)``.
+
+        Args:
+            model: network on dimensionless points.
+            points_si: ``(B, d + 1 [+ p])`` SI points.
+            components: names of the model outputs, e.g. ``("Ex", "Ey", "Hz")`` (sets E vs H units).
+        """
+        factors = torch.tensor(
+            [self.electric_field if name.startswith("E") else self.magnetic_field for name in components],
+            dtype=points_si.dtype,
+            device=points_si.device,
+        )
+        return model(self.points(points_si)) * factors
+
+
+def _columns(fields: torch.Tensor, points: torch.Tensor, count: int, name: str) -> torch.Tensor:
+    """Jacobian (B, count, d) of the first ``count`` field columns, validated."""
+    if fields.dim() != 2 or fields.shape[1] < count:
+        raise ValueError(
+            f"{name}: fields must be (B, {count}) network outputs, got shape {tuple(fields.shape)}"
+        )
+    return ad.jacobian(fields[:, :count], points)
+
+
+def _material(value, points: torch.Tensor) -> torch.Tensor:
+    """A relative material parameter as a (B,) tensor or a scalar tensor."""
+    return torch.as_tensor(value, dtype=points.dtype, device=points.device)
+
+
+def _current_columns(current, batch: int, count: int, name: str):
+    if current is None:
+        return [0.0] * count
+    if current.shape != (batch, count):
+        raise ValueError(f"{name}: current must be ({batch}, {count}), got {tuple(current.shape)}")
+    return [current[:, i] for i in range(count)]
+
+
+def maxwell_te_residual(points, fields, permittivity=1.0, permeability=1.0, current=None):
+    """2D TE Maxwell residuals (dimensionless, see :class:`Scales`) on points (x, y, t, ...).
+
+    ``eps_r dEx/dt - dHz/dy + Jx``, ``eps_r dEy/dt + dHz/dx + Jy``, ``mu_r dHz/dt + dEy/dx - dEx/dy + Mz``.
+
+    Args:
+        points: (B, 3 [+ p]) with ``requires_grad``: x, y, t, then any parameter columns.
+        fields: (B, 3) Ex, Ey, Hz evaluated at ``points``.
+        permittivity, permeability: relative values, scalars or (B,) tensors (e.g. a parameter column).
+        current: optional (B, 3) source densities (Jx, Jy, Mz), dimensionless.
+
+    Returns:
+        Tuple of three (B,) residuals.
+    """
+    jac = _columns(fields, points, 3, "maxwell_te_residual")
+    eps, mu = _material(permittivity, points), _material(permeability, points)
+    jx, jy, mz = _current_columns(current, len(points), 3, "maxwell_te_residual")
+    # jac[:, component, coordinate]: components Ex, Ey, Hz; coordinates x, y, t
+    return (
+        eps * jac[:, 0, 2] - jac[:, 2, 1] + jx,
+        eps * jac[:, 1, 2] + jac[:, 2, 0] + jy,
+        mu * jac[:, 2, 2] + jac[:, 1, 0] - jac[:, 0, 1] + mz,
+    )
+
+
+def maxwell_tm_residual(points, fields, permittivity=1.0, permeability=1.0, current=None):
+    """2D TM Maxwell residuals (dimensionless) on points (x, y, t, ...).
+
+    ``eps_r dEz/dt - dHy/dx + dHx/dy + Jz``, ``mu_r dHx/dt + dEz/dy + Mx``, ``mu_r dHy/dt - dEz/dx + My``.
+
+    Args:
+        points: (B, 3 [+ p]) with ``requires_grad``: x, y, t, ...
+        fields: (B, 3) Ez, Hx, Hy.
+        permittivity, permeability: relative, scalars or (B,).
+        current: optional (B, 3) (Jz, Mx, My), dimensionless.
+
+    Returns:
+        Tuple of three (B,) residuals.
+    """
+    jac = _columns(fields, points, 3, "maxwell_tm_residual")
+    eps, mu = _material(permittivity, points), _material(permeability, points)
+    jz, mx, my = _current_columns(current, len(points), 3, "maxwell_tm_residual")
+    return (
+        eps * jac[:, 0, 2] - jac[:, 2, 0] + jac[:, 1, 1] + jz,
+        mu * jac[:, 1, 2] + jac[:, 0, 1] + mx,
+        mu * jac[:, 2, 2] - jac[:, 0, 0] + my,
+    )
+
+
+def maxwell_3d_residual(points, fields, permittivity=1.0, permeability=1.0, current=None):
+    """3D time-domain Maxwell residuals (dimensionless) on points (x, y, z, t, ...).
+
+    ``eps_r dE/dt - curl H + J`` (3 rows) and ``mu_r dH/dt + curl E + M`` (3 rows).
+
+    Args:
+        points: (B, 4 [+ p]) with ``requires_grad``.
+        fields: (B, 6) Ex, Ey, Ez, Hx, Hy, Hz.
+        permittivity, permeability: relative, scalars or (B,).
+        current: optional (B, 6) (Jx, Jy, Jz, Mx, My, Mz), dimensionless.
+
+    Returns:
+        Tuple of six (B,) residuals.
+    """
+    jac = _columns(fields, points, 6, "maxwell_3d_residual")
+    eps, mu = _material(permittivity, points), _material(permeability, points)
+    sources = _current_columns(current, len(points), 6, "maxwell_3d_residual")
+
+    def curl(offset):  # curl of the field components offset .. offset + 2
+        return (
+            jac[:, offset + 2, 1] - jac[:, offset + 1, 2],
+            jac[:, offset + 0, 2] - jac[:, offset + 2, 0],
+            jac[:, offset + 1, 0] - jac[:, offset + 0, 1],
+        )
+
+    curl_e, curl_h = curl(0), curl(3)
+    electric = tuple(eps * jac[:, i, 3] - curl_h[i] + sources[i] for i in range(3))
+    magnetic = tuple(mu * jac[:, 3 + i, 3] + curl_e[i] + sources[3 + i] for i in range(3))
+    return electric + magnetic
+
+
+def mur_residual(points, fields, normals, speed=1.0, components: Sequence[int] | None = None):
+    """First-order Mur / Engquist-Majda absorbing condition ``du/dt + v n.grad(u) = 0`` per component.
+
+    Exact for a plane wave leaving the domain along the outward normal ``n``; reflects
+    ``(1 - cos a) / (1 + cos a)`` of a wave incident at angle ``a``.
+
+    Args:
+        points: (B, d + 1 [+ p]) with ``requires_grad``: d space columns, then time, then parameters.
+        fields: (B, k).
+        normals: (B, d) outward spatial normals.
+        speed: wave speed (dimensionless: ``1 / sqrt(eps_r mu_r)``), scalar or (B,).
+        components: field columns to constrain (default: all).
+
+    Returns:
+        (B, len(components)) residuals.
+    """
+    components = list(range(fields.shape[1])) if components is None else list(components)
+    space = normals.shape[1]
+    if points.shape[1] <= space:
+        raise ValueError(
+            f"mur_residual: points need {space} space columns and a time column, "
+            f"got shape {tuple(points.shape)}"
+        )
+    jac = ad.jacobian(fields[:, components], points)
+    normal_derivative = (jac[:, :, :space] * normals[:, None, :]).sum(-1)
+    speed = _material(speed, points)
+    speed = speed[:, None] if speed.dim() == 1 else speed
+    return jac[:, :, space] + speed * normal_derivative
+
+
+def helmholtz_residual(points, fields, wavenumber, permittivity=1.0, source=None):
+    """Frequency-domain scalar Helmholtz residual ``laplace u + k^2 eps_r u + s`` for complex ``u``.
+
+    For 2D TM (``E = Ez(x, y) exp(-i omega t)``) ``u = Ez`` and ``s = -i omega mu J``; the residual
+    is split into real and imaginary parts.
+
+    Args:
+        points: (B, d) spatial points with ``requires_grad`` (dimensionless).
+        fields: (B, 2) real and imaginary parts of ``u``.
+        wavenumber: free-space ``k = omega L / c`` (dimensionless).
+        permittivity: relative, scalar or (B,).
+        source: optional (B, 2) real and imaginary parts of ``s``.
+
+    Returns:
+        Tuple of two (B,) residuals (real, imaginary).
+    """
+    if fields.dim() != 2 or fields.shape[1] != 2:
+        raise ValueError(
+            f"helmholtz_residual: fields must be (B, 2) (real, imaginary), got {tuple(fields.shape)}"
+        )
+    k2 = wavenumber**2 * _material(permittivity, points)
+    real = ad.laplacian(fields[:, 0], points) + k2 * fields[:, 0]
+    imag = ad.laplacian(fields[:, 1], points) + k2 * fields[:, 1]
+    if source is not None:
+        real, imag = real + source[:, 0], imag + source[:, 1]
+    return real, imag
+
+
+def sommerfeld_residual(points, fields, normals, wavenumber):
+    """First-order absorbing condition ``du/dn - i k u = 0`` for outgoing ``exp(i (k r - omega t))`` waves.
+
+    Args:
+        points: (B, d) with ``requires_grad``; fields: (B, 2) real and imaginary parts;
+        normals: (B, d) outward normals; wavenumber: ``k`` in the medium (dimensionless).
+
+    Returns:
+        Tuple of two (B,) residuals (real, imaginary).
+    """
+    jac = ad.jacobian(fields, points)
+    normal_derivative = (jac * normals[:, None, :]).sum(-1)
+    return (
+        normal_derivative[:, 0] + wavenumber * fields[:, 1],
+        normal_derivative[:, 1] - wavenumber * fields[:, 0],
+    )
+
+
+class PointSource:
+    """A smoothed point source: ``amplitude * g(x - position) * waveform(t)``.
+
+    ``g`` is a normalised Gaussian of standard deviation ``radius`` (integral 1 over space), the
+    usual PINN stand-in for a delta: it equals the FDTD point source of the same ``amplitude``
+    distributed over cells.
+
+    Args:
+        position: (d,) centre (m).
+        radius: standard deviation of the Gaussian (m).
+        waveform: callable of SI times (s), e.g. ``mindelec.fdtd.GaussianPulse(1e9, 1e9)``.
+        amplitude: current moment as in :class:`mindelec.fdtd.CurrentSource` (2D: A for an electric
+            line current, V for a magnetic one).
+    """
+
+    def __init__(self, position: Sequence[float], radius: float, waveform: Callable, amplitude: float = 1.0):
+        self.position = tuple(float(value) for value in position)
+        self.radius = float(radius)
+        if not self.radius > 0:
+            raise ValueError(f"PointSource: radius must be a positive length (m), got {radius!r}")
+        if not callable(waveform):
+            raise TypeError(f"PointSource: waveform must be callable on times (s), got {waveform!r}")
+        self.waveform, self.amplitude = waveform, float(amplitude)
+
+    def profile(self, space: torch.Tensor) -> torch.Tensor:
+        """``g`` at SI points ``(B, d)`` (1/m^d)."""
+        center = torch.as_tensor(self.position, dtype=space.dtype, device=space.device)
+        d = space.shape[1]
+        squared = (space - center).pow(2).sum(-1)
+        return torch.exp(-0.5 * squared / self.radius**2) / (2 * math.pi * self.radius**2) ** (d / 2)
+
+    def density(self, points_si: torch.Tensor) -> torch.Tensor:
+        """Current density (A/m^d or V/m^d) at SI points ``(B, d + 1)``, time last: ``(B,)``."""
+        d = points_si.shape[1] - 1
+        return self.amplitude * self.profile(points_si[:, :d]) * self.waveform(points_si[:, d])
+
+    def dimensionless(self, points: torch.Tensor, scales: Scales, magnetic: bool) -> torch.Tensor:
+        """The source term in the units of :class:`Scales` at dimensionless points ``(B, d + 1 [+ p])``."""
+        d = len(scales.origin)
+        origin = torch.as_tensor(scales.origin, dtype=points.dtype, device=points.device)
+        points_si = torch.cat([points[:, :d] * scales.length + origin, points[:, d : d + 1] * scales.time], 1)
+        factor = scales.length / scales.electric_field * (1.0 if magnetic else VACUUM_IMPEDANCE)
+        return factor * self.density(points_si)
+
+    def __repr__(self) -> str:
+        return f"PointSource(position={self.position}, radius={self.radius}, waveform={self.waveform!r})"
+
+
+class ZeroInitialFields(nn.Module):
+    """Wrap a network so that its fields vanish at ``t = 0`` exactly: ``out = (1 - exp(-t / tau)) net(x)``.
+
+    A hard initial condition (no initial-condition loss needed) for sources that start at rest.
+
+    Args:
+        network: the field network on dimensionless points.
+        time_column: index of t in the input.
+        tau: ramp time (dimensionless); small against the time scale of the source.
+    """
+
+    def __init__(self, network: nn.Module, time_column: int, tau: float = 0.05):
+        super().__init__()
+        self.network, self.time_column, self.tau = network, time_column, float(tau)
+        self.in_features = getattr(network, "in_features", None)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        ramp = -torch.expm1(-inputs[:, self.time_column : self.time_column + 1] / self.tau)
+        return ramp * self.network(inputs)
+
+
+@dataclasses.dataclass
+class PointSourceSetup:
+    """A 2D time-domain point-source problem in SI units (defaults: MindElec's TE benchmark).
+
+    Attributes:
+        lower, upper: corners of the rectangular domain (m).
+        duration: simulated time [0, duration] (s).
+        source_position: (m).
+        source_radius: standard deviation of the smoothed delta (m).
+        frequency, bandwidth: centre frequency and spectral width of the Gaussian-modulated pulse (Hz),
+            see :class:`mindelec.fdtd.GaussianPulse`.
+        delay: pulse peak time (s); default ``4 / (pi * bandwidth)`` (the pulse starts at ~3e-4 of its peak).
+        amplitude: current moment (V for TE's magnetic line current Mz, A for TM's Jz).
+        polarization: ``"TE"`` (Ex, Ey, Hz; source on Hz) or ``"TM"`` (Ez, Hx, Hy; source on Ez).
+        permittivity, permeability: relative values, or ``(low, high)`` ranges for a parametric problem.
+    """
+
+    lower: tuple[float, float] = (0.0, 0.0)
+    upper: tuple[float, float] = (1.0, 1.0)
+    duration: float = 4e-9
+    source_position: tuple[float, float] = (0.4975, 0.4975)
+    source_radius: float = 0.02
+    frequency: float = 1e9
+    bandwidth: float = 1e9
+    delay: float | None = None
+    amplitude: float = 1.0
+    polarization: str = "TE"
+    permittivity: float | tuple[float, float] = 1.0
+    permeability: float | tuple[float, float] = 1.0
+
+    def waveform(self):
+        """The source pulse, a :class:`mindelec.fdtd.GaussianPulse`."""
+        from mindelec.fdtd import GaussianPulse
+
+        delay = 4.0 / (math.pi * self.bandwidth) if self.delay is None else self.delay
+        return GaussianPulse(self.frequency, self.bandwidth, delay=delay)
+
+    def source(self) -> PointSource:
+        """The smoothed point source."""
+        return PointSource(self.source_position, self.source_radius, self.waveform(), self.amplitude)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Field names in output order."""
+        return FIELDS[self.polarization]
+
+    def scales(self) -> Scales:
+        """Units: L = the domain's larger side, E0 so that the dimensionless source has unit moment."""
+        length = max(u - lo for lo, u in zip(self.lower, self.upper))
+        impedance = 1.0 if self.polarization == "TE" else VACUUM_IMPEDANCE
+        return Scales(length, abs(self.amplitude) * impedance / length, tuple(self.lower))
+
+
+def _parameter(value, name: str, parameters: dict, columns: list):
+    """Record a parametric material (range) as an input column; return a column index or the value."""
+    if isinstance(value, (tuple, list)):
+        low, high = (float(v) for v in value)
+        columns.append(name)
+        parameters[name] = (low, high)
+        return None
+    if not float(value) > 0:
+        raise ValueError(f"PointSourceSetup: {name} must be positive, got {value!r}")
+    return float(value)
+
+
+def point_source_problem(
+    setup: PointSourceSetup,
+    n_domain: int = 8192,
+    n_source: int = 2048,
+    n_boundary: int = 2048,
+    source_weight: float = 1.0,
+    boundary_weight: float = 1.0,
+    sampler: str = "sobol",
+) -> tuple[pde.Problem, Scales]:
+    """The dimensionless :class:`common.pde.Problem` of a 2D time-domain point source with Mur boundaries.
+
+    Constraints: ``"maxwell"`` (residual over the whole domain x [0, T]), ``"source"`` (the same residual
+    on a disk of 4 source radii around the source, where the smoothed delta is steep: MindElec's
+    extra source-region sampling), ``"mur"`` (first-order absorbing condition on the four sides).
+    Zero initial fields are built into the model (:class:`ZeroInitialFields` in :func:`default_model`).
+    Materials given as ranges become input columns (``"permittivity"``, ``"permeability"``) after
+    x, y, t.
+
+    Args:
+        setup: the SI problem.
+        n_domain, n_source, n_boundary: points per resampling of each constraint.
+        source_weight, boundary_weight: fixed loss weights (the domain residual has weight 1).
+        sampler: ``"uniform"``, ``"sobol"`` or ``"lhs"``.
+
+    Returns:
+        ``(problem, scales)``.
+    """
+    if setup.polarization not in ("TE", "TM"):
+        raise ValueError(f"PointSourceSetup: polarization must be 'TE' or 'TM', got {setup.polarization!r}")
+    scales = setup.scales()
+    source = setup.source()
+    lower = [(v - o) / scales.length for v, o in zip(setup.lower, scales.origin)]
+    upper = [(v - o) / scales.length for v, o in zip(setup.upper, scales.origin)]
+    duration = setup.duration / scales.time
+    space_time = geo.Rectangle(lower, upper) * geo.TimeDomain(0.0, duration)
+    center = [(p - o) / scales.length for p, o in zip(setup.source_position, scales.origin)]
+    near = geo.Disk(center, 4 * setup.source_radius / scales.length) & geo.Rectangle(lower, upper)
+    near_source = near * geo.TimeDomain(0.0, duration)
+    parameters, columns = {}, []
+    permittivity = _parameter(setup.permittivity, "permittivity", parameters, columns)
+    permeability = _parameter(setup.permeability, "permeability", parameters, columns)
+    residual_function = maxwell_te_residual if setup.polarization == "TE" else maxwell_tm_residual
+    driven = 2 if setup.polarization == "TE" else 0
+    magnetic = setup.polarization == "TE"
+
+    def materials(points):
+        eps = permittivity if permittivity is not None else points[:, 3 + columns.index("permittivity")]
+        mu = permeability if permeability is not None else points[:, 3 + columns.index("permeability")]
+        return eps, mu
+
+    def maxwell(points, fields):
+        density = source.dimensionless(points, scales, magnetic)
+        current = torch.zeros(len(points), 3, dtype=points.dtype, device=points.device)
+        current[:, driven] = density
+        eps, mu = materials(points)
+        return residual_function(points, fields, eps, mu, current)
+
+    def mur(points, fields, normals):
+        eps, mu = materials(points)
+        speed = 1.0 / torch.sqrt(_material(eps, points) * _material(mu, points))
+        return mur_residual(points, fields, normals[:, :2], speed)
+
+    constraints = [
+        pde.Residual("maxwell", space_time, maxwell, n_domain, sampler=sampler),
+        pde.Residual("source", near_source, maxwell, n_source, weight=source_weight, sampler=sampler),
+        pde.Boundary("mur", space_time, mur, n_boundary, weight=boundary_weight, sampler=sampler),
+    ]
+    problem = pde.Problem(("x", "y", "t"), setup.components, constraints, parameters=parameters)
+    problem.domain = space_time
+    return problem, scales
+
+
+def helmholtz_problem(
+    lower: Sequence[float],
+    upper: Sequence[float],
+    frequency: float,
+    source: PointSource,
+    permittivity: float = 1.0,
+    n_domain: int = 4096,
+    n_boundary: int = 1024,
+    boundary_weight: float = 1.0,
+    sampler: str = "sobol",
+) -> tuple[pde.Problem, Scales]:
+    """2D TM frequency-domain problem ``laplace Ez + k^2 eps_r Ez = -i omega mu_0 Jz`` with absorbing sides.
+
+    Time convention ``exp(-i omega t)``; outputs are ``Re Ez`` and ``Im Ez`` (dimensionless, field
+    unit ``eta_0 * amplitude / L``); ``source.waveform`` is ignored (a unit phasor).
+
+    Args:
+        lower, upper: corners of the rectangle (m).
+        frequency: (Hz).
+        source: smoothed point current ``Jz`` (its ``amplitude`` in A).
+        permittivity: relative permittivity of the medium.
+        n_domain, n_boundary, boundary_weight, sampler: as :func:`point_source_problem`.
+
+    Returns:
+        ``(problem, scales)``; the problem's variables are ``("x", "y")``.
+    """
+    length = max(u - lo for lo, u in zip(lower, upper))
+    scales = Scales(length, abs(source.amplitude) * VACUUM_IMPEDANCE / length, tuple(lower))
+    wavenumber = 2 * math.pi * frequency * length / SPEED_OF_LIGHT
+    rectangle = geo.Rectangle([0.0, 0.0], [(u - lo) / length for lo, u in zip(lower, upper)])
+
+    def helmholtz(points, fields):
+        origin = torch.as_tensor(scales.origin, dtype=points.dtype, device=points.device)
+        density = source.amplitude * source.profile(points * length + origin) * length**2
+        # s = -i omega mu_0 J in field units: k (J L^2 / amplitude) in the imaginary part
+        zeros = torch.zeros_like(density)
+        return helmholtz_residual(
+            points,
+            fields,
+            wavenumber,
+            permittivity,
+            torch.stack([zeros, -wavenumber * density / abs(source.amplitude)], 1),
+        )
+
+    def absorbing(points, fields, normals):
+        return sommerfeld_residual(points, fields, normals, wavenumber * math.sqrt(permittivity))
+
+    problem = pde.Problem(
+        ("x", "y"),
+        ("ReEz", "ImEz"),
+        [
+            pde.Residual("helmholtz", rectangle, helmholtz, n_domain, sampler=sampler),
+            pde.Boundary(
+                "absorbing", rectangle, absorbing, n_boundary, weight=boundary_weight, sampler=sampler
+            ),
+        ],
+    )
+    return problem, scales
+
+
+def default_model(
+    problem: pde.Problem,
+    scales: float | Sequence[float] = (1, 2, 4, 8),
+    hidden_features: int = 64,
+    hidden_layers: int = 4,
+    fourier_features: int = 0,
+    fourier_scale: float = 1.0,
+    zero_initial: bool = True,
+    tau: float = 0.05,
+) -> nn.Module:
+    """MultiScaleMLP with sine activations (MindElec's default) on the problem's inputs, optionally on
+    Fourier features, wrapped in :class:`ZeroInitialFields` for time-domain problems.
+
+    Inputs are centred and scaled to about [-1, 1] from the problem's domain box (and parameter ranges).
+
+    Args:
+        problem: a problem from :func:`point_source_problem` (or any with a ``domain`` attribute).
+        scales: multipliers of the sub-networks.
+        hidden_features, hidden_layers: size of each sub-network.
+        fourier_features: number of random Fourier frequencies in front of the network (0: none).
+        fourier_scale: their standard deviation (cycles per unit of normalised input).
+        zero_initial: wrap in :class:`ZeroInitialFields` (needs time as the last variable).
+        tau: ramp time of the hard initial condition (dimensionless).
+
+    Returns:
+        A module ``(B, len(problem.inputs)) -> (B, len(problem.outputs))`` in float32.
+    """
+    lo, hi = problem.domain.bounds_float64
+    lows = lo.tolist() + [low for low, _ in problem.parameters.values()]
+    highs = hi.tolist() + [high for _, high in problem.parameters.values()]
+    center = [(a + b) / 2 for a, b in zip(lows, highs)]
+    scale = [2 / (b - a) if b > a else 1.0 for a, b in zip(lows, highs)]
+    n_inputs, n_outputs = len(problem.inputs), len(problem.outputs)
+    if fourier_features:
+        features = cnn.FourierFeatures(n_inputs, fourier_features, fourier_scale)
+        body = cnn.MultiScaleMLP(
+            features.out_features, n_outputs, scales, hidden_features, hidden_layers, "sin"
+        )
+        network = _Normalised(nn.Sequential(features, body), center, scale)
+    else:
+        network = cnn.MultiScaleMLP(
+            n_inputs,
+            n_outputs,
+            scales,
+            hidden_features,
+            hidden_layers,
+            "sin",
+            input_center=center,
+            input_scale=scale,
+        )
+    if zero_initial:
+        network = ZeroInitialFields(network, len(problem.variables) - 1, tau)
+    network.in_features = n_inputs
+    return network
+
+
+class _Normalised(nn.Module):
+    def __init__(self, network, center, scale):
+        super().__init__()
+        self.network = network
+        self.register_buffer("center", torch.tensor(center, dtype=torch.get_default_dtype()))
+        self.register_buffer("scale", torch.tensor(scale, dtype=torch.get_default_dtype()))
+
+    def forward(self, inputs):
+        return self.network((inputs - self.center) * self.scale)

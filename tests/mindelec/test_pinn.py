@@ -1,0 +1,162 @@
+"""mindelec.pinn: residuals vanish (float64 round-off) for analytic Maxwell solutions through autodiff."""
+
+import math
+
+import pytest
+import scipy.constants as const
+import torch
+
+import mindelec as me
+from common import pde
+
+pinn = me.pinn
+torch_f64 = dict(dtype=torch.float64)
+
+
+def random_points(n, d, seed=0, low=0.0, high=1.0):
+    generator = torch.Generator().manual_seed(seed)
+    return (low + (high - low) * torch.rand(n, d, generator=generator, **torch_f64)).requires_grad_()
+
+
+@pytest.mark.parametrize("eps, mu", [(1.0, 1.0), (2.5, 1.5)])
+def test_te_cavity_mode_has_zero_residual(eps, mu):
+    kx, ky = 2 * math.pi, 3 * math.pi  # TE_23 of the unit square with PEC walls
+    omega = math.hypot(kx, ky) / math.sqrt(eps * mu)
+    p = random_points(500, 3)
+    x, y, t = p.unbind(1)
+    hz = torch.cos(kx * x) * torch.cos(ky * y) * torch.cos(omega * t)
+    ex = -ky / (eps * omega) * torch.cos(kx * x) * torch.sin(ky * y) * torch.sin(omega * t)
+    ey = kx / (eps * omega) * torch.sin(kx * x) * torch.cos(ky * y) * torch.sin(omega * t)
+    residuals = pinn.maxwell_te_residual(p, torch.stack([ex, ey, hz], 1), eps, mu)
+    scale = max(kx, ky)  # size of the individual derivative terms
+    for residual in residuals:
+        assert residual.abs().max() < 1e-13 * scale
+    # a wrong permittivity leaves a residual of the size of the terms
+    wrong = pinn.maxwell_te_residual(p, torch.stack([ex, ey, hz], 1), 2 * eps, mu)
+    assert wrong[0].abs().max() > 0.1
+
+
+@pytest.mark.parametrize("eps, mu", [(1.0, 1.0), (4.0, 2.0)])
+def test_tm_cavity_mode_has_zero_residual(eps, mu):
+    kx, ky = math.pi, 2 * math.pi
+    omega = math.hypot(kx, ky) / math.sqrt(eps * mu)
+    p = random_points(500, 3, seed=1)
+    x, y, t = p.unbind(1)
+    ez = torch.sin(kx * x) * torch.sin(ky * y) * torch.cos(omega * t)
+    hx = -ky / (mu * omega) * torch.sin(kx * x) * torch.cos(ky * y) * torch.sin(omega * t)
+    hy = kx / (mu * omega) * torch.cos(kx * x) * torch.sin(ky * y) * torch.sin(omega * t)
+    permittivity = torch.full((500,), eps, **torch_f64)  # a (B,) material column works as a scalar
+    for residual in pinn.maxwell_tm_residual(p, torch.stack([ez, hx, hy], 1), permittivity, mu):
+        assert residual.abs().max() < 1e-13 * ky
+
+
+def test_3d_plane_wave_has_zero_residual():
+    eps, mu = 2.0, 1.3
+    direction = torch.tensor([1.0, 2.0, 2.0], **torch_f64) / 3
+    e0 = torch.tensor([2.0, -1.0, 0.0], **torch_f64) / math.sqrt(5)
+    h0 = math.sqrt(eps / mu) * torch.linalg.cross(direction, e0)
+    speed = 1 / math.sqrt(eps * mu)
+    p = random_points(400, 4, seed=2)
+    phase = p[:, :3] @ direction - speed * p[:, 3]
+    pulse = torch.exp(-8 * (phase - 0.5) ** 2)[:, None]  # any profile f(k.x - v t) travels unchanged
+    fields = torch.cat([pulse * e0, pulse * h0], 1)
+    for residual in pinn.maxwell_3d_residual(p, fields, eps, mu):
+        assert residual.abs().max() < 1e-14 * 8
+    # a wave with the wrong impedance is not a solution
+    wrong = torch.cat([pulse * e0, 2 * pulse * h0], 1)
+    assert max(r.abs().max() for r in pinn.maxwell_3d_residual(p, wrong, eps, mu)) > 0.1
+
+
+def test_si_plane_wave_through_the_scales_has_zero_residual():
+    """An SI TE plane wave (scipy's c and mu_0) is a solution of the dimensionless equations."""
+    scales = pinn.Scales(length=0.7, electric_field=3.0, origin=(0.2, -0.1))
+    wavelength, e_peak = 0.3, 5.0  # m, V/m
+    eta0 = const.mu_0 * const.c
+
+    def fields_si(points_si):  # Ey = eta0 Hz travelling along +x in vacuum
+        x, t = points_si[:, 0], points_si[:, 2]
+        ey = e_peak * torch.cos(2 * math.pi / wavelength * (x - const.c * t))
+        return torch.stack([torch.zeros_like(ey), ey, ey / eta0], 1)
+
+    p = random_points(300, 3, seed=3)
+    origin = torch.tensor(scales.origin, **torch_f64)
+    points_si = torch.cat([p[:, :2] * 0.7 + origin, p[:, 2:] * 0.7 / const.c], 1)
+    torch.testing.assert_close(scales.points(points_si), p)
+    units = torch.tensor([scales.electric_field, scales.electric_field, scales.magnetic_field], **torch_f64)
+    fields = fields_si(points_si) / units
+    for residual in pinn.maxwell_te_residual(p, fields):
+        assert residual.abs().max() < 1e-13 * 2 * math.pi / wavelength * 0.7 * e_peak / 3.0
+
+
+def test_mur_condition_absorbs_an_outgoing_wave_and_not_an_incoming_one():
+    p = random_points(200, 3, seed=4)
+    speed = 0.6
+    normals = torch.tensor([[1.0, 0.0]], **torch_f64).expand(200, 2)  # right side, outward +x
+
+    def wave(direction):
+        return torch.sin(5 * (direction * p[:, 0] - speed * p[:, 2]))[:, None] * torch.ones(1, 3, **torch_f64)
+
+    outgoing = pinn.mur_residual(p, wave(1.0), normals, speed)
+    assert outgoing.shape == (200, 3) and outgoing.abs().max() < 1e-13
+    incoming = pinn.mur_residual(p, wave(-1.0), normals, speed)
+    assert incoming.abs().max() > 1.0
+
+
+def test_helmholtz_and_sommerfeld_vanish_for_an_outgoing_plane_wave():
+    k, eps = 7.0, 2.0
+    p = random_points(300, 2, seed=5)
+    phase = k * math.sqrt(eps) * p[:, 1]  # exp(i k_medium y), outgoing through the top side
+    fields = torch.stack([torch.cos(phase), torch.sin(phase)], 1)
+    for residual in pinn.helmholtz_residual(p, fields, k, eps):
+        assert residual.abs().max() < 1e-12 * k**2 * eps
+    normals = torch.tensor([[0.0, 1.0]], **torch_f64).expand(300, 2)
+    for residual in pinn.sommerfeld_residual(p, fields, normals, k * math.sqrt(eps)):
+        assert residual.abs().max() < 1e-13 * k
+    bottom = pinn.sommerfeld_residual(p, fields, -normals, k * math.sqrt(eps))  # incoming there
+    assert bottom[0].abs().max() > k
+
+
+def test_point_source_integrates_to_its_moment_in_dimensionless_units():
+    setup = pinn.PointSourceSetup(source_radius=0.02, amplitude=3e-3)
+    scales, source = setup.scales(), setup.source()
+    axis = torch.linspace(0.3, 0.7, 801, **torch_f64)
+    xx, yy = torch.meshgrid(axis, axis, indexing="ij")
+    times = torch.tensor([0.7e-9, 1.27e-9], **torch_f64)
+    for time in times:
+        points_si = torch.stack([xx.flatten(), yy.flatten(), torch.full_like(xx.flatten(), time)], 1)
+        density = source.dimensionless(scales.points(points_si), scales, magnetic=True)
+        cell = (axis[1] - axis[0]) ** 2 / scales.length**2
+        integral = density.sum() * cell
+        expected = source.waveform(time) * math.copysign(1.0, setup.amplitude)
+        torch.testing.assert_close(integral, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_point_source_problem_parametric_inputs_and_zero_initial_fields():
+    setup = pinn.PointSourceSetup(permittivity=(1.0, 4.0))
+    problem, scales = pinn.point_source_problem(setup, n_domain=64, n_source=32, n_boundary=32)
+    assert problem.inputs == ("x", "y", "t", "permittivity") and problem.outputs == ("Ex", "Ey", "Hz")
+    model = pinn.default_model(problem, hidden_features=16, hidden_layers=2)
+    points = torch.rand(10, 4)
+    points[:, 2] = 0.0
+    assert model(points).abs().max() == 0.0
+    trainer = pde.Trainer(problem, model, steps=3, progress=False)
+    trainer.train()
+    assert trainer.evaluations == 3 * (64 + 32 + 32)
+    assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
+
+
+def test_bad_inputs():
+    p = random_points(5, 3)
+    with pytest.raises(ValueError, match="maxwell_te_residual: fields must be \\(B, 3\\)"):
+        pinn.maxwell_te_residual(p, p[:, :2] * 1.0)
+    with pytest.raises(ValueError, match="radius must be a positive length"):
+        pinn.PointSource((0, 0), 0.0, math.sin)
+    with pytest.raises(ValueError, match="polarization must be 'TE' or 'TM'"):
+        pinn.point_source_problem(pinn.PointSourceSetup(polarization="TEM"))
+    with pytest.raises(ValueError, match="current must be \\(5, 3\\)"):
+        pinn.maxwell_tm_residual(p, p * 1.0, current=torch.zeros(5, 2))
+    problem, _ = pinn.point_source_problem(pinn.PointSourceSetup(), 8, 8, 8)
+    from common import nn as cnn
+
+    with pytest.raises(ValueError, match="model takes 4 inputs but the problem has 3"):
+        pde.Trainer(problem, cnn.MLP(4, 3))
