@@ -1,0 +1,293 @@
+"""Tests of common.datasets: recipe validation, sampling, the resumable runner, Dask vs local pool."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from scipy.stats import qmc
+
+from common import config, datasets, io
+from common.datasets.examples import damped_oscillator
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+RECIPE = textwrap.dedent(
+    """
+    name = "oscillator_test"
+
+    [generator]
+    function = "common.datasets.examples:damped_oscillator"
+    options = {{ n_times = 16, duration = 5.0, noise = 0.01{extra_options} }}
+
+    [parameters]
+    frequency = {{ low = 0.5, high = 5.0, scale = "log" }}
+    damping = {{ low = 0.0, high = 1.2 }}
+
+    [sampling]
+    method = "sobol"
+    n = {n}
+    seed = 3
+
+    [output]
+    path = "{path}"
+    """
+)
+
+
+def _recipe(folder, n=32, extra_options="", name="recipe"):
+    path = folder / f"{name}.toml"
+    path.write_text(RECIPE.format(n=n, extra_options=extra_options, path=(folder / f"{name}.h5").as_posix()))
+    return path
+
+
+def _environment():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# validation before any work
+
+BAD_RECIPES = [
+    # (text replaced, replacement, line of the error, text the message must hold)
+    (
+        'method = "sobol"',
+        'metod = "sobol"',
+        13,
+        "[sampling] key 'metod': unknown key (did you mean 'method'?)",
+    ),
+    ("n_times = 16", "n_time = 16", 6, "takes no option 'n_time'"),
+    ('method = "sobol"', 'method = "halton"', 13, "key 'method'"),
+    ("high = 1.2", "high = -1.0", 10, "[parameters.damping] key 'high'"),
+    ("examples:damped_oscillator", "examples:no_such_function", 5, "has no attribute 'no_such_function'"),
+    ('method = "sobol"', 'method = "grid"', 9, "needs 'points'"),
+    ("n = 32", "n = 0", 14, "key 'n'"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "line", "message"), BAD_RECIPES)
+def test_bad_recipe_fails_before_any_work(tmp_path, old, new, line, message):
+    path = _recipe(tmp_path)
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    with pytest.raises(config.ConfigError) as raised:
+        datasets.generate(path, progress=False)
+    assert raised.value.line == line, str(raised.value)
+    assert message in str(raised.value) and str(path) in str(raised.value)
+    assert not (tmp_path / "recipe.h5").exists()  # nothing ran
+
+
+def test_command_line_reports_bad_key_with_line(tmp_path):
+    path = _recipe(tmp_path)
+    path.write_text(path.read_text().replace("seed = 3", "sead = 3"))
+    completed = subprocess.run(
+        [sys.executable, "-m", "common.datasets", "generate", str(path)],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert f"{path}:15: [sampling] key 'sead': unknown key" in completed.stderr
+    assert not (tmp_path / "recipe.h5").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling
+
+
+def test_sobol_parameters_are_scipy_scrambled_sobol_points(tmp_path):
+    recipe = datasets.load_recipe(_recipe(tmp_path, n=16))
+    parameters = datasets.sample_parameters(recipe)
+    unit = qmc.Sobol(2, scramble=True, rng=3).random(16)
+    np.testing.assert_allclose([p["frequency"] for p in parameters], 0.5 * 10.0 ** unit[:, 0], rtol=1e-12)
+    np.testing.assert_allclose([p["damping"] for p in parameters], 1.2 * unit[:, 1], rtol=1e-12)
+
+
+def test_grid_is_the_cross_product_first_parameter_slowest():
+    recipe = datasets.loads_recipe(
+        textwrap.dedent(
+            """
+            [generator]
+            function = "common.datasets.examples:damped_oscillator"
+            [parameters]
+            frequency = { low = 1.0, high = 100.0, scale = "log", points = 3 }
+            damping = { values = [0.1, 0.5] }
+            [sampling]
+            method = "grid"
+            [output]
+            path = "grid.h5"
+            """
+        )
+    )
+    expected = [(f, d) for f in (1.0, 10.0, 100.0) for d in (0.1, 0.5)]
+    got = [(p["frequency"], p["damping"]) for p in datasets.sample_parameters(recipe)]
+    assert recipe.n_samples == 6
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the runner
+
+
+def _reference_displacement(frequency, damping, times):
+    """The oscillator integrated by scipy (RK45, tight tolerances): independent of the generator."""
+
+    def rate(_, state):
+        return [state[1], -2 * damping * frequency * state[1] - frequency**2 * state[0]]
+
+    solution = solve_ivp(rate, (0.0, times[-1]), [1.0, 0.0], t_eval=times, rtol=1e-10, atol=1e-12)
+    return solution.y[0]
+
+
+def test_generated_dataset_holds_every_sample_and_records_failures(tmp_path):
+    path = _recipe(tmp_path, n=32)
+    summary = datasets.generate(path, workers=2, progress=False)
+    recipe = datasets.load_recipe(path)
+    parameters = datasets.sample_parameters(recipe)
+    should_fail = {i for i, p in enumerate(parameters) if p["damping"] >= 1.0}
+    assert 0 < len(should_fail) < 32  # the recipe exercises both outcomes
+    assert (summary.succeeded, summary.failed, summary.already_done) == (
+        32 - len(should_fail),
+        len(should_fail),
+        0,
+    )
+
+    table = datasets.read_dataset(tmp_path / "recipe.h5")
+    failed = datasets.read_dataset(tmp_path / "recipe.h5", group="failed")
+    assert set(failed["sample_id"]) == should_fail
+    assert all("damping must be in [0, 1)" in message for message in failed["message"])
+    assert all(error_type == "ValueError" for error_type in failed["error_type"])
+    assert table["sample_id"].tolist() == sorted(set(range(32)) - should_fail)
+    assert table["displacement"].shape == (len(table["sample_id"]), 16)
+    for row, sample_id in enumerate(table["sample_id"]):
+        assert table["frequency"][row] == parameters[sample_id]["frequency"]
+        assert table["sample_seed"][row] == datasets.sample_seed(3, int(sample_id))
+        reference = _reference_displacement(
+            table["frequency"][row], table["damping"][row], table["times"][row]
+        )
+        residual = table["displacement"][row] - reference
+        assert 0.003 < residual.std() < 0.02  # the noise of standard deviation 0.01, nothing else
+    seeds = table["sample_seed"]
+    assert len(set(seeds.tolist())) == len(seeds)  # independent noise per sample
+
+    with h5py.File(tmp_path / "recipe.h5", "r") as file:  # closed cleanly: plain h5py opens it
+        assert file.attrs["recipe"] == path.read_text()
+        assert file.attrs["generator"] == "common.datasets.examples:damped_oscillator"
+        assert file.attrs["seed"] == 3 and file.attrs["version"] and file.attrs["host"]
+        assert file.attrs["time_utc"].startswith("20") and file.attrs["recipe_fingerprint"]
+    runs = io.read_table(tmp_path / "recipe.h5", "runs")
+    assert runs["event"].tolist() == ["start", "finish"]
+    assert runs["succeeded"].tolist() == [0, summary.succeeded]
+
+    again = datasets.generate(path, workers=2, progress=False)  # finished: nothing to do
+    assert (again.succeeded, again.failed, again.already_done) == (0, 0, 32)
+    assert len(io.read_table(tmp_path / "recipe.h5")["sample_id"]) == 32 - len(should_fail)
+
+
+def test_limit_then_continue(tmp_path):
+    path = _recipe(tmp_path, n=20)
+    first = datasets.generate(path, workers=0, limit=7, progress=False)
+    assert first.succeeded + first.failed == 7
+    second = datasets.generate(path, workers=0, progress=False)
+    assert (second.already_done, second.succeeded + second.failed) == (7, 13)
+    ids = np.concatenate(
+        [io.read_table(tmp_path / "recipe.h5", group)["sample_id"] for group in ("/", "failed")]
+    )
+    assert sorted(ids.tolist()) == list(range(20))
+
+
+def test_resume_refuses_a_file_from_another_recipe(tmp_path):
+    path = _recipe(tmp_path, n=4)
+    datasets.generate(path, workers=0, progress=False)
+    path.write_text(path.read_text().replace("seed = 3", "seed = 4"))
+    with pytest.raises(ValueError, match="different recipe"):
+        datasets.generate(path, workers=0, progress=False)
+
+
+def test_sigkill_midway_then_restart_gives_every_sample_once(tmp_path):
+    n = 48
+    path = _recipe(tmp_path, n=n, extra_options=", delay = 0.05")
+    output = tmp_path / "recipe.h5"
+    command = [sys.executable, "-m", "common.datasets", "generate", str(path), "--workers", "2", "--quiet"]
+    with open(tmp_path / "stderr.txt", "w") as errors:
+        process = subprocess.Popen(
+            command, env=_environment(), stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 240
+            written = 0
+            while written < 8:  # let it write some samples, then kill it and its workers mid-run
+                assert process.poll() is None, (tmp_path / "stderr.txt").read_text()
+                assert time.monotonic() < deadline, "the run wrote nothing in 240 s"
+                time.sleep(0.2)
+                try:
+                    written = len(io.read_table(output)["sample_id"])
+                except (FileNotFoundError, ValueError, OSError):  # file or table not created yet
+                    written = 0
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+    before = io.read_table(output)["sample_id"]
+    assert 8 <= len(before) < n  # killed midway
+    with pytest.raises(OSError):  # the killed writer left the file flagged as open for writing
+        h5py.File(output, "r").close()
+
+    summary = datasets.generate(path, workers=2, progress=False)
+    done_before = summary.already_done
+    assert done_before >= len(before) and summary.succeeded + summary.failed == n - done_before
+
+    with h5py.File(output, "r") as file:  # the file opens cleanly after the restart
+        assert "sample_id" in file and "failed" in file
+    table, failed = io.read_table(output), io.read_table(output, "failed")
+    ids = np.concatenate([table["sample_id"], failed["sample_id"]]).tolist()
+    assert sorted(ids) == list(range(n))  # every sample id exactly once
+    recipe = datasets.load_recipe(path)
+    parameters = datasets.sample_parameters(recipe)
+    for row, sample_id in enumerate(table["sample_id"]):  # each row holds its own sample, intact
+        expected = damped_oscillator(
+            parameters[sample_id],
+            datasets.sample_seed(3, int(sample_id)),
+            n_times=16,
+            duration=5.0,
+            noise=0.01,
+        )
+        np.testing.assert_array_equal(table["displacement"][row], expected["displacement"])
+    runs = io.read_table(output, "runs")
+    assert runs["event"].tolist() == ["start", "start", "finish"]
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        yield cluster
+
+
+def test_dask_cluster_gives_the_same_dataset_as_the_local_pool(tmp_path, dask_cluster):
+    path = _recipe(tmp_path, n=24)
+    local = datasets.generate(path, output=tmp_path / "local.h5", workers=2, progress=False)
+    remote = datasets.generate(
+        path, output=tmp_path / "dask.h5", scheduler=dask_cluster.scheduler_address, progress=False
+    )
+    assert (local.succeeded, local.failed) == (remote.succeeded, remote.failed)
+    for group in ("/", "failed"):
+        local_table = datasets.read_dataset(tmp_path / "local.h5", group)
+        remote_table = datasets.read_dataset(tmp_path / "dask.h5", group)
+        assert local_table.keys() == remote_table.keys()
+        for key in local_table:
+            if key != "traceback":  # tracebacks name the executor's frames
+                np.testing.assert_array_equal(remote_table[key], local_table[key], err_msg=key)
+    runs = io.read_table(tmp_path / "dask.h5", "runs")
+    assert runs["executor"][0].startswith("dask tcp://")
