@@ -1,0 +1,105 @@
+"""mindelec.sweeps: the dataset-generator contract of sparameter_sample, and its S-parameters against the
+analytic Fabry-Perot response of a dielectric block filling a parallel-plate waveguide (TM1 mode)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from common.units import SPEED_OF_LIGHT
+from mindelec import sweeps
+
+
+def analytic_block(frequencies, setup, length, permittivity):
+    """S11, S21 of a full-height block for the TM1 mode, with the Yee grid's discrete wavenumbers.
+
+    Transverse impedances omega mu / k_x give the interface reflection (k0 - k1) / (k0 + k1); the
+    wavenumbers solve the 2D Yee dispersion relation with k_y = pi / height (the sine profile is an exact
+    eigenvector of the discrete Laplacian), so what remains is the discretisation of the interfaces.
+    """
+    dx, dy = setup.resolution, setup.height / round(setup.height / setup.resolution)
+    dt = 0.99 / (SPEED_OF_LIGHT * math.sqrt(1 / dx**2 + 1 / dy**2))
+    temporal = (np.sin(math.pi * frequencies * dt) / (SPEED_OF_LIGHT * dt)) ** 2
+    transverse = (np.sin(math.pi * dy / (2 * setup.height)) / dy) ** 2
+
+    def wavenumber(eps):
+        return 2 / dx * np.arcsin(dx * np.sqrt(eps * temporal - transverse))
+
+    k0, k1 = wavenumber(1.0), wavenumber(permittivity)
+    interface = (k0 - k1) / (k0 + k1)
+    round_trip = np.exp(-2j * k1 * length)
+    denominator = 1 - interface**2 * round_trip
+    gap = setup.port_offset - length / 2  # port to block face
+    s11 = interface * (1 - round_trip) / denominator * np.exp(-2j * k0 * gap)
+    s21 = (1 - interface**2) * np.exp(-1j * k1 * length) / denominator * np.exp(-2j * k0 * gap)
+    return s11, s21
+
+
+def test_sample_contract_and_analytic_block():
+    params = {"length": 15e-3, "permittivity": 3.0}  # faces on half nodes: no partially filled cells
+    sample = sweeps.sparameter_sample(params, seed=0)
+    assert tuple(sorted(sample)) == tuple(sorted(sweeps.SAMPLE_KEYS))
+    setup = sweeps.WaveguideSetup()
+    frequencies = sample["frequencies"]
+    np.testing.assert_allclose(frequencies, setup.frequencies.numpy())
+    for key, value in sample.items():
+        assert (
+            isinstance(value, np.ndarray) and value.shape == frequencies.shape and value.dtype == np.float64
+        ), key
+    s11 = sample["s11_real"] + 1j * sample["s11_imag"]
+    s21 = sample["s21_real"] + 1j * sample["s21_imag"]
+    np.testing.assert_allclose(sample["s11_db"], 20 * np.log10(np.abs(s11)))
+    expected_s11, expected_s21 = analytic_block(frequencies, setup, **params)
+    # a lossless closed guide: |S11|^2 + |S21|^2 = 1 (measured 2e-3)
+    assert np.abs(np.abs(s11) ** 2 + np.abs(s21) ** 2 - 1).max() < 1e-2
+    # the band spans a reflection zero and a maximum (|S11| 0.07 .. 0.47)
+    assert np.abs(expected_s11).min() < 0.1 and np.abs(expected_s11).max() > 0.4
+    assert np.abs(s11 - expected_s11).max() < 0.03
+    assert np.abs(s21 - expected_s21).max() < 0.03
+    # another sample: same keys, same frequency axis
+    other = sweeps.sparameter_sample({"length": 9e-3, "permittivity": 2.0, "width": 20e-3}, seed=1)
+    assert sorted(other) == sorted(sample)
+    np.testing.assert_array_equal(other["frequencies"], frequencies)
+    assert np.abs(other["s11_db"] - sample["s11_db"]).max() > 1.0
+
+
+def test_s_matrix_is_symmetric_and_reciprocal():
+    sample = {
+        "s11_real": np.array([0.1]),
+        "s11_imag": np.array([0.2]),
+        "s21_real": np.array([0.3]),
+        "s21_imag": np.array([-0.4]),
+    }
+    matrix = sweeps.s_matrix_from_sample(sample)
+    np.testing.assert_allclose(matrix[0], [[0.1 + 0.2j, 0.3 - 0.4j], [0.3 - 0.4j, 0.1 + 0.2j]])
+
+
+def test_bad_parameters_and_options():
+    with pytest.raises(KeyError, match="missing keys \\['permittivity'\\]"):
+        sweeps.sparameter_sample({"length": 1e-2}, seed=0)
+    with pytest.raises(KeyError, match="unknown keys \\['radius'\\]"):
+        sweeps.sparameter_sample({"length": 1e-2, "permittivity": 2.0, "radius": 1.0}, seed=0)
+    with pytest.raises(ValueError, match="params\\['permittivity'\\]"):
+        sweeps.sparameter_sample({"length": 1e-2, "permittivity": -2.0}, seed=0)
+    with pytest.raises(ValueError, match="params\\['length'\\]"):
+        sweeps.sparameter_sample({"length": 0.5, "permittivity": 2.0}, seed=0)
+    with pytest.raises(ValueError, match="single-mode range"):
+        sweeps.sparameter_sample({"length": 1e-2, "permittivity": 2.0}, seed=0, f_max=20e9)
+    with pytest.raises(TypeError, match="WaveguideSetup"):
+        sweeps.sparameter_sample({"length": 1e-2, "permittivity": 2.0}, seed=0, colour="red")
+    with pytest.raises(ValueError, match="options\\['dtype'\\]"):
+        sweeps.sparameter_sample({"length": 1e-2, "permittivity": 2.0}, seed=0, dtype="float16")
+
+
+def test_field_sample_shapes():
+    sample = sweeps.field_sample({"length": 15e-3, "permittivity": 3.0}, seed=0, n_frequencies=2)
+    shape = sample["permittivity"].shape
+    assert shape == (200, 20) and sample["field_real"].shape == shape == sample["field_imag"].shape
+    # the block's cells hold its permittivity, the rest vacuum
+    assert sample["permittivity"].max() == pytest.approx(3.0) and sample[
+        "permittivity"
+    ].min() == pytest.approx(1.0)
+    assert (
+        np.isfinite(sample["field_real"]).all()
+        and np.abs(sample["field_real"] + 1j * sample["field_imag"]).max() > 0.5
+    )
