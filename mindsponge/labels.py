@@ -1,0 +1,248 @@
+"""Reference labels (energies and forces) for training learned potentials.
+
+- :class:`XTB`: GFN2-xTB (or GFN1-xTB) through the ``tblite`` package as a potential module
+  ``(positions (N, 3) nm, box) -> energy () kJ/mol`` whose gradient is tblite's analytic one
+  (converted from Hartree and Bohr with :mod:`common.units`). Being a potential, it runs in a
+  :class:`~mindsponge.simulation.Simulation` (GFN2-xTB molecular dynamics) and in :func:`label`.
+- :func:`label`: energies and forces of a set of configurations under any potential called as
+  ``(positions, box) -> energy``: an :class:`XTB`, a :class:`~mindsponge.forcefield.ForceField`
+  (e.g. from :func:`mindsponge.interop.openmm.load`), a bound learned potential.
+- :func:`xtb_sample`: the dataset-generator callable (``fn(params, seed, **options) -> dict``,
+  see ``common.datasets``): one configuration of a built-in molecule drawn at
+  ``params["temperature"]`` by a short GFN2-xTB Langevin run from the molecule's reference
+  geometry (or by random displacements), with its GFN2-xTB energy and forces.
+
+Example::
+
+    sample = xtb_sample({"temperature": 600.0}, seed=3, molecule="ethanol")
+    sample["positions"].shape, sample["energy"].shape, sample["forces"].shape   # (9, 3), (), (9, 3)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from common import units
+
+__all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES"]
+
+# built-in molecules: name -> name in ase's G2 collection (MP2 geometries)
+MOLECULES = {"ethanol": "CH3CH2OH", "water": "H2O", "methane": "CH4", "methanol": "CH3OH",
+             "acetaldehyde": "CH3CHO", "formamide": "HCONH2"}
+_BOHR_PER_NM = 1.0 / units.BOHR_TO_NM
+_DISPLACEMENT_STIFFNESS = 1e5  # kJ/mol/nm^2, sets the spread of sampling="displace"
+
+
+def molecule(name: str):
+    """A built-in molecule as an ``ase.Atoms`` (positions in Å, as ASE keeps them).
+
+    Args:
+        name: a key of :data:`MOLECULES` or any name of ``ase.collections.g2``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the built-in ones).
+    """
+    import ase.build
+    from ase.collections import g2
+
+    key = MOLECULES.get(name, name)
+    if key not in g2.names:
+        raise ValueError(
+            f"unknown molecule {name!r}; built-in: {sorted(MOLECULES)} or a name of ase's G2 set")
+    return ase.build.molecule(key)
+
+
+class _XTBEnergy(torch.autograd.Function):
+    """Energy (kJ/mol) from tblite with its analytic gradient (first derivatives only)."""
+
+    @staticmethod
+    def forward(ctx, positions, box, calculator):
+        energy, gradient = calculator._energy_and_gradient(positions.detach(), box)
+        ctx.save_for_backward(gradient.to(positions))
+        return positions.new_tensor(energy)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_energy):
+        (gradient,) = ctx.saved_tensors
+        return grad_energy * gradient, None, None
+
+
+class XTB(nn.Module):
+    """GFN-xTB energies through tblite, as a potential ``(positions, box) -> energy``.
+
+    Args:
+        atomic_numbers: ``(N,)`` integers.
+        method: ``"GFN2-xTB"`` (default) or ``"GFN1-xTB"``.
+        charge: total charge, e.
+        unpaired_electrons: number of unpaired electrons.
+        accuracy: tblite's numerical accuracy (smaller is tighter).
+
+    Forward: positions ``(N, 3)`` nm, box ``(3, 3)`` nm (rows) or ``None`` -> energy ``()`` kJ/mol
+    in the dtype of ``positions``; forces by autograd (not twice differentiable). The SCF of one
+    call restarts from the previous one's wavefunction.
+
+    Raises:
+        ImportError: tblite is not installed (``pip install 'mindscience-torch[xtb]'``).
+        RuntimeError: the SCF does not converge (the message gives the positions' shape and method).
+    """
+
+    def __init__(self, atomic_numbers, method: str = "GFN2-xTB", charge: float = 0.0,
+                 unpaired_electrons: int = 0, accuracy: float = 1.0):
+        super().__init__()
+        try:
+            import tblite.interface  # noqa: F401
+        except ImportError as error:
+            raise ImportError("XTB needs the tblite package: pip install 'mindscience-torch[xtb]'") from error
+        if method not in ("GFN2-xTB", "GFN1-xTB"):
+            raise ValueError(f"method must be 'GFN2-xTB' or 'GFN1-xTB', got {method!r}")
+        numbers = torch.as_tensor(atomic_numbers)
+        if numbers.ndim != 1 or numbers.is_floating_point() or bool((numbers < 1).any()):
+            raise ValueError(f"atomic_numbers must be an (N,) tensor of integers >= 1, got {numbers!r}")
+        self.register_buffer("atomic_numbers", numbers.long(), persistent=False)
+        self.method, self.charge, self.accuracy = method, charge, accuracy
+        self.unpaired_electrons = unpaired_electrons
+        self._calculator = None
+        self._periodic = None
+        self._result = None
+
+    def _energy_and_gradient(self, positions: Tensor, box: Tensor | None) -> tuple[float, Tensor]:
+        from tblite.interface import Calculator
+
+        if positions.shape != (len(self.atomic_numbers), 3):
+            raise ValueError(
+                f"XTB: positions must be ({len(self.atomic_numbers)}, 3) nm for its atoms, got "
+                f"{tuple(positions.shape)}"
+            )
+        bohr = positions.detach().cpu().double().numpy() * _BOHR_PER_NM
+        lattice = None if box is None else box.detach().cpu().double().numpy() * _BOHR_PER_NM
+        if self._calculator is None or self._periodic != (box is not None):
+            self._calculator = Calculator(
+                self.method, self.atomic_numbers.cpu().numpy(), bohr, charge=self.charge,
+                uhf=self.unpaired_electrons, lattice=lattice,
+                periodic=None if box is None else np.array([True, True, True]))
+            self._calculator.set("verbosity", 0)
+            self._calculator.set("accuracy", self.accuracy)
+            self._periodic, self._result = box is not None, None
+        else:
+            self._calculator.update(positions=bohr, lattice=lattice)
+        try:
+            self._result = self._calculator.singlepoint(self._result)
+        except RuntimeError as error:
+            self._result = None
+            raise RuntimeError(f"XTB ({self.method}, {len(bohr)} atoms): {error}") from error
+        energy = float(self._result.get("energy")) * units.HARTREE_TO_KJ_PER_MOL
+        gradient = torch.from_numpy(self._result.get("gradient") * units.HARTREE_PER_BOHR_TO_KJ_PER_MOL_NM)
+        return energy, gradient.to(positions.device)
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Energy ``()`` kJ/mol of positions ``(N, 3)`` nm in ``box`` ``(3, 3)`` nm or ``None``."""
+        return _XTBEnergy.apply(positions, box, self)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_calculator"], state["_result"], state["_periodic"] = None, None, None
+        return state
+
+    def extra_repr(self) -> str:
+        return f"method={self.method!r}, atoms={len(self.atomic_numbers)}, charge={self.charge}"
+
+
+def label(potential: nn.Module, positions, box=None, progress: bool = False) -> dict[str, np.ndarray]:
+    """Energies and forces of configurations under a potential.
+
+    Args:
+        potential: called as ``potential(positions (N, 3) nm, box) -> energy () kJ/mol``: an
+            :class:`XTB`, a :class:`~mindsponge.forcefield.ForceField`, ``model.bind(numbers)``...
+        positions: ``(S, N, 3)`` (or ``(N, 3)``) array or tensor, nm.
+        box: ``(3, 3)`` nm (all configurations), ``(S, 3, 3)``, or ``None``.
+        progress: show a progress bar.
+
+    Returns:
+        ``{"energy": (S,) kJ/mol, "forces": (S, N, 3) kJ/mol/nm}`` float64 arrays (``()`` and
+        ``(N, 3)`` for one configuration).
+    """
+    from mindsponge.forcefield.base import energy_and_forces
+
+    positions = torch.as_tensor(positions)
+    single = positions.ndim == 2
+    batch = positions.unsqueeze(0) if single else positions
+    if batch.ndim != 3 or batch.shape[-1] != 3:
+        raise ValueError(f"positions must be (S, N, 3) or (N, 3) nm, got {tuple(positions.shape)}")
+    boxes = None if box is None else torch.as_tensor(box).to(batch)
+    if boxes is not None and boxes.ndim == 2:
+        boxes = boxes.expand(len(batch), 3, 3)
+    if boxes is not None and boxes.shape != (len(batch), 3, 3):
+        raise ValueError(f"box must be (3, 3) or ({len(batch)}, 3, 3) nm, got {tuple(boxes.shape)}")
+    energies, forces = [], []
+    for index in tqdm(range(len(batch)), desc="labels", disable=not progress):
+        energy, force = energy_and_forces(potential, batch[index], None if boxes is None else boxes[index])
+        energies.append(float(energy))
+        forces.append(force.detach().cpu().double().numpy())
+    result = {"energy": np.asarray(energies), "forces": np.stack(forces)}
+    return {key: value[0] for key, value in result.items()} if single else result
+
+
+def xtb_sample(params: dict, seed: int, molecule: str = "ethanol", sampling: str = "md", md_steps: int = 20,
+               timestep: float = 0.0005, friction: float = 20.0,
+               method: str = "GFN2-xTB") -> dict[str, np.ndarray]:
+    """One configuration of a built-in molecule with its GFN-xTB energy and forces (a dataset generator).
+
+    The configuration is drawn at ``params["temperature"]`` (K): with ``sampling="md"``, a
+    Langevin run of ``md_steps`` steps under GFN2-xTB from the reference geometry with
+    Maxwell-Boltzmann velocities at twice the temperature (half the kinetic energy goes into
+    the potential); with ``sampling="displace"``, Gaussian displacements of every coordinate with
+    a standard deviation ``sqrt(k_B T / k)``, the thermal amplitude of a generic stiffness
+    ``k = 1e5 kJ/mol/nm^2`` (bond stretches are 2e5-4e5, bends and torsions softer).
+
+    Args:
+        params: ``{"temperature": K}`` (other keys are ignored).
+        seed: random seed of this sample.
+        molecule: a name of :func:`molecule` (default ethanol).
+        sampling: ``"md"`` or ``"displace"``.
+        md_steps: Langevin steps (``sampling="md"``).
+        timestep: ps.
+        friction: Langevin friction, 1/ps.
+        method: ``"GFN2-xTB"`` or ``"GFN1-xTB"``.
+
+    Returns:
+        ``positions`` (N, 3) nm, ``atomic_numbers`` (N,) int64, ``energy`` () kJ/mol,
+        ``forces`` (N, 3) kJ/mol/nm, ``temperature`` () K: the same keys for every sample.
+
+    Raises:
+        ValueError: a missing or non-positive temperature, an unknown molecule or sampling.
+    """
+    from mindsponge.system import System
+
+    temperature = params.get("temperature") if isinstance(params, dict) else None
+    if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"xtb_sample: params['temperature'] must be a positive number of K, got {params!r}")
+    if sampling not in ("md", "displace"):
+        raise ValueError(f"xtb_sample: sampling must be 'md' or 'displace', got {sampling!r}")
+    system = System.from_ase(globals()["molecule"](molecule))
+    numbers = system.atomic_numbers
+    potential = XTB(numbers, method=method)
+    generator = torch.Generator().manual_seed(int(seed))
+    if sampling == "md":
+        from mindsponge.integrators import LangevinMiddle
+        from mindsponge.simulation import Simulation
+
+        simulation = Simulation(system, potential, LangevinMiddle(timestep, temperature, friction),
+                                seed=int(seed), progress=False, remove_center_of_mass_motion=False)
+        simulation.set_velocities(2.0 * temperature, seed=int(seed))
+        simulation.run(md_steps)
+        positions = simulation.state.positions
+    else:
+        spread = math.sqrt(units.BOLTZMANN_MD * temperature / _DISPLACEMENT_STIFFNESS)
+        positions = system.positions + spread * torch.randn(system.positions.shape, generator=generator,
+                                                            dtype=system.positions.dtype)
+    labels = label(potential, positions)
+    return {"positions": positions.detach().cpu().numpy(),
+            "atomic_numbers": numbers.cpu().numpy().astype(np.int64),
+            "energy": np.asarray(labels["energy"]), "forces": labels["forces"],
+            "temperature": np.asarray(float(temperature))}

@@ -1,0 +1,100 @@
+"""Reference labels: GFN2-xTB through tblite (units against tblite's own ASE calculator, forces against
+finite differences), the dataset-generator contract of xtb_sample, and labels of a classical force field."""
+
+import numpy as np
+import pytest
+import torch
+
+import mindsponge as ms
+
+pytest.importorskip("tblite")
+from tblite.ase import TBLite  # noqa: E402
+
+from mindsponge.labels import XTB, label, molecule, xtb_sample  # noqa: E402
+
+EV_TO_KJ_PER_MOL = 96.48533212331  # CODATA: e * N_A / 1000
+
+
+def ethanol_positions(seed=0):
+    atoms = molecule("ethanol")
+    generator = np.random.default_rng(seed)
+    atoms.positions += 0.05 * generator.standard_normal(atoms.positions.shape)  # Angstrom
+    return atoms
+
+
+def test_xtb_energy_and_forces_match_tblite_ase_calculator():
+    """Hartree/Bohr -> kJ/mol/nm (common.units) against tblite's own eV/Angstrom ASE interface."""
+    atoms = ethanol_positions()
+    atoms.calc = TBLite(method="GFN2-xTB", verbosity=0)
+    reference_energy = atoms.get_potential_energy() * EV_TO_KJ_PER_MOL
+    reference_forces = atoms.get_forces() * EV_TO_KJ_PER_MOL * 10.0  # eV/A -> kJ/mol/nm
+    potential = XTB(torch.tensor(atoms.numbers))
+    result = label(potential, torch.tensor(atoms.positions * 0.1))
+    assert abs(result["energy"] - reference_energy) < 1e-5 * abs(reference_energy)
+    np.testing.assert_allclose(result["forces"], reference_forces, atol=1e-3 * np.abs(reference_forces).max())
+
+
+def test_xtb_forces_are_minus_finite_differences():
+    atoms = ethanol_positions(1)
+    potential = XTB(torch.tensor(atoms.numbers), accuracy=0.01)
+    positions = torch.tensor(atoms.positions * 0.1)
+    forces = ms.forces(potential, positions)
+    step = 1e-5  # nm
+    for atom, axis in [(0, 0), (2, 1), (5, 2), (8, 0)]:
+        shifted = positions.clone()
+        shifted[atom, axis] += step
+        plus = float(potential(shifted))
+        shifted[atom, axis] -= 2 * step
+        minus = float(potential(shifted))
+        finite = -(plus - minus) / (2 * step)
+        assert abs(finite - float(forces[atom, axis])) < 2e-3 * float(forces.abs().max())
+
+
+def test_xtb_sample_contract():
+    first = xtb_sample({"temperature": 500.0}, seed=4, md_steps=5)
+    again = xtb_sample({"temperature": 500.0}, seed=4, md_steps=5)
+    other = xtb_sample({"temperature": 500.0}, seed=5, md_steps=5)
+    assert set(first) == {"positions", "atomic_numbers", "energy", "forces", "temperature"}
+    assert first["positions"].shape == (9, 3) and first["forces"].shape == (9, 3)
+    assert first["energy"].shape == () and first["atomic_numbers"].tolist() == [6, 6, 8, 1, 1, 1, 1, 1, 1]
+    np.testing.assert_array_equal(first["positions"], again["positions"])
+    assert np.abs(first["positions"] - other["positions"]).max() > 1e-4
+    # the MD moved the atoms, but not far (nm): bonds stay bonds
+    reference = molecule("ethanol").positions * 0.1
+    assert 1e-3 < np.abs(first["positions"] - reference).max() < 0.05
+    # the label is the GFN2-xTB energy of the returned configuration, through tblite's ASE interface
+    atoms = molecule("ethanol")
+    atoms.positions = first["positions"] * 10.0
+    atoms.calc = TBLite(method="GFN2-xTB", verbosity=0)
+    assert abs(float(first["energy"]) - atoms.get_potential_energy() * EV_TO_KJ_PER_MOL) < 1e-2
+    displaced = xtb_sample({"temperature": 300.0}, seed=1, sampling="displace")
+    assert displaced["energy"] > first["energy"] - 200.0
+
+
+def test_xtb_sample_bad_input():
+    with pytest.raises(ValueError, match="temperature"):
+        xtb_sample({"temperature": -1.0}, seed=0)
+    with pytest.raises(ValueError, match="temperature"):
+        xtb_sample({}, seed=0)
+    with pytest.raises(ValueError, match="unknown molecule 'unobtainium'"):
+        xtb_sample({"temperature": 300.0}, seed=0, molecule="unobtainium")
+    with pytest.raises(ValueError, match="positions must be \\(9, 3\\)"):
+        XTB(torch.tensor([6, 6, 8, 1, 1, 1, 1, 1, 1]))(torch.zeros(4, 3))
+
+
+def test_label_of_a_forcefield_matches_analytic_harmonic_bonds():
+    from mindsponge.forcefield.bonded import HarmonicBond
+
+    k, length = 2.0e5, 0.1
+    bond = HarmonicBond(torch.tensor([[0, 1]]), torch.tensor([length], dtype=torch.float64),
+                        torch.tensor([k], dtype=torch.float64))
+    forcefield = ms.ForceField([bond])
+    distances = np.array([0.09, 0.1, 0.115])
+    positions = np.zeros((3, 2, 3))
+    positions[:, 1, 0] = distances
+    result = label(forcefield, positions)
+    np.testing.assert_allclose(result["energy"], 0.5 * k * (distances - length) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(result["forces"][:, 1, 0], -k * (distances - length), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(result["forces"][:, 0, 0], k * (distances - length), rtol=1e-12, atol=1e-9)
+    with pytest.raises(ValueError, match="positions must be"):
+        label(forcefield, np.zeros((3, 2)))
