@@ -21,6 +21,11 @@ checkpoint, so a run continued from a checkpoint is bit-identical to one that ne
 (same device and dtype). A step whose potential energy is not finite or jumps by more than
 ``max_energy_jump`` stops the run with :class:`SimulationBlowUpError` naming the step; with a
 ``checkpoint`` path the last good state is written there first.
+
+Modules of the force field that change along the trajectory (metadynamics biases, see
+:mod:`mindsponge.bias`) define ``after_step(positions, box, step) -> bool``: it is called after
+every step, the forces are recomputed when it returns ``True``, and the modules' buffers
+(``state_dict``) go into checkpoints.
 """
 
 import math
@@ -161,6 +166,11 @@ class Simulation:
         velocities = self.system.velocities
         if velocities is None:
             velocities = torch.zeros_like(positions)
+        self.adaptive_modules = [
+            module
+            for module in (forcefield.modules() if isinstance(forcefield, torch.nn.Module) else ())
+            if callable(getattr(module, "after_step", None))
+        ]
         self.state = self._with_forces(
             State(positions, velocities, self.system.box, rng_state=self.generator.get_state())
         )
@@ -312,6 +322,12 @@ class Simulation:
             state = self.thermostat.apply(state, self)
         if self.barostat is not None and state.step % self.barostat.frequency == 0:
             state = self.barostat.apply(self, state)
+        if self.adaptive_modules:
+            positions = state.positions.to(self.precision.compute)
+            box = None if state.box is None else state.box.to(self.precision.compute)
+            changed = [module.after_step(positions, box, state.step) for module in self.adaptive_modules]
+            if any(changed):
+                state = self._with_forces(state)
         return state
 
     def run(self, steps):
@@ -395,6 +411,7 @@ class Simulation:
                 "format": CHECKPOINT_FORMAT,
                 "state": state.to_dict(),
                 "neighbor_lists": lists,
+                "adaptive_modules": [module.state_dict() for module in self.adaptive_modules],
                 "integrator": repr(self.integrator),
             },
         )
@@ -427,6 +444,14 @@ class Simulation:
         for neighbors, saved in zip(lists, data["neighbor_lists"], strict=True):
             if saved["positions"] is not None:
                 neighbors.build(saved["positions"], saved["box"])
+        saved_modules = data.get("adaptive_modules", [])
+        if len(saved_modules) != len(self.adaptive_modules):
+            raise ValueError(
+                f"checkpoint {str(path)!r} holds the state of {len(saved_modules)} adaptive biases, this "
+                f"simulation's force field has {len(self.adaptive_modules)}"
+            )
+        for module, saved in zip(self.adaptive_modules, saved_modules, strict=True):
+            module.load_state_dict(saved)
         self.state = state
 
     def close(self):
