@@ -87,12 +87,20 @@ def _run_sample(function_reference: str, options: dict, labels: list[str] | None
         raise TypeError(
             f"{function_reference} must return a non-empty dict of name -> array, got {type(result).__name__}"
         )
-    clashes = sorted(set(result) & (set(parameters) | set(RESERVED_COLUMNS)))
+    # a generator may echo a parameter back (stored once, as the parameter's column), but not change it
+    echoed = {
+        key
+        for key in set(result) & set(parameters)
+        if np.array_equal(_to_numpy(result[key]), parameters[key])
+    }
+    clashes = sorted((set(result) - echoed) & (set(parameters) | set(RESERVED_COLUMNS)))
     if clashes:
         raise ValueError(
-            f"{function_reference} returned keys {clashes}, which are parameters or reserved columns"
+            f"{function_reference} returned keys {clashes}, which are parameters (with other values) "
+            f"or reserved columns {RESERVED_COLUMNS}"
         )
-    if labels is not None and sorted(result) != sorted(labels):
+    result = {key: value for key, value in result.items() if key not in echoed}
+    if labels is not None and sorted(result) != sorted(set(labels) - echoed):
         raise ValueError(
             f"{function_reference} returned keys {sorted(result)}; the recipe's labels are {sorted(labels)}"
         )

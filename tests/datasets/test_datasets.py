@@ -11,6 +11,7 @@ import time
 import h5py
 import numpy as np
 import pytest
+from scipy import constants
 from scipy.integrate import solve_ivp
 from scipy.stats import qmc
 
@@ -291,3 +292,105 @@ def test_dask_cluster_gives_the_same_dataset_as_the_local_pool(tmp_path, dask_cl
                 np.testing.assert_array_equal(remote_table[key], local_table[key], err_msg=key)
     runs = io.read_table(tmp_path / "dask.h5", "runs")
     assert runs["executor"][0].startswith("dask tcp://")
+
+
+def echo_temperature(params, seed, shift=0.0):
+    """A generator returning its parameter back, shifted by ``shift`` (module-level: importable)."""
+    return {"temperature": params["temperature"] + shift, "energy": np.float64(2.0 * params["temperature"])}
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_a_parameter_echoed_back_is_stored_once_and_a_changed_one_fails(tmp_path, shift):
+    recipe = datasets.loads_recipe(
+        textwrap.dedent(
+            f"""
+            [generator]
+            function = "test_datasets:echo_temperature"
+            options = {{ shift = {shift} }}
+            [parameters]
+            temperature = {{ low = 300.0, high = 600.0, points = 4 }}
+            [sampling]
+            method = "grid"
+            [output]
+            path = "{(tmp_path / "echo.h5").as_posix()}"
+            """
+        )
+    )
+    summary = datasets.generate(recipe, workers=0, progress=False)
+    if shift == 0.0:
+        assert (summary.succeeded, summary.failed) == (4, 0)
+        table = datasets.read_dataset(tmp_path / "echo.h5")
+        assert sorted(table) == ["energy", "sample_id", "sample_seed", "temperature"]
+        np.testing.assert_array_equal(table["temperature"], [300.0, 400.0, 500.0, 600.0])
+        np.testing.assert_array_equal(table["energy"], 2 * table["temperature"])
+    else:
+        assert (summary.succeeded, summary.failed) == (0, 4)
+        assert "parameters (with other values)" in summary.failures[0][1]
+
+
+SHIPPED = sorted((ROOT / "datasets").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_shipped_recipe_is_valid_and_has_a_small_and_a_full_variant(path):
+    recipe = datasets.load_recipe(path)
+    assert recipe.n_samples == len(datasets.sample_parameters(recipe)) > 0
+    stem = path.stem.removesuffix("_small")
+    assert (ROOT / "datasets" / f"{stem}.toml").is_file() and (
+        ROOT / "datasets" / f"{stem}_small.toml"
+    ).is_file()
+    assert stem in (ROOT / "datasets" / "README.md").read_text()  # it has a dataset card
+
+
+def test_small_ethanol_xtb_recipe_generates_labelled_configurations(tmp_path):
+    summary = datasets.generate(
+        ROOT / "datasets" / "ethanol_xtb_small.toml",
+        output=tmp_path / "x.h5",
+        workers=0,
+        limit=2,
+        progress=False,
+    )
+    assert (summary.succeeded, summary.failed) == (2, 0), summary
+    table = datasets.read_dataset(tmp_path / "x.h5")
+    shapes = {key: value.shape[1:] for key, value in table.items()}
+    assert shapes == {
+        "sample_id": (),
+        "sample_seed": (),
+        "temperature": (),
+        "positions": (9, 3),
+        "atomic_numbers": (9,),
+        "energy": (),
+        "forces": (9, 3),
+    }
+    assert sorted(table["atomic_numbers"][0].tolist()) == [1] * 6 + [6, 6, 8]  # C2H5OH
+    # GFN2-xTB total energy of ethanol is about -11.4 hartree = -3.0e4 kJ/mol
+    assert np.all((table["energy"] > -3.2e4) & (table["energy"] < -2.8e4))
+    bonds = np.linalg.norm(table["positions"][:, :, None] - table["positions"][:, None], axis=-1)
+    assert 0.09 < np.sort(bonds[0][bonds[0] > 0])[0] < 0.12  # shortest bond (O-H or C-H) in nm
+
+
+def test_small_waveguide_recipe_matches_the_analytic_slab_transmission(tmp_path):
+    summary = datasets.generate(
+        ROOT / "datasets" / "waveguide_sparameters_small.toml",
+        output=tmp_path / "w.h5",
+        workers=0,
+        limit=2,
+        progress=False,
+    )
+    assert (summary.succeeded, summary.failed) == (2, 0), summary
+    table = datasets.read_dataset(tmp_path / "w.h5")
+    assert table["frequencies"].shape == (2, 26) and table["s21_real"].shape == (2, 26)
+    s11 = np.hypot(table["s11_real"], table["s11_imag"])
+    s21 = np.hypot(table["s21_real"], table["s21_imag"])
+    np.testing.assert_allclose(s11**2 + s21**2, 1.0, atol=0.03)  # a lossless slab conserves power
+    # TM1 mode through a slab filling a 20 mm guide: beta = sqrt(eps k0^2 - (pi/h)^2) in each section,
+    # |S21|^-2 = 1 + (r - 1/r)^2 sin^2(beta_slab L) / 4 with r = beta_slab / beta_empty
+    wavenumber = 2 * np.pi * table["frequencies"] / constants.c
+    cutoff = np.pi / 20e-3
+    beta_empty = np.sqrt(wavenumber**2 - cutoff**2)
+    beta_slab = np.sqrt(table["permittivity"][:, None] * wavenumber**2 - cutoff**2)
+    ratio = beta_slab / beta_empty
+    phase = beta_slab * table["length"][:, None]
+    analytic = 1 / np.sqrt(1 + 0.25 * (ratio - 1 / ratio) ** 2 * np.sin(phase) ** 2)
+    np.testing.assert_allclose(s21, analytic, atol=0.05)
+    assert s11.max() > 0.1  # the slab does reflect: the comparison is not trivial
