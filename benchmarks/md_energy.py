@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -35,6 +34,7 @@ import time
 
 import numpy as np
 import torch
+from md_common import best_of_rounds, time_calls
 
 THREADS = 2
 CUTOFF = 0.9  # nm
@@ -57,33 +57,6 @@ def build_water_box(edge: float):
         [list(vector.value_in_unit(unit.nanometer)) for vector in system.getDefaultPeriodicBoxVectors()]
     )
     return system, positions, box
-
-
-def mean_seconds(function, repeats: int) -> float:
-    """Mean seconds per call of ``function`` over ``repeats`` calls."""
-    start = time.perf_counter()
-    for _ in range(repeats):
-        function()
-    return (time.perf_counter() - start) / repeats
-
-
-def time_calls(function, repeats: int, warmup: int = 2) -> float:
-    """Best-of-three mean seconds per call of ``function``."""
-    for _ in range(warmup):
-        function()
-    return min(mean_seconds(function, repeats) for _ in range(3))
-
-
-def best_of_rounds(functions: dict, repeats: int, rounds: int) -> dict:
-    """Best mean seconds per call of each function, timed in alternating rounds (fair under load)."""
-    for function in functions.values():
-        function()
-        function()
-    best = dict.fromkeys(functions, math.inf)
-    for _ in range(rounds):
-        for name, function in functions.items():
-            best[name] = min(best[name], mean_seconds(function, repeats))
-    return best
 
 
 def openmm_evaluator(system, positions):

@@ -1,0 +1,190 @@
+"""Helpers shared by the mindsponge benchmarks (``md_*.py``): timing, TIP3P systems, statistics.
+
+Not a benchmark itself (running it does nothing). The benchmarks import it as ``md_common``
+(they run as scripts from this directory).
+
+- timing: :func:`mean_seconds`, :func:`time_calls`, :func:`best_of_rounds`;
+- systems: :func:`tip3p_water` (a mindsponge water box and the OpenMM System for it, with
+  OpenMM's masses), :func:`openmm_context`, :func:`openmm_equilibrated` (a start state
+  minimised and thermalised by OpenMM, so both engines start from the same coordinates),
+  :func:`mindsponge_simulation`;
+- statistics: :func:`mean_and_error` (mean with its standard error from the statistical
+  inefficiency of the time series, pymbar), :func:`drift_per_dof` (linear fit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import time
+
+import numpy as np
+import torch
+
+
+def mean_seconds(function, repeats: int) -> float:
+    """Mean seconds per call of ``function`` over ``repeats`` calls."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        function()
+    return (time.perf_counter() - start) / repeats
+
+
+def time_calls(function, repeats: int, warmup: int = 2) -> float:
+    """Best-of-three mean seconds per call of ``function``."""
+    for _ in range(warmup):
+        function()
+    return min(mean_seconds(function, repeats) for _ in range(3))
+
+
+def best_of_rounds(functions: dict, repeats: int, rounds: int, warmup: int = 2) -> dict:
+    """Best mean seconds per call of each function, timed in alternating rounds (fair under load)."""
+    for function in functions.values():
+        for _ in range(warmup):
+            function()
+    best = dict.fromkeys(functions, math.inf)
+    for _ in range(rounds):
+        for name, function in functions.items():
+            best[name] = min(best[name], mean_seconds(function, repeats))
+    return best
+
+
+def tip3p_water(
+    n_molecules: int,
+    cutoff: float = 0.9,
+    seed: int = 1,
+    ewald_tolerance: float = 5e-4,
+    switch_distance: float | None = None,
+    remove_center_of_mass_motion: bool = True,
+):
+    """A cubic box of rigid TIP3P water (``ms.build.water_box``) and OpenMM's System for it.
+
+    Args:
+        n_molecules: number of waters (3 atoms each), at 0.997 g/cm^3.
+        cutoff: non-bonded cutoff, nm (PME).
+        seed: seed of the placement.
+        ewald_tolerance: OpenMM's ``ewaldErrorTolerance`` (sets the PME splitting and grid).
+        switch_distance: Lennard-Jones switching distance, nm, or ``None`` for none.
+        remove_center_of_mass_motion: add OpenMM's ``CMMotionRemover``.
+
+    Returns:
+        ``(system, openmm_system)``: a float64 :class:`mindsponge.System` (positions (N, 3) nm,
+        box (3, 3) nm, masses (N,) amu taken from the OpenMM System) and the
+        ``openmm.System`` (``amber14/tip3p.xml``, PME, rigid water).
+    """
+    from openmm import app, unit
+
+    import mindsponge as ms
+
+    system = ms.build.water_box(n_molecules=n_molecules, model="tip3p", seed=seed)
+    options = {"switchDistance": switch_distance * unit.nanometer} if switch_distance else {}
+    openmm_system = app.ForceField("amber14/tip3p.xml").createSystem(
+        system.topology.to_openmm(system.box),
+        nonbondedMethod=app.PME,
+        nonbondedCutoff=cutoff * unit.nanometer,
+        ewaldErrorTolerance=ewald_tolerance,
+        rigidWater=True,
+        removeCMMotion=remove_center_of_mass_motion,
+        **options,
+    )
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    return system.replace(masses=torch.tensor(masses, dtype=torch.float64)), openmm_system
+
+
+def openmm_context(openmm_system, integrator, platform: str = "CPU", threads: int = 1, positions=None):
+    """An ``openmm.Context`` on ``platform`` (``"CPU"`` with ``threads`` threads, or ``"Reference"``)."""
+    import openmm
+
+    properties = {"Threads": str(threads)} if platform == "CPU" else {}
+    platform = openmm.Platform.getPlatformByName(platform)
+    context = openmm.Context(openmm_system, integrator, platform, properties)
+    if positions is not None:
+        context.setPositions(np.asarray(positions))
+    return context
+
+
+def openmm_equilibrated(system, openmm_system, temperature: float = 300.0, steps: int = 2500, seed: int = 1):
+    """Positions and velocities (nm, nm/ps; (N, 3) float64 arrays) after OpenMM minimises the box
+    and runs ``steps`` steps of Langevin dynamics (2 fs, 1/ps) at ``temperature`` (K)."""
+    import openmm
+    from openmm import unit
+
+    integrator = openmm.LangevinMiddleIntegrator(temperature, 1.0, 0.002)
+    integrator.setRandomNumberSeed(seed)
+    context = openmm_context(openmm_system, integrator, positions=system.positions.numpy())
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 500)
+    context.setVelocitiesToTemperature(temperature, seed)
+    integrator.step(steps)
+    state = context.getState(getPositions=True, getVelocities=True)
+    positions = state.getPositions(asNumpy=True).value_in_unit(unit.nanometer)
+    velocities = state.getVelocities(asNumpy=True).value_in_unit(unit.nanometer / unit.picosecond)
+    return np.asarray(positions), np.asarray(velocities)
+
+
+def mindsponge_simulation(system, openmm_system, integrator, dtype=torch.float64, positions=None,
+                          velocities=None, **options):
+    """A :class:`mindsponge.Simulation` of ``system`` under the force field of ``openmm_system``.
+
+    Everything (state, force field, integration) is in ``dtype``; ``constraints="water"``
+    (SETTLE); ``positions`` / ``velocities`` ((N, 3) arrays, nm and nm/ps) replace the system's;
+    ``options`` go to :class:`mindsponge.Simulation` (``progress`` defaults to ``False``).
+    """
+    import mindsponge as ms
+
+    changes = {}
+    if positions is not None:
+        changes["positions"] = torch.as_tensor(positions, dtype=torch.float64)
+    if velocities is not None:
+        changes["velocities"] = torch.as_tensor(velocities, dtype=torch.float64)
+    system = system.replace(**changes).to(dtype=dtype)
+    forcefield = ms.interop.openmm.from_openmm(openmm_system, dtype=dtype)
+    options.setdefault("progress", False)
+    return ms.Simulation(system, forcefield, integrator, constraints="water", **options)
+
+
+def mean_and_error(series) -> tuple[float, float, float]:
+    """Mean of a correlated time series, its standard error, and the statistical inefficiency g.
+
+    The error is ``std / sqrt(n / g)`` with g from :func:`pymbar.timeseries.statistical_inefficiency`
+    (g = 1 + 2 * integrated autocorrelation time, in samples).
+    """
+    notices = io.StringIO()  # pymbar prints notices on import and use
+    with contextlib.redirect_stdout(notices), contextlib.redirect_stderr(notices):
+        from pymbar import timeseries
+
+        series = np.asarray(series, dtype=np.float64)
+        inefficiency = float(timeseries.statistical_inefficiency(series))
+    error = float(series.std(ddof=1) / math.sqrt(len(series) / inefficiency))
+    return float(series.mean()), error, inefficiency
+
+
+def drift_per_dof(times_ps, energies, dof: int) -> tuple[float, float]:
+    """Drift of a total-energy series per degree of freedom, kJ/mol/ns/dof, by a linear fit,
+    and the fluctuation (standard deviation) per degree of freedom, kJ/mol/dof."""
+    times_ps, energies = np.asarray(times_ps, dtype=np.float64), np.asarray(energies, dtype=np.float64)
+    slope = np.polyfit(times_ps, energies, 1)[0]  # kJ/mol/ps
+    return float(1e3 * slope / dof), float(energies.std() / dof)
+
+
+def _timed(function, arguments):
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    result = function(*arguments)
+    return result, time.perf_counter() - start
+
+
+def run_engines(tasks: dict, jobs: int = 1) -> dict:
+    """Run ``{name: (function, arguments)}`` (top-level functions, picklable arguments), ``jobs``
+    at a time in separate processes (1: in this process, one after the other), each with one torch
+    thread. Returns ``{name: (result, wall seconds)}`` in the order of ``tasks``."""
+    if jobs <= 1:
+        return {name: _timed(function, arguments) for name, (function, arguments) in tasks.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {
+            name: pool.submit(_timed, function, arguments) for name, (function, arguments) in tasks.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
