@@ -117,6 +117,10 @@ class Constraint:
         """The residual at ``points`` given the model ``outputs`` there (tensor(s) with B rows)."""
         raise NotImplementedError
 
+    def reduce(self, squares: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+        """The constraint's loss from the per-point mean squared residual ``(B,)``: their mean."""
+        return squares.mean()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, n_points={self.n_points}, weight={self.weight})"
 
@@ -159,10 +163,49 @@ class Residual(_DomainConstraint):
             (e.g. ``Rectangle(...) * TimeDomain(...)``).
         function: ``(points (B, d), outputs (B, k)) -> (B,) | (B, m) | tuple of those``.
         n_points, weight, sampler: see :class:`Constraint`.
+        causal_bins: 0 (plain mean), or the number of time bins of causal weighting (Wang, Sankaran &
+            Perdikaris 2022, "Respecting causality"): the loss is ``mean_i w_i L_i`` over bins of the last
+            coordinate (time), ``w_i = exp(-causal_epsilon * sum_{j < i} L_j)`` (detached), so later
+            times are fitted once earlier ones are.
+        causal_epsilon: steepness of the causal weights (in inverse units of the loss).
     """
+
+    def __init__(
+        self,
+        name,
+        domain,
+        function,
+        n_points,
+        weight=1.0,
+        sampler="sobol",
+        causal_bins: int = 0,
+        causal_epsilon: float = 1.0,
+    ):
+        super().__init__(name, domain, function, n_points, weight, sampler)
+        if isinstance(causal_bins, bool) or not isinstance(causal_bins, int) or causal_bins < 0:
+            raise ValueError(
+                f"constraint {name!r}: causal_bins must be a non-negative integer, got {causal_bins!r}"
+            )
+        self.causal_bins, self.causal_epsilon = causal_bins, float(causal_epsilon)
+        self.causal_weights = None
 
     def sample(self, seed, dtype, device):
         return {"points": self._draw(self.domain.sample_interior, seed, dtype, device)}
+
+    def reduce(self, squares, points):
+        if not self.causal_bins:
+            return squares.mean()
+        lo, hi = (bound[-1].item() for bound in self.domain.bounds_float64)
+        fraction = (points[:, self.domain.dim - 1].detach() - lo) / (hi - lo)
+        bins = (fraction * self.causal_bins).long().clamp_(0, self.causal_bins - 1)
+        sums = torch.zeros(self.causal_bins, dtype=squares.dtype, device=squares.device).index_add(
+            0, bins, squares
+        )
+        counts = torch.bincount(bins, minlength=self.causal_bins).clamp_(min=1).to(squares.dtype)
+        bin_losses = sums / counts
+        before = torch.cumsum(bin_losses.detach(), 0) - bin_losses.detach()
+        self.causal_weights = torch.exp(-self.causal_epsilon * before)
+        return (self.causal_weights * bin_losses).mean()
 
     def residual(self, points, outputs, batch):
         return self.function(points, outputs)
@@ -409,7 +452,7 @@ class Problem:
             points = batch["points"].detach().requires_grad_(not isinstance(constraint, Data))
             outputs = model(points)
             residual = _residual_matrix(constraint.residual(points, outputs, batch), len(points), name)
-            losses[name] = residual.pow(2).mean()
+            losses[name] = constraint.reduce(residual.pow(2).mean(1), points)
         return losses
 
     def __repr__(self) -> str:

@@ -63,7 +63,9 @@ __all__ = [
     "PointSourceSetup",
     "Scales",
     "ZeroInitialFields",
+    "FDTDReference",
     "default_model",
+    "fdtd_reference",
     "helmholtz_problem",
     "helmholtz_residual",
     "maxwell_3d_residual",
@@ -444,6 +446,8 @@ def point_source_problem(
     source_weight: float = 1.0,
     boundary_weight: float = 1.0,
     sampler: str = "sobol",
+    causal_bins: int = 0,
+    causal_epsilon: float = 1.0,
 ) -> tuple[pde.Problem, Scales]:
     """The dimensionless :class:`common.pde.Problem` of a 2D time-domain point source with Mur boundaries.
 
@@ -459,6 +463,8 @@ def point_source_problem(
         n_domain, n_source, n_boundary: points per resampling of each constraint.
         source_weight, boundary_weight: fixed loss weights (the domain residual has weight 1).
         sampler: ``"uniform"``, ``"sobol"`` or ``"lhs"``.
+        causal_bins, causal_epsilon: causal weighting of the two residual constraints in time
+            (see :class:`common.pde.Residual`; 0 bins: off).
 
     Returns:
         ``(problem, scales)``.
@@ -499,8 +505,25 @@ def point_source_problem(
         return mur_residual(points, fields, normals[:, :2], speed)
 
     constraints = [
-        pde.Residual("maxwell", space_time, maxwell, n_domain, sampler=sampler),
-        pde.Residual("source", near_source, maxwell, n_source, weight=source_weight, sampler=sampler),
+        pde.Residual(
+            "maxwell",
+            space_time,
+            maxwell,
+            n_domain,
+            sampler=sampler,
+            causal_bins=causal_bins,
+            causal_epsilon=causal_epsilon,
+        ),
+        pde.Residual(
+            "source",
+            near_source,
+            maxwell,
+            n_source,
+            weight=source_weight,
+            sampler=sampler,
+            causal_bins=causal_bins,
+            causal_epsilon=causal_epsilon,
+        ),
         pde.Boundary("mur", space_time, mur, n_boundary, weight=boundary_weight, sampler=sampler),
     ]
     problem = pde.Problem(("x", "y", "t"), setup.components, constraints, parameters=parameters)
@@ -577,6 +600,7 @@ def default_model(
     fourier_scale: float = 1.0,
     zero_initial: bool = True,
     tau: float = 0.05,
+    readout_gain: float = 0.1,
 ) -> nn.Module:
     """MultiScaleMLP with sine activations (MindElec's default) on the problem's inputs, optionally on
     Fourier features, wrapped in :class:`ZeroInitialFields` for time-domain problems.
@@ -591,6 +615,8 @@ def default_model(
         fourier_scale: their standard deviation (cycles per unit of normalised input).
         zero_initial: wrap in :class:`ZeroInitialFields` (needs time as the last variable).
         tau: ramp time of the hard initial condition (dimensionless).
+        readout_gain: factor on the initial readout weights, so that the fields start near zero (as they
+            are everywhere before the pulse arrives) rather than as O(1) noise.
 
     Returns:
         A module ``(B, len(problem.inputs)) -> (B, len(problem.outputs))`` in float32.
@@ -618,6 +644,11 @@ def default_model(
             input_center=center,
             input_scale=scale,
         )
+    body = network if isinstance(network, cnn.MultiScaleMLP) else network.network[1]
+    with torch.no_grad():
+        for subnetwork in body.subnetworks:
+            subnetwork.readout.weight.mul_(readout_gain)
+            subnetwork.readout.bias.mul_(readout_gain)
     if zero_initial:
         network = ZeroInitialFields(network, len(problem.variables) - 1, tau)
     network.in_features = n_inputs
@@ -633,3 +664,126 @@ class _Normalised(nn.Module):
 
     def forward(self, inputs):
         return self.network((inputs - self.center) * self.scale)
+
+
+@dataclasses.dataclass
+class FDTDReference:
+    """Field samples of an FDTD run: per component, SI points ``(N, 3)`` (x, y, t) and values ``(N,)``.
+
+    Each component is sampled at its own Yee nodes and times (E at ``n dt``, H at ``(n - 1/2) dt``).
+    """
+
+    points: dict[str, torch.Tensor]
+    values: dict[str, torch.Tensor]
+
+    def relative_errors(
+        self,
+        model: nn.Module,
+        scales: Scales,
+        components: Sequence[str],
+        parameters: Sequence[float] = (),
+        chunk: int = 65536,
+    ) -> dict[str, float]:
+        """Relative L2 error of each component of ``model`` (dimensionless network) against the samples.
+
+        Args:
+            model: network on dimensionless points; components: its output names.
+            scales: the problem's :class:`Scales`.
+            parameters: values of the parameter columns (parametric problems), dimensionless.
+            chunk: points per forward pass.
+        """
+        errors = {}
+        dtype = next(model.parameters()).dtype
+        for name, points in self.points.items():
+            column = components.index(name)
+            extra = torch.tensor(list(parameters), dtype=torch.float64).expand(len(points), len(parameters))
+            points = torch.cat([points, extra], 1)
+            with torch.no_grad():
+                predicted = torch.cat(
+                    [
+                        scales.fields_si(model, part.to(dtype), components)[:, column].double()
+                        for part in points.split(chunk)
+                    ]
+                )
+            errors[name] = float(pde.relative_l2(predicted, self.values[name]))
+        return errors
+
+
+def fdtd_reference(
+    setup: PointSourceSetup,
+    resolution: float = 2.5e-3,
+    frames: int = 20,
+    stride: int = 2,
+    pml_cells: int = 20,
+    dtype: torch.dtype = torch.float64,
+) -> FDTDReference:
+    """Solve ``setup`` with :mod:`mindelec.fdtd`, the same smoothed source as a distributed current.
+
+    The PINN's domain is surrounded by a CPML (``pml_cells`` thick) so the reference is the open-domain
+    solution; the source is one point current per Yee node within 4 radii of the centre, each
+    carrying ``amplitude * g(node) * dx * dy``, i.e. the current density ``amplitude * g * waveform``.
+
+    Args:
+        setup: a non-parametric :class:`PointSourceSetup`.
+        resolution: FDTD cell size (m); 2.5 mm resolves the shortest wavelength of the default pulse
+            (~0.12 m) with ~50 cells.
+        frames: number of snapshots over ``[0, duration]``.
+        stride: keep every ``stride``-th node along x and y.
+        pml_cells: CPML thickness in cells, outside the PINN domain.
+        dtype: FDTD precision.
+
+    Returns:
+        :class:`FDTDReference` with points in the setup's SI coordinates.
+    """
+    from mindelec import fdtd
+
+    if isinstance(setup.permittivity, (tuple, list)) or isinstance(setup.permeability, (tuple, list)):
+        raise ValueError("fdtd_reference: give one permittivity and permeability value, not a range")
+    extent = [u - lo for lo, u in zip(setup.lower, setup.upper)]
+    cells = [round(e / resolution) for e in extent]
+    spacing = [e / n for e, n in zip(extent, cells)]
+    size = [e + 2 * pml_cells * h for e, h in zip(extent, spacing)]
+    center = [(lo + u) / 2 for lo, u in zip(setup.lower, setup.upper)]  # SI position of the FDTD origin
+    source = setup.source()
+    driven = "Hz" if setup.polarization == "TE" else "Ez"
+    grid = fdtd.Grid(size, resolution)
+    node_axes = [grid.coordinates(driven, a) + center[a] for a in range(2)]
+    xx, yy = torch.meshgrid(*node_axes, indexing="ij")
+    nodes = torch.stack([xx.flatten(), yy.flatten()], 1)
+    near = (nodes - torch.tensor(source.position, dtype=nodes.dtype)).norm(dim=1) <= 4 * source.radius
+    weights = source.amplitude * source.profile(nodes[near]) * grid.cell_volume
+    sources = [
+        fdtd.PointDipole(
+            tuple((node - torch.tensor(center, dtype=node.dtype)).tolist()),
+            driven,
+            source.waveform,
+            amplitude=float(weight),
+        )
+        for node, weight in zip(nodes[near], weights)
+    ]
+    simulation = fdtd.Simulation(
+        size,
+        resolution,
+        boundary=fdtd.PML(thickness=pml_cells),
+        sources=sources,
+        default_medium=fdtd.Medium(permittivity=setup.permittivity, permeability=setup.permeability),
+        polarization=setup.polarization,
+        dtype=dtype,
+        monitors=[fdtd.Snapshots("frames", every=1, components=setup.components)],
+    )
+    steps = math.ceil(setup.duration / simulation.dt - 1e-9)
+    simulation.monitors[0].every = max(1, steps // frames)
+    result = simulation.run(until=setup.duration)["frames"]
+    points, values = {}, {}
+    for name in setup.components:
+        axes = [grid.coordinates(name, a) + center[a] for a in range(2)]
+        keep = [
+            ((axis >= lo - 1e-12) & (axis <= u + 1e-12)).nonzero()[:, 0][::stride]
+            for axis, lo, u in zip(axes, setup.lower, setup.upper)
+        ]
+        times = result["times"] - (0.5 * simulation.dt if name.startswith("H") else 0.0)
+        frames_kept = result[name][:, keep[0]][:, :, keep[1]].double()
+        tt, xx, yy = torch.meshgrid(times.double(), axes[0][keep[0]], axes[1][keep[1]], indexing="ij")
+        points[name] = torch.stack([xx.flatten(), yy.flatten(), tt.flatten()], 1)
+        values[name] = frames_kept.flatten()
+    return FDTDReference(points, values)
