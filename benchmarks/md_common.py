@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import time
 
 import numpy as np
@@ -188,3 +189,24 @@ def run_engines(tasks: dict, jobs: int = 1) -> dict:
             name: pool.submit(_timed, function, arguments) for name, (function, arguments) in tasks.items()
         }
         return {name: future.result() for name, future in futures.items()}
+
+
+def sample_series(advance, measure, n_samples: int, label: str, progress: bool = True, output=None):
+    """``n_samples`` values of ``measure()``, each taken after ``advance()``, as an array.
+
+    With a directory ``output``, the series so far is saved to ``output/<label>.npy`` every 100
+    samples and at the end (so a long run killed part-way still leaves its data).
+    """
+    from tqdm.auto import tqdm
+
+    path = None
+    if output is not None:
+        os.makedirs(output, exist_ok=True)
+        path = os.path.join(output, "".join(c if c.isalnum() else "_" for c in label) + ".npy")
+    values = []
+    for index in tqdm(range(n_samples), desc=label, disable=not progress):
+        advance()
+        values.append(measure())
+        if path is not None and ((index + 1) % 100 == 0 or index + 1 == n_samples):
+            np.save(path, np.array(values))
+    return np.array(values)

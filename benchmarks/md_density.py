@@ -27,7 +27,6 @@ import argparse
 import math
 import os
 
-import numpy as np
 import torch
 from md_common import (
     mean_and_error,
@@ -35,9 +34,9 @@ from md_common import (
     openmm_context,
     openmm_equilibrated,
     run_engines,
+    sample_series,
     tip3p_water,
 )
-from tqdm.auto import tqdm
 
 from common import units
 
@@ -49,7 +48,7 @@ BAROSTAT_FREQUENCY = 25  # steps
 SAMPLE_EVERY = 50  # steps (0.1 ps)
 
 
-def openmm_densities(waters, positions, velocities, equilibrate, samples, progress):
+def openmm_densities(waters, positions, velocities, equilibrate, samples, progress, output):
     """Densities (g/cm^3) every ``SAMPLE_EVERY`` steps of OpenMM Langevin + Monte Carlo NPT."""
     import openmm
     from openmm import unit
@@ -62,15 +61,16 @@ def openmm_densities(waters, positions, velocities, equilibrate, samples, progre
     context.setVelocities(velocities)
     integrator.step(equilibrate)
     mass = float(system.masses.sum())
-    densities = []
-    for _ in tqdm(range(samples), desc="OpenMM NPT", disable=not progress):
-        integrator.step(SAMPLE_EVERY)
+
+    def density():
         volume = context.getState().getPeriodicBoxVolume().value_in_unit(unit.nanometer**3)
-        densities.append(mass / volume * units.AMU_PER_NM3_TO_G_PER_CM3)
-    return np.array(densities)
+        return mass / volume * units.AMU_PER_NM3_TO_G_PER_CM3
+
+    advance = lambda: integrator.step(SAMPLE_EVERY)  # noqa: E731
+    return sample_series(advance, density, samples, "OpenMM NPT", progress, output)
 
 
-def mindsponge_densities(waters, positions, velocities, equilibrate, samples, progress):
+def mindsponge_densities(waters, positions, velocities, equilibrate, samples, progress, output):
     """Densities (g/cm^3) every ``SAMPLE_EVERY`` steps of mindsponge Langevin + Monte Carlo NPT."""
     import mindsponge as ms
 
@@ -81,11 +81,10 @@ def mindsponge_densities(waters, positions, velocities, equilibrate, samples, pr
         barostat=ms.barostats.MonteCarloBarostat(PRESSURE, TEMPERATURE, BAROSTAT_FREQUENCY),
     )
     simulation.run(equilibrate)
-    densities = []
-    for _ in tqdm(range(samples), desc="mindsponge NPT", disable=not progress):
-        simulation.run(SAMPLE_EVERY)
-        densities.append(simulation.energies(pressure=False)["density"])
-    return np.array(densities)
+    return sample_series(
+        lambda: simulation.run(SAMPLE_EVERY), lambda: simulation.energies(pressure=False)["density"], samples,
+        "mindsponge NPT", progress, output,
+    )
 
 
 def main() -> None:
@@ -95,6 +94,7 @@ def main() -> None:
     parser.add_argument("--equilibrate", type=float, default=10.0, help="NPT equilibration, ps (default 10)")
     parser.add_argument("--production", type=float, default=80.0, help="NPT production, ps (default 80)")
     parser.add_argument("--jobs", type=int, default=1, help="engines run at a time, in processes (default 1)")
+    parser.add_argument("--output", default=None, help="directory for the series (.npy)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     arguments = parser.parse_args()
     for name in ("waters", "equilibrate", "production"):
@@ -111,7 +111,7 @@ def main() -> None:
 
     system, openmm_system = tip3p_water(arguments.waters)
     positions, velocities = openmm_equilibrated(system, openmm_system, TEMPERATURE, steps=2500)
-    start = (arguments.waters, positions, velocities, equilibrate, samples, progress)
+    start = (arguments.waters, positions, velocities, equilibrate, samples, progress, arguments.output)
     finished = run_engines(
         {"OpenMM CPU": (openmm_densities, start), "mindsponge float64": (mindsponge_densities, start)},
         arguments.jobs,

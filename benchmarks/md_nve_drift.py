@@ -34,9 +34,9 @@ from md_common import (
     openmm_context,
     openmm_equilibrated,
     run_engines,
+    sample_series,
     tip3p_water,
 )
-from tqdm.auto import tqdm
 
 DT = 0.001  # ps
 EVERY = 10  # steps between energy samples
@@ -50,7 +50,7 @@ def nve_system():
                        remove_center_of_mass_motion=False)
 
 
-def openmm_series(platform, positions, velocities, n_samples, progress):
+def openmm_series(platform, positions, velocities, n_samples, progress, output):
     """Total energies (kJ/mol) every ``EVERY`` steps of OpenMM velocity Verlet on ``platform``."""
     import openmm
     from openmm import unit
@@ -60,16 +60,18 @@ def openmm_series(platform, positions, velocities, n_samples, progress):
     integrator.setConstraintTolerance(1e-10)
     context = openmm_context(openmm_system, integrator, platform=platform, positions=positions)
     context.setVelocities(velocities)
-    energies = []
-    for _ in tqdm(range(n_samples), desc=f"OpenMM {platform}", disable=not progress):
-        integrator.step(EVERY)
+
+    def total_energy():
         state = context.getState(getEnergy=True)
         total = state.getPotentialEnergy() + state.getKineticEnergy()
-        energies.append(total.value_in_unit(unit.kilojoule_per_mole))
-    return np.array(energies)
+        return total.value_in_unit(unit.kilojoule_per_mole)
+
+    return sample_series(
+        lambda: integrator.step(EVERY), total_energy, n_samples, f"OpenMM {platform}", progress, output
+    )
 
 
-def mindsponge_series(dtype, positions, velocities, n_samples, progress):
+def mindsponge_series(dtype, positions, velocities, n_samples, progress, output):
     """Total energies (kJ/mol) every ``EVERY`` steps of mindsponge velocity Verlet in ``dtype``."""
     import mindsponge as ms
 
@@ -78,13 +80,12 @@ def mindsponge_series(dtype, positions, velocities, n_samples, progress):
         system, openmm_system, ms.integrators.VelocityVerlet(DT), dtype=dtype, positions=positions,
         velocities=velocities, remove_center_of_mass_motion=False, constraint_tolerance=1e-10,
     )
-    energies = []
-    for _ in tqdm(range(n_samples), desc=f"mindsponge {dtype}", disable=not progress):
-        simulation.run(EVERY)
-        energies.append(simulation.energies(pressure=False)["total"])
     if simulation.degrees_of_freedom != 6 * WATERS:
         raise RuntimeError(f"mindsponge counts {simulation.degrees_of_freedom} degrees of freedom")
-    return np.array(energies)
+    return sample_series(
+        lambda: simulation.run(EVERY), lambda: simulation.energies(pressure=False)["total"], n_samples,
+        f"mindsponge {dtype}", progress, output,
+    )
 
 
 def main() -> None:
@@ -92,6 +93,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 ps instead of --ps (fluctuation only)")
     parser.add_argument("--ps", type=float, default=20.0, help="length of each NVE run, ps (default 20)")
     parser.add_argument("--jobs", type=int, default=1, help="engines run at a time, in processes (default 1)")
+    parser.add_argument("--output", default=None, help="directory for the series (.npy)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     arguments = parser.parse_args()
     if not arguments.ps > 0:
@@ -105,7 +107,7 @@ def main() -> None:
     system, openmm_system = nve_system()
     positions, velocities = openmm_equilibrated(system, openmm_system, steps=2500)
     times = DT * EVERY * np.arange(1, n_samples + 1)
-    start = (positions, velocities, n_samples, progress)
+    start = (positions, velocities, n_samples, progress, arguments.output)
     finished = run_engines(
         {
             "OpenMM Reference (double)": (openmm_series, ("Reference", *start)),
