@@ -60,6 +60,10 @@ class Simulation:
         courant: fraction of the stability limit used when ``dt`` is not given (0 < courant <= 1).
         dtype: ``torch.float32`` (default) or ``torch.float64``.
         device: e.g. ``"cpu"`` or ``"cuda"``.
+        compiled: on CPU, let a compiled C++ kernel (:mod:`mindelec._kernels`, built once per machine) do
+            the bulk field updates of forward-only steps; ``False`` or ``MINDSCIENCE_NO_EXTENSIONS=1`` selects
+            the pure torch path (the same results to round-off). Differentiable recomputation and CUDA
+            always use torch.
 
     Attributes:
         grid: the :class:`Grid`.
@@ -95,8 +99,10 @@ class Simulation:
         courant=0.99,
         dtype=torch.float32,
         device="cpu",
+        compiled=True,
     ):
         self.grid = grid = Grid(size, resolution)
+        self.compiled = bool(compiled)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device)
@@ -398,6 +404,7 @@ class Simulation:
             self._plane_wave_lines(steps),
             self.dtype,
             self.device,
+            compiled=self.compiled,
         )
         state = stepper.initial_state()
         for monitor in self.monitors:

@@ -1,0 +1,202 @@
+"""The compiled Yee kernel (mindelec._kernels) against the pure torch update path.
+
+The kernel only replaces the bulk ``F = ca F + cb curl`` of forward-only CPU steps; everything else
+(CPML, sources, dispersive currents, plane waves, PEC walls) stays in torch. So a compiled run and a
+``compiled=False`` run of the same set-up must agree to round-off in every field component, for every
+dimension, polarisation, boundary and kind of coefficient (scalar or per-cell tensor). The physics
+validations in test_fdtd_validation.py run with the default ``compiled=True``, so they check the
+compiled path against analytic results.
+"""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+import mindelec as me
+from common import extensions
+from common.geometry import Box, Disk, Interval, Rectangle
+from mindelec import _kernels
+from mindelec.fdtd.updates import _difference
+
+fdtd = me.fdtd
+PULSE = fdtd.GaussianPulse(f0=3e12, fwidth=2e12)
+STEPS = 80
+# largest difference between the compiled and the torch run, relative to the largest field of its kind
+TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-5}
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """The compiled kernel; it must build here unless extensions are disabled on purpose."""
+    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
+    module = _kernels.yee()
+    assert module is not None, "the compiled Yee kernel failed to build (see the ExtensionWarning)"
+    return module
+
+
+def _drude():
+    return fdtd.Drude(plasma_frequency=4e12, collision_frequency=2e11)
+
+
+def _lorentz():
+    return fdtd.Lorentz(delta_permittivity=2.0, resonance_frequency=3e12, damping_frequency=1e11)
+
+
+# set-ups: (Simulation arguments, the components it carries); sizes in m, cells of 2 um
+CASES = {
+    "1d-pml-drude": (
+        dict(size=(4e-4,), boundary=fdtd.PML(8), sources=[fdtd.PointDipole((-1e-4,), "Ez", PULSE)],
+             structures=[fdtd.Structure(Interval(3e-5, 9.1e-5), _drude())]),
+        ("Ez", "Hy"),
+    ),
+    "2d-tm-pml-dielectric-lossy": (
+        dict(size=(1.6e-4, 1.2e-4), boundary=fdtd.PML(6),
+             sources=[fdtd.PointDipole((-3e-5, 1e-5), "Ez", PULSE)],
+             structures=[fdtd.Structure(Disk((2e-5, 0.0), 3.3e-5),
+                                        fdtd.Medium(permittivity=4.0, conductivity=2e3, permeability=1.5))]),
+        ("Ez", "Hx", "Hy"),
+    ),
+    "2d-te-periodic-pec-lorentz": (
+        dict(size=(1.6e-4, 1.2e-4), boundary=(fdtd.Periodic(), fdtd.PEC()), polarization="TE",
+             sources=[fdtd.PointDipole((-3e-5, 1e-5), "Ey", PULSE),
+                      fdtd.PointDipole((1e-5, -2e-5), "Hz", PULSE)],
+             structures=[fdtd.Structure(Rectangle((1.1e-5, -3.1e-5), (5.3e-5, 2.9e-5)), _lorentz())]),
+        ("Ex", "Ey", "Hz"),
+    ),
+    "2d-tm-plane-wave-pec-object": (
+        dict(size=(1.6e-4, 1.2e-4), boundary=(fdtd.PML(6), fdtd.Periodic()),
+             sources=[fdtd.PlaneWave(PULSE, x0=-5e-5)],
+             structures=[fdtd.Structure(Disk((2e-5, 0.0), 2.1e-5), fdtd.PEC())]),
+        ("Ez", "Hx", "Hy"),
+    ),
+    "3d-pml-periodic-pec-dielectric": (
+        dict(size=(4e-5, 3.6e-5, 3.2e-5), boundary=(fdtd.PML(4), fdtd.Periodic(), fdtd.PEC()),
+             sources=[fdtd.PointDipole((-4e-6, 2e-6, 1e-6), "Ez", PULSE),
+                      fdtd.PointDipole((4e-6, -2e-6, 3e-6), "Hx", PULSE)],
+             structures=[fdtd.Structure(Box((1e-6, -9e-6, -7e-6), (1.3e-5, 9e-6, 9e-6)),
+                                        fdtd.Medium(permittivity=3.0, conductivity=1e3))]),
+        ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz"),
+    ),
+    "3d-periodic-drude": (
+        dict(size=(3.2e-5, 3.6e-5, 4e-5), boundary=fdtd.Periodic(),
+             sources=[fdtd.PointDipole((1e-6, -3e-6, 2e-6), "Ey", PULSE)],
+             structures=[fdtd.Structure(Box((-1e-5, -1e-5, -1e-5), (5e-6, 7e-6, 9e-6)), _drude())]),
+        ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz"),
+    ),
+}
+
+
+def _final_fields(arguments, components, dtype, compiled):
+    """Every field component after ``STEPS`` forward-only steps: ``{component: tensor}``."""
+    sim = fdtd.Simulation(resolution=2e-6, dtype=dtype, compiled=compiled,
+                          monitors=[fdtd.Snapshots("final", STEPS, components)], **arguments)
+    with torch.no_grad():
+        result = sim.run(steps=STEPS, progress=False)
+    return {component: result["final"][component][-1] for component in components}
+
+
+def _relative_differences(first, second):
+    """Per component, max |first - second| over the largest |second| among the components of its kind."""
+    scale = {kind: max(float(second[c].abs().max()) for c in second if c[0] == kind) for kind in "EH"}
+    return {c: float((first[c] - second[c]).abs().max()) / scale[c[0]] for c in second}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_equals_pure_torch(kernel, case, dtype, monkeypatch):
+    arguments, components = CASES[case]
+    calls = []
+
+    def counting():  # the stepper looks the kernel up through mindelec._kernels.yee on every step
+        calls.append(1)
+        return kernel
+
+    monkeypatch.setattr(_kernels, "yee", counting)
+    compiled = _final_fields(arguments, components, dtype, compiled=True)
+    assert len(calls) == STEPS  # the compiled path ran every step
+    reference = _final_fields(arguments, components, dtype, compiled=False)
+    assert len(calls) == STEPS  # and the torch run did not use it
+    for component in components:
+        assert reference[component].abs().max() > 0, component
+    differences = _relative_differences(compiled, reference)
+    assert max(differences.values()) < TOLERANCE[dtype], differences
+
+
+def _reference_update(field, ca, cb, sources, axes, scales, periodic, forward):
+    """``ca * field + cb * sum_t scale_t D_t(source_t)`` with the torch path's differences."""
+    curl = sum(scale * _difference(source, axis, forward, periodic[axis])
+               for source, axis, scale in zip(sources, axes, scales))
+    return ca * field + cb * curl
+
+
+@pytest.mark.parametrize("periodic", [(False, False, False), (True, True, True), (False, True, False)])
+@pytest.mark.parametrize("forward", [True, False], ids=["forward", "backward"])
+def test_kernel_matches_differences_on_every_axis(kernel, periodic, forward):
+    """Random arrays, differences along all three axes, tensor ca and scalar cb (and the reverse)."""
+    generator = torch.Generator().manual_seed(3)
+    shape = (5, 7, 9)
+    fields = [torch.randn(shape, dtype=torch.float64, generator=generator) for _ in range(2)]
+    sources = [torch.randn(shape, dtype=torch.float64, generator=generator) for _ in range(3)]
+    ca = torch.rand(shape, dtype=torch.float64, generator=generator)
+    cb = torch.rand(shape, dtype=torch.float64, generator=generator)
+    terms = [([sources[0], sources[1], sources[2]], [0, 1, 2], [0.5, -2.0, 3.0]), ([sources[2]], [0], [-1.5])]
+    expected = [_reference_update(fields[0], ca, 0.7, *terms[0], periodic, forward),
+                _reference_update(fields[1], 0.9, cb, *terms[1], periodic, forward)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # rows split between threads must give the same result
+        kernel.curl_update(fields, [ca, None], [0.0, 0.9], [None, cb], [0.7, 0.0],
+                           [terms[0][0], terms[1][0]], [terms[0][1], terms[1][1]], [terms[0][2], terms[1][2]],
+                           list(periodic), forward)
+    finally:
+        torch.set_num_threads(threads)
+    for field, reference in zip(fields, expected):
+        torch.testing.assert_close(field, reference, rtol=1e-13, atol=1e-13)
+
+
+def test_kernel_rejects_mismatched_arrays(kernel):
+    field = torch.zeros(4, 5, 6)
+    with pytest.raises(RuntimeError, match="ca has dtype"):
+        kernel.curl_update([field], [torch.zeros(4, 5, 6, dtype=torch.float64)], [0.0], [None], [1.0],
+                           [[field.clone()]], [[2]], [[1.0]], [False] * 3, True)
+    with pytest.raises(RuntimeError, match="a source must be contiguous"):
+        kernel.curl_update([field], [None], [1.0], [None], [1.0], [[torch.zeros(6, 5, 4).transpose(0, 2)]],
+                           [[2]], [[1.0]], [False] * 3, True)
+
+
+def test_disabled_extensions_fall_back_to_torch(monkeypatch):
+    """With MINDSCIENCE_NO_EXTENSIONS=1 a compiled=True run warns once and equals the compiled=False run."""
+    arguments, components = CASES["2d-tm-pml-dielectric-lossy"]
+    expected = _final_fields(arguments, components, torch.float32, compiled=False)
+    monkeypatch.setenv("MINDSCIENCE_NO_EXTENSIONS", "1")
+    monkeypatch.setattr(extensions, "_warned", set())
+    match = "mindelec_yee.*MINDSCIENCE_NO_EXTENSIONS=1"
+    with pytest.warns(extensions.ExtensionWarning, match=match) as record:
+        fallback = _final_fields(arguments, components, torch.float32, compiled=True)
+    assert len(record) == 1
+    assert _kernels.yee() is None
+    for component in components:
+        assert torch.equal(fallback[component], expected[component]), component
+
+
+def test_checkpointed_gradient_unchanged_by_the_kernel():
+    """The differentiable path's forward segments may use the kernel; the gradient must not change."""
+    size, center, extent = (1.2e-4, 1e-4), (1e-5, 0.0), (1.1e-5, 0.9e-5)
+    shape = fdtd.Grid(size, 2e-6).cell_counts(center, extent)
+    permittivity = torch.linspace(1.5, 3.0, shape[0] * shape[1], dtype=torch.float64).reshape(shape)
+    permittivity.requires_grad_(True)
+    gradients = []
+    for compiled in (True, False):
+        sim = fdtd.Simulation(size=size, resolution=2e-6, boundary=fdtd.PML(6), dtype=torch.float64,
+                              compiled=compiled, sources=[fdtd.PointDipole((-2e-5, 0.0), "Ez", PULSE)],
+                              design_regions=[fdtd.DesignRegion(center, extent, permittivity)],
+                              monitors=[fdtd.FieldProbe("probe", (3e-5, 1e-5), ("Ez",))])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", extensions.ExtensionWarning)
+            energy = sim.run(steps=STEPS, progress=False)["probe"]["Ez"].square().sum()
+        gradients.append(torch.autograd.grad(energy, permittivity)[0])
+    assert gradients[0].abs().max() > 0
+    torch.testing.assert_close(gradients[0], gradients[1], rtol=1e-9, atol=1e-12 * gradients[1].abs().max())
