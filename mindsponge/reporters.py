@@ -6,8 +6,17 @@ and ``close()``. The simulation calls ``report`` after each step whose number is
 
 :class:`LogReporter` writes a CSV table (or prints it) with the columns of ``LogReporter.COLUMNS``:
 step, time (ps), potential, kinetic and total energy (kJ/mol), temperature (K), pressure (bar),
-volume (nm^3), density (g/cm^3) and the speed since the previous report (ns/day). Pressure,
-volume and density are ``nan`` without a periodic box.
+volume (nm^3), density (g/cm^3) and the speed (ns/day). Pressure, volume and density are
+``nan`` without a periodic box. The pressure is the molecular-virial pressure of
+:func:`mindsponge.thermo.pressure` (exact with constraints and rigid water). Values are written
+with 10 significant digits, time with 6 decimals.
+
+The speed is the simulated time between this report and the previous one divided by the wall
+time between them, in nanoseconds per day (``1e-3 * dt_ps / (dt_wall_s / 86400)``), as OpenMM's
+``StateDataReporter`` measures it; it covers everything the run does between the two reports
+(steps, barostat, other reporters) and is ``nan`` in the first row, which has no previous report.
+Like ``StateDataReporter(sys.stdout, ...)``, ``LogReporter(None)`` prints the table, and
+``LogReporter(path, stdout=True)`` writes the file and prints the same lines.
 """
 
 import math
@@ -42,10 +51,16 @@ class Reporter:
 
 
 class LogReporter(Reporter):
-    """Energies, temperature, pressure, volume, density and speed as CSV rows.
+    """Energies, temperature, pressure, volume, density and speed (ns/day) as CSV rows.
+
+    The header is ``LogReporter.COLUMNS`` (see the module docstring for units and the speed).
+
+    Example::
+
+        LogReporter("log.csv", every=100, stdout=True)   # a file, echoed to the terminal
 
     Args:
-        path: CSV file to write (overwritten), or ``None`` to print to standard output.
+        path: CSV file to write (overwritten), or ``None`` to print to standard output only.
         every: report every this many steps.
         pressure: compute the pressure (two extra energy evaluations per report).
         stdout: also print each row to standard output when writing a file.
@@ -102,10 +117,10 @@ class LogReporter(Reporter):
             str(state.step),
             f"{state.time:.6f}",
             *(
-                f"{values[key]:.6f}"
+                f"{values[key]:.10g}"
                 for key in ("potential", "kinetic", "total", "temperature", "pressure", "volume", "density")
             ),
-            f"{speed:.4f}",
+            f"{speed:.6g}",
         ]
         self._write(",".join(row))
 

@@ -1,0 +1,110 @@
+"""LogReporter: the CSV columns of DESIGN.md plus speed (ns/day), their values against analytic
+ideal-gas results, printing to standard output; reporter argument errors.
+
+For non-interacting particles each atom is its own molecule, so the molecular-virial pressure
+is ``2 K / (3 V)`` and the density ``M / V``: the log must show exactly these.
+"""
+
+import csv
+import io
+import math
+import types
+
+import pytest
+import torch
+
+import mindsponge as ms
+from mindsponge import reporters
+
+DESIGN_HEADER = "step,time,potential_energy,kinetic_energy,total_energy,temperature,pressure,volume,density"
+KJ_PER_MOL_NM3_TO_BAR = 16.605390671738467
+AMU_PER_NM3_TO_G_PER_CM3 = 1.66053906892e-3
+
+
+def _ideal_gas_simulation(reporter, box=True, n_atoms=50, edge=3.0):
+    generator = torch.Generator().manual_seed(0)
+    system = ms.System(
+        torch.rand(n_atoms, 3, generator=generator, dtype=torch.float64) * edge,
+        torch.full((n_atoms,), 4.0, dtype=torch.float64),
+        box=torch.eye(3, dtype=torch.float64) * edge if box else None,
+    )
+    simulation = ms.Simulation(
+        system,
+        ms.ForceField(),
+        ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+        reporters=[reporter],
+        remove_center_of_mass_motion=False,
+        progress=False,
+    )
+    simulation.set_velocities(300.0, seed=1)
+    return simulation
+
+
+def _rows(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_log_columns_are_the_ideal_gas_values(tmp_path):
+    path = tmp_path / "log.csv"
+    simulation = _ideal_gas_simulation(reporters.LogReporter(path, every=4))
+    simulation.run(8)
+    simulation.close()
+    text = path.read_text()
+    assert text.splitlines()[0] == DESIGN_HEADER + ",speed"
+    rows = _rows(text)
+    assert [int(row["step"]) for row in rows] == [4, 8]
+    assert [float(row["time"]) for row in rows] == pytest.approx([0.008, 0.016])
+    last = rows[-1]
+    kinetic, volume = float(last["kinetic_energy"]), float(last["volume"])
+    state = simulation.state
+    assert kinetic == pytest.approx(0.5 * float((4.0 * state.velocities**2).sum()), abs=2e-6)
+    assert float(last["potential_energy"]) == 0.0
+    assert float(last["total_energy"]) == pytest.approx(kinetic, abs=2e-6)
+    dof = 3 * 50  # no constraints, centre-of-mass motion kept
+    assert float(last["temperature"]) == pytest.approx(2 * kinetic / (dof * 0.00831446261815324), rel=1e-6)
+    assert volume == pytest.approx(27.0, rel=1e-9)
+    assert float(last["pressure"]) == pytest.approx(
+        2 * kinetic / (3 * volume) * KJ_PER_MOL_NM3_TO_BAR, rel=1e-5
+    )
+    assert float(last["density"]) == pytest.approx(50 * 4.0 / volume * AMU_PER_NM3_TO_G_PER_CM3, rel=1e-6)
+
+
+def test_speed_is_simulated_time_per_wall_day(tmp_path, monkeypatch):
+    """A clock that advances 2 s per report: 4 steps of 2 fs = 8e-6 ns per 2 s = 0.3456 ns/day."""
+    ticks = iter(range(0, 1000, 2))
+    monkeypatch.setattr(reporters, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    path = tmp_path / "log.csv"
+    simulation = _ideal_gas_simulation(reporters.LogReporter(path, every=4))
+    simulation.run(12)
+    simulation.close()
+    speeds = [float(row["speed"]) for row in _rows(path.read_text())]
+    assert math.isnan(speeds[0])  # no previous report to measure from
+    assert speeds[1:] == pytest.approx([4 * 0.002 * 1e-3 / (2.0 / 86400.0)] * 2, rel=1e-4)
+
+
+def test_log_to_file_and_standard_output(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    simulation = _ideal_gas_simulation(reporters.LogReporter(path, every=5, stdout=True))
+    simulation.run(10)
+    simulation.close()
+    printed = capsys.readouterr().out
+    assert printed == path.read_text()
+    assert len(_rows(printed)) == 2
+
+
+def test_log_to_standard_output_only_without_a_box(capsys):
+    simulation = _ideal_gas_simulation(reporters.LogReporter(None, every=5), box=False)
+    simulation.run(5)
+    simulation.close()
+    (row,) = _rows(capsys.readouterr().out)
+    assert int(row["step"]) == 5
+    assert all(math.isnan(float(row[column])) for column in ("pressure", "volume", "density"))
+    assert math.isfinite(float(row["temperature"]))
+
+
+@pytest.mark.parametrize("every", [0, -5, 2.5, True])
+def test_reporters_refuse_a_bad_interval(tmp_path, every):
+    with pytest.raises(ValueError, match="LogReporter: every must be a positive int"):
+        reporters.LogReporter(tmp_path / "log.csv", every=every)
+    with pytest.raises(ValueError, match="H5MDReporter: every must be a positive int"):
+        reporters.H5MDReporter(tmp_path / "traj.h5md", every=every)
