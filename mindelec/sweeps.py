@@ -33,7 +33,14 @@ import torch
 
 from common.units import SPEED_OF_LIGHT
 
-__all__ = ["WaveguideSetup", "sparameter_sample", "field_sample", "s_matrix_from_sample", "SAMPLE_KEYS"]
+__all__ = [
+    "WaveguideSetup",
+    "sparameter_sample",
+    "field_sample",
+    "s_matrix_from_sample",
+    "block_s_parameters",
+    "SAMPLE_KEYS",
+]
 
 #: the keys of every :func:`sparameter_sample` result
 SAMPLE_KEYS = ("frequencies", "s11_real", "s11_imag", "s21_real", "s21_imag", "s11_db")
@@ -297,3 +304,55 @@ def s_matrix_from_sample(sample) -> np.ndarray:
     s11 = np.asarray(sample["s11_real"]) + 1j * np.asarray(sample["s11_imag"])
     s21 = np.asarray(sample["s21_real"]) + 1j * np.asarray(sample["s21_imag"])
     return np.stack([np.stack([s11, s21], -1), np.stack([s21, s11], -1)], -2)
+
+
+def block_s_parameters(
+    frequencies,
+    length: float,
+    permittivity: float,
+    setup: WaveguideSetup | None = None,
+    discrete: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic S11, S21 of a full-height block for the TM1 mode (the reference of the FDTD samples).
+
+    Transverse impedances ``omega mu / k_x`` give the interface reflection ``(k0 - k1) / (k0 + k1)`` and the
+    Fabry-Perot sum gives the slab's response; reference planes at the ports (phasors ``exp(+j omega t)``).
+    With ``discrete=True`` the wavenumbers solve the 2D Yee dispersion relation of ``setup``'s grid (with
+    ``k_y = pi / height``: the sine profile is an exact eigenvector of the discrete Laplacian), so what is
+    left between this and the FDTD is the discretisation of the interfaces; otherwise the continuum
+    ``k_x = sqrt(eps (2 pi f / c)^2 - (pi / height)^2)``.
+
+    Args:
+        frequencies: ``(F,)`` Hz (array).
+        length: block length (m); permittivity: relative.
+        setup: the guide (default :class:`WaveguideSetup()`).
+
+    Returns:
+        ``(s11, s21)``: two ``(F,)`` complex128 arrays.
+    """
+    setup = setup or WaveguideSetup()
+    frequencies = np.asarray(frequencies, dtype=np.float64)
+    if discrete:
+        dx = setup.guide_length / round(setup.guide_length / setup.resolution)
+        dy = setup.height / round(setup.height / setup.resolution)
+        dt = 0.99 / (SPEED_OF_LIGHT * math.sqrt(1 / dx**2 + 1 / dy**2))
+        temporal = (np.sin(math.pi * frequencies * dt) / (SPEED_OF_LIGHT * dt)) ** 2
+        transverse = (np.sin(math.pi * dy / (2 * setup.height)) / dy) ** 2
+
+        def wavenumber(eps):
+            return 2 / dx * np.arcsin(dx * np.sqrt(eps * temporal - transverse + 0j))
+    else:
+
+        def wavenumber(eps):
+            return np.sqrt(
+                eps * (2 * math.pi * frequencies / SPEED_OF_LIGHT) ** 2 - (math.pi / setup.height) ** 2 + 0j
+            )
+
+    k0, k1 = wavenumber(1.0), wavenumber(float(permittivity))
+    interface = (k0 - k1) / (k0 + k1)
+    round_trip = np.exp(-2j * k1 * length)
+    denominator = 1 - interface**2 * round_trip
+    gap = setup.port_offset - length / 2  # port to block face
+    s11 = interface * (1 - round_trip) / denominator * np.exp(-2j * k0 * gap)
+    s21 = (1 - interface**2) * np.exp(-1j * k1 * length) / denominator * np.exp(-2j * k0 * gap)
+    return s11, s21
