@@ -171,3 +171,18 @@ def test_bad_inputs_raise_clear_errors():
     problem = pde.Problem(("x",), ("u",), [pde.Residual("pde", line, lambda x, u: u.sum(), 4)])
     with pytest.raises(ValueError, match="constraint 'pde': the residual function must return tensors"):
         pde.Trainer(problem, cnn.MLP(1, 1), progress=False).train(steps=1)
+
+
+def test_causal_weights_follow_the_cumulative_loss_of_earlier_time_bins():
+    """Residual r = t on [0, 1] x [0, 1]: bin i holds t in [i/4, (i+1)/4); weights exp(-eps sum_{j<i} L_j)."""
+    domain = geo.Interval(0.0, 1.0) * geo.TimeDomain(0.0, 1.0)
+    constraint = pde.Residual(
+        "pde", domain, lambda p, u: p[:, 1], n_points=4096, causal_bins=4, causal_epsilon=2.0
+    )
+    points = torch.stack([torch.rand(4096, dtype=torch.float64), (torch.arange(4096) + 0.5) / 4096], 1)
+    loss = constraint.reduce(points[:, 1] ** 2, points)
+    edges = torch.arange(5, dtype=torch.float64) / 4
+    bin_losses = (edges[1:] ** 3 - edges[:-1] ** 3) / 3 / 0.25  # mean of t^2 over each bin
+    weights = torch.exp(-2.0 * (torch.cumsum(bin_losses, 0) - bin_losses))
+    torch.testing.assert_close(constraint.causal_weights, weights, rtol=1e-5, atol=0)
+    torch.testing.assert_close(loss, (weights * bin_losses).mean(), rtol=1e-5, atol=0)
