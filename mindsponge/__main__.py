@@ -133,6 +133,18 @@ class BarostatConfig:
             )
 
 
+# [barostat] type -> (class in mindsponge.barostats, the keys passed to it as keyword arguments)
+_BAROSTATS = {
+    "monte_carlo": ("MonteCarloBarostat", ("pressure", "temperature", "frequency")),
+    "monte_carlo_anisotropic": (
+        "MonteCarloAnisotropicBarostat",
+        ("pressure", "temperature", "frequency", "scale_x", "scale_y", "scale_z"),
+    ),
+    "c_rescale": ("CRescale", ("pressure", "temperature", "compressibility", "time_constant", "frequency")),
+    "berendsen": ("Berendsen", ("pressure", "compressibility", "time_constant", "frequency")),
+}
+
+
 @dataclass
 class OutputConfig:
     """Output files, in ``directory``."""
@@ -244,32 +256,8 @@ def run(config_path, resume=False, progress=True):
         )
     barostat = None
     if config.barostat is not None:
-        coupling = config.barostat
-        if coupling.type == "monte_carlo":
-            barostat = ms.barostats.MonteCarloBarostat(
-                coupling.pressure, coupling.temperature, coupling.frequency
-            )
-        elif coupling.type == "monte_carlo_anisotropic":
-            barostat = ms.barostats.MonteCarloAnisotropicBarostat(
-                coupling.pressure,
-                coupling.temperature,
-                coupling.frequency,
-                coupling.scale_x,
-                coupling.scale_y,
-                coupling.scale_z,
-            )
-        elif coupling.type == "c_rescale":
-            barostat = ms.barostats.CRescale(
-                coupling.pressure,
-                coupling.temperature,
-                coupling.compressibility,
-                coupling.time_constant,
-                coupling.frequency,
-            )
-        else:
-            barostat = ms.barostats.Berendsen(
-                coupling.pressure, coupling.compressibility, coupling.time_constant, coupling.frequency
-            )
+        kind, keys = _BAROSTATS[config.barostat.type]
+        barostat = getattr(ms.barostats, kind)(**{key: getattr(config.barostat, key) for key in keys})
     output = config.output
     output.directory.mkdir(parents=True, exist_ok=True)
     checkpoint = output.directory / output.checkpoint

@@ -229,3 +229,60 @@ def test_berendsen_refuses_a_runaway_scaling():
     simulation.set_velocities(TEMPERATURE, seed=0)
     with pytest.raises(FloatingPointError, match="Berendsen barostat: the pressure .* at step 1"):
         simulation.run(1)
+
+
+CONFIG = """
+steps = 10
+constraints = "water"
+minimize_tolerance = 50.0
+
+[system.water_box]
+n_molecules = 64
+
+[forcefield]
+files = ["tip3p.xml"]
+nonbonded_method = "CutoffPeriodic"
+cutoff = 0.6
+
+[integrator]
+dt = 0.002
+
+[barostat]
+{barostat}
+frequency = 1
+
+[output]
+directory = "{directory}"
+trajectory = ""
+"""
+
+
+def test_command_line_barostat_types(tmp_path, capsys):
+    """``mindsponge run`` builds the anisotropic and Berendsen barostats from ``[barostat]``."""
+    pytest.importorskip("openmm")
+    from mindsponge.__main__ import main, run
+
+    path = tmp_path / "run.toml"
+
+    def simulate(barostat):
+        path.write_text(CONFIG.format(barostat=barostat, directory=tmp_path / "out"))
+        simulation = run(path, progress=False)
+        initial = simulation.system.box.diagonal()
+        return simulation.barostat, (simulation.state.box.diagonal() / initial).tolist()
+
+    barostat, ratios = simulate(
+        'type = "monte_carlo_anisotropic"\npressure = [1.0, 1.0, 500.0]\nscale_z = false'
+    )
+    assert isinstance(barostat, barostats.MonteCarloAnisotropicBarostat) and barostat.pressure == (
+        1.0,
+        1.0,
+        500.0,
+    )
+    assert ratios[2] == 1.0 and ratios[:2] != [1.0, 1.0]
+    barostat, ratios = simulate('type = "berendsen"\ncompressibility = 4.5e-5\ntime_constant = 0.5')
+    assert isinstance(barostat, barostats.Berendsen) and barostat.time_constant == 0.5
+    assert ratios[0] != 1.0 and ratios == pytest.approx([ratios[0]] * 3, rel=1e-12)
+    path.write_text(CONFIG.format(barostat="pressure = [1.0, 1.0, 2.0]", directory=tmp_path / "out"))
+    assert main(["run", str(path), "--quiet"]) == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and 'per-axis pressure needs type = "monte_carlo_anisotropic"' in message
