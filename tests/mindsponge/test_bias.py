@@ -314,3 +314,21 @@ def test_bad_inputs():
     umbrella.add_samples(1, [0.2])
     with pytest.raises(ValueError, match="method must be 'mbar' or 'wham'"):
         umbrella.free_energy(np.linspace(0, 1, 5), method="tram")
+
+
+def test_biases_in_float32_match_float64():
+    torsion = colvar.Torsion([0, 1, 2, 3])
+    metad = bias.Metadynamics(
+        torsion, height=1.0, widths=0.3, pace=1, temperature=TEMPERATURE, bias_factor=5.0
+    )
+    metad.deposit(torch.tensor([0.5], dtype=torch.float64))
+    restraint = bias.HarmonicRestraint(torsion, centers=0.2, force_constants=10.0)
+    wall = bias.UpperWall(colvar.Distance([0, 3]), at=0.5, force_constant=100.0)
+    positions = torch.tensor(
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.8, 0.5, 1.1]], dtype=torch.float64
+    )
+    for term in (metad, restraint, wall):
+        double = term(positions)
+        single = term(positions.float())
+        assert single.dtype == torch.float32
+        assert float(double) > 0 and float(single) == pytest.approx(float(double), rel=1e-5)
