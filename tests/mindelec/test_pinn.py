@@ -160,3 +160,54 @@ def test_bad_inputs():
 
     with pytest.raises(ValueError, match="model takes 4 inputs but the problem has 3"):
         pde.Trainer(problem, cnn.MLP(4, 3))
+
+
+def test_fdtd_reference_satisfies_the_dimensionless_te_equations_with_the_same_source():
+    """The FDTD fields, in the PINN's units, obey mu_r dHz/dt + dEy/dx - dEx/dy + Mz = 0 (Yee differences).
+
+    This pins down what the benchmark compares: sign conventions, the field and time units of
+    :class:`Scales`, the source density of :class:`PointSource`, and the Yee positions and times
+    (H half a step behind E) that ``fdtd_reference`` attaches to each sample.
+    """
+    setup = pinn.PointSourceSetup(
+        lower=(0.0, 0.0),
+        upper=(0.3, 0.3),
+        duration=0.5e-9,
+        source_position=(0.15, 0.15),
+        source_radius=0.012,
+        delay=0.3e-9,
+        permeability=2.0,
+        amplitude=2.0,
+    )
+    reference = pinn.fdtd_reference(setup, resolution=6e-3, frames=10**6, stride=1, pml_cells=8)
+    scales = setup.scales()
+
+    def frames(name):
+        points = reference.points[name]
+        xs, ys, ts = (torch.unique(points[:, axis]) for axis in (0, 1, 2))
+        units = scales.electric_field if name.startswith("E") else scales.magnetic_field
+        return reference.values[name].reshape(len(ts), len(xs), len(ys)) / units, xs, ys, ts
+
+    hz, hx_axis, hy_axis, h_times = frames("Hz")
+    ex, ex_x, ex_y, e_times = frames("Ex")
+    ey, ey_x, ey_y, _ = frames("Ey")
+    assert torch.allclose(ex_x, hx_axis) and torch.allclose(ey_y, hy_axis)  # Ex, Ey share Hz's x, y
+    dt = float(e_times[1] - e_times[0]) / scales.time
+    dx = float(ey_x[1] - ey_x[0]) / scales.length
+    torch.testing.assert_close(h_times[1:] - 0.5 * dt * scales.time, e_times[:-1])  # H half a step behind E
+    # Hz node (i, j) sits between Ey nodes i and i + 1 (x) and Ex nodes j and j + 1 (y)
+    d_hz_dt = (hz[1:] - hz[:-1]) / dt  # centred on E times e_times[:-1]
+    d_ey_dx = (ey[:-1, 1:, :] - ey[:-1, :-1, :]) / dx
+    d_ex_dy = (ex[:-1, :, 1:] - ex[:-1, :, :-1]) / dx
+    tt, xx, yy = torch.meshgrid(e_times[:-1], hx_axis, hy_axis, indexing="ij")
+    points = scales.points(torch.stack([xx, yy, tt], -1).reshape(-1, 3))
+    source = setup.source().dimensionless(points, scales, magnetic=True).reshape(tt.shape)
+    # the FDTD carries the source on the nodes within 4 radii (the tail beyond is < 4e-4 of the peak)
+    inside = torch.hypot(xx - 0.15, yy - 0.15) <= 4 * setup.source_radius
+    assert source[~inside].abs().max() < 4e-4 * source.abs().max()
+    source = torch.where(inside, source, 0.0)
+    residual = 2.0 * d_hz_dt + d_ey_dx - d_ex_dy + source
+    assert source.abs().max() > 10  # the source is on and large during these steps
+    assert residual.abs().max() < 1e-9 * d_hz_dt.abs().max()
+    flipped = 2.0 * d_hz_dt + d_ey_dx - d_ex_dy - source  # the opposite sign convention fails
+    assert flipped.abs().max() > 0.5 * source.abs().max()
