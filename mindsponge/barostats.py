@@ -99,8 +99,8 @@ class MonteCarloBarostat:
         self.frequency = _check_frequency(frequency, owner)
 
     def __repr__(self):
-        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
-        return f"{type(self).__name__}({fields})"
+        public = {key: value for key, value in vars(self).items() if not key.startswith("_")}
+        return f"{type(self).__name__}({', '.join(f'{key}={value!r}' for key, value in public.items())})"
 
     # The isotropic barostat has one kind of move; the anisotropic one has one per axis.
     def _n_moves(self):
@@ -198,10 +198,6 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
         self._axes = [axis for axis, enabled in enumerate((scale_x, scale_y, scale_z)) if enabled]
         if not self._axes:
             raise ValueError(f"{owner}: at least one of scale_x, scale_y, scale_z must be True")
-
-    def __repr__(self):
-        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.startswith("_"))
-        return f"{type(self).__name__}({fields})"
 
     def _n_moves(self):
         return 3
