@@ -211,6 +211,10 @@ class H5Writer:
         """Open the file in SWMR-write mode and read its tables, dropping unfinished rows."""
         access = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         access.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+        # One writer per file is enforced by the .lock file (_acquire_lock). HDF5's own lock would
+        # make the writer fail whenever a reader in another process has the file open (a notebook
+        # watching a dataset grow), including at the reopen after each table creation.
+        access.set_file_locking(False, True)
         try:
             file_id = h5py.h5f.open(
                 os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=access
