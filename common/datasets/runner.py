@@ -73,9 +73,9 @@ class GenerationSummary:
             f"{self.already_done} already done, of {self.requested} "
             f"({self.seconds:.1f} s, {self.samples_per_second:.2f} samples/s)"
         ]
-        lines += [f"  sample {sample_id} failed: {error}" for sample_id, error in self.failures[:10]]
-        if len(self.failures) > 10:
-            lines.append(f"  ... and {len(self.failures) - 10} more (see the 'failed' table)")
+        lines += [f"  sample {sample_id} failed: {error}" for sample_id, error in self.failures[:5]]
+        if len(self.failures) > 5:
+            lines.append(f"  ... and {len(self.failures) - 5} more (see the 'failed' table)")
         return "\n".join(lines)
 
 
