@@ -1,9 +1,10 @@
 """Thermostats and Langevin dynamics sample the canonical kinetic-energy distribution.
 
 A 64-molecule rigid TIP3P box (reaction field) is equilibrated with OpenMM, then run with each
-thermostat; the kinetic energies are checked with the ``physical-validation`` package (the
-GROMACS ensemble checks: mean and width of the kinetic-energy distribution against the gamma
-distribution of ``dof`` degrees of freedom at the target temperature).
+canonical thermostat (Langevin, Bussi, Nose-Hoover chain); the kinetic energies are checked with
+the ``physical-validation`` package (the GROMACS ensemble checks: mean and width of the
+kinetic-energy distribution against the gamma distribution of ``dof`` degrees of freedom at the
+target temperature). Berendsen is not canonical; only its mean temperature is checked.
 """
 
 import numpy as np
@@ -98,6 +99,10 @@ def _run(system, ff, integrator, thermostat=None, seed=0):
         pytest.param(
             lambda: (ms.integrators.VelocityVerlet(0.002), thermostats.Bussi(TEMPERATURE, 0.02)), id="bussi"
         ),
+        pytest.param(
+            lambda: (ms.integrators.VelocityVerlet(0.002), thermostats.NoseHooverChain(TEMPERATURE, 0.1)),
+            id="nose_hoover",
+        ),
     ],
 )
 def test_canonical_kinetic_energy(equilibrated_water, make):
@@ -114,12 +119,10 @@ def test_canonical_kinetic_energy(equilibrated_water, make):
     assert abs(mean_deviation) < 3 and abs(width_deviation) < 3
 
 
-def test_berendsen_and_nose_hoover_mean_temperature(equilibrated_water):
+def test_berendsen_mean_temperature(equilibrated_water):
+    """Berendsen is not canonical (too narrow a distribution): only its mean temperature is checked."""
     system, ff = equilibrated_water
-    for thermostat in (
-        thermostats.Berendsen(TEMPERATURE, 0.1),
-        thermostats.NoseHooverChain(TEMPERATURE, 0.1),
-    ):
+    for thermostat in (thermostats.Berendsen(TEMPERATURE, 0.1),):
         simulation = ms.Simulation(
             system,
             ff,
