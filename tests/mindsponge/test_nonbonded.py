@@ -362,13 +362,9 @@ def test_bad_input():
 
 
 @pytest.fixture(scope="module")
-def kernels():
-    """The compiled kernels; they must build here unless extensions are disabled on purpose."""
-    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
-        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
-    module = _kernels.nonbonded()
-    assert module is not None, "the compiled kernels failed to build (see the ExtensionWarning)"
-    return module
+def kernels(require_compiled):
+    """The compiled kernels (see tests/conftest.py)."""
+    return require_compiled(_kernels.nonbonded)
 
 
 @pytest.fixture(scope="module")
