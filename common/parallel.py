@@ -36,6 +36,7 @@ Example (independent jobs):
     ...     print(job, result)
 """
 
+import collections
 import concurrent.futures
 import dataclasses
 import multiprocessing
@@ -306,7 +307,8 @@ def run_jobs(
     """Run ``fn(job)`` for every job in parallel and yield ``(job, result)`` as jobs complete.
 
     A job that raises yields a :class:`JobFailure` as its result and the others go on;
-    so does a job whose worker process died (the pool is then restarted). Results come
+    so does a job whose worker process died (the pool is then restarted and the jobs it
+    held are rerun). Results come
     in completion order, not job order. Jobs are submitted lazily, at most
     ``max_in_flight`` at a time, so ``jobs`` may be a long generator.
 
@@ -346,34 +348,48 @@ def run_jobs(
 
 
 def _run_pool(fn: Callable, jobs: Iterable, workers: int, max_in_flight: int | None) -> Iterator[tuple]:
-    """Local process pool. Workers start by forkserver: a clean process, not a fork of a threaded parent."""
+    """Local process pool. Workers start by forkserver: a clean process, not a fork of a threaded parent.
+
+    A worker that dies (segfault, OOM killer, ``os._exit``) breaks the whole pool and every job
+    in it. The pool is then restarted and those jobs become suspects, rerun one at a time: a job
+    that kills its worker while running alone is the culprit and fails; the others finish.
+    """
     from concurrent.futures.process import BrokenProcessPool
 
     limit = max_in_flight or 2 * workers
     context = multiprocessing.get_context("forkserver")
     pending_jobs = iter(jobs)
+    suspects: collections.deque = collections.deque()
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
-    in_flight: dict[concurrent.futures.Future, Any] = {}
+    in_flight: dict[concurrent.futures.Future, tuple[Any, bool]] = {}  # future -> (job, ran alone)
     try:
         while True:
-            for job in pending_jobs:
-                in_flight[pool.submit(_call, fn, job)] = job
-                if len(in_flight) >= limit:
-                    break
+            if suspects:
+                if not in_flight:
+                    job = suspects.popleft()
+                    in_flight[pool.submit(_call, fn, job)] = (job, True)
+            else:
+                for job in pending_jobs:
+                    in_flight[pool.submit(_call, fn, job)] = (job, False)
+                    if len(in_flight) >= limit:
+                        break
             if not in_flight:
                 return
             done, _ = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
             broken = False
             for future in done:
-                job = in_flight.pop(future)
+                job, alone = in_flight.pop(future)
                 try:
                     result = future.result()
                 except BrokenProcessPool as error:
-                    result, broken = _lost_worker(error), True
+                    broken = True
+                    if not alone:
+                        suspects.append(job)
+                        continue
+                    result = _lost_worker(error)
                 yield job, result
-            if broken:  # a worker died: the pool is unusable, and every job still in it is lost
-                for job in in_flight.values():
-                    yield job, _lost_worker(BrokenProcessPool("the pool broke while this job was queued"))
+            if broken:  # the pool is unusable: restart it, rerun what it held
+                suspects.extend(job for job, _ in in_flight.values())
                 in_flight.clear()
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
