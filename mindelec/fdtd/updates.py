@@ -23,6 +23,7 @@ that axis), one per (updated component, derivative axis) pair.
 """
 
 import copy
+import functools
 
 import torch
 
@@ -277,11 +278,10 @@ class YeeStepper:
                 else:
                     target.sub_(values[step] * coefficient)
 
-    def _compiled_kernel(self, inplace):
-        """The compiled Yee kernel when this step may use it (in place, CPU, ``compiled``), else None."""
-        if not (inplace and self.compiled and self.device.type == "cpu"):
-            return None
-        return _kernels.yee()
+    @functools.cached_property
+    def _kernel(self):
+        """The compiled Yee kernel for in-place steps (``compiled`` and on CPU), else None; looked up once."""
+        return _kernels.yee() if self.compiled and self.device.type == "cpu" else None
 
     def _kernel_coefficient(self, value):
         """``(tensor or None, scalar)``: ``value`` as the kernel takes it (a tensor made contiguous once)."""
@@ -333,7 +333,7 @@ class YeeStepper:
         Returns the new state dict (the same tensors, updated, when ``inplace``).
         """
         state = dict(state)
-        kernel = self._compiled_kernel(inplace)
+        kernel = self._kernel if inplace else None
         magnetic = [component for component in H_COMPONENTS if component in self.active]
         electric = [component for component in E_COMPONENTS if component in self.active]
         if kernel is not None:
