@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from common.units import AMU_PER_NM3_TO_G_PER_CM3, BOLTZMANN_MD
+from mindsponge.neighbors import NeighborList
 from mindsponge.space import minimum_image
 
 __all__ = [
@@ -175,6 +176,7 @@ def _check_frames(positions, boxes):
 def rdf(positions, boxes, group_a, group_b, r_max, bins=75):
     """Radial distribution function g(r) between two groups of atoms, averaged over frames.
 
+    Pairs within ``r_max`` come from a cell list (:class:`~mindsponge.neighbors.NeighborList`).
     Normalised as MDAnalysis' ``InterRDF``: the pair histogram divided by the number of
     frames, the shell volumes and the pair density ``N_pairs / <V>``, where pairs of an atom
     with itself are excluded (and removed from ``N_pairs``).
@@ -204,15 +206,25 @@ def rdf(positions, boxes, group_a, group_b, r_max, bins=75):
         raise ValueError(f"rdf: r_max must be positive (nm), got {r_max}")
     edges = torch.linspace(0.0, float(r_max), bins + 1, dtype=torch.float64, device=positions.device)
     counts = torch.zeros(bins, dtype=torch.float64, device=positions.device)
-    distinct = group_a[:, None] != group_b[None, :]
+    # pairs within r_max among the atoms of either group from a cell list; an unordered pair
+    # counts once for each way it joins group A to group B (self pairs never appear)
+    union = torch.unique(torch.cat([group_a, group_b]))
+    in_a, in_b = torch.isin(union, group_a), torch.isin(union, group_b)
+    neighbors = NeighborList(cutoff=float(r_max), skin=0.0)
+    width = float(r_max) / bins
     volume = 0.0
     for frame, box in zip(positions.to(torch.float64), boxes.to(torch.float64), strict=True):
-        vectors = minimum_image(frame[group_b][None, :, :] - frame[group_a][:, None, :], box)
-        distances = torch.linalg.vector_norm(vectors, dim=-1)[distinct]
-        counts += torch.histc(distances, bins=bins, min=0.0, max=float(r_max))
+        selected = frame[union]
+        first, second = neighbors.build(selected, box).unbind(-1)
+        multiplicity = (in_a[first] & in_b[second]).double() + (in_a[second] & in_b[first]).double()
+        distances = torch.linalg.vector_norm(minimum_image(selected[second] - selected[first], box), dim=-1)
+        inside = distances < float(r_max)
+        index = (distances[inside] / width).long().clamp(max=bins - 1)
+        counts += torch.bincount(index, weights=multiplicity[inside], minlength=bins)
         volume += float(torch.linalg.det(box).abs())
     n_frames = positions.shape[0]
-    density = int(distinct.sum()) / (volume / n_frames)
+    self_pairs = int((group_a[:, None] == group_b[None, :]).sum())
+    density = (len(group_a) * len(group_b) - self_pairs) / (volume / n_frames)
     shells = 4.0 / 3.0 * math.pi * (edges[1:] ** 3 - edges[:-1] ** 3)
     return 0.5 * (edges[1:] + edges[:-1]), counts / (density * shells * n_frames)
 
