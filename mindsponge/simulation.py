@@ -23,9 +23,10 @@ checkpoint, so a run continued from a checkpoint is bit-identical to one that ne
 ``checkpoint`` path the last good state is written there first.
 
 Modules of the force field that change along the trajectory (metadynamics biases, see
-:mod:`mindsponge.bias`) define ``after_step(positions, box, step) -> bool``: it is called after
-every step, the forces are recomputed when it returns ``True``, and the modules' buffers
-(``state_dict``) go into checkpoints.
+:mod:`mindsponge.bias`) define ``after_step(positions, box, step) -> bool``. The simulation
+collects them when it is created (``adaptive_modules``), calls them after every step,
+recomputes the forces when one returns ``True``, and writes their buffers (``state_dict``)
+into checkpoints.
 """
 
 import math
