@@ -140,12 +140,16 @@ def _material(value, points: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=points.dtype, device=points.device)
 
 
-def _current_columns(current, batch: int, count: int, name: str):
+def _terms(points, fields, permittivity, permeability, current, count: int, name: str):
+    """Jacobian (B, count, d) of the fields, materials, and the ``count`` source columns (or zeros)."""
     if current is None:
-        return [0.0] * count
-    if current.shape != (batch, count):
-        raise ValueError(f"{name}: current must be ({batch}, {count}), got {tuple(current.shape)}")
-    return [current[:, i] for i in range(count)]
+        sources = [0.0] * count
+    elif current.shape != (len(points), count):
+        raise ValueError(f"{name}: current must be ({len(points)}, {count}), got {tuple(current.shape)}")
+    else:
+        sources = [current[:, i] for i in range(count)]
+    jac = _columns(fields, points, count, name)
+    return jac, _material(permittivity, points), _material(permeability, points), sources
 
 
 def maxwell_te_residual(points, fields, permittivity=1.0, permeability=1.0, current=None):
@@ -162,9 +166,9 @@ def maxwell_te_residual(points, fields, permittivity=1.0, permeability=1.0, curr
     Returns:
         Tuple of three (B,) residuals.
     """
-    jac = _columns(fields, points, 3, "maxwell_te_residual")
-    eps, mu = _material(permittivity, points), _material(permeability, points)
-    jx, jy, mz = _current_columns(current, len(points), 3, "maxwell_te_residual")
+    jac, eps, mu, (jx, jy, mz) = _terms(
+        points, fields, permittivity, permeability, current, 3, "maxwell_te_residual"
+    )
     # jac[:, component, coordinate]: components Ex, Ey, Hz; coordinates x, y, t
     return (
         eps * jac[:, 0, 2] - jac[:, 2, 1] + jx,
@@ -187,9 +191,9 @@ def maxwell_tm_residual(points, fields, permittivity=1.0, permeability=1.0, curr
     Returns:
         Tuple of three (B,) residuals.
     """
-    jac = _columns(fields, points, 3, "maxwell_tm_residual")
-    eps, mu = _material(permittivity, points), _material(permeability, points)
-    jz, mx, my = _current_columns(current, len(points), 3, "maxwell_tm_residual")
+    jac, eps, mu, (jz, mx, my) = _terms(
+        points, fields, permittivity, permeability, current, 3, "maxwell_tm_residual"
+    )
     return (
         eps * jac[:, 0, 2] - jac[:, 2, 0] + jac[:, 1, 1] + jz,
         mu * jac[:, 1, 2] + jac[:, 0, 1] + mx,
@@ -211,9 +215,9 @@ def maxwell_3d_residual(points, fields, permittivity=1.0, permeability=1.0, curr
     Returns:
         Tuple of six (B,) residuals.
     """
-    jac = _columns(fields, points, 6, "maxwell_3d_residual")
-    eps, mu = _material(permittivity, points), _material(permeability, points)
-    sources = _current_columns(current, len(points), 6, "maxwell_3d_residual")
+    jac, eps, mu, sources = _terms(
+        points, fields, permittivity, permeability, current, 6, "maxwell_3d_residual"
+    )
 
     def curl(offset):  # curl of the field components offset .. offset + 2
         return (
