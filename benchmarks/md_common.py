@@ -105,15 +105,17 @@ def openmm_context(openmm_system, integrator, platform: str = "CPU", threads: in
     return context
 
 
-def openmm_equilibrated(system, openmm_system, temperature: float = 300.0, steps: int = 2500, seed: int = 1):
-    """Positions and velocities (nm, nm/ps; (N, 3) float64 arrays) after OpenMM minimises the box
-    and runs ``steps`` steps of Langevin dynamics (2 fs, 1/ps) at ``temperature`` (K)."""
+def openmm_equilibrated(system, openmm_system, temperature: float = 300.0, steps: int = 2500, seed: int = 1,
+                        threads: int = 1):
+    """Positions and velocities (nm, nm/ps; (N, 3) float64 arrays) after OpenMM (CPU platform,
+    ``threads`` threads) minimises the box and runs ``steps`` steps of Langevin dynamics (2 fs,
+    1/ps) at ``temperature`` (K)."""
     import openmm
     from openmm import unit
 
     integrator = openmm.LangevinMiddleIntegrator(temperature, 1.0, 0.002)
     integrator.setRandomNumberSeed(seed)
-    context = openmm_context(openmm_system, integrator, positions=system.positions.numpy())
+    context = openmm_context(openmm_system, integrator, threads=threads, positions=system.positions.numpy())
     openmm.LocalEnergyMinimizer.minimize(context, 10.0, 500)
     context.setVelocitiesToTemperature(temperature, seed)
     integrator.step(steps)
