@@ -76,8 +76,9 @@ def test_forcefield_through_ase_and_bad_pbc():
     from mindsponge.forcefield.bonded import HarmonicBond
 
     k, length = 2.0e5, 0.1  # kJ/mol/nm^2, nm
-    forcefield = ms.ForceField([HarmonicBond(torch.tensor([[0, 1]]), torch.tensor([length], dtype=torch.float64),
-                                             torch.tensor([k], dtype=torch.float64))])
+    bond = HarmonicBond(torch.tensor([[0, 1]]), torch.tensor([length], dtype=torch.float64),
+                        torch.tensor([k], dtype=torch.float64))
+    forcefield = ms.ForceField([bond])
     atoms = Atoms("OH", positions=[[0, 0, 0], [1.1, 0, 0]])
     atoms.calc = Calculator(forcefield)
     assert abs(atoms.get_potential_energy() * EV_TO_KJ_PER_MOL - 0.5 * k * 0.01**2) < 1e-9
