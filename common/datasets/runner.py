@@ -141,6 +141,14 @@ def _is_table(group: Any) -> bool:
     return isinstance(group, h5py.Group) and io.COMMITTED in group
 
 
+def _executor_name(workers: int | None, scheduler: Any) -> str:
+    if scheduler is not None:
+        return f"dask {scheduler if isinstance(scheduler, str) else scheduler.scheduler.address}"
+    if workers == 0:
+        return "this process"
+    return f"{workers or os.cpu_count()} local workers"
+
+
 def _run_record(event: str, workers: Any, scheduler: Any, succeeded: int, failed: int) -> dict[str, Any]:
     import common
 
@@ -151,7 +159,7 @@ def _run_record(event: str, workers: Any, scheduler: Any, succeeded: int, failed
         "pid": os.getpid(),
         "version": common.__version__,
         "command": " ".join(sys.argv),
-        "executor": f"dask {scheduler}" if scheduler is not None else f"{workers} local workers",
+        "executor": _executor_name(workers, scheduler),
         "succeeded": succeeded,
         "failed": failed,
     }
