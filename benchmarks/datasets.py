@@ -3,7 +3,8 @@
 The generator is ``common.datasets.examples.damped_oscillator`` with ``integrate=True``: one
 ``scipy.integrate.solve_ivp`` (DOP853, rtol 1e-10) per sample, a few milliseconds of pure
 CPU work, the cost profile of a small simulation. All runs happen in this script, one
-after the other, on the same samples (a Sobol recipe of N samples):
+after the other, on the same samples (datasets/oscillator.toml with N samples and
+``integrate = true``):
 
 * plain loop: ``damped_oscillator(params, seed, **options)`` for every sample in this
   process, results kept in memory (no file): the floor any runner is measured against;
@@ -30,31 +31,22 @@ import argparse
 import os
 import pathlib
 import tempfile
-import textwrap
 import time
 
 from common import datasets
 from common.datasets.examples import damped_oscillator
 
-OPTIONS = {"n_times": 256, "duration": 10.0, "integrate": True}
+SHIPPED_RECIPE = pathlib.Path(__file__).resolve().parents[1] / "datasets" / "oscillator.toml"
+SHIPPED_OPTIONS = "options = { n_times = 128, duration = 10.0, noise = 0.01 }"
+OPTIONS = "options = { n_times = 256, duration = 10.0, integrate = true }"
 
-RECIPE = textwrap.dedent(
-    """
-    name = "benchmark"
-    [generator]
-    function = "common.datasets.examples:damped_oscillator"
-    options = {{ n_times = {n_times}, duration = {duration}, integrate = true }}
-    [parameters]
-    frequency = {{ low = 0.5, high = 5.0, scale = "log" }}
-    damping = {{ low = 0.0, high = 0.9 }}
-    [sampling]
-    method = "sobol"
-    n = {n}
-    seed = 0
-    [output]
-    path = "benchmark.h5"
-    """
-)
+
+def benchmark_recipe(samples: int) -> datasets.Recipe:
+    """The shipped oscillator recipe with ``samples`` samples, integrating numerically."""
+    text = SHIPPED_RECIPE.read_text()
+    if SHIPPED_OPTIONS not in text or "n = 4096" not in text:
+        raise RuntimeError(f"{SHIPPED_RECIPE} changed: update SHIPPED_OPTIONS / n in {__file__}")
+    return datasets.loads_recipe(text.replace(SHIPPED_OPTIONS, OPTIONS).replace("n = 4096", f"n = {samples}"))
 
 
 def plain_loop(recipe) -> float:
@@ -62,7 +54,9 @@ def plain_loop(recipe) -> float:
     parameters = datasets.sample_parameters(recipe)
     start = time.perf_counter()
     results = [
-        damped_oscillator(values, datasets.sample_seed(recipe.sampling.seed, index), **OPTIONS)
+        damped_oscillator(
+            values, datasets.sample_seed(recipe.sampling.seed, index), **recipe.generator.options
+        )
         for index, values in enumerate(parameters)
     ]
     elapsed = time.perf_counter() - start
@@ -87,10 +81,10 @@ def main() -> None:
     arguments = parser.parse_args()
     samples = arguments.samples or (64 if arguments.quick else 400)
     repeats = 1 if arguments.quick else 2
-    recipe = datasets.loads_recipe(RECIPE.format(n=samples, **OPTIONS))
+    recipe = benchmark_recipe(samples)
 
     print(
-        f"damped_oscillator (solve_ivp DOP853, {OPTIONS['n_times']} points), {samples} samples, "
+        f"damped_oscillator (solve_ivp, {recipe.generator.options['n_times']} points), {samples} samples, "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, best of {repeats}"
     )
     times: dict[str, float] = {}
