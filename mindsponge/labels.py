@@ -7,6 +7,8 @@
 - :func:`label`: energies and forces of a set of configurations under any potential called as
   ``(positions, box) -> energy``: an :class:`XTB`, a :class:`~mindsponge.forcefield.ForceField`
   (e.g. from :func:`mindsponge.interop.openmm.load`), a bound learned potential.
+- :class:`TrajectoryLabels`: a reporter keeping the frames of an MD run under a reference
+  potential with the energies and forces the run computed anyway;
 - :func:`xtb_sample`: the dataset-generator callable (``fn(params, seed, **options) -> dict``,
   see ``common.datasets``): one configuration of a built-in molecule drawn at
   ``params["temperature"]`` by a short GFN2-xTB Langevin run from the molecule's reference
@@ -29,7 +31,7 @@ from tqdm.auto import tqdm
 
 from common import units
 
-__all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES"]
+__all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES", "TrajectoryLabels"]
 
 # built-in molecules: name -> name in ase's G2 collection (MP2 geometries)
 MOLECULES = {"ethanol": "CH3CH2OH", "water": "H2O", "methane": "CH4", "methanol": "CH3OH",
@@ -186,6 +188,46 @@ def label(potential: nn.Module, positions, box=None, progress: bool = False) -> 
         forces.append(force.detach().cpu().double().numpy())
     result = {"energy": np.asarray(energies), "forces": np.stack(forces)}
     return {key: value[0] for key, value in result.items()} if single else result
+
+
+class TrajectoryLabels:
+    """A reporter that keeps configurations of a simulation with the energies and forces already computed.
+
+    Every MD step evaluates the potential, so a run under a reference potential (an :class:`XTB`,
+    a force field) labels its own frames at no extra cost::
+
+        recorder = TrajectoryLabels(every=5)
+        sim = ms.Simulation(system, XTB(system.atomic_numbers), integrator, reporters=[recorder])
+        sim.run(1000)
+        recorder.labels()   # positions (F, N, 3) nm, energy (F,) kJ/mol, forces (F, N, 3) kJ/mol/nm
+
+    Args:
+        every: record every this many steps.
+    """
+
+    def __init__(self, every: int = 1):
+        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
+            raise ValueError(f"TrajectoryLabels: every must be a positive int (steps), got {every!r}")
+        self.every = every
+        self._frames: list[tuple[np.ndarray, float, np.ndarray]] = []
+
+    def report(self, simulation, state) -> None:
+        """Record the positions, potential energy and forces of ``state``."""
+        self._frames.append((state.positions.detach().cpu().double().numpy(), float(state.potential_energy),
+                             state.forces.detach().cpu().double().numpy()))
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def labels(self) -> dict[str, np.ndarray]:
+        """``positions`` (F, N, 3) nm, ``energy`` (F,) kJ/mol, ``forces`` (F, N, 3) kJ/mol/nm (float64)."""
+        if not self._frames:
+            raise ValueError("TrajectoryLabels has recorded no frames yet (run the simulation first)")
+        positions, energies, forces = zip(*self._frames, strict=True)
+        return {"positions": np.stack(positions), "energy": np.asarray(energies), "forces": np.stack(forces)}
+
+    def close(self) -> None:
+        """Nothing to release (the frames stay available)."""
 
 
 def xtb_sample(params: dict, seed: int, molecule: str = "ethanol", sampling: str = "md", md_steps: int = 20,

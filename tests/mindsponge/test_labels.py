@@ -98,3 +98,27 @@ def test_label_of_a_forcefield_matches_analytic_harmonic_bonds():
     np.testing.assert_allclose(result["forces"][:, 0, 0], k * (distances - length), rtol=1e-12, atol=1e-9)
     with pytest.raises(ValueError, match="positions must be"):
         label(forcefield, np.zeros((3, 2)))
+
+
+def test_trajectory_labels_of_a_gfn2_run():
+    """A GFN2-xTB Langevin run labels its own frames: the recorded energies and forces are tblite's
+    (through ASE) at the recorded positions."""
+    from mindsponge.labels import TrajectoryLabels
+
+    system = ms.System.from_ase(molecule("ethanol"))
+    recorder = TrajectoryLabels(every=3)
+    simulation = ms.Simulation(system, XTB(system.atomic_numbers),
+                               ms.integrators.LangevinMiddle(dt=0.0005, temperature=600.0, friction=5.0),
+                               reporters=[recorder], progress=False)
+    simulation.set_velocities(temperature=600.0, seed=3)
+    simulation.run(6)
+    labels = recorder.labels()
+    assert len(recorder) == 2 and labels["positions"].shape == (2, 9, 3)
+    atoms = molecule("ethanol")
+    atoms.positions = labels["positions"][-1] * 10.0
+    atoms.calc = TBLite(method="GFN2-xTB", verbosity=0)
+    assert abs(labels["energy"][-1] - atoms.get_potential_energy() * EV_TO_KJ_PER_MOL) < 1e-2
+    forces = atoms.get_forces() * EV_TO_KJ_PER_MOL * 10.0
+    np.testing.assert_allclose(labels["forces"][-1], forces, atol=1e-3 * np.abs(forces).max())
+    with pytest.raises(ValueError, match="no frames"):
+        TrajectoryLabels().labels()
