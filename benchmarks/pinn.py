@@ -118,6 +118,8 @@ def main():
     parser.add_argument("--skip", default="", help="comma list of parts to skip: mlp,incremental")
     parser.add_argument("--output", default=None, help="write the figures to this JSON file")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file of the main run")
+    parser.add_argument("--fourier", type=int, default=0, help="random Fourier features in front (0: none)")
+    parser.add_argument("--fourier-scale", type=float, default=2.0, help="their std (cycles per unit input)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     steps = args.steps or (100 if args.quick else 10000)
@@ -125,7 +127,13 @@ def main():
     resolution, stride = (5e-3, 4) if args.quick else (2.5e-3, 4)
     monitor_every = max(steps // 20, 10)
     skip = set(filter(None, args.skip.split(",")))
-    results = {"steps": steps, "batch": batch, "radius": args.radius}
+    results = {
+        "steps": steps,
+        "batch": batch,
+        "radius": args.radius,
+        "fourier": args.fourier,
+        "fourier_scale": args.fourier_scale,
+    }
 
     setup = pinn.PointSourceSetup(source_radius=args.radius)
     start = time.perf_counter()
@@ -138,7 +146,7 @@ def main():
 
     torch.manual_seed(0)
     problem, scales = build(setup, batch)
-    model = pinn.default_model(problem)
+    model = pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
     trainer = train(
         problem, scales, model, reference, steps, args.lr, monitor_every, checkpoint=args.checkpoint
     )
