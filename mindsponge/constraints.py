@@ -104,7 +104,10 @@ class Settle:
         axes = axes / torch.linalg.vector_norm(axes, dim=-1, keepdim=True)  # (W, 3 axes, 3)
 
         def project(vector):  # (W, 3) -> coordinates in the (x, y, z) frame, (W, 3)
-            return torch.einsum("wij,wj->wi", axes, vector)
+            # elementwise products and sums, not a batched matmul: for a few thousand waters these
+            # stay on one thread, while bmm's thread pool costs more than it saves (and much more
+            # on a loaded machine)
+            return (axes * vector[:, None, :]).sum(-1)
 
         xb0, yb0, _ = project(b0).unbind(-1)
         xc0, yc0, _ = project(c0).unbind(-1)
@@ -134,7 +137,7 @@ class Settle:
             [-xb2 * cos_theta - yc2 * sin_theta, -xb2 * sin_theta + yc2 * cos_theta, zc1], dim=-1
         )
         local = torch.stack([a3, b3, c3], dim=1)  # (W, 3 atoms, 3 frame coordinates)
-        placed = center[:, None, :] + torch.einsum("wak,wkj->waj", local, axes)
+        placed = center[:, None, :] + (local[..., None] * axes[:, None, :, :]).sum(2)
         if not bool(torch.isfinite(placed).all()):
             bad = int(torch.nonzero(~torch.isfinite(placed).all(-1).all(-1))[0, 0])
             raise ConstraintError(
@@ -173,13 +176,32 @@ class Settle:
         )  # (W, 3, 3)
         matrix = coupling * torch.einsum("wkd,wld->wkl", bonds, bonds)
         rhs = -(bonds * relative).sum(-1)
-        multipliers = torch.linalg.solve(matrix, rhs)  # (W, 3)
+        multipliers = _solve3(matrix, rhs)  # (W, 3)
         impulses = multipliers[..., None] * bonds  # along r_k: -on i, +on j
         delta_o = -(impulses[:, 0] + impulses[:, 1]) * inverse_o[:, None]
         delta_h1 = (impulses[:, 0] - impulses[:, 2]) * inverse_h[:, None]
         delta_h2 = (impulses[:, 1] + impulses[:, 2]) * inverse_h[:, None]
         updated = v + torch.stack([delta_o, delta_h1, delta_h2], dim=1)
         return velocities.index_put((self.atoms.reshape(-1),), updated.reshape(-1, 3))
+
+
+def _solve3(matrix, rhs):
+    """Solution of the batched 3x3 systems ``matrix @ x = rhs`` ((W, 3, 3), (W, 3)) by Cramer's rule.
+
+    Elementwise, so it stays on one thread for a few thousand systems, where the batched LU of
+    ``torch.linalg.solve`` is several times slower; SETTLE's matrices are well conditioned.
+    """
+    first, second, third = matrix.unbind(-1)  # columns
+    cofactors = torch.stack(
+        [
+            torch.linalg.cross(second, third),
+            torch.linalg.cross(third, first),
+            torch.linalg.cross(first, second),
+        ],
+        dim=1,
+    )  # (W, 3, 3): row i is orthogonal to every column but i
+    determinant = (first * cofactors[:, 0]).sum(-1, keepdim=True)
+    return (cofactors * rhs[:, None, :]).sum(-1) / determinant
 
 
 class Rattle:
