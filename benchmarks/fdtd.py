@@ -37,7 +37,7 @@ import torch
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 
-def bandwidth(elements=2**25, repeats=5):
+def bandwidth(elements=2**25, repeats=10):
     """Triad bandwidth (bytes/s) of this machine, float32, best of ``repeats``."""
     b = torch.rand(elements)
     c = torch.rand(elements)
