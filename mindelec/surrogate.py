@@ -163,7 +163,7 @@ def fit(
             with torch.no_grad():
                 validation_loss = float(loss(model(inputs[validation_index]), targets[validation_index]))
         if context is not None:
-            train_loss = float(context.all_reduce_mean(torch.tensor(train_loss)))
+            train_loss = float(context.all_reduce_mean(torch.tensor(train_loss, dtype=torch.float64)))
         history["epoch"].append(epoch)
         history["train_loss"].append(train_loss)
         history["validation_loss"].append(validation_loss)

@@ -209,3 +209,22 @@ def test_field_surrogate_learns_fdtd_fields():
     # the field maps differ from sample to sample: the mean predictor is far off (0.66); the network fits
     # them (0.075 measured; 0.44 without the bottleneck's global context)
     assert mean_error > 0.3 and error < 0.3 * mean_error
+
+
+def test_fit_with_a_single_process_distributed_context_matches_plain_fit():
+    from common.parallel import DistributedContext
+
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.rand(40, 2, generator=generator)
+    targets = torch.sin(3 * inputs).sum(1, keepdim=True)
+    histories = []
+    for context in (None, DistributedContext.from_environment(device="cpu")):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        histories.append(
+            surrogate.fit(model, inputs, targets, epochs=30, batch_size=8, progress=False, context=context)
+        )
+    assert histories[0]["train_loss"] == histories[1]["train_loss"]
+    assert histories[0]["validation_loss"][-1] < 0.2 * histories[0]["validation_loss"][0]
+    with pytest.raises(ValueError, match="inputs hold 40 samples but targets 39"):
+        surrogate.fit(model, inputs, targets[:39], epochs=1, progress=False)
