@@ -324,6 +324,25 @@ class MeshGeometry(Geometry):
         distance = self._nearest_faces(points)[0]
         return torch.where(self._parity_inside(points), distance, -distance)
 
+    def contains(self, points: torch.Tensor, tolerance: float | None = None) -> torch.Tensor:
+        """Which points lie in the closed mesh.
+
+        Args:
+            points: ``(B, 3)`` tensor.
+            tolerance: points outside within this exact distance of the surface count as inside; default
+                ``None``: ray parity alone (points on the surface itself may go either way).
+
+        Returns:
+            ``(B,)`` bool tensor.
+        """
+        points = self.check_points(points)
+        inside = self._parity_inside(points)
+        if tolerance is not None:
+            outside = (~inside).nonzero().flatten()
+            if len(outside):
+                inside[outside] = self._nearest_faces(points[outside])[0] <= tolerance
+        return inside
+
     def _margin(self, points):
         bound = (self._nearest_vertex_distance(points) - self._longest_edge).clamp(min=0.0)
         return torch.where(self._parity_inside(points), bound, -bound)

@@ -92,6 +92,8 @@ def test_box_signed_distance_is_exact():
     assert torch.allclose(shape.signed_distance(points), expected, atol=1e-12)
     assert shape.volume == pytest.approx(2.0 * 1.0 * 1.0)
     assert torch.equal(shape.contains(points), expected >= 0)
+    near = torch.tensor([[1.3, 0.0, 0.0], [1.05, 0.0, 0.0]], dtype=torch.float64)  # 0.3 and 0.05 outside
+    assert shape.contains(near, tolerance=0.1).tolist() == [False, True]
     grid = fdtd.Grid((4.0, 4.0, 4.0), 0.25)
     sdf = data.signed_distance_grid(shape, grid, "Ez")
     assert sdf.shape == (16, 16, 16) and float(sdf.max()) == pytest.approx(0.5, abs=0.13)
