@@ -248,7 +248,7 @@ class Trainer:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if len(data) < 2:
             raise DatasetError(f"training needs at least 2 samples (one for validation), got {len(data)}")
-        self.context = DistributedContext.from_environment(device="cpu") if context is None else context
+        self.context = DistributedContext.from_environment() if context is None else context
         self.model = model.to(self.context.device)
         self.dtype = model.energy_scale.dtype
         self.energy_weight, self.force_weight = float(energy_weight), float(force_weight)
