@@ -23,13 +23,14 @@ def test_sample_contract_and_analytic_block():
     s21 = sample["s21_real"] + 1j * sample["s21_imag"]
     np.testing.assert_allclose(sample["s11_db"], 20 * np.log10(np.abs(s11)))
     expected_s11, expected_s21 = sweeps.block_s_parameters(frequencies, **params, setup=setup)
-    # a lossless closed guide: |S11|^2 + |S21|^2 = 1 (measured 2e-3)
-    assert np.abs(np.abs(s11) ** 2 + np.abs(s21) ** 2 - 1).max() < 1e-2
-    # the band spans a reflection zero and a maximum (|S11| 0.07 .. 0.47)
-    assert np.abs(expected_s11).min() < 0.1 and np.abs(expected_s11).max() > 0.4
-    assert np.abs(s11 - expected_s11).max() < 0.03
-    assert np.abs(s21 - expected_s21).max() < 0.03
-    # the continuum formula differs by the grid's dispersion (1 mm = lambda / 21 at 14 GHz)
+    # a lossless closed guide: |S11|^2 + |S21|^2 = 1 (measured 4e-4)
+    assert np.abs(np.abs(s11) ** 2 + np.abs(s21) ** 2 - 1).max() < 2e-3
+    # the band spans a reflection zero and a maximum (|S11| 0.03 .. 0.73)
+    assert np.abs(expected_s11).min() < 0.1 and np.abs(expected_s11).max() > 0.6
+    # complex S11, S21 against the discrete-dispersion formula (measured 0.010, 0.007)
+    assert np.abs(s11 - expected_s11).max() < 0.02
+    assert np.abs(s21 - expected_s21).max() < 0.02
+    # the continuum formula differs by the grid's dispersion (measured 0.036 in |S11|; 1 mm cells)
     continuum_s11, _ = sweeps.block_s_parameters(frequencies, **params, setup=setup, discrete=False)
     assert np.abs(np.abs(s11) - np.abs(continuum_s11)).max() < 0.05
     # another sample: same keys, same frequency axis
