@@ -102,7 +102,8 @@ def fit(
             is written every ``checkpoint_every`` epochs and at the end (by the main process only).
         progress: show a tqdm bar (main process only).
         context: a ``common.parallel.DistributedContext`` for data-parallel training (each process sees
-            a shard of the training set; gradients and validation losses are averaged); ``None``: alone.
+            a shard of the training set; gradients and training losses are averaged over processes, every
+            process evaluates the whole validation set); ``None``: alone.
         loss: ``loss(prediction, target) -> 0-d tensor``; default mean squared error.
 
     Returns:
@@ -111,6 +112,7 @@ def fit(
 
     Raises:
         ValueError: if inputs and targets have different sample counts or there is nothing to train on.
+        FloatingPointError: if no epoch gave a finite loss.
     """
     from common.io import save_checkpoint
 
@@ -185,6 +187,11 @@ def fit(
                         "history": history,
                     },
                 )
+    if best_state is None:
+        raise FloatingPointError(
+            f"fit: every epoch's loss was nan or inf (last {history['train_loss'][-1]}); "
+            "lower lr or check the data for nan"
+        )
     model.load_state_dict(best_state)
     model.eval()
     return history

@@ -228,3 +228,9 @@ def test_fit_with_a_single_process_distributed_context_matches_plain_fit():
     assert histories[0]["validation_loss"][-1] < 0.2 * histories[0]["validation_loss"][0]
     with pytest.raises(ValueError, match="inputs hold 40 samples but targets 39"):
         surrogate.fit(model, inputs, targets[:39], epochs=1, progress=False)
+
+
+def test_fit_refuses_nan_data():
+    model = torch.nn.Linear(2, 1)
+    with pytest.raises(FloatingPointError, match="nan or inf"):
+        surrogate.fit(model, torch.zeros(8, 2), torch.full((8, 1), float("nan")), epochs=2, progress=False)
