@@ -231,58 +231,52 @@ def test_berendsen_refuses_a_runaway_scaling():
         simulation.run(1)
 
 
-CONFIG = """
-steps = 10
-constraints = "water"
-minimize_tolerance = 50.0
-
-[system.water_box]
-n_molecules = 64
-
-[forcefield]
-files = ["tip3p.xml"]
-nonbonded_method = "CutoffPeriodic"
-cutoff = 0.6
-
-[integrator]
-dt = 0.002
-
-[barostat]
-{barostat}
-frequency = 1
-
-[output]
-directory = "{directory}"
-trajectory = ""
-"""
-
-
 def test_command_line_barostat_types(tmp_path, capsys):
     """``mindsponge run`` builds the anisotropic and Berendsen barostats from ``[barostat]``."""
     pytest.importorskip("openmm")
-    from mindsponge.__main__ import main, run
+    from common import config as config_module
+    from mindsponge import __main__ as command_line
 
     path = tmp_path / "run.toml"
 
+    def write(barostat):
+        """A 10-step run of 64 rigid TIP3P waters (reaction field) with ``barostat`` every step."""
+        config_module.dump(
+            command_line.RunConfig(
+                system=command_line.SystemConfig(water_box=command_line.WaterBoxConfig(n_molecules=64)),
+                steps=10,
+                constraints="water",
+                minimize_tolerance=50.0,
+                forcefield=command_line.ForceFieldConfig(
+                    files=["tip3p.xml"], nonbonded_method="CutoffPeriodic", cutoff=0.6
+                ),
+                barostat=barostat,
+                output=command_line.OutputConfig(directory=tmp_path / "out", trajectory=""),
+            ),
+            path,
+        )
+
     def simulate(barostat):
-        path.write_text(CONFIG.format(barostat=barostat, directory=tmp_path / "out"))
-        simulation = run(path, progress=False)
+        write(barostat)
+        simulation = command_line.run(path, progress=False)
         initial = simulation.system.box.diagonal()
         return simulation.barostat, (simulation.state.box.diagonal() / initial).tolist()
 
-    barostat, ratios = simulate(
-        'type = "monte_carlo_anisotropic"\npressure = [1.0, 1.0, 500.0]\nscale_z = false'
+    anisotropic = command_line.BarostatConfig(
+        type="monte_carlo_anisotropic", pressure=(1.0, 1.0, 500.0), frequency=1, scale_z=False
     )
+    barostat, ratios = simulate(anisotropic)
     assert isinstance(barostat, barostats.MonteCarloAnisotropicBarostat) and barostat.pressure == (
         1.0,
         1.0,
         500.0,
     )
     assert ratios[2] == 1.0 and ratios[:2] != [1.0, 1.0]
-    barostat, ratios = simulate('type = "berendsen"\ncompressibility = 4.5e-5\ntime_constant = 0.5')
+    barostat, ratios = simulate(command_line.BarostatConfig(type="berendsen", time_constant=0.5, frequency=1))
     assert isinstance(barostat, barostats.Berendsen) and barostat.time_constant == 0.5
     assert ratios[0] != 1.0 and ratios == pytest.approx([ratios[0]] * 3, rel=1e-12)
-    path.write_text(CONFIG.format(barostat="pressure = [1.0, 1.0, 2.0]", directory=tmp_path / "out"))
-    assert main(["run", str(path), "--quiet"]) == 2
+    write(anisotropic)
+    path.write_text(path.read_text().replace('"monte_carlo_anisotropic"', '"monte_carlo"'))
+    assert command_line.main(["run", str(path), "--quiet"]) == 2
     message = capsys.readouterr().err
     assert message.count("\n") == 1 and 'per-axis pressure needs type = "monte_carlo_anisotropic"' in message
