@@ -234,3 +234,59 @@ def test_fit_refuses_nan_data():
     model = torch.nn.Linear(2, 1)
     with pytest.raises(FloatingPointError, match="nan or inf"):
         surrogate.fit(model, torch.zeros(8, 2), torch.full((8, 1), float("nan")), epochs=2, progress=False)
+
+
+TORCHRUN_SCRIPT = """
+import json, sys
+import torch
+from common.parallel import DistributedContext
+from mindelec import surrogate
+
+context = DistributedContext.from_environment(device="cpu")
+torch.manual_seed(0)
+model, history = surrogate.train_sparameter_surrogate(
+    sys.argv[1], ["length", "permittivity"], epochs=200, lr=1e-2, batch_size=8, validation_fraction=0.25,
+    seed=1, progress=False, context=context)
+weights = torch.cat([parameter.detach().flatten() for parameter in model.parameters()])
+with open(f"{sys.argv[2]}.{context.rank}.json", "w") as handle:
+    json.dump({"world_size": context.world_size, "train_loss": history["train_loss"],
+               "validation_loss": history["validation_loss"], "weights": weights.tolist()}, handle)
+"""
+
+
+def test_torchrun_data_parallel_training(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    write_sweep(tmp_path / "sweep.h5", 32)
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE")}
+    environment.update(PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+            str(tmp_path / "sweep.h5"),
+            str(tmp_path / "result"),
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"result.{rank}.json").read_text()) for rank in (0, 1)]
+    assert all(result["world_size"] == 2 for result in ranks)
+    # DistributedDataParallel keeps the replicas identical and both report the all-reduced training loss
+    np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
+    assert ranks[0]["train_loss"] == ranks[1]["train_loss"]
+    assert min(ranks[0]["validation_loss"]) < 0.7 * ranks[0]["validation_loss"][0]  # and it learns
