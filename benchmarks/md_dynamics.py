@@ -16,6 +16,12 @@ time goes (the force evaluation alone against a whole step: the difference is th
 SETTLE, centre-of-mass removal and the Python of ``Simulation.run``), and the top torch ops
 of a few steps by self CPU time. The ratio mindsponge/OpenMM ns/day comes last.
 
+The figures need an otherwise idle machine: with more runnable processes than cores, torch's
+intra-op thread pool costs milliseconds per small op (measured at load average 9 on 2 cores:
+``sqrt`` of 1,000 floats 8 ms with 2 threads, 2 us with 1; ``round`` of 9,000 floats 5 ms vs
+2 us), which lands on the integrator and SETTLE (many small ops per step) far more than on
+OpenMM; the step-time split printed below shows it.
+
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
 constraints (no rigid water), so it cannot run this system with these settings.
