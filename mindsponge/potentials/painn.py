@@ -30,15 +30,17 @@ _EPSILON = 1e-8  # inside the square root of vector norms: finite gradient at ze
 
 
 class _SineRBF(nn.Module):
-    """``sin(n pi r / r_c) / r`` for ``n = 1..n_rbf`` (PaiNN's radial basis)."""
+    """``sin(n pi r / r_c) / (r / r_c)`` for ``n = 1..n_rbf`` (PaiNN's radial basis, made dimensionless
+    by the cutoff so that its size does not depend on the length unit)."""
 
     def __init__(self, n_rbf: int, cutoff: float):
         super().__init__()
+        self.cutoff = float(cutoff)
         self.register_buffer("frequencies", torch.arange(1, n_rbf + 1) * torch.pi / cutoff)
 
     def forward(self, distances: Tensor) -> Tensor:
         distances = distances.unsqueeze(-1)
-        return torch.sin(self.frequencies.to(distances.dtype) * distances) / distances
+        return torch.sin(self.frequencies.to(distances.dtype) * distances) * (self.cutoff / distances)
 
 
 class _Message(nn.Module):
