@@ -212,3 +212,21 @@ def sample_series(advance, measure, n_samples: int, label: str, progress: bool =
         if path is not None and ((index + 1) % 100 == 0 or index + 1 == n_samples):
             np.save(path, np.array(values))
     return np.array(values)
+
+
+def report_kernels_and_load() -> None:
+    """Load (or build) the compiled MD kernels and print whether they are available, how long that
+    took, and the machine's load average (the benchmarks' ratios assume an otherwise idle machine)."""
+    from mindsponge import _kernels
+
+    start = time.perf_counter()
+    kernels = _kernels.nonbonded()
+    print(f"compiled kernels: {'available' if kernels is not None else 'UNAVAILABLE (pure torch only)'}, "
+          f"built or loaded in {time.perf_counter() - start:.1f} s "
+          f"(a first build on a machine compiles for about a minute; later runs load the cached build)")
+    print_load_average("start")
+
+
+def print_load_average(when: str) -> None:
+    """Print the 1, 5 and 15 minute load averages, labelled ``when`` (e.g. "start", "end")."""
+    print(f"load average (1, 5, 15 min) at {when}: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()))

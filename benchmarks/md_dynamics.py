@@ -34,8 +34,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import time
 
 import torch
 from md_common import (
@@ -43,6 +41,8 @@ from md_common import (
     mindsponge_simulation,
     openmm_context,
     openmm_equilibrated,
+    print_load_average,
+    report_kernels_and_load,
     time_calls,
     tip3p_water,
 )
@@ -86,13 +86,8 @@ def main() -> None:
     import openmm
 
     import mindsponge as ms
-    from mindsponge import _kernels
 
-    start = time.perf_counter()
-    kernels = _kernels.nonbonded()
-    print(f"compiled kernels: {'available' if kernels is not None else 'UNAVAILABLE (pure torch only)'}, "
-          f"built or loaded in {time.perf_counter() - start:.1f} s")
-    print("load average (1, 5, 15 min) at start: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()))
+    report_kernels_and_load()
     sizes = ["3k"] if arguments.quick else ["3k", "24k"]
     steps = {"3k": 20 if arguments.quick else 50, "24k": 10}
     rounds = 3 if arguments.quick else 4
@@ -126,7 +121,7 @@ def main() -> None:
         )
         print(step_profile(simulation, max(count // 2, 5)))
         del context
-    print("load average (1, 5, 15 min) at end: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()))
+    print_load_average("end")
     for label, ratio in ratios.items():
         print(f"ratio mindsponge/OpenMM-CPU ns/day ({label} atoms): {ratio:.3f}")
 

@@ -30,11 +30,10 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
-from md_common import best_of_rounds, time_calls
+from md_common import best_of_rounds, print_load_average, report_kernels_and_load, time_calls
 
 THREADS = 2
 CUTOFF = 0.9  # nm
@@ -212,14 +211,8 @@ def main() -> None:
 
     torch.set_num_threads(THREADS)
     from common import extensions
-    from mindsponge import _kernels
 
-    start = time.perf_counter()
-    kernels = _kernels.nonbonded()
-    print(f"compiled kernels: {'available' if kernels is not None else 'UNAVAILABLE (pure torch only)'}, "
-          f"built or loaded in {time.perf_counter() - start:.1f} s "
-          f"(a first build on a machine compiles for about a minute; later runs load the cached build)")
-    print("load average (1, 5, 15 min) at start: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()))
+    report_kernels_and_load()
     sizes = ["3k"] if arguments.quick else ["3k", "24k"]
     repeats = {"3k": 5 if arguments.quick else 10, "24k": 3}
     rounds = 3 if arguments.quick else 5
@@ -253,7 +246,7 @@ def main() -> None:
                 f"{rss['peak_rss_mib']:.0f} MiB ({rss['before_mib']:.0f} MiB loaded, before evaluating): "
                 f"{'under 2 GiB' if rss['peak_rss_mib'] < 2048 else 'OVER the 2 GiB budget'}"
             )
-    print("load average (1, 5, 15 min) at end: " + ", ".join(f"{load:.2f}" for load in os.getloadavg()))
+    print_load_average("end")
     if extensions.build_seconds:
         print(f"kernel build/load seconds this run: {extensions.build_seconds}")
     for label, ratio in ratios.items():
