@@ -185,6 +185,7 @@ class NeighborList:
             return True
         if box is not None and not torch.equal(box.detach(), self._reference_box):
             return True
+        box = box.detach() if box is not None else None  # a box requiring grad (stress) needs no graph here
         displacement = space.minimum_image(positions.detach() - reference.to(positions.dtype), box)
         max_squared = float((displacement * displacement).sum(-1).max()) if len(positions) else 0.0
         return max_squared > (0.5 * self.skin) ** 2
