@@ -30,7 +30,11 @@ Contents:
 - problems: :func:`point_source_problem` (2D TE/TM time domain, parametric in ``eps_r``/``mu_r`` if
   ranges are given, for pre-training and incremental fine-tuning), :func:`helmholtz_problem`;
 - models: :func:`default_model` (multi-scale sine network, :class:`common.nn.MultiScaleMLP`, on
-  optional Fourier features), :class:`ZeroInitialFields` (zero fields at ``t = 0`` by construction).
+  optional Fourier features), :class:`ZeroInitialFields` (zero fields at ``t = 0`` by construction);
+- 2D TE potential formulation (``formulation="potential"``): :class:`PotentialTE` (``Ex = psi_y``,
+  ``Ey = -psi_x``, ``Hz = eps_r psi_t``: two of the three equations hold exactly, derivatives in one
+  forward-mode pass), :class:`PointSourcePotential` (the source's quasi-static near field, added to the
+  network's potential), :func:`wave_potential_residual`, :func:`mur_potential_residual`.
 
 Example::
 
@@ -59,8 +63,11 @@ from common import pde
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 
 __all__ = [
+    "POTENTIAL_JET",
     "PointSource",
+    "PointSourcePotential",
     "PointSourceSetup",
+    "PotentialTE",
     "Scales",
     "ZeroInitialFields",
     "FDTDReference",
@@ -71,9 +78,12 @@ __all__ = [
     "maxwell_3d_residual",
     "maxwell_te_residual",
     "maxwell_tm_residual",
+    "mur_potential_residual",
     "mur_residual",
     "point_source_problem",
+    "potential_fields",
     "sommerfeld_residual",
+    "wave_potential_residual",
 ]
 
 FIELDS = {"TE": ("Ex", "Ey", "Hz"), "TM": ("Ez", "Hx", "Hy"), "3D": ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz")}
@@ -452,6 +462,7 @@ def point_source_problem(
     sampler: str = "sobol",
     causal_bins: int = 0,
     causal_epsilon: float = 1.0,
+    formulation: str = "fields",
 ) -> tuple[pde.Problem, Scales]:
     """The dimensionless :class:`common.pde.Problem` of a 2D time-domain point source with Mur boundaries.
 
@@ -469,6 +480,10 @@ def point_source_problem(
         sampler: ``"uniform"``, ``"sobol"`` or ``"lhs"``.
         causal_bins, causal_epsilon: causal weighting of the two residual constraints in time
             (see :class:`common.pde.Residual`; 0 bins: off).
+        formulation: ``"fields"`` (outputs ``setup.components``, residuals of Maxwell's equations) or
+            ``"potential"`` (TE with fixed materials only: outputs :data:`POTENTIAL_JET` of a
+            :class:`PotentialTE` model, residuals :func:`wave_potential_residual` and
+            :func:`mur_potential_residual`; the two E equations hold by construction).
 
     Returns:
         ``(problem, scales)``.
@@ -487,6 +502,16 @@ def point_source_problem(
     parameters, columns = {}, []
     permittivity = _parameter(setup.permittivity, "permittivity", parameters, columns)
     permeability = _parameter(setup.permeability, "permeability", parameters, columns)
+    if formulation not in ("fields", "potential"):
+        raise ValueError(
+            f"point_source_problem: formulation must be 'fields' or 'potential', got {formulation!r}"
+        )
+    potential = formulation == "potential"
+    if potential and (setup.polarization != "TE" or parameters):
+        raise ValueError(
+            "point_source_problem: the potential formulation needs polarization 'TE' and fixed materials, "
+            f"got {setup.polarization!r} with parameters {sorted(parameters)}"
+        )
     residual_function = maxwell_te_residual if setup.polarization == "TE" else maxwell_tm_residual
     driven = 2 if setup.polarization == "TE" else 0
     magnetic = setup.polarization == "TE"
@@ -495,6 +520,14 @@ def point_source_problem(
         eps = permittivity if permittivity is not None else points[:, 3 + columns.index("permittivity")]
         mu = permeability if permeability is not None else points[:, 3 + columns.index("permeability")]
         return eps, mu
+
+    def wave(points, jet):
+        density = source.dimensionless(points, scales, magnetic)
+        return wave_potential_residual(jet, permittivity, permeability, density)
+
+    def mur_potential(points, jet, normals):
+        speed = 1.0 / math.sqrt(permittivity * permeability)
+        return mur_potential_residual(jet, normals[:, :2], permittivity, speed)
 
     def maxwell(points, fields):
         density = source.dimensionless(points, scales, magnetic)
@@ -508,6 +541,8 @@ def point_source_problem(
         speed = 1.0 / torch.sqrt(_material(eps, points) * _material(mu, points))
         return mur_residual(points, fields, normals[:, :2], speed)
 
+    if potential:
+        maxwell, mur = wave, mur_potential
     constraints = [
         pde.Residual(
             "maxwell",
@@ -530,8 +565,10 @@ def point_source_problem(
         ),
         pde.Boundary("mur", space_time, mur, n_boundary, weight=boundary_weight, sampler=sampler),
     ]
-    problem = pde.Problem(("x", "y", "t"), setup.components, constraints, parameters=parameters)
-    problem.domain = space_time
+    outputs = POTENTIAL_JET if potential else setup.components
+    problem = pde.Problem(("x", "y", "t"), outputs, constraints, parameters=parameters)
+    problem.domain, problem.point_source, problem.scales = space_time, source, scales
+    problem.permittivity = permittivity  # None when it is an input column
     return problem, scales
 
 
@@ -605,6 +642,7 @@ def default_model(
     zero_initial: bool = True,
     tau: float = 0.05,
     readout_gain: float = 0.1,
+    source_cutoff: float | None = 0.1,
 ) -> nn.Module:
     """MultiScaleMLP with sine activations (MindElec's default) on the problem's inputs, optionally on
     Fourier features, wrapped in :class:`ZeroInitialFields` for time-domain problems.
@@ -621,10 +659,18 @@ def default_model(
         tau: ramp time of the hard initial condition (dimensionless).
         readout_gain: factor on the initial readout weights, so that the fields start near zero (as they
             are everywhere before the pulse arrives) rather than as O(1) noise.
+        source_cutoff: for a potential-formulation problem (``formulation="potential"`` of
+            :func:`point_source_problem`): the model is a :class:`PotentialTE` (``readout_gain`` becomes its
+            ``amplitude``) plus the source's :class:`PointSourcePotential` with this cutoff radius
+            (dimensionless; ``None``: no cutoff; ``0``: no source potential). Fourier features are not used.
 
     Returns:
         A module ``(B, len(problem.inputs)) -> (B, len(problem.outputs))`` in float32.
     """
+    if tuple(problem.outputs) == POTENTIAL_JET:
+        return _potential_model(
+            problem, scales, hidden_features, hidden_layers, tau, readout_gain, source_cutoff
+        )
     lo, hi = problem.domain.bounds_float64
     lows = lo.tolist() + [low for low, _ in problem.parameters.values()]
     highs = hi.tolist() + [high for _, high in problem.parameters.values()]
@@ -659,6 +705,25 @@ def default_model(
     return network
 
 
+def _potential_model(problem, scales, hidden_features, hidden_layers, tau, amplitude, source_cutoff):
+    """:class:`PotentialTE` on a sine MultiScaleMLP, plus the source's quasi-static potential."""
+    lo, hi = problem.domain.bounds_float64
+    network = cnn.MultiScaleMLP(
+        3,
+        1,
+        scales,
+        hidden_features,
+        hidden_layers,
+        "sin",
+        input_center=((lo + hi) / 2).tolist(),
+        input_scale=(2 / (hi - lo)).tolist(),
+    )
+    particular = None
+    if source_cutoff != 0:
+        particular = PointSourcePotential(problem.point_source, problem.scales, source_cutoff)
+    return PotentialTE(network, tau, amplitude, problem.permittivity, particular)
+
+
 class _Normalised(nn.Module):
     def __init__(self, network, center, scale):
         super().__init__()
@@ -668,6 +733,289 @@ class _Normalised(nn.Module):
 
     def forward(self, inputs):
         return self.network((inputs - self.center) * self.scale)
+
+
+# --------------------------------------------------------------------------- potential formulation (2D TE)
+
+POTENTIAL_JET = ("psi", "psi_x", "psi_y", "psi_t", "psi_xx", "psi_xy", "psi_xt", "psi_yy", "psi_yt", "psi_tt")
+"""Output columns of :class:`PotentialTE`: the potential, its gradient and its Hessian in (x, y, t)."""
+
+_PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+
+
+def _pair(a: int, b: int) -> int:
+    """Column (4 + index) of the second derivative d2/dxa dxb in :data:`POTENTIAL_JET`."""
+    return 4 + _PAIRS.index((min(a, b), max(a, b)))
+
+
+def _sine_jet(mlp: cnn.MLP, first: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Value, gradient and Hessian of a sine MLP in three inputs, forward mode (Taylor to second order).
+
+    Args:
+        mlp: a :class:`common.nn.MLP` with a :class:`common.nn.Sine` activation and 3 inputs.
+        first: (3, in_features) derivative of the MLP input with respect to (x, y, t) (a constant
+            linear map: the input normalisation).
+        value: (B, in_features) the MLP input.
+
+    Returns:
+        (10, B, out_features): value, 3 first and 6 second derivatives (order of ``_PAIRS``).
+    """
+    w0 = mlp.activation.w0
+    layer = mlp.hidden[0]
+    pre = w0 * layer(value)  # (B, H)
+    slopes = w0 * first @ layer.weight.T  # (3, H): d pre / d x_a, the same at every point
+    sine, cosine = torch.sin(pre), torch.cos(pre)
+    jet = torch.cat(
+        [
+            sine[None],
+            cosine[None] * slopes[:, None, :],
+            torch.stack([-sine * (slopes[a] * slopes[b]) for a, b in _PAIRS]),
+        ]
+    )
+    for layer in [*mlp.hidden[1:], mlp.readout]:
+        jet = jet @ layer.weight.T
+        jet[0] = jet[0] + layer.bias
+        if layer is mlp.readout:
+            break
+        jet = w0 * jet
+        sine, cosine = torch.sin(jet[0]), torch.cos(jet[0])
+        slopes = jet[1:4]
+        curvature = [-sine * slopes[a] * slopes[b] for a, b in _PAIRS]
+        jet = torch.cat([sine[None], cosine * slopes, torch.stack(curvature) + cosine * jet[4:]])
+    return jet
+
+
+class PotentialTE(nn.Module):
+    """A 2D TE field network through a potential: ``Ex = dpsi/dy``, ``Ey = -dpsi/dx``, ``Hz = eps_r dpsi/dt``.
+
+    With a magnetic source only (``J = 0``), the two E equations of :func:`maxwell_te_residual` then hold
+    identically and the third becomes the scalar wave equation :func:`wave_potential_residual`
+    ``eps_r mu_r psi_tt - psi_xx - psi_yy + Mz = 0``. The potential is
+    ``psi = (1 - exp(-t / tau))^2 net(x, y, t)``, so ``psi`` and ``psi_t`` (hence all fields) vanish at
+    ``t = 0`` exactly. ``net`` is a :class:`common.nn.MultiScaleMLP` with sine activations; its value,
+    gradient and Hessian come in one forward-mode (second-order Taylor) pass, so a training step needs a
+    single reverse pass for the parameters and no nested autograd.
+
+    Args:
+        network: a sine :class:`common.nn.MultiScaleMLP` with 3 inputs (x, y, t) and 1 output.
+        tau: ramp time of the hard initial condition (dimensionless).
+        amplitude: fixed factor on the potential (dimensionless field units times length).
+        permittivity: relative permittivity used by :meth:`fields` (``Hz = eps_r psi_t``).
+        particular: optional known potential added to the network's (e.g. :class:`PointSourcePotential`),
+            a module ``(B, 3) -> (B, 10)`` :data:`POTENTIAL_JET` columns.
+
+    Shapes:
+        ``forward``: (B, 3) dimensionless (x, y, t) -> (B, 10) columns :data:`POTENTIAL_JET`.
+        ``fields``: (B, 3) -> (B, 3) Ex, Ey, Hz.
+    """
+
+    def __init__(
+        self,
+        network: cnn.MultiScaleMLP,
+        tau: float = 0.1,
+        amplitude: float = 1.0,
+        permittivity: float = 1.0,
+        particular: nn.Module | None = None,
+    ):
+        super().__init__()
+        if (
+            not isinstance(network, cnn.MultiScaleMLP)
+            or network.in_features != 3
+            or network.out_features != 1
+        ):
+            raise ValueError(
+                f"PotentialTE: network must be a MultiScaleMLP with 3 inputs and 1 output, got {network!r}"
+            )
+        if not all(isinstance(sub.activation, cnn.Sine) for sub in network.subnetworks):
+            raise ValueError(
+                "PotentialTE: the network's activation must be a sine (forward-mode derivatives)"
+            )
+        self.network, self.tau, self.amplitude = network, float(tau), float(amplitude)
+        self.permittivity, self.particular = float(permittivity), particular
+        self.in_features = 3
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if inputs.dim() != 2 or inputs.shape[1] != 3:
+            raise ValueError(f"PotentialTE expects (B, 3) points (x, y, t), got shape {tuple(inputs.shape)}")
+        net = self.network
+        normalised = (inputs - net.input_center) * net.input_scale
+        eye = torch.diag(net.input_scale).to(inputs.dtype)
+        jet = sum(
+            _sine_jet(sub, scale * eye, scale * normalised) for scale, sub in zip(net.scales, net.subnetworks)
+        )[..., 0]  # (10, B)
+        # product with the ramp r(t) = (1 - exp(-t / tau))^2, which depends on t only
+        decay = torch.exp(-inputs[:, 2] / self.tau)
+        ramp = (1 - decay) ** 2
+        ramp_t = 2 * (1 - decay) * decay / self.tau
+        ramp_tt = 2 * decay * (2 * decay - 1) / self.tau**2
+        rows = [ramp * jet[0], ramp * jet[1], ramp * jet[2], ramp * jet[3] + ramp_t * jet[0]]
+        for a, b in _PAIRS:
+            row = ramp * jet[_pair(a, b)]
+            if a == 2:
+                row = row + ramp_t * jet[1 + b]
+            if b == 2:
+                row = row + ramp_t * jet[1 + a]
+            if a == b == 2:
+                row = row + ramp_tt * jet[0]
+            rows.append(row)
+        jet = self.amplitude * torch.stack(rows, 1)
+        return jet if self.particular is None else jet + self.particular(inputs)
+
+    def fields(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Ex, Ey, Hz ``(B, 3)`` at dimensionless points ``(B, 3)``."""
+        return potential_fields(self(inputs), self.permittivity)
+
+    def field_model(self) -> nn.Module:
+        """Module ``(B, 3) -> (B, 3)`` (Ex, Ey, Hz) sharing this network, e.g. for :class:`FDTDReference`."""
+        return _PotentialFields(self)
+
+
+class _PotentialFields(nn.Module):
+    def __init__(self, potential: PotentialTE):
+        super().__init__()
+        self.potential, self.in_features = potential, 3
+
+    def forward(self, inputs):
+        return self.potential.fields(inputs)
+
+
+class PointSourcePotential(nn.Module):
+    """Quasi-static potential of a smoothed point source, the sharp part of a :class:`PotentialTE`.
+
+    ``psi_s = q(t) phi(r) chi(r)``: ``phi`` solves ``laplace phi = g`` for the source's normalised Gaussian
+    ``g`` of radius ``sigma`` (``phi'(r) = (1 - exp(-r^2 / 2 sigma^2)) / (2 pi r)``, ``phi(0) = 0``),
+    ``q(t)`` is the dimensionless source moment, so ``laplace psi_s = Mz`` near the source, and
+    ``chi = exp(-r^2 / 2 R^2)`` confines it to ``r < ~R`` (``cutoff`` ``R``; ``None``: no cutoff).
+    Added to a network's potential, it carries the steep near field (``|E| ~ 1 / (2 pi r)``) that a
+    smooth network cannot resolve on the scale of ``sigma``, and leaves the network a residual without the
+    steep source term. No trainable parameters.
+
+    Args:
+        source: the :class:`PointSource` (magnetic line current of a TE problem).
+        scales: the problem's :class:`Scales`.
+        cutoff: ``R`` (dimensionless) or ``None``.
+
+    Shapes:
+        (B, 3) dimensionless (x, y, t) -> (B, 10) columns :data:`POTENTIAL_JET`.
+    """
+
+    def __init__(self, source: PointSource, scales: Scales, cutoff: float | None = 0.1):
+        super().__init__()
+        if cutoff is not None and not cutoff > 0:
+            raise ValueError(f"PointSourcePotential: cutoff must be positive or None, got {cutoff!r}")
+        self.source, self.scales, self.cutoff = source, scales, cutoff
+        self.center = tuple((p - o) / scales.length for p, o in zip(source.position, scales.origin))
+        self.sigma = source.radius / scales.length
+
+    def moment(self, times: torch.Tensor) -> torch.Tensor:
+        """``q(t)`` and its first two time derivatives at dimensionless times ``(B,)``: ``(3, B)``."""
+        with torch.enable_grad():
+            t = times.detach().double().requires_grad_()
+            center = torch.tensor(self.center, dtype=t.dtype).expand(len(t), 2)
+            peak = 1.0 / (2 * math.pi * self.sigma**2)  # g(0) in dimensionless units
+            q = self.source.dimensionless(torch.cat([center, t[:, None]], 1), self.scales, True) / peak
+            (q_t,) = torch.autograd.grad(q.sum(), t, create_graph=True)
+            (q_tt,) = torch.autograd.grad(q_t.sum(), t)
+        return torch.stack([q.detach(), q_t.detach(), q_tt]).to(times.dtype)
+
+    def radial(self, squared: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``f = phi chi``, ``f' / r`` and ``f''`` at squared radii ``(B,)`` (float64)."""
+        sigma2 = self.sigma**2
+        u = squared / (2 * sigma2)
+        # Ein(u) = sum_k (-1)^(k+1) u^k / (k k!) for small u; ln u + gamma + E1(u) (asymptotic) for large u
+        small = u.clamp(max=12.0)
+        term, series = torch.ones_like(u), torch.zeros_like(u)
+        for k in range(1, 60):
+            term = -term * small / k
+            series = series - term / k
+        large = u.clamp(min=12.0)
+        asymptotic = (
+            torch.log(large) + 0.5772156649015329 + torch.exp(-large) / large * (1 - 1 / large + 2 / large**2)
+        )
+        phi = torch.where(u < 12.0, series, asymptotic) / (4 * math.pi)
+        gaussian = torch.exp(-u) / (2 * math.pi * sigma2)
+        # phi' / r = (1 - exp(-u)) / (2 pi r^2), -> 1 / (4 pi sigma^2) at r = 0
+        slope = torch.where(
+            u > 1e-8,
+            -torch.expm1(-u) / (2 * math.pi * squared.clamp(min=1e-300)),
+            torch.full_like(u, 1 / (4 * math.pi * sigma2)),
+        )
+        curvature = gaussian - slope  # phi'' = g - phi' / r
+        if self.cutoff is None:
+            return phi, slope, curvature
+        inverse = 1.0 / self.cutoff**2
+        chi = torch.exp(-0.5 * squared * inverse)
+        chi_slope = -inverse * chi  # chi' / r
+        chi_curvature = (squared * inverse**2 - inverse) * chi
+        return (
+            phi * chi,
+            slope * chi + phi * chi_slope,
+            curvature * chi + 2 * squared * slope * chi_slope + phi * chi_curvature,
+        )
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        offset = inputs[:, :2].double() - torch.tensor(self.center, dtype=torch.float64)
+        squared = offset.pow(2).sum(1)
+        f, slope, curvature = self.radial(squared)
+        q, q_t, q_tt = self.moment(inputs[:, 2]).double()
+        # Hessian of a radial function: f'' n n^T + (f' / r) (I - n n^T) = slope I + (f'' - slope) n n^T / r^2
+        excess = torch.where(
+            squared > 0, (curvature - slope) / squared.clamp(min=1e-300), torch.zeros_like(f)
+        )
+        dx, dy = offset[:, 0], offset[:, 1]
+        columns = [
+            q * f,
+            q * slope * dx,
+            q * slope * dy,
+            q_t * f,
+            q * (slope + excess * dx * dx),
+            q * excess * dx * dy,
+            q_t * slope * dx,
+            q * (slope + excess * dy * dy),
+            q_t * slope * dy,
+            q_tt * f,
+        ]
+        return torch.stack(columns, 1).to(inputs.dtype)
+
+
+def potential_fields(jet: torch.Tensor, permittivity=1.0) -> torch.Tensor:
+    """Ex, Ey, Hz ``(B, 3)`` from :data:`POTENTIAL_JET` columns ``(B, 10)``: psi_y, -psi_x, eps_r psi_t."""
+    return torch.stack([jet[:, 2], -jet[:, 1], permittivity * jet[:, 3]], 1)
+
+
+def wave_potential_residual(
+    jet: torch.Tensor, permittivity=1.0, permeability=1.0, source=None
+) -> torch.Tensor:
+    """The TE equation left by the potential: ``eps_r mu_r psi_tt - psi_xx - psi_yy + Mz`` ``(B,)``.
+
+    Args:
+        jet: (B, 10) columns :data:`POTENTIAL_JET` (dimensionless).
+        permittivity, permeability: relative, scalars or (B,).
+        source: optional (B,) magnetic current density Mz (dimensionless, as in :func:`maxwell_te_residual`).
+    """
+    if jet.dim() != 2 or jet.shape[1] != len(POTENTIAL_JET):
+        raise ValueError(
+            f"wave_potential_residual: jet must be (B, {len(POTENTIAL_JET)}), got {tuple(jet.shape)}"
+        )
+    residual = permittivity * permeability * jet[:, _pair(2, 2)] - jet[:, _pair(0, 0)] - jet[:, _pair(1, 1)]
+    return residual if source is None else residual + source
+
+
+def mur_potential_residual(
+    jet: torch.Tensor, normals: torch.Tensor, permittivity=1.0, speed=1.0
+) -> torch.Tensor:
+    """First-order Mur condition ``du/dt + v n.grad(u)`` on Ex, Ey, Hz of a potential: ``(B, 3)``.
+
+    Args:
+        jet: (B, 10) columns :data:`POTENTIAL_JET`; normals: (B, 2) outward normals;
+        permittivity: relative (``Hz = eps_r psi_t``); speed: ``1 / sqrt(eps_r mu_r)``.
+    """
+    nx, ny = normals[:, 0], normals[:, 1]
+
+    def mur(a):  # of the derivative d psi / d x_a
+        return jet[:, _pair(a, 2)] + speed * (nx * jet[:, _pair(a, 0)] + ny * jet[:, _pair(a, 1)])
+
+    return torch.stack([mur(1), -mur(0), permittivity * mur(2)], 1)
 
 
 @dataclasses.dataclass

@@ -7,10 +7,12 @@ import scipy.constants as const
 import torch
 
 import mindelec as me
+from common import autodiff as ad
 from common import pde
 
 pinn = me.pinn
 torch_f64 = dict(dtype=torch.float64)
+PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))  # POTENTIAL_JET's second derivatives
 
 
 def random_points(n, d, seed=0, low=0.0, high=1.0):
@@ -211,3 +213,106 @@ def test_fdtd_reference_satisfies_the_dimensionless_te_equations_with_the_same_s
     assert residual.abs().max() < 1e-9 * d_hz_dt.abs().max()
     flipped = 2.0 * d_hz_dt + d_ey_dx - d_ex_dy - source  # the opposite sign convention fails
     assert flipped.abs().max() > 0.5 * source.abs().max()
+
+
+def _small_potential(particular=None, permittivity=1.0):
+    from common import nn as cnn
+
+    torch.manual_seed(0)
+    network = cnn.MultiScaleMLP(
+        3, 1, (1, 3), 16, 2, "sin", input_center=(0.5, 0.5, 0.3), input_scale=(2, 2, 3)
+    )
+    return pinn.PotentialTE(
+        network, tau=0.1, amplitude=0.5, permittivity=permittivity, particular=particular
+    ).double()
+
+
+def test_potential_jet_equals_autograd_derivatives_of_the_potential():
+    """The forward-mode (Taylor) value, gradient and Hessian equal reverse-mode autodiff of psi."""
+    model = _small_potential()
+    p = random_points(64, 3, seed=6)
+    jet = model(p)
+    ramp = -torch.expm1(-p[:, 2] / 0.1)
+    psi = 0.5 * ramp**2 * model.network(p)[:, 0]
+    hessian = ad.hessian(psi, p)
+    expected = torch.cat(
+        [psi[:, None], ad.grad(psi, p), torch.stack([hessian[:, a, b] for a, b in PAIRS], 1)], 1
+    )
+    assert jet.shape == (64, len(pinn.POTENTIAL_JET))
+    torch.testing.assert_close(jet, expected, rtol=1e-12, atol=1e-12 * float(expected.detach().abs().max()))
+    start = torch.rand(20, 3, **torch_f64) * torch.tensor([1.0, 1.0, 0.0], **torch_f64)
+    assert model.fields(start).abs().max() == 0.0  # hard zero initial fields
+    assert model(start)[:, [0, 3]].abs().max() == 0.0  # psi and psi_t vanish at t = 0
+
+
+@pytest.mark.parametrize("eps, mu", [(1.0, 1.0), (2.5, 1.5)])
+def test_potential_fields_satisfy_both_e_equations_and_leave_the_wave_equation(eps, mu):
+    """Fields of a potential, through autodiff and maxwell_te_residual: the E rows vanish identically,
+    the Hz row is the wave residual of the forward-mode jet."""
+    model = _small_potential(permittivity=eps)
+    p = random_points(64, 3, seed=7)
+    jet = model(p)
+    source = torch.sin(7 * p[:, 0]) * p[:, 2]
+    current = torch.stack([torch.zeros_like(source), torch.zeros_like(source), source], 1)
+    ex_row, ey_row, hz_row = pinn.maxwell_te_residual(p, pinn.potential_fields(jet, eps), eps, mu, current)
+    scale = float(jet[:, 4:].detach().abs().max())
+    assert ex_row.abs().max() < 1e-12 * scale and ey_row.abs().max() < 1e-12 * scale
+    torch.testing.assert_close(
+        hz_row, pinn.wave_potential_residual(jet, eps, mu, source), rtol=1e-11, atol=1e-11 * scale
+    )
+    assert hz_row.abs().max() > 1e-3 * scale  # a random network is not a solution
+
+
+def test_wave_and_mur_potential_residuals_vanish_for_an_outgoing_plane_wave():
+    eps, mu, k = 2.0, 1.5, 6.0
+    speed = 1 / math.sqrt(eps * mu)
+    p = random_points(100, 3, seed=8)
+    psi = torch.sin(k * (p[:, 0] - speed * p[:, 2]))  # travels along +x
+    hessian = ad.hessian(psi, p)
+    jet = torch.cat([psi[:, None], ad.grad(psi, p), torch.stack([hessian[:, a, b] for a, b in PAIRS], 1)], 1)
+    assert pinn.wave_potential_residual(jet, eps, mu).abs().max() < 1e-12 * k**2
+    right = torch.tensor([[1.0, 0.0]], **torch_f64).expand(100, 2)
+    assert pinn.mur_potential_residual(jet, right, eps, speed).abs().max() < 1e-12 * k**2
+    assert pinn.mur_potential_residual(jet, -right, eps, speed).abs().max() > 1.0  # incoming on the left side
+
+
+def test_point_source_potential_carries_the_source_laplacian():
+    """laplace psi_s = Mz (the PointSource density) without cutoff; its jet is consistent with autodiff."""
+    setup = pinn.PointSourceSetup(duration=2e-9, amplitude=2.0)
+    scales, source = setup.scales(), setup.source()
+    sharp = pinn.PointSourcePotential(source, scales, cutoff=None)
+    generator = torch.Generator().manual_seed(9)
+    p = torch.rand(200, 3, generator=generator, **torch_f64) * torch.tensor([1.0, 1.0, 0.6], **torch_f64)
+    p[:100, :2] = torch.tensor(sharp.center, **torch_f64) + 0.03 * torch.randn(
+        100, 2, generator=generator, **torch_f64
+    )
+    p[0, :2] = torch.tensor(sharp.center, **torch_f64)  # the centre itself
+    p.requires_grad_()
+    jet = sharp(p)
+    density = source.dimensionless(p, scales, magnetic=True)
+    assert density.abs().max() > 100
+    torch.testing.assert_close(
+        jet[:, 4] + jet[:, 7], density, rtol=0, atol=1e-12 * float(density.detach().abs().max())
+    )
+    # spatial derivatives against reverse-mode autodiff of the value column (away from the centre)
+    gradient = ad.grad(jet[:, 0], p)
+    torch.testing.assert_close(jet[1:, 1:3], gradient[1:, :2], rtol=1e-8, atol=1e-8)
+    # the cutoff confines it: no field far from the source
+    confined = pinn.PointSourcePotential(source, scales, cutoff=0.05)
+    far = torch.tensor([[0.95, 0.95, 0.4], [0.05, 0.5, 0.4]], **torch_f64)
+    assert confined(far)[:, 1:3].abs().max() < 1e-8 * sharp(far)[:, 1:3].abs().max()
+
+
+def test_potential_problem_trains_with_the_default_potential_model():
+    setup = pinn.PointSourceSetup(duration=1e-9)
+    problem, scales = pinn.point_source_problem(setup, 64, 32, 32, formulation="potential")
+    assert problem.outputs == pinn.POTENTIAL_JET
+    model = pinn.default_model(problem, scales=(1, 2), hidden_features=16, hidden_layers=2)
+    trainer = pde.Trainer(problem, model, steps=3, progress=False)
+    trainer.train()
+    assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
+    assert model.field_model()(torch.rand(5, 3)).shape == (5, 3)
+    with pytest.raises(ValueError, match="potential formulation needs polarization 'TE' and fixed materials"):
+        pinn.point_source_problem(pinn.PointSourceSetup(polarization="TM"), formulation="potential")
+    with pytest.raises(ValueError, match="formulation must be 'fields' or 'potential'"):
+        pinn.point_source_problem(setup, formulation="vector")
