@@ -481,7 +481,7 @@ def point_source_problem(
         causal_bins, causal_epsilon: causal weighting of the two residual constraints in time
             (see :class:`common.pde.Residual`; 0 bins: off).
         formulation: ``"fields"`` (outputs ``setup.components``, residuals of Maxwell's equations) or
-            ``"potential"`` (TE with fixed materials only: outputs :data:`POTENTIAL_JET` of a
+            ``"potential"`` (TE only: outputs :data:`POTENTIAL_JET` of a
             :class:`PotentialTE` model, residuals :func:`wave_potential_residual` and
             :func:`mur_potential_residual`; the two E equations hold by construction).
 
@@ -507,10 +507,10 @@ def point_source_problem(
             f"point_source_problem: formulation must be 'fields' or 'potential', got {formulation!r}"
         )
     potential = formulation == "potential"
-    if potential and (setup.polarization != "TE" or parameters):
+    if potential and setup.polarization != "TE":
         raise ValueError(
-            "point_source_problem: the potential formulation needs polarization 'TE' and fixed materials, "
-            f"got {setup.polarization!r} with parameters {sorted(parameters)}"
+            "point_source_problem: the potential formulation needs polarization 'TE', "
+            f"got {setup.polarization!r}"
         )
     residual_function = maxwell_te_residual if setup.polarization == "TE" else maxwell_tm_residual
     driven = 2 if setup.polarization == "TE" else 0
@@ -523,11 +523,12 @@ def point_source_problem(
 
     def wave(points, jet):
         density = source.dimensionless(points, scales, magnetic)
-        return wave_potential_residual(jet, permittivity, permeability, density)
+        return wave_potential_residual(jet, *materials(points), density)
 
     def mur_potential(points, jet, normals):
-        speed = 1.0 / math.sqrt(permittivity * permeability)
-        return mur_potential_residual(jet, normals[:, :2], permittivity, speed)
+        eps, mu = materials(points)
+        speed = 1.0 / torch.sqrt(_material(eps, points) * _material(mu, points))
+        return mur_potential_residual(jet, normals[:, :2], eps, speed)
 
     def maxwell(points, fields):
         density = source.dimensionless(points, scales, magnetic)
@@ -671,11 +672,7 @@ def default_model(
         return _potential_model(
             problem, scales, hidden_features, hidden_layers, tau, readout_gain, source_cutoff
         )
-    lo, hi = problem.domain.bounds_float64
-    lows = lo.tolist() + [low for low, _ in problem.parameters.values()]
-    highs = hi.tolist() + [high for _, high in problem.parameters.values()]
-    center = [(a + b) / 2 for a, b in zip(lows, highs)]
-    scale = [2 / (b - a) if b > a else 1.0 for a, b in zip(lows, highs)]
+    center, scale = _input_normalisation(problem)
     n_inputs, n_outputs = len(problem.inputs), len(problem.outputs)
     if fourier_features:
         features = cnn.FourierFeatures(n_inputs, fourier_features, fourier_scale)
@@ -707,21 +704,33 @@ def default_model(
 
 def _potential_model(problem, scales, hidden_features, hidden_layers, tau, amplitude, source_cutoff):
     """:class:`PotentialTE` on a sine MultiScaleMLP, plus the source's quasi-static potential."""
-    lo, hi = problem.domain.bounds_float64
+    center, scale = _input_normalisation(problem)
     network = cnn.MultiScaleMLP(
-        3,
+        len(problem.inputs),
         1,
         scales,
         hidden_features,
         hidden_layers,
         "sin",
-        input_center=((lo + hi) / 2).tolist(),
-        input_scale=(2 / (hi - lo)).tolist(),
+        input_center=center,
+        input_scale=scale,
     )
     particular = None
     if source_cutoff != 0:
         particular = PointSourcePotential(problem.point_source, problem.scales, source_cutoff)
-    return PotentialTE(network, tau, amplitude, problem.permittivity, particular)
+    column = problem.inputs.index("permittivity") if "permittivity" in problem.parameters else None
+    permittivity = 1.0 if column is not None else problem.permittivity
+    return PotentialTE(network, tau, amplitude, permittivity, particular, column)
+
+
+def _input_normalisation(problem):
+    """Centre and scale (lists, one per input) mapping the domain box and parameter ranges to [-1, 1]."""
+    lo, hi = problem.domain.bounds_float64
+    lows = lo.tolist() + [low for low, _ in problem.parameters.values()]
+    highs = hi.tolist() + [high for _, high in problem.parameters.values()]
+    center = [(a + b) / 2 for a, b in zip(lows, highs)]
+    scale = [2 / (b - a) if b > a else 1.0 for a, b in zip(lows, highs)]
+    return center, scale
 
 
 class _Normalised(nn.Module):
@@ -801,6 +810,8 @@ class PotentialTE(nn.Module):
         tau: ramp time of the hard initial condition (dimensionless).
         amplitude: fixed factor on the potential (dimensionless field units times length).
         permittivity: relative permittivity used by :meth:`fields` (``Hz = eps_r psi_t``).
+        permittivity_column: for parametric problems, the input column holding the permittivity
+            (overrides ``permittivity``); parameter columns get no derivatives.
         particular: optional known potential added to the network's (e.g. :class:`PointSourcePotential`),
             a module ``(B, 3) -> (B, 10)`` :data:`POTENTIAL_JET` columns.
 
@@ -816,15 +827,18 @@ class PotentialTE(nn.Module):
         amplitude: float = 1.0,
         permittivity: float = 1.0,
         particular: nn.Module | None = None,
+        permittivity_column: int | None = None,
     ):
         super().__init__()
-        if (
-            not isinstance(network, cnn.MultiScaleMLP)
-            or network.in_features != 3
-            or network.out_features != 1
-        ):
+        if not isinstance(network, cnn.MultiScaleMLP) or network.in_features < 3 or network.out_features != 1:
             raise ValueError(
-                f"PotentialTE: network must be a MultiScaleMLP with 3 inputs and 1 output, got {network!r}"
+                "PotentialTE: network must be a MultiScaleMLP with inputs (x, y, t [, parameters]) and 1 "
+                f"output, got {network!r}"
+            )
+        if permittivity_column is not None and not 3 <= permittivity_column < network.in_features:
+            raise ValueError(
+                f"PotentialTE: permittivity_column must index a parameter input (3 .. "
+                f"{network.in_features - 1}), got {permittivity_column!r}"
             )
         if not all(isinstance(sub.activation, cnn.Sine) for sub in network.subnetworks):
             raise ValueError(
@@ -832,14 +846,18 @@ class PotentialTE(nn.Module):
             )
         self.network, self.tau, self.amplitude = network, float(tau), float(amplitude)
         self.permittivity, self.particular = float(permittivity), particular
-        self.in_features = 3
+        self.permittivity_column = permittivity_column
+        self.in_features = network.in_features
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if inputs.dim() != 2 or inputs.shape[1] != 3:
-            raise ValueError(f"PotentialTE expects (B, 3) points (x, y, t), got shape {tuple(inputs.shape)}")
+        if inputs.dim() != 2 or inputs.shape[1] != self.in_features:
+            raise ValueError(
+                f"PotentialTE expects (B, {self.in_features}) points (x, y, t [, parameters]), got shape "
+                f"{tuple(inputs.shape)}"
+            )
         net = self.network
         normalised = (inputs - net.input_center) * net.input_scale
-        eye = torch.diag(net.input_scale).to(inputs.dtype)
+        eye = torch.diag(net.input_scale)[:3].to(inputs.dtype)  # d(normalised) / d(x, y, t)
         jet = sum(
             _sine_jet(sub, scale * eye, scale * normalised) for scale, sub in zip(net.scales, net.subnetworks)
         )[..., 0]  # (10, B)
@@ -862,8 +880,9 @@ class PotentialTE(nn.Module):
         return jet if self.particular is None else jet + self.particular(inputs)
 
     def fields(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Ex, Ey, Hz ``(B, 3)`` at dimensionless points ``(B, 3)``."""
-        return potential_fields(self(inputs), self.permittivity)
+        """Ex, Ey, Hz ``(B, 3)`` at dimensionless points ``(B, in_features)``."""
+        column = self.permittivity_column
+        return potential_fields(self(inputs), self.permittivity if column is None else inputs[:, column])
 
     def field_model(self) -> nn.Module:
         """Module ``(B, 3) -> (B, 3)`` (Ex, Ey, Hz) sharing this network, e.g. for :class:`FDTDReference`."""
@@ -873,7 +892,7 @@ class PotentialTE(nn.Module):
 class _PotentialFields(nn.Module):
     def __init__(self, potential: PotentialTE):
         super().__init__()
-        self.potential, self.in_features = potential, 3
+        self.potential, self.in_features = potential, potential.in_features
 
     def forward(self, inputs):
         return self.potential.fields(inputs)

@@ -312,7 +312,24 @@ def test_potential_problem_trains_with_the_default_potential_model():
     trainer.train()
     assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
     assert model.field_model()(torch.rand(5, 3)).shape == (5, 3)
-    with pytest.raises(ValueError, match="potential formulation needs polarization 'TE' and fixed materials"):
+    with pytest.raises(ValueError, match="potential formulation needs polarization .TE."):
         pinn.point_source_problem(pinn.PointSourceSetup(polarization="TM"), formulation="potential")
     with pytest.raises(ValueError, match="formulation must be 'fields' or 'potential'"):
         pinn.point_source_problem(setup, formulation="vector")
+
+
+def test_parametric_potential_model_takes_the_permittivity_column():
+    setup = pinn.PointSourceSetup(duration=1e-9, permittivity=(1.0, 4.0))
+    problem, _ = pinn.point_source_problem(setup, 32, 16, 16, formulation="potential")
+    assert problem.inputs == ("x", "y", "t", "permittivity")
+    model = pinn.default_model(problem, scales=(1, 2), hidden_features=16, hidden_layers=2).double()
+    p = random_points(40, 4, seed=10, low=0.1, high=1.0)
+    jet = model(p)
+    # spatial derivatives only see x and y (the source potential's q(t) is a constant to autograd)
+    gradient = ad.grad(jet[:, 0], p)
+    torch.testing.assert_close(jet[:, 1:3], gradient[:, :2], rtol=1e-9, atol=1e-12)
+    fields = model.fields(p)
+    torch.testing.assert_close(fields[:, 2], p[:, 3] * jet[:, 3])  # Hz = eps_r psi_t with the column's eps_r
+    trainer = pde.Trainer(problem, model, steps=2, progress=False)
+    trainer.train()
+    assert trainer.evaluations == 2 * 64
