@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from mindsponge import _kernels
+
 __all__ = ["Constraints", "ConstraintError", "Rattle", "Settle", "from_system"]
 
 KINDS = ("water", "hbonds", "water+hbonds")
@@ -41,12 +43,14 @@ class Settle:
         oxygens, hydrogens1, hydrogens2: (W,) long tensors of atom indices.
         oh_distance: O-H distance, nm (float or (W,) tensor).
         hh_distance: H-H distance, nm (float or (W,) tensor).
+        compiled: on CPU without autograd, use the compiled kernels (:mod:`mindsponge._kernels`,
+            the same operations per water) when available; ``False`` always uses the torch code.
 
     Raises:
         ValueError: shapes differ or distances are not a valid triangle.
     """
 
-    def __init__(self, oxygens, hydrogens1, hydrogens2, oh_distance, hh_distance):
+    def __init__(self, oxygens, hydrogens1, hydrogens2, oh_distance, hh_distance, compiled=True):
         self.atoms = torch.stack(
             [
                 torch.as_tensor(index, dtype=torch.long).reshape(-1)
@@ -59,6 +63,7 @@ class Settle:
         self.hh_distance = torch.as_tensor(hh_distance, dtype=torch.float64).expand(n_waters).clone()
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
             raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
+        self.compiled = bool(compiled)
 
     @property
     def n_constraints(self):
@@ -83,6 +88,13 @@ class Settle:
         """
         if len(self.atoms) == 0:
             return positions
+        kernels = _kernels.settle(reference, positions, masses) if self.compiled else None
+        if kernels is not None:
+            placed, failed = kernels.settle_positions(reference, positions, self.atoms, masses,
+                                                      self.oh_distance, self.hh_distance)
+            if failed >= 0:
+                raise self._failure(failed)
+            return placed
         dtype = positions.dtype
         mass_o, mass_h = self._masses(masses, dtype)
         d_oh, d_hh = self.oh_distance.to(positions), self.hh_distance.to(positions)
@@ -139,12 +151,14 @@ class Settle:
         local = torch.stack([a3, b3, c3], dim=1)  # (W, 3 atoms, 3 frame coordinates)
         placed = center[:, None, :] + (local[..., None] * axes[:, None, :, :]).sum(2)
         if not bool(torch.isfinite(placed).all()):
-            bad = int(torch.nonzero(~torch.isfinite(placed).all(-1).all(-1))[0, 0])
-            raise ConstraintError(
-                f"SETTLE failed for the water with oxygen atom {int(self.atoms[bad, 0])}: the molecule moved "
-                "too far in one step (time step too long or forces too large)"
-            )
+            raise self._failure(int(torch.nonzero(~torch.isfinite(placed).all(-1).all(-1))[0, 0]))
         return positions.index_put((self.atoms.reshape(-1),), placed.reshape(-1, 3))
+
+    def _failure(self, water):
+        return ConstraintError(
+            f"SETTLE failed for the water with oxygen atom {int(self.atoms[water, 0])}: the molecule moved "
+            "too far in one step (time step too long or forces too large)"
+        )
 
     def velocities(self, positions, velocities, masses):
         """Velocities with no relative motion along the three distances of each water.
@@ -160,6 +174,9 @@ class Settle:
         """
         if len(self.atoms) == 0:
             return velocities
+        kernels = _kernels.settle(positions, velocities, masses) if self.compiled else None
+        if kernels is not None:
+            return kernels.settle_velocities(positions, velocities, self.atoms, masses)
         dtype = velocities.dtype
         inverse_o, inverse_h = (1.0 / mass for mass in self._masses(masses, dtype))
         x, v = positions[self.atoms], velocities[self.atoms]  # (W, 3, 3)

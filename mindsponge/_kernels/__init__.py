@@ -1,7 +1,9 @@
-"""Compiled CPU kernels of the non-bonded forces, built on first use by :mod:`common.extensions`.
+"""Compiled CPU kernels of the non-bonded forces and of SETTLE, built on first use by
+:mod:`common.extensions`.
 
 :func:`nonbonded` returns the module compiled from ``nonbonded.cpp`` (``pair_forces``,
-``cell_pairs``, ``pme_spread``, ``pme_gather``), or ``None`` when it cannot be built or
+``neighbor_forces``, ``cell_pairs``, ``prepare_pairs``, ``pme_spread``, ``pme_gather``) and
+:func:`settle` the one from ``settle.cpp``, or ``None`` when they cannot be built or
 ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in forward-only
 computations (or the forward of a custom autograd Function with an analytic backward) and
 keep a complete pure torch path for everything else.
@@ -17,18 +19,33 @@ from torch import Tensor
 
 from common import extensions
 
-__all__ = ["nonbonded", "usable"]
+__all__ = ["nonbonded", "settle", "usable"]
 
 _SOURCE = Path(__file__).with_name("nonbonded.cpp")
+_SETTLE_SOURCE = Path(__file__).with_name("settle.cpp")
+# no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged
+_CFLAGS = ("-fno-math-errno", "-fno-trapping-math")
 
 
 def nonbonded() -> ModuleType | None:
     """The compiled non-bonded kernels, or ``None`` (the pure torch path is used)."""
-    return extensions.load("mindsponge_nonbonded", [_SOURCE])
+    return extensions.load("mindsponge_nonbonded", [_SOURCE], extra_cflags=_CFLAGS)
+
+
+def settle(*tensors: Tensor) -> ModuleType | None:
+    """The compiled SETTLE kernels (``settle_positions``, ``settle_velocities``) if every tensor is a
+    float32/float64 CPU tensor that does not require grad, else ``None``."""
+    if any(t.requires_grad for t in tensors) or not _plain_cpu(*tensors):
+        return None
+    return extensions.load("mindsponge_settle", [_SETTLE_SOURCE], extra_cflags=_CFLAGS)
+
+
+def _plain_cpu(*tensors: Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors)
 
 
 def usable(*tensors: Tensor) -> ModuleType | None:
     """The kernels if every tensor is a float32/float64 CPU tensor, else ``None``."""
-    if not all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors):
+    if not _plain_cpu(*tensors):
         return None
     return nonbonded()

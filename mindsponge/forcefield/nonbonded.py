@@ -561,6 +561,7 @@ class Nonbonded(EnergyTerm):
                           NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs,
                                        compiled=self._compiled))
         self._pair_cache: tuple | None = None
+        self._row_cache: tuple | None = None
 
     @property
     def compiled(self) -> bool:
@@ -636,6 +637,31 @@ class Nonbonded(EnergyTerm):
             return pair_set, positions
         moved = positions.detach() - self.neighbors.reference_positions.to(positions.dtype)
         return pair_set, positions - (moved - space.minimum_image(moved, box.detach()))
+
+    def _neighbor_kernel(self, kernels, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
+        """The direct-space sum by the compiled kernel over the neighbour list in compressed rows
+        (``neighbor_forces``: per-atom parameters, minimum image on the fly, vectorised)."""
+        pairs = self.neighbors.update(positions, box)
+        key = ("rows", self.neighbors.n_builds, len(positions))
+        if self._row_cache is None or self._row_cache[0] != key:
+            if len(pairs) > 1 and not bool((pairs[1:, 0] >= pairs[:-1, 0]).all()):
+                pairs = pairs[torch.argsort(pairs[:, 0], stable=True)]
+            starts = torch.zeros(len(positions) + 1, dtype=torch.long)
+            starts[1:] = torch.bincount(pairs[:, 0], minlength=len(positions)).cumsum(0)
+            self._row_cache = (key, starts, pairs[:, 1].to(torch.int32).contiguous())
+        _, starts, neighbors = self._row_cache
+        dtype = positions.dtype
+        scaled_charges = (math.sqrt(COULOMB_MD) * self.charges).to(dtype)
+        half_sigma = (0.5 * self.sigma).to(dtype)
+        epsilon_root2 = (2.0 * torch.sqrt(self.epsilon)).to(dtype)
+        coulomb = self._coulomb()
+        energies, gradients = kernels.neighbor_forces(
+            positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
+            half_sigma, epsilon_root2, self.cutoff,
+            -1.0 if self.switch_distance is None else self.switch_distance, _COULOMB_KINDS[coulomb.kind],
+            coulomb.alpha, coulomb.krf, coulomb.crf)
+        energies = energies.to(dtype)
+        return _CompiledPairResult((energies[0], energies[1]), gradients)
 
     def _exception_pairs(self) -> _PairSet:
         first, second = self.exceptions[:, 0], self.exceptions[:, 1]
@@ -715,9 +741,12 @@ class Nonbonded(EnergyTerm):
         """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
         cutoff = None if self.method == "nocutoff" else self.cutoff
         kernels = _kernels.usable(positions) if keep_factors and self.compiled else None
-        pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors, kernels)
-        parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
-                                        self.switch_distance, keep_factors, kernels)}
+        if kernels is not None and self.neighbors is not None and len(positions) < 2**31:
+            parts = {"direct": self._neighbor_kernel(kernels, positions, box)}
+        else:
+            pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors, kernels)
+            parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
+                                            self.switch_distance, keep_factors, kernels)}
         if len(self.exceptions):
             parts["exceptions"] = _pair_kernel(positions, box if self.exceptions_periodic else None,
                                                self._exception_pairs(), _Coulomb("plain"), None, None,

@@ -1,11 +1,14 @@
 """SETTLE and SHAKE/RATTLE: exact rigid geometry, agreement with OpenMM's constrained step, no
 velocity along constraints, degrees of freedom."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
 
 import mindsponge as ms
+from mindsponge import _kernels
 from mindsponge import constraints as cons
 from mindsponge.build import water_box
 
@@ -32,7 +35,21 @@ def _distances(positions, pairs):
     return torch.linalg.vector_norm(positions[pairs[:, 1]] - positions[pairs[:, 0]], dim=-1)
 
 
-def test_settle_one_step_matches_openmm(rigid_water):
+def _water_constraints(system, ff, compiled):
+    """``from_system(system, "water")`` with SETTLE's compiled kernels on or off (asked for, they must
+    build unless MINDSCIENCE_NO_EXTENSIONS=1 disables them)."""
+    constraints = cons.from_system(system, "water", ff)
+    (settle,) = constraints.parts
+    settle.compiled = compiled
+    if compiled and os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
+    if compiled:
+        assert _kernels.settle(system.positions) is not None, "the compiled SETTLE kernels failed to build"
+    return constraints
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_settle_one_step_matches_openmm(rigid_water, compiled):
     system, openmm_system, ff = rigid_water
     dt = 0.002
     generator = torch.Generator().manual_seed(3)
@@ -47,7 +64,7 @@ def test_settle_one_step_matches_openmm(rigid_water):
     context.getIntegrator().step(1)
     expected = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.nanometer)
 
-    constraints = cons.from_system(system, "water", ff)
+    constraints = _water_constraints(system, ff, compiled)
     forces = ms.forces(ff, system.positions, system.box)
     unconstrained = system.positions + dt * (velocities + dt * forces / system.masses[:, None])
     constrained = constraints.positions(system.positions, unconstrained, system.masses)
@@ -63,9 +80,10 @@ def test_settle_one_step_matches_openmm(rigid_water):
     assert constraints.n_constraints == 3 * 216
 
 
-def test_settle_velocities_rigid_and_momentum_conserving(rigid_water):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_settle_velocities_rigid_and_momentum_conserving(rigid_water, compiled):
     system, _, ff = rigid_water
-    constraints = cons.from_system(system, "water", ff)
+    constraints = _water_constraints(system, ff, compiled)
     generator = torch.Generator().manual_seed(5)
     velocities = torch.randn(system.positions.shape, generator=generator, dtype=torch.float64)
     rigid = constraints.velocities(system.positions, velocities, system.masses)
@@ -77,6 +95,31 @@ def test_settle_velocities_rigid_and_momentum_conserving(rigid_water):
     assert float(momentum.abs().max()) < 1e-12
     # idempotent: a rigid motion is left unchanged
     torch.testing.assert_close(constraints.velocities(system.positions, rigid, system.masses), rigid)
+
+
+def test_settle_compiled_equals_torch_in_float32_and_names_a_failed_water(rigid_water, require_compiled):
+    """The compiled SETTLE follows the torch code: same float32 results to round-off; a water moved too
+    far is named by its oxygen in both."""
+    require_compiled(lambda: _kernels.settle(torch.zeros(1)))
+    system, _, ff = rigid_water
+    generator = torch.Generator().manual_seed(11)
+    reference = system.positions.float()
+    moved = reference + 0.004 * torch.randn(reference.shape, generator=generator)
+    velocities = torch.randn(reference.shape, generator=generator)
+    masses = system.masses.float()
+    results = {}
+    for compiled in (True, False):
+        constraints = _water_constraints(system, ff, compiled)
+        placed = constraints.positions(reference, moved, masses)
+        results[compiled] = (placed, constraints.velocities(placed, velocities, masses))
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=0, atol=2e-6)
+    torch.testing.assert_close(results[True][1], results[False][1], rtol=1e-4, atol=1e-4)
+    assert results[True][0].dtype == torch.float32
+    broken = moved.clone()
+    broken[3 * 7 + 1] += 0.5  # the first hydrogen of water 7 jumps 0.5 nm
+    for compiled in (True, False):
+        with pytest.raises(cons.ConstraintError, match=f"oxygen atom {3 * 7}:"):
+            _water_constraints(system, ff, compiled).positions(reference, broken, masses)
 
 
 @pytest.fixture(scope="module")
