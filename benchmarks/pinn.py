@@ -6,9 +6,16 @@ Set-up (MindElec's ``time_domain_maxwell`` example): domain [0, 1]^2 m, a magnet
 :func:`mindelec.pinn.fdtd_reference` (same smoothed source as a distributed current, 2.5 mm cells,
 CPML outside the domain). Printed: relative L2 errors of Ex, Ey, Hz over 20 frames and the number of
 collocation-point evaluations (points per step x steps) spent; MindElec reports 0.0356 / 0.0343 /
-0.0230 after ~4e8 point evaluations. Then a plain MLP of the same budget, and incremental training:
-pre-train on a permittivity range, fine-tune for an unseen value, and count steps to a target error
-against training from scratch (ratio printed last).
+0.0230 after ~4e8 point evaluations. Then a plain (single-scale) network of the same budget, and
+incremental training: pre-train on a permittivity range, fine-tune for an unseen value, and count steps
+to a target error against training from scratch (ratio printed last).
+
+Method (``--formulation potential``, the default): the network gives a potential ``psi`` with
+``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = eps_r psi_t`` (:class:`mindelec.pinn.PotentialTE`), so two of
+the three TE equations hold exactly and the loss is the scalar wave equation plus Mur conditions; the
+source's quasi-static potential (:class:`mindelec.pinn.PointSourcePotential`) carries the steep near
+field; all derivatives come from one forward-mode pass. ``--formulation fields`` is the direct
+three-field PINN (MindElec's formulation) with causal weighting and gradient-norm balancing.
 
 Usage: ``python benchmarks/pinn.py [--quick] [--steps N] [--batch N] [--output results.json]``.
 """
@@ -30,21 +37,32 @@ pinn = me.pinn
 MINDELEC = {"Ex": 0.0356, "Ey": 0.0343, "Hz": 0.0230, "evaluations": 6000 * 8 * 8192}
 
 
-CAUSAL = {"causal_bins": 16, "causal_epsilon": 0.01}
+# per formulation: problem options and trainer options
+SETTINGS = {
+    "potential": ({"boundary_weight": 1.0}, {"balance": None, "lr_decay": 0.1}),
+    "fields": (
+        {"boundary_weight": 10.0, "causal_bins": 16, "causal_epsilon": 0.01},
+        {"balance": "gradnorm", "lr_decay": 0.05},
+    ),
+}
 
 
-def build(setup, batch, source_fraction=0.25, boundary_fraction=0.25):
-    """Problem and scales with ``batch`` points per step split between domain, source region and boundary
-    (causal weighting in 16 time bins)."""
+def build(setup, batch, formulation, source_fraction=0.25, boundary_fraction=0.25):
+    """Problem and scales with ``batch`` points per step split between domain, source region and boundary."""
     n_source, n_boundary = int(batch * source_fraction), int(batch * boundary_fraction)
     return pinn.point_source_problem(
         setup,
         n_domain=batch - n_source - n_boundary,
         n_source=n_source,
         n_boundary=n_boundary,
-        boundary_weight=10.0,
-        **CAUSAL,
+        formulation=formulation,
+        **SETTINGS[formulation][0],
     )
+
+
+def field_model(model):
+    """The (B, inputs) -> (B, 3) Ex, Ey, Hz view of a model of either formulation."""
+    return model.field_model() if isinstance(model, pinn.PotentialTE) else model
 
 
 def train(
@@ -61,15 +79,17 @@ def train(
     lbfgs_steps=0,
     checkpoint=None,
 ):
-    """Train ``model`` with Adam (exponential decay to 1/20) and gradient-norm balancing.
+    """Train ``model`` with Adam (exponential decay) and the formulation's loss weighting.
 
     Returns the trainer; ``trainer.history['monitor/max']`` holds the largest component error every
     ``monitor_every`` steps, and training stops early once it falls below ``target``.
     """
-    components = problem.outputs
+    components = ("Ex", "Ey", "Hz")
+    fields = field_model(model)
+    options = SETTINGS["potential" if isinstance(model, pinn.PotentialTE) else "fields"][1]
 
     def monitor(network):
-        errors = reference.relative_errors(network, scales, components, parameters)
+        errors = reference.relative_errors(fields, scales, components, parameters)
         return {**errors, "max": max(errors.values())}
 
     def reached(history):
@@ -81,10 +101,9 @@ def train(
         steps=steps,
         lr=lr,
         lr_schedule="exponential",
-        lr_decay=0.05,
         resample_every=1,
-        balance="gradnorm",
         balance_every=100,
+        **options,
         monitor=monitor,
         monitor_every=monitor_every,
         lbfgs_steps=lbfgs_steps,
@@ -120,12 +139,16 @@ def main():
     parser.add_argument("--checkpoint", default=None, help="checkpoint file of the main run")
     parser.add_argument("--fourier", type=int, default=0, help="random Fourier features in front (0: none)")
     parser.add_argument("--fourier-scale", type=float, default=2.0, help="their std (cycles per unit input)")
+    parser.add_argument("--formulation", choices=("potential", "fields"), default="potential")
+    parser.add_argument("--resolution", type=float, default=None, help="FDTD reference cell size (m)")
+    parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     steps = args.steps or (100 if args.quick else 10000)
     batch = args.batch or (512 if args.quick else 4096)
-    resolution, stride = (5e-3, 4) if args.quick else (2.5e-3, 4)
-    monitor_every = max(steps // 20, 10)
+    resolution, stride = args.resolution or (5e-3 if args.quick else 2.5e-3), 4
+    args.monitors = args.monitors or (5 if args.quick else 20)
+    monitor_every = max(steps // args.monitors, 10)
     skip = set(filter(None, args.skip.split(",")))
     results = {
         "steps": steps,
@@ -133,6 +156,8 @@ def main():
         "radius": args.radius,
         "fourier": args.fourier,
         "fourier_scale": args.fourier_scale,
+        "formulation": args.formulation,
+        "resolution": resolution,
     }
 
     setup = pinn.PointSourceSetup(source_radius=args.radius)
@@ -145,7 +170,7 @@ def main():
     )
 
     torch.manual_seed(0)
-    problem, scales = build(setup, batch)
+    problem, scales = build(setup, batch, args.formulation)
     model = pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
     trainer = train(
         problem, scales, model, reference, steps, args.lr, monitor_every, checkpoint=args.checkpoint
@@ -158,15 +183,19 @@ def main():
         "history": {k: trainer.history[k] for k in ("monitor_step", "monitor/max")},
     }
     print(
-        f"MultiScaleMLP PINN: Ex {errors['Ex']:.4f}  Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after "
+        f"MultiScaleMLP PINN ({args.formulation}): Ex {errors['Ex']:.4f}  Ey {errors['Ey']:.4f}  "
+        f"Hz {errors['Hz']:.4f}  after "
         f"{trainer.evaluations:.3g} point evaluations ({trainer.seconds:.0f} s); MindElec: 0.0356 0.0343 "
         f"0.0230 after {MINDELEC['evaluations']:.3g}"
     )
 
     if "mlp" not in skip:
         torch.manual_seed(0)
-        plain = pinn.ZeroInitialFields(_centred_mlp(problem), time_column=2)
-        plain.in_features = 3
+        if args.formulation == "potential":  # one sine network of the same cost (128^2 = 4 x 64^2 weights)
+            plain = pinn.default_model(problem, scales=(1.0,), hidden_features=128, hidden_layers=4)
+        else:
+            plain = pinn.ZeroInitialFields(_centred_mlp(problem), time_column=2)
+            plain.in_features = 3
         mlp_trainer = train(problem, scales, plain, reference, steps, args.lr, monitor_every)
         mlp_errors = {name: mlp_trainer.history[f"monitor/{name}"][-1] for name in setup.components}
         results["mlp"] = {
@@ -174,8 +203,9 @@ def main():
             "evaluations": mlp_trainer.evaluations,
             "seconds": mlp_trainer.seconds,
         }
+        kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
         print(
-            f"plain tanh MLP, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
+            f"{kind}, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
             f"Hz {mlp_errors['Hz']:.4f} ({mlp_trainer.seconds:.0f} s)"
         )
 
@@ -216,7 +246,7 @@ def incremental(args, batch, resolution, stride):
     finetune_steps = max(pretrain_steps // 2, 50)
     unseen = 2.5
     pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0))
-    problem, scales = build(pretrain_setup, batch)
+    problem, scales = build(pretrain_setup, batch, args.formulation)
     setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen)
     reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
     torch.manual_seed(1)
@@ -229,7 +259,7 @@ def incremental(args, batch, resolution, stride):
         reference,
         pretrain_steps,
         args.lr,
-        max(pretrain_steps // 10, 10),
+        max(pretrain_steps // 5, 10),
         parameters=(unseen,),
     )
     pretrain_error = pre.history["monitor/max"][-1]
@@ -238,8 +268,8 @@ def incremental(args, batch, resolution, stride):
         f"{unseen} before fine-tuning {pretrain_error:.4f}"
     )
     fixed = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(unseen, unseen))
-    fine_problem, _ = build(fixed, batch)
-    every = max(finetune_steps // 50, 5)
+    fine_problem, _ = build(fixed, batch, args.formulation)
+    every = max(finetune_steps // args.monitors, 5)
     scratch_model = pinn.default_model(fine_problem)
     scratch = train(
         fine_problem, scales, scratch_model, reference, finetune_steps, args.lr, every, parameters=(unseen,)

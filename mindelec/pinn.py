@@ -757,7 +757,7 @@ def _pair(a: int, b: int) -> int:
     return 4 + _PAIRS.index((min(a, b), max(a, b)))
 
 
-def _sine_jet(mlp: cnn.MLP, first: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+def _sine_jet(mlp: cnn.MLP, first: torch.Tensor, value: torch.Tensor, second: bool = True) -> torch.Tensor:
     """Value, gradient and Hessian of a sine MLP in three inputs, forward mode (Taylor to second order).
 
     Args:
@@ -765,22 +765,21 @@ def _sine_jet(mlp: cnn.MLP, first: torch.Tensor, value: torch.Tensor) -> torch.T
         first: (3, in_features) derivative of the MLP input with respect to (x, y, t) (a constant
             linear map: the input normalisation).
         value: (B, in_features) the MLP input.
+        second: also propagate second derivatives.
 
     Returns:
-        (10, B, out_features): value, 3 first and 6 second derivatives (order of ``_PAIRS``).
+        (10, B, out_features): value, 3 first and 6 second derivatives (order of ``_PAIRS``);
+        (4, B, out_features) without ``second``.
     """
     w0 = mlp.activation.w0
     layer = mlp.hidden[0]
     pre = w0 * layer(value)  # (B, H)
     slopes = w0 * first @ layer.weight.T  # (3, H): d pre / d x_a, the same at every point
     sine, cosine = torch.sin(pre), torch.cos(pre)
-    jet = torch.cat(
-        [
-            sine[None],
-            cosine[None] * slopes[:, None, :],
-            torch.stack([-sine * (slopes[a] * slopes[b]) for a, b in _PAIRS]),
-        ]
-    )
+    parts = [sine[None], cosine[None] * slopes[:, None, :]]
+    if second:
+        parts.append(torch.stack([-sine * (slopes[a] * slopes[b]) for a, b in _PAIRS]))
+    jet = torch.cat(parts)
     for layer in [*mlp.hidden[1:], mlp.readout]:
         jet = jet @ layer.weight.T
         jet[0] = jet[0] + layer.bias
@@ -789,8 +788,10 @@ def _sine_jet(mlp: cnn.MLP, first: torch.Tensor, value: torch.Tensor) -> torch.T
         jet = w0 * jet
         sine, cosine = torch.sin(jet[0]), torch.cos(jet[0])
         slopes = jet[1:4]
-        curvature = [-sine * slopes[a] * slopes[b] for a, b in _PAIRS]
-        jet = torch.cat([sine[None], cosine * slopes, torch.stack(curvature) + cosine * jet[4:]])
+        parts = [sine[None], cosine * slopes]
+        if second:
+            parts.append(torch.stack([-sine * slopes[a] * slopes[b] for a, b in _PAIRS]) + cosine * jet[4:])
+        jet = torch.cat(parts)
     return jet
 
 
@@ -849,7 +850,8 @@ class PotentialTE(nn.Module):
         self.permittivity_column = permittivity_column
         self.in_features = network.in_features
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, second: bool = True) -> torch.Tensor:
+        """Columns :data:`POTENTIAL_JET` ``(B, 10)``; without ``second`` the first four (value, gradient)."""
         if inputs.dim() != 2 or inputs.shape[1] != self.in_features:
             raise ValueError(
                 f"PotentialTE expects (B, {self.in_features}) points (x, y, t [, parameters]), got shape "
@@ -859,15 +861,16 @@ class PotentialTE(nn.Module):
         normalised = (inputs - net.input_center) * net.input_scale
         eye = torch.diag(net.input_scale)[:3].to(inputs.dtype)  # d(normalised) / d(x, y, t)
         jet = sum(
-            _sine_jet(sub, scale * eye, scale * normalised) for scale, sub in zip(net.scales, net.subnetworks)
-        )[..., 0]  # (10, B)
+            _sine_jet(sub, scale * eye, scale * normalised, second)
+            for scale, sub in zip(net.scales, net.subnetworks)
+        )[..., 0]  # (10 or 4, B)
         # product with the ramp r(t) = (1 - exp(-t / tau))^2, which depends on t only
         decay = torch.exp(-inputs[:, 2] / self.tau)
         ramp = (1 - decay) ** 2
         ramp_t = 2 * (1 - decay) * decay / self.tau
         ramp_tt = 2 * decay * (2 * decay - 1) / self.tau**2
         rows = [ramp * jet[0], ramp * jet[1], ramp * jet[2], ramp * jet[3] + ramp_t * jet[0]]
-        for a, b in _PAIRS:
+        for a, b in _PAIRS if second else ():
             row = ramp * jet[_pair(a, b)]
             if a == 2:
                 row = row + ramp_t * jet[1 + b]
@@ -877,12 +880,13 @@ class PotentialTE(nn.Module):
                 row = row + ramp_tt * jet[0]
             rows.append(row)
         jet = self.amplitude * torch.stack(rows, 1)
-        return jet if self.particular is None else jet + self.particular(inputs)
+        return jet if self.particular is None else jet + self.particular(inputs)[:, : len(rows)]
 
     def fields(self, inputs: torch.Tensor) -> torch.Tensor:
         """Ex, Ey, Hz ``(B, 3)`` at dimensionless points ``(B, in_features)``."""
         column = self.permittivity_column
-        return potential_fields(self(inputs), self.permittivity if column is None else inputs[:, column])
+        jet = self(inputs, second=False)
+        return potential_fields(jet, self.permittivity if column is None else inputs[:, column])
 
     def field_model(self) -> nn.Module:
         """Module ``(B, 3) -> (B, 3)`` (Ex, Ey, Hz) sharing this network, e.g. for :class:`FDTDReference`."""
