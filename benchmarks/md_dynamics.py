@@ -81,8 +81,10 @@ def step_profile(simulation, steps: int, rows: int = 12) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the ~3,000-atom box, short rounds")
+    parser.add_argument("--threads", type=int, default=THREADS, help="threads of both engines (default 2)")
     arguments = parser.parse_args()
-    torch.set_num_threads(THREADS)
+    threads = arguments.threads
+    torch.set_num_threads(threads)
     import openmm
 
     import mindsponge as ms
@@ -95,10 +97,10 @@ def main() -> None:
     for label in sizes:
         system, openmm_system = tip3p_water(SIZES[label])
         positions, velocities = openmm_equilibrated(
-            system, openmm_system, TEMPERATURE, steps=100, threads=THREADS
+            system, openmm_system, TEMPERATURE, steps=100, threads=threads
         )
         integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
-        context = openmm_context(openmm_system, integrator, threads=THREADS, positions=positions)
+        context = openmm_context(openmm_system, integrator, threads=threads, positions=positions)
         context.setVelocities(velocities)
         simulation = mindsponge_simulation(
             system, openmm_system, ms.integrators.LangevinMiddle(DT, TEMPERATURE, FRICTION),
@@ -114,7 +116,7 @@ def main() -> None:
         ratios[label] = ours / reference
         print(
             f"TIP3P {system.n_atoms} atoms, PME 0.9 nm, SETTLE, Langevin 2 fs, best of {rounds} rounds of "
-            f"{count} steps: OpenMM CPU ({THREADS} thr) {reference:.2f} ns/day "
+            f"{count} steps: OpenMM CPU ({threads} thr) {reference:.2f} ns/day "
             f"({1e3 * best['openmm'] / count:.1f} ms/step), mindsponge float32 {ours:.2f} ns/day "
             f"({1e3 * best['mindsponge'] / count:.1f} ms/step); "
             f"temperature {simulation.energies(pressure=False)['temperature']:.0f} K"

@@ -94,10 +94,12 @@ def load(name: str, sources: list[str | Path], extra_cflags: tuple = ()) -> Modu
     if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
         _warn_once(name, "MINDSCIENCE_NO_EXTENSIONS=1", stacklevel=2)
         return None
-    paths = [str(Path(source).resolve()) for source in sources]
-    key = (name, tuple(paths), extra_cflags)
+    # kernels are looked up on every call of a hot loop: the key uses the paths as given (resolving
+    # them costs tens of microseconds)
+    key = (name, tuple(str(source) for source in sources), extra_cflags)
     if key in _cache:
         return _cache[key]
+    paths = [str(Path(source).resolve()) for source in sources]
     _cache[key] = module = _build(name, paths, extra_cflags)
     return module
 

@@ -215,7 +215,8 @@ def rdf(positions, boxes, group_a, group_b, r_max, bins=75):
     volume = 0.0
     for frame, box in zip(positions.to(torch.float64), boxes.to(torch.float64), strict=True):
         selected = frame[union]
-        first, second = neighbors.build(selected, box).unbind(-1)
+        neighbors.build(selected, box)
+        first, second = neighbors.pairs.unbind(-1)
         multiplicity = (in_a[first] & in_b[second]).double() + (in_a[second] & in_b[first]).double()
         distances = torch.linalg.vector_norm(minimum_image(selected[second] - selected[first], box), dim=-1)
         inside = distances < float(r_max)

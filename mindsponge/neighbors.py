@@ -160,11 +160,36 @@ class NeighborList:
         self.all_pairs_below = int(all_pairs_below)
         self.compiled = bool(compiled)
         self.n_builds = 0
-        self.pairs: Tensor | None = None
+        self._pairs: Tensor | None = None
+        self._rows: tuple[Tensor, Tensor] | None = None
         self._reference_positions: Tensor | None = None
         self._reference_box: Tensor | None = None
         self._excluded_keys: Tensor | None = None
         self._exclusion_table: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def pairs(self) -> Tensor | None:
+        """The current ``(P, 2)`` long tensor of pairs ``i < j``, or ``None`` before the first update."""
+        if self._pairs is None and self._rows is not None:
+            starts, partners = self._rows
+            atoms = torch.arange(len(starts) - 1, device=starts.device)
+            first = torch.repeat_interleave(atoms, starts.diff())
+            self._pairs = torch.stack([first, partners.long()], 1)
+        return self._pairs
+
+    def rows(self) -> tuple[Tensor, Tensor] | None:
+        """The current pairs as compressed rows ``(starts (N + 1,) long, partners (P,) int32)``: the
+        partners ``j > i`` of atom ``i`` are ``partners[starts[i]:starts[i + 1]]`` (``None`` before the
+        first update)."""
+        if self._rows is None and self._pairs is not None:
+            pairs = self._pairs.cpu()
+            if len(pairs) > 1 and not bool((pairs[1:, 0] >= pairs[:-1, 0]).all()):
+                pairs = pairs[torch.argsort(pairs[:, 0], stable=True)]
+            n_atoms = len(self._reference_positions)
+            starts = torch.zeros(n_atoms + 1, dtype=torch.long)
+            starts[1:] = torch.bincount(pairs[:, 0], minlength=n_atoms).cumsum(0)
+            self._rows = (starts, pairs[:, 1].to(torch.int32).contiguous())
+        return self._rows
 
     @property
     def reference_positions(self) -> Tensor | None:
@@ -214,8 +239,15 @@ class NeighborList:
             self.build(positions, box)
         return self.pairs
 
-    def build(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
-        """Build the list now (see :meth:`update`, which calls this only when needed)."""
+    def update_rows(self, positions: Tensor, box: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """:meth:`update` returning the pairs as compressed rows (see :meth:`rows`; CPU tensors)."""
+        if self.needs_rebuild(positions, box):
+            self.build(positions, box)
+        return self.rows()
+
+    def build(self, positions: Tensor, box: Tensor | None = None) -> None:
+        """Build the list now (see :meth:`update`, which calls this only when needed; the result is in
+        :attr:`pairs` and :meth:`rows`)."""
         positions = positions.detach()
         if box is not None:
             box = box.detach().to(positions)
@@ -229,27 +261,33 @@ class NeighborList:
         kernels = _kernels.usable(positions) if self.compiled and cells is not None else None
         if cells is None:
             pairs = self._search_all_pairs(positions, box)
-        elif kernels is not None:  # excluded pairs are left out during the search
+        elif kernels is not None:  # excluded pairs are left out during the search; compressed rows
             cell_xyz, n_cells, wrapped = cells
             starts, partners = self._exclusions_by_atom(n_atoms)
-            pairs = kernels.cell_pairs(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
-                                       [int(n) for n in n_cells], self.list_cutoff, starts, partners)
+            rows = kernels.cell_neighbors(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
+                                          [int(n) for n in n_cells], self.list_cutoff, starts, partners)
+            self._store(positions, box, None, tuple(rows))
+            return
         else:
             pairs = self._search_cells(positions, box, *cells)
         if self.exclusions is not None and len(pairs) > 0 and kernels is None:
             if self._excluded_keys is None or self._excluded_keys.device != pairs.device:
                 self._excluded_keys = torch.unique(pair_keys(self.exclusions.to(pairs.device), n_atoms))
             pairs = pairs[~torch.isin(pair_keys(pairs, n_atoms), self._excluded_keys)]
-        if self.max_pairs is not None and len(pairs) > self.max_pairs:
+        self._store(positions, box, pairs.contiguous(), None)
+
+    def _store(self, positions: Tensor, box: Tensor | None, pairs: Tensor | None,
+               rows: tuple[Tensor, Tensor] | None) -> None:
+        count = len(pairs) if pairs is not None else len(rows[1])
+        if self.max_pairs is not None and count > self.max_pairs:
             raise NeighborListOverflowError(
-                f"NeighborList found {len(pairs)} pairs within {self.list_cutoff} nm, more than its "
+                f"NeighborList found {count} pairs within {self.list_cutoff} nm, more than its "
                 f"capacity max_pairs={self.max_pairs}; raise max_pairs (or pass None to grow as needed)"
             )
-        self.pairs = pairs.contiguous()
+        self._pairs, self._rows = pairs, rows
         self._reference_positions = positions.clone()
         self._reference_box = None if box is None else box.clone()
         self.n_builds += 1
-        return self.pairs
 
     def _exclusions_by_atom(self, n_atoms: int) -> tuple[Tensor, Tensor]:
         """Excluded partners ``j > i`` of each atom ``i``: ``partners[starts[i]:starts[i + 1]]``."""

@@ -3,6 +3,7 @@
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // neighbor_forces: the same over a compressed-row neighbour list with per-atom parameters (vectorised)
 // cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
+// cell_neighbors: the same search, as compressed rows for neighbor_forces
 // prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
@@ -512,17 +513,17 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
   });
 }
 
-// (P, 2) int64 pairs i < j within list_cutoff, sorted by i; box empty without periodicity
-torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                         std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
-                         torch::Tensor exclusion_partners) {
+// the pairs (i < j) within list_cutoff found by the cell search, per thread as flat (i, j) int32 lists
+std::vector<std::vector<int32_t>> search_cells(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+                                               const std::vector<int64_t>& n_cells, double list_cutoff,
+                                               torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
   wrapped = wrapped.contiguous();
   cell_xyz = cell_xyz.contiguous();
   exclusion_starts = exclusion_starts.contiguous();
   exclusion_partners = exclusion_partners.contiguous();
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
-  TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell_pairs: at most 2^31 - 1 atoms");
+  TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell search: at most 2^31 - 1 atoms");
   std::vector<std::vector<int32_t>> found(at::get_num_threads());
   AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_pairs", [&] {
     cell_pairs_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
@@ -530,21 +531,54 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
                               exclusion_starts.data_ptr<int64_t>(), exclusion_partners.data_ptr<int64_t>(),
                               found);
   });
-  // counting sort of the pairs by first atom (stable): locality for the pair kernel
-  const int64_t n_atoms = wrapped.size(0);
-  std::vector<int64_t> starts(n_atoms + 1, 0);
+  return found;
+}
+
+// row offsets (N + 1,) of the pairs grouped by first atom: a counting sort's first pass
+torch::Tensor row_starts(const std::vector<std::vector<int32_t>>& found, int64_t n_atoms) {
+  auto starts = torch::zeros({n_atoms + 1}, torch::kInt64);
+  int64_t* data = starts.data_ptr<int64_t>();
   for (const auto& pairs : found)
-    for (size_t k = 0; k < pairs.size(); k += 2) ++starts[pairs[k] + 1];
-  for (int64_t a = 0; a < n_atoms; ++a) starts[a + 1] += starts[a];
-  auto result = torch::empty({starts[n_atoms], 2}, cell_xyz.options());
+    for (size_t k = 0; k < pairs.size(); k += 2) ++data[pairs[k] + 1];
+  for (int64_t a = 0; a < n_atoms; ++a) data[a + 1] += data[a];
+  return starts;
+}
+
+// (P, 2) int64 pairs i < j within list_cutoff, sorted by i (stable); box empty without periodicity
+torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+                         std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
+                         torch::Tensor exclusion_partners) {
+  const auto found =
+      search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
+  const int64_t n_atoms = wrapped.size(0);
+  auto starts = row_starts(found, n_atoms);
+  int64_t* next = starts.data_ptr<int64_t>();
+  auto result = torch::empty({next[n_atoms], 2}, cell_xyz.options());
   int64_t* out = result.data_ptr<int64_t>();
   for (const auto& pairs : found)
     for (size_t k = 0; k < pairs.size(); k += 2) {
-      const int64_t position = starts[pairs[k]]++;
+      const int64_t position = next[pairs[k]]++;
       out[2 * position] = pairs[k];
       out[2 * position + 1] = pairs[k + 1];
     }
   return result;
+}
+
+// the same pairs as compressed rows: (starts (N + 1,) int64, neighbours (P,) int32), the partners j of atom i
+// in neighbours[starts[i]:starts[i + 1]] in the order cell_pairs lists them
+std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+                                          std::vector<int64_t> n_cells, double list_cutoff,
+                                          torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
+  const auto found =
+      search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
+  const int64_t n_atoms = wrapped.size(0);
+  auto starts = row_starts(found, n_atoms);
+  std::vector<int64_t> next(starts.data_ptr<int64_t>(), starts.data_ptr<int64_t>() + n_atoms);
+  auto neighbors = torch::empty({starts.data_ptr<int64_t>()[n_atoms]}, torch::kInt32);
+  int32_t* out = neighbors.data_ptr<int32_t>();
+  for (const auto& pairs : found)
+    for (size_t k = 0; k < pairs.size(); k += 2) out[next[pairs[k]]++] = pairs[k + 1];
+  return {starts, neighbors};
 }
 
 // Pairs with Lennard-Jones first (stable partition: the input order, by first atom from the neighbour list,
@@ -746,6 +780,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pair_forces", &pair_forces, "LJ + Coulomb energies and gradients of a pair list");
   module.def("neighbor_forces", &neighbor_forces, "LJ + Coulomb energies and gradients of a CSR neighbour list");
   module.def("cell_pairs", &cell_pairs, "cell-list search of the pairs within a cutoff");
+  module.def("cell_neighbors", &cell_neighbors, "cell-list search as compressed rows of neighbours");
   module.def("prepare_pairs", &prepare_pairs, "pair parameters and shifts, LJ pairs first, by first atom");
   module.def("pme_spread", &pme_spread, "B-spline charge spreading onto the PME grid");
   module.def("pme_gather", &pme_gather, "PME energy gradient wrt the scaled coordinates");
