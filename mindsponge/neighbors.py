@@ -173,14 +173,16 @@ class NeighborList:
         if self._pairs is None and self._rows is not None:
             starts, partners = self._rows
             atoms = torch.arange(len(starts) - 1, device=starts.device)
-            first = torch.repeat_interleave(atoms, starts.diff())
-            self._pairs = torch.stack([first, partners.long()], 1)
+            rows, partners = torch.repeat_interleave(atoms, starts.diff()), partners.long()
+            first, second = torch.minimum(rows, partners), torch.maximum(rows, partners)
+            order = torch.argsort(first * len(atoms) + second)
+            self._pairs = torch.stack([first[order], second[order]], 1)
         return self._pairs
 
     def rows(self) -> tuple[Tensor, Tensor] | None:
         """The current pairs as compressed rows ``(starts (N + 1,) long, partners (P,) int32)``: the
-        partners ``j > i`` of atom ``i`` are ``partners[starts[i]:starts[i + 1]]`` (``None`` before the
-        first update)."""
+        partners of atom ``i`` are ``partners[starts[i]:starts[i + 1]]``, each pair listed once, in the
+        row of one of its atoms (``None`` before the first update)."""
         if self._rows is None and self._pairs is not None:
             pairs = self._pairs.cpu()
             if len(pairs) > 1 and not bool((pairs[1:, 0] >= pairs[:-1, 0]).all()):

@@ -247,8 +247,8 @@ inline void erfc_and_gaussian(double x, double& value, double& gaussian) {
   gaussian = std::exp(-x * x);
 }
 
-// Direct-space LJ + Coulomb over a half neighbour list in compressed rows: the neighbours j > i of atom i are
-// neighbors[starts[i]:starts[i + 1]]. Parameters are per atom (Lorentz-Berthelot: sigma_ij = h_i + h_j,
+// Direct-space LJ + Coulomb over a half neighbour list in compressed rows: the neighbours of atom i are
+// neighbors[starts[i]:starts[i + 1]], each pair listed once. Parameters are per atom (Lorentz-Berthelot: sigma_ij = h_i + h_j,
 // 4 eps_ij = e_i e_j, f q_i q_j = c_i c_j), displacements take the minimum image of a reduced box on the fly.
 // Each row is processed in three passes so that the arithmetic vectorises: gather the neighbours into
 // contiguous buffers, compute all pair terms (SIMD), scatter the forces on the neighbours.
@@ -267,7 +267,7 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
   const T gaussian_prefactor = T(options.alpha * kTwoOverSqrtPi);
   const int64_t n_pairs = starts[n_atoms];
   const int threads = at::get_num_threads();
-  // chunks of about equal numbers of pairs (rows of a half list shrink with i), a few per thread
+  // chunks of about equal numbers of pairs (rows differ in length), a few per thread
   const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(n_atoms, 8 * threads));
   std::vector<int64_t> row_bounds(n_chunks + 1, n_atoms);
   row_bounds[0] = 0;
@@ -428,10 +428,17 @@ std::vector<torch::Tensor> neighbor_forces(torch::Tensor positions, torch::Tenso
   return {energies.sum(0), gradients.sum(0).permute({1, 0, 2})};
 }
 
+// the pairs found by one thread of the cell search, row by row: the partners of atom row_atoms[r] are
+// partners[row_offsets[r]:row_offsets[r + 1]] (each pair once, in one of its two atoms' rows)
+struct FoundRows {
+  std::vector<int64_t> row_atoms, row_offsets{0};
+  std::vector<int32_t> partners;
+};
+
 template <typename T>
 void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
                      const std::vector<int64_t>& n_cells, double list_cutoff, const int64_t* exclusion_starts,
-                     const int64_t* exclusion_partners, std::vector<std::vector<int32_t>>& found) {
+                     const int64_t* exclusion_partners, std::vector<FoundRows>& found) {
   const int64_t nx = n_cells[0], ny = n_cells[1], nz = n_cells[2];
   const int64_t total = nx * ny * nz;
   std::vector<int64_t> cell(n_atoms), starts(total + 1, 0), order(n_atoms);
@@ -453,6 +460,7 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
     for (int64_t oy = -2; oy <= 2; ++oy)
       for (int64_t oz = -2; oz <= 2; ++oz)
         if (ox > 0 || (ox == 0 && (oy > 0 || (oy == 0 && oz > 0)))) offsets.push_back({ox, oy, oz});
+  const int64_t n_offsets = int64_t(offsets.size());
   const T cutoff2 = T(list_cutoff * list_cutoff);
   const bool periodic = box != nullptr;
   constexpr int64_t kBlock = 64;
@@ -460,16 +468,20 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
   const double volume = periodic ? std::abs(box[0] * box[4] * box[8]) : 0.0;
   if (periodic && volume > 0) {
     const double expected = 0.5 * n_atoms * (n_atoms / volume) * 4.18879 * std::pow(list_cutoff, 3);
-    for (auto& pairs : found) pairs.reserve(size_t(2.2 * expected / found.size()) + 64);  // 2 ints a pair, +10%
+    for (auto& rows : found) rows.partners.reserve(size_t(1.1 * expected / found.size()) + 64);
   }
   at::parallel_for(0, total, 16, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t>& pairs = found[at::get_thread_num()];
+    FoundRows& rows = found[at::get_thread_num()];
+    // the neighbouring cells of a cell (-1: outside a non-periodic box) and the shifts of their images
+    std::vector<int64_t> others(n_offsets);
+    std::vector<T> shifts(3 * n_offsets);
     for (int64_t c = begin; c < end; ++c) {
       if (starts[c] == starts[c + 1]) continue;
       const int64_t cx = c / (ny * nz), cy = (c / nz) % ny, cz = c % nz;
-      for (const auto& offset : offsets) {
-        int64_t neighbour[3] = {cx + offset[0], cy + offset[1], cz + offset[2]};
-        T shift[3] = {0, 0, 0};
+      for (int64_t o = 0; o < n_offsets; ++o) {
+        int64_t neighbour[3] = {cx + offsets[o][0], cy + offsets[o][1], cz + offsets[o][2]};
+        T* shift = shifts.data() + 3 * o;
+        shift[0] = shift[1] = shift[2] = T(0);
         bool inside = true;
         for (int d = 0; d < 3; ++d) {
           const int64_t n = n_cells[d];
@@ -480,12 +492,16 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
             for (int e = 0; e < 3 && periodic; ++e) shift[e] += T(image) * box[3 * d + e];
           }
         }
-        if (!inside) continue;
-        const int64_t other = (neighbour[0] * ny + neighbour[1]) * nz + neighbour[2];
-        const bool same = offset[0] == 0 && offset[1] == 0 && offset[2] == 0;
-        for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
+        others[o] = inside ? (neighbour[0] * ny + neighbour[1]) * nz + neighbour[2] : -1;
+      }
+      // one row per atom: its partners in the cell itself (later in the cell order) and the half shell
+      for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
+        for (int64_t o = 0; o < n_offsets; ++o) {
+          const int64_t other = others[o];
+          if (other < 0) continue;
+          const T* shift = shifts.data() + 3 * o;
           const T x = sorted[3 * a] - shift[0], y = sorted[3 * a + 1] - shift[1], z = sorted[3 * a + 2] - shift[2];
-          const int64_t begin_b = same ? a + 1 : starts[other], end_b = starts[other + 1];
+          const int64_t begin_b = o == 0 ? a + 1 : starts[other], end_b = starts[other + 1];
           for (int64_t block = begin_b; block < end_b; block += kBlock) {
             // branch-free compaction of the candidates within the cutoff, then the exclusion check
             int64_t within[kBlock];
@@ -502,21 +518,21 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
               bool excluded = false;
               for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
                 excluded |= exclusion_partners[e] == high;
-              if (excluded) continue;
-              pairs.push_back(int32_t(low));  // int32 halves the buffers (checked: N < 2^31)
-              pairs.push_back(int32_t(high));
+              if (!excluded) rows.partners.push_back(int32_t(order[b]));  // int32: checked N < 2^31
             }
           }
         }
+        rows.row_atoms.push_back(order[a]);
+        rows.row_offsets.push_back(int64_t(rows.partners.size()));
       }
     }
   });
 }
 
-// the pairs (i < j) within list_cutoff found by the cell search, per thread as flat (i, j) int32 lists
-std::vector<std::vector<int32_t>> search_cells(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                                               const std::vector<int64_t>& n_cells, double list_cutoff,
-                                               torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
+// the pairs within list_cutoff found by the cell search, by thread
+std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+                                    const std::vector<int64_t>& n_cells, double list_cutoff,
+                                    torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
   wrapped = wrapped.contiguous();
   cell_xyz = cell_xyz.contiguous();
   exclusion_starts = exclusion_starts.contiguous();
@@ -524,7 +540,7 @@ std::vector<std::vector<int32_t>> search_cells(torch::Tensor wrapped, torch::Ten
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
   TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell search: at most 2^31 - 1 atoms");
-  std::vector<std::vector<int32_t>> found(at::get_num_threads());
+  std::vector<FoundRows> found(at::get_num_threads());
   AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_pairs", [&] {
     cell_pairs_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
                               cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, list_cutoff,
@@ -534,16 +550,6 @@ std::vector<std::vector<int32_t>> search_cells(torch::Tensor wrapped, torch::Ten
   return found;
 }
 
-// row offsets (N + 1,) of the pairs grouped by first atom: a counting sort's first pass
-torch::Tensor row_starts(const std::vector<std::vector<int32_t>>& found, int64_t n_atoms) {
-  auto starts = torch::zeros({n_atoms + 1}, torch::kInt64);
-  int64_t* data = starts.data_ptr<int64_t>();
-  for (const auto& pairs : found)
-    for (size_t k = 0; k < pairs.size(); k += 2) ++data[pairs[k] + 1];
-  for (int64_t a = 0; a < n_atoms; ++a) data[a + 1] += data[a];
-  return starts;
-}
-
 // (P, 2) int64 pairs i < j within list_cutoff, sorted by i (stable); box empty without periodicity
 torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
                          std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
@@ -551,34 +557,51 @@ torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor
   const auto found =
       search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
   const int64_t n_atoms = wrapped.size(0);
-  auto starts = row_starts(found, n_atoms);
-  int64_t* next = starts.data_ptr<int64_t>();
+  std::vector<int64_t> next(n_atoms + 1, 0);  // counting sort by the first atom of each pair
+  for (const auto& rows : found)
+    for (size_t r = 0; r < rows.row_atoms.size(); ++r)
+      for (int64_t k = rows.row_offsets[r]; k < rows.row_offsets[r + 1]; ++k)
+        ++next[std::min<int64_t>(rows.row_atoms[r], rows.partners[k]) + 1];
+  for (int64_t a = 0; a < n_atoms; ++a) next[a + 1] += next[a];
   auto result = torch::empty({next[n_atoms], 2}, cell_xyz.options());
   int64_t* out = result.data_ptr<int64_t>();
-  for (const auto& pairs : found)
-    for (size_t k = 0; k < pairs.size(); k += 2) {
-      const int64_t position = next[pairs[k]]++;
-      out[2 * position] = pairs[k];
-      out[2 * position + 1] = pairs[k + 1];
-    }
+  for (const auto& rows : found)
+    for (size_t r = 0; r < rows.row_atoms.size(); ++r)
+      for (int64_t k = rows.row_offsets[r]; k < rows.row_offsets[r + 1]; ++k) {
+        const int64_t i = rows.row_atoms[r], j = rows.partners[k];
+        const int64_t position = next[std::min(i, j)]++;
+        out[2 * position] = std::min(i, j);
+        out[2 * position + 1] = std::max(i, j);
+      }
   return result;
 }
 
-// the same pairs as compressed rows: (starts (N + 1,) int64, neighbours (P,) int32), the partners j of atom i
-// in neighbours[starts[i]:starts[i + 1]] in the order cell_pairs lists them
+// the same pairs as compressed rows by atom, (starts (N + 1,) int64, partners (P,) int32): the partners of
+// atom i are partners[starts[i]:starts[i + 1]], each pair in one of its two rows (a half list, not i < j),
+// rows copied whole from the search
 std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
                                           std::vector<int64_t> n_cells, double list_cutoff,
                                           torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
   const auto found =
       search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
   const int64_t n_atoms = wrapped.size(0);
-  auto starts = row_starts(found, n_atoms);
-  std::vector<int64_t> next(starts.data_ptr<int64_t>(), starts.data_ptr<int64_t>() + n_atoms);
-  auto neighbors = torch::empty({starts.data_ptr<int64_t>()[n_atoms]}, torch::kInt32);
-  int32_t* out = neighbors.data_ptr<int32_t>();
-  for (const auto& pairs : found)
-    for (size_t k = 0; k < pairs.size(); k += 2) out[next[pairs[k]]++] = pairs[k + 1];
-  return {starts, neighbors};
+  auto starts = torch::zeros({n_atoms + 1}, torch::kInt64);
+  int64_t* start = starts.data_ptr<int64_t>();
+  for (const auto& rows : found)
+    for (size_t r = 0; r < rows.row_atoms.size(); ++r)
+      start[rows.row_atoms[r] + 1] = rows.row_offsets[r + 1] - rows.row_offsets[r];
+  for (int64_t a = 0; a < n_atoms; ++a) start[a + 1] += start[a];
+  auto partners = torch::empty({start[n_atoms]}, torch::kInt32);
+  int32_t* out = partners.data_ptr<int32_t>();
+  at::parallel_for(0, int64_t(found.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const FoundRows& rows = found[t];
+      for (size_t r = 0; r < rows.row_atoms.size(); ++r)
+        std::copy(rows.partners.begin() + rows.row_offsets[r], rows.partners.begin() + rows.row_offsets[r + 1],
+                  out + start[rows.row_atoms[r]]);
+    }
+  });
+  return {starts, partners};
 }
 
 // Pairs with Lennard-Jones first (stable partition: the input order, by first atom from the neighbour list,
