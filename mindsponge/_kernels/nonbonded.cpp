@@ -303,8 +303,8 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
         sigma[k] = half_sigma[j];
         epsilon[k] = epsilon_root2[j];
       }
-      T row_lj = 0, row_coulomb = 0;
-#pragma omp simd reduction(+ : row_lj, row_coulomb)
+      // the geometry first (minimum image, distances): two SIMD loops of fewer live values than one
+#pragma omp simd
       for (int64_t k = 0; k < count; ++k) {
         T x = dx[k], y = dy[k], z = dz[k];
         if constexpr (periodic) {  // mindsponge.space.minimum_image: reduced box, axes 2, 1, 0
@@ -321,23 +321,14 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
           dz[k] = z;
         }
         const T r2 = x * x + y * y + z * z;
-        const T inside = r2 < cutoff2 ? T(1) : T(0);
-        const T inverse_r = inside / std::sqrt(r2);
+        force_lj[k] = r2;
+        force_coulomb[k] = (r2 < cutoff2 ? T(1) : T(0)) / std::sqrt(r2);  // 1 / r within the cutoff, else 0
+      }
+      T row_lj = 0, row_coulomb = 0;
+#pragma omp simd reduction(+ : row_lj)
+      for (int64_t k = 0; k < count; ++k) {  // Lennard-Jones (sigma_ij = h_i + h_j, 4 eps_ij = e_i e_j)
+        const T r2 = force_lj[k], inverse_r = force_coulomb[k];
         const T inverse_r2 = inverse_r * inverse_r;
-        const T qq = ci * charge[k] * inside;
-        T e_coulomb, f_coulomb;
-        if constexpr (kind == kEwald) {
-          T erfc_value, gaussian;
-          erfc_and_gaussian(alpha * r2 * inverse_r, erfc_value, gaussian);
-          e_coulomb = qq * erfc_value * inverse_r;
-          f_coulomb = (e_coulomb + qq * gaussian_prefactor * gaussian) * inverse_r2;
-        } else if constexpr (kind == kReactionField) {
-          e_coulomb = qq * (inverse_r + krf * r2 - crf);
-          f_coulomb = qq * (inverse_r * inverse_r2 - T(2) * krf);
-        } else {
-          e_coulomb = qq * inverse_r;
-          f_coulomb = e_coulomb * inverse_r2;
-        }
         const T sigma_ij = hi + sigma[k];
         const T s2 = sigma_ij * sigma_ij * inverse_r2;
         const T s6 = s2 * s2 * s2;
@@ -354,8 +345,28 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
           e_lj *= switch_value;
         }
         row_lj += e_lj;
-        row_coulomb += e_coulomb;
         force_lj[k] = f_lj;
+        sigma[k] = r2;  // r^2 for the Coulomb loop (sigma_j is no longer needed)
+      }
+#pragma omp simd reduction(+ : row_coulomb)
+      for (int64_t k = 0; k < count; ++k) {  // Coulomb
+        const T r2 = sigma[k], inverse_r = force_coulomb[k];
+        const T inverse_r2 = inverse_r * inverse_r;
+        const T qq = inverse_r > T(0) ? ci * charge[k] : T(0);
+        T e_coulomb, f_coulomb;
+        if constexpr (kind == kEwald) {
+          T erfc_value, gaussian;
+          erfc_and_gaussian(alpha * r2 * inverse_r, erfc_value, gaussian);
+          e_coulomb = qq * erfc_value * inverse_r;
+          f_coulomb = (e_coulomb + qq * gaussian_prefactor * gaussian) * inverse_r2;
+        } else if constexpr (kind == kReactionField) {
+          e_coulomb = qq * (inverse_r + krf * r2 - crf);
+          f_coulomb = qq * (inverse_r * inverse_r2 - T(2) * krf);
+        } else {
+          e_coulomb = qq * inverse_r;
+          f_coulomb = e_coulomb * inverse_r2;
+        }
+        row_coulomb += e_coulomb;
         force_coulomb[k] = f_coulomb;
       }
       energy_lj += double(row_lj);
