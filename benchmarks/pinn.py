@@ -131,6 +131,10 @@ def train_windows(
     Returns ``{"errors", "evaluations", "seconds", "history"}`` (errors over the whole ``[0, T]``).
     """
     evaluations, seconds, history = 0, 0.0, {"monitor_step": [], "monitor/max": []}
+    # every window ends on a monitor call (its final error): whole monitor intervals per window
+    count = max(1, round(steps / windows / monitor_every))
+    every = max(1, steps // windows // count)
+    window_steps = every * count
     for window in range(1, windows + 1):
         part = dataclasses.replace(setup, duration=setup.duration * window / windows)
         problem, scales = build(part, batch, formulation)
@@ -140,13 +144,13 @@ def train_windows(
             scales,
             model,
             reference,
-            steps // windows,
+            window_steps,
             lr,
-            monitor_every,
+            every,
             checkpoint=checkpoint,
             lr_decay=None if last else 0.5,
         )
-        offset = (window - 1) * (steps // windows)
+        offset = (window - 1) * window_steps
         history["monitor_step"] += [offset + step for step in trainer.history["monitor_step"]]
         history["monitor/max"] += trainer.history["monitor/max"]
         evaluations, seconds = evaluations + trainer.evaluations, seconds + trainer.seconds
