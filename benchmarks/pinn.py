@@ -14,7 +14,8 @@ Method (``--formulation potential``, the default): the network gives a potential
 ``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = eps_r psi_t`` (:class:`mindelec.pinn.PotentialTE`), so two of
 the three TE equations hold exactly and the loss is the scalar wave equation plus Mur conditions; the
 source's quasi-static potential (:class:`mindelec.pinn.PointSourcePotential`) carries the steep near
-field; all derivatives come from one forward-mode pass. ``--formulation fields`` is the direct
+field; all derivatives come from one forward-mode pass; training marches over growing time windows
+``[0, k T / 3]`` (``--windows``). ``--formulation fields`` is the direct
 three-field PINN (MindElec's formulation) with causal weighting and gradient-norm balancing.
 
 Usage: ``python benchmarks/pinn.py [--quick] [--steps N] [--batch N] [--output results.json]``.
