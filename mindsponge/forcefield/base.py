@@ -66,6 +66,12 @@ class EnergyTerm(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement forward")
 
+    @property
+    def is_empty(self) -> bool:
+        """Whether the term has no interactions, so that its energy is exactly zero (a
+        :class:`ForceField` then skips it); ``False`` unless a subclass knows better."""
+        return False
+
     def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
         """Energies of this term by name: ``{self.name: self(positions, box)}`` by default.
 
@@ -202,10 +208,12 @@ class ForceField(nn.Module):
             ``()`` tensor, kJ/mol.
         """
         positions = self._prepare(positions, box)
-        if len(self.terms) == 0:
+        # terms without interactions (e.g. the bonds of rigid water) contribute exactly zero: skipped
+        active = [term for term in self.terms if not getattr(term, "is_empty", False)]
+        if len(active) == 0:
             return positions.new_zeros(()) + 0.0 * positions.sum()
         total = None
-        for term in self.terms:
+        for term in active:
             energy = term(positions, box)
             total = energy if total is None else total + energy
         return total

@@ -93,6 +93,11 @@ class _BondedTerm(EnergyTerm):
     def __len__(self) -> int:
         return self.atoms.shape[0]
 
+    @property
+    def is_empty(self) -> bool:
+        """No interactions listed (e.g. the bonds and angles of rigid water)."""
+        return self.atoms.shape[0] == 0
+
     def extra_repr(self) -> str:
         return f"name={self.name!r}, count={len(self)}, periodic={self.periodic}"
 

@@ -187,6 +187,7 @@ class PMEReciprocal:
         self.compiled = bool(compiled)
         self._cache_key = None
         self._influence: Tensor | None = None
+        self._force_transform: Tensor | None = None  # -diag(grid) R^T of the cached box, (3, 3)
 
     def influence(self, box: Tensor) -> Tensor:
         """Influence function on the ``rfftn`` half grid, scaled so that the grid potential is
@@ -212,6 +213,7 @@ class PMEReciprocal:
         influence = COULOMB_MD * torch.exp(-(math.pi / self.alpha) ** 2 * m2) / denominator
         influence[0, 0, 0] = 0.0
         self._influence = influence * (nx * ny * nz)
+        self._force_transform = -torch.tensor(self.grid, dtype=dtype, device=device)[:, None] * recip.T
         self._cache_key = key
         return self._influence
 
@@ -226,10 +228,11 @@ class PMEReciprocal:
         kernels = _kernels.usable(positions) if compute_forces and self.compiled else None
         if kernels is not None:  # one pass per atom for spreading and for gathering
             charge_grid = kernels.pme_spread(scaled, charges, list(self.grid), p)
-            potential = torch.fft.irfftn(torch.fft.rfftn(charge_grid) * self.influence(box), s=self.grid)
+            influence = self.influence(box)
+            potential = torch.fft.irfftn(torch.fft.rfftn(charge_grid) * influence, s=self.grid)
             gradient_scaled = kernels.pme_gather(potential, scaled, charges, list(self.grid), p)
-            forces = -(gradient_scaled * sizes.to(positions.dtype)) @ torch.linalg.inv(box).T
-            return 0.5 * (charge_grid * potential).sum(), forces
+            # forces = -(dE/du * n) R^T, with -diag(n) R^T cached with the influence function
+            return 0.5 * (charge_grid * potential).sum(), gradient_scaled @ self._force_transform
         base = torch.floor(scaled)
         weights, derivatives = bspline_weights(scaled - base, p)  # (N, 3, p)
         # grid point base - k receives weight M_p(t + k)

@@ -565,6 +565,7 @@ class Nonbonded(EnergyTerm):
                           NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs,
                                        compiled=self._compiled))
         self._pair_cache: tuple | None = None
+        self._atom_parameters: tuple | None = None  # (key, f^1/2 q, sigma / 2, 2 eps^1/2) of the kernel
 
     @property
     def compiled(self) -> bool:
@@ -646,9 +647,11 @@ class Nonbonded(EnergyTerm):
         (``neighbor_forces``: per-atom parameters, minimum image on the fly, vectorised)."""
         starts, neighbors = self.neighbors.update_rows(positions, box)
         dtype = positions.dtype
-        scaled_charges = (math.sqrt(COULOMB_MD) * self.charges).to(dtype)
-        half_sigma = (0.5 * self.sigma).to(dtype)
-        epsilon_root2 = (2.0 * torch.sqrt(self.epsilon)).to(dtype)
+        key = (dtype, self.charges._version, self.sigma._version, self.epsilon._version)
+        if self._atom_parameters is None or self._atom_parameters[0] != key:  # per atom, cached
+            self._atom_parameters = (key, (math.sqrt(COULOMB_MD) * self.charges).to(dtype),
+                                     (0.5 * self.sigma).to(dtype), (2.0 * torch.sqrt(self.epsilon)).to(dtype))
+        _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
         coulomb = self._coulomb()
         energies, gradients = kernels.neighbor_forces(
             positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
