@@ -465,54 +465,70 @@ void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, in
   std::vector<T> sorted(3 * n_atoms);
   for (int64_t k = 0; k < n_atoms; ++k)
     for (int d = 0; d < 3; ++d) sorted[3 * k + d] = wrapped[3 * order[k] + d];
-  // the cell itself, then the lexicographically positive offsets in [-2, 2]^3 (a half shell)
-  std::vector<std::array<int64_t, 3>> offsets = {{0, 0, 0}};
-  for (int64_t ox = -2; ox <= 2; ++ox)
+  // the half shell as columns along z: the cell itself and the cells above it, then the columns with a
+  // lexicographically positive (x, y) offset in [-2, 2]^2, each over z offsets in [-2, 2]. Cells of a
+  // column are contiguous in the sorted order (cell index (x ny + y) nz + z), so each column is one or two
+  // ranges of atoms (two where it wraps around the periodic box along z).
+  std::vector<std::array<int64_t, 2>> columns = {{0, 0}};
+  for (int64_t ox = 0; ox <= 2; ++ox)
     for (int64_t oy = -2; oy <= 2; ++oy)
-      for (int64_t oz = -2; oz <= 2; ++oz)
-        if (ox > 0 || (ox == 0 && (oy > 0 || (oy == 0 && oz > 0)))) offsets.push_back({ox, oy, oz});
-  const int64_t n_offsets = int64_t(offsets.size());
+      if (ox > 0 || oy > 0) columns.push_back({ox, oy});
   const T cutoff2 = T(list_cutoff * list_cutoff);
   const bool periodic = box != nullptr;
-  constexpr int64_t kBlock = 64;
+  constexpr int64_t kBlock = 128;
   // about the number of pairs each thread will find (atoms per cell and pairs per atom from the density)
   const double volume = periodic ? std::abs(box[0] * box[4] * box[8]) : 0.0;
   if (periodic && volume > 0) {
     const double expected = 0.5 * n_atoms * (n_atoms / volume) * 4.18879 * std::pow(list_cutoff, 3);
     for (auto& rows : found) rows.partners.reserve(size_t(1.1 * expected / found.size()) + 64);
   }
+  // image of a cell coordinate along axis d: (image, coordinate in the box)
+  auto wrap = [&](int64_t coordinate, int d) -> std::array<int64_t, 2> {
+    const int64_t n = n_cells[d];
+    const int64_t image = coordinate >= 0 ? coordinate / n : -((n - 1 - coordinate) / n);
+    return {image, coordinate - image * n};
+  };
+  struct Range {
+    int64_t begin, end;
+    T shift[3];
+    bool from_self;  // starts in the atom's own cell: begins after the atom
+  };
   at::parallel_for(0, total, 16, [&](int64_t begin, int64_t end) {
     FoundRows& rows = found[at::get_thread_num()];
-    // the neighbouring cells of a cell (-1: outside a non-periodic box) and the shifts of their images
-    std::vector<int64_t> others(n_offsets);
-    std::vector<T> shifts(3 * n_offsets);
+    std::vector<Range> ranges;
     for (int64_t c = begin; c < end; ++c) {
       if (starts[c] == starts[c + 1]) continue;
       const int64_t cx = c / (ny * nz), cy = (c / nz) % ny, cz = c % nz;
-      for (int64_t o = 0; o < n_offsets; ++o) {
-        int64_t neighbour[3] = {cx + offsets[o][0], cy + offsets[o][1], cz + offsets[o][2]};
-        T* shift = shifts.data() + 3 * o;
-        shift[0] = shift[1] = shift[2] = T(0);
-        bool inside = true;
-        for (int d = 0; d < 3; ++d) {
-          const int64_t n = n_cells[d];
-          const int64_t image = neighbour[d] >= 0 ? neighbour[d] / n : -((n - 1 - neighbour[d]) / n);
-          if (image != 0) {
-            if (!periodic) inside = false;
-            neighbour[d] -= image * n;
-            for (int e = 0; e < 3 && periodic; ++e) shift[e] += T(image) * box[3 * d + e];
+      ranges.clear();
+      for (const auto& column : columns) {
+        const auto [image_x, x] = wrap(cx + column[0], 0);
+        const auto [image_y, y] = wrap(cy + column[1], 1);
+        if (!periodic && (image_x != 0 || image_y != 0)) continue;
+        const bool own_column = column[0] == 0 && column[1] == 0;
+        int64_t last_image = 0, last_z = -2;
+        for (int64_t oz = own_column ? 0 : -2; oz <= 2; ++oz) {
+          const auto [image_z, z] = wrap(cz + oz, 2);
+          if (!periodic && image_z != 0) continue;
+          const int64_t cell_index = (x * ny + y) * nz + z;
+          if (last_z >= 0 && image_z == last_image && z == last_z + 1) {
+            ranges.back().end = starts[cell_index + 1];  // the next cell up the same column image
+          } else {
+            Range range{starts[cell_index], starts[cell_index + 1], {T(0), T(0), T(0)}, own_column && oz == 0};
+            const int64_t images[3] = {image_x, image_y, image_z};
+            for (int d = 0; d < 3 && periodic; ++d)
+              for (int e = 0; e < 3; ++e) range.shift[e] += T(images[d]) * box[3 * d + e];
+            ranges.push_back(range);
           }
+          last_image = image_z;
+          last_z = z;
         }
-        others[o] = inside ? (neighbour[0] * ny + neighbour[1]) * nz + neighbour[2] : -1;
       }
       // one row per atom: its partners in the cell itself (later in the cell order) and the half shell
       for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
-        for (int64_t o = 0; o < n_offsets; ++o) {
-          const int64_t other = others[o];
-          if (other < 0) continue;
-          const T* shift = shifts.data() + 3 * o;
-          const T x = sorted[3 * a] - shift[0], y = sorted[3 * a + 1] - shift[1], z = sorted[3 * a + 2] - shift[2];
-          const int64_t begin_b = o == 0 ? a + 1 : starts[other], end_b = starts[other + 1];
+        for (const Range& range : ranges) {
+          const T x = sorted[3 * a] - range.shift[0], y = sorted[3 * a + 1] - range.shift[1];
+          const T z = sorted[3 * a + 2] - range.shift[2];
+          const int64_t begin_b = range.from_self ? a + 1 : range.begin, end_b = range.end;
           for (int64_t block = begin_b; block < end_b; block += kBlock) {
             // branch-free compaction of the candidates within the cutoff, then the exclusion check
             int64_t within[kBlock];
