@@ -95,7 +95,7 @@ def nonbonded_stages(term, positions, box) -> list[str]:
     if neighbors is not None:
         build = time_calls(
             lambda: NeighborList(neighbors.cutoff, neighbors.skin, neighbors.exclusions,
-                                 compiled=term.compiled).update(positions, box),
+                                 compiled=term.compiled).build(positions, box),
             2,
             1,
         )

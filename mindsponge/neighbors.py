@@ -169,14 +169,19 @@ class NeighborList:
 
     @property
     def pairs(self) -> Tensor | None:
-        """The current ``(P, 2)`` long tensor of pairs ``i < j``, or ``None`` before the first update."""
-        if self._pairs is None and self._rows is not None:
-            starts, partners = self._rows
-            atoms = torch.arange(len(starts) - 1, device=starts.device)
-            rows, partners = torch.repeat_interleave(atoms, starts.diff()), partners.long()
-            first, second = torch.minimum(rows, partners), torch.maximum(rows, partners)
-            order = torch.argsort(first * len(atoms) + second)
-            self._pairs = torch.stack([first[order], second[order]], 1)
+        """The current ``(P, 2)`` long tensor of pairs ``i < j`` sorted by ``i``, or ``None`` before the
+        first update."""
+        if self._pairs is None and self._rows is not None:  # rows come from the compiled search
+            kernels = _kernels.nonbonded()
+            if kernels is not None:
+                self._pairs = kernels.rows_to_pairs(*self._rows)
+            else:  # kernels disabled since the build: the same pairs by a sort
+                starts, partners = self._rows
+                atoms = torch.arange(len(starts) - 1)
+                rows, partners = torch.repeat_interleave(atoms, starts.diff()), partners.long()
+                first, second = torch.minimum(rows, partners), torch.maximum(rows, partners)
+                order = torch.argsort(first * len(atoms) + second)
+                self._pairs = torch.stack([first[order], second[order]], 1)
         return self._pairs
 
     def rows(self) -> tuple[Tensor, Tensor] | None:

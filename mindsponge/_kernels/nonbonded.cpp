@@ -3,7 +3,7 @@
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // neighbor_forces: the same over a compressed-row neighbour list with per-atom parameters (vectorised)
 // cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
-// cell_neighbors: the same search, as compressed rows for neighbor_forces
+// cell_neighbors: the same search, as compressed rows for neighbor_forces (rows_to_pairs: back to pairs)
 // prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
@@ -631,6 +631,30 @@ std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor b
   return {starts, partners};
 }
 
+// compressed rows (starts (N + 1,), partners (P,) int32; a half list) as (P, 2) int64 pairs i < j sorted by i,
+// by a counting sort (stable: within each i in the order of the rows)
+torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners) {
+  starts = starts.contiguous();
+  partners = partners.contiguous();
+  const int64_t n_atoms = starts.size(0) - 1;
+  const int64_t* start = starts.data_ptr<int64_t>();
+  const int32_t* partner = partners.data_ptr<int32_t>();
+  std::vector<int64_t> next(n_atoms + 1, 0);
+  for (int64_t a = 0; a < n_atoms; ++a)
+    for (int64_t k = start[a]; k < start[a + 1]; ++k) ++next[std::min<int64_t>(a, partner[k]) + 1];
+  for (int64_t a = 0; a < n_atoms; ++a) next[a + 1] += next[a];
+  auto result = torch::empty({start[n_atoms], 2}, starts.options());
+  int64_t* out = result.data_ptr<int64_t>();
+  for (int64_t a = 0; a < n_atoms; ++a)
+    for (int64_t k = start[a]; k < start[a + 1]; ++k) {
+      const int64_t i = std::min<int64_t>(a, partner[k]), j = std::max<int64_t>(a, partner[k]);
+      const int64_t position = next[i]++;
+      out[2 * position] = i;
+      out[2 * position + 1] = j;
+    }
+  return result;
+}
+
 // Pairs with Lennard-Jones first (stable partition: the input order, by first atom from the neighbour list,
 // is kept within each group) and their parameters: (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the
 // LJ prefix, (3, P) minimum-image shifts of the reference displacements; empty without a box).
@@ -831,6 +855,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("neighbor_forces", &neighbor_forces, "LJ + Coulomb energies and gradients of a CSR neighbour list");
   module.def("cell_pairs", &cell_pairs, "cell-list search of the pairs within a cutoff");
   module.def("cell_neighbors", &cell_neighbors, "cell-list search as compressed rows of neighbours");
+  module.def("rows_to_pairs", &rows_to_pairs, "compressed rows as (P, 2) pairs i < j sorted by i");
   module.def("prepare_pairs", &prepare_pairs, "pair parameters and shifts, LJ pairs first, by first atom");
   module.def("pme_spread", &pme_spread, "B-spline charge spreading onto the PME grid");
   module.def("pme_gather", &pme_gather, "PME energy gradient wrt the scaled coordinates");
