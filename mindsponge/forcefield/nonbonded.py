@@ -88,22 +88,20 @@ compare both paths with each other and with OpenMM's Reference platform.
 
 **Performance notes** (``benchmarks/md_energy.py``: TIP3P, PME, 0.9 nm cutoff, float32,
 2 threads, energy + forces, best of 5 alternating rounds against OpenMM's CPU platform on
-2 threads; shared 2-core machine, load average 0.6-1.4 during the run)::
+2 threads; shared 2-core machine, load average about 1.8 during the run)::
 
                                     3,378 atoms (691k pairs)     24,144 atoms (4.97M pairs)
-    OpenMM CPU                      10.1 ms                        55.8 ms
-    pure torch path ("before")      42.8 ms  (0.24x)              468 ms   (0.12x)
-    compiled kernels ("after")      17.5 ms  (0.58x)               85 ms   (0.66x)
-      direct pair kernel             ~9 ms                         ~54 ms
-      PME (spread, FFT, gather)       3.6 ms  (torch: 11 ms)        10 ms  (torch: 56 ms)
-      bonded terms (empty), glue     ~3 ms                          ~3 ms
-    neighbour-list build            16 ms   (torch: 193 ms)       193 ms   (torch: 1.4 s)
-    evaluation including a rebuild  42 ms   (torch: 356 ms)       381 ms   (torch: 3.2 s)
-    peak RSS at 24k atoms                                          538 MiB
+    OpenMM CPU                       7.1 ms                        51.6 ms
+    pure torch path                 38.1 ms  (0.19x)              381 ms   (0.14x)
+    compiled kernels                 7.7 ms  (0.92x)               55.7 ms  (0.93x)
+      PME (spread, FFT, gather)       2.0 ms  (torch: 7.5 ms)       19 ms   (torch: 59 ms)
+    neighbour-list build            ~10 ms   (torch: 150 ms)       ~80 ms   (torch: 1.4 s)
 
-In dynamics the list is rebuilt every 10-20 steps, so a step costs about one evaluation
-plus a tenth of a rebuild. The torch path caches the direct-space pairs per neighbour-list
-build with their parameters, their minimum-image lattice shifts (so evaluations need no
+(before the compressed-row kernel: 17.5 ms and 85 ms, 0.58x and 0.66x.)
+
+In dynamics (rigid water, 2 fs) the list is rebuilt about every 6 steps, so a step costs
+about one evaluation plus a sixth of a rebuild. The torch path caches the direct-space pairs
+per neighbour-list build with their parameters, their minimum-image lattice shifts (so evaluations need no
 rounding) and flat scatter indices, with the Lennard-Jones pairs (non-zero epsilon, only
 O-O in TIP3P) first. ``torch.compile`` of the torch pair kernel gave no measurable gain on
 the 2-core machine for a ~70 s compile, so it is not used.
