@@ -2,8 +2,8 @@
 :mod:`common.extensions`.
 
 :func:`nonbonded` returns the module compiled from ``nonbonded.cpp`` (``pair_forces``,
-``neighbor_forces``, ``cell_pairs``, ``prepare_pairs``, ``pme_spread``, ``pme_gather``) and
-:func:`settle` the one from ``settle.cpp``, or ``None`` when they cannot be built or
+``neighbor_forces``, ``cell_neighbors``, ``rows_to_pairs``, ``prepare_pairs``, ``pme_spread``,
+``pme_gather``) and :func:`settle` the one from ``settle.cpp``, or ``None`` when they cannot be built or
 ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in forward-only
 computations (or the forward of a custom autograd Function with an analytic backward) and
 keep a complete pure torch path for everything else.

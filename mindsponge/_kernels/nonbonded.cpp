@@ -2,8 +2,8 @@
 //
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // neighbor_forces: the same over a compressed-row neighbour list with per-atom parameters (vectorised)
-// cell_pairs  : half-shell cell-list search of the pairs within the list cutoff, exclusions removed
-// cell_neighbors: the same search, as compressed rows for neighbor_forces (rows_to_pairs: back to pairs)
+// cell_neighbors: half-shell cell-list search of the pairs within the list cutoff, exclusions removed, as
+//                compressed rows for neighbor_forces (rows_to_pairs: the same as (P, 2) pairs i < j)
 // prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
@@ -447,7 +447,7 @@ struct FoundRows {
 };
 
 template <typename T>
-void cell_pairs_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
+void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
                      const std::vector<int64_t>& n_cells, double list_cutoff, const int64_t* exclusion_starts,
                      const int64_t* exclusion_partners, std::vector<FoundRows>& found) {
   const int64_t nx = n_cells[0], ny = n_cells[1], nz = n_cells[2];
@@ -568,8 +568,8 @@ std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, to
   if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
   TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell search: at most 2^31 - 1 atoms");
   std::vector<FoundRows> found(at::get_num_threads());
-  AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_pairs", [&] {
-    cell_pairs_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
+  AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_search", [&] {
+    cell_search_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
                               cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, list_cutoff,
                               exclusion_starts.data_ptr<int64_t>(), exclusion_partners.data_ptr<int64_t>(),
                               found);
@@ -577,33 +577,7 @@ std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, to
   return found;
 }
 
-// (P, 2) int64 pairs i < j within list_cutoff, sorted by i (stable); box empty without periodicity
-torch::Tensor cell_pairs(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                         std::vector<int64_t> n_cells, double list_cutoff, torch::Tensor exclusion_starts,
-                         torch::Tensor exclusion_partners) {
-  const auto found =
-      search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
-  const int64_t n_atoms = wrapped.size(0);
-  std::vector<int64_t> next(n_atoms + 1, 0);  // counting sort by the first atom of each pair
-  for (const auto& rows : found)
-    for (size_t r = 0; r < rows.row_atoms.size(); ++r)
-      for (int64_t k = rows.row_offsets[r]; k < rows.row_offsets[r + 1]; ++k)
-        ++next[std::min<int64_t>(rows.row_atoms[r], rows.partners[k]) + 1];
-  for (int64_t a = 0; a < n_atoms; ++a) next[a + 1] += next[a];
-  auto result = torch::empty({next[n_atoms], 2}, cell_xyz.options());
-  int64_t* out = result.data_ptr<int64_t>();
-  for (const auto& rows : found)
-    for (size_t r = 0; r < rows.row_atoms.size(); ++r)
-      for (int64_t k = rows.row_offsets[r]; k < rows.row_offsets[r + 1]; ++k) {
-        const int64_t i = rows.row_atoms[r], j = rows.partners[k];
-        const int64_t position = next[std::min(i, j)]++;
-        out[2 * position] = std::min(i, j);
-        out[2 * position + 1] = std::max(i, j);
-      }
-  return result;
-}
-
-// the same pairs as compressed rows by atom, (starts (N + 1,) int64, partners (P,) int32): the partners of
+// the pairs within list_cutoff as compressed rows by atom, (starts (N + 1,) int64, partners (P,) int32): the partners of
 // atom i are partners[starts[i]:starts[i + 1]], each pair in one of its two rows (a half list, not i < j),
 // rows copied whole from the search
 std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
@@ -853,7 +827,6 @@ torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pair_forces", &pair_forces, "LJ + Coulomb energies and gradients of a pair list");
   module.def("neighbor_forces", &neighbor_forces, "LJ + Coulomb energies and gradients of a CSR neighbour list");
-  module.def("cell_pairs", &cell_pairs, "cell-list search of the pairs within a cutoff");
   module.def("cell_neighbors", &cell_neighbors, "cell-list search as compressed rows of neighbours");
   module.def("rows_to_pairs", &rows_to_pairs, "compressed rows as (P, 2) pairs i < j sorted by i");
   module.def("prepare_pairs", &prepare_pairs, "pair parameters and shifts, LJ pairs first, by first atom");
