@@ -681,16 +681,7 @@ def default_model(
         )
         network = _Normalised(nn.Sequential(features, body), center, scale)
     else:
-        network = cnn.MultiScaleMLP(
-            n_inputs,
-            n_outputs,
-            scales,
-            hidden_features,
-            hidden_layers,
-            "sin",
-            input_center=center,
-            input_scale=scale,
-        )
+        network = _sine_network(problem, n_outputs, scales, hidden_features, hidden_layers)
     body = network if isinstance(network, cnn.MultiScaleMLP) else network.network[1]
     with torch.no_grad():
         for subnetwork in body.subnetworks:
@@ -704,10 +695,21 @@ def default_model(
 
 def _potential_model(problem, scales, hidden_features, hidden_layers, tau, amplitude, source_cutoff):
     """:class:`PotentialTE` on a sine MultiScaleMLP, plus the source's quasi-static potential."""
+    network = _sine_network(problem, 1, scales, hidden_features, hidden_layers)
+    particular = None
+    if source_cutoff != 0:
+        particular = PointSourcePotential(problem.point_source, problem.scales, source_cutoff)
+    column = problem.inputs.index("permittivity") if "permittivity" in problem.parameters else None
+    permittivity = 1.0 if column is not None else problem.permittivity
+    return PotentialTE(network, tau, amplitude, permittivity, particular, column)
+
+
+def _sine_network(problem, n_outputs, scales, hidden_features, hidden_layers):
+    """A sine :class:`common.nn.MultiScaleMLP` on the problem's inputs, normalised to [-1, 1]."""
     center, scale = _input_normalisation(problem)
-    network = cnn.MultiScaleMLP(
+    return cnn.MultiScaleMLP(
         len(problem.inputs),
-        1,
+        n_outputs,
         scales,
         hidden_features,
         hidden_layers,
@@ -715,12 +717,6 @@ def _potential_model(problem, scales, hidden_features, hidden_layers, tau, ampli
         input_center=center,
         input_scale=scale,
     )
-    particular = None
-    if source_cutoff != 0:
-        particular = PointSourcePotential(problem.point_source, problem.scales, source_cutoff)
-    column = problem.inputs.index("permittivity") if "permittivity" in problem.parameters else None
-    permittivity = 1.0 if column is not None else problem.permittivity
-    return PotentialTE(network, tau, amplitude, permittivity, particular, column)
 
 
 def _input_normalisation(problem):
