@@ -162,6 +162,7 @@ class NeighborList:
         self.n_builds = 0
         self._pairs: Tensor | None = None
         self._rows: tuple[Tensor, Tensor] | None = None
+        self._row_kernels = None
         self._reference_positions: Tensor | None = None
         self._reference_box: Tensor | None = None
         self._excluded_keys: Tensor | None = None
@@ -172,16 +173,7 @@ class NeighborList:
         """The current ``(P, 2)`` long tensor of pairs ``i < j`` sorted by ``i``, or ``None`` before the
         first update."""
         if self._pairs is None and self._rows is not None:  # rows come from the compiled search
-            kernels = _kernels.nonbonded()
-            if kernels is not None:
-                self._pairs = kernels.rows_to_pairs(*self._rows)
-            else:  # kernels disabled since the build: the same pairs by a sort
-                starts, partners = self._rows
-                atoms = torch.arange(len(starts) - 1)
-                rows, partners = torch.repeat_interleave(atoms, starts.diff()), partners.long()
-                first, second = torch.minimum(rows, partners), torch.maximum(rows, partners)
-                order = torch.argsort(first * len(atoms) + second)
-                self._pairs = torch.stack([first[order], second[order]], 1)
+            self._pairs = self._row_kernels.rows_to_pairs(*self._rows)
         return self._pairs
 
     def rows(self) -> tuple[Tensor, Tensor] | None:
@@ -273,6 +265,7 @@ class NeighborList:
             starts, partners = self._exclusions_by_atom(n_atoms)
             rows = kernels.cell_neighbors(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
                                           [int(n) for n in n_cells], self.list_cutoff, starts, partners)
+            self._row_kernels = kernels  # the module that made the rows also turns them into pairs
             self._store(positions, box, None, tuple(rows))
             return
         else:
