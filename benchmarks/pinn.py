@@ -181,6 +181,12 @@ def main():
     parser.add_argument("--fourier", type=int, default=0, help="random Fourier features in front (0: none)")
     parser.add_argument("--fourier-scale", type=float, default=2.0, help="their std (cycles per unit input)")
     parser.add_argument("--formulation", choices=("potential", "fields"), default="potential")
+    parser.add_argument(
+        "--network",
+        choices=("multiscale", "plain"),
+        default="multiscale",
+        help="main run: sine MultiScaleMLP (4 x 64) or one sine MLP (128 x 4); the other is compared",
+    )
     parser.add_argument("--resolution", type=float, default=None, help="FDTD reference cell size (m)")
     parser.add_argument("--windows", type=int, default=3, help="time windows of the curriculum (1: none)")
     parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
@@ -214,29 +220,32 @@ def main():
 
     torch.manual_seed(0)
     problem, scales = build(setup, batch, args.formulation)
-    model = pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
+    if args.network == "plain":
+        model = plain_model(problem, args.formulation)
+    else:
+        model = pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
     run = (setup, batch, args.formulation)
     main_run = train_windows(
         *run, model, reference, steps, args.lr, monitor_every, args.windows, args.checkpoint
     )
     errors, evaluations = main_run["errors"], main_run["evaluations"]
-    results["multiscale"] = main_run
+    results[args.network] = main_run
+    name = "MultiScaleMLP" if args.network == "multiscale" else "plain sine MLP"
     print(
-        f"MultiScaleMLP PINN ({args.formulation}, {args.windows} time windows): Ex {errors['Ex']:.4f}  "
+        f"{name} PINN ({args.formulation}, {args.windows} time windows): Ex {errors['Ex']:.4f}  "
         f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after {evaluations:.3g} point evaluations "
         f"({main_run['seconds']:.0f} s); MindElec: 0.0356 0.0343 0.0230 after {MINDELEC['evaluations']:.3g}"
     )
 
-    if "mlp" not in skip:
+    if "mlp" not in skip:  # the other network, same budget
         torch.manual_seed(0)
-        if args.formulation == "potential":  # one sine network of the same cost (128^2 = 4 x 64^2 weights)
-            plain = pinn.default_model(problem, scales=(1.0,), hidden_features=128, hidden_layers=4)
+        if args.network == "plain":
+            other, kind = pinn.default_model(problem), "MultiScaleMLP"
         else:
-            plain = pinn.ZeroInitialFields(_centred_mlp(problem), time_column=2)
-            plain.in_features = 3
-        results["mlp"] = train_windows(*run, plain, reference, steps, args.lr, monitor_every, args.windows)
+            other = plain_model(problem, args.formulation)
+            kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
+        results["mlp"] = train_windows(*run, other, reference, steps, args.lr, monitor_every, args.windows)
         mlp_errors = results["mlp"]["errors"]
-        kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
         print(
             f"{kind}, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
             f"Hz {mlp_errors['Hz']:.4f} ({results['mlp']['seconds']:.0f} s)"
@@ -256,6 +265,16 @@ def main():
     if "incremental" in results and results["incremental"]["ratio"] is not None:
         ratio = results["incremental"]["ratio"]
         print(f"incremental training: steps to target, scratch / fine-tune = {ratio:.2f}")
+
+
+def plain_model(problem, formulation):
+    """The single-scale network compared with MultiScaleMLP: one sine MLP of the same cost (128^2 = 4 x 64^2
+    weights) for the potential formulation, a tanh MLP for the fields formulation."""
+    if formulation == "potential":
+        return pinn.default_model(problem, scales=(1.0,), hidden_features=128, hidden_layers=4)
+    plain = pinn.ZeroInitialFields(_centred_mlp(problem), time_column=2)
+    plain.in_features = 3
+    return plain
 
 
 def _centred_mlp(problem):
