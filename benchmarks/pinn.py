@@ -124,7 +124,17 @@ def train(
 
 
 def train_windows(
-    setup, batch, formulation, model, reference, steps, lr, monitor_every, windows, checkpoint=None
+    setup,
+    batch,
+    formulation,
+    model,
+    reference,
+    steps,
+    lr,
+    monitor_every,
+    windows,
+    checkpoint=None,
+    parameters=(),
 ):
     """Time-marching curriculum: train on ``[0, k T / windows]``, k = 1 .. windows, ``steps / windows`` each
     (learning rate decaying to 1/2 within the early windows, to the formulation's final factor in the last).
@@ -148,6 +158,7 @@ def train_windows(
             window_steps,
             lr,
             every,
+            parameters=parameters,
             checkpoint=checkpoint,
             lr_decay=None if last else 0.5,
         )
@@ -159,9 +170,10 @@ def train_windows(
     return {"errors": errors, "evaluations": evaluations, "seconds": seconds, "history": history}
 
 
-def steps_to(trainer, target):
-    """First monitored step whose largest component error is below ``target`` (None if never)."""
-    for step, error in zip(trainer.history["monitor_step"], trainer.history["monitor/max"]):
+def steps_to(history, target):
+    """First monitored step of a training ``history`` whose largest component error is below ``target``
+    (None if never)."""
+    for step, error in zip(history["monitor_step"], history["monitor/max"]):
         if error < target:
             return step
     return None
@@ -188,6 +200,9 @@ def main():
         help="main run: sine MultiScaleMLP (4 x 64) or one sine MLP (128 x 4); the other is compared",
     )
     parser.add_argument("--resolution", type=float, default=None, help="FDTD reference cell size (m)")
+    parser.add_argument(
+        "--incremental-duration", type=float, default=None, help="ns simulated in the incremental part (4)"
+    )
     parser.add_argument("--windows", type=int, default=3, help="time windows of the curriculum (1: none)")
     parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
     args = parser.parse_args()
@@ -218,12 +233,14 @@ def main():
         f"FDTD reference ({resolution * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, {samples} samples"
     )
 
+    def make_model(problem):
+        if args.network == "plain":
+            return plain_model(problem, args.formulation)
+        return pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
+
     torch.manual_seed(0)
     problem, scales = build(setup, batch, args.formulation)
-    if args.network == "plain":
-        model = plain_model(problem, args.formulation)
-    else:
-        model = pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
+    model = make_model(problem)
     run = (setup, batch, args.formulation)
     main_run = train_windows(
         *run, model, reference, steps, args.lr, monitor_every, args.windows, args.checkpoint
@@ -252,7 +269,7 @@ def main():
         )
 
     if "incremental" not in skip:
-        results["incremental"] = incremental(args, batch, resolution, stride)
+        results["incremental"] = incremental(args, batch, resolution, stride, make_model)
 
     if args.output:
         with open(args.output, "w") as handle:
@@ -292,41 +309,53 @@ def _centred_mlp(problem):
     )
 
 
-def incremental(args, batch, resolution, stride):
-    """Pre-train on permittivity in [1, 4]; fine-tune at 2.5 (unseen); steps to target vs from scratch."""
+def incremental(args, batch, resolution, stride, make_model):
+    """Pre-train on permittivity in [1, 4] with time windows as the main run; then at 2.5 (unseen) train a new
+    model from scratch (windows, half the steps) and fine-tune the pre-trained one over the whole duration,
+    and count the steps each needs to reach the from-scratch run's final error."""
     pretrain_steps = args.steps or (100 if args.quick else 10000)
     finetune_steps = max(pretrain_steps // 2, 50)
     unseen = 2.5
-    pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0))
+    duration = {"duration": args.incremental_duration * 1e-9} if args.incremental_duration else {}
+    pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0), **duration)
     problem, scales = build(pretrain_setup, batch, args.formulation)
-    setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen)
+    setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen, **duration)
     reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
+    every = max(finetune_steps // args.monitors, 5)
     torch.manual_seed(1)
-    model = pinn.default_model(problem)
-    start = time.perf_counter()
-    pre = train(
-        problem,
-        scales,
+    model = make_model(problem)
+    pre = train_windows(
+        pretrain_setup,
+        batch,
+        args.formulation,
         model,
         reference,
         pretrain_steps,
         args.lr,
-        max(pretrain_steps // 5, 10),
+        every,
+        args.windows,
         parameters=(unseen,),
     )
-    pretrain_error = pre.history["monitor/max"][-1]
+    pretrain_error = pre["history"]["monitor/max"][-1]
     print(
-        f"pre-trained on permittivity [1, 4] ({time.perf_counter() - start:.0f} s): largest error at "
-        f"{unseen} before fine-tuning {pretrain_error:.4f}"
+        f"pre-trained on permittivity [1, 4] ({pre['seconds']:.0f} s): largest error at {unseen} before "
+        f"fine-tuning {pretrain_error:.4f}"
     )
-    fixed = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(unseen, unseen))
+    fixed = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(unseen, unseen), **duration)
     fine_problem, _ = build(fixed, batch, args.formulation)
-    every = max(finetune_steps // args.monitors, 5)
-    scratch_model = pinn.default_model(fine_problem)
-    scratch = train(
-        fine_problem, scales, scratch_model, reference, finetune_steps, args.lr, every, parameters=(unseen,)
+    scratch = train_windows(
+        fixed,
+        batch,
+        args.formulation,
+        make_model(fine_problem),
+        reference,
+        finetune_steps,
+        args.lr,
+        every,
+        args.windows,
+        parameters=(unseen,),
     )
-    target = max(scratch.history["monitor/max"][-1], 1e-6)
+    target = max(scratch["history"]["monitor/max"][-1], 1e-6) * 1.0001
     tuned = train(
         fine_problem,
         scales,
@@ -336,9 +365,9 @@ def incremental(args, batch, resolution, stride):
         args.lr / 4,
         every,
         parameters=(unseen,),
-        target=target * 1.0001,
+        target=target,
     )
-    scratch_steps, tuned_steps = steps_to(scratch, target * 1.0001), steps_to(tuned, target * 1.0001)
+    scratch_steps, tuned_steps = steps_to(scratch["history"], target), steps_to(tuned.history, target)
     ratio = scratch_steps / tuned_steps if tuned_steps else None
     print(
         f"fine-tune at permittivity {unseen}: target {target:.4f} (scratch's final error) reached in "
@@ -347,6 +376,7 @@ def incremental(args, batch, resolution, stride):
     )
     return {
         "unseen": unseen,
+        "duration": pretrain_setup.duration,
         "pretrain_steps": pretrain_steps,
         "pretrain_error": pretrain_error,
         "target": target,
