@@ -187,7 +187,9 @@ def deepxde_network(model: pinn.PotentialTE) -> torch.nn.Module:
         raise ValueError(f"deepxde_network: model must have one sub-network of scale 1, got {network.scales}")
     mlp = network.subnetworks[0]
     if mlp.activation.w0 != 1.0:
-        raise ValueError(f"deepxde_network: the sine must have w0 = 1 (DeepXDE's 'sin'), got {mlp.activation}")
+        raise ValueError(
+            f"deepxde_network: the sine must have w0 = 1 (DeepXDE's 'sin'), got {mlp.activation}"
+        )
     layers = [*mlp.hidden, mlp.readout]
     sizes = [layers[0].in_features] + [layer.out_features for layer in layers]
     net = dde.nn.FNN(sizes, "sin", "Glorot uniform").to(mlp.readout.weight.dtype)
@@ -198,7 +200,9 @@ def deepxde_network(model: pinn.PotentialTE) -> torch.nn.Module:
     center, scale = network.input_center.clone(), network.input_scale.clone()
     tau, amplitude = model.tau, model.amplitude
     net.apply_feature_transform(lambda inputs: (inputs - center) * scale)
-    net.apply_output_transform(lambda inputs, psi: amplitude * (1 - torch.exp(-inputs[:, 2:3] / tau)) ** 2 * psi)
+    net.apply_output_transform(
+        lambda inputs, psi: amplitude * (1 - torch.exp(-inputs[:, 2:3] / tau)) ** 2 * psi
+    )
     return net
 
 
@@ -288,7 +292,9 @@ def train_deepxde(problem, scales, model, reference, batch, steps, lr, lr_decay,
     dde_model.compile("adam", lr=lr, decay=("lambda", lambda step: lr_decay ** (min(step, steps) / steps)))
     monitor = _Monitor(reference, DeepXDEFields(net, formulation), scales, monitor_every)
     reference.start()
-    dde_model.train(iterations=steps, display_every=steps, callbacks=[_Resample(disk_time, n_source), monitor])
+    dde_model.train(
+        iterations=steps, display_every=steps, callbacks=[_Resample(disk_time, n_source), monitor]
+    )
     seconds = reference.elapsed()
     return {
         "steps": monitor.steps,
@@ -323,9 +329,13 @@ def time_to(run, target):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run (1 ns, 200 steps; a minute or two)")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI-sized run (1 ns, 200 steps; a minute or two)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="Adam steps of each run (2000; quick 200)")
-    parser.add_argument("--batch", type=int, default=None, help="collocation points per step (1024; quick 512)")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="collocation points per step (1024; quick 512)"
+    )
     parser.add_argument("--duration", type=float, default=None, help="simulated time (s; 2e-9, quick 1e-9)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--monitors", type=int, default=10, help="error evaluations per run")
@@ -347,7 +357,9 @@ def main():
     torch.manual_seed(0)
     np.random.seed(0)
     model = pinn_benchmark.plain_model(problem, "potential")
-    deepxde_run = train_deepxde(problem, scales, model, reference, batch, steps, args.lr, lr_decay, monitor_every)
+    deepxde_run = train_deepxde(
+        problem, scales, model, reference, batch, steps, args.lr, lr_decay, monitor_every
+    )
     ours = train_ours(problem, scales, model, reference, steps, args.lr, monitor_every)
 
     target = max(max(ours["errors"].values()), max(deepxde_run["errors"].values()))
