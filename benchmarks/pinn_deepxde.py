@@ -17,7 +17,8 @@ pass (:class:`mindelec.pinn.PotentialTE`); DeepXDE takes them by reverse-mode au
 (``dde.grad.jacobian`` / ``dde.grad.hessian``, one backward pass for the gradient and one per Hessian
 row) and, by its design, evaluates the PDE residual at its boundary-condition points too. Differences
 of the set-up, documented: DeepXDE's quasi-random samplers return the same points at every call, so
-its points are pseudo-random (``"pseudo"``) where ours are scrambled Sobol; DeepXDE averages the PDE
+its points are pseudo-random (``"pseudo"``) where ours are scrambled Sobol (``--sampler uniform``: ours
+pseudo-random too); DeepXDE averages the PDE
 residual over all its PDE points (source-disk anchors, boundary and domain points), so the residual is
 weighted per row to give our loss (domain and source-disk means, boundary rows weight 0).
 
@@ -339,6 +340,12 @@ def main():
     parser.add_argument("--duration", type=float, default=None, help="simulated time (s; 2e-9, quick 1e-9)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--monitors", type=int, default=10, help="error evaluations per run")
+    parser.add_argument(
+        "--sampler",
+        choices=("sobol", "uniform"),
+        default="sobol",
+        help="our collocation points: scrambled Sobol (the suite's default) or pseudo-random (as DeepXDE's)",
+    )
     parser.add_argument("--output", default=None, help="write the figures to this JSON file")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -354,6 +361,8 @@ def main():
     reference = TimedReference(pinn.fdtd_reference(setup, resolution=5e-3, frames=10, stride=4))
     print(f"FDTD reference (5 mm cells, [0, {duration * 1e9:g} ns]): {time.perf_counter() - start:.1f} s")
     problem, scales = pinn_benchmark.build(setup, batch, "potential")
+    for constraint in problem.constraints.values():
+        constraint.sampler = args.sampler
     torch.manual_seed(0)
     np.random.seed(0)
     model = pinn_benchmark.plain_model(problem, "potential")
@@ -367,6 +376,7 @@ def main():
     results = {
         "steps": steps,
         "batch": batch,
+        "sampler": args.sampler,
         "duration": duration,
         "evaluations": steps * batch,
         "ours": ours,
