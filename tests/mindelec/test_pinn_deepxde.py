@@ -17,7 +17,8 @@ import torch
 import mindelec as me
 
 os.environ["DDE_BACKEND"] = "pytorch"
-dde = pytest.importorskip("deepxde")
+import deepxde as dde  # noqa: E402 - a test dependency (dev extra): a missing install fails, not skips
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pinn_deepxde  # noqa: E402 - benchmarks/pinn_deepxde.py
 
