@@ -162,6 +162,9 @@ def test_bad_inputs():
 
     with pytest.raises(ValueError, match="model takes 4 inputs but the problem has 3"):
         pde.Trainer(problem, cnn.MLP(4, 3))
+    three_inputs = cnn.MultiScaleMLP(3, 1, (1,), 8, 1, "sin")
+    with pytest.raises(ValueError, match="inputs \\(x, y, t \\[, parameters\\], s\\) and 1 output"):
+        pinn.PotentialTE(three_inputs, radial_center=(0.5, 0.5))
 
 
 def test_fdtd_reference_satisfies_the_dimensionless_te_equations_with_the_same_source():
@@ -215,25 +218,39 @@ def test_fdtd_reference_satisfies_the_dimensionless_te_equations_with_the_same_s
     assert flipped.abs().max() > 0.5 * source.abs().max()
 
 
-def _small_potential(particular=None, permittivity=1.0):
+def _small_potential(particular=None, permittivity=1.0, radial_center=None):
     from common import nn as cnn
 
     torch.manual_seed(0)
-    network = cnn.MultiScaleMLP(
-        3, 1, (1, 3), 16, 2, "sin", input_center=(0.5, 0.5, 0.3), input_scale=(2, 2, 3)
-    )
+    radial = radial_center is not None
+    center, scale = (0.5, 0.5, 0.3) + (0.4,) * radial, (2, 2, 3) + (2.5,) * radial
+    network = cnn.MultiScaleMLP(3 + radial, 1, (1, 3), 16, 2, "sin", input_center=center, input_scale=scale)
     return pinn.PotentialTE(
-        network, tau=0.1, amplitude=0.5, permittivity=permittivity, particular=particular
+        network,
+        tau=0.1,
+        amplitude=0.5,
+        permittivity=permittivity,
+        particular=particular,
+        radial_center=radial_center,
+        radial_softening=0.03,
     ).double()
 
 
-def test_potential_jet_equals_autograd_derivatives_of_the_potential():
-    """The forward-mode (Taylor) value, gradient and Hessian equal reverse-mode autodiff of psi."""
-    model = _small_potential()
+@pytest.mark.parametrize("radial_center", [None, (0.45, 0.55)])
+def test_potential_jet_equals_autograd_derivatives_of_the_potential(radial_center):
+    """The forward-mode (Taylor) value, gradient and Hessian equal reverse-mode autodiff of psi, also with
+    the softened distance to a centre as an extra network input."""
+    model = _small_potential(radial_center=radial_center)
     p = random_points(64, 3, seed=6)
+    if radial_center is not None:  # points close to the centre, where s curves most
+        p = torch.cat([p[:32], p[32:] * torch.tensor([0.04, 0.04, 1.0]) + torch.tensor([0.43, 0.53, 0.0])])
     jet = model(p)
     ramp = -torch.expm1(-p[:, 2] / 0.1)
-    psi = 0.5 * ramp**2 * model.network(p)[:, 0]
+    inputs = p
+    if radial_center is not None:
+        distance = ((p[:, :2] - torch.tensor(radial_center, **torch_f64)).pow(2).sum(1) + 0.03**2).sqrt()
+        inputs = torch.cat([p, distance[:, None]], 1)
+    psi = 0.5 * ramp**2 * model.network(inputs)[:, 0]
     hessian = ad.hessian(psi, p)
     expected = torch.cat(
         [psi[:, None], ad.grad(psi, p), torch.stack([hessian[:, a, b] for a, b in PAIRS], 1)], 1
@@ -276,6 +293,36 @@ def test_wave_and_mur_potential_residuals_vanish_for_an_outgoing_plane_wave():
     assert pinn.mur_potential_residual(jet, -right, eps, speed).abs().max() > 1.0  # incoming on the left side
 
 
+def test_engquist_majda_condition_matches_its_plane_wave_reflection_law():
+    """For a plane wave leaving through x = 1 at angle theta, the first-order (Mur) residual on Hz is
+    eps k^2 v^2 sin(phase) (cos theta - 1), the second-order one eps k^2 v^2 sin(phase)
+    (cos theta - 1 + sin^2 theta / 2): zero at normal incidence, O(theta^4) instead of O(theta^2)."""
+    eps, mu, k = 2.0, 1.5, 6.0
+    speed = 1 / math.sqrt(eps * mu)
+    p = random_points(100, 3, seed=11)
+    right = torch.tensor([[1.0, 0.0]], **torch_f64).expand(100, 2)
+    for theta in (0.0, 0.3, 0.7):
+        phase = k * (math.cos(theta) * p[:, 0] + math.sin(theta) * p[:, 1] - speed * p[:, 2])
+        psi = torch.sin(phase)
+        hessian = ad.hessian(psi, p)
+        jet = torch.cat(
+            [psi[:, None], ad.grad(psi, p), torch.stack([hessian[:, a, b] for a, b in PAIRS], 1)], 1
+        )
+        scale = eps * k**2 * speed**2 * torch.sin(phase)
+        first = pinn.mur_potential_residual(jet, right, eps, speed)[:, 2]
+        second = pinn.engquist_majda_potential_residual(jet, right, eps, speed)
+        assert second.shape == (100, 1)
+        torch.testing.assert_close(first, scale * (math.cos(theta) - 1), rtol=0, atol=1e-11 * k**2)
+        expected = scale * (math.cos(theta) - 1 + math.sin(theta) ** 2 / 2)
+        torch.testing.assert_close(second[:, 0], expected, rtol=0, atol=1e-11 * k**2)
+    # an incoming wave (through the left side's normal) is not absorbed
+    left = -right
+    assert pinn.engquist_majda_potential_residual(jet, left, eps, speed).abs().max() > 1.0
+    setup = pinn.PointSourceSetup(duration=1e-9)
+    with pytest.raises(ValueError, match="absorbing_order must be 1, or 2 with formulation='potential'"):
+        pinn.point_source_problem(setup, absorbing_order=2)
+
+
 def test_point_source_potential_carries_the_source_laplacian():
     """laplace psi_s = Mz (the PointSource density) without cutoff; its jet is consistent with autodiff."""
     setup = pinn.PointSourceSetup(duration=2e-9, amplitude=2.0)
@@ -312,6 +359,12 @@ def test_potential_problem_trains_with_the_default_potential_model():
     trainer.train()
     assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
     assert model.field_model()(torch.rand(5, 3)).shape == (5, 3)
+    radial = pinn.default_model(
+        problem, scales=(1,), hidden_features=16, hidden_layers=2, radial_softening=0.05
+    )
+    assert radial.in_features == 3 and radial.network.in_features == 4  # (x, y, t) and s
+    assert radial.radial_center == pytest.approx(setup.source_position)  # L = 1 m: the same numbers
+    pde.Trainer(problem, radial, steps=2, progress=False).train()
     with pytest.raises(ValueError, match="potential formulation needs polarization .TE."):
         pinn.point_source_problem(pinn.PointSourceSetup(polarization="TM"), formulation="potential")
     with pytest.raises(ValueError, match="formulation must be 'fields' or 'potential'"):
