@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -34,6 +35,7 @@ import torch
 import mindelec as me
 from common import nn as cnn
 from common import pde
+from common.units import SPEED_OF_LIGHT
 
 pinn = me.pinn
 MINDELEC = {"Ex": 0.0356, "Ey": 0.0343, "Hz": 0.0230, "evaluations": 6000 * 8 * 8192}
@@ -49,8 +51,9 @@ SETTINGS = {
 }
 
 
-def build(setup, batch, formulation, source_fraction=0.25, boundary_fraction=0.25):
-    """Problem and scales with ``batch`` points per step split between domain, source region and boundary."""
+def build(setup, batch, formulation, absorbing_order=1, source_fraction=0.25, boundary_fraction=0.25):
+    """Problem and scales with ``batch`` points per step split between domain, source region and boundary
+    (``absorbing_order`` 2: second-order Engquist-Majda walls, potential formulation only)."""
     n_source, n_boundary = int(batch * source_fraction), int(batch * boundary_fraction)
     return pinn.point_source_problem(
         setup,
@@ -58,8 +61,87 @@ def build(setup, batch, formulation, source_fraction=0.25, boundary_fraction=0.2
         n_source=n_source,
         n_boundary=n_boundary,
         formulation=formulation,
+        absorbing_order=absorbing_order,
         **SETTINGS[formulation][0],
     )
+
+
+def wall_floor(setup, order, resolution, frames=20):
+    """Relative L2 distance (Ex, Ey, Hz over ``frames`` snapshots) between the exact solution of the posed
+    problem, walls of absorbing ``order`` (1 Mur, 2 Engquist-Majda) on the domain's sides, and the open-domain
+    solution that :func:`mindelec.pinn.fdtd_reference` computes: the smallest error any PINN of this
+    problem can have against the reference.
+
+    Both solve the scalar wave equation of the TE potential, ``psi_tt = c^2 (laplace psi - Mz)``
+    (``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = psi_t / c``), by leapfrog on a ``resolution`` grid; the
+    walls use Mur's (1971) discretisation, the open domain is padded by ``c T`` so no reflection returns.
+    """
+    c = SPEED_OF_LIGHT
+    dt = 0.5 * resolution / c
+    steps = math.ceil(setup.duration / dt)
+    every = max(1, steps // frames)
+    source, waveform = setup.source(), setup.waveform()
+    lower, upper = (
+        torch.tensor(setup.lower, dtype=torch.float64),
+        torch.tensor(setup.upper, dtype=torch.float64),
+    )
+    inner = [round(float(u - lo) / resolution) + 1 for lo, u in zip(lower, upper)]
+
+    def run(pad, walls):
+        axes = [lower[a] - pad * resolution + resolution * torch.arange(inner[a] + 2 * pad) for a in range(2)]
+        xx, yy = torch.meshgrid(*axes, indexing="ij")
+        density = source.profile(torch.stack([xx.flatten(), yy.flatten()], 1)).reshape(xx.shape)
+        previous, current = torch.zeros_like(xx), torch.zeros_like(xx)
+        k1 = (c * dt - resolution) / (c * dt + resolution)
+        k2, k3 = (
+            2 * resolution / (c * dt + resolution),
+            (c * dt) ** 2 / (2 * resolution * (c * dt + resolution)),
+        )
+        snapshots = []
+        sides = (
+            lambda u: (u[0], u[1]),
+            lambda u: (u[-1], u[-2]),
+            lambda u: (u[:, 0], u[:, 1]),
+            lambda u: (u[:, -1], u[:, -2]),
+        )
+        for step in range(steps):
+            moment = float(waveform(torch.tensor(step * dt, dtype=torch.float64)))
+            laplacian = torch.zeros_like(current)
+            laplacian[1:-1, 1:-1] = (
+                current[2:, 1:-1]
+                + current[:-2, 1:-1]
+                + current[1:-1, 2:]
+                + current[1:-1, :-2]
+                - 4 * current[1:-1, 1:-1]
+            ) / resolution**2
+            new = 2 * current - previous + (c * dt) ** 2 * (laplacian - source.amplitude * moment * density)
+            for side in sides if walls else ():  # views of the wall row and the first interior row
+                (n0, n1), (c0, c1), (p0, p1) = side(new), side(current), side(previous)
+                mur = c1 + k1 * (n1 - c0)
+                if order == 2:  # along the wall, corners keep first order
+                    along = (c0[2:] - 2 * c0[1:-1] + c0[:-2]) + (c1[2:] - 2 * c1[1:-1] + c1[:-2])
+                    mur[1:-1] = (
+                        -p1[1:-1] + k1 * (n1[1:-1] + p0[1:-1]) + k2 * (c0[1:-1] + c1[1:-1]) + k3 * along
+                    )
+                n0.copy_(mur)
+            previous, current = current, new
+            if (step + 1) % every == 0:
+                window = (slice(pad, pad + inner[0]), slice(pad, pad + inner[1]))
+                psi, psi_t = current[window], (current - previous)[window] / dt
+                snapshots.append(
+                    torch.stack(
+                        [
+                            (psi[1:-1, 2:] - psi[1:-1, :-2]) / (2 * resolution),
+                            -(psi[2:, 1:-1] - psi[:-2, 1:-1]) / (2 * resolution),
+                            psi_t[1:-1, 1:-1] / c,
+                        ]
+                    )
+                )
+        return torch.stack(snapshots)
+
+    walled, open_domain = run(0, True), run(math.ceil(c * setup.duration / resolution) + 2, False)
+    difference = (walled - open_domain).pow(2).sum((0, 2, 3)).sqrt()
+    return dict(zip(("Ex", "Ey", "Hz"), (difference / open_domain.pow(2).sum((0, 2, 3)).sqrt()).tolist()))
 
 
 def field_model(model):
@@ -135,6 +217,7 @@ def train_windows(
     windows,
     checkpoint=None,
     parameters=(),
+    absorbing_order=1,
 ):
     """Time-marching curriculum: train on ``[0, k T / windows]``, k = 1 .. windows, ``steps / windows`` each
     (learning rate decaying to 1/2 within the early windows, to the formulation's final factor in the last).
@@ -148,7 +231,7 @@ def train_windows(
     window_steps = every * count
     for window in range(1, windows + 1):
         part = dataclasses.replace(setup, duration=setup.duration * window / windows)
-        problem, scales = build(part, batch, formulation)
+        problem, scales = build(part, batch, formulation, absorbing_order)
         last = window == windows
         trainer = train(
             problem,
@@ -199,6 +282,25 @@ def main():
         default="multiscale",
         help="main run: sine MultiScaleMLP (4 x 64) or one sine MLP (128 x 4); the other is compared",
     )
+    parser.add_argument(
+        "--absorbing-order",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="walls: 1 first-order Mur (MindElec's), 2 second-order Engquist-Majda (potential formulation)",
+    )
+    parser.add_argument(
+        "--radial",
+        type=float,
+        default=None,
+        help="potential formulation: give the network the distance to the source, softened by this (m)",
+    )
+    parser.add_argument(
+        "--input-frequency",
+        type=float,
+        default=1.0,
+        help="plain network: factor on its normalised inputs (first-layer frequencies up to this / 3)",
+    )
     parser.add_argument("--resolution", type=float, default=None, help="FDTD reference cell size (m)")
     parser.add_argument(
         "--incremental-duration", type=float, default=None, help="ns simulated in the incremental part (4)"
@@ -222,12 +324,23 @@ def main():
         "formulation": args.formulation,
         "windows": args.windows,
         "resolution": resolution,
+        "absorbing_order": args.absorbing_order,
+        "radial": args.radial,
+        "input_frequency": args.input_frequency,
     }
+
+    def softening(problem):  # --radial in m, dimensionless
+        return None if args.radial is None else args.radial / problem.scales.length
 
     def make_model(problem):
         if args.network == "plain":
-            return plain_model(problem, args.formulation)
-        return pinn.default_model(problem, fourier_features=args.fourier, fourier_scale=args.fourier_scale)
+            return plain_model(problem, args.formulation, softening(problem), args.input_frequency)
+        return pinn.default_model(
+            problem,
+            fourier_features=args.fourier,
+            fourier_scale=args.fourier_scale,
+            radial_softening=softening(problem),
+        )
 
     if "main" not in skip:
         setup = pinn.PointSourceSetup(source_radius=args.radius)
@@ -239,12 +352,26 @@ def main():
             f"FDTD reference ({resolution * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, "
             f"{samples} samples"
         )
+        floor = wall_floor(setup, args.absorbing_order, resolution)
+        results["floor"] = floor
+        print(
+            f"exact solution with order-{args.absorbing_order} walls vs the open domain (the smallest error "
+            f"possible): Ex {floor['Ex']:.4f}  Ey {floor['Ey']:.4f}  Hz {floor['Hz']:.4f}"
+        )
         torch.manual_seed(0)
-        problem, scales = build(setup, batch, args.formulation)
+        problem, scales = build(setup, batch, args.formulation, args.absorbing_order)
         model = make_model(problem)
         run = (setup, batch, args.formulation)
         main_run = train_windows(
-            *run, model, reference, steps, args.lr, monitor_every, args.windows, args.checkpoint
+            *run,
+            model,
+            reference,
+            steps,
+            args.lr,
+            monitor_every,
+            args.windows,
+            args.checkpoint,
+            absorbing_order=args.absorbing_order,
         )
         errors, evaluations = main_run["errors"], main_run["evaluations"]
         results[args.network] = main_run
@@ -259,12 +386,20 @@ def main():
         if "mlp" not in skip:  # the other network, same budget
             torch.manual_seed(0)
             if args.network == "plain":
-                other, kind = pinn.default_model(problem), "MultiScaleMLP"
+                other = pinn.default_model(problem, radial_softening=softening(problem))
+                kind = "MultiScaleMLP"
             else:
-                other = plain_model(problem, args.formulation)
+                other = plain_model(problem, args.formulation, softening(problem))
                 kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
             results["mlp"] = train_windows(
-                *run, other, reference, steps, args.lr, monitor_every, args.windows
+                *run,
+                other,
+                reference,
+                steps,
+                args.lr,
+                monitor_every,
+                args.windows,
+                absorbing_order=args.absorbing_order,
             )
             mlp_errors = results["mlp"]["errors"]
             print(
@@ -288,11 +423,18 @@ def main():
         print(f"incremental training: steps to target, scratch / fine-tune = {ratio:.2f}")
 
 
-def plain_model(problem, formulation):
+def plain_model(problem, formulation, radial_softening=None, input_frequency=1.0):
     """The single-scale network compared with MultiScaleMLP: one sine MLP of the same cost (128^2 = 4 x 64^2
-    weights) for the potential formulation, a tanh MLP for the fields formulation."""
+    weights) for the potential formulation (optionally with the radial input; ``input_frequency`` multiplies
+    its normalised inputs, SIREN's first-layer ``w0``), a tanh MLP for the fields formulation."""
     if formulation == "potential":
-        return pinn.default_model(problem, scales=(1.0,), hidden_features=128, hidden_layers=4)
+        return pinn.default_model(
+            problem,
+            scales=(input_frequency,),
+            hidden_features=128,
+            hidden_layers=4,
+            radial_softening=radial_softening,
+        )
     plain = pinn.ZeroInitialFields(_centred_mlp(problem), time_column=2)
     plain.in_features = 3
     return plain
@@ -322,7 +464,7 @@ def incremental(args, batch, resolution, stride, make_model):
     unseen = 2.5
     duration = {"duration": args.incremental_duration * 1e-9} if args.incremental_duration else {}
     pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0), **duration)
-    problem, scales = build(pretrain_setup, batch, args.formulation)
+    problem, scales = build(pretrain_setup, batch, args.formulation, args.absorbing_order)
     setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen, **duration)
     reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
     every = max(finetune_steps // args.monitors, 5)
@@ -339,6 +481,7 @@ def incremental(args, batch, resolution, stride, make_model):
         every,
         args.windows,
         parameters=(unseen,),
+        absorbing_order=args.absorbing_order,
     )
     pretrain_error = pre["history"]["monitor/max"][-1]
     print(
@@ -346,7 +489,7 @@ def incremental(args, batch, resolution, stride, make_model):
         f"fine-tuning {pretrain_error:.4f}"
     )
     fixed = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(unseen, unseen), **duration)
-    fine_problem, _ = build(fixed, batch, args.formulation)
+    fine_problem, _ = build(fixed, batch, args.formulation, args.absorbing_order)
     scratch = train_windows(
         fixed,
         batch,
@@ -358,6 +501,7 @@ def incremental(args, batch, resolution, stride, make_model):
         every,
         args.windows,
         parameters=(unseen,),
+        absorbing_order=args.absorbing_order,
     )
     target = max(scratch["history"]["monitor/max"][-1], 1e-6) * 1.0001
     tuned = train(
