@@ -43,6 +43,7 @@ import torch
 import mindelec as me
 from common import nn as cnn
 from common import pde
+from common.io import load_checkpoint
 from common.units import SPEED_OF_LIGHT
 
 pinn = me.pinn
@@ -281,6 +282,11 @@ def main():
     parser.add_argument("--skip", default="", help="comma list of parts to skip: main,mlp,incremental")
     parser.add_argument("--output", default=None, help="write the figures to this JSON file")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file of the main run")
+    parser.add_argument(
+        "--initial",
+        default=None,
+        help="start the main run from this checkpoint's model (to continue a run: --windows 1, a lower --lr)",
+    )
     parser.add_argument("--fourier", type=int, default=0, help="random Fourier features in front (0: none)")
     parser.add_argument("--fourier-scale", type=float, default=2.0, help="their std (cycles per unit input)")
     parser.add_argument("--formulation", choices=("potential", "fields"), default="potential")
@@ -314,7 +320,7 @@ def main():
     parser.add_argument(
         "--incremental-duration", type=float, default=None, help="ns simulated in the incremental part (4)"
     )
-    parser.add_argument("--windows", type=int, default=3, help="time windows of the curriculum (1: none)")
+    parser.add_argument("--windows", type=int, default=6, help="time windows of the curriculum (1: none)")
     parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -338,6 +344,7 @@ def main():
         "absorbing_order": args.absorbing_order,
         "radial": args.radial,
         "input_frequency": args.input_frequency,
+        "initial": args.initial,
     }
 
     def softening(problem):  # --radial in m, dimensionless
@@ -372,6 +379,8 @@ def main():
         torch.manual_seed(0)
         problem, scales = build(setup, batch, args.formulation, args.absorbing_order)
         model = make_model(problem)
+        if args.initial:
+            model.load_state_dict(load_checkpoint(args.initial)["model"])
         run = (setup, batch, args.formulation)
         main_run = train_windows(
             *run,
