@@ -1,0 +1,90 @@
+"""Validators shared by the suite's entry points, with messages that say what and where.
+
+Each function returns its (converted) argument or raises a :mod:`common.errors` exception
+whose message names the argument and, for tensors, the first offending element, e.g.
+``"positions of atom 17 are not finite: (nan, 0.1, 0.2)"``.
+
+Example::
+
+    from common import checks
+    steps = checks.positive_int(steps, "steps")
+    checks.finite(positions, "positions", item="atom")
+"""
+
+from __future__ import annotations
+
+import torch
+
+from common.errors import ConfigurationError, DataError
+
+__all__ = ["positive_int", "non_negative_int", "finite", "positions"]
+
+
+def positive_int(value, name: str) -> int:
+    """``value`` as an int > 0; ``bool`` and non-integral numbers are refused.
+
+    Raises:
+        ConfigurationError: naming ``name`` and the value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def non_negative_int(value, name: str) -> int:
+    """``value`` as an int >= 0; ``bool`` and non-integral numbers are refused.
+
+    Raises:
+        ConfigurationError: naming ``name`` and the value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tensor:
+    """Refuse NaN or infinite entries, naming the first bad ``item`` along the first axis.
+
+    Args:
+        tensor: any floating tensor (integer tensors pass unchanged); a 0-d tensor is one item.
+        name: what the tensor is (``"positions"``, ``"permittivity of DesignRegion 'lens'"``).
+        item: what one index of the first axis is (``"atom"``, ``"cell"``, ``"sample"``).
+
+    Returns:
+        ``tensor`` unchanged.
+
+    Raises:
+        DataError: with the index of the first row holding a non-finite value and that row's values.
+    """
+    if not torch.is_floating_point(tensor) and not torch.is_complex(tensor):
+        return tensor
+    bad = ~torch.isfinite(tensor.detach())
+    if not bool(bad.any()):
+        return tensor
+    if tensor.dim() == 0:
+        raise DataError(f"{name} is not finite: {float(tensor)}")
+    rows = bad.reshape(tensor.shape[0], -1).any(dim=1)
+    first = int(torch.nonzero(rows)[0, 0])
+    values = tensor.detach()[first].reshape(-1)[:6].tolist()
+    shown = ", ".join(f"{value:.6g}" if isinstance(value, float) else str(value) for value in values)
+    count = int(rows.sum())
+    more = f" ({count} {item}s in all)" if count > 1 else ""
+    if tensor.dim() == 1:
+        raise DataError(f"{name} of {item} {first} is not finite: {shown}{more}")
+    raise DataError(f"{name} of {item} {first} are not finite: ({shown}){more}")
+
+
+def positions(tensor, name: str = "positions") -> torch.Tensor:
+    """Atomic positions: a floating tensor of shape (N, 3) with finite values (nm).
+
+    Raises:
+        ConfigurationError: wrong type or shape.
+        DataError: a non-finite coordinate, naming the atom.
+    """
+    if not isinstance(tensor, torch.Tensor) or not torch.is_floating_point(tensor):
+        raise ConfigurationError(
+            f"{name} must be a floating torch tensor of shape (N, 3), got {type(tensor).__name__}"
+        )
+    if tensor.dim() != 2 or tensor.shape[1] != 3:
+        raise ConfigurationError(f"{name} must have shape (N, 3), got {tuple(tensor.shape)}")
+    return finite(tensor, name, item="atom")

@@ -1,0 +1,51 @@
+"""The suite's exception hierarchy: one root, three branches.
+
+Every error the suite raises on purpose derives from :class:`MindScienceError`, so a batch
+script can catch the suite's refusals in one ``except`` and let real bugs through. The
+branches say whose fault it is:
+
+- :class:`ConfigurationError`: the caller asked for something contradictory or impossible
+  (a bad argument, a bad recipe or TOML key, a frequency the grid cannot carry). Also a
+  ``ValueError``, so code that caught ``ValueError`` keeps working.
+- :class:`DataError`: a file or tensor handed in is damaged or holds values that cannot be
+  used (a truncated HDF5 file, a checkpoint whose checksum fails, NaN positions). Also a
+  ``ValueError``.
+- :class:`SimulationError`: a run went wrong while it was running (an MD or FDTD blow-up, a
+  constraint that does not converge). Also a ``RuntimeError``.
+
+Example::
+
+    from common.errors import MindScienceError
+    try:
+        sim.run(100_000)
+    except MindScienceError as error:
+        print("refused or failed:", error)
+"""
+
+from __future__ import annotations
+
+__all__ = ["MindScienceError", "ConfigurationError", "DataError", "SimulationError"]
+
+
+class MindScienceError(Exception):
+    """Root of every exception the suite raises on purpose."""
+
+
+class ConfigurationError(MindScienceError, ValueError):
+    """A request that is contradictory, out of range or impossible for the chosen set-up."""
+
+
+class DataError(MindScienceError, ValueError):
+    """Input data (a file, a tensor) is damaged or holds values that cannot be used."""
+
+
+class SimulationError(MindScienceError, RuntimeError):
+    """A simulation failed while running (blow-up, non-convergence).
+
+    Attributes:
+        step: the step at which the failure was detected, or ``None`` when not known.
+    """
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
