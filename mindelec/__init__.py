@@ -8,7 +8,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"fdtd", "fdfd", "ports", "pinn", "data", "surrogate", "sweeps", "config"}
+_SUBMODULES = {"fdtd", "fdfd", "ports", "pinn", "data", "surrogate", "sweeps"}
 
 
 def __getattr__(name):

@@ -192,3 +192,11 @@ def test_shipped_example_config_loads():
     run = config.load(path, cli.RunConfig)
     sim = cli.build_simulation(run)
     assert sim.grid.shape[:2] == (200, 200)
+
+
+def test_every_advertised_mindelec_submodule_imports():
+    import mindelec
+
+    for name in dir(mindelec):
+        if not name.startswith("_") and name != "importlib":
+            getattr(mindelec, name)
