@@ -312,7 +312,8 @@ def run(config_path, resume=False, progress=True):
         barostat = getattr(ms.barostats, kind)(**{key: getattr(config.barostat, key) for key in keys})
     output = config.output
     for name in (output.log, output.trajectory, output.checkpoint, output.final_structure):
-        (output.directory / name).parent.mkdir(parents=True, exist_ok=True)
+        if name:  # "" for an output that is not written
+            (output.directory / name).parent.mkdir(parents=True, exist_ok=True)
     checkpoint = output.directory / output.checkpoint
     reporters = [
         ms.reporters.LogReporter(output.directory / output.log, every=output.report_every, append=resume)

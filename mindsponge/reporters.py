@@ -75,7 +75,8 @@ class LogReporter(Reporter):
         every: report every this many steps.
         pressure: compute the pressure (two extra energy evaluations per report).
         stdout: also print each row to standard output when writing a file.
-        append: append to an existing file (a resumed run) instead of overwriting it.
+        append: append to an existing file (a resumed run, after :meth:`truncate`) instead of
+            overwriting it.
     """
 
     COLUMNS = (
@@ -184,7 +185,8 @@ class H5MDReporter(Reporter):
         path: the ``.h5md`` file (overwritten).
         every: report every this many steps.
         velocities: also write velocities (nm/ps).
-        append: append to an existing file written by this reporter (a resumed run).
+        append: append to an existing file written by this reporter (a resumed run, after
+            :meth:`truncate`).
     """
 
     def __init__(self, path, every=100, velocities=False, append=False):
