@@ -172,3 +172,12 @@ def test_truncate_without_files_and_of_a_header_only_log(tmp_path):
     simulation.close()
     assert (tmp_path / "log.csv").read_text().splitlines()[0] == DESIGN_HEADER + ",speed"
     assert [int(row["step"]) for row in _rows((tmp_path / "log.csv").read_text())] == [2]
+
+
+def test_truncate_of_a_damaged_trajectory_names_the_file(tmp_path):
+    from common.errors import DataError
+
+    path = tmp_path / "traj.h5md"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))  # an HDF5 signature, then nothing usable
+    with pytest.raises(DataError, match=rf"cannot open the trajectory '{path}' to cut it back to step 8"):
+        reporters.H5MDReporter(path, every=4, append=True).truncate(8)
