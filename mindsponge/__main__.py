@@ -30,8 +30,18 @@ reported with its file, line and key) describes a complete simulation::
     directory = "run"
     report_every = 100
 
-``--resume`` continues from the checkpoint in the output directory up to ``steps``.
-Errors are printed as one line (``error: ...``) with exit status 2.
+Relative paths (``pdb``, ``openmm_xml``, ``[output] directory``, and force-field files found
+next to the configuration, which take precedence over OpenMM's bundled files of the same name)
+are relative to the configuration file's folder, not to the working directory. The output
+files (``log``, ``trajectory``, ``checkpoint``, ``final_structure``) are relative to the output
+directory and must stay inside it: absolute paths and ``..`` are refused. At the end of the run
+the final positions and box are written as PDB (``final_structure``, default ``final.pdb``).
+
+``--resume`` continues from the checkpoint in the output directory up to ``steps``; the CSV log
+and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
+appears once, in order, even after the run was killed between two checkpoints. The progress
+bars (standard error) are redrawn at most once a minute when standard error is not a terminal;
+``--quiet`` turns them off. Errors are printed as one line (``error: ...``) with exit status 2.
 """
 
 import argparse
@@ -147,15 +157,30 @@ _BAROSTATS = {
 
 @dataclass
 class OutputConfig:
-    """Output files, in ``directory``."""
+    """Output files, relative to ``directory`` and inside it (``trajectory`` and
+    ``final_structure`` may be ``""``: not written)."""
 
     directory: pathlib.Path = pathlib.Path(".")
     log: str = "log.csv"
     trajectory: str = "trajectory.h5md"
     checkpoint: str = "run.chk"
+    final_structure: str = "final.pdb"
     report_every: int = 100
     trajectory_every: int = 1000
     checkpoint_every: int = 1000
+
+    def __post_init__(self):
+        # the messages name the key and no other key, so that the loader reports its line
+        for key in ("log", "checkpoint", "trajectory", "final_structure"):
+            name = getattr(self, key)
+            if not name and key in ("log", "checkpoint"):
+                raise ValueError(f"{key} must name a file, got an empty string")
+            path = pathlib.PurePath(name)
+            if path.is_absolute() or ".." in path.parts:
+                raise ValueError(
+                    f"{key} = {name!r} leaves the run's output folder; give a file name (or a relative "
+                    "path without '..') inside it"
+                )
 
 
 @dataclass
@@ -221,22 +246,49 @@ def _build(config, dtype):
     return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield
 
 
+def _resolve_paths(config, folder):
+    """Make the input paths and the output directory of ``config`` relative to ``folder``.
+
+    Force-field files are taken from ``folder`` when a file of that name is there, else left to
+    OpenMM (which looks among its bundled force fields).
+    """
+
+    def resolve(path):
+        return path if path is None or path.is_absolute() else folder / path
+
+    config.system.pdb = resolve(config.system.pdb)
+    config.system.openmm_xml = resolve(config.system.openmm_xml)
+    config.forcefield.files = [
+        str(folder / name) if (folder / name).is_file() else name for name in config.forcefield.files
+    ]
+    config.output.directory = resolve(config.output.directory)
+
+
 def run(config_path, resume=False, progress=True):
-    """Run the simulation a configuration file describes.
+    """Run the simulation a configuration file describes (see the module docstring).
+
+    Args:
+        config_path: the TOML configuration; relative paths in it are relative to its folder.
+        resume: continue from the checkpoint in the output directory, cutting the log and the
+            trajectory back to its step first.
+        progress: show progress bars (rate-limited when standard error is not a terminal).
 
     Returns:
         the :class:`~mindsponge.simulation.Simulation` after the run.
 
     Raises:
-        common.config.ConfigError: the file does not match the schema (file, line and key named).
+        common.config.ConfigError: the file does not match the schema (file, line and key named),
+            including an output file outside the output directory.
         FileNotFoundError: a missing file (named).
         ValueError: an inconsistent configuration (e.g. a barostat without a periodic box).
     """
     import mindsponge as ms
     from common import config as config_module
     from common.precision import Precision
+    from mindsponge import pdb
 
     config = config_module.load(config_path, RunConfig)
+    _resolve_paths(config, pathlib.Path(config_path).resolve().parent)
     precision = Precision.from_name(config.precision)
     system, forcefield = _build(config, precision.compute)
     if config.barostat is not None and system.box is None:
@@ -259,7 +311,9 @@ def run(config_path, resume=False, progress=True):
         kind, keys = _BAROSTATS[config.barostat.type]
         barostat = getattr(ms.barostats, kind)(**{key: getattr(config.barostat, key) for key in keys})
     output = config.output
-    output.directory.mkdir(parents=True, exist_ok=True)
+    for name in (output.log, output.trajectory, output.checkpoint, output.final_structure):
+        if name:  # "" for an output that is not written
+            (output.directory / name).parent.mkdir(parents=True, exist_ok=True)
     checkpoint = output.directory / output.checkpoint
     reporters = [
         ms.reporters.LogReporter(output.directory / output.log, every=output.report_every, append=resume)
@@ -286,6 +340,8 @@ def run(config_path, resume=False, progress=True):
     )
     if resume:
         simulation.load_checkpoint(checkpoint)
+        for reporter in reporters:  # what the stopped run reported after its last checkpoint
+            reporter.truncate(simulation.state.step)
     else:
         if config.minimize:
             simulation.minimize(tolerance=config.minimize_tolerance)
@@ -296,6 +352,9 @@ def run(config_path, resume=False, progress=True):
         simulation.save_checkpoint(checkpoint)
     finally:
         simulation.close()
+    if output.final_structure:
+        state = simulation.state
+        pdb.write_pdb(output.directory / output.final_structure, system.topology, state.positions, state.box)
     return simulation
 
 

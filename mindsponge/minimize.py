@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from common.progress import bar as progress_bar
+
 __all__ = ["MinimizationResult", "minimize"]
 
 METHODS = ("lbfgs", "fire")
@@ -173,7 +175,7 @@ def minimize(
         max_iterations: iteration limit.
         method: ``"lbfgs"`` or ``"fire"``.
         max_step: largest displacement of an atom in one iteration, nm.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (rate-limited when standard error is not a terminal).
 
     Returns:
         :class:`MinimizationResult`.
@@ -187,13 +189,13 @@ def minimize(
         raise ValueError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations <= 0:
         raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
-    from tqdm.auto import tqdm
-
     problem = _Problem(force, masses, box, constraints)
     if constraints is not None:
         positions = constraints.positions(positions, positions, masses)
     run = _lbfgs if method == "lbfgs" else _fire
-    with tqdm(total=max_iterations, disable=not progress, unit="iter", desc=f"minimize ({method})") as bar:
+    with progress_bar(
+        total=max_iterations, enabled=progress, unit="iter", desc=f"minimize ({method})"
+    ) as bar:
         positions, energy, forces, iterations = run(
             problem, positions, tolerance, max_iterations, max_step, bar
         )

@@ -1,8 +1,13 @@
 """Reporters: read-only observers that a :class:`~mindsponge.simulation.Simulation` calls every N steps.
 
-A reporter has an ``every`` attribute (steps between reports), ``report(simulation, state)``
-and ``close()``. The simulation calls ``report`` after each step whose number is a multiple of
-``every``; reporters never change the state (OpenMM's app-layer design).
+A reporter has an ``every`` attribute (steps between reports), ``report(simulation, state)``,
+``truncate(step)`` and ``close()``. The simulation calls ``report`` after each step whose number
+is a multiple of ``every`` (before writing a checkpoint of that step); reporters never change
+the state (OpenMM's app-layer design).
+
+A run continued from a checkpoint of step n (``mindsponge run --resume``) opens its reporters
+with ``append=True`` and calls ``truncate(n)`` first: the rows and frames written after step n
+by the run that stopped are removed, so every reported step appears once, in order.
 
 :class:`LogReporter` writes a CSV table (or prints it) with the columns of ``LogReporter.COLUMNS``:
 step, time (ps), potential, kinetic and total energy (kJ/mol), temperature (K), pressure (bar),
@@ -46,6 +51,12 @@ class Reporter:
         """Record ``state`` of ``simulation``."""
         raise NotImplementedError
 
+    def truncate(self, step):
+        """Remove what was reported after ``step`` (before a run resumes from a checkpoint of ``step``).
+
+        The base class writes nothing and removes nothing.
+        """
+
     def close(self):
         """Flush and release resources (called by :meth:`Simulation.close`)."""
 
@@ -64,7 +75,8 @@ class LogReporter(Reporter):
         every: report every this many steps.
         pressure: compute the pressure (two extra energy evaluations per report).
         stdout: also print each row to standard output when writing a file.
-        append: append to an existing file (a resumed run) instead of overwriting it.
+        append: append to an existing file (a resumed run, after :meth:`truncate`) instead of
+            overwriting it.
     """
 
     COLUMNS = (
@@ -124,6 +136,32 @@ class LogReporter(Reporter):
         ]
         self._write(",".join(row))
 
+    def truncate(self, step):
+        """Keep the header and the rows of steps <= ``step`` of an existing log, in order.
+
+        Reading stops at the first row of a later step, or at a row that is not complete (a
+        run killed while writing it); the file is replaced atomically. Later reports append.
+        """
+        if self.path is None or not os.path.isfile(self.path):
+            return
+        self.close()
+        with open(self.path) as handle:
+            lines = handle.read().split("\n")[:-1]  # the text after the last newline is incomplete
+        if not lines or lines[0].split(",")[0] != self.COLUMNS[0]:
+            self.append = False  # nothing but a partial header: start the file again
+            return
+        kept = lines[:1]
+        for line in lines[1:]:
+            fields = line.split(",")
+            if len(fields) != len(self.COLUMNS) or not fields[0].isdigit() or int(fields[0]) > step:
+                break
+            kept.append(line)
+        temporary = f"{self.path}.truncate"
+        with open(temporary, "w") as handle:
+            handle.write("\n".join(kept) + "\n")
+        os.replace(temporary, self.path)
+        self.append = True
+
     def close(self):
         """Close the file (standard output stays open)."""
         if self._handle is not None and self._handle is not sys.stdout:
@@ -132,18 +170,23 @@ class LogReporter(Reporter):
 
 
 class H5MDReporter(Reporter):
-    """Trajectory in the H5MD format (https://www.nongnu.org/h5md/), readable by MDAnalysis and mdtraj.
+    """Trajectory in the H5MD format (https://www.nongnu.org/h5md/), readable by MDAnalysis.
 
     Writes ``/particles/all/position`` (and ``velocity`` if asked) with ``value`` (T, N, 3) in nm,
     ``step`` and ``time`` (ps); the box as ``/particles/all/box/edges`` (T, 3, 3) nm (periodic
     systems); and ``/observables/{potential_energy,kinetic_energy,temperature}`` (T,). Every
     report is flushed, so a run that stops (blow-up) leaves a readable file.
 
+    Readers: MDAnalysis (``mda.Universe("top.pdb", "traj.h5md")``, its H5MD reader) and plain
+    h5py. mdtraj does not read H5MD (its HDF5 format is a different layout): convert with
+    MDAnalysis, or write a DCD/XTC from the frames, for mdtraj.
+
     Args:
         path: the ``.h5md`` file (overwritten).
         every: report every this many steps.
         velocities: also write velocities (nm/ps).
-        append: append to an existing file written by this reporter (a resumed run).
+        append: append to an existing file written by this reporter (a resumed run, after
+            :meth:`truncate`).
     """
 
     def __init__(self, path, every=100, velocities=False, append=False):
@@ -230,6 +273,49 @@ class H5MDReporter(Reporter):
         ):
             self._append(handle[f"observables/{name}"], values[key], state)
         handle.flush()
+
+    def truncate(self, step):
+        """Keep the frames of steps <= ``step`` of an existing file, in every time series.
+
+        Each time series (position, velocity, box, observables) is cut at its first frame of a
+        later step and at the shortest of its ``value``, ``step`` and ``time`` datasets (a run
+        killed in the middle of a report). Later reports append.
+
+        Raises:
+            common.errors.DataError: the file cannot be opened as HDF5 (naming it).
+        """
+        if not os.path.isfile(self.path):
+            return
+        import h5py
+        import numpy as np
+
+        from common.errors import DataError
+
+        self.close()
+        try:
+            handle = h5py.File(self.path, "a")
+        except OSError as error:
+            raise DataError(
+                f"cannot open the trajectory {str(self.path)!r} to cut it back to step {step}: {error}; "
+                "move it away to start a new trajectory"
+            ) from error
+        names = ("value", "step", "time")
+        series = []  # the groups holding a time series
+
+        def collect(_, item):
+            if isinstance(item, h5py.Group) and set(names) <= set(item):
+                series.append(item)
+
+        with handle:
+            handle.visititems(collect)
+            for group in series:
+                later = np.nonzero(group["step"][:] > step)[0]
+                keep = min(group[name].shape[0] for name in names)
+                if later.size:
+                    keep = min(keep, int(later[0]))
+                for name in names:
+                    group[name].resize(keep, axis=0)
+        self.append = True
 
     def close(self):
         """Close the file."""

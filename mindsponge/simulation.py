@@ -33,7 +33,8 @@ import math
 
 import torch
 
-from common import io
+from common import checks, io, progress
+from common.errors import DataError, SimulationError
 from common.precision import Precision
 from mindsponge import constraints as constraints_module
 from mindsponge import thermo
@@ -45,16 +46,15 @@ __all__ = ["Simulation", "SimulationBlowUpError"]
 CHECKPOINT_FORMAT = "mindsponge.Simulation/1"
 
 
-class SimulationBlowUpError(RuntimeError):
+class SimulationBlowUpError(SimulationError):
     """The simulation became unstable (non-finite or exploding energy).
+
+    A :class:`common.errors.SimulationError` (hence a ``RuntimeError``), raised as
+    ``SimulationBlowUpError(message, step)``.
 
     Attributes:
         step: the step at which the instability was detected.
     """
-
-    def __init__(self, message, step):
-        super().__init__(message)
-        self.step = step
 
 
 class Simulation:
@@ -82,7 +82,8 @@ class Simulation:
         max_energy_jump: largest allowed change of the potential energy in one step, kJ/mol;
             default 100 kJ/mol per atom.
         seed: seed of the generator of stochastic integrators and thermostats.
-        progress: show a tqdm progress bar in :meth:`run`.
+        progress: show a tqdm progress bar in :meth:`run` (and :meth:`minimize`); when standard
+            error is not a terminal it is redrawn at most once a minute (:mod:`common.progress`).
 
     Raises:
         ValueError: an invalid argument (named in the message).
@@ -341,22 +342,24 @@ class Simulation:
         """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError(f"steps must be a non-negative int, got {steps!r}")
-        from tqdm.auto import tqdm
-
-        with tqdm(total=steps, disable=not self.progress, unit="step", desc="md") as bar:
+        with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
             for _ in range(steps):
                 previous = self.state
                 try:
                     state = self.step_once(previous)
-                except constraints_module.ConstraintError as error:
+                except (constraints_module.ConstraintError, DataError) as error:
+                    # a constraint that fails, or the force field refusing non-finite positions
                     self._blow_up(previous, str(error))
                 self._check_stability(previous, state)
                 self.state = state
-                if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
-                    self.save_checkpoint(self.checkpoint)
+                # reports before the checkpoint: a checkpoint at step n implies that the reports of
+                # steps <= n are written, so a run resumed from it (after truncating the reporters'
+                # files to step n) repeats and misses none
                 for reporter in self.reporters:
                     if state.step % reporter.every == 0:
                         reporter.report(self, state)
+                if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
+                    self.save_checkpoint(self.checkpoint)
                 bar.update(1)
         return self.state
 
@@ -427,11 +430,17 @@ class Simulation:
         Raises:
             FileNotFoundError: no such file.
             ValueError: not a mindsponge checkpoint, or for a different number of atoms.
+            common.errors.DataError: non-finite positions, velocities, forces or box in the
+                checkpoint (naming the atom).
         """
         data = io.load_checkpoint(path, map_location=self.state.positions.device)
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
         state = State.from_dict(data["state"])
+        for name in ("positions", "velocities", "forces", "box"):
+            if getattr(state, name) is not None:
+                item = "box vector" if name == "box" else "atom"
+                checks.finite(getattr(state, name), f"{name} in checkpoint {str(path)!r}", item=item)
         if state.positions.shape != self.state.positions.shape:
             raise ValueError(
                 f"checkpoint {str(path)!r} holds {state.positions.shape[0]} atoms, this simulation "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common import units
+from common import checks, units
 from mindsponge import elements, space
 
 __all__ = ["Atom", "AtomOutsideBoxError", "Residue", "System", "Topology"]
@@ -279,10 +279,11 @@ class System:
         velocities: (N, 3) tensor, nm/ps, or ``None``.
 
     Raises:
-        ValueError: a wrong shape (naming the argument), a NaN or infinite entry, a
-            non-positive mass (naming the atom), an invalid box
-            (:class:`mindsponge.space.BoxError`), or an atom more than one box length outside
-            the primary cell (:class:`AtomOutsideBoxError`, a sign of Å/nm mix-ups).
+        common.errors.DataError: a NaN or infinite entry (a ``ValueError``), naming the argument
+            and the atom (or box vector).
+        ValueError: a wrong shape (naming the argument), a non-positive mass (naming the atom),
+            an invalid box (:class:`mindsponge.space.BoxError`), or an atom more than one box
+            length outside the primary cell (:class:`AtomOutsideBoxError`, a sign of Å/nm mix-ups).
         TypeError: an argument of the wrong type.
     """
 
@@ -308,10 +309,7 @@ class System:
                 raise ValueError(
                     f"{name} must have shape {shape} to match positions, got {tuple(tensor.shape)}"
                 )
-            bad = _first_bad_row(~torch.isfinite(tensor.detach()))
-            if bad is not None:
-                raise ValueError(f"{name} of atom {bad} is not finite: {tensor[bad].tolist()}")
-            return tensor
+            return checks.finite(tensor, name, item="atom")
 
         positions = per_atom(positions, "positions", (n_atoms, 3))
         masses = per_atom(self.masses, "masses", (n_atoms,))
@@ -333,6 +331,8 @@ class System:
         box = self.box
         if box is not None:
             box = _as_float_tensor(box, "box", dtype, device)
+            if box.dim() == 2:
+                checks.finite(box, "box", item="box vector")
             space.check_box(box, "box")
             self._check_inside(positions, box, topology)
         for name, value in (

@@ -18,6 +18,11 @@ Example::
     ff.energy_terms(positions, box)      # {"HarmonicBond": tensor(...)}
     energy = ff(positions, box)          # () kJ/mol, differentiable
     f = forces(ff, positions, box)       # (N, 3) kJ/mol/nm
+
+Positions or a box holding NaN or infinite values are refused where they come in (calling a
+:class:`ForceField`, :meth:`ForceField.energy_terms`, :func:`energy_and_forces`,
+:func:`forces`) with a :class:`common.errors.DataError` naming the first bad atom, instead of
+returning a NaN energy (one ``isfinite`` reduction per call).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
+
+from common import checks
 
 __all__ = ["EnergyTerm", "ForceField", "VirtualSites", "DuplicateTermError", "forces", "energy_and_forces"]
 
@@ -206,6 +213,10 @@ class ForceField(nn.Module):
 
         Returns:
             ``()`` tensor, kJ/mol.
+
+        Raises:
+            ValueError: ``positions`` or ``box`` of the wrong shape.
+            common.errors.DataError: a NaN or infinite coordinate (naming the atom) or box entry.
         """
         positions = self._prepare(positions, box)
         # terms without interactions (e.g. the bonds of rigid water) contribute exactly zero: skipped
@@ -231,6 +242,8 @@ class ForceField(nn.Module):
 
         Raises:
             DuplicateTermError: two terms report the same name.
+            ValueError: ``positions`` or ``box`` of the wrong shape.
+            common.errors.DataError: a NaN or infinite coordinate (naming the atom) or box entry.
         """
         positions = self._prepare(positions, box)
         merged: dict[str, Tensor] = {}
@@ -256,6 +269,14 @@ def _check_inputs(positions: Tensor, box: Tensor | None) -> None:
     if box is not None and (not isinstance(box, Tensor) or tuple(box.shape) != (3, 3)):
         shape = tuple(box.shape) if isinstance(box, Tensor) else type(box).__name__
         raise ValueError(f"box must be a (3, 3) tensor of box vectors in nm (rows) or None, got {shape}")
+    _check_finite(positions, box)
+
+
+def _check_finite(positions: Tensor, box: Tensor | None) -> None:
+    """Refuse NaN or infinite positions (naming the atom) or box vectors: common.errors.DataError."""
+    checks.finite(positions, "positions", item="atom")
+    if isinstance(box, Tensor):
+        checks.finite(box, "box", item="box vector")
 
 
 def energy_and_forces(
@@ -273,7 +294,12 @@ def energy_and_forces(
 
     Returns:
         ``(energy, forces)``: ``()`` tensor in kJ/mol and ``(N, 3)`` tensor in kJ/mol/nm.
+
+    Raises:
+        common.errors.DataError: a NaN or infinite coordinate (naming the atom) or box entry.
     """
+    if not isinstance(potential, ForceField):  # a ForceField checks its own inputs
+        _check_finite(positions, box)
     with torch.enable_grad():
         if not positions.requires_grad:
             positions = positions.detach().requires_grad_(True)
@@ -298,5 +324,8 @@ def forces(
 
     Returns:
         ``(N, 3)`` tensor, kJ/mol/nm.
+
+    Raises:
+        common.errors.DataError: a NaN or infinite coordinate (naming the atom) or box entry.
     """
     return energy_and_forces(potential, positions, box, create_graph=create_graph)[1]

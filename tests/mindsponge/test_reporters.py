@@ -108,3 +108,76 @@ def test_reporters_refuse_a_bad_interval(tmp_path, every):
         reporters.LogReporter(tmp_path / "log.csv", every=every)
     with pytest.raises(ValueError, match="H5MDReporter: every must be a positive int"):
         reporters.H5MDReporter(tmp_path / "traj.h5md", every=every)
+
+
+def test_truncate_then_append_reports_every_step_once(tmp_path):
+    """A run checkpointed at step 8 and stopped at step 12, in the middle of writing step 14 (a
+    partial CSV row; a position frame whose step and time were not written), continued with
+    reporters cut back to step 8: each step once, and the values of an uninterrupted run."""
+    h5py = pytest.importorskip("h5py")
+
+    def simulation(directory, append=False):
+        directory.mkdir(exist_ok=True)
+        log = reporters.LogReporter(directory / "log.csv", every=2, append=append)
+        trajectory = reporters.H5MDReporter(directory / "traj.h5md", every=4, append=append)
+        result = _ideal_gas_simulation(log)
+        result.reporters.append(trajectory)
+        result.checkpoint, result.checkpoint_every = directory / "run.chk", 8
+        return result
+
+    straight = simulation(tmp_path / "straight")
+    straight.run(16)
+    straight.close()
+    stopped = simulation(tmp_path / "stopped")
+    stopped.run(12)
+    stopped.close()
+    with open(tmp_path / "stopped" / "log.csv", "a") as handle:
+        handle.write("14,0.028000,1.5")
+    with h5py.File(tmp_path / "stopped" / "traj.h5md", "a") as handle:
+        handle["particles/all/position/value"].resize(4, axis=0)
+    resumed = simulation(tmp_path / "stopped", append=True)
+    resumed.load_checkpoint(tmp_path / "stopped" / "run.chk")
+    assert resumed.state.step == 8
+    for reporter in resumed.reporters:
+        reporter.truncate(resumed.state.step)
+    resumed.run(8)
+    resumed.close()
+    rows, reference = (
+        _rows((tmp_path / name / "log.csv").read_text()) for name in ("stopped", "straight")
+    )
+    assert [int(row["step"]) for row in rows] == [2, 4, 6, 8, 10, 12, 14, 16]
+    for column in ("time", "kinetic_energy", "pressure"):
+        assert [row[column] for row in rows] == [row[column] for row in reference], column
+    with (
+        h5py.File(tmp_path / "stopped" / "traj.h5md", "r") as handle,
+        h5py.File(tmp_path / "straight" / "traj.h5md", "r") as expected,
+    ):
+        for name in ("particles/all/position", "particles/all/box/edges", "observables/temperature"):
+            assert handle[f"{name}/step"][:].tolist() == [4, 8, 12, 16], name
+            for dataset in ("value", "time"):
+                assert (handle[f"{name}/{dataset}"][:] == expected[f"{name}/{dataset}"][:]).all(), name
+
+
+def test_truncate_without_files_and_of_a_header_only_log(tmp_path):
+    log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
+    trajectory = reporters.H5MDReporter(tmp_path / "traj.h5md", every=2, append=True)
+    log.truncate(10)  # nothing written yet: nothing to do
+    trajectory.truncate(10)
+    assert not (tmp_path / "log.csv").exists() and not (tmp_path / "traj.h5md").exists()
+    (tmp_path / "log.csv").write_text("step,ti")  # killed while writing the header
+    log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
+    log.truncate(0)
+    simulation = _ideal_gas_simulation(log)
+    simulation.run(2)
+    simulation.close()
+    assert (tmp_path / "log.csv").read_text().splitlines()[0] == DESIGN_HEADER + ",speed"
+    assert [int(row["step"]) for row in _rows((tmp_path / "log.csv").read_text())] == [2]
+
+
+def test_truncate_of_a_damaged_trajectory_names_the_file(tmp_path):
+    from common.errors import DataError
+
+    path = tmp_path / "traj.h5md"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))  # an HDF5 signature, then nothing usable
+    with pytest.raises(DataError, match=rf"cannot open the trajectory '{path}' to cut it back to step 8"):
+        reporters.H5MDReporter(path, every=4, append=True).truncate(8)

@@ -300,7 +300,11 @@ def test_command_line_run_resume_and_errors(tmp_path, capsys):
     bad_inputs = {
         "typo": (CONFIG.replace("cutoff = 0.6", "cutof = 0.6"), "run.toml:12: [forcefield] key 'cutof'"),
         "negative dt": (CONFIG.replace("dt = 0.002", "dt = -0.002"), "run.toml:15: [integrator] key 'dt'"),
-        "missing pdb": ('steps = 1\n[system]\npdb = "missing.pdb"\n', "PDB file not found: 'missing.pdb'"),
+        # relative to the configuration file's folder
+        "missing pdb": (
+            'steps = 1\n[system]\npdb = "missing.pdb"\n',
+            f"PDB file not found: '{tmp_path / 'missing.pdb'}'",
+        ),
     }
     for name, (text, expected) in bad_inputs.items():
         path.write_text(text.format(directory=directory))

@@ -11,6 +11,7 @@ from ase.geometry import get_distances
 
 import mindsponge as ms
 from common import units
+from common.errors import DataError
 from mindsponge import space
 from mindsponge.system import Atom, AtomOutsideBoxError, Residue, Topology
 
@@ -133,8 +134,16 @@ def test_bad_input_names_the_argument(changes, error, message):
 def test_nan_position_names_the_atom():
     positions = small_system().positions.clone()
     positions[3, 1] = float("nan")
-    with pytest.raises(ValueError, match=r"positions of atom 3 is not finite"):
+    with pytest.raises(DataError, match=r"positions of atom 3 are not finite: \(.*nan"):
         small_system().replace(positions=positions)
+    velocities = torch.zeros_like(positions)
+    velocities[1, 0] = float("inf")
+    with pytest.raises(DataError, match=r"velocities of atom 1 are not finite: \(inf"):
+        small_system().replace(velocities=velocities)
+    box = small_system().box.clone()
+    box[2, 2] = float("inf")
+    with pytest.raises(DataError, match=r"box of box vector 2 are not finite"):
+        small_system().replace(box=box)
 
 
 def test_atom_outside_box_names_the_atom():

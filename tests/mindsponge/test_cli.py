@@ -1,0 +1,238 @@
+"""``mindsponge run``: a run killed with SIGKILL between two checkpoints and resumed reports every
+step once, in order, in the CSV log and in the H5MD trajectory (read with h5py and MDAnalysis),
+exactly as an uninterrupted run; paths relative to the configuration file; output paths that
+leave the output directory are refused with their key and line; the final structure is a PDB
+that mindsponge and OpenMM read back; progress bars stay small on a non-terminal stderr."""
+
+import csv
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import mindsponge as ms
+from common import io
+from mindsponge import pdb
+from mindsponge.__main__ import main
+
+openmm = pytest.importorskip("openmm")
+h5py = pytest.importorskip("h5py")
+mda = pytest.importorskip("MDAnalysis")
+from openmm import app  # noqa: E402
+
+ROOT = pathlib.Path(ms.__file__).resolve().parents[1]
+
+STEPS, REPORT_EVERY, TRAJECTORY_EVERY, CHECKPOINT_EVERY = 100, 5, 10, 40
+CONFIG = f"""
+steps = {STEPS}
+constraints = "water"
+minimize_tolerance = 50.0
+
+[system.water_box]
+n_molecules = 64
+
+[forcefield]
+files = ["tip3p.xml"]
+nonbonded_method = "CutoffPeriodic"
+cutoff = 0.6
+
+[integrator]
+dt = 0.002
+
+[barostat]
+type = "c_rescale"
+frequency = 5
+
+[output]
+directory = "out"
+report_every = {REPORT_EVERY}
+trajectory_every = {TRAJECTORY_EVERY}
+checkpoint_every = {CHECKPOINT_EVERY}
+"""
+
+
+def _command(config, *options, cwd):
+    """Start ``python -m mindsponge run config`` in ``cwd`` (not the configuration's folder)."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "mindsponge", "run", str(config), *options],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _logged_steps(path):
+    with open(path) as handle:
+        return [int(row["step"]) for row in csv.DictReader(handle)]
+
+
+def _log(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    """A run killed between checkpoints then resumed, and the same run uninterrupted.
+
+    Returns the two output directories, what the killed run had written, the standard error of
+    the resumed run and the working directory of the runs."""
+    root = tmp_path_factory.mktemp("cli")
+    for name in ("straight", "resumed"):
+        (root / name).mkdir()
+        (root / name / "run.toml").write_text(CONFIG)
+    runs = {name: root / name / "out" for name in ("straight", "resumed")}
+    killed = _command(root / "resumed" / "run.toml", cwd=root)
+    log = runs["resumed"] / "log.csv"
+    deadline = time.monotonic() + 300
+    # kill once the log and the trajectory hold steps past the first checkpoint (and before the end)
+    while time.monotonic() < deadline and killed.poll() is None:
+        if log.is_file() and any(step > CHECKPOINT_EVERY + TRAJECTORY_EVERY for step in _logged_steps(log)):
+            break
+        time.sleep(0.01)
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate()
+    assert killed.returncode == -signal.SIGKILL
+    before = {
+        "log": _logged_steps(log),
+        "checkpoint": io.load_checkpoint(runs["resumed"] / "run.chk")["state"]["step"],
+    }
+    with h5py.File(runs["resumed"] / "trajectory.h5md", "r") as handle:
+        before["frames"] = handle["particles/all/position/step"][:].tolist()
+    resumed = _command(root / "resumed" / "run.toml", "--resume", cwd=root)
+    # meanwhile the uninterrupted run, in this process with one thread as the commands
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["run", str(root / "straight" / "run.toml"), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    errors = resumed.communicate(timeout=300)[1].decode()
+    assert resumed.returncode == 0, errors
+    return runs, before, errors, root
+
+
+def test_kill_between_checkpoints_then_resume_reports_every_step_once(killed_and_resumed):
+    runs, before, _, root = killed_and_resumed
+    # the kill came between two checkpoints, after the run had reported steps past the last one
+    # (so a resume that appended would repeat them)
+    assert before["checkpoint"] % CHECKPOINT_EVERY == 0 and before["checkpoint"] >= CHECKPOINT_EVERY
+    assert max(before["log"]) > before["checkpoint"] and max(before["frames"]) > before["checkpoint"]
+    assert max(before["log"]) < STEPS
+    # relative paths are relative to the configuration file, not to the working directory
+    assert not (root / "out").exists()
+    expected_log = list(range(REPORT_EVERY, STEPS + 1, REPORT_EVERY))
+    expected_frames = list(range(TRAJECTORY_EVERY, STEPS + 1, TRAJECTORY_EVERY))
+    resumed, straight = _log(runs["resumed"] / "log.csv"), _log(runs["straight"] / "log.csv")
+    assert [int(row["step"]) for row in resumed] == expected_log
+    # and the rows are those of the uninterrupted run (the restart is bit-identical)
+    for column in ("time", "potential_energy", "kinetic_energy", "pressure", "volume"):
+        assert [row[column] for row in resumed] == [row[column] for row in straight], column
+    trajectories = {name: h5py.File(path / "trajectory.h5md", "r") for name, path in runs.items()}
+    with trajectories["resumed"] as handle, trajectories["straight"] as reference:
+        series = ["particles/all/position", "particles/all/box/edges"]
+        series += [f"observables/{name}" for name in ("potential_energy", "kinetic_energy", "temperature")]
+        for name in series:
+            group = handle[name]
+            assert group["step"][:].tolist() == expected_frames, name
+            assert group["value"].shape[0] == group["time"].shape[0] == len(expected_frames), name
+            np.testing.assert_array_equal(group["value"][:], reference[name]["value"][:], err_msg=name)
+            np.testing.assert_allclose(group["time"][:], 0.002 * np.array(expected_frames), rtol=1e-9)
+        positions = handle["particles/all/position/value"][:]
+        boxes = handle["particles/all/box/edges/value"][:]
+    # MDAnalysis reads the same frames (positions in Angstrom), steps and box
+    universe = mda.Universe(str(runs["resumed"] / "final.pdb"), str(runs["resumed"] / "trajectory.h5md"))
+    assert universe.trajectory.n_frames == len(expected_frames)
+    for index, timestep in enumerate(universe.trajectory):
+        assert timestep.data["step"] == expected_frames[index]
+        np.testing.assert_allclose(timestep.positions, positions[index] * 10.0, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(timestep.dimensions[:3], np.diag(boxes[index]) * 10.0, rtol=1e-6)
+
+
+def test_final_structure_is_a_pdb_of_the_last_state(killed_and_resumed):
+    runs, *_ = killed_and_resumed
+    path = runs["resumed"] / "final.pdb"
+    state = io.load_checkpoint(runs["resumed"] / "run.chk")["state"]
+    assert state["step"] == STEPS
+    structure = pdb.read_pdb(path)
+    assert structure.topology.n_atoms == 192
+    torch.testing.assert_close(structure.positions.double(), state["positions"].double(), rtol=0, atol=1e-4)
+    torch.testing.assert_close(structure.box.double(), state["box"].double(), rtol=0, atol=1e-4)
+    # the barostat changed the box along the run: the PDB holds the final one
+    with h5py.File(runs["resumed"] / "trajectory.h5md", "r") as handle:
+        first_box = handle["particles/all/box/edges/value"][0]
+    assert abs(float(state["box"][0, 0]) - first_box[0, 0]) > 1e-4
+    reference = app.PDBFile(str(path))
+    assert reference.topology.getNumAtoms() == 192
+    vectors = np.array(reference.topology.getPeriodicBoxVectors().value_in_unit(openmm.unit.nanometer))
+    np.testing.assert_allclose(vectors, state["box"].numpy(), atol=1e-4)
+    positions = np.array(reference.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer))
+    np.testing.assert_allclose(positions, state["positions"].numpy(), atol=1e-4)
+
+
+def test_progress_on_a_non_terminal_stderr_is_small(killed_and_resumed):
+    # the resumed run was not --quiet and its stderr is a pipe: its bars were drawn a few times only
+    *_, errors, _ = killed_and_resumed
+    assert errors.count("\r") <= 4 and len(errors) < 1000, errors
+
+
+def test_simulation_progress_bar_is_rate_limited_on_a_non_terminal(capsys):
+    class Slow(torch.nn.Module):
+        """A free particle whose force evaluation takes 5 ms."""
+
+        def forward(self, positions, box=None):
+            time.sleep(0.005)
+            return 0.0 * positions.sum()
+
+    system = ms.System(torch.zeros(1, 3, dtype=torch.float64), torch.ones(1, dtype=torch.float64))
+    simulation = ms.Simulation(
+        system, Slow(), ms.integrators.VelocityVerlet(0.001), remove_center_of_mass_motion=False
+    )
+    capsys.readouterr()
+    simulation.run(300)  # 1.5 s: plain tqdm redraws every 0.1 s, about 15 times
+    errors = capsys.readouterr().err
+    assert 1 <= errors.count("\r") <= 2 and "300/300" in errors, errors
+    simulation.progress = False
+    simulation.run(10)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("log", "/tmp/escape.csv"), ("trajectory", "../escape.h5md"), ("checkpoint", "sub/../../run.chk")],
+)
+def test_output_files_outside_the_output_directory_are_refused(tmp_path, capsys, key, value):
+    text = CONFIG + f'{key} = "{value}"\n'
+    line = text.splitlines().index(f'{key} = "{value}"') + 1
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    capsys.readouterr()
+    assert main(["run", str(path), "--quiet"]) == 2
+    message = capsys.readouterr().err
+    assert message.startswith(f"error: {path}:{line}: [output] key '{key}': ") and value in message, message
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_input_paths_are_relative_to_the_configuration(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    ms.build.water_box(8, box_size=1.25).to_pdb(folder / "water.pdb")
+    (folder / "run.toml").write_text(
+        'steps = 4\nconstraints = "water"\nminimize = false\n[system]\npdb = "water.pdb"\n'
+        '[forcefield]\nfiles = ["tip3p.xml"]\nnonbonded_method = "CutoffPeriodic"\ncutoff = 0.6\n'
+        '[output]\ndirectory = "results"\nreport_every = 2\ntrajectory = ""\n'
+        'final_structure = "pdb/last.pdb"\n'
+    )
+    monkeypatch.chdir(tmp_path)  # the working directory holds no water.pdb
+    assert main(["run", "inputs/run.toml", "--quiet"]) == 0, capsys.readouterr().err
+    assert _logged_steps(folder / "results" / "log.csv") == [2, 4]
+    assert pdb.read_pdb(folder / "results" / "pdb" / "last.pdb").topology.n_atoms == 24
+    assert not (folder / "results" / "trajectory.h5md").exists()
