@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(PY) -m common.demo --output $(DEMO_DIR)/common
 	$(VENV)/bin/mindelec run mindelec/examples/dipole2d.toml --output $(DEMO_DIR)/mindelec
-	cd $(DEMO_DIR) && $(abspath $(VENV))/bin/mindsponge run $(abspath mindsponge/examples/water_npt.toml)
-	@echo "demo outputs are in $(abspath $(DEMO_DIR)): common/ (geometry and autodiff check), mindelec/ (2D dipole FDTD: field.png, spectrum.png, result.h5), mindsponge/ (TIP3P NPT: log.csv, trajectory.h5md, run.chk)"
+	$(VENV)/bin/mindsponge run mindsponge/examples/water_npt.toml --output $(DEMO_DIR)/mindsponge
+	@echo "demo outputs are in $(abspath $(DEMO_DIR)): common/ (geometry and autodiff check), mindelec/ (2D dipole FDTD: field.png, spectrum.png, result.h5), mindsponge/ (TIP3P NPT: log.csv, trajectory.h5md, run.chk, final.pdb)"
 
 lint: install
 	$(VENV)/bin/ruff check .

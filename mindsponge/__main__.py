@@ -1,4 +1,6 @@
-"""Command line: ``mindsponge run config.toml [--resume]`` (also ``python -m mindsponge run``).
+"""Command line: ``mindsponge run config.toml [--resume] [--quiet] [--output DIR]``.
+
+Also ``python -m mindsponge run``.
 
 A run configuration (TOML, validated by :mod:`common.config`: an unknown key or a bad value is
 reported with its file, line and key) describes a complete simulation::
@@ -41,7 +43,10 @@ the final positions and box are written as PDB (``final_structure``, default ``f
 and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
 appears once, in order, even after the run was killed between two checkpoints. The progress
 bars (standard error) are redrawn at most once a minute when standard error is not a terminal;
-``--quiet`` turns them off. Errors are printed as one line (``error: ...``) with exit status 2.
+``--quiet`` turns them off. ``--output DIR`` replaces ``[output] directory`` (relative to the
+working directory, as any command-line path). Errors are printed as one line (``error: ...``)
+with exit status 2 for a bad configuration or input, 3 for a simulation that blew up (the last
+good state is in the checkpoint).
 """
 
 import argparse
@@ -49,6 +54,8 @@ import pathlib
 import sys
 from dataclasses import dataclass, field
 from typing import Literal
+
+from common.errors import SimulationError
 
 __all__ = ["RunConfig", "main", "run"]
 
@@ -264,11 +271,13 @@ def _resolve_paths(config, folder):
     config.output.directory = resolve(config.output.directory)
 
 
-def run(config_path, resume=False, progress=True):
+def run(config_path, resume=False, progress=True, output_directory=None):
     """Run the simulation a configuration file describes (see the module docstring).
 
     Args:
         config_path: the TOML configuration; relative paths in it are relative to its folder.
+        output_directory: optional folder that replaces ``[output] directory`` (a path given on
+            the command line, so relative to the working directory).
         resume: continue from the checkpoint in the output directory, cutting the log and the
             trajectory back to its step first.
         progress: show progress bars (rate-limited when standard error is not a terminal).
@@ -289,6 +298,8 @@ def run(config_path, resume=False, progress=True):
 
     config = config_module.load(config_path, RunConfig)
     _resolve_paths(config, pathlib.Path(config_path).resolve().parent)
+    if output_directory is not None:
+        config.output.directory = pathlib.Path(output_directory).resolve()
     precision = Precision.from_name(config.precision)
     system, forcefield = _build(config, precision.compute)
     if config.barostat is not None and system.box is None:
@@ -366,12 +377,23 @@ def main(argv=None):
     run_parser.add_argument("config", type=pathlib.Path, help="the TOML run configuration")
     run_parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     run_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    run_parser.add_argument(
+        "--output", type=pathlib.Path, default=None, help="output folder (replaces [output] directory)"
+    )
     arguments = parser.parse_args(argv)
     try:
-        run(arguments.config, resume=arguments.resume, progress=not arguments.quiet)
+        run(
+            arguments.config,
+            resume=arguments.resume,
+            progress=not arguments.quiet,
+            output_directory=arguments.output,
+        )
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SimulationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
     return 0
 
 

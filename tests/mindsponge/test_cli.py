@@ -236,3 +236,19 @@ def test_input_paths_are_relative_to_the_configuration(tmp_path, monkeypatch, ca
     assert _logged_steps(folder / "results" / "log.csv") == [2, 4]
     assert pdb.read_pdb(folder / "results" / "pdb" / "last.pdb").topology.n_atoms == 24
     assert not (folder / "results" / "trajectory.h5md").exists()
+
+
+def test_output_option_replaces_the_output_directory(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    ms.build.water_box(8, box_size=1.25).to_pdb(folder / "water.pdb")
+    (folder / "run.toml").write_text(
+        'steps = 4\nconstraints = "water"\nminimize = false\n[system]\npdb = "water.pdb"\n'
+        '[forcefield]\nfiles = ["tip3p.xml"]\nnonbonded_method = "CutoffPeriodic"\ncutoff = 0.6\n'
+        '[output]\ndirectory = "results"\nreport_every = 2\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "inputs/run.toml", "--quiet", "--output", "elsewhere"]) == 0, capsys.readouterr().err
+    assert _logged_steps(tmp_path / "elsewhere" / "log.csv") == [2, 4]
+    assert (tmp_path / "elsewhere" / "final.pdb").is_file()
+    assert not (folder / "results").exists()
