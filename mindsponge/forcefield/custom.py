@@ -513,13 +513,10 @@ class CustomNonbonded(EnergyTerm):
         names = list(parameter_names)
         self.computed_names = [value_name for value_name, _ in computed_values]
         self.computed = nn.ModuleList(
-            ExpressionEnergy(
+            ExpressionEnergy(  # global parameters come from self.expression (one buffer for all)
                 expression,
-                names,
-                table,
-                global_parameters,
-                functions,
-                (),
+                functions=functions,
+                variables=names + list(global_parameters or {}),
                 context=f"{context} computed value {value_name!r}",
             )
             for value_name, expression in computed_values
@@ -582,7 +579,7 @@ class CustomNonbonded(EnergyTerm):
         table = (self.particle_parameters if table is None else table).to(dtype)
         values = {name: table[:, column] for column, name in enumerate(self.parameter_names)}
         for value_name, computed in zip(self.computed_names, self.computed):
-            variables = computed.parameter_variables(dtype)
+            variables = self._global_values(dtype)
             variables.update(values)
             values[value_name] = torch.broadcast_to(computed(variables), (len(table),))
         return values

@@ -166,7 +166,6 @@ def _custom_torsion_term(index, force, dtype):
     if (
         expression not in _IMPROPER_EXPRESSIONS
         or force.getNumGlobalParameters()
-        or force.getNumTabulatedFunctions()
         or sorted(names) != ["k", "theta0"]
     ):
         return _custom_bonded_term(index, force, dtype)
