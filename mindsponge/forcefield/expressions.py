@@ -80,10 +80,6 @@ class ExpressionError(ConfigurationError):
     """An energy expression that cannot be compiled: bad syntax, unknown function or variable."""
 
 
-def _ones_like(x: Tensor) -> Tensor:
-    return torch.ones_like(x)
-
-
 # Lepton's built-in functions: name -> (number of arguments, torch implementation)
 LEPTON_FUNCTIONS: dict[str, tuple[int, Callable[..., Tensor]]] = {
     "sqrt": (1, torch.sqrt),
@@ -190,20 +186,20 @@ class CompiledExpression:
         expression: the source text.
         variables: names of the free variables the expression needs (frozenset).
         functions: names of the tabulated functions it calls (frozenset).
+        uses_box: whether it calls a point function (``pointdistance``, ``periodicdistance``...),
+            which takes the minimum image when a box is given.
     """
 
     def __init__(
         self,
         expression: str,
         root,
-        definitions: list,
         variables: frozenset[str],
         functions: frozenset[str],
         uses_box: bool,
     ):
         self.expression = expression
         self._root = root
-        self._definitions = definitions
         self.variables = variables
         self.functions = functions
         self.uses_box = uses_box
@@ -279,14 +275,11 @@ def compile_expression(
             )
         names.append(name.strip())
         bodies.append(body.strip())
-    compiler = _Compiler(expression, context, tabulated, particle_index, names)
-    definitions = [compiler.compile(body, scope=index + 1) for index, body in enumerate(bodies)]
-    compiler.definitions = definitions
+    compiler = _Compiler(expression, context, tabulated, particle_index, names, bodies)
     root = compiler.compile(primary, scope=0)
     return CompiledExpression(
         expression,
         root,
-        definitions,
         frozenset(compiler.free_variables),
         frozenset(compiler.used_tabulated),
         compiler.uses_box,
@@ -303,13 +296,16 @@ class _Compiler:
         tabulated: dict[str, int],
         particle_index: dict[str, int],
         definition_names: list[str],
+        definition_bodies: list[str],
     ):
         self.expression = expression
         self.context = context
         self.tabulated = tabulated
         self.particle_index = particle_index
         self.definition_names = definition_names
-        self.definitions: list = []
+        self.definition_bodies = definition_bodies
+        # compiled on first use, so that unused definitions add no variables (as in Lepton)
+        self.definitions: list = [None] * len(definition_names)
         self.free_variables: set[str] = set()
         self.used_tabulated: set[str] = set()
         self.uses_box = False
@@ -391,6 +387,9 @@ class _Compiler:
         return lambda environment: environment.variables[name]
 
     def _definition(self, index: int):
+        if self.definitions[index] is None:
+            self.definitions[index] = self.compile(self.definition_bodies[index], scope=index + 1)
+
         def value(environment):
             if index not in environment.definitions:
                 environment.definitions[index] = self.definitions[index](environment)
