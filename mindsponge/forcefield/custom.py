@@ -80,6 +80,8 @@ class ExpressionEnergy(nn.Module):
         variables: the names the term itself provides (``r``, ``theta``, ``x1``...).
         particles: particle names of compound and centroid bonds.
         context: what the expression belongs to, for error messages.
+        dynamic: the variables that change between calls (``("r",)`` for pair terms), see
+            :func:`~mindsponge.forcefield.expressions.compile_expression`.
 
     Raises:
         ExpressionError: the expression does not compile, or uses a variable that is neither a
@@ -96,6 +98,7 @@ class ExpressionEnergy(nn.Module):
         variables: Sequence[str] = (),
         particles: Sequence[str] = (),
         context: str = "expression",
+        dynamic: Sequence[str] | None = None,
     ):
         super().__init__()
         functions = dict(functions or {})
@@ -128,7 +131,7 @@ class ExpressionEnergy(nn.Module):
         self.functions = nn.ModuleDict(functions)
         self.context = context
         self.compiled = compile_expression(
-            energy, {name: f.n_arguments for name, f in functions.items()}, particles, context
+            energy, {name: f.n_arguments for name, f in functions.items()}, particles, context, dynamic
         )
         allowed = set(variables) | set(self.parameter_names) | set(self.global_names)
         unknown = self.compiled.variables - allowed
@@ -165,9 +168,12 @@ class ExpressionEnergy(nn.Module):
         variables.update({name: values[index] for index, name in enumerate(self.global_names)})
         return variables
 
-    def forward(self, variables: Mapping[str, Tensor], box: Tensor | None = None) -> Tensor:
-        """Per-interaction energies, kJ/mol, broadcast over the shapes of ``variables``."""
-        return self.compiled(variables, self.functions, box)
+    def forward(
+        self, variables: Mapping[str, Tensor], box: Tensor | None = None, static_cache: dict | None = None
+    ) -> Tensor:
+        """Per-interaction energies, kJ/mol, broadcast over the shapes of ``variables`` (see
+        :meth:`~mindsponge.forcefield.expressions.CompiledExpression.__call__` for ``static_cache``)."""
+        return self.compiled(variables, self.functions, box, static_cache)
 
     def extra_repr(self) -> str:
         return f"energy={self.energy!r}, parameters={self.parameter_names}, globals={self.global_parameters}"
@@ -525,7 +531,7 @@ class CustomNonbonded(EnergyTerm):
             f"{base}{suffix}" for base in names + self.computed_names for suffix in "12"
         ]
         self.expression = ExpressionEnergy(
-            energy, (), None, global_parameters, functions, pair_variables, context=context
+            energy, (), None, global_parameters, functions, pair_variables, context=context, dynamic=("r",)
         )
         self.parameter_names = names
         if cutoff is None and (periodic or switch_distance is not None or long_range_correction):
@@ -560,6 +566,7 @@ class CustomNonbonded(EnergyTerm):
             None if self.cutoff is None else NeighborList(self.cutoff, skin=skin, exclusions=exclusions)
         )
         self._pairs_cache: tuple | None = None
+        self._pair_set_cache: tuple | None = None
         self._lrc_cache: tuple | None = None
 
     @property
@@ -589,13 +596,53 @@ class CustomNonbonded(EnergyTerm):
 
     # --- pairs ---------------------------------------------------------------------------
 
-    def _pairs(self, positions: Tensor, box: Tensor | None) -> Tensor:
+    def _pairs(self, positions: Tensor, box: Tensor | None) -> tuple[Tensor, tuple]:
+        """The candidate pairs ``(P, 2)`` and a key that changes whenever they do."""
         if self.neighbors is not None:
-            return self.neighbors.update(positions.detach(), box)
-        key = (len(positions), positions.device)
+            pairs = self.neighbors.update(positions.detach(), box)
+            return pairs, ("list", self.neighbors.n_builds)
+        key = ("all", len(positions), positions.device)
         if self._pairs_cache is None or self._pairs_cache[0] != key:
             self._pairs_cache = (key, all_pairs(len(positions), self.exclusions, device=positions.device))
-        return self._pairs_cache[1]
+        return self._pairs_cache[1], key
+
+    def _pair_set(self, positions: Tensor, box: Tensor | None) -> tuple:
+        """``(first, second, weight, variables, static_cache)`` of the pairs to evaluate: the
+        candidate pairs (those of the interaction groups, with their multiplicity as ``weight``),
+        the per-particle values of both atoms and the global parameters as expression variables,
+        and the cache of the expression's parts that do not depend on ``r``. Rebuilt when the
+        pairs, the dtype or the parameters change; parameters that require grad are never cached."""
+        pairs, pairs_key = self._pairs(positions, box)
+        dtype = positions.dtype
+        parameters_need_grad = (
+            self.particle_parameters.requires_grad or self.expression.global_values.requires_grad
+        )
+        key = (
+            pairs_key,
+            dtype,
+            positions.device,
+            self.particle_parameters._version,
+            tuple(self.expression.global_values.tolist()),
+        )
+        if not parameters_need_grad and self._pair_set_cache is not None and self._pair_set_cache[0] == key:
+            return self._pair_set_cache[1]
+        first, second = pairs[:, 0], pairs[:, 1]
+        weight = None
+        if self.groups is not None:
+            in_first, in_second = self.groups[:, 0], self.groups[:, 1]
+            multiplicity = (
+                (in_first[:, first] & in_second[:, second]) | (in_second[:, first] & in_first[:, second])
+            ).sum(0)
+            selected = torch.nonzero(multiplicity > 0).squeeze(1)
+            first, second, weight = first[selected], second[selected], multiplicity[selected].to(dtype)
+        variables = self._global_values(dtype)
+        for value_name, per_particle in self._particle_values(dtype).items():
+            variables[f"{value_name}1"] = per_particle[first]
+            variables[f"{value_name}2"] = per_particle[second]
+        pair_set = (first, second, weight, variables, None if parameters_need_grad else {})
+        if not parameters_need_grad:
+            self._pair_set_cache = (key, pair_set)
+        return pair_set
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if positions.ndim != 2 or positions.shape != (self.n_atoms, 3):
@@ -611,39 +658,20 @@ class CustomNonbonded(EnergyTerm):
             space.check_box(box)
         else:
             box = None
-        pairs = self._pairs(positions, box)
-        first, second = pairs[:, 0], pairs[:, 1]
-        displacement = space.minimum_image(positions[second] - positions[first], box)
-        distance = _norm(displacement)
-        weight = None
-        if self.groups is not None:
-            in_first, in_second = self.groups[:, 0], self.groups[:, 1]
-            multiplicity = (
-                (in_first[:, first] & in_second[:, second]) | (in_second[:, first] & in_first[:, second])
-            ).sum(0)
-            keep = multiplicity > 0
-            if self.cutoff is not None:
-                keep &= distance.detach() < self.cutoff
-            selected = torch.nonzero(keep).squeeze(1)
-            weight = multiplicity[selected].to(positions.dtype)
-        elif self.cutoff is not None:
-            selected = torch.nonzero(distance.detach() < self.cutoff).squeeze(1)
-        else:
-            selected = None
-        if selected is not None:
-            first, second, distance = first[selected], second[selected], distance[selected]
-        values = self._particle_values(positions.dtype)
-        variables = self._global_values(positions.dtype)
+        first, second, weight, pair_variables, static_cache = self._pair_set(positions, box)
+        distance = _norm(space.minimum_image(positions[second] - positions[first], box))
+        variables = dict(pair_variables)
         variables["r"] = distance
-        for value_name, per_particle in values.items():
-            variables[f"{value_name}1"] = per_particle[first]
-            variables[f"{value_name}2"] = per_particle[second]
-        energies = torch.broadcast_to(self.expression(variables), distance.shape)
+        energies = torch.broadcast_to(self.expression(variables, static_cache=static_cache), distance.shape)
         if self.switch_distance is not None:
             x = ((distance - self.switch_distance) / (self.cutoff - self.switch_distance)).clamp(min=0)
             energies = energies * (1 + x * x * x * (-10 + x * (15 - 6 * x)))
         if weight is not None:
             energies = energies * weight
+        if self.cutoff is not None:  # the listed pairs reach cutoff + skin
+            energies = torch.where(
+                distance.detach() < self.cutoff, energies, torch.zeros((), dtype=energies.dtype)
+            )
         total = _total(energies, len(distance), positions)
         if self.long_range_correction:
             total = total + self.long_range_coefficient(positions.dtype) / space.volume(box)

@@ -131,7 +131,11 @@ class _Environment:
     values of the intermediate definitions computed so far."""
 
     def __init__(
-        self, variables: Mapping[str, Tensor | float], functions: Mapping[str, Callable], box: Tensor | None
+        self,
+        variables: Mapping[str, Tensor | float],
+        functions: Mapping[str, Callable],
+        box: Tensor | None,
+        static_cache: dict | None = None,
     ):
         tensors = [value for value in variables.values() if isinstance(value, Tensor)]
         floating = [value for value in tensors if value.is_floating_point()]
@@ -146,6 +150,7 @@ class _Environment:
         self.functions = functions
         self.box = box
         self.definitions: dict[int, Tensor] = {}
+        self.static_cache = static_cache
 
     def tensor(self, value) -> Tensor:
         if isinstance(value, Tensor):
@@ -209,6 +214,7 @@ class CompiledExpression:
         variables: Mapping[str, Tensor | float],
         functions: Mapping[str, Callable] | None = None,
         box: Tensor | None = None,
+        static_cache: dict | None = None,
     ) -> Tensor:
         """Evaluate the expression.
 
@@ -217,6 +223,9 @@ class CompiledExpression:
                 shapes, or floats).
             functions: the tabulated functions by name (callables taking tensors).
             box: ``(3, 3)`` box (nm) for the minimum image in the point functions, or ``None``.
+            static_cache: with an expression compiled with ``dynamic`` variables, a dict in which
+                the parts that do not depend on them are kept between calls; pass the same dict
+                while the other variables keep their values, and a new one when they change.
 
         Returns:
             the broadcast result, a tensor.
@@ -226,7 +235,7 @@ class CompiledExpression:
             raise ExpressionError(
                 f"expression {self.expression!r}: no value given for variable(s) {sorted(missing)}"
             )
-        environment = _Environment(variables, functions or {}, box)
+        environment = _Environment(variables, functions or {}, box, static_cache)
         return environment.tensor(self._root(environment))
 
     def __repr__(self) -> str:
@@ -238,6 +247,7 @@ def compile_expression(
     tabulated: Mapping[str, int] | None = None,
     particles: Sequence[str] = (),
     context: str = "expression",
+    dynamic: Sequence[str] | None = None,
 ) -> CompiledExpression:
     """Parse an OpenMM (Lepton) energy expression into a :class:`CompiledExpression`.
 
@@ -249,6 +259,9 @@ def compile_expression(
             (1-based) has the coordinates ``xk, yk, zk``.
         context: what the expression belongs to, for error messages (e.g. ``"OpenMM force 3
             (CustomBondForce 'LJ14')"``).
+        dynamic: names of the variables that change from call to call (``r`` of a pair term);
+            the largest parts that depend on none of them (combination rules, table look-ups)
+            are then kept in the ``static_cache`` of a call when one is given.
 
     Returns:
         the compiled expression.
@@ -275,8 +288,8 @@ def compile_expression(
             )
         names.append(name.strip())
         bodies.append(body.strip())
-    compiler = _Compiler(expression, context, tabulated, particle_index, names, bodies)
-    root = compiler.compile(primary, scope=0)
+    compiler = _Compiler(expression, context, tabulated, particle_index, names, bodies, dynamic)
+    root = compiler._node(compiler.compile(primary, scope=0), 0)
     return CompiledExpression(
         expression,
         root,
@@ -297,6 +310,7 @@ class _Compiler:
         particle_index: dict[str, int],
         definition_names: list[str],
         definition_bodies: list[str],
+        dynamic: Sequence[str] | None,
     ):
         self.expression = expression
         self.context = context
@@ -306,6 +320,9 @@ class _Compiler:
         self.definition_bodies = definition_bodies
         # compiled on first use, so that unused definitions add no variables (as in Lepton)
         self.definitions: list = [None] * len(definition_names)
+        self.trees: list = [None] * len(definition_names)
+        self.dynamic = None if dynamic is None else frozenset(dynamic)
+        self.static_depth = 0  # > 0 while building the inside of a cached static part
         self.free_variables: set[str] = set()
         self.used_tabulated: set[str] = set()
         self.uses_box = False
@@ -341,9 +358,45 @@ class _Compiler:
             )
         except Exception as error:  # sympy raises SyntaxError, TokenError, TypeError...
             raise self.error(f"cannot parse {text!r}: {error}") from error
-        return self._node(tree, scope)
+        return tree
+
+    def _definition_tree(self, index: int):
+        if self.trees[index] is None:
+            self.trees[index] = self.compile(self.definition_bodies[index], scope=index + 1)
+        return self.trees[index]
+
+    def _resolve(self, name: str, scope: int) -> int | None:
+        """Index of the definition a name refers to from position ``scope``, or ``None``."""
+        for index in range(scope, len(self.definition_names)):
+            if self.definition_names[index] == name:
+                return index
+        return None
+
+    def _dependencies(self, tree, scope: int) -> set[str]:
+        """Free variables a tree depends on, through the definitions it uses."""
+        names: set[str] = set()
+        for symbol in tree.free_symbols:
+            index = self._resolve(symbol.name, scope)
+            if index is None:
+                names.add(symbol.name)
+            else:
+                names |= self._dependencies(self._definition_tree(index), index + 1)
+        return names
+
+    def _is_static(self, tree, scope: int) -> bool:
+        return self.dynamic is not None and not (self._dependencies(tree, scope) & self.dynamic)
 
     def _node(self, tree, scope: int):
+        if tree.is_Number or tree.is_Symbol or self.static_depth or not self._is_static(tree, scope):
+            return self._build(tree, scope)
+        self.static_depth += 1
+        try:
+            node = self._build(tree, scope)
+        finally:
+            self.static_depth -= 1
+        return _cached(node)
+
+    def _build(self, tree, scope: int):
         if tree.is_Number:
             if not tree.is_finite or not tree.is_real:
                 raise self.error(f"the constant {tree} is not a finite real number")
@@ -378,9 +431,9 @@ class _Compiler:
         raise self.error(f"unsupported construct {tree} ({type(tree).__name__})")
 
     def _symbol(self, name: str, scope: int):
-        for index in range(scope, len(self.definition_names)):
-            if self.definition_names[index] == name:
-                return self._definition(index)
+        index = self._resolve(name, scope)
+        if index is not None:
+            return self._definition(index)
         if name in self.particle_index:
             raise self.error(f"particle {name!r} can only be an argument of distance, angle or dihedral")
         self.free_variables.add(name)
@@ -388,7 +441,11 @@ class _Compiler:
 
     def _definition(self, index: int):
         if self.definitions[index] is None:
-            self.definitions[index] = self.compile(self.definition_bodies[index], scope=index + 1)
+            depth, self.static_depth = self.static_depth, 0  # a definition is cached on its own
+            try:
+                self.definitions[index] = self._node(self._definition_tree(index), index + 1)
+            finally:
+                self.static_depth = depth
 
         def value(environment):
             if index not in environment.definitions:
@@ -471,6 +528,21 @@ class _Compiler:
     def _check_count(self, name: str, count: int, expected: int) -> None:
         if count != expected:
             raise self.error(f"function {name!r} takes {expected} argument(s), got {count}")
+
+
+def _cached(node):
+    """``node`` with its value kept in the environment's static cache, when there is one."""
+
+    def cached(environment):
+        cache = environment.static_cache
+        if cache is None:
+            return node(environment)
+        key = id(node)
+        if key not in cache:
+            cache[key] = node(environment)
+        return cache[key]
+
+    return cached
 
 
 def _square(x: Tensor) -> Tensor:
