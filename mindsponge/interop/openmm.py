@@ -32,6 +32,8 @@ OpenMM force                 mindsponge term
 ``CustomNonbondedForce``     :class:`~mindsponge.forcefield.custom.CustomNonbonded` (no cutoff,
                              cutoff periodic or not; switching, long-range correction, exclusions,
                              interaction groups, computed values)
+``CustomGBForce``            :class:`~mindsponge.forcefield.custom.CustomGB` (all computed-value
+                             and energy-term kinds; Amber's OBC2 from ``implicit/obc2.xml``)
 ``CMMotionRemover``          ignored (it is not an energy term)
 ===========================  ==========================================================
 
@@ -41,7 +43,7 @@ functions), per-interaction and global parameters (their default values; see
 ``Continuous1D/2D/3DFunction`` and ``Discrete1D/2D/3DFunction`` (CHARMM's NBFIX tables);
 energy-parameter derivatives are ignored (they do not change the energy).
 
-Not supported: ``CustomGBForce``, ``CustomHbondForce``, ``CustomManyParticleForce``,
+Not supported: ``CustomHbondForce``, ``CustomManyParticleForce``,
 ``CustomCVForce``, ``GBSAOBCForce``, ``NonbondedForce`` with ``LJPME``, global parameters or
 parameter offsets, ``setIncludeDirectSpace(False)``; the AMOEBA, Drude, RPMD and ATM forces;
 ``CustomCentroidBondForce`` groups without explicit weights (OpenMM weights them by the
@@ -96,6 +98,7 @@ SUPPORTED_FORCES = (
     "CustomCompoundBondForce",
     "CustomCentroidBondForce (explicit group weights)",
     "CustomNonbondedForce",
+    "CustomGBForce",
     "CMMotionRemover (ignored)",
 )
 
@@ -419,6 +422,50 @@ def _custom_nonbonded_term(index, force, dtype):
     return term.to(dtype)
 
 
+def _custom_gb_term(index, force, dtype):
+    """``CustomGBForce`` to :class:`~mindsponge.forcefield.custom.CustomGB`."""
+    import openmm
+
+    from mindsponge.forcefield.custom import CustomGB
+    from mindsponge.forcefield.expressions import ExpressionError
+
+    kinds = {
+        openmm.CustomGBForce.SingleParticle: "single",
+        openmm.CustomGBForce.ParticlePair: "pair",
+        openmm.CustomGBForce.ParticlePairNoExclusions: "pair_no_exclusions",
+    }
+    names = [force.getPerParticleParameterName(p) for p in range(force.getNumPerParticleParameters())]
+    count = force.getNumParticles()
+    parameters = _parameter_rows([force.getParticleParameters(i) for i in range(count)], count, len(names))
+    computed = []
+    for number in range(force.getNumComputedValues()):
+        name, expression, kind = force.getComputedValueParameters(number)
+        computed.append((name, expression, kinds[kind]))
+    terms = []
+    for number in range(force.getNumEnergyTerms()):
+        expression, kind = force.getEnergyTermParameters(number)
+        terms.append((expression, kinds[kind]))
+    method = force.getNonbondedMethod()
+    exclusions = torch.tensor(
+        [force.getExclusionParticles(i) for i in range(force.getNumExclusions())], dtype=torch.long
+    ).reshape(-1, 2)
+    try:
+        term = CustomGB(
+            names,
+            parameters,
+            computed,
+            terms,
+            global_parameters=_global_parameters(force),
+            functions=_tabulated_functions(index, force),
+            cutoff=None if method == openmm.CustomGBForce.NoCutoff else _md(force.getCutoffDistance()),
+            periodic=method == openmm.CustomGBForce.CutoffPeriodic,
+            exclusions=exclusions,
+        )
+    except ExpressionError as error:
+        raise _unsupported(index, force, str(error)) from error
+    return term.to(dtype)
+
+
 def _md(value) -> float:
     """A float in OpenMM's MD units from a float or an ``openmm.unit.Quantity``."""
     if hasattr(value, "value_in_unit_system"):
@@ -441,6 +488,7 @@ _CONVERTERS = {
     "CustomCompoundBondForce": _custom_bonded_term,
     "CustomCentroidBondForce": _custom_centroid_term,
     "CustomNonbondedForce": _custom_nonbonded_term,
+    "CustomGBForce": _custom_gb_term,
 }
 _IGNORED = {"CMMotionRemover"}
 

@@ -415,3 +415,49 @@ def test_lepton_precedence_and_definition_scoping():
     assert compile_expression("r^-1 + 1e-3*r")({"r": r}).item() == pytest.approx(0.502)
     assert compile_expression("a*b; a=b+1; b=r*3")({"r": r}).item() == 42.0
     assert compile_expression("step(0)+delta(0)+select(0, 5, 7)+min(r, 1)+max(r, 1)")({"r": r}).item() == 12.0
+
+
+@pytest.mark.parametrize("method", ["NoCutoff", "CutoffNonPeriodic"])
+def test_amber_obc2_implicit_solvent_custom_gb_force_matches_openmm(method, villin_pdb, reference):
+    """Villin with amber14 and OpenMM's ``implicit/obc2.xml``, whose GB term is a CustomGBForce."""
+    modeller = app.Modeller(villin_pdb.topology, villin_pdb.positions)
+    modeller.deleteWater()
+    modeller.delete([residue for residue in modeller.topology.residues() if residue.name == "Cl"])
+    system = app.ForceField("amber14-all.xml", "implicit/obc2.xml").createSystem(
+        modeller.topology, nonbondedMethod=getattr(app, method), constraints=None
+    )
+    positions = np.array(modeller.getPositions().value_in_unit(unit.nanometer))
+    forcefield, _ = _compare(system, positions, reference, energy_tolerance=1e-9, force_tolerance=1e-9)
+    assert type(forcefield["CustomGB"]).__name__ == "CustomGB"
+
+
+@pytest.mark.parametrize("method", ["NoCutoff", "CutoffPeriodic"])
+def test_custom_gb_force_with_every_kind_of_value_and_term_matches_openmm(method, reference):
+    """A pair value (excluded pairs left out), two single values and energy terms of all three
+    kinds (OpenMM's Reference platform allows one pair value per force)."""
+    force = openmm.CustomGBForce()
+    force.addPerParticleParameter("q")
+    force.addPerParticleParameter("radius")
+    force.addGlobalParameter("eps", 78.5)
+    force.addTabulatedFunction(
+        "shape", openmm.Continuous1DFunction(list(np.exp(-np.linspace(0, 1, 11))), 0, 1)
+    )
+    force.addComputedValue(
+        "I", "step(r+radius2-radius1)*shape(r)*radius2/r", openmm.CustomGBForce.ParticlePair
+    )
+    force.addComputedValue("B", "1/(1/radius+I) + 0.01*x^2", openmm.CustomGBForce.SingleParticle)
+    force.addComputedValue("S", "exp(-B*q^2) + 0.1*y*I", openmm.CustomGBForce.SingleParticle)
+    force.addEnergyTerm("-0.5*(1-1/eps)*q^2/B + 0.1*S", openmm.CustomGBForce.SingleParticle)
+    force.addEnergyTerm(
+        "-(1-1/eps)*q1*q2/f; f=sqrt(r^2+B1*B2*exp(-r^2/(4*B1*B2)))", openmm.CustomGBForce.ParticlePair
+    )
+    force.addEnergyTerm("0.01*q1*q2*S1*S2/r", openmm.CustomGBForce.ParticlePairNoExclusions)
+    rng = np.random.default_rng(17)
+    for _ in range(N_ATOMS):
+        force.addParticle([rng.uniform(-1, 1), rng.uniform(0.1, 0.2)])
+    for atom in range(0, N_ATOMS - 2, 3):
+        force.addExclusion(atom, atom + 2)
+    force.setNonbondedMethod(getattr(openmm.CustomGBForce, method))
+    force.setCutoffDistance(1.0)
+    box = np.eye(3) * BOX
+    _compare(_system([force], box=box), _positions(18), reference, box)
