@@ -4,24 +4,19 @@ Each term evaluates an energy expression (:mod:`mindsponge.forcefield.expression
 language, tabulated functions, ``;`` definitions) on all its interactions at once and sums the
 results; forces come from autograd. The expression sees:
 
-=====================  ========================================  ====================================
-term                   geometric variables                       OpenMM force
-=====================  ========================================  ====================================
-:class:`CustomBond`    ``r`` (nm) between two atoms               ``CustomBondForce``
-:class:`CustomAngle`   ``theta`` (rad) at the middle of three     ``CustomAngleForce``
-:class:`CustomTorsion` ``theta`` (rad, ``[-pi, pi]``), dihedral    ``CustomTorsionForce``
-:class:`CustomExternal`  ``x, y, z`` (nm) of one atom;            ``CustomExternalForce``
-                       ``periodicdistance(x,y,z,x0,y0,z0)``
-:class:`CustomCompoundBond`  ``x1, y1, z1, ...`` of particles      ``CustomCompoundBondForce``
-                       ``p1, p2...``; ``distance(p1,p2)``,
-                       ``angle(p1,p2,p3)``, ``dihedral(p1,...,p4)``
-:class:`CustomCentroidBond`  the same on weighted centres of       ``CustomCentroidBondForce``
-                       groups ``g1, g2...``
-:class:`CustomNonbonded`  ``r`` (nm) of a pair; per-particle       ``CustomNonbondedForce``
-                       parameters with suffixes ``1`` and ``2``
-:class:`CustomGB`      per-particle computed values (single or    ``CustomGBForce``
-                       summed over pairs) and energy terms
-=====================  ========================================  ====================================
+- :class:`CustomBond` (OpenMM ``CustomBondForce``): ``r`` (nm) between two atoms;
+- :class:`CustomAngle` (``CustomAngleForce``): ``theta`` (rad) at the middle of three atoms;
+- :class:`CustomTorsion` (``CustomTorsionForce``): the dihedral ``theta`` (rad, ``[-pi, pi]``);
+- :class:`CustomExternal` (``CustomExternalForce``): ``x, y, z`` (nm) of one atom, and
+  ``periodicdistance(x, y, z, x0, y0, z0)``;
+- :class:`CustomCompoundBond` (``CustomCompoundBondForce``): ``x1, y1, z1, x2...`` of particles
+  ``p1, p2...``, ``distance(p1, p2)``, ``angle(p1, p2, p3)``, ``dihedral(p1, p2, p3, p4)``;
+- :class:`CustomCentroidBond` (``CustomCentroidBondForce``): the same on weighted centres of
+  atom groups ``g1, g2...``;
+- :class:`CustomNonbonded` (``CustomNonbondedForce``): ``r`` (nm) of a pair, per-particle
+  parameters with suffixes ``1`` and ``2``;
+- :class:`CustomGB` (``CustomGBForce``): per-particle computed values (of one particle, or summed
+  over its pairs) and energy terms of one particle or of pairs;
 
 plus per-interaction parameters, global parameters and tabulated functions. Global parameters
 are a buffer (``term.expression.global_values``, names in ``global_names``) holding OpenMM's
