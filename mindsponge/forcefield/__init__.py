@@ -10,8 +10,10 @@ reports them by name; :func:`forces` returns ``-dE/dx`` (kJ/mol/nm).
   torsions, CMAP.
 - :mod:`~mindsponge.forcefield.nonbonded`, :mod:`~mindsponge.forcefield.ewald`:
   Lennard-Jones and Coulomb (cutoff, reaction field, Ewald, PME), exclusions, 1-4 pairs.
+- :mod:`~mindsponge.forcefield.custom`, :mod:`~mindsponge.forcefield.expressions`: terms given
+  by OpenMM-style energy expressions (OpenMM's Custom*Forces) and tabulated functions.
 
-Names of the non-bonded modules are re-exported here on first use.
+Names of the bonded, non-bonded, custom and expression modules are re-exported here on first use.
 """
 
 import importlib
@@ -27,7 +29,7 @@ from mindsponge.forcefield.base import (
 
 __all__ = ["DuplicateTermError", "EnergyTerm", "ForceField", "VirtualSites", "energy_and_forces", "forces"]
 
-_LAZY_MODULES = ("bonded", "nonbonded", "ewald")
+_LAZY_MODULES = ("bonded", "nonbonded", "ewald", "custom", "expressions")
 
 
 def __getattr__(name):

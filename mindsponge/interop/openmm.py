@@ -8,20 +8,47 @@ files in one call.
 
 Supported forces (anything else raises :class:`UnsupportedOpenMMForceError` naming it):
 
-=========================  ============================================================
-OpenMM force               mindsponge term
-=========================  ============================================================
-``HarmonicBondForce``      :class:`~mindsponge.forcefield.bonded.HarmonicBond`
-``HarmonicAngleForce``     :class:`~mindsponge.forcefield.bonded.HarmonicAngle`
-``PeriodicTorsionForce``   :class:`~mindsponge.forcefield.bonded.PeriodicTorsion`
-``CustomTorsionForce``     :class:`~mindsponge.forcefield.bonded.HarmonicImproper` (the
-                           CHARMM expressions ``k*(theta-theta0)^2`` and ParmEd's wrapped form)
-``CMAPTorsionForce``       :class:`~mindsponge.forcefield.bonded.CMAPTorsion`
-``NonbondedForce``         :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (no cutoff,
-                           cutoff, reaction field, Ewald, PME; switching, dispersion correction,
-                           exceptions)
-``CMMotionRemover``        ignored (it is not an energy term)
-=========================  ============================================================
+===========================  ==========================================================
+OpenMM force                 mindsponge term
+===========================  ==========================================================
+``HarmonicBondForce``        :class:`~mindsponge.forcefield.bonded.HarmonicBond`
+``HarmonicAngleForce``       :class:`~mindsponge.forcefield.bonded.HarmonicAngle`
+``PeriodicTorsionForce``     :class:`~mindsponge.forcefield.bonded.PeriodicTorsion`
+``CMAPTorsionForce``         :class:`~mindsponge.forcefield.bonded.CMAPTorsion`
+``NonbondedForce``           :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (no cutoff,
+                             cutoff, reaction field, Ewald, PME; switching, dispersion correction,
+                             exceptions)
+``CustomTorsionForce``       :class:`~mindsponge.forcefield.bonded.HarmonicImproper` for the CHARMM
+                             expressions ``k*(theta-theta0)^2`` and ParmEd's wrapped form (fast
+                             path), :class:`~mindsponge.forcefield.custom.CustomTorsion` otherwise
+``CustomBondForce``          :class:`~mindsponge.forcefield.custom.CustomBond`
+``CustomAngleForce``         :class:`~mindsponge.forcefield.custom.CustomAngle`
+``CustomExternalForce``      :class:`~mindsponge.forcefield.custom.CustomExternal` (position
+                             restraints, ``periodicdistance``)
+``CustomCompoundBondForce``  :class:`~mindsponge.forcefield.custom.CustomCompoundBond`
+                             (``distance``, ``angle``, ``dihedral``, ``point*`` functions)
+``CustomCentroidBondForce``  :class:`~mindsponge.forcefield.custom.CustomCentroidBond` (groups with
+                             explicit weights)
+``CustomNonbondedForce``     :class:`~mindsponge.forcefield.custom.CustomNonbonded` (no cutoff,
+                             cutoff periodic or not; switching, long-range correction, exclusions,
+                             interaction groups, computed values)
+``CustomGBForce``            :class:`~mindsponge.forcefield.custom.CustomGB` (all computed-value
+                             and energy-term kinds; Amber's OBC2 from ``implicit/obc2.xml``)
+``CMMotionRemover``          ignored (it is not an energy term)
+===========================  ==========================================================
+
+Every Custom*Force supports the whole Lepton expression language (``;`` definitions, all
+functions), per-interaction and global parameters (their default values; see
+:class:`~mindsponge.forcefield.custom.ExpressionEnergy`) and the tabulated functions
+``Continuous1D/2D/3DFunction`` and ``Discrete1D/2D/3DFunction`` (CHARMM's NBFIX tables);
+energy-parameter derivatives are ignored (they do not change the energy).
+
+Not supported: ``CustomHbondForce``, ``CustomManyParticleForce``,
+``CustomCVForce``, ``GBSAOBCForce``, ``NonbondedForce`` with ``LJPME``, global parameters or
+parameter offsets, ``setIncludeDirectSpace(False)``; the AMOEBA, Drude, RPMD and ATM forces;
+``CustomCentroidBondForce`` groups without explicit weights (OpenMM weights them by the
+System's masses, which a force does not carry); virtual sites other than two/three-particle
+averages and out-of-plane sites.
 
 Term names are the mindsponge class names (``HarmonicBond``, ``PeriodicTorsion``,
 ``HarmonicImproper``, ``Nonbonded``...) or the force's own name when it was given one
@@ -62,9 +89,16 @@ SUPPORTED_FORCES = (
     "HarmonicBondForce",
     "HarmonicAngleForce",
     "PeriodicTorsionForce",
-    "CustomTorsionForce (CHARMM harmonic impropers)",
     "CMAPTorsionForce",
     "NonbondedForce",
+    "CustomBondForce",
+    "CustomAngleForce",
+    "CustomTorsionForce",
+    "CustomExternalForce",
+    "CustomCompoundBondForce",
+    "CustomCentroidBondForce (explicit group weights)",
+    "CustomNonbondedForce",
+    "CustomGBForce",
     "CMMotionRemover (ignored)",
 )
 
@@ -125,22 +159,19 @@ def _torsion_term(index, force, dtype):
 
 
 def _custom_torsion_term(index, force, dtype):
+    """CHARMM's harmonic impropers become :class:`HarmonicImproper`; any other expression a
+    :class:`~mindsponge.forcefield.custom.CustomTorsion`."""
     expression = re.sub(r"\s+", "", force.getEnergyFunction()).rstrip(";")
     pi_definition = _PI_DEFINITION.search(expression)
     pi = float(pi_definition.group(1)) if pi_definition else math.pi
     expression = _PI_DEFINITION.sub("", expression)
-    if expression not in _IMPROPER_EXPRESSIONS:
-        raise _unsupported(
-            index,
-            force,
-            f"energy expression {force.getEnergyFunction()!r} is not a harmonic improper "
-            f"(supported: {sorted(_IMPROPER_EXPRESSIONS)}, optionally with 'pi = <value>')",
-        )
-    if force.getNumGlobalParameters() or force.getNumEnergyParameterDerivatives():
-        raise _unsupported(index, force, "global parameters are not supported")
     names = [force.getPerTorsionParameterName(p) for p in range(force.getNumPerTorsionParameters())]
-    if sorted(names) != ["k", "theta0"]:
-        raise _unsupported(index, force, f"per-torsion parameters must be k and theta0, got {names}")
+    if (
+        expression not in _IMPROPER_EXPRESSIONS
+        or force.getNumGlobalParameters()
+        or sorted(names) != ["k", "theta0"]
+    ):
+        return _custom_bonded_term(index, force, dtype)
     rows = [force.getTorsionParameters(i) for i in range(force.getNumTorsions())]
     atoms, values = _table([(*row[:4], *row[4]) for row in rows], 4, 2)
     k, angle = values[names.index("k")], values[names.index("theta0")]
@@ -228,6 +259,213 @@ def _nonbonded_term(index, force, dtype):
     )
 
 
+def _force_context(index: int, force) -> str:
+    return f"OpenMM force {index} ({type(force).__name__}, name {force.getName()!r})"
+
+
+def _tabulated_functions(index: int, force) -> dict:
+    """The force's tabulated functions as :mod:`~mindsponge.forcefield.expressions` modules."""
+    import openmm
+
+    from mindsponge.forcefield import expressions
+
+    functions = {}
+    for number in range(force.getNumTabulatedFunctions()):
+        name = force.getTabulatedFunctionName(number)
+        function = force.getTabulatedFunction(number)
+        parameters = function.getFunctionParameters()
+        if isinstance(function, openmm.Continuous1DFunction):
+            values, low, high = parameters
+            table = expressions.Continuous1DFunction(values, low, high, function.getPeriodic())
+        elif isinstance(function, openmm.Continuous2DFunction):
+            table = expressions.Continuous2DFunction(*parameters, periodic=function.getPeriodic())
+        elif isinstance(function, openmm.Continuous3DFunction):
+            table = expressions.Continuous3DFunction(*parameters, periodic=function.getPeriodic())
+        elif isinstance(function, openmm.Discrete1DFunction):
+            table = expressions.Discrete1DFunction(parameters)
+        elif isinstance(function, openmm.Discrete2DFunction):
+            table = expressions.Discrete2DFunction(*parameters)
+        elif isinstance(function, openmm.Discrete3DFunction):
+            table = expressions.Discrete3DFunction(*parameters)
+        else:
+            raise _unsupported(index, force, f"tabulated function {name!r} is a {type(function).__name__}")
+        functions[name] = table
+    return functions
+
+
+def _global_parameters(force) -> dict[str, float]:
+    return {
+        force.getGlobalParameterName(number): _md(force.getGlobalParameterDefaultValue(number))
+        for number in range(force.getNumGlobalParameters())
+    }
+
+
+def _parameter_rows(rows: list, count: int, width: int) -> torch.Tensor:
+    values = torch.tensor([[_md(value) for value in row] for row in rows], dtype=torch.float64)
+    return values.reshape(count, width)
+
+
+# bonded Custom*Forces: OpenMM class -> (mindsponge term, atoms per interaction, how to count and read rows)
+_CUSTOM_BONDED = {
+    "CustomBondForce": ("CustomBond", 2, "getNumBonds", "getBondParameters", "getNumPerBondParameters",
+                        "getPerBondParameterName"),
+    "CustomAngleForce": ("CustomAngle", 3, "getNumAngles", "getAngleParameters", "getNumPerAngleParameters",
+                         "getPerAngleParameterName"),
+    "CustomTorsionForce": ("CustomTorsion", 4, "getNumTorsions", "getTorsionParameters",
+                           "getNumPerTorsionParameters", "getPerTorsionParameterName"),
+    "CustomExternalForce": ("CustomExternal", 1, "getNumParticles", "getParticleParameters",
+                            "getNumPerParticleParameters", "getPerParticleParameterName"),
+    "CustomCompoundBondForce": ("CustomCompoundBond", None, "getNumBonds", "getBondParameters",
+                                "getNumPerBondParameters", "getPerBondParameterName"),
+}
+
+
+def _custom_bonded_term(index, force, dtype):
+    """``CustomBond/Angle/Torsion/External/CompoundBondForce`` to the term of the same name in
+    :mod:`mindsponge.forcefield.custom`."""
+    from mindsponge.forcefield import custom
+    from mindsponge.forcefield.expressions import ExpressionError
+
+    kind = type(force).__name__
+    term_name, width, count_method, row_method, names_count, name_method = _CUSTOM_BONDED[kind]
+    names = [getattr(force, name_method)(p) for p in range(getattr(force, names_count)())]
+    count = getattr(force, count_method)()
+    rows = [getattr(force, row_method)(i) for i in range(count)]
+    if width is None:  # compound bonds: (particles, parameters)
+        atoms = torch.tensor([list(row[0]) for row in rows], dtype=torch.long).reshape(
+            count, force.getNumParticlesPerBond()
+        )
+    else:
+        atoms = torch.tensor([row[:width] for row in rows], dtype=torch.long).reshape(count, width)
+    parameters = _parameter_rows([row[-1] for row in rows], count, len(names))
+    options = {
+        "global_parameters": _global_parameters(force),
+        "functions": _tabulated_functions(index, force) if hasattr(force, "getNumTabulatedFunctions") else {},
+        "name": term_name,
+    }
+    if kind == "CustomExternalForce":
+        atoms = atoms[:, 0]
+    else:
+        options["periodic"] = force.usesPeriodicBoundaryConditions()
+    try:
+        term = getattr(custom, term_name)(atoms, force.getEnergyFunction(), names, parameters, **options)
+    except ExpressionError as error:
+        raise _unsupported(index, force, str(error)) from error
+    return term.to(dtype)
+
+
+def _custom_centroid_term(index, force, dtype):
+    """``CustomCentroidBondForce`` to :class:`~mindsponge.forcefield.custom.CustomCentroidBond`
+    (groups need explicit weights: OpenMM's default mass weights are not known to a force)."""
+    from mindsponge.forcefield.custom import CustomCentroidBond
+    from mindsponge.forcefield.expressions import ExpressionError
+
+    groups = []
+    for number in range(force.getNumGroups()):
+        atoms, weights = force.getGroupParameters(number)
+        if len(weights) == 0:
+            raise _unsupported(
+                index, force, f"group {number} has no explicit weights (OpenMM then uses the masses); "
+                "give the weights with addGroup(particles, weights)"
+            )
+        groups.append((list(atoms), list(weights)))
+    names = [force.getPerBondParameterName(p) for p in range(force.getNumPerBondParameters())]
+    rows = [force.getBondParameters(i) for i in range(force.getNumBonds())]
+    bonds = torch.tensor([list(row[0]) for row in rows], dtype=torch.long).reshape(
+        len(rows), force.getNumGroupsPerBond()
+    )
+    try:
+        term = CustomCentroidBond(
+            groups,
+            bonds,
+            force.getEnergyFunction(),
+            names,
+            _parameter_rows([row[1] for row in rows], len(rows), len(names)),
+            global_parameters=_global_parameters(force), functions=_tabulated_functions(index, force),
+            periodic=force.usesPeriodicBoundaryConditions(),
+        )
+    except ExpressionError as error:
+        raise _unsupported(index, force, str(error)) from error
+    return term.to(dtype)
+
+
+def _custom_nonbonded_term(index, force, dtype):
+    """``CustomNonbondedForce`` to :class:`~mindsponge.forcefield.custom.CustomNonbonded`."""
+    import openmm
+
+    from mindsponge.forcefield.custom import CustomNonbonded
+    from mindsponge.forcefield.expressions import ExpressionError
+
+    method = force.getNonbondedMethod()
+    cutoff = None if method == openmm.CustomNonbondedForce.NoCutoff else _md(force.getCutoffDistance())
+    names = [force.getPerParticleParameterName(p) for p in range(force.getNumPerParticleParameters())]
+    count = force.getNumParticles()
+    parameters = _parameter_rows([force.getParticleParameters(i) for i in range(count)], count, len(names))
+    exclusions = torch.tensor(
+        [force.getExclusionParticles(i) for i in range(force.getNumExclusions())], dtype=torch.long
+    ).reshape(-1, 2)
+    groups = [force.getInteractionGroupParameters(i) for i in range(force.getNumInteractionGroups())]
+    computed = [force.getComputedValueParameters(i) for i in range(force.getNumComputedValues())]
+    try:
+        term = CustomNonbonded(
+            force.getEnergyFunction(), names, parameters,
+            global_parameters=_global_parameters(force), functions=_tabulated_functions(index, force),
+            computed_values=[(name, expression) for name, expression in computed], cutoff=cutoff,
+            periodic=method == openmm.CustomNonbondedForce.CutoffPeriodic,
+            switch_distance=_md(force.getSwitchingDistance())
+            if force.getUseSwitchingFunction() and cutoff is not None else None,
+            long_range_correction=force.getUseLongRangeCorrection(),
+            exclusions=exclusions, interaction_groups=[(list(a), list(b)) for a, b in groups] or None,
+        )
+    except ExpressionError as error:
+        raise _unsupported(index, force, str(error)) from error
+    return term.to(dtype)
+
+
+def _custom_gb_term(index, force, dtype):
+    """``CustomGBForce`` to :class:`~mindsponge.forcefield.custom.CustomGB`."""
+    import openmm
+
+    from mindsponge.forcefield.custom import CustomGB
+    from mindsponge.forcefield.expressions import ExpressionError
+
+    kinds = {
+        openmm.CustomGBForce.SingleParticle: "single",
+        openmm.CustomGBForce.ParticlePair: "pair",
+        openmm.CustomGBForce.ParticlePairNoExclusions: "pair_no_exclusions",
+    }
+    names = [force.getPerParticleParameterName(p) for p in range(force.getNumPerParticleParameters())]
+    count = force.getNumParticles()
+    parameters = _parameter_rows([force.getParticleParameters(i) for i in range(count)], count, len(names))
+    computed = []
+    for number in range(force.getNumComputedValues()):
+        name, expression, kind = force.getComputedValueParameters(number)
+        computed.append((name, expression, kinds[kind]))
+    terms = []
+    for number in range(force.getNumEnergyTerms()):
+        expression, kind = force.getEnergyTermParameters(number)
+        terms.append((expression, kinds[kind]))
+    method = force.getNonbondedMethod()
+    exclusions = torch.tensor(
+        [force.getExclusionParticles(i) for i in range(force.getNumExclusions())], dtype=torch.long
+    ).reshape(-1, 2)
+    try:
+        term = CustomGB(
+            names,
+            parameters,
+            computed,
+            terms,
+            global_parameters=_global_parameters(force),
+            functions=_tabulated_functions(index, force),
+            cutoff=None if method == openmm.CustomGBForce.NoCutoff else _md(force.getCutoffDistance()),
+            periodic=method == openmm.CustomGBForce.CutoffPeriodic,
+            exclusions=exclusions,
+        )
+    except ExpressionError as error:
+        raise _unsupported(index, force, str(error)) from error
+    return term.to(dtype)
+
+
 def _md(value) -> float:
     """A float in OpenMM's MD units from a float or an ``openmm.unit.Quantity``."""
     if hasattr(value, "value_in_unit_system"):
@@ -244,6 +482,13 @@ _CONVERTERS = {
     "CustomTorsionForce": _custom_torsion_term,
     "CMAPTorsionForce": _cmap_term,
     "NonbondedForce": _nonbonded_term,
+    "CustomBondForce": _custom_bonded_term,
+    "CustomAngleForce": _custom_bonded_term,
+    "CustomExternalForce": _custom_bonded_term,
+    "CustomCompoundBondForce": _custom_bonded_term,
+    "CustomCentroidBondForce": _custom_centroid_term,
+    "CustomNonbondedForce": _custom_nonbonded_term,
+    "CustomGBForce": _custom_gb_term,
 }
 _IGNORED = {"CMMotionRemover"}
 

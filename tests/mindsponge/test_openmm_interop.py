@@ -217,10 +217,8 @@ def test_unsupported_forces_and_options_are_named():
     for _ in range(3):
         system.addParticle(1.0)
     system.addForce(openmm.CMMotionRemover())
-    system.addForce(openmm.CustomExternalForce("x^2"))
-    with pytest.raises(
-        UnsupportedOpenMMForceError, match=r"force 1 \(CustomExternalForce.*supports.*HarmonicBond"
-    ):
+    system.addForce(openmm.CustomHbondForce("distance(a1, d1)"))
+    with pytest.raises(UnsupportedOpenMMForceError, match=r"force 1 \(CustomHbondForce.*supports.*HarmonicBond"):
         from_openmm(system)
     system.removeForce(1)
     nonbonded = openmm.NonbondedForce()
