@@ -677,8 +677,17 @@ def _run_dask(
         def allowed_workers() -> list[str]:
             return sorted(set(client.scheduler_info()["workers"]) - excluded)
 
+        unrunnable: list[Any] = []  # jobs left when every worker had an infrastructure failure
+        last_infrastructure: list[JobFailure] = []
+
         def submit(job: Any) -> None:
-            placement = {"workers": allowed_workers(), "allow_other_workers": False} if excluded else {}
+            placement = {}
+            if excluded:
+                allowed = allowed_workers()
+                if not allowed:
+                    unrunnable.append(job)
+                    return
+                placement = {"workers": allowed, "allow_other_workers": False}
             future = client.submit(task, job, pure=False, **placement)
             in_flight[future.key] = job
             completed.add(future)
@@ -691,6 +700,11 @@ def _run_dask(
                     return
                 submit(job)
 
+        def nowhere(job: Any) -> tuple[Any, JobFailure]:
+            failure = last_infrastructure[-1]
+            message = f"no worker of the cluster can run it (the last one to try said: {failure.message})"
+            return job, dataclasses.replace(failure, message=message)
+
         submit_more()
         for future in completed:
             job = in_flight.pop(future.key)
@@ -701,12 +715,16 @@ def _run_dask(
             future.release()
             if isinstance(result, JobFailure) and result.infrastructure and result.worker:
                 excluded.add(result.worker)
-                if allowed_workers():
-                    submit(job)  # rerun elsewhere
+                last_infrastructure.append(result)
+                submit(job)  # rerun elsewhere, if a worker is left
+                if not unrunnable:
                     continue
+                job, result = nowhere(unrunnable.pop())
             probing = probing and isinstance(result, JobFailure)
             yield job, result
             submit_more()
+            while unrunnable:
+                yield nowhere(unrunnable.pop())
     finally:
         if own_client:
             client.close()
