@@ -48,7 +48,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -435,34 +434,29 @@ def _lost_worker(error: BaseException, host: str = "", worker: str = "") -> JobF
     )
 
 
-def _die_with_parent() -> None:
-    """Make this worker process exit when its parent does (no orphans after a kill of the run).
+def _exit_with_run(run_alive: Any) -> None:
+    """Make this worker process exit when the process that runs :func:`run_jobs` dies.
 
-    A local worker's parent is the pool's forkserver, which exits when the process that
-    runs :func:`run_jobs` dies. On Linux the kernel then kills the worker at once
-    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); elsewhere a daemon thread checks every second
-    whether the worker was re-parented and exits if so.
+    ``run_alive`` is the reading end of a pipe whose only writing end that process holds
+    (a local worker's parent is the pool's forkserver, not that process, and neither exits
+    by itself while workers live). A daemon thread waits on it: when the run ends, killed
+    or not, the pipe reaches end-of-file and the worker exits, leaving no orphan.
     """
-    parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG = 1
-            if os.getppid() != parent:  # the parent died before the call
-                os._exit(1)
-            return
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
+        try:
+            run_alive.recv_bytes()
+        except (EOFError, OSError):
+            pass
         os._exit(1)
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="run-watch", daemon=True).start()
 
 
-def _start_worker(threads: int) -> None:
-    """Local pool initializer: the worker's thread budget, and death with its parent."""
+def _start_worker(threads: int, run_alive: Any) -> None:
+    """Local pool initializer: the worker's thread budget, and its exit with the run."""
+    _exit_with_run(run_alive)  # first: the budget may import torch, which takes seconds
     thread_budgets.set_thread_budget(threads)
-    _die_with_parent()
 
 
 _DASK_BUDGET: list[int] = []  # the thread budget already set in this Dask worker process
@@ -582,9 +576,11 @@ def _run_pool(
     limit = max_in_flight or 2 * workers
     context = multiprocessing.get_context("forkserver")
 
+    run_alive, alive_signal = context.Pipe(duplex=False)  # workers exit when alive_signal closes
+
     def new_pool() -> concurrent.futures.ProcessPoolExecutor:
         return concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(threads,)
+            max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(threads, run_alive)
         )
 
     pending_jobs = iter(jobs)
@@ -628,6 +624,8 @@ def _run_pool(
                 pool = new_pool()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        alive_signal.close()
+        run_alive.close()
 
 
 def _run_dask(
