@@ -53,7 +53,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from common import threads as thread_budgets
-from common.checks import non_negative_int, positive_int
 from common.errors import ConfigurationError, MindScienceError
 
 if TYPE_CHECKING:
@@ -455,8 +454,8 @@ def _exit_with_run(run_alive: Any) -> None:
 
 def _start_worker(threads: int, run_alive: Any) -> None:
     """Local pool initializer: the worker's thread budget, and its exit with the run."""
-    _exit_with_run(run_alive)  # first: the budget may import torch, which takes seconds
-    thread_budgets.set_thread_budget(threads)
+    _exit_with_run(run_alive)  # first: importing a generator's torch later takes seconds
+    thread_budgets._apply(threads)  # checked by run_jobs; unchecked here, so no torch import
 
 
 _DASK_BUDGET: list[int] = []  # the thread budget already set in this Dask worker process
@@ -474,7 +473,7 @@ def _call_on_dask(
         address = _worker_name()
         threads = max(1, thread_budgets.available_cores() // host_threads.get(address, 1))
     if _DASK_BUDGET != [threads]:
-        thread_budgets.set_thread_budget(threads)
+        thread_budgets._apply(threads)
         _DASK_BUDGET[:] = [threads]
     return call(job)
 
@@ -535,6 +534,8 @@ def run_jobs(
         >>> sorted(result for _, result in run_jobs(math.sqrt, [1.0, 4.0, 9.0], workers=0))
         [1.0, 2.0, 3.0]
     """
+    from common.checks import non_negative_int, positive_int  # here: common.checks imports torch
+
     if not callable(fn):
         raise TypeError(f"run_jobs: fn must be callable, got {type(fn).__name__}")
     if workers is not None:

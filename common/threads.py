@@ -35,8 +35,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-from common.checks import positive_int
-
 __all__ = [
     "available_cores",
     "threads_per_worker",
@@ -71,6 +69,8 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
         workers: worker processes sharing the machine (>= 1).
         cores: the cores they share; default :func:`available_cores`.
     """
+    from common.checks import positive_int  # here: common.checks imports torch, workers may not need it
+
     positive_int(workers, "threads_per_worker: workers")
     return max(1, (available_cores() if cores is None else positive_int(cores, "cores")) // workers)
 
@@ -104,9 +104,15 @@ def set_thread_budget(threads: int) -> None:
     Raises:
         common.errors.ConfigurationError: if ``threads`` is not a positive int.
     """
+    from common.checks import positive_int
+
+    _apply(positive_int(threads, "thread budget"))
+
+
+def _apply(threads: int) -> None:
+    """:func:`set_thread_budget` without the check (for worker start-up: no torch import)."""
     import threadpoolctl
 
-    positive_int(threads, "thread budget")
     for name in THREAD_VARIABLES:
         os.environ[name] = str(threads)
     threadpoolctl.threadpool_limits(limits=threads)
@@ -123,6 +129,8 @@ def thread_budget(threads: int) -> Iterator[int]:
         ``threads``.
     """
     import threadpoolctl
+
+    from common.checks import positive_int
 
     positive_int(threads, "thread budget")
     saved_environment = {name: os.environ.get(name) for name in THREAD_VARIABLES}
