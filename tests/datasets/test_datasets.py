@@ -689,3 +689,18 @@ def test_killing_the_run_leaves_no_orphan_workers(tmp_path):
     finally:
         for pid in _session_processes(process.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_holding_other_generator_code_refuses_to_run_it():
+    from common import parallel
+    from common.datasets import runner
+
+    reference = "common.datasets.examples:damped_oscillator"
+    job = (0, {"frequency": 1.0, "damping": 0.1}, 0)
+    examples = ROOT / "common" / "datasets" / "examples.py"
+    digest = hashlib.sha256(examples.read_bytes()).hexdigest()
+    result = runner._run_sample(reference, {"n_times": 4}, digest, job)  # the code the run started with
+    assert result["displacement"].shape == (4,)
+    with pytest.raises(parallel.InfrastructureError, match="is not the code this run started with") as raised:
+        runner._run_sample(reference, {"n_times": 4}, "0" * 64, job)  # the run started with other code
+    assert str(examples) in str(raised.value)
