@@ -456,6 +456,9 @@ class Simulation:
         Returns:
             Complex tensor of the source's shape: Ez (V/m) or Hz (A/m). Differentiable with
             respect to the permittivity and the source (one adjoint solve per backward).
+
+        Raises:
+            DataError: (a ValueError) for a NaN or infinite source value, naming the cell.
         """
         if not isinstance(source, torch.Tensor):
             raise TypeError(

@@ -288,6 +288,7 @@ class Simulation:
     def _check_frequencies(self):
         limit = self.max_frequency
         accurate = self._spatial_limit(CELLS_PER_WAVELENGTH)
+        coarse = []
         for monitor in self.monitors:
             if not isinstance(monitor, DFTMonitor):
                 continue
@@ -298,12 +299,14 @@ class Simulation:
                     + self._frequency_limit_text()
                 )
             if highest > accurate * (1 + 1e-9):  # exactly 10 cells per wavelength is fine
-                warnings.warn(
-                    f"{monitor!r}: frequency {highest:.6g} Hz has fewer than {CELLS_PER_WAVELENGTH} cells "
-                    f"per wavelength in the densest medium (above {accurate:.6g} Hz); expect phase errors "
-                    "above about 1 %",
-                    stacklevel=3,
-                )
+                coarse.append(f"{monitor.name!r} ({highest:.6g} Hz)")
+        if coarse:  # one warning per simulation, not one per monitor
+            warnings.warn(
+                f"Simulation: monitor frequencies above {accurate:.6g} Hz have fewer than "
+                f"{CELLS_PER_WAVELENGTH} cells per wavelength in the densest medium: {', '.join(coarse)}; "
+                "expect phase errors above about 1 %",
+                stacklevel=3,
+            )
         for source, *_ in self._bound_sources + self._plane_waves:
             spectrum_limit = getattr(source.waveform, "spectrum_limit", None)
             if spectrum_limit is None:
