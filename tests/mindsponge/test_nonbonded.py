@@ -523,3 +523,29 @@ def test_small_dodecahedron_matches_openmm_cpu(dodecahedron_water, method, compi
         magnitude = sum(abs(term.item()) for term in terms.values())
         assert abs(energy - expected_energy) <= 2e-6 * magnitude  # OpenMM CPU: single precision
         assert force_error(ours, expected_forces) < 2e-5
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_pair_listed_beyond_max_cutoff_counts_once_it_comes_within_the_cutoff(compiled):
+    """Two atoms 1.085 nm apart along the height of a 3 nm dodecahedron (max_cutoff 1.061 nm, list
+    cutoff 1.1 nm; OpenMM's reduced minimum image of that displacement is a 2.2 nm translate). Each
+    moves 0.045 nm towards the other (less than half the skin: no rebuild): at 0.995 nm the pair
+    interacts, with the reaction-field and Lennard-Jones energy of that distance."""
+    box = torch.tensor([[3.0, 0, 0], [0, 3.0, 0], [1.5, 1.5, 3.0 * math.sqrt(0.5)]], dtype=torch.float64)
+    start = torch.tensor([[0.5, 0.5, 0.5], [0.6, 0.6, 1.575]], dtype=torch.float64)
+    assert space.minimum_image(start[1] - start[0], box).norm() > 2.0
+    charges = torch.tensor([0.5, -0.5], dtype=torch.float64)
+    sigma = torch.full((2,), 0.3, dtype=torch.float64)
+    epsilon = torch.full((2,), 0.5, dtype=torch.float64)
+    model = Nonbonded(charges, sigma, epsilon, method="reaction_field", cutoff=1.0, skin=0.1,
+                      dispersion_correction=False, compiled=compiled)
+    assert model(start, box).item() == 0.0  # beyond the cutoff
+    moved = start + torch.tensor([[0.0, 0.0, 0.045], [0.0, 0.0, -0.045]], dtype=torch.float64)
+    energy = model(moved, box).item()
+    assert model.neighbors.n_builds == 1
+    r = float((moved[1] - moved[0]).norm())
+    assert 0.99 < r < 1.0
+    coulomb = 138.935458 * charges[0].item() * charges[1].item() * (1 / r + model.krf * r**2 - model.crf)
+    lennard_jones = 4 * 0.5 * ((0.3 / r) ** 12 - (0.3 / r) ** 6)
+    assert coulomb + lennard_jones < -1e-3  # small near the cutoff, but not zero as for a missed pair
+    assert energy == pytest.approx(coulomb + lennard_jones, rel=1e-6)
