@@ -10,10 +10,11 @@ the box changed. Pair terms then mask the listed pairs with ``r < r_c`` themselv
 Building uses a cell list for every system, whatever its size and box: space (the periodic
 box, or the bounding box of the atoms without periodicity) is cut into ``n_d`` cells along
 each box vector ``d``, about ``(r_c + skin) / 3`` wide in the perpendicular direction
-(``/ 2`` in the torch search), atoms
-are sorted by cell, and only the "forward" half of the neighbouring cells within
-``reach_d = ceil((r_c + skin) n_d / w_d)`` cells (``w_d`` the perpendicular width of the box)
-plus the cell itself are searched (a half shell, so each pair is seen once). A neighbouring
+(``/ 2`` in the torch search; wider where there would be more than ``4 N + 64`` cells, in a
+sparse system), atoms are sorted by cell, and only the "forward" half of the neighbouring
+cells within ``reach_d = ceil((r_c + skin) n_d / w_d)`` cells (``w_d`` the perpendicular
+width of the box) plus the cell itself are searched (a half shell, so each pair is seen
+once). A neighbouring
 cell across the box boundary is searched as the periodic image shifted by the box vectors;
 in a small box, where ``2 reach_d + 1 > n_d``, the half shell reaches the same cell through
 several images, so a partner is found through each of its images within ``r_c + skin``.
@@ -24,8 +25,8 @@ On CPU the cell search runs as a compiled kernel (:mod:`mindsponge._kernels`, bu
 per machine; ``compiled=False`` or ``MINDSCIENCE_NO_EXTENSIONS=1`` selects the pure torch
 search, which finds the same pairs): a counting sort of the atoms by cell, then one pass
 over the cells and their half shell with the exclusions checked as pairs are found.
-Measured on the shared 2-core test machine (TIP3P, 1.0 nm list cutoff, 2 threads): 3,400
-atoms (690k pairs) about 10-15 ms compiled and 130-260 ms in torch; 24,000 atoms (5M
+Measured with half-cutoff cells on the shared 2-core test machine (TIP3P, 1.0 nm list
+cutoff, 2 threads): 3,400 atoms (690k pairs) about 10-15 ms compiled and 130-260 ms in torch; 24,000 atoms (5M
 pairs) about 150-200 ms compiled and about 2 s in torch.
 
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
@@ -67,6 +68,8 @@ __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"
 # took 0.5-0.8x the time, one thread, in a 3 nm dodecahedron and 3,300 and 24,000 atoms at water density).
 # The torch search, whose cost grows with the number of neighbour offsets: half-cutoff cells (3x faster).
 _CELLS_PER_CUTOFF = {"compiled": 3, "torch": 2}
+# at most this many cells per atom (plus 64): sparse systems get wider cells
+_CELLS_PER_ATOM = 4
 
 
 def _half_shell(reach: tuple[int, int, int]) -> list[tuple[int, int, int]]:
@@ -340,6 +343,10 @@ class NeighborList:
             scaled = scaled - torch.floor(scaled)
             wrapped = scaled @ box
         n_cells = [max(1, math.floor(cells_per_cutoff * width / self.list_cutoff)) for width in widths]
+        # a sparse system (a large box or far-apart atoms): fewer, wider cells, memory linear in the atoms
+        excess = math.prod(n_cells) / (_CELLS_PER_ATOM * len(positions) + 64)
+        if excess > 1:
+            n_cells = [max(1, math.floor(n / excess ** (1 / 3))) for n in n_cells]
         # a displacement shorter than the list cutoff spans at most list_cutoff / width of the box along
         # an axis, so at most ceil(list_cutoff n / width) cells
         reach = [max(1, math.ceil(self.list_cutoff * n / width))

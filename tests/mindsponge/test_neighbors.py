@@ -197,6 +197,21 @@ def test_few_atoms_without_box(n_atoms, compiled):
     assert len(pairs) == len(set(pair_keys(pairs, n_atoms).tolist()))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_sparse_systems_use_few_cells(compiled):
+    """Atoms far apart (without a box) and a few atoms in a large box: wider cells, the same pairs."""
+    generator = torch.Generator().manual_seed(6)
+    clusters = torch.rand(40, 3, dtype=torch.float64, generator=generator) * 1.5
+    positions = torch.cat([clusters, clusters + 1000.0, clusters - torch.tensor([0.0, 0.0, 1000.0])])
+    neighbors = NeighborList(cutoff=0.6, skin=0.1, compiled=compiled)
+    assert math.prod(neighbors._cell_grid(positions, None, 3)[1]) <= 4 * len(positions) + 64
+    pairs = neighbors.update(positions, None)
+    assert set(pair_keys(pairs, 120).tolist()) == brute_force(positions, None, 0.7)
+    box = torch.eye(3, dtype=torch.float64) * 200.0
+    positions = random_system(50, box, seed=7) / 100.0 + 199.5  # across a corner of the box
+    assert_pairs_equal_brute_force(neighbors, positions, box)
+
+
 @pytest.mark.skipif(os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1", reason="extensions disabled")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_compiled_search_equals_torch_search(dtype):
