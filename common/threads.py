@@ -33,9 +33,11 @@ Example:
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 __all__ = [
+    "free_cores",
     "available_cores",
     "threads_per_worker",
     "local_processes",
@@ -60,6 +62,31 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def free_cores(samples: int = 5, interval: float = 0.02) -> int:
+    """Cores this process may use that no other process is running on now (at least 1).
+
+    The cores of this process's CPU affinity minus the runnable scheduling entities of the rest of
+    the machine, from the fourth field of ``/proc/loadavg`` (runnable count, which includes the
+    reading thread itself), as the median of ``samples`` readings ``interval`` seconds apart.
+    Without ``/proc/loadavg`` (not Linux): every core of the affinity.
+
+    Returns:
+        int between 1 and the number of usable cores.
+    """
+    usable = available_cores()
+    readings = []
+    for sample in range(samples):
+        try:
+            with open("/proc/loadavg") as handle:
+                readings.append(int(handle.read().split()[3].split("/")[0]) - 1)
+        except (OSError, IndexError, ValueError):
+            return usable
+        if sample + 1 < samples:
+            time.sleep(interval)
+    others = sorted(readings)[len(readings) // 2]
+    return max(1, min(usable, usable - others))
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:

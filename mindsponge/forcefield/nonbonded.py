@@ -629,7 +629,11 @@ class Nonbonded(EnergyTerm):
                 pair_set = self._make_pairs(pairs)
                 if box is not None:
                     direct = reference[pair_set.second] - reference[pair_set.first]
-                    pair_set.shifts = (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+                    # listed pairs are up to cutoff + skin apart; beyond max_cutoff (a small box) only
+                    # nearest_image finds the image that comes within the cutoff before the next rebuild
+                    image = (space.minimum_image if self.neighbors.list_cutoff <= space.max_cutoff(box)
+                             else space.nearest_image)
+                    pair_set.shifts = (image(direct, box.detach()) - direct).T.contiguous()
                 if cached:
                     pair_set.flat_first = _flat_index(pair_set.first, len(positions))
                     pair_set.flat_second = _flat_index(pair_set.second, len(positions))

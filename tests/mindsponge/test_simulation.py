@@ -2,12 +2,15 @@
 the CSV log, checkpoints and argument errors."""
 
 import csv
+import io
+import os
 
 import numpy as np
 import pytest
 import torch
 
 import mindsponge as ms
+from common import threads as threads_module
 from mindsponge.build import water_box
 from mindsponge.simulation import SimulationBlowUpError
 
@@ -187,6 +190,35 @@ def test_bad_arguments(relaxed_water):
         simulation.run(-1)
     with pytest.raises(FileNotFoundError):
         simulation.load_checkpoint("/nonexistent/run.chk")
+
+
+def test_threads_are_set_at_creation_only_when_asked(relaxed_water):
+    system, openmm_system = relaxed_water
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _simulation(system, openmm_system)
+        assert torch.get_num_threads() == 2  # the default leaves torch's setting alone
+        simulation = _simulation(system, openmm_system, threads=1)
+        assert torch.get_num_threads() == 1
+        simulation.run(2)
+        assert torch.get_num_threads() == 1
+        _simulation(system, openmm_system, threads="free")
+        assert 1 <= torch.get_num_threads() <= len(os.sched_getaffinity(0))
+        for bad in (0, -1, 1.5, "auto"):
+            with pytest.raises(ValueError, match="threads"):
+                _simulation(system, openmm_system, threads=bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("runnable, expected", [(1, 4), (3, 2), (4, 1), (12, 1)])
+def test_free_cores_from_runnable_processes(monkeypatch, runnable, expected):
+    """Cores of the affinity minus the runnable entities of /proc/loadavg other than the reader."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    loadavg = f"9.1 8.2 7.3 {runnable}/321 4567\n"
+    monkeypatch.setattr(threads_module, "open", lambda path: io.StringIO(loadavg), raising=False)
+    assert threads_module.free_cores(samples=3, interval=0.0) == expected
 
 
 def test_monte_carlo_barostat_ideal_gas_volume_distribution():
