@@ -186,6 +186,7 @@ def fit(
                         "epoch": epoch,
                         "history": history,
                     },
+                    kind="mindelec.surrogate.fit",
                 )
     if best_state is None:
         raise FloatingPointError(
@@ -402,6 +403,7 @@ class SParameterSurrogate(nn.Module):
                 "outputs": list(self.outputs),
                 "options": self.options,
             },
+            kind="mindelec.SParameterSurrogate",
         )
 
     @classmethod
@@ -409,7 +411,7 @@ class SParameterSurrogate(nn.Module):
         """A model saved by :meth:`save`."""
         from common.io import load_checkpoint
 
-        saved = load_checkpoint(path)
+        saved = load_checkpoint(path, kind="mindelec.SParameterSurrogate")
         model = cls(
             saved["parameter_names"], saved["state"]["frequencies"], saved["outputs"], **saved["options"]
         )
