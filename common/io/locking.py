@@ -31,7 +31,7 @@ except ImportError:  # Windows
 
 __all__ = ["WriterLock", "writer_is_live"]
 
-_PROBE_GRACE_SECONDS = 0.3
+_PROBE_GRACE_SECONDS = 0.1
 
 
 def _windows_lock_path(descriptor: int) -> pathlib.Path:
