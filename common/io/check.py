@@ -124,7 +124,13 @@ def _readable_rows(dataset: h5py.Dataset, count: int, size: int, where: str) -> 
     if dataset.shape[0] < count:
         return 0, f"{dataset.shape[0]} rows, fewer than the {count} records written"
     rows = dataset.chunks[0]
+    try:
+        torn = recovery.torn_tail(dataset, count)  # a last chunk a kill tore: its committed rows are intact
+    except (OSError, RuntimeError):
+        torn = None
     for start in range(0, count, rows):
+        if torn is not None and start == torn[0]:
+            continue
         info = dataset.id.get_chunk_info_by_coord((start,) + (0,) * (dataset.ndim - 1))
         if info.byte_offset is None:
             return start, f"the chunk of rows {start}.. is missing"

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import torch.utils.data
 
+from common.io import recovery
 from common.io.reading import open_for_reading, read_column, read_consistently, table_columns
 from common.io.tables import group_name
 
@@ -55,7 +56,7 @@ class H5Dataset(torch.utils.data.Dataset):
             for path in self.paths
         ]
         self.offsets = np.cumsum([0, *self.counts])
-        self._handles: dict[int, tuple[h5py.File, dict[str, h5py.Dataset]]] = {}
+        self._handles: dict[int, tuple[h5py.File, dict[str, h5py.Dataset], dict[str, Any]]] = {}
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -69,23 +70,31 @@ class H5Dataset(torch.utils.data.Dataset):
             raise IndexError(f"H5Dataset index {index} out of range for {length} records")
         index = int(index) % length
         file_index = int(np.searchsorted(self.offsets, index, side="right")) - 1
-        columns = self._columns(file_index)
+        columns, tails = self._columns(file_index)
         row = index - int(self.offsets[file_index])
         where = f"{self.paths[file_index]}, group {group_name(self.group)!r}"
         item = {}
         for key, dataset in columns.items():
-            value = read_column(dataset, row, f"{where}, key {key!r}")
+            tail = tails[key]
+            if tail is not None and row >= tail[0]:  # the committed rows of a chunk a kill tore
+                value = tail[1][row - tail[0]]
+            else:
+                value = read_column(dataset, row, f"{where}, key {key!r}")
             item[key] = value.tolist() if value.dtype == object else torch.from_numpy(np.array(value))
         return self.transform(item) if self.transform is not None else item
 
-    def _columns(self, file_index: int) -> dict[str, h5py.Dataset]:
+    def _columns(self, file_index: int) -> tuple[dict[str, h5py.Dataset], dict[str, Any]]:
+        """The columns of a file, and for each the committed rows of a torn last chunk (or None)."""
         if self._pid != os.getpid():  # a forked DataLoader worker: never share HDF5 handles
             self._handles, self._pid = {}, os.getpid()
         if file_index not in self._handles:
             path = self.paths[file_index]
             file = open_for_reading(path)
-            self._handles[file_index] = (file, table_columns(file, path, self.group, self.keys)[1])
-        return self._handles[file_index][1]
+            columns = table_columns(file, path, self.group, self.keys)[1]
+            count = self.counts[file_index]
+            tails = {key: recovery.torn_tail(dataset, count) for key, dataset in columns.items()}
+            self._handles[file_index] = (file, columns, tails)
+        return self._handles[file_index][1:]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -94,6 +103,6 @@ class H5Dataset(torch.utils.data.Dataset):
 
     def close(self) -> None:
         """Close the files this process opened (they reopen on the next access)."""
-        for file, _ in self._handles.values():
+        for file, *_ in self._handles.values():
             file.close()
         self._handles = {}

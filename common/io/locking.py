@@ -1,12 +1,18 @@
 """One writer per file, decided by the file's identity, not by the name it was opened under.
 
-A :class:`WriterLock` holds an exclusive operating-system lock on the file itself:
+A :class:`WriterLock` holds an exclusive operating-system lock on the file itself. The lock
+belongs to the inode (device and inode number), so a symlink, a hard link or a relative path
+to a file being written meets the same lock:
 
-* POSIX: ``flock`` on a descriptor of the file. The lock belongs to the inode (device and
-  inode number), so a symlink, a hard link or a relative path to a file being written
-  meets the same lock. ``flock`` locks belong to the open file description, so HDF5
-  opening and closing its own descriptors of the file in the same process does not drop
-  it (POSIX ``lockf`` locks would be).
+* Linux: an open-file-description record lock (``F_OFD_SETLK``) on one byte far beyond any
+  data (:data:`LOCK_BYTE`). It belongs to the writer's descriptor, so HDF5 opening and
+  closing its own descriptors of the file in the same process does not drop it (a classic
+  POSIX ``lockf`` lock would be dropped), and it does not meet the ``flock`` that HDF5 takes
+  when a plain ``h5py.File(path, "r", swmr=True)`` opens the file: other programs can still
+  watch a file grow.
+* Other POSIX systems (macOS, BSD): ``flock`` on the whole file, which also belongs to the
+  open file description; a plain h5py reader there needs ``locking=False`` while a writer
+  runs.
 * Windows: ``msvcrt.locking`` on a lock file named after the file's identity (volume
   serial number and file index, which ``os.stat`` reports as ``st_dev`` and ``st_ino``) in
   the temporary directory. Windows byte-range locks are mandatory, so the HDF5 file itself
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import struct
 import tempfile
 import time
 
@@ -32,6 +39,9 @@ except ImportError:  # Windows
 __all__ = ["WriterLock", "writer_is_live"]
 
 _PROBE_GRACE_SECONDS = 0.1
+
+LOCK_BYTE = 1 << 62
+"""Offset of the byte a Linux writer locks: beyond any data, so the lock never meets HDF5's I/O."""
 
 
 def _windows_lock_path(descriptor: int) -> pathlib.Path:
@@ -46,6 +56,14 @@ def _try_lock(descriptor: int, exclusive: bool) -> int | None:
 
     Returns ``None`` if another open description of the file holds a conflicting lock.
     """
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
+        request = struct.pack("@hhqqi4x", kind, os.SEEK_SET, LOCK_BYTE, 1, 0)  # struct flock, l_pid 0
+        try:
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, request)
+        except OSError:
+            return None
+        return descriptor
     if fcntl is not None:
         try:
             fcntl.flock(descriptor, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)

@@ -13,7 +13,9 @@ while reading it checks, in this order:
 3. the table's counter against each column's length, and that every chunk holding a
    counted row exists and lies inside the file (a chunk past the end of a truncated file
    would otherwise read as zeros);
-4. each chunk's ``fletcher32`` checksum, which HDF5 verifies as it reads the data.
+4. each chunk's ``fletcher32`` checksum, which HDF5 verifies as it reads the data (the last
+   chunk of a column, if a kill tore its rewrite, is recognised as such and its committed
+   rows are read from its bytes: :func:`~common.io.recovery.torn_tail`).
 
 A read that fails while a live :class:`~common.io.H5Writer` holds the file (which may be
 creating a table at that moment) is retried for up to :data:`LIVE_WRITER_RETRY_SECONDS`.
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import h5py
+import numpy as np
 
 from common.errors import DataError
 from common.io import recovery
@@ -247,6 +250,19 @@ def read_column(dataset: h5py.Dataset, selection: Any, where: str) -> Any:
         raise DataError(f"{where}: cannot be read, the data is damaged ({error})") from error
 
 
+def read_rows(dataset: h5py.Dataset, count: int, where: str) -> np.ndarray:
+    """The first ``count`` rows of a column, checked; a last chunk torn by a kill gives its committed rows.
+
+    See :func:`~common.io.recovery.torn_tail`: the committed rows of a chunk whose rewrite a
+    kill interrupted are intact, and are taken from the chunk's bytes.
+    """
+    tail = recovery.torn_tail(dataset, count)
+    if tail is None:
+        return read_column(dataset, slice(0, count), where)
+    first_row, rows = tail
+    return np.concatenate([read_column(dataset, slice(0, first_row), where), rows])
+
+
 def read_table(
     path: str | os.PathLike, group: str = "/", keys: Iterable[str] | None = None
 ) -> dict[str, Any]:
@@ -274,7 +290,7 @@ def read_table(
     def read(file: h5py.File) -> dict[str, Any]:
         count, columns = table_columns(file, path, group, keys)
         return {
-            key: read_column(dataset, slice(0, count), f"{path}, group {group_name(group)!r}, key {key!r}")
+            key: read_rows(dataset, count, f"{path}, group {group_name(group)!r}, key {key!r}")
             for key, dataset in columns.items()
         }
 

@@ -21,6 +21,9 @@ import os
 import pathlib
 import shutil
 
+import h5py
+import numpy as np
+
 from common.errors import DataError
 
 __all__ = [
@@ -33,6 +36,9 @@ __all__ = [
     "restore_undo",
     "discard_undo",
     "fsync_path",
+    "fletcher32",
+    "torn_tail",
+    "repair_torn_tail",
 ]
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -228,3 +234,83 @@ def fsync_path(path: str | os.PathLike) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+def fletcher32(data: bytes) -> int:
+    """HDF5's Fletcher-32 checksum (``H5_checksum_fletcher32``), as its ``fletcher32`` filter stores it.
+
+    Big-endian 16-bit words summed in blocks of 360 (the most that cannot overflow 32 bits),
+    each block's sums folded to 17 bits; an odd last byte is the high byte of a last word.
+    """
+    words = np.frombuffer(data[: len(data) // 2 * 2], dtype=">u2").astype(np.int64)
+    sum1 = sum2 = 0
+    for start in range(0, len(words), 360):
+        block = words[start : start + 360]
+        weights = np.arange(len(block), 0, -1, dtype=np.int64)
+        sum2 += len(block) * sum1 + int(block @ weights)
+        sum1 += int(block.sum())
+        sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+        sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    if len(data) % 2:
+        sum1 += data[-1] << 8
+        sum2 += sum1
+        sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+        sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+    sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    return (sum2 << 16) | sum1
+
+
+def torn_tail(dataset: h5py.Dataset, count: int) -> tuple[int, np.ndarray] | None:
+    """The committed rows of a column's last chunk, if a kill tore that chunk's last rewrite.
+
+    Appending rewrites the chunk holding the new record in place, and a kill can interrupt
+    that write (Linux lets a fatal signal cut a ``write`` short), leaving the chunk's first
+    pages new and the rest, with the ``fletcher32`` checksum at its end, old. The old and new
+    versions agree on the committed rows (below ``count``); the old one held zeros (HDF5's
+    fill value) from row ``count`` on. So a chunk whose stored checksum fails, but matches its
+    bytes with the rows from ``count`` on zeroed, was torn by a kill and its committed rows
+    are intact; any other mismatch is damage, which HDF5 reports when the chunk is read.
+
+    Returns:
+        ``(first_row, rows)``: the chunk's first row and its committed rows
+        ``(count - first_row, *record_shape)``, or ``None`` if the chunk is not torn (or holds
+        no committed row, or has no checksum).
+    """
+    if not dataset.fletcher32 or count <= 0 or dataset.chunks is None:
+        return None
+    rows_per_chunk = dataset.chunks[0]
+    first_row = count // rows_per_chunk * rows_per_chunk
+    offsets = (first_row,) + (0,) * (dataset.ndim - 1)
+    if first_row == count or dataset.id.get_chunk_info_by_coord(offsets).byte_offset is None:
+        return None
+    filter_mask, raw = dataset.id.read_direct_chunk(offsets)
+    if filter_mask & 1 or len(raw) < 4:
+        return None
+    data, stored = raw[:-4], int.from_bytes(raw[-4:], "little")
+    if fletcher32(data) == stored:
+        return None
+    keep = (count - first_row) * (len(data) // rows_per_chunk)
+    zeroed = data[:keep] + bytes(len(data) - keep)
+    if fletcher32(zeroed) != stored:
+        return None
+    chunk = np.frombuffer(zeroed, dtype=dataset.dtype).reshape((rows_per_chunk, *dataset.shape[1:]))
+    return first_row, chunk[: count - first_row].copy()
+
+
+def repair_torn_tail(dataset: h5py.Dataset, count: int) -> bool:
+    """Rewrite a column's last chunk if a kill tore it (see :func:`torn_tail`); return whether it did.
+
+    The chunk gets its committed rows, zeros after them and a checksum that matches, so
+    that HDF5 can read and extend it again. Call it only as the file's writer.
+    """
+    tail = torn_tail(dataset, count)
+    if tail is None:
+        return False
+    first_row, rows = tail
+    chunk = np.zeros((dataset.chunks[0], *dataset.shape[1:]), dtype=dataset.dtype)
+    chunk[: len(rows)] = rows
+    payload = chunk.tobytes()
+    offsets = (first_row,) + (0,) * (dataset.ndim - 1)
+    dataset.id.write_direct_chunk(offsets, payload + fletcher32(payload).to_bytes(4, "little"), 0)
+    return True

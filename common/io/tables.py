@@ -235,6 +235,7 @@ class H5Writer:
             for dataset in table.columns.values():
                 if h5py.check_string_dtype(dataset.dtype) is not None:
                     _clear_unfinished_strings(dataset, table.count)
+                recovery.repair_torn_tail(dataset, table.count)
                 if dataset.shape[0] > table.count:
                     dataset.resize(table.count, axis=0)
             self._tables[name] = table

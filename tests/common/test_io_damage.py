@@ -164,3 +164,47 @@ def test_an_interrupted_table_creation_is_read_from_and_restored_by_its_undo_cop
     assert not recovery.undo_path(path, identity).exists()
     assert os.stat(path).st_ino == status.st_ino
     assert len(io.read_table(path)["sample_id"]) == RECORDS + 1
+
+
+def test_a_chunk_torn_by_a_kill_keeps_its_committed_records(tmp_path):
+    """A kill can cut short the rewrite of a column's last chunk: new first pages, old rest and checksum.
+
+    The tear is made by splicing the bytes HDF5 wrote for the chunk before and after one more
+    record: the committed records read back, the writer repairs the chunk and appends, and a
+    tear that also changed a committed row is refused.
+    """
+    path = tmp_path / "torn.h5"
+    records = 10  # of 64 per chunk: the last chunk is partly filled
+    with io.H5Writer(path) as writer:
+        for sample_id in range(records + 1):
+            writer.append({"sample_id": sample_id, "x": _truth(sample_id), "even": sample_id % 2 == 0})
+    with h5py.File(path, "r+") as file:
+        _, after = file["x"].id.read_direct_chunk((0, 0))  # the chunk with one more record
+        file["x"].resize(records, axis=0)  # HDF5 fills the dropped row with zeros and rewrites
+        file["_committed"][0] = records
+        _, before = file["x"].id.read_direct_chunk((0, 0))
+    row_bytes, page = WIDTH * 8, 4096
+    cut = (records * row_bytes // page + 1) * page  # the pages holding the new row were written
+    torn = after[:cut] + before[cut:]
+    assert torn[-4:] == before[-4:] != after[-4:]
+    with h5py.File(path, "r+") as file:
+        file["x"].id.write_direct_chunk((0, 0), torn, 0)
+        with pytest.raises(OSError):  # HDF5 itself refuses the torn chunk
+            file["x"][0]
+    assert _read_truthfully(path)[0] == records
+    report = io.check(path)
+    assert report.intact and report.records["/"] == (records, records)
+    with io.H5Writer(path) as writer:  # repairs the chunk, then extends it
+        writer.append({"sample_id": records, "x": _truth(records), "even": True})
+    assert _read_truthfully(path)[0] == records + 1
+    with h5py.File(path, "r") as file:
+        np.testing.assert_array_equal(file["x"][: records + 1, 0], np.arange(records + 1))
+    # the same tear, but a committed row also changed: damage, not a kill
+    damaged = bytearray(torn)
+    damaged[3 * row_bytes + 8] ^= 0x10
+    with h5py.File(path, "r+") as file:
+        file["x"].resize(records, axis=0)
+        file["_committed"][0] = records
+        file["x"].id.write_direct_chunk((0, 0), bytes(damaged), 0)
+    with pytest.raises(DataError, match="key 'x'"):
+        io.read_table(path)
