@@ -337,9 +337,9 @@ def _clear_unfinished_strings(dataset: h5py.Dataset, count: int) -> None:
     record, a reference to a string HDF5 never wrote to its heap. Writing that row
     again would make HDF5 free the old string first and fail ("bad heap index").
     All-zero bytes are HDF5's null string, so the chunk's raw bytes past the complete
-    rows are zeroed with a direct chunk write (no conversion, no freeing). That chunk is
-    written with its checksum filter marked as skipped; the next append rewrites it
-    through the filter.
+    rows are zeroed with a direct chunk write (no conversion, no freeing). String
+    columns carry no filter (HDF5 allows none on variable-length data), so the raw bytes
+    are the rows themselves.
     """
     rows_per_chunk = dataset.chunks[0]
     first_row = count // rows_per_chunk * rows_per_chunk
@@ -349,12 +349,9 @@ def _clear_unfinished_strings(dataset: h5py.Dataset, count: int) -> None:
     if dataset.id.get_chunk_info_by_coord(offsets).byte_offset is None:
         return  # the chunk was never written
     filter_mask, raw = dataset.id.read_direct_chunk(offsets)
-    if dataset.fletcher32 and not filter_mask & 1:  # the only filter: strip its 4-byte checksum
-        raw = raw[:-4]
     keep = (count - first_row) * (len(raw) // rows_per_chunk)
     if any(raw[keep:]):
-        skipped = filter_mask | 1 if dataset.fletcher32 else filter_mask
-        dataset.id.write_direct_chunk(offsets, raw[:keep] + bytes(len(raw) - keep), skipped)
+        dataset.id.write_direct_chunk(offsets, raw[:keep] + bytes(len(raw) - keep), filter_mask)
 
 
 def group_name(group: str) -> str:
