@@ -757,13 +757,13 @@ class Trainer:
 
         state = self.state()
         state["scheduler"] = {key: value for key, value in state["scheduler"].items() if key != "lr_lambdas"}
-        save_checkpoint(path, state)
+        save_checkpoint(path, state, kind="common.pde.Trainer")
 
     def resume(self, path: str | os.PathLike) -> None:
         """Load a checkpoint written by :meth:`save` (same problem and model layout) and continue from it."""
         from common.io import load_checkpoint
 
-        state = load_checkpoint(path, map_location=self.device)
+        state = load_checkpoint(path, map_location=self.device, kind="common.pde.Trainer")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         scheduler_state = dict(state["scheduler"], lr_lambdas=[None])

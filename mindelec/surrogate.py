@@ -78,7 +78,7 @@ def _resume_state(path, settings: dict, count: int) -> dict:
     """The state of a :func:`fit` checkpoint, after checking its kind and that it belongs to this run."""
     from common.io import load_checkpoint
 
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, kind="mindelec.surrogate.fit")
     found = state.get("format") if isinstance(state, dict) else None
     if found != CHECKPOINT_FORMAT:
         raise DataError(
@@ -239,6 +239,7 @@ def fit(
                 "sampler_state": None if generator is None else generator.get_state(),
                 "settings": settings,
             },
+            kind="mindelec.surrogate.fit",
         )
 
     bar = tqdm(
@@ -498,6 +499,7 @@ class SParameterSurrogate(nn.Module):
                 "outputs": list(self.outputs),
                 "options": self.options,
             },
+            kind="mindelec.SParameterSurrogate",
         )
 
     @classmethod
@@ -505,7 +507,7 @@ class SParameterSurrogate(nn.Module):
         """A model saved by :meth:`save`."""
         from common.io import load_checkpoint
 
-        saved = load_checkpoint(path)
+        saved = load_checkpoint(path, kind="mindelec.SParameterSurrogate")
         model = cls(
             saved["parameter_names"], saved["state"]["frequencies"], saved["outputs"], **saved["options"]
         )

@@ -435,6 +435,7 @@ class Simulation:
                 "adaptive_modules": [module.state_dict() for module in self.adaptive_modules],
                 "integrator": repr(self.integrator),
             },
+            kind="mindsponge.Simulation",
         )
 
     def save_checkpoint(self, path):
@@ -450,7 +451,8 @@ class Simulation:
             common.errors.DataError: non-finite positions, velocities, forces or box in the
                 checkpoint (naming the atom).
         """
-        data = io.load_checkpoint(path, map_location=self.state.positions.device)
+        device = self.state.positions.device
+        data = io.load_checkpoint(path, map_location=device, kind="mindsponge.Simulation")
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
         state = State.from_dict(data["state"])

@@ -415,10 +415,10 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "epoch": self.epoch,
             "history": json.dumps(self.history),
-        })
+        }, kind="mindsponge.train")
 
     def _resume(self) -> None:
-        state = io.load_checkpoint(self.checkpoint)
+        state = io.load_checkpoint(self.checkpoint, kind="mindsponge.train")
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(self.checkpoint)!r} is not a mindsponge.train checkpoint")
         self.model.load_state_dict(state["model"]["state_dict"])

@@ -229,7 +229,7 @@ def _checked_result(recipe: Recipe, parameters: dict, result: dict) -> dict:
 
 @dataclasses.dataclass
 class _FileState:
-    """What an existing dataset file holds (read before the lock, verified under it)."""
+    """What an existing dataset file holds (read under the writer's lock)."""
 
     finished: set[int]
     failed: dict[int, str]  # sample id -> "ErrorType: message" of its last failure
@@ -246,14 +246,12 @@ def _generator_fingerprint(recipe: Recipe, source_sha256: str) -> str:
 
 
 def _read_state(
-    path: pathlib.Path, recipe: Recipe, generator_fingerprint: str, source_sha256: str, allow_changed: bool
+    writer: io.H5Writer, recipe: Recipe, generator_fingerprint: str, source_sha256: str, allow_changed: bool
 ) -> _FileState:
-    """The ids an existing file holds, after checking it was made by this recipe and generator code."""
-    if not path.exists():
-        return _FileState(set(), {}, {"/": 0, "failed": 0, "runs": 0})
-    with h5py.File(path, "r", swmr=True) as file:
-        attributes = dict(file.attrs)
-        present = {"/": "sample_id" in file, "failed": "failed" in file, "runs": "runs" in file}
+    """The ids the file holds, read through its (locked) writer, after checking it was made by
+    this recipe and generator code."""
+    path = writer.path
+    attributes = writer.attributes
     if attributes.get("recipe_fingerprint") is None:
         raise ConfigurationError(
             f"{path} exists but was not written by common.datasets; choose another output path"
@@ -279,7 +277,8 @@ def _read_state(
             "(each run records its fingerprint in 'runs')"
         )
     columns = {"/": ["sample_id"], "failed": ["sample_id", "error_type", "message"], "runs": ["event"]}
-    tables = {group: io.read_table(path, group, keys) for group, keys in columns.items() if present[group]}
+    tables = {group: writer.read(group, keys) for group, keys in columns.items()}
+    tables = {group: table for group, table in tables.items() if table}
     counts = {group: len(tables[group][keys[0]]) if group in tables else 0 for group, keys in columns.items()}
     finished = {int(sample_id) for sample_id in tables["/"]["sample_id"]} if "/" in tables else set()
     failed = {}
@@ -294,35 +293,34 @@ def _read_state(
 def _open_locked(
     path: pathlib.Path, recipe: Recipe, attributes: dict, allow_changed: bool
 ) -> tuple[io.H5Writer, _FileState]:
-    """Open the writer (taking the file's lock), then make sure the ids read are the file's.
+    """Open the writer (taking the file's lock), then read the finished and failed ids through it.
 
-    The ids are read before the writer opens (a file open for writing cannot be read by the
-    same process) and trusted only if, under the lock, every table still has the row count
-    seen: the tables are append-only, so equal counts mean equal contents. Otherwise another
-    run wrote in between and the ids are read again.
+    Holding the lock before reading means no other run can write between the read and this
+    run's first append: two runs of one recipe never compute or write a sample twice.
 
     Raises:
         RuntimeError: if another process is writing the file (another ``generate`` of it).
+        common.errors.ConfigurationError: the file was made by another recipe or generator code.
     """
-    for _ in range(5):
+    try:
+        writer = io.H5Writer(path, attributes=attributes)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"{path} is being written by another process (another generate run of this recipe?); "
+            f"wait for it to finish, or give another output file ({error})"
+        ) from error
+    try:
         state = _read_state(
-            path,
+            writer,
             recipe,
             attributes["generator_fingerprint"],
             attributes["generator_source_sha256"],
             allow_changed,
         )
-        try:
-            writer = io.H5Writer(path, attributes=attributes)
-        except RuntimeError as error:
-            raise RuntimeError(
-                f"{path} is being written by another process (another generate run of this recipe?); "
-                f"wait for it to finish, or give another output file ({error})"
-            ) from error
-        if all(writer.count(group) == count for group, count in state.counts.items()):
-            return writer, state
+    except BaseException:
         writer.close()
-    raise RuntimeError(f"{path} kept changing while this run tried to start; is another run writing it?")
+        raise
+    return writer, state
 
 
 def _executor_name(workers: int | None, scheduler: Any) -> str:

@@ -398,8 +398,8 @@ def test_fit_refuses_a_foreign_or_mismatched_checkpoint(tmp_path):
 
     inputs, targets = _resume_problem()
     path = tmp_path / "fit.chk"
-    save_checkpoint(path, {"format": "mindsponge.train/1", "model": {}})
-    with pytest.raises(DataError, match="not a 'mindelec.surrogate.fit/1' checkpoint.*'mindsponge.train/1'"):
+    save_checkpoint(path, {"format": "mindsponge.train/1", "model": {}}, kind="mindsponge.train")
+    with pytest.raises(DataError, match="of kind 'mindsponge.train'; expected 'mindelec.surrogate.fit'"):
         surrogate.fit(_resume_model(0), inputs, targets, epochs=3, checkpoint=path, progress=False)
     history = surrogate.fit(
         _resume_model(0), inputs, targets, epochs=3, checkpoint=path, progress=False, resume=False

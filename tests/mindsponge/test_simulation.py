@@ -377,3 +377,22 @@ def test_c_rescale_ideal_gas_volume_distribution():
     scale = 0.00831446261815324 * temperature / (pressure * 0.0602214076)  # kT / P in nm^3
     assert volumes.mean() == pytest.approx((n_atoms + 1) * scale, rel=0.015)
     assert volumes.std() == pytest.approx(np.sqrt(n_atoms + 1) * scale, rel=0.25)
+
+
+def test_checkpoint_of_another_kind_or_with_nan_positions_is_refused(relaxed_water, tmp_path):
+    from common import io
+    from common.errors import DataError
+
+    system, openmm_system = relaxed_water
+    simulation = _simulation(system, openmm_system)
+    path = tmp_path / "run.chk"
+    simulation.save_checkpoint(path)
+    simulation.load_checkpoint(path)
+    io.save_checkpoint(tmp_path / "train.chk", {"format": "mindsponge.train/1"}, kind="mindsponge.train")
+    with pytest.raises(DataError, match="of kind 'mindsponge.train'; expected 'mindsponge.Simulation'"):
+        simulation.load_checkpoint(tmp_path / "train.chk")
+    saved = io.load_checkpoint(path)
+    saved["state"]["positions"][5, 0] = float("nan")  # as a damaged or hand-edited file would hold
+    torch.save(saved, path)  # without checksum: the finite check on load is the last line
+    with pytest.warns(UserWarning), pytest.raises(DataError, match=r"\['positions'\] of row 5"):
+        simulation.load_checkpoint(path)
