@@ -46,13 +46,18 @@ class ConstraintError(RuntimeError):
     """Constraints could not be satisfied (SHAKE did not converge or SETTLE met an impossible geometry)."""
 
 
+def _single(distance):
+    """A float64 tensor of ``distance`` rounded to float32."""
+    return torch.as_tensor(distance, dtype=torch.float64).to(torch.float32).to(torch.float64)
+
+
 class Settle:
     """Analytic constraints of three-site rigid water molecules (SETTLE).
 
     Args:
         oxygens, hydrogens1, hydrogens2: (W,) long tensors of atom indices.
-        oh_distance: O-H distance, nm (float or (W,) tensor).
-        hh_distance: H-H distance, nm (float or (W,) tensor).
+        oh_distance: O-H distance, nm (float or (W,) tensor); rounded to float32 as OpenMM does.
+        hh_distance: H-H distance, nm (float or (W,) tensor); rounded to float32 as OpenMM does.
         compiled: on CPU without autograd, use the compiled kernels (:mod:`mindsponge._kernels`,
             the same operations per water) when available; ``False`` always uses the torch code.
 
@@ -69,8 +74,10 @@ class Settle:
             dim=1,
         )  # (W, 3)
         n_waters = len(self.atoms)
-        self.oh_distance = torch.as_tensor(oh_distance, dtype=torch.float64).expand(n_waters).clone()
-        self.hh_distance = torch.as_tensor(hh_distance, dtype=torch.float64).expand(n_waters).clone()
+        # rounded to float32 as OpenMM stores SETTLE's distances: its Reference platform places the
+        # waters at float32(0.09572) nm (0.0957200005650520), which SETTLE here reproduces to 1e-15 nm
+        self.oh_distance = _single(oh_distance).expand(n_waters).clone()
+        self.hh_distance = _single(hh_distance).expand(n_waters).clone()
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
             raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
         self.compiled = bool(compiled)
@@ -456,7 +463,8 @@ def from_system(system, kind, forcefield=None, tolerance=1e-5):
                     oh.append(0.5 * (_distance(positions, oxygen, h1) + _distance(positions, oxygen, h2)))
                     hh.append(_distance(positions, h1, h2))
             atoms = torch.tensor(waters, dtype=torch.long)
-            parts.append(Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], torch.tensor(oh), torch.tensor(hh)))
+            arms = (torch.tensor(oh, dtype=torch.float64), torch.tensor(hh, dtype=torch.float64))
+            parts.append(Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], *arms))
             in_water = set(atoms.reshape(-1).tolist())
     if "hbonds" in kind:
         pairs, distances = [], []

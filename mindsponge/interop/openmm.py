@@ -403,7 +403,8 @@ def load(system_xml, pdb, dtype: torch.dtype = torch.float64):
 
     Returns:
         ``(system, forcefield)``: a :class:`mindsponge.system.System` and a
-        :class:`~mindsponge.forcefield.ForceField`.
+        :class:`~mindsponge.forcefield.ForceField` that carries the System's masses and
+        constraints (see :func:`from_openmm`), which a Simulation applies by default.
 
     Raises:
         FileNotFoundError: a file is missing (the message names it).
