@@ -662,18 +662,14 @@ class Simulation:
         Raises:
             FileNotFoundError: no such file.
             ValueError: not a mindsponge checkpoint, or for a different number of atoms.
-            common.errors.DataError: non-finite positions, velocities, forces or box in the
-                checkpoint (naming the atom).
+            common.errors.DataError: a damaged checkpoint, one of another kind, or non-finite
+                positions, velocities, forces or box in it (see :func:`common.io.load_checkpoint`).
         """
         device = self.state.positions.device
         data = io.load_checkpoint(path, map_location=device, kind="mindsponge.Simulation")
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
-        state = State.from_dict(data["state"])
-        for name in ("positions", "velocities", "forces", "box"):
-            if getattr(state, name) is not None:
-                item = "box vector" if name == "box" else "atom"
-                checks.finite(getattr(state, name), f"{name} in checkpoint {str(path)!r}", item=item)
+        state = State.from_dict(data["state"])  # io.load_checkpoint refused non-finite tensors
         if state.positions.shape != self.state.positions.shape:
             raise ValueError(
                 f"checkpoint {str(path)!r} holds {state.positions.shape[0]} atoms, this simulation "

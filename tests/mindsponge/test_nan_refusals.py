@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import mindsponge as ms
-from common import io
 from common.errors import DataError, SimulationError
 from mindsponge.forcefield.bonded import HarmonicBond
 from mindsponge.simulation import SimulationBlowUpError
@@ -52,21 +51,6 @@ def test_forces_of_any_potential_refuse_non_finite_positions():
     positions[3, 0] = float("nan")
     with pytest.raises(DataError, match="positions of atom 3 are not finite"):
         ms.forces(Harmonic(), positions)
-
-
-def test_checkpoint_with_a_nan_position_is_refused_naming_the_atom(tmp_path):
-    forcefield, positions, box = _bonded()
-    system = ms.System(positions, torch.full((3,), 12.0, dtype=torch.float64), box=box)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.VelocityVerlet(0.001), progress=False)
-    simulation.run(2)
-    path = tmp_path / "run.chk"
-    simulation.save_checkpoint(path)
-    data = io.load_checkpoint(path)
-    data["state"]["positions"][1, 2] = float("nan")
-    io.save_checkpoint(path, data)
-    with pytest.raises(DataError, match=rf"positions in checkpoint '{path}' of atom 1 are not finite"):
-        simulation.load_checkpoint(path)
-    assert simulation.state.step == 2  # the simulation kept its state
 
 
 def test_a_step_that_makes_positions_non_finite_is_a_blow_up_naming_step_and_atom():
