@@ -47,10 +47,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from mindsponge import space
+from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _BondedTerm, _dihedral, _norm
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction, compile_expression
+from mindsponge.forcefield.nonbonded import (
+    _AnalyticEnergies,
+    _Coulomb,
+    _lattice_shifts,
+    _lj_first,
+    _pair_kernel,
+    _PairSet,
+    _unwrap_to_reference,
+)
 from mindsponge.neighbors import NeighborList, all_pairs, pair_keys
 
 __all__ = [
@@ -633,14 +642,72 @@ class CustomNonbonded(EnergyTerm):
             ).sum(0)
             selected = torch.nonzero(multiplicity > 0).squeeze(1)
             first, second, weight = first[selected], second[selected], multiplicity[selected].to(dtype)
+        variables = self._pair_variables(dtype, first, second)
+        lennard_jones = None
+        if not parameters_need_grad:
+            lennard_jones = self._lennard_jones_pairs(first, second, weight, positions, box)
+        pair_set = (first, second, weight, variables, None if parameters_need_grad else {}, lennard_jones)
+        if not parameters_need_grad:
+            self._pair_set_cache = (key, pair_set)
+        return pair_set
+
+    def _pair_variables(self, dtype: torch.dtype, first: Tensor, second: Tensor) -> dict[str, Tensor]:
+        """The global parameters and the per-particle values of both atoms of each pair."""
         variables = self._global_values(dtype)
         for value_name, per_particle in self._particle_values(dtype).items():
             variables[f"{value_name}1"] = per_particle[first]
             variables[f"{value_name}2"] = per_particle[second]
-        pair_set = (first, second, weight, variables, None if parameters_need_grad else {})
-        if not parameters_need_grad:
-            self._pair_set_cache = (key, pair_set)
-        return pair_set
+        return variables
+
+    def _lennard_jones_pairs(
+        self, first: Tensor, second: Tensor, weight: Tensor | None, positions: Tensor, box: Tensor | None
+    ) -> _PairSet | None:
+        """The pairs as a Lennard-Jones pair set of :mod:`~mindsponge.forcefield.nonbonded`'s
+        kernels (``sigma^2``, ``4 eps`` per pair, lattice shifts of the neighbour-list build),
+        when the energy is ``A/r^12 - B/r^6`` (see
+        :attr:`~mindsponge.forcefield.expressions.CompiledExpression.inverse_powers`) with
+        ``A, B > 0`` or ``A = B = 0`` on every pair (``sigma^6 = A/B``, ``4 eps = B^2/A``);
+        else ``None``. Computed in float64."""
+        powers = self.expression.compiled.inverse_powers
+        if powers is None or set(powers) != {6, 12}:
+            return None
+        variables = self._pair_variables(torch.float64, first, second)
+        functions = self.expression.functions
+        repulsion = torch.broadcast_to(powers[12](variables, functions), first.shape)
+        dispersion = -torch.broadcast_to(powers[6](variables, functions), first.shape)
+        if weight is not None:
+            repulsion, dispersion = repulsion * weight.double(), dispersion * weight.double()
+        positive = (repulsion > 0) & (dispersion > 0)
+        if not bool((positive | ((repulsion == 0) & (dispersion == 0))).all()):
+            return None
+        safe_repulsion = torch.where(positive, repulsion, 1.0)
+        safe_dispersion = torch.where(positive, dispersion, 1.0)
+        sigma = torch.where(positive, (safe_repulsion / safe_dispersion) ** (1 / 6), 0.0)
+        epsilon = torch.where(positive, safe_dispersion * safe_dispersion / (4 * safe_repulsion), 0.0)
+        dtype = positions.dtype
+        charge_products = torch.zeros(len(first), dtype=dtype, device=first.device)
+        pairs = _lj_first(first, second, charge_products, sigma.to(dtype), epsilon.to(dtype))
+        if box is not None:
+            reference = self.neighbors.reference_positions.to(dtype)
+            pairs.shifts = _lattice_shifts(pairs.first, pairs.second, box, reference)
+        return pairs
+
+    def _lennard_jones_energy(self, positions: Tensor, box: Tensor | None, pairs: _PairSet) -> Tensor:
+        """Energy of a Lennard-Jones pair set by the kernels of :class:`~.nonbonded.Nonbonded`
+        (compiled when available), with analytic forces."""
+        cutoff, switch_distance = self.cutoff, self.switch_distance
+
+        def evaluate(at: Tensor, keep_factors: bool, kernels=None):
+            if box is not None:
+                at = _unwrap_to_reference(at, box, self.neighbors.reference_positions)
+            coulomb = _Coulomb("plain")  # the pairs have zero charges
+            return _pair_kernel(at, box, pairs, coulomb, cutoff, switch_distance, keep_factors, kernels)
+
+        with torch.no_grad():
+            detached = positions.detach()
+            result = evaluate(detached, True, _kernels.usable(detached))
+        energy, _ = _AnalyticEnergies.apply(positions, [("pair", result)], lambda at: evaluate(at, False))
+        return energy
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if positions.ndim != 2 or positions.shape != (self.n_atoms, 3):
@@ -656,7 +723,12 @@ class CustomNonbonded(EnergyTerm):
             space.check_box(box)
         else:
             box = None
-        first, second, weight, pair_variables, static_cache = self._pair_set(positions, box)
+        first, second, weight, pair_variables, static_cache, lennard_jones = self._pair_set(positions, box)
+        if lennard_jones is not None and not (box is not None and box.requires_grad):
+            total = self._lennard_jones_energy(positions, box, lennard_jones)
+            if self.long_range_correction:
+                total = total + self.long_range_coefficient(positions.dtype) / space.volume(box)
+            return total
         distance = _norm(space.minimum_image(positions[second] - positions[first], box))
         variables = dict(pair_variables)
         variables["r"] = distance

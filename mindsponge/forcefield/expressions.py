@@ -193,6 +193,10 @@ class CompiledExpression:
         functions: names of the tabulated functions it calls (frozenset).
         uses_box: whether it calls a point function (``pointdistance``, ``periodicdistance``...),
             which takes the minimum image when a box is given.
+        inverse_powers: for an expression compiled with one ``dynamic`` variable ``r`` that is,
+            definitions substituted, ``sum_k c_k / r^k`` with coefficients ``c_k`` free of ``r``
+            (the Lennard-Jones family: ``A/r^12 - B/r^6``, ``4*eps*((sig/r)^12 - (sig/r)^6)``),
+            the coefficients as compiled expressions by power ``k``; otherwise ``None``.
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class CompiledExpression:
         self.variables = variables
         self.functions = functions
         self.uses_box = uses_box
+        self.inverse_powers: dict[int, CompiledExpression] | None = None
 
     def __call__(
         self,
@@ -289,14 +294,18 @@ def compile_expression(
         names.append(name.strip())
         bodies.append(body.strip())
     compiler = _Compiler(expression, context, tabulated, particle_index, names, bodies, dynamic)
-    root = compiler._node(compiler.compile(primary, scope=0), 0)
-    return CompiledExpression(
+    primary_tree = compiler.compile(primary, scope=0)
+    root = compiler._node(primary_tree, 0)
+    compiled = CompiledExpression(
         expression,
         root,
         frozenset(compiler.free_variables),
         frozenset(compiler.used_tabulated),
         compiler.uses_box,
     )
+    if compiler.dynamic is not None and len(compiler.dynamic) == 1:
+        compiled.inverse_powers = compiler.inverse_powers(primary_tree, next(iter(compiler.dynamic)))
+    return compiled
 
 
 class _Compiler:
@@ -385,6 +394,43 @@ class _Compiler:
 
     def _is_static(self, tree, scope: int) -> bool:
         return self.dynamic is not None and not (self._dependencies(tree, scope) & self.dynamic)
+
+    def _inline(self, tree, scope: int):
+        """``tree`` with the definitions it uses substituted (recursively)."""
+        replacements = {}
+        for symbol in tree.free_symbols:
+            index = self._resolve(symbol.name, scope)
+            if index is not None:
+                replacements[symbol] = self._inline(self._definition_tree(index), index + 1)
+        return tree.xreplace(replacements) if replacements else tree
+
+    def inverse_powers(self, tree, variable: str) -> dict[int, CompiledExpression] | None:
+        """Coefficients ``c_k`` (compiled, by power ``k > 0``) if the part ``tree`` is
+        ``sum_k c_k / variable^k`` with ``c_k`` free of ``variable``, else ``None``."""
+        inverse = sympy.Dummy("inverse")
+        try:
+            inlined = self._inline(tree, 0).xreplace({sympy.Symbol(variable): 1 / inverse})
+            # distribute products and powers of products, but keep sums inside powers unexpanded
+            expanded = sympy.expand(inlined, multinomial=False, power_exp=False, log=False)
+            terms = sympy.collect(expanded, inverse, evaluate=False)
+        except Exception:  # an expression sympy cannot rearrange simply takes the generic path
+            return None
+        coefficients = {}
+        for monomial, coefficient in terms.items():
+            power = sympy.degree(monomial, inverse) if monomial.is_polynomial(inverse) else None
+            if power is None or power < 1 or not monomial.is_Pow and monomial != inverse:
+                return None
+            if inverse in coefficient.free_symbols:
+                return None
+            beyond = len(self.definition_names)  # no name refers to a definition any more
+            coefficients[int(power)] = CompiledExpression(
+                str(coefficient),
+                self._node(coefficient, beyond),
+                frozenset(self._dependencies(coefficient, beyond)),
+                frozenset(self.used_tabulated),
+                False,
+            )
+        return coefficients or None
 
     def _node(self, tree, scope: int):
         if tree.is_Number or tree.is_Symbol or self.static_depth or not self._is_static(tree, scope):

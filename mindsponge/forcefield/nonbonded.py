@@ -174,6 +174,20 @@ def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
     return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
 
 
+def _lattice_shifts(first: Tensor, second: Tensor, box: Tensor, reference: Tensor) -> Tensor:
+    """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
+    minimum image (nm): the shifts of a pair set built with a neighbour list."""
+    direct = reference[second] - reference[first]
+    return (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+
+
+def _unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
+    """``positions`` moved by lattice vectors back next to ``reference`` (the positions of the
+    last neighbour-list build), so that the pair shifts of that build stay minimum images."""
+    moved = positions.detach() - reference.to(positions.dtype)
+    return positions - (moved - space.minimum_image(moved, box.detach()))
+
+
 def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
     """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them),
     each group sorted by its first atom (for locality of the gathers and scatters)."""
@@ -628,8 +642,7 @@ class Nonbonded(EnergyTerm):
             else:
                 pair_set = self._make_pairs(pairs)
                 if box is not None:
-                    direct = reference[pair_set.second] - reference[pair_set.first]
-                    pair_set.shifts = (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+                    pair_set.shifts = _lattice_shifts(pair_set.first, pair_set.second, box, reference)
                 if cached:
                     pair_set.flat_first = _flat_index(pair_set.first, len(positions))
                     pair_set.flat_second = _flat_index(pair_set.second, len(positions))
@@ -637,8 +650,7 @@ class Nonbonded(EnergyTerm):
                 self._pair_cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
-        moved = positions.detach() - self.neighbors.reference_positions.to(positions.dtype)
-        return pair_set, positions - (moved - space.minimum_image(moved, box.detach()))
+        return pair_set, _unwrap_to_reference(positions, box, self.neighbors.reference_positions)
 
     def _neighbor_kernel(self, kernels, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
         """The direct-space sum by the compiled kernel over the neighbour list in compressed rows
