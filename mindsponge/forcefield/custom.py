@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -54,9 +55,11 @@ from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction
 from mindsponge.forcefield.nonbonded import (
     _AnalyticEnergies,
     _Coulomb,
+    _flat_index,
     _lattice_shifts,
     _lj_first,
     _pair_kernel,
+    _PairResult,
     _PairSet,
     _unwrap_to_reference,
 )
@@ -464,6 +467,27 @@ class CustomCentroidBond(EnergyTerm):
         return _total(energies, len(self.bonds), positions)
 
 
+@dataclass
+class _CustomPairs:
+    """The pairs a :class:`CustomNonbonded` evaluates, between two neighbour-list builds.
+
+    ``first``, ``second``: the candidate pairs (those of the interaction groups, with their
+    multiplicity as ``weight``); ``variables``: the per-particle values of both atoms and the
+    global parameters as expression variables; ``static_cache``: the expression's parts that do
+    not depend on ``r``. When the parameters do not require grad (else ``None``): ``geometry``,
+    the pairs with their lattice shifts and scatter indices for analytic forces, and
+    ``lennard_jones``, the Lennard-Jones pair set when the energy has that form.
+    """
+
+    first: Tensor
+    second: Tensor
+    weight: Tensor | None
+    variables: dict
+    static_cache: dict | None
+    geometry: _PairSet | None
+    lennard_jones: _PairSet | None
+
+
 class CustomNonbonded(EnergyTerm):
     """Pair interactions with an energy expression of ``r`` (OpenMM ``CustomNonbondedForce``).
 
@@ -489,6 +513,16 @@ class CustomNonbonded(EnergyTerm):
             pairs with one atom in each set of a group interact, once per group.
         skin: Verlet skin of the neighbour list, nm.
         name: term name (default ``"CustomNonbonded"``).
+
+    Forces are analytic: autograd differentiates the expression with respect to ``r`` only, and
+    the chain rule through the pair displacements is done by hand. An energy of the form
+    ``A/r^12 - B/r^6`` (CHARMM's ``acoef(type1, type2)/r^12 - bcoef(type1, type2)/r^6``, or
+    ``4*eps*((sig/r)^12-(sig/r)^6)`` with combination rules in definitions) with ``A, B > 0``
+    (or both zero) on every pair runs on the Lennard-Jones kernel of
+    :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (compiled on CPU);
+    :attr:`uses_lennard_jones_kernel` tells whether the last call did, and setting the attribute
+    ``lennard_jones_kernel = False`` turns this off. Parameters or a box that require grad take
+    the plain autograd path.
 
     Raises:
         ExpressionError: a bad expression or argument (the message names it).
@@ -575,6 +609,8 @@ class CustomNonbonded(EnergyTerm):
         self._pairs_cache: tuple | None = None
         self._pair_set_cache: tuple | None = None
         self._lrc_cache: tuple | None = None
+        self.lennard_jones_kernel = True
+        self._used_lennard_jones_kernel = False
 
     @property
     def is_empty(self) -> bool:
@@ -613,12 +649,9 @@ class CustomNonbonded(EnergyTerm):
             self._pairs_cache = (key, all_pairs(len(positions), self.exclusions, device=positions.device))
         return self._pairs_cache[1], key
 
-    def _pair_set(self, positions: Tensor, box: Tensor | None) -> tuple:
-        """``(first, second, weight, variables, static_cache)`` of the pairs to evaluate: the
-        candidate pairs (those of the interaction groups, with their multiplicity as ``weight``),
-        the per-particle values of both atoms and the global parameters as expression variables,
-        and the cache of the expression's parts that do not depend on ``r``. Rebuilt when the
-        pairs, the dtype or the parameters change; parameters that require grad are never cached."""
+    def _pair_set(self, positions: Tensor, box: Tensor | None) -> _CustomPairs:
+        """The pairs to evaluate (see :class:`_CustomPairs`). Rebuilt when the pairs, the dtype
+        or the parameters change; parameters that require grad are never cached."""
         pairs, pairs_key = self._pairs(positions, box)
         dtype = positions.dtype
         parameters_need_grad = (
@@ -643,12 +676,19 @@ class CustomNonbonded(EnergyTerm):
             selected = torch.nonzero(multiplicity > 0).squeeze(1)
             first, second, weight = first[selected], second[selected], multiplicity[selected].to(dtype)
         variables = self._pair_variables(dtype, first, second)
-        lennard_jones = None
-        if not parameters_need_grad:
-            lennard_jones = self._lennard_jones_pairs(first, second, weight, positions, box)
-        pair_set = (first, second, weight, variables, None if parameters_need_grad else {}, lennard_jones)
-        if not parameters_need_grad:
-            self._pair_set_cache = (key, pair_set)
+        if parameters_need_grad:
+            return _CustomPairs(first, second, weight, variables, None, None, None)
+        zeros = torch.zeros(len(first), dtype=dtype, device=first.device)
+        empty = zeros[:0]
+        geometry = _PairSet(first, second, zeros, empty, empty)
+        geometry.flat_first = _flat_index(first, self.n_atoms)
+        geometry.flat_second = _flat_index(second, self.n_atoms)
+        if box is not None:
+            reference = self.neighbors.reference_positions.to(dtype)
+            geometry.shifts = _lattice_shifts(first, second, box, reference)
+        lennard_jones = self._lennard_jones_pairs(first, second, weight, positions, box)
+        pair_set = _CustomPairs(first, second, weight, variables, {}, geometry, lennard_jones)
+        self._pair_set_cache = (key, pair_set)
         return pair_set
 
     def _pair_variables(self, dtype: torch.dtype, first: Tensor, second: Tensor) -> dict[str, Tensor]:
@@ -692,6 +732,65 @@ class CustomNonbonded(EnergyTerm):
             pairs.shifts = _lattice_shifts(pairs.first, pairs.second, box, reference)
         return pairs
 
+    def _pair_energies(self, distance: Tensor, pair_set: _CustomPairs) -> Tensor:
+        """Energies ``(P,)`` of the pairs at ``distance`` ``(P,)`` nm: the expression, switched,
+        weighted by the interaction groups, zero beyond the cutoff."""
+        variables = dict(pair_set.variables)
+        variables["r"] = distance
+        energies = self.expression(variables, static_cache=pair_set.static_cache)
+        energies = torch.broadcast_to(energies, distance.shape)
+        if self.switch_distance is not None:
+            x = ((distance - self.switch_distance) / (self.cutoff - self.switch_distance)).clamp(min=0)
+            energies = energies * (1 + x * x * x * (-10 + x * (15 - 6 * x)))
+        if pair_set.weight is not None:
+            energies = energies * pair_set.weight
+        if self.cutoff is not None:  # the listed pairs reach cutoff + skin
+            energies = torch.where(
+                distance.detach() < self.cutoff, energies, torch.zeros((), dtype=energies.dtype)
+            )
+        return energies
+
+    def _autograd_energy(self, positions: Tensor, box: Tensor | None, pair_set: _CustomPairs) -> Tensor:
+        """The energy built from differentiable operations (forces by autograd)."""
+        first, second = pair_set.first, pair_set.second
+        distance = _norm(space.minimum_image(positions[second] - positions[first], box))
+        return _total(self._pair_energies(distance, pair_set), len(distance), positions)
+
+    def _analytic_energy(self, positions: Tensor, box: Tensor | None, pair_set: _CustomPairs) -> Tensor:
+        """The energy with forces from ``dE/dr`` of each pair: autograd runs on the expression
+        of ``r`` alone ``(P,)``, the displacements are differentiated by hand (lattice shifts
+        of the neighbour-list build, no minimum image per call)."""
+        geometry = pair_set.geometry
+        with torch.no_grad():
+            at = positions.detach()
+            if box is not None:
+                at = _unwrap_to_reference(at, box, self.neighbors.reference_positions)
+            columns = at.T.contiguous()
+            displacement = columns.index_select(1, geometry.second) - columns.index_select(1, geometry.first)
+            if geometry.shifts is not None:
+                displacement = displacement + geometry.shifts
+            dx, dy, dz = displacement.unbind(0)
+            distance = torch.sqrt(torch.addcmul(torch.addcmul(dx * dx, dy, dy), dz, dz))
+        with torch.enable_grad():
+            leaf = distance.requires_grad_()
+            energies = self._pair_energies(leaf, pair_set)
+            energy = energies.sum()
+            if energy.requires_grad:
+                (derivative,) = torch.autograd.grad(energy, leaf)
+            else:  # a constant expression
+                derivative = torch.zeros_like(distance)
+        zero = torch.zeros((), dtype=energy.dtype, device=energy.device)
+        # a pair result whose "Lennard-Jones" factor is -(dE/dr)/r and "Coulomb" part is zero
+        result = _PairResult((energy.detach(), zero), geometry, displacement, geometry.charge_products,
+                             -derivative / distance)
+
+        def recompute(differentiable_positions):  # for create_graph: the autograd formulation
+            total = self._autograd_energy(differentiable_positions, box, pair_set)
+            return total, 0.0 * total
+
+        energy, _ = _AnalyticEnergies.apply(positions, [("pair", result)], recompute)
+        return energy
+
     def _lennard_jones_energy(self, positions: Tensor, box: Tensor | None, pairs: _PairSet) -> Tensor:
         """Energy of a Lennard-Jones pair set by the kernels of :class:`~.nonbonded.Nonbonded`
         (compiled when available), with analytic forces."""
@@ -709,6 +808,12 @@ class CustomNonbonded(EnergyTerm):
         energy, _ = _AnalyticEnergies.apply(positions, [("pair", result)], lambda at: evaluate(at, False))
         return energy
 
+    @property
+    def uses_lennard_jones_kernel(self) -> bool:
+        """Whether the last evaluation ran on the Lennard-Jones kernel of
+        :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (see the class docstring)."""
+        return self._used_lennard_jones_kernel
+
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if positions.ndim != 2 or positions.shape != (self.n_atoms, 3):
             raise ValueError(
@@ -723,26 +828,17 @@ class CustomNonbonded(EnergyTerm):
             space.check_box(box)
         else:
             box = None
-        first, second, weight, pair_variables, static_cache, lennard_jones = self._pair_set(positions, box)
-        if lennard_jones is not None and not (box is not None and box.requires_grad):
-            total = self._lennard_jones_energy(positions, box, lennard_jones)
-            if self.long_range_correction:
-                total = total + self.long_range_coefficient(positions.dtype) / space.volume(box)
-            return total
-        distance = _norm(space.minimum_image(positions[second] - positions[first], box))
-        variables = dict(pair_variables)
-        variables["r"] = distance
-        energies = torch.broadcast_to(self.expression(variables, static_cache=static_cache), distance.shape)
-        if self.switch_distance is not None:
-            x = ((distance - self.switch_distance) / (self.cutoff - self.switch_distance)).clamp(min=0)
-            energies = energies * (1 + x * x * x * (-10 + x * (15 - 6 * x)))
-        if weight is not None:
-            energies = energies * weight
-        if self.cutoff is not None:  # the listed pairs reach cutoff + skin
-            energies = torch.where(
-                distance.detach() < self.cutoff, energies, torch.zeros((), dtype=energies.dtype)
-            )
-        total = _total(energies, len(distance), positions)
+        pair_set = self._pair_set(positions, box)
+        analytic = pair_set.geometry is not None and not (box is not None and box.requires_grad)
+        self._used_lennard_jones_kernel = (
+            analytic and self.lennard_jones_kernel and pair_set.lennard_jones is not None
+        )
+        if self._used_lennard_jones_kernel:
+            total = self._lennard_jones_energy(positions, box, pair_set.lennard_jones)
+        elif analytic and torch.is_grad_enabled() and positions.requires_grad:
+            total = self._analytic_energy(positions, box, pair_set)
+        else:
+            total = self._autograd_energy(positions, box, pair_set)
         if self.long_range_correction:
             total = total + self.long_range_coefficient(positions.dtype) / space.volume(box)
         return total

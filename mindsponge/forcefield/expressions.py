@@ -509,6 +509,8 @@ class _Compiler:
                 return lambda environment: _square(environment.tensor(base(environment)))
             if power == -1:
                 return lambda environment: torch.reciprocal(environment.tensor(base(environment)))
+            if power < 0:
+                return lambda environment: _NegativePower.apply(environment.tensor(base(environment)), power)
             return lambda environment: environment.tensor(base(environment)) ** power
         if exponent == sympy.Rational(1, 2):
             return lambda environment: torch.sqrt(environment.tensor(base(environment)))
@@ -589,6 +591,23 @@ def _cached(node):
         return cache[key]
 
     return cached
+
+
+class _NegativePower(torch.autograd.Function):
+    """``x ** n`` for a negative integer ``n`` whose derivative ``n x^n / x`` reuses the value
+    (one ``pow`` instead of two; ``x = 0`` is a pole either way). Twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, power: int) -> Tensor:
+        value = x**power
+        ctx.power = power
+        ctx.save_for_backward(x, value)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, value = ctx.saved_tensors
+        return grad * ctx.power * value / x, None
 
 
 def _square(x: Tensor) -> Tensor:
