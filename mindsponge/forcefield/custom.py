@@ -472,20 +472,22 @@ class _CustomPairs:
     """The pairs a :class:`CustomNonbonded` evaluates, between two neighbour-list builds.
 
     ``first``, ``second``: the candidate pairs (those of the interaction groups, with their
-    multiplicity as ``weight``); ``variables``: the per-particle values of both atoms and the
-    global parameters as expression variables; ``static_cache``: the expression's parts that do
-    not depend on ``r``. When the parameters do not require grad (else ``None``): ``geometry``,
-    the pairs with their lattice shifts and scatter indices for analytic forces, and
-    ``lennard_jones``, the Lennard-Jones pair set when the energy has that form.
+    multiplicity as ``weight``); ``cached``: the parameters do not require grad, so the set is
+    kept until the next build and forces may be analytic; ``lennard_jones``: the Lennard-Jones
+    pair set when the energy has that form. Filled on first use: ``variables``, the per-particle
+    values of both atoms and the global parameters as expression variables; ``static_cache``,
+    the expression's parts that do not depend on ``r`` (when cached); ``geometry``, the pairs
+    with their lattice shifts and scatter indices for analytic forces.
     """
 
     first: Tensor
     second: Tensor
     weight: Tensor | None
-    variables: dict
-    static_cache: dict | None
-    geometry: _PairSet | None
+    cached: bool
     lennard_jones: _PairSet | None
+    variables: dict | None = None
+    static_cache: dict | None = None
+    geometry: _PairSet | None = None
 
 
 class CustomNonbonded(EnergyTerm):
@@ -611,6 +613,7 @@ class CustomNonbonded(EnergyTerm):
         self._lrc_cache: tuple | None = None
         self.lennard_jones_kernel = True
         self._used_lennard_jones_kernel = False
+        self._lennard_jones_cache: tuple | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -663,6 +666,7 @@ class CustomNonbonded(EnergyTerm):
             positions.device,
             self.particle_parameters._version,
             tuple(self.expression.global_values.tolist()),
+            self.lennard_jones_kernel,
         )
         if not parameters_need_grad and self._pair_set_cache is not None and self._pair_set_cache[0] == key:
             return self._pair_set_cache[1]
@@ -675,21 +679,35 @@ class CustomNonbonded(EnergyTerm):
             ).sum(0)
             selected = torch.nonzero(multiplicity > 0).squeeze(1)
             first, second, weight = first[selected], second[selected], multiplicity[selected].to(dtype)
-        variables = self._pair_variables(dtype, first, second)
         if parameters_need_grad:
-            return _CustomPairs(first, second, weight, variables, None, None, None)
-        zeros = torch.zeros(len(first), dtype=dtype, device=first.device)
-        empty = zeros[:0]
-        geometry = _PairSet(first, second, zeros, empty, empty)
-        geometry.flat_first = _flat_index(first, self.n_atoms)
-        geometry.flat_second = _flat_index(second, self.n_atoms)
-        if box is not None:
-            reference = self.neighbors.reference_positions.to(dtype)
-            geometry.shifts = _lattice_shifts(first, second, box, reference)
-        lennard_jones = self._lennard_jones_pairs(first, second, weight, positions, box)
-        pair_set = _CustomPairs(first, second, weight, variables, {}, geometry, lennard_jones)
+            return _CustomPairs(first, second, weight, False, None)
+        lennard_jones = None
+        if self.lennard_jones_kernel:
+            lennard_jones = self._lennard_jones_pairs(first, second, weight, dtype, box)
+        pair_set = _CustomPairs(first, second, weight, True, lennard_jones)
         self._pair_set_cache = (key, pair_set)
         return pair_set
+
+    def _expression_inputs(self, pair_set: _CustomPairs, dtype: torch.dtype) -> tuple[dict, dict | None]:
+        """The variables and static cache of the expression on a pair set (made on first use)."""
+        if pair_set.variables is None:
+            pair_set.variables = self._pair_variables(dtype, pair_set.first, pair_set.second)
+            pair_set.static_cache = {} if pair_set.cached else None
+        return pair_set.variables, pair_set.static_cache
+
+    def _geometry(self, pair_set: _CustomPairs, box: Tensor | None, dtype: torch.dtype) -> _PairSet:
+        """The pairs with lattice shifts and scatter indices for analytic forces (made on first use)."""
+        if pair_set.geometry is None:
+            first, second = pair_set.first, pair_set.second
+            zeros = torch.zeros(len(first), dtype=dtype, device=first.device)
+            geometry = _PairSet(first, second, zeros, zeros[:0], zeros[:0])
+            geometry.flat_first = _flat_index(first, self.n_atoms)
+            geometry.flat_second = _flat_index(second, self.n_atoms)
+            if box is not None:
+                reference = self.neighbors.reference_positions.to(dtype)
+                geometry.shifts = _lattice_shifts(first, second, box, reference)
+            pair_set.geometry = geometry
+        return pair_set.geometry
 
     def _pair_variables(self, dtype: torch.dtype, first: Tensor, second: Tensor) -> dict[str, Tensor]:
         """The global parameters and the per-particle values of both atoms of each pair."""
@@ -699,34 +717,56 @@ class CustomNonbonded(EnergyTerm):
             variables[f"{value_name}2"] = per_particle[second]
         return variables
 
-    def _lennard_jones_pairs(
-        self, first: Tensor, second: Tensor, weight: Tensor | None, positions: Tensor, box: Tensor | None
-    ) -> _PairSet | None:
-        """The pairs as a Lennard-Jones pair set of :mod:`~mindsponge.forcefield.nonbonded`'s
-        kernels (``sigma^2``, ``4 eps`` per pair, lattice shifts of the neighbour-list build),
-        when the energy is ``A/r^12 - B/r^6`` (see
+    def _lennard_jones_classes(self) -> tuple[Tensor, int, Tensor, Tensor] | None:
+        """``(classes, C, sigma, epsilon)`` when the energy is ``A/r^12 - B/r^6`` (see
         :attr:`~mindsponge.forcefield.expressions.CompiledExpression.inverse_powers`) with
-        ``A, B > 0`` or ``A = B = 0`` on every pair (``sigma^6 = A/B``, ``4 eps = B^2/A``);
-        else ``None``. Computed in float64."""
+        ``A, B > 0`` or ``A = B = 0`` for every pair of particle classes (particles of equal
+        parameters): the class of each particle ``(N,)`` and ``sigma`` (nm), ``epsilon`` (kJ/mol)
+        of each pair of classes ``(C * C,)`` (``sigma^6 = A/B``, ``4 eps = B^2/A``), float64;
+        else ``None``. Computed once per set of parameter values."""
         powers = self.expression.compiled.inverse_powers
         if powers is None or set(powers) != {6, 12}:
             return None
-        variables = self._pair_variables(torch.float64, first, second)
-        functions = self.expression.functions
-        repulsion = torch.broadcast_to(powers[12](variables, functions), first.shape)
-        dispersion = -torch.broadcast_to(powers[6](variables, functions), first.shape)
-        if weight is not None:
-            repulsion, dispersion = repulsion * weight.double(), dispersion * weight.double()
+        key = (self.particle_parameters._version, tuple(self.expression.global_values.tolist()))
+        if self._lennard_jones_cache is not None and self._lennard_jones_cache[0] == key:
+            return self._lennard_jones_cache[1]
+        table, classes = torch.unique(self.particle_parameters.detach().double(), dim=0, return_inverse=True)
+        n_classes = len(table)
+        index = torch.arange(n_classes, device=table.device)
+        first, second = index.repeat_interleave(n_classes), index.repeat(n_classes)
+        variables = self._global_values(torch.float64)
+        for value_name, per_class in self._particle_values(torch.float64, table).items():
+            variables[f"{value_name}1"], variables[f"{value_name}2"] = per_class[first], per_class[second]
+        with torch.no_grad():
+            repulsion = torch.broadcast_to(powers[12](variables, self.expression.functions), first.shape)
+            dispersion = -torch.broadcast_to(powers[6](variables, self.expression.functions), first.shape)
         positive = (repulsion > 0) & (dispersion > 0)
-        if not bool((positive | ((repulsion == 0) & (dispersion == 0))).all()):
+        result = None
+        if bool((positive | ((repulsion == 0) & (dispersion == 0))).all()):
+            repulsion = torch.where(positive, repulsion, 1.0)
+            dispersion = torch.where(positive, dispersion, 1.0)
+            sigma = torch.where(positive, (repulsion / dispersion) ** (1 / 6), 0.0)
+            epsilon = torch.where(positive, dispersion * dispersion / (4 * repulsion), 0.0)
+            result = (classes, n_classes, sigma, epsilon)
+        self._lennard_jones_cache = (key, result)
+        return result
+
+    def _lennard_jones_pairs(
+        self, first: Tensor, second: Tensor, weight: Tensor | None, dtype: torch.dtype, box: Tensor | None
+    ) -> _PairSet | None:
+        """The pairs as a Lennard-Jones pair set of :mod:`~mindsponge.forcefield.nonbonded`'s
+        kernels (``sigma^2``, ``4 eps`` per pair, lattice shifts of the neighbour-list build)
+        when the energy has that form (see :meth:`_lennard_jones_classes`), else ``None``."""
+        classes = self._lennard_jones_classes()
+        if classes is None:
             return None
-        safe_repulsion = torch.where(positive, repulsion, 1.0)
-        safe_dispersion = torch.where(positive, dispersion, 1.0)
-        sigma = torch.where(positive, (safe_repulsion / safe_dispersion) ** (1 / 6), 0.0)
-        epsilon = torch.where(positive, safe_dispersion * safe_dispersion / (4 * safe_repulsion), 0.0)
-        dtype = positions.dtype
+        particle_class, n_classes, class_sigma, class_epsilon = classes
+        index = particle_class[first] * n_classes + particle_class[second]
+        sigma, epsilon = class_sigma[index].to(dtype), class_epsilon[index].to(dtype)
+        if weight is not None:  # a pair in several interaction groups counts once per group
+            epsilon = epsilon * weight
         charge_products = torch.zeros(len(first), dtype=dtype, device=first.device)
-        pairs = _lj_first(first, second, charge_products, sigma.to(dtype), epsilon.to(dtype))
+        pairs = _lj_first(first, second, charge_products, sigma, epsilon)
         if box is not None:
             reference = self.neighbors.reference_positions.to(dtype)
             pairs.shifts = _lattice_shifts(pairs.first, pairs.second, box, reference)
@@ -735,9 +775,10 @@ class CustomNonbonded(EnergyTerm):
     def _pair_energies(self, distance: Tensor, pair_set: _CustomPairs) -> Tensor:
         """Energies ``(P,)`` of the pairs at ``distance`` ``(P,)`` nm: the expression, switched,
         weighted by the interaction groups, zero beyond the cutoff."""
-        variables = dict(pair_set.variables)
+        variables, static_cache = self._expression_inputs(pair_set, distance.dtype)
+        variables = dict(variables)
         variables["r"] = distance
-        energies = self.expression(variables, static_cache=pair_set.static_cache)
+        energies = self.expression(variables, static_cache=static_cache)
         energies = torch.broadcast_to(energies, distance.shape)
         if self.switch_distance is not None:
             x = ((distance - self.switch_distance) / (self.cutoff - self.switch_distance)).clamp(min=0)
@@ -760,7 +801,7 @@ class CustomNonbonded(EnergyTerm):
         """The energy with forces from ``dE/dr`` of each pair: autograd runs on the expression
         of ``r`` alone ``(P,)``, the displacements are differentiated by hand (lattice shifts
         of the neighbour-list build, no minimum image per call)."""
-        geometry = pair_set.geometry
+        geometry = self._geometry(pair_set, box, positions.dtype)
         with torch.no_grad():
             at = positions.detach()
             if box is not None:
@@ -829,7 +870,7 @@ class CustomNonbonded(EnergyTerm):
         else:
             box = None
         pair_set = self._pair_set(positions, box)
-        analytic = pair_set.geometry is not None and not (box is not None and box.requires_grad)
+        analytic = pair_set.cached and not (box is not None and box.requires_grad)
         self._used_lennard_jones_kernel = (
             analytic and self.lennard_jones_kernel and pair_set.lennard_jones is not None
         )

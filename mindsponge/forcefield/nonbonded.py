@@ -177,7 +177,8 @@ def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
 def _lattice_shifts(first: Tensor, second: Tensor, box: Tensor, reference: Tensor) -> Tensor:
     """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
     minimum image (nm): the shifts of a pair set built with a neighbour list."""
-    direct = reference[second] - reference[first]
+    columns = reference.T.contiguous()  # (3, N): gathers and rounding on contiguous rows
+    direct = (columns.index_select(1, second) - columns.index_select(1, first)).T
     return (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
 
 
@@ -193,7 +194,8 @@ def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
     each group sorted by its first atom (for locality of the gathers and scatters)."""
     active = epsilon != 0
     n_lj = int(active.sum())
-    if len(first) > 0:
+    in_order = n_lj == len(first) and bool((first[1:] >= first[:-1]).all())  # e.g. a neighbour list
+    if len(first) > 0 and not in_order:
         order = torch.argsort((~active).long() * (int(first.max()) + 1) + first, stable=True)
         first, second, charge_products = first[order], second[order], charge_products[order]
         sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
