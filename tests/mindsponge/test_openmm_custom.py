@@ -331,8 +331,8 @@ def test_continuous_tables_inside_and_outside_their_range_match_openmm(periodic,
 def _lennard_jones_force(kind, method, switching=False, long_range=False, repulsive_pair=False):
     """A Lennard-Jones CustomNonbondedForce: CHARMM's per-type tables ``acoef/r^12 - bcoef/r^6``
     (with an NBFIX-like entry and a type without Lennard-Jones), or ``4*eps*((sig/r)^12-(sig/r)^6)``
-    with Lorentz-Berthelot rules in definitions. ``repulsive_pair`` gives one pair of types a
-    negative ``bcoef``: not a Lennard-Jones pair any more."""
+    with Lorentz-Berthelot rules in definitions and a global scale. ``repulsive_pair`` gives one
+    pair of types a negative ``bcoef``: not a Lennard-Jones pair any more."""
     sigma, epsilon = np.array([0.3, 0.35, 0.25]), np.array([0.5, 0.0, 0.8])
     if kind == "tables":
         force = openmm.CustomNonbondedForce("acoef(type1, type2)/r^12 - bcoef(type1, type2)/r^6")
@@ -348,7 +348,10 @@ def _lennard_jones_force(kind, method, switching=False, long_range=False, repuls
         for atom in range(N_ATOMS):
             force.addParticle([atom % 3])
     else:
-        force = openmm.CustomNonbondedForce("4*eps*((sig/r)^12-(sig/r)^6); sig=0.5*(s1+s2); eps=sqrt(e1*e2)")
+        force = openmm.CustomNonbondedForce(
+            "scale*4*eps*((sig/r)^12-(sig/r)^6); sig=0.5*(s1+s2); eps=sqrt(e1*e2)"
+        )
+        force.addGlobalParameter("scale", 0.9)
         force.addPerParticleParameter("s")
         force.addPerParticleParameter("e")
         for atom in range(N_ATOMS):
@@ -407,17 +410,28 @@ def test_lennard_jones_custom_nonbonded_runs_on_the_nonbonded_kernel(
     forces32 = ms.forces(term32, x32, torch.tensor(box, dtype=torch.float32))
     assert term32.uses_lennard_jones_kernel
     assert _rms_relative(forces32.double().numpy(), expected.forces) < 1e-5
+    if kind == "combination":  # a global parameter change reaches the kernel's epsilon
+        term.lennard_jones_kernel = True
+        term.expression.set_global_parameter("scale", 0.45)
+        halved, _, _ = _energy_and_gradient(term, positions, periodic_box)
+        assert term.uses_lennard_jones_kernel
+        assert halved.item() == pytest.approx(fast_energy.item() / 2, rel=1e-12)
 
 
 def test_custom_nonbonded_outside_the_lennard_jones_form_takes_the_generic_path(reference):
     """A negative ``bcoef`` entry cannot be written as sigma and epsilon: the generic path runs,
-    and still matches OpenMM; its second derivatives (create_graph) match finite differences."""
+    and still matches OpenMM (float64 and float32); its second derivatives (create_graph), and
+    those of the kernel path, match finite differences."""
     force = _lennard_jones_force("tables", openmm.CustomNonbondedForce.CutoffPeriodic, True, False, True)
     box = np.eye(3) * BOX
     positions = _positions(22)
     forcefield, _ = _compare(_system([force], box=box), positions, reference, box)
     term = forcefield["CustomNonbonded"]
     assert not term.uses_lennard_jones_kernel
+    system = _system([force], box=box)
+    x32, box32 = torch.tensor(positions, dtype=torch.float32), torch.tensor(box, dtype=torch.float32)
+    forces32 = ms.forces(from_openmm(system, dtype=torch.float32), x32, box32)
+    assert _rms_relative(forces32.double().numpy(), reference(system, positions, box).forces) < 1e-5
     for kernel in (True, False):
         term.lennard_jones_kernel = kernel
         lj_term = from_openmm(_system([_lennard_jones_force("tables", 2, True)], box=box))["CustomNonbonded"]
