@@ -637,6 +637,13 @@ class CustomNonbonded(EnergyTerm):
             values[value_name] = torch.broadcast_to(computed(variables), (len(table),))
         return values
 
+    def _particle_classes(self) -> tuple[Tensor, Tensor]:
+        """Distinct rows of the parameters ``(C, P)`` (float64) and the class of each particle ``(N,)``."""
+        table = self.particle_parameters.detach().double()
+        if table.shape[1] == 0:  # no per-particle parameters: one class
+            return table[:1], torch.zeros(self.n_atoms, dtype=torch.long, device=table.device)
+        return torch.unique(table, dim=0, return_inverse=True)
+
     def _global_values(self, dtype: torch.dtype) -> dict[str, Tensor]:
         return self.expression.parameter_variables(dtype)
 
@@ -730,13 +737,15 @@ class CustomNonbonded(EnergyTerm):
         key = (self.particle_parameters._version, tuple(self.expression.global_values.tolist()))
         if self._lennard_jones_cache is not None and self._lennard_jones_cache[0] == key:
             return self._lennard_jones_cache[1]
-        table, classes = torch.unique(self.particle_parameters.detach().double(), dim=0, return_inverse=True)
+        table, classes = self._particle_classes()
         n_classes = len(table)
         index = torch.arange(n_classes, device=table.device)
         first, second = index.repeat_interleave(n_classes), index.repeat(n_classes)
         variables = self._global_values(torch.float64)
         for value_name, per_class in self._particle_values(torch.float64, table).items():
             variables[f"{value_name}1"], variables[f"{value_name}2"] = per_class[first], per_class[second]
+        # unused by the coefficients, but sets their dtype when they are constants
+        variables["r"] = torch.ones((), dtype=torch.float64)
         with torch.no_grad():
             repulsion = torch.broadcast_to(powers[12](variables, self.expression.functions), first.shape)
             dispersion = -torch.broadcast_to(powers[6](variables, self.expression.functions), first.shape)
@@ -920,8 +929,7 @@ class CustomNonbonded(EnergyTerm):
         return pairs
 
     def _compute_long_range_coefficient(self) -> float:
-        table = self.particle_parameters.double()
-        classes_table, classes = torch.unique(table, dim=0, return_inverse=True)
+        classes_table, classes = self._particle_classes()
         n_classes = len(classes_table)
         counts = self._class_pair_counts(classes.numpy(), n_classes)
         first, second = np.triu_indices(n_classes)

@@ -395,21 +395,27 @@ class _Compiler:
     def _is_static(self, tree, scope: int) -> bool:
         return self.dynamic is not None and not (self._dependencies(tree, scope) & self.dynamic)
 
-    def _inline(self, tree, scope: int):
-        """``tree`` with the definitions it uses substituted (recursively)."""
+    def _inline(self, tree, scope: int, inlined: dict[int, object]):
+        """``tree`` with the definitions it uses substituted (recursively; ``inlined`` keeps the
+        substituted definitions by index)."""
         replacements = {}
         for symbol in tree.free_symbols:
             index = self._resolve(symbol.name, scope)
             if index is not None:
-                replacements[symbol] = self._inline(self._definition_tree(index), index + 1)
+                if index not in inlined:
+                    inlined[index] = self._inline(self._definition_tree(index), index + 1, inlined)
+                replacements[symbol] = inlined[index]
         return tree.xreplace(replacements) if replacements else tree
 
     def inverse_powers(self, tree, variable: str) -> dict[int, CompiledExpression] | None:
         """Coefficients ``c_k`` (compiled, by power ``k > 0``) if the part ``tree`` is
         ``sum_k c_k / variable^k`` with ``c_k`` free of ``variable``, else ``None``."""
         inverse = sympy.Dummy("inverse")
+        inlined = self._inline(tree, 0, {})
+        if _tree_size(inlined, {}) > _MAX_INLINED_SIZE:  # definitions used many times: not worth it
+            return None
         try:
-            inlined = self._inline(tree, 0).xreplace({sympy.Symbol(variable): 1 / inverse})
+            inlined = inlined.xreplace({sympy.Symbol(variable): 1 / inverse})
             # distribute products and powers of products, but keep sums inside powers unexpanded
             expanded = sympy.expand(inlined, multinomial=False, power_exp=False, log=False)
             terms = sympy.collect(expanded, inverse, evaluate=False)
@@ -576,6 +582,17 @@ class _Compiler:
     def _check_count(self, name: str, count: int, expected: int) -> None:
         if count != expected:
             raise self.error(f"function {name!r} takes {expected} argument(s), got {count}")
+
+
+_MAX_INLINED_SIZE = 500  # nodes of an expression with its definitions substituted
+
+
+def _tree_size(tree, sizes: dict) -> int:
+    """Number of nodes of a sympy tree, counting shared subtrees once per use (memoised in
+    ``sizes``, so the count itself stays cheap however large the result)."""
+    if tree not in sizes:
+        sizes[tree] = 1 + sum(_tree_size(argument, sizes) for argument in tree.args)
+    return sizes[tree]
 
 
 def _cached(node):

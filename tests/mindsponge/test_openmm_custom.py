@@ -447,6 +447,21 @@ def test_custom_nonbonded_outside_the_lennard_jones_form_takes_the_generic_path(
             assert _rms_relative(product.numpy(), difference) < 1e-6
 
 
+def test_lennard_jones_kernel_with_constant_coefficients_and_no_parameters():
+    """Constant coefficients (no per-particle parameters) keep float64: the kernel path equals
+    the pair sum written out in numpy."""
+    positions = torch.tensor(_positions(23, size=2.0))
+    term = ms.forcefield.custom.CustomNonbonded(
+        "4*(0.3^12/r^12-0.3^6/r^6)", [], torch.zeros(N_ATOMS, 0), cutoff=0.9
+    )
+    energy = term(positions).item()
+    assert term.uses_lennard_jones_kernel
+    first, second = np.triu_indices(N_ATOMS, 1)
+    r = np.linalg.norm(positions.numpy()[second] - positions.numpy()[first], axis=1)
+    r = r[r < 0.9]
+    assert energy == pytest.approx((4 * (0.3**12 / r**12 - 0.3**6 / r**6)).sum(), rel=1e-12)
+
+
 def test_inverse_power_forms_are_recognised_with_their_coefficients():
     """``sum_k c_k / r^k`` after substituting definitions: coefficients checked by hand."""
     tabulated = {"acoef": 2, "bcoef": 2}
