@@ -781,30 +781,40 @@ class CustomNonbonded(EnergyTerm):
             pairs.shifts = _lattice_shifts(pairs.first, pairs.second, box, reference)
         return pairs
 
-    def _pair_energies(self, distance: Tensor, pair_set: _CustomPairs) -> Tensor:
-        """Energies ``(P,)`` of the pairs at ``distance`` ``(P,)`` nm: the expression, switched,
-        weighted by the interaction groups, zero beyond the cutoff."""
+    def _expression_energies(self, distance: Tensor, pair_set: _CustomPairs) -> Tensor:
+        """The expression on the pairs at ``distance`` ``(P,)`` nm, ``(P,)`` kJ/mol."""
         variables, static_cache = self._expression_inputs(pair_set, distance.dtype)
         variables = dict(variables)
         variables["r"] = distance
-        energies = self.expression(variables, static_cache=static_cache)
-        energies = torch.broadcast_to(energies, distance.shape)
+        return torch.broadcast_to(self.expression(variables, static_cache=static_cache), distance.shape)
+
+    def _finish(
+        self, distance: Tensor, energies: Tensor, pair_set: _CustomPairs, derivative: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Pair energies switched, weighted by the interaction groups and zero beyond the cutoff,
+        and the same for their derivative ``dE/dr`` when given (``distance`` then carries no graph)."""
         if self.switch_distance is not None:
-            x = ((distance - self.switch_distance) / (self.cutoff - self.switch_distance)).clamp(min=0)
-            energies = energies * (1 + x * x * x * (-10 + x * (15 - 6 * x)))
+            width = self.cutoff - self.switch_distance
+            x = ((distance - self.switch_distance) / width).clamp(min=0)
+            switch = 1 + x * x * x * (-10 + x * (15 - 6 * x))
+            if derivative is not None:
+                derivative = derivative * switch + energies * (x * x * (-30 + x * (60 - 30 * x)) / width)
+            energies = energies * switch
         if pair_set.weight is not None:
             energies = energies * pair_set.weight
+            derivative = None if derivative is None else derivative * pair_set.weight
         if self.cutoff is not None:  # the listed pairs reach cutoff + skin
-            energies = torch.where(
-                distance.detach() < self.cutoff, energies, torch.zeros((), dtype=energies.dtype)
-            )
-        return energies
+            inside, zero = distance.detach() < self.cutoff, torch.zeros((), dtype=energies.dtype)
+            energies = torch.where(inside, energies, zero)
+            derivative = None if derivative is None else torch.where(inside, derivative, zero)
+        return energies, derivative
 
     def _autograd_energy(self, positions: Tensor, box: Tensor | None, pair_set: _CustomPairs) -> Tensor:
         """The energy built from differentiable operations (forces by autograd)."""
         first, second = pair_set.first, pair_set.second
         distance = _norm(space.minimum_image(positions[second] - positions[first], box))
-        return _total(self._pair_energies(distance, pair_set), len(distance), positions)
+        energies, _ = self._finish(distance, self._expression_energies(distance, pair_set), pair_set)
+        return _total(energies, len(distance), positions)
 
     def _analytic_energy(self, positions: Tensor, box: Tensor | None, pair_set: _CustomPairs) -> Tensor:
         """The energy with forces from ``dE/dr`` of each pair: autograd runs on the expression
@@ -821,14 +831,15 @@ class CustomNonbonded(EnergyTerm):
                 displacement = displacement + geometry.shifts
             dx, dy, dz = displacement.unbind(0)
             distance = torch.sqrt(torch.addcmul(torch.addcmul(dx * dx, dy, dy), dz, dz))
-        with torch.enable_grad():
-            leaf = distance.requires_grad_()
-            energies = self._pair_energies(leaf, pair_set)
-            energy = energies.sum()
-            if energy.requires_grad:
-                (derivative,) = torch.autograd.grad(energy, leaf)
+        with torch.enable_grad():  # the expression's graph in r alone
+            leaf = distance.detach().requires_grad_()
+            energies = self._expression_energies(leaf, pair_set)
+            if energies.requires_grad:
+                (derivative,) = torch.autograd.grad(energies.sum(), leaf)
             else:  # a constant expression
                 derivative = torch.zeros_like(distance)
+        energies, derivative = self._finish(distance, energies.detach(), pair_set, derivative)
+        energy = energies.sum()
         zero = torch.zeros((), dtype=energy.dtype, device=energy.device)
         # a pair result whose "Lennard-Jones" factor is -(dE/dr)/r and "Coulomb" part is zero
         result = _PairResult((energy.detach(), zero), geometry, displacement, geometry.charge_products,
