@@ -5,9 +5,10 @@ Not a benchmark itself (running it does nothing). The benchmarks import it as ``
 
 - timing: :func:`mean_seconds`, :func:`time_calls`, :func:`best_of_rounds`;
 - systems: :func:`tip3p_water` (a mindsponge water box and the OpenMM System for it, with
-  OpenMM's masses), :func:`openmm_context`, :func:`openmm_equilibrated` (a start state
-  minimised and thermalised by OpenMM, so both engines start from the same coordinates),
-  :func:`mindsponge_simulation`;
+  OpenMM's masses), :func:`peptide_in_dodecahedron` (a solvated peptide in a small rhombic
+  dodecahedron, built by OpenMM's Modeller), :func:`openmm_context`,
+  :func:`openmm_equilibrated` (a start state minimised and thermalised by OpenMM, so both
+  engines start from the same coordinates), :func:`mindsponge_simulation`;
 - statistics: :func:`mean_and_error` (mean with its standard error from the statistical
   inefficiency of the time series, pymbar), :func:`drift_per_dof` (linear fit).
 """
@@ -18,6 +19,7 @@ import contextlib
 import io
 import math
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -93,6 +95,69 @@ def tip3p_water(
     return system.replace(masses=torch.tensor(masses, dtype=torch.float64)), openmm_system
 
 
+def peptide_in_dodecahedron(
+    n_residues: int = 10,
+    box_length: float = 3.0,
+    cutoff: float = 0.9,
+    ewald_tolerance: float = 5e-4,
+):
+    """A peptide in TIP3P water in a small rhombic dodecahedron, and OpenMM's System for it.
+
+    The peptide is the first ``n_residues`` residues of villin (OpenMM's ``test.pdb``) with a
+    C-terminal oxygen added; ``openmm.app.Modeller`` adds the missing hydrogens and solvates it
+    in a rhombic dodecahedron of box vectors ``(d, 0, 0), (0, d, 0), (d/2, d/2, d/sqrt(2))``
+    (OpenMM's reduced form, ``d = box_length`` nm; ``cutoff`` must be at most ``d / (2 sqrt(2))``),
+    neutralised with Na+/Cl-. With the defaults: about 1,800 atoms, 19 nm^3.
+
+    Args:
+        n_residues: residues of the peptide.
+        box_length: ``d``, nm.
+        cutoff: non-bonded cutoff, nm (PME).
+        ewald_tolerance: OpenMM's ``ewaldErrorTolerance``.
+
+    Returns:
+        ``(system, openmm_system)``: a float64 :class:`mindsponge.System` (positions, the box and
+        the masses of the OpenMM System) and the ``openmm.System`` (``amber14-all.xml`` and
+        ``amber14/tip3p.xml``, PME, bonds to hydrogen constrained, rigid water).
+    """
+    import openmm
+    from openmm import app, unit
+
+    import mindsponge as ms
+
+    pdb = app.PDBFile(os.path.join(os.path.dirname(app.__file__), "data", "test.pdb"))
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3p.xml")
+    modeller = app.Modeller(pdb.topology, pdb.positions)
+    protein = [residue for residue in modeller.topology.residues() if residue.name not in ("HOH", "Cl", "Na")]
+    kept = protein[:n_residues]
+    modeller.delete([residue for residue in modeller.topology.residues() if residue not in kept])
+    last = list(modeller.topology.residues())[-1]
+    atoms = {atom.name: atom for atom in last.atoms()}
+    positions = np.asarray(modeller.positions.value_in_unit(unit.nanometer))
+    carbon, alpha, oxygen = (positions[atoms[name].index] for name in ("C", "CA", "O"))
+    direction = (carbon - alpha) + (carbon - oxygen)  # in the plane of CA, C, O, away from both
+    terminal = carbon + 0.125 * direction / np.linalg.norm(direction)
+    modeller.topology.addBond(atoms["C"], modeller.topology.addAtom("OXT", app.element.oxygen, last))
+    modeller.positions = [openmm.Vec3(*row) for row in np.vstack([positions, terminal])] * unit.nanometer
+    modeller.addHydrogens(forcefield)
+    vectors = [openmm.Vec3(box_length, 0, 0), openmm.Vec3(0, box_length, 0),
+               openmm.Vec3(box_length / 2, box_length / 2, box_length * math.sqrt(0.5))] * unit.nanometer
+    modeller.addSolvent(forcefield, model="tip3p", boxVectors=vectors)
+    openmm_system = forcefield.createSystem(
+        modeller.topology, nonbondedMethod=app.PME, nonbondedCutoff=cutoff * unit.nanometer,
+        ewaldErrorTolerance=ewald_tolerance, constraints=app.HBonds, rigidWater=True,
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "peptide.pdb")
+        with open(path, "w") as handle:
+            app.PDBFile.writeFile(modeller.topology, modeller.positions, handle)
+        system = ms.System.from_pdb(path)
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    box = torch.tensor([list(vector.value_in_unit(unit.nanometer)) for vector in
+                        openmm_system.getDefaultPeriodicBoxVectors()], dtype=torch.float64)
+    return system.replace(masses=torch.tensor(masses, dtype=torch.float64), box=box), openmm_system
+
+
 def openmm_context(openmm_system, integrator, platform: str = "CPU", threads: int = 1, positions=None):
     """An ``openmm.Context`` on ``platform`` (``"CPU"`` with ``threads`` threads, or ``"Reference"``)."""
     import openmm
@@ -126,12 +191,13 @@ def openmm_equilibrated(system, openmm_system, temperature: float = 300.0, steps
 
 
 def mindsponge_simulation(system, openmm_system, integrator, dtype=torch.float64, positions=None,
-                          velocities=None, **options):
+                          velocities=None, constraints="water", **options):
     """A :class:`mindsponge.Simulation` of ``system`` under the force field of ``openmm_system``.
 
-    Everything (state, force field, integration) is in ``dtype``; ``constraints="water"``
-    (SETTLE); ``positions`` / ``velocities`` ((N, 3) arrays, nm and nm/ps) replace the system's;
-    ``options`` go to :class:`mindsponge.Simulation` (``progress`` defaults to ``False``).
+    Everything (state, force field, integration) is in ``dtype``; ``constraints`` as in
+    :class:`mindsponge.Simulation` (default ``"water"``: SETTLE); ``positions`` / ``velocities``
+    ((N, 3) arrays, nm and nm/ps) replace the system's; ``options`` go to
+    :class:`mindsponge.Simulation` (``progress`` defaults to ``False``).
     """
     import mindsponge as ms
 
@@ -143,7 +209,7 @@ def mindsponge_simulation(system, openmm_system, integrator, dtype=torch.float64
     system = system.replace(**changes).to(dtype=dtype)
     forcefield = ms.interop.openmm.from_openmm(openmm_system, dtype=dtype)
     options.setdefault("progress", False)
-    return ms.Simulation(system, forcefield, integrator, constraints="water", **options)
+    return ms.Simulation(system, forcefield, integrator, constraints=constraints, **options)
 
 
 def mean_and_error(series) -> tuple[float, float, float]:

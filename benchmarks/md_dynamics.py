@@ -1,26 +1,35 @@
-"""MD throughput (ns/day): mindsponge (float32) against OpenMM's CPU platform, NVT Langevin.
+"""MD throughput: mindsponge (float32) against OpenMM's CPU platform at 1 and 2 threads.
 
-Boxes of rigid TIP3P water (``amber14/tip3p.xml``, built by ``ms.build.water_box``) of about
-3,000 and 24,000 atoms, PME with a 0.9 nm cutoff (OpenMM's default error tolerance 5e-4,
-dispersion correction), SETTLE, Langevin dynamics by the BAOAB "middle" scheme at 300 K,
-1/ps, 2 fs:
+Three systems, PME with a 0.9 nm cutoff (OpenMM's default error tolerance 5e-4, dispersion
+correction), Langevin dynamics by the BAOAB "middle" scheme at 300 K, 1/ps, 2 fs:
 
-- OpenMM: ``LangevinMiddleIntegrator`` on its CPU platform with 2 threads (``rigidWater``);
-- mindsponge: :class:`~mindsponge.integrators.LangevinMiddle` with ``constraints="water"``,
-  everything in float32, 2 torch threads, compiled CPU kernels (built once per machine).
+- ``3k``, ``24k``: boxes of rigid TIP3P water (``amber14/tip3p.xml``, built by
+  ``ms.build.water_box``) of about 3,000 and 24,000 atoms, SETTLE;
+- ``dodecahedron``: a 10-residue peptide (the first residues of villin) in TIP3P in a 3 nm
+  rhombic dodecahedron (about 1,700 atoms; ``amber14-all.xml``, built by OpenMM's Modeller),
+  bonds to hydrogen constrained and rigid water (mindsponge ``constraints="water+hbonds"``).
+  The box is so small that the 1.0 nm list cutoff (cutoff + skin) is within 6% of half its
+  height: the neighbour search reaches cells through several periodic images.
 
-OpenMM minimises and briefly thermalises each box; both engines start from that state. They
-run in alternating rounds of the same number of steps and the best round of each is reported
-(the machine is shared: the load average is printed). Also printed: where mindsponge's step
-time goes (the force evaluation alone against a whole step: the difference is the integrator,
-SETTLE, centre-of-mass removal and the Python of ``Simulation.run``), and the top torch ops
-of a few steps by self CPU time. The ratio mindsponge/OpenMM ns/day comes last.
+For each system and each thread count (torch threads and OpenMM's ``Threads`` alike):
 
-The figures need an otherwise idle machine: with more runnable processes than cores, torch's
-intra-op thread pool costs milliseconds per small op (measured at load average 9 on 2 cores:
-``sqrt`` of 1,000 floats 8 ms with 2 threads, 2 us with 1; ``round`` of 9,000 floats 5 ms vs
-2 us), which lands on the integrator and SETTLE (many small ops per step) far more than on
-OpenMM; the step-time split printed below shows it.
+- energy+forces: OpenMM ``Context.getState(getEnergy=True, getForces=True)`` against
+  ``Simulation.force`` (one evaluation at a fixed configuration, the neighbour list kept);
+- NVT dynamics: OpenMM ``LangevinMiddleIntegrator`` against
+  :class:`~mindsponge.integrators.LangevinMiddle` (everything in float32, compiled CPU kernels).
+
+OpenMM minimises and briefly thermalises each system; both engines start from that state. They
+run in alternating rounds and the best round of each is reported (the machine may be shared:
+the load average is printed). Also printed: where mindsponge's step time goes at the highest
+thread count (the force evaluation alone against a whole step: the difference is the integrator,
+constraints, centre-of-mass removal and the Python of ``Simulation.run``), and the top torch ops
+of a few steps by self CPU time. The ratios mindsponge/OpenMM (higher is faster: OpenMM's time
+over ours for energy+forces, ns/day over ns/day for dynamics) come last.
+
+The figures need an otherwise idle machine: with more runnable processes than cores, the
+threads of torch's OpenMP pool spin and wait for each other at every parallel region (measured
+with two busy-loop processes on the 2 cores: energy+forces of the 3k box took several times
+longer with 2 torch threads than with 1; see ``threads`` of :class:`mindsponge.Simulation`).
 
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
@@ -28,7 +37,8 @@ constraints (no rigid water), so it cannot run this system with these settings.
 
 Usage::
 
-    .venv/bin/python benchmarks/md_dynamics.py [--quick]
+    .venv/bin/python benchmarks/md_dynamics.py [--quick] [--cases 3k 24k dodecahedron] [--threads 1 2]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -41,17 +51,21 @@ from md_common import (
     mindsponge_simulation,
     openmm_context,
     openmm_equilibrated,
+    peptide_in_dodecahedron,
     print_load_average,
     report_kernels_and_load,
     time_calls,
     tip3p_water,
 )
 
-THREADS = 2
+THREADS = (1, 2)
 DT = 0.002  # ps
 TEMPERATURE = 300.0  # K
 FRICTION = 1.0  # 1/ps
-SIZES = {"3k": 1000, "24k": 8000}  # water molecules -> 3,000 and 24,000 atoms
+CASES = ("3k", "24k", "dodecahedron")
+WATERS = {"3k": 1000, "24k": 8000}  # water molecules -> 3,000 and 24,000 atoms
+STEPS = {"3k": 50, "24k": 10, "dodecahedron": 50}  # per timed round of dynamics
+EVALUATIONS = {"3k": 20, "24k": 4, "dodecahedron": 20}  # per timed round of energy+forces
 
 
 def ns_per_day(seconds_per_step: float) -> float:
@@ -68,7 +82,8 @@ def step_profile(simulation, steps: int, rows: int = 12) -> str:
     step = time_calls(lambda: simulation.run(steps), 1, warmup=1) / steps
     lines = [
         f"  mindsponge step {1e3 * step:.1f} ms = force evaluation {1e3 * force:.1f} ms "
-        f"({100 * force / step:.0f} %) + the rest (integrator, SETTLE, Python) {1e3 * (step - force):.1f} ms"
+        f"({100 * force / step:.0f} %) + the rest (integrator, constraints, Python) "
+        f"{1e3 * (step - force):.1f} ms"
     ]
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         simulation.run(steps)
@@ -78,54 +93,78 @@ def step_profile(simulation, steps: int, rows: int = 12) -> str:
     return "\n".join(lines)
 
 
+def build(label: str):
+    """``(system, openmm_system, constraints, description)`` of a benchmark case."""
+    if label == "dodecahedron":
+        system, openmm_system = peptide_in_dodecahedron()
+        return system, openmm_system, "water+hbonds", "10-residue peptide + TIP3P, 3 nm rhombic dodecahedron"
+    system, openmm_system = tip3p_water(WATERS[label])
+    return system, openmm_system, "water", "TIP3P, cubic box"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="only the ~3,000-atom box, short rounds")
-    parser.add_argument("--threads", type=int, default=THREADS, help="threads of both engines (default 2)")
+    parser.add_argument("--quick", action="store_true", help="short rounds (checks that everything runs)")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="systems to run")
+    parser.add_argument("--threads", type=int, nargs="+", default=list(THREADS),
+                        help="thread counts of both engines (default 1 2)")
+    parser.add_argument("--profile", action="store_true", help="print where mindsponge's step time goes")
     arguments = parser.parse_args()
-    threads = arguments.threads
-    torch.set_num_threads(threads)
     import openmm
 
     import mindsponge as ms
 
     report_kernels_and_load()
-    sizes = ["3k"] if arguments.quick else ["3k", "24k"]
-    steps = {"3k": 20 if arguments.quick else 50, "24k": 10}
-    rounds = 3 if arguments.quick else 4
+    rounds = 2 if arguments.quick else 4
     ratios = {}
-    for label in sizes:
-        system, openmm_system = tip3p_water(SIZES[label])
+    for label in arguments.cases:
+        system, openmm_system, constraints, description = build(label)
         positions, velocities = openmm_equilibrated(
-            system, openmm_system, TEMPERATURE, steps=100, threads=threads
+            system, openmm_system, TEMPERATURE, steps=20 if arguments.quick else 100,
+            threads=max(arguments.threads),
         )
-        integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
-        context = openmm_context(openmm_system, integrator, threads=threads, positions=positions)
-        context.setVelocities(velocities)
         simulation = mindsponge_simulation(
             system, openmm_system, ms.integrators.LangevinMiddle(DT, TEMPERATURE, FRICTION),
-            dtype=torch.float32, positions=positions, velocities=velocities,
+            dtype=torch.float32, positions=positions, velocities=velocities, constraints=constraints,
         )
-        count = steps[label]
-        best = best_of_rounds(
-            {"openmm": lambda count=count, integrator=integrator: integrator.step(count),
-             "mindsponge": lambda count=count, simulation=simulation: simulation.run(count)},
-            repeats=1, rounds=rounds, warmup=1,
-        )
-        reference, ours = ns_per_day(best["openmm"] / count), ns_per_day(best["mindsponge"] / count)
-        ratios[label] = ours / reference
-        print(
-            f"TIP3P {system.n_atoms} atoms, PME 0.9 nm, SETTLE, Langevin 2 fs, best of {rounds} rounds of "
-            f"{count} steps: OpenMM CPU ({threads} thr) {reference:.2f} ns/day "
-            f"({1e3 * best['openmm'] / count:.1f} ms/step), mindsponge float32 {ours:.2f} ns/day "
-            f"({1e3 * best['mindsponge'] / count:.1f} ms/step); "
-            f"temperature {simulation.energies(pressure=False)['temperature']:.0f} K"
-        )
-        print(step_profile(simulation, max(count // 2, 5)))
-        del context
+        steps = 2 if arguments.quick else STEPS[label]
+        evaluations = 2 if arguments.quick else EVALUATIONS[label]
+        for threads in arguments.threads:
+            torch.set_num_threads(threads)
+            integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
+            context = openmm_context(openmm_system, integrator, threads=threads, positions=positions)
+            context.setVelocities(velocities)
+            state = simulation.state
+            forces = best_of_rounds(
+                {"openmm": lambda context=context: context.getState(getEnergy=True, getForces=True),
+                 "mindsponge": lambda state=state, simulation=simulation: simulation.force(state.positions,
+                                                                                             state.box)},
+                repeats=evaluations, rounds=rounds, warmup=1,
+            )
+            dynamics = best_of_rounds(
+                {"openmm": lambda integrator=integrator, steps=steps: integrator.step(steps),
+                 "mindsponge": lambda simulation=simulation, steps=steps: simulation.run(steps)},
+                repeats=1, rounds=rounds, warmup=1,
+            )
+            reference = ns_per_day(dynamics["openmm"] / steps)
+            ours = ns_per_day(dynamics["mindsponge"] / steps)
+            ratios[label, threads, "energy+forces"] = forces["openmm"] / forces["mindsponge"]
+            ratios[label, threads, "NVT dynamics"] = ours / reference
+            print(
+                f"{label}: {description}, {system.n_atoms} atoms, PME 0.9 nm, {threads} thread(s), best of "
+                f"{rounds} rounds. Energy+forces: OpenMM CPU {1e3 * forces['openmm']:.1f} ms, mindsponge "
+                f"float32 {1e3 * forces['mindsponge']:.1f} ms. Langevin 2 fs, {steps} steps: OpenMM CPU "
+                f"{reference:.2f} "
+                f"ns/day ({1e3 * dynamics['openmm'] / steps:.1f} ms/step), mindsponge {ours:.2f} ns/day "
+                f"({1e3 * dynamics['mindsponge'] / steps:.1f} ms/step); temperature "
+                f"{simulation.energies(pressure=False)['temperature']:.0f} K", flush=True,
+            )
+            del context
+        if arguments.profile:
+            print(step_profile(simulation, max(steps // 2, 2)))
     print_load_average("end")
-    for label, ratio in ratios.items():
-        print(f"ratio mindsponge/OpenMM-CPU ns/day ({label} atoms): {ratio:.3f}")
+    for (label, threads, kind), ratio in ratios.items():
+        print(f"ratio mindsponge/OpenMM-CPU {kind:13s} {label:12s} {threads} thread(s): {ratio:.3f}")
 
 
 if __name__ == "__main__":

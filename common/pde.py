@@ -43,8 +43,10 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from common.checks import positive_int
 from common.geometry import Geometry, SpaceTime, TimeDomain, UnitSampler
 from common.geometry.samplers import check_count, check_sampler
+from common.threads import default_threads, thread_budget
 
 __all__ = ["Boundary", "Constraint", "Data", "Initial", "Problem", "Residual", "Trainer", "relative_l2"]
 
@@ -509,6 +511,10 @@ class Trainer:
         monitor_every: interval in steps.
         seed: seed of the point sampling.
         progress: show a tqdm progress bar.
+        threads: CPU threads :meth:`train` uses (torch and the OpenMP/BLAS pools, restored
+            afterwards; :func:`common.threads.thread_budget`); default
+            ``common.threads.default_threads()``: the cores divided by the processes ``torchrun``
+            started on this machine, at most ``OMP_NUM_THREADS`` if set.
 
     Attributes:
         history: dict of lists: ``step``, ``evaluations`` (cumulative collocation-point model
@@ -537,6 +543,7 @@ class Trainer:
         monitor_every: int = 100,
         seed: int = 0,
         progress: bool = True,
+        threads: int | None = None,
     ):
         if not isinstance(problem, Problem):
             raise TypeError(f"Trainer: problem must be a common.pde.Problem, got {type(problem).__name__}")
@@ -571,6 +578,7 @@ class Trainer:
         self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         self.log_every, self.monitor, self.monitor_every = log_every, monitor, monitor_every
         self.seed, self.progress = int(seed), progress
+        self.threads = default_threads() if threads is None else positive_int(threads, "Trainer: threads")
         self.optimizer = torch.optim.Adam(parameters, lr=lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, _schedule_factor(lr_schedule, steps, lr_decay)
@@ -649,6 +657,10 @@ class Trainer:
         Returns:
             :attr:`history`.
         """
+        with thread_budget(self.threads):  # explicit: see the ``threads`` argument
+            return self._train(steps, lbfgs_steps, stop)
+
+    def _train(self, steps: int | None, lbfgs_steps: int | None, stop) -> dict[str, list]:
         from tqdm.auto import tqdm
 
         steps = self.steps if steps is None else steps
@@ -745,13 +757,13 @@ class Trainer:
 
         state = self.state()
         state["scheduler"] = {key: value for key, value in state["scheduler"].items() if key != "lr_lambdas"}
-        save_checkpoint(path, state)
+        save_checkpoint(path, state, kind="common.pde.Trainer")
 
     def resume(self, path: str | os.PathLike) -> None:
         """Load a checkpoint written by :meth:`save` (same problem and model layout) and continue from it."""
         from common.io import load_checkpoint
 
-        state = load_checkpoint(path, map_location=self.device)
+        state = load_checkpoint(path, map_location=self.device, kind="common.pde.Trainer")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         scheduler_state = dict(state["scheduler"], lr_lambdas=[None])

@@ -104,7 +104,9 @@ import scipy.sparse as sparse
 import scipy.sparse.linalg as sparse_linalg
 import torch
 
+from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
+from mindelec.fdtd.materials import check_finite_cells
 
 __all__ = ["Simulation", "WaveguideMode", "solve_linear_system", "PML_ORDER", "PML_REFLECTION"]
 
@@ -257,6 +259,8 @@ class Simulation:
     Raises:
         ValueError: for a non-2D size, a non-positive resolution or frequency, a PML that
             leaves no interior, a permittivity of the wrong shape, or an unknown polarisation.
+        ConfigurationError: (a ValueError) for a frequency above :attr:`max_frequency`, giving it.
+        DataError: (a ValueError) for a NaN or infinite permittivity, naming the cell.
         TypeError: if the permittivity is not a torch tensor.
     """
 
@@ -296,7 +300,15 @@ class Simulation:
                 f"({self.shape[0]} x {self.shape[1]} cells); it must leave an interior"
             )
         self.pml_thickness = int(pml_thickness)
+        check_finite_cells(permittivity, "fdfd.Simulation: permittivity")
         self.permittivity = permittivity
+        limit = self.max_frequency
+        if self.frequency > limit:
+            raise ConfigurationError(
+                f"fdfd.Simulation: frequency {self.frequency:.6g} Hz is beyond what the grid carries, "
+                f"{limit:.6g} Hz (two cells of {max(self.spacing):.6g} m per wavelength in the densest "
+                f"medium, eps_r = {self._densest_permittivity():.6g}); refine the resolution"
+            )
         self.omega = 2.0 * math.pi * self.frequency
         self.wavenumber = self.omega / SPEED_OF_LIGHT
         # main-field nodes: Ez on the integer Yee nodes, Hz on the half nodes (as in mindelec.fdtd)
@@ -306,6 +318,20 @@ class Simulation:
         self._operators = self._build_operators()
 
     # ----- grid -----
+    def _densest_permittivity(self) -> float:
+        return float(self.permittivity.detach().real.max())
+
+    @property
+    def max_frequency(self) -> float:
+        """The highest frequency (Hz) the grid carries: ``c / (2 dx_max sqrt(max Re eps_r))``.
+
+        Two cells of the coarsest spacing per wavelength in the densest medium (the spatial Nyquist
+        limit); above it the discrete Helmholtz operator no longer has a propagating solution there.
+        Media with ``Re eps_r <= 0`` (metals) carry no wave and do not lower it.
+        """
+        densest = max(self._densest_permittivity(), torch.finfo(torch.float64).tiny)
+        return SPEED_OF_LIGHT / (2.0 * max(self.spacing) * math.sqrt(densest))
+
     @property
     def coordinates(self):
         """Main-field node coordinates ``(x (Nx,), y (Ny,))`` (m), in the permittivity's real dtype."""
@@ -430,6 +456,9 @@ class Simulation:
         Returns:
             Complex tensor of the source's shape: Ez (V/m) or Hz (A/m). Differentiable with
             respect to the permittivity and the source (one adjoint solve per backward).
+
+        Raises:
+            DataError: (a ValueError) for a NaN or infinite source value, naming the cell.
         """
         if not isinstance(source, torch.Tensor):
             raise TypeError(
@@ -440,6 +469,7 @@ class Simulation:
                 f"fdfd.Simulation.solve: source has shape {tuple(source.shape)}, expected {self.shape} "
                 f"or (batch, {self.shape[0]}, {self.shape[1]})"
             )
+        check_finite_cells(source, "fdfd.Simulation.solve: source")
         batch = source.reshape(-1, self.shape[0] * self.shape[1]).to(_complex_dtype(self.permittivity.dtype))
         rhs = (1j * self.omega * self._field_constant) * batch.T
         weight_x, weight_y = self._half_cell_weights()

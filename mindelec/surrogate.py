@@ -13,7 +13,8 @@
   latent grid ``(B, latent_channels, H / 2^levels, W / 2^levels)``; :attr:`ConvAutoencoder.compression_ratio`
   and :func:`relative_error` report what it achieves.
 * :func:`fit`: the one training loop of all three: Adam with a cosine schedule, a seeded train/validation
-  split, the best-validation weights kept, atomic checkpoints (``common.io.save_checkpoint``), a
+  split, the best-validation weights kept, atomic checkpoints (``common.io.save_checkpoint``) from which
+  a killed run resumes bit for bit, a
   history dict, a tqdm progress bar, and data-parallel training under ``torchrun`` through
   ``common.parallel.DistributedContext``.
 * :func:`export_touchstone` and :func:`plot_comparison`: predicted and simulated S-parameters as
@@ -37,10 +38,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from common.errors import ConfigurationError, DataError
 from common.nn import MLP
 
 __all__ = [
     "fit",
+    "CHECKPOINT_FORMAT",
     "relative_error",
     "SParameterSurrogate",
     "load_sweep",
@@ -67,6 +70,35 @@ def _split(count: int, validation_fraction: float, seed: int) -> tuple[torch.Ten
     return order[validation:], order[:validation]
 
 
+#: the ``format`` entry of :func:`fit` checkpoints (checked when one is resumed)
+CHECKPOINT_FORMAT = "mindelec.surrogate.fit/1"
+
+
+def _resume_state(path, settings: dict, count: int) -> dict:
+    """The state of a :func:`fit` checkpoint, after checking its kind and that it belongs to this run."""
+    from common.io import load_checkpoint
+
+    state = load_checkpoint(path, kind="mindelec.surrogate.fit")
+    found = state.get("format") if isinstance(state, dict) else None
+    if found != CHECKPOINT_FORMAT:
+        raise DataError(
+            f"checkpoint {os.fspath(path)!r} is not a {CHECKPOINT_FORMAT!r} checkpoint (found format "
+            f"{found!r}); pass another checkpoint path, or resume=False to overwrite it"
+        )
+    for key, value in settings.items():
+        if state["settings"].get(key) != value:
+            raise ConfigurationError(
+                f"checkpoint {os.fspath(path)!r} was written with {key} = {state['settings'].get(key)!r}, "
+                f"this call has {value!r}; use the same settings to resume, or resume=False to start over"
+            )
+    indices = state["train_indices"] + state["validation_indices"]
+    if sorted(indices) != list(range(count)):
+        raise ConfigurationError(
+            f"checkpoint {os.fspath(path)!r} splits {len(indices)} samples; this call has {count}"
+        )
+    return state
+
+
 def fit(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -83,12 +115,20 @@ def fit(
     progress: bool = True,
     context=None,
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    resume: bool = True,
 ) -> dict:
     """Train ``model`` so that ``model(inputs) ~ targets`` (mean squared error by default).
 
     Adam with a cosine learning-rate schedule from ``lr`` to ``lr * lr_decay``; the samples are split
     once (seeded) into training and validation sets; at the end the model holds the weights of the
     epoch with the lowest validation loss (the training loss without a validation set).
+
+    Resuming: when ``checkpoint`` names an existing file (and ``resume`` is true), training continues
+    from it, as ``mindsponge.train`` does: the model, optimiser, schedule, best weights, history, the
+    stored train/validation split and the shuffling generator's state are restored, so a run killed
+    at any moment and started again with the same call ends with the same weights and history, bit
+    for bit, as one that was never interrupted (epochs after the last checkpoint are redone). A
+    checkpoint of a finished run returns at once.
 
     Args:
         model: maps ``(B, ...)`` inputs to ``(B, ...)`` outputs shaped like ``targets``.
@@ -98,13 +138,18 @@ def fit(
         batch_size: samples per step (per process under ``torchrun``).
         validation_fraction: share of the samples held out (``0``: none).
         seed: the split and shuffling seed.
-        checkpoint: optional file; an atomic checkpoint (``{"model", "optimizer", "epoch", "history"}``)
-            is written every ``checkpoint_every`` epochs and at the end (by the main process only).
+        checkpoint: optional file; an atomic checkpoint (``common.io.save_checkpoint``; ``format``
+            :data:`CHECKPOINT_FORMAT`, ``model``, ``optimizer``, ``scheduler``, ``epoch`` (epochs done),
+            ``history``, ``best_state``, ``best_score``, ``train_indices``, ``validation_indices``,
+            ``sampler_state``, ``settings``) is written every ``checkpoint_every`` epochs and at the end
+            (by the main process only).
         progress: show a tqdm bar (main process only).
         context: a ``common.parallel.DistributedContext`` for data-parallel training (each process sees
             a shard of the training set; gradients and training losses are averaged over processes, every
             process evaluates the whole validation set); ``None``: alone.
         loss: ``loss(prediction, target) -> 0-d tensor``; default mean squared error.
+        resume: continue from an existing ``checkpoint`` (default); ``False`` starts at epoch 0 and
+            overwrites it.
 
     Returns:
         history dict: ``epoch``, ``train_loss``, ``validation_loss`` (``nan`` without validation), ``lr``
@@ -112,6 +157,9 @@ def fit(
 
     Raises:
         ValueError: if inputs and targets have different sample counts or there is nothing to train on.
+        DataError: (a ValueError) if the checkpoint to resume is not a :func:`fit` checkpoint (naming the
+            kind expected and found).
+        ConfigurationError: (a ValueError) if it was written with other settings (named) or sample count.
         FloatingPointError: if no epoch gave a finite loss.
     """
     from common.io import save_checkpoint
@@ -121,13 +169,30 @@ def fit(
     if not (isinstance(epochs, int) and epochs >= 1):
         raise ValueError(f"fit: epochs must be a positive integer, got {epochs!r}")
     loss = loss or nn.functional.mse_loss
-    train_index, validation_index = _split(len(inputs), validation_fraction, seed)
+    settings = {
+        "epochs": epochs,
+        "lr": lr,
+        "batch_size": batch_size,
+        "validation_fraction": validation_fraction,
+        "seed": seed,
+        "lr_decay": lr_decay,
+        "weight_decay": weight_decay,
+    }
+    state = None
+    if checkpoint is not None and resume and os.path.isfile(checkpoint):
+        state = _resume_state(checkpoint, settings, len(inputs))
+        train_index = torch.as_tensor(state["train_indices"], dtype=torch.long)
+        validation_index = torch.as_tensor(state["validation_indices"], dtype=torch.long)
+    else:
+        train_index, validation_index = _split(len(inputs), validation_fraction, seed)
     is_main = context is None or context.is_main
     network = model if context is None else context.wrap(model)
     # the sampler only orders the training indices (a DistributedSampler shards them); batches are sliced
     # from the tensors directly
+    generator = None
     if context is None:
-        sampler = torch.utils.data.RandomSampler(train_index, generator=torch.Generator().manual_seed(seed))
+        generator = torch.Generator().manual_seed(seed)
+        sampler = torch.utils.data.RandomSampler(train_index, generator=generator)
     else:
         sampler = context.sampler(train_index, shuffle=True, seed=seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -143,8 +208,47 @@ def fit(
         "train_indices": train_index.tolist(),
         "validation_indices": validation_index.tolist(),
     }
-    best, best_state = math.inf, None
-    bar = tqdm(range(epochs), desc=f"fit {type(model).__name__}", disable=not (progress and is_main))
+    best, best_state, first_epoch = math.inf, None, 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["scheduler"])
+        if generator is not None and state["sampler_state"] is not None:
+            generator.set_state(state["sampler_state"])
+        history, best, best_state, first_epoch = (
+            state["history"],
+            state["best_score"],
+            state["best_state"],
+            state["epoch"],
+        )
+
+    def save(epochs_done):
+        save_checkpoint(
+            checkpoint,
+            {
+                "format": CHECKPOINT_FORMAT,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": schedule.state_dict(),
+                "epoch": epochs_done,
+                "history": history,
+                "best_state": best_state,
+                "best_score": best,
+                "train_indices": train_index.tolist(),
+                "validation_indices": validation_index.tolist(),
+                "sampler_state": None if generator is None else generator.get_state(),
+                "settings": settings,
+            },
+            kind="mindelec.surrogate.fit",
+        )
+
+    bar = tqdm(
+        range(first_epoch, epochs),
+        total=epochs,
+        initial=first_epoch,
+        desc=f"fit {type(model).__name__}",
+        disable=not (progress and is_main),
+    )
     for epoch in bar:
         if context is not None:
             context.set_epoch(sampler, epoch)
@@ -178,15 +282,8 @@ def fit(
         if is_main:
             bar.set_postfix(train=f"{train_loss:.3g}", validation=f"{validation_loss:.3g}", refresh=False)
             if checkpoint is not None and ((epoch + 1) % checkpoint_every == 0 or epoch == epochs - 1):
-                save_checkpoint(
-                    checkpoint,
-                    {
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "epoch": epoch,
-                        "history": history,
-                    },
-                )
+                save(epoch + 1)
+    bar.close()
     if best_state is None:
         raise FloatingPointError(
             f"fit: every epoch's loss was nan or inf (last {history['train_loss'][-1]}); "
@@ -402,6 +499,7 @@ class SParameterSurrogate(nn.Module):
                 "outputs": list(self.outputs),
                 "options": self.options,
             },
+            kind="mindelec.SParameterSurrogate",
         )
 
     @classmethod
@@ -409,7 +507,7 @@ class SParameterSurrogate(nn.Module):
         """A model saved by :meth:`save`."""
         from common.io import load_checkpoint
 
-        saved = load_checkpoint(path)
+        saved = load_checkpoint(path, kind="mindelec.SParameterSurrogate")
         model = cls(
             saved["parameter_names"], saved["state"]["frequencies"], saved["outputs"], **saved["options"]
         )

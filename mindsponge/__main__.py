@@ -7,7 +7,7 @@ reported with its file, line and key) describes a complete simulation::
 
     steps = 5000
     constraints = "water+hbonds"     # "none" | "water" | "hbonds" | "water+hbonds"
-    precision = "double"             # "single" | "mixed" | "double"
+    precision = "mixed"              # "single" | "mixed" (default) | "double"
 
     [system.water_box]               # or: [system] pdb = "protein.pdb"
     n_molecules = 216                #     [system] pdb = "x.pdb", openmm_xml = "system.xml"
@@ -16,6 +16,8 @@ reported with its file, line and key) describes a complete simulation::
     files = ["amber14-all.xml", "amber14/tip3pfb.xml"]
     nonbonded_method = "PME"
     cutoff = 0.9
+    hydrogen_mass = 3.0              # optional, amu: hydrogen mass repartitioning (createSystem's
+                                     #   hydrogenMass), e.g. with constraints = "water+hbonds", dt = 0.004
 
     [integrator]
     type = "langevin"                # or "verlet" (NVE, or NVT with [thermostat])
@@ -95,10 +97,13 @@ class ForceFieldConfig:
     cutoff: float = 0.9
     switch_distance: float | None = None
     ewald_tolerance: float = 5e-4
+    hydrogen_mass: float | None = None
 
     def __post_init__(self):
         if not self.cutoff > 0:
             raise ValueError(f"cutoff must be positive (nm), got {self.cutoff}")
+        if self.hydrogen_mass is not None and not self.hydrogen_mass > 0:
+            raise ValueError(f"hydrogen_mass must be a positive mass in amu, got {self.hydrogen_mass}")
 
 
 @dataclass
@@ -197,7 +202,7 @@ class RunConfig:
     system: SystemConfig
     steps: int = 10_000
     constraints: Literal["none", "water", "hbonds", "water+hbonds"] = "water+hbonds"
-    precision: Literal["single", "mixed", "double"] = "double"
+    precision: Literal["single", "mixed", "double"] = "mixed"
     minimize: bool = True
     minimize_tolerance: float = 10.0
     seed: int = 0
@@ -219,12 +224,14 @@ def _build(config, dtype):
     from mindsponge import build
     from mindsponge.interop import openmm as interop
 
-    options = {
+    options = {  # the System carries the configured constraints, which the Simulation then applies
         "nonbondedMethod": getattr(app, config.forcefield.nonbonded_method),
-        "rigidWater": False,  # mindsponge applies its own constraints
-        "constraints": None,
+        "rigidWater": "water" in config.constraints,
+        "constraints": app.HBonds if "hbonds" in config.constraints else None,
         "removeCMMotion": False,
     }
+    if config.forcefield.hydrogen_mass is not None:
+        options["hydrogenMass"] = config.forcefield.hydrogen_mass * unit.amu
     if config.forcefield.nonbonded_method != "NoCutoff":
         options["nonbondedCutoff"] = config.forcefield.cutoff * unit.nanometer
     if config.forcefield.nonbonded_method in ("PME", "Ewald"):
@@ -233,6 +240,11 @@ def _build(config, dtype):
         options["switchDistance"] = config.forcefield.switch_distance * unit.nanometer
     source = config.system
     if source.openmm_xml is not None:
+        if config.forcefield.hydrogen_mass is not None:
+            raise ValueError(
+                "[forcefield] key 'hydrogen_mass' cannot apply to [system] openmm_xml: the serialized "
+                "System fixes the masses (build it with createSystem(hydrogenMass=...))"
+            )
         return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
     if source.pdb is not None:
         system, forcefield, _ = interop.from_pdb_with_forcefield(
@@ -341,7 +353,7 @@ def run(config_path, resume=False, progress=True, output_directory=None):
         integrator,
         thermostat=thermostat,
         barostat=barostat,
-        constraints=None if config.constraints == "none" else config.constraints,
+        constraints=config.constraints,
         reporters=reporters,
         precision=precision,
         checkpoint=checkpoint,

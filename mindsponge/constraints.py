@@ -13,7 +13,9 @@ steps. Two algorithms, both vectorised over all constraints (no Python loop over
   (OpenMM's definition, default 1e-5).
 
 :func:`from_system` builds them from a :class:`~mindsponge.system.System`'s topology with
-``kind="water"``, ``"hbonds"`` or ``"water+hbonds"``. Both classes share one interface:
+``kind="water"``, ``"hbonds"`` or ``"water+hbonds"``; :func:`from_pairs` from explicit pairs and
+distances (an OpenMM System's constraints, SETTLE for its rigid waters), and
+:func:`check_against_system` refuses constraints that contradict a System's. Both classes share one interface:
 ``positions(reference, positions, masses)`` and ``velocities(positions, velocities, masses)``
 return constrained copies, and ``n_constraints`` enters the degree-of-freedom count.
 
@@ -26,7 +28,15 @@ import torch
 
 from mindsponge import _kernels
 
-__all__ = ["Constraints", "ConstraintError", "Rattle", "Settle", "from_system"]
+__all__ = [
+    "Constraints",
+    "ConstraintError",
+    "Rattle",
+    "Settle",
+    "check_against_system",
+    "from_pairs",
+    "from_system",
+]
 
 KINDS = ("water", "hbonds", "water+hbonds")
 WATER_RESIDUES = ("HOH", "WAT", "SOL", "TIP3", "SPC", "T3P", "TP3")
@@ -36,13 +46,18 @@ class ConstraintError(RuntimeError):
     """Constraints could not be satisfied (SHAKE did not converge or SETTLE met an impossible geometry)."""
 
 
+def _single(distance):
+    """A float64 tensor of ``distance`` rounded to float32."""
+    return torch.as_tensor(distance, dtype=torch.float64).to(torch.float32).to(torch.float64)
+
+
 class Settle:
     """Analytic constraints of three-site rigid water molecules (SETTLE).
 
     Args:
         oxygens, hydrogens1, hydrogens2: (W,) long tensors of atom indices.
-        oh_distance: O-H distance, nm (float or (W,) tensor).
-        hh_distance: H-H distance, nm (float or (W,) tensor).
+        oh_distance: O-H distance, nm (float or (W,) tensor); rounded to float32 as OpenMM does.
+        hh_distance: H-H distance, nm (float or (W,) tensor); rounded to float32 as OpenMM does.
         compiled: on CPU without autograd, use the compiled kernels (:mod:`mindsponge._kernels`,
             the same operations per water) when available; ``False`` always uses the torch code.
 
@@ -59,8 +74,10 @@ class Settle:
             dim=1,
         )  # (W, 3)
         n_waters = len(self.atoms)
-        self.oh_distance = torch.as_tensor(oh_distance, dtype=torch.float64).expand(n_waters).clone()
-        self.hh_distance = torch.as_tensor(hh_distance, dtype=torch.float64).expand(n_waters).clone()
+        # rounded to float32 as OpenMM stores SETTLE's distances: its Reference platform places the
+        # waters at float32(0.09572) nm (0.0957200005650520), which SETTLE here reproduces to 1e-15 nm
+        self.oh_distance = _single(oh_distance).expand(n_waters).clone()
+        self.hh_distance = _single(hh_distance).expand(n_waters).clone()
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
             raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
         self.compiled = bool(compiled)
@@ -341,12 +358,28 @@ class Constraints:
                 rows.append(part.pairs)
         return torch.cat(rows) if rows else torch.zeros((0, 2), dtype=torch.long)
 
+    def distances(self):
+        """(C,) float64 tensor, nm: the constrained distance of every pair of :meth:`pairs`."""
+        rows = []
+        for part in self.parts:
+            if isinstance(part, Settle):
+                arms = (part.oh_distance, part.oh_distance, part.hh_distance)
+                rows.append(torch.stack(arms, 1).reshape(-1))
+            else:
+                rows.append(part.distances)
+        return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.float64)
+
 
 def _forcefield_geometry(forcefield):
-    """Bond lengths {(i, j): r0} and angles {(i, j, k): theta0} from harmonic terms of a force field."""
+    """Bond lengths {(i, j): r0} and angles {(i, j, k): theta0} from harmonic terms of a force field.
+
+    Distances the force field's :class:`~mindsponge.forcefield.SystemConstraints` fix (an OpenMM
+    System's constraints) are returned as lengths too, and take precedence over bond terms.
+    """
     lengths, angles = {}, {}
     if forcefield is None:
         return lengths, angles
+    system_constraints = getattr(forcefield, "constraints", None)
     for term in forcefield:
         kind = type(term).__name__
         if kind == "HarmonicBond":
@@ -355,6 +388,11 @@ def _forcefield_geometry(forcefield):
         elif kind == "HarmonicAngle":
             for (i, j, k), angle in zip(term.atoms.tolist(), term.angle.tolist(), strict=True):
                 angles[(min(i, k), j, max(i, k))] = angle
+    if system_constraints is not None:
+        for (i, j), distance in zip(
+            system_constraints.pairs.tolist(), system_constraints.distances.tolist(), strict=True
+        ):
+            lengths[(min(i, j), max(i, j))] = distance
     return lengths, angles
 
 
@@ -365,8 +403,9 @@ def _distance(positions, i, j):
 def from_system(system, kind, forcefield=None, tolerance=1e-5):
     """Constraints of a system: rigid water and/or bonds to hydrogen.
 
-    Distances come from the equilibrium values of the force field's ``HarmonicBond`` and
-    ``HarmonicAngle`` terms when it has them (an OpenMM System created with
+    Distances come from the force field's own constraints when it has them (an OpenMM System's,
+    see :func:`mindsponge.interop.openmm.from_openmm`), else from the equilibrium values of its
+    ``HarmonicBond`` and ``HarmonicAngle`` terms (an OpenMM System created with
     ``rigidWater=False``), else from the system's current geometry (exact for water boxes from
     :func:`mindsponge.build.water_box` or OpenMM's ``Modeller.addSolvent``).
 
@@ -412,15 +451,20 @@ def from_system(system, kind, forcefield=None, tolerance=1e-5):
             oh, hh = [], []
             for oxygen, h1, h2 in waters:
                 d_oh = lengths.get((min(oxygen, h1), max(oxygen, h1)))
+                d_hh = lengths.get((min(h1, h2), max(h1, h2)))
                 angle = angles.get((min(h1, h2), oxygen, max(h1, h2)))
-                if d_oh is not None and angle is not None:
+                if d_oh is not None and d_hh is not None:
+                    oh.append(d_oh)
+                    hh.append(d_hh)
+                elif d_oh is not None and angle is not None:
                     oh.append(d_oh)
                     hh.append(2 * d_oh * math.sin(angle / 2))
                 else:
                     oh.append(0.5 * (_distance(positions, oxygen, h1) + _distance(positions, oxygen, h2)))
                     hh.append(_distance(positions, h1, h2))
             atoms = torch.tensor(waters, dtype=torch.long)
-            parts.append(Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], torch.tensor(oh), torch.tensor(hh)))
+            arms = (torch.tensor(oh, dtype=torch.float64), torch.tensor(hh, dtype=torch.float64))
+            parts.append(Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], *arms))
             in_water = set(atoms.reshape(-1).tolist())
     if "hbonds" in kind:
         pairs, distances = [], []
@@ -434,3 +478,113 @@ def from_system(system, kind, forcefield=None, tolerance=1e-5):
         if pairs:
             parts.append(Rattle(pairs, distances, tolerance=tolerance))
     return Constraints(parts)
+
+
+def from_pairs(pairs, distances, masses, tolerance=1e-5):
+    """Constraints of explicit atom pairs and distances (an OpenMM System's constraints).
+
+    Every isolated triangle of three constraints whose apex has two equal distances and whose
+    other two atoms have equal masses (a rigid three-site water, as OpenMM constrains it) is
+    solved analytically by :class:`Settle`; every other pair goes to :class:`Rattle`.
+
+    Args:
+        pairs: (C, 2) long tensor of atom pairs.
+        distances: (C,) tensor, nm.
+        masses: (N,) tensor, amu.
+        tolerance: relative tolerance of RATTLE.
+
+    Returns:
+        :class:`Constraints` (empty for ``C = 0``).
+    """
+    pairs = torch.as_tensor(pairs, dtype=torch.long).reshape(-1, 2)
+    distances = torch.as_tensor(distances, dtype=torch.float64).reshape(-1)
+    partners = {}
+    for index, (i, j) in enumerate(pairs.tolist()):
+        partners.setdefault(i, {})[j] = index
+        partners.setdefault(j, {})[i] = index
+    mass = masses.detach().to(torch.float64).cpu().tolist()
+    waters, settled = [], set()
+    for apex, around in partners.items():
+        if len(around) != 2:
+            continue
+        first, second = around
+        if set(partners[first]) != {apex, second} or set(partners[second]) != {apex, first}:
+            continue
+        arm1, arm2 = distances[around[first]].item(), distances[around[second]].item()
+        base = distances[partners[first][second]].item()
+        if abs(arm1 - arm2) > 1e-12 * arm1 or abs(base - arm1) <= 1e-12 * arm1 or mass[first] != mass[second]:
+            continue
+        waters.append((apex, first, second, arm1, base))
+        settled.update((around[first], around[second], partners[first][second]))
+    parts = []
+    if waters:
+        atoms = torch.tensor([water[:3] for water in waters], dtype=torch.long)
+        parts.append(
+            Settle(
+                atoms[:, 0],
+                atoms[:, 1],
+                atoms[:, 2],
+                torch.tensor([water[3] for water in waters], dtype=torch.float64),
+                torch.tensor([water[4] for water in waters], dtype=torch.float64),
+            )
+        )
+    rest = torch.tensor([index for index in range(len(pairs)) if index not in settled], dtype=torch.long)
+    if len(rest):
+        parts.append(Rattle(pairs[rest], distances[rest], tolerance=tolerance))
+    return Constraints(parts)
+
+
+def check_against_system(constraints, system_constraints, topology=None, choice="the constraints"):
+    """Refuse constraints that contradict the ones a force field was parameterised with.
+
+    Args:
+        constraints: :class:`Constraints` or ``None`` (no constraints).
+        system_constraints: :class:`~mindsponge.forcefield.SystemConstraints` (an OpenMM
+            System's), or ``None`` (nothing to check).
+        topology: optional :class:`~mindsponge.system.Topology`, to name the atoms.
+        choice: how the caller chose ``constraints``, for the message (e.g. ``"constraints='none'"``).
+
+    Raises:
+        common.errors.ConfigurationError: a pair both constrain is held at another distance, or a
+            pair the System constrains and no energy term holds (OpenMM removed its bond term) is
+            left free. The message names the atoms (index, name, residue) and the distances, and
+            counts the other contradictions.
+    """
+    from common.errors import ConfigurationError
+
+    if system_constraints is None or len(system_constraints) == 0:
+        return
+    chosen = {}
+    if constraints is not None:
+        pairs, distances = constraints.pairs().tolist(), constraints.distances().tolist()
+        for (i, j), distance in zip(pairs, distances, strict=True):
+            chosen[(min(i, j), max(i, j))] = distance
+
+    def atom(index):
+        return f"atom {index}" if topology is None else topology.describe_atom(index)
+
+    problems = []
+    for (i, j), distance, required in zip(
+        system_constraints.pairs.tolist(),
+        system_constraints.distances.tolist(),
+        system_constraints.required.tolist(),
+        strict=True,
+    ):
+        mine = chosen.get((min(i, j), max(i, j)))
+        if mine is not None and abs(mine - distance) > 1e-6 * distance:
+            problems.append(
+                f"{choice} hold(s) the bond between {atom(i)} and {atom(j)} at {mine:.6f} nm, but the "
+                f"OpenMM System constrains it to {distance:.6f} nm"
+            )
+        elif mine is None and required:
+            problems.append(
+                f"{choice} leave(s) the bond between {atom(i)} and {atom(j)} free, but the OpenMM System "
+                f"constrains it to {distance:.6f} nm and has no energy term for it (OpenMM removed the "
+                "term because the bond is constrained), so nothing would hold it"
+            )
+    if problems:
+        more = f" ({len(problems) - 1} more such bonds)" if len(problems) > 1 else ""
+        raise ConfigurationError(
+            f"{problems[0]}{more}. Leave constraints unset (constraints=None) to use the System's own "
+            "constraints, or rebuild the System with the constraints you want"
+        )

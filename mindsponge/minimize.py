@@ -9,6 +9,14 @@ SETTLE), so rigid water stays rigid.
 - ``"lbfgs"``: limited-memory BFGS (Nocedal & Wright, Algorithm 7.4; 10 pairs of history) with
   a backtracking line search on the Armijo condition; no atom moves more than ``max_step`` per
   iteration.
+
+Overlapping atoms (two atoms 0.01 nm apart have forces of 1e5-1e20 kJ/mol/nm) are recovered as
+OpenMM's ``LocalEnergyMinimizer`` recovers them: while the largest force exceeds
+``SOFT_START_FORCE`` (1e5 kJ/mol/nm) L-BFGS keeps no curvature history, so each iteration is a
+steepest-descent step capped at ``max_step`` per atom (the forces are used for their direction
+only, never integrated); forces are projected on the constraint surface after scaling them to
+unit size (so RATTLE's tolerance does not meet forces of 1e20), and a trial move that the
+constraints cannot follow is shortened instead of failing.
 - ``"fire"``: the Fast Inertial Relaxation Engine (Bitzek et al., PRL 97, 170201 (2006)) with
   unit masses and its standard parameters.
 
@@ -20,10 +28,14 @@ from dataclasses import dataclass
 import torch
 
 from common.progress import bar as progress_bar
+from mindsponge.constraints import ConstraintError
 
 __all__ = ["MinimizationResult", "minimize"]
 
 METHODS = ("lbfgs", "fire")
+# above this largest atomic force (kJ/mol/nm) atoms overlap or nearly so: L-BFGS takes capped
+# steepest-descent steps and keeps no curvature history until the forces are back below it
+SOFT_START_FORCE = 1e5
 
 
 @dataclass(frozen=True)
@@ -53,13 +65,26 @@ class _Problem:
 
     def evaluate(self, positions):
         energy, forces = self.force(positions, self.box)
-        forces = forces.to(positions.dtype)
-        if self.constraints is not None:
-            forces = self.constraints.velocities(positions, forces, torch.ones_like(self.masses))
+        forces = self.project(positions, forces.to(positions.dtype))
         forces = torch.where((self.masses > 0)[:, None], forces, torch.zeros_like(forces))
         return energy.to(positions.dtype), forces
 
+    def project(self, positions, vectors):
+        """``vectors`` (N, 3) without components along the constrained distances (unit weights).
+
+        The projection is linear; it is done on the vectors scaled to a largest component of 1,
+        so that RATTLE's tolerance means the same for the huge forces of overlapping atoms.
+        """
+        if self.constraints is None:
+            return vectors
+        scale = vectors.abs().max()
+        if not scale > 0 or not torch.isfinite(scale):
+            return vectors
+        return self.constraints.velocities(positions, vectors / scale, torch.ones_like(self.masses)) * scale
+
     def move(self, positions, displacement):
+        """Positions moved by ``displacement`` and put back on the constraint surface; raises
+        :class:`~mindsponge.constraints.ConstraintError` when that fails (the caller shortens the step)."""
         moved = positions + displacement
         if self.constraints is not None:
             moved = self.constraints.positions(positions, moved, self.masses)
@@ -75,8 +100,11 @@ def _lbfgs(problem, positions, tolerance, max_iterations, max_step, bar, history
     steps, changes = [], []
     iteration = 0
     for iteration in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
-        if _max_norm(forces) < tolerance:
+        largest = _max_norm(forces)
+        if largest < tolerance:
             return positions, energy, forces, iteration - 1
+        if largest > SOFT_START_FORCE:  # overlapping atoms: capped steepest descent, no curvature
+            steps, changes = [], []
         gradient = -forces
         direction = -gradient
         coefficients = []
@@ -97,7 +125,11 @@ def _lbfgs(problem, positions, tolerance, max_iterations, max_step, bar, history
             direction, slope = forces, float(-(forces * forces).sum())
         length = min(1.0, max_step / max(_max_norm(direction), 1e-30))
         for _ in range(30):
-            trial = problem.move(positions, length * direction)
+            try:
+                trial = problem.move(positions, length * direction)
+            except ConstraintError:  # the constraints cannot follow so long a move: shorten it
+                length *= 0.5
+                continue
             trial_energy, trial_forces = problem.evaluate(trial)
             if float(trial_energy) <= float(energy) + 1e-4 * length * slope:
                 break
@@ -140,12 +172,14 @@ def _fire(problem, positions, tolerance, max_iterations, max_step, bar):
         largest = _max_norm(displacement)
         if largest > max_step:
             displacement = displacement * (max_step / largest)
-        positions = problem.move(positions, displacement)
+        try:
+            positions = problem.move(positions, displacement)
+        except ConstraintError:  # the constraints cannot follow: stop, and restart more gently
+            velocities = torch.zeros_like(velocities)
+            since_negative, dt, alpha = 0, 0.5 * dt, 0.1
+            continue
         energy, forces = problem.evaluate(positions)
-        if problem.constraints is not None:
-            velocities = problem.constraints.velocities(
-                positions, velocities, torch.ones_like(problem.masses)
-            )
+        velocities = problem.project(positions, velocities)
         bar.update(1)
     return positions, energy, forces, iteration
 

@@ -7,30 +7,38 @@ every pair now closer than ``r_c`` is still in the list (two atoms approach each
 at most one skin). The list is rebuilt only when some atom has moved further, or when
 the box changed. Pair terms then mask the listed pairs with ``r < r_c`` themselves.
 
-Building uses a cell list: space (the periodic box, or the bounding box of the atoms
-without periodicity) is cut into cells at least ``(r_c + skin) / 2`` wide along each
-perpendicular direction, atoms are sorted by cell, and only the "forward" half of the
-neighbouring cells within two cells plus the cell itself are searched (a half shell, so
-each pair is seen once). A neighbouring cell across the box boundary is searched as the
-periodic image shifted by the box vectors. Memory is linear in the number of atoms:
-candidates are generated one neighbour offset at a time. Small systems (fewer than
-``all_pairs_below`` atoms) and boxes too small for five such cells along some direction
-use an all-pairs search instead, done in blocks of rows so that no ``(N, N)`` matrix is
-ever formed.
+Building uses a cell list for every system, whatever its size and box: space (the periodic
+box, or the bounding box of the atoms without periodicity) is cut into ``n_d`` cells along
+each box vector ``d``, about ``(r_c + skin) / 3`` wide in the perpendicular direction
+(``/ 2`` in the torch search; wider where there would be more than ``4 N + 64`` cells, in a
+sparse system), atoms are sorted by cell, and only the "forward" half of the neighbouring
+cells within ``reach_d = ceil((r_c + skin) n_d / w_d)`` cells (``w_d`` the perpendicular
+width of the box) plus the cell itself are searched (a half shell, so each pair is seen
+once). A neighbouring
+cell across the box boundary is searched as the periodic image shifted by the box vectors;
+in a small box, where ``2 reach_d + 1 > n_d``, the half shell reaches the same cell through
+several images, so a partner is found through each of its images within ``r_c + skin``.
+Memory is linear in the number of atoms: candidates are generated one neighbour offset at a
+time.
 
 On CPU the cell search runs as a compiled kernel (:mod:`mindsponge._kernels`, built once
 per machine; ``compiled=False`` or ``MINDSCIENCE_NO_EXTENSIONS=1`` selects the pure torch
 search, which finds the same pairs): a counting sort of the atoms by cell, then one pass
 over the cells and their half shell with the exclusions checked as pairs are found.
-Measured on the shared 2-core test machine (TIP3P, 1.0 nm list cutoff, 2 threads): 3,400
-atoms (690k pairs) about 10-15 ms compiled and 130-260 ms in torch; 24,000 atoms (5M
+Measured with half-cutoff cells on the shared 2-core test machine (TIP3P, 1.0 nm list
+cutoff, 2 threads): 3,400 atoms (690k pairs) about 10-15 ms compiled and 130-260 ms in torch; 24,000 atoms (5M
 pairs) about 150-200 ms compiled and about 2 s in torch.
 
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
-triclinic). With at least five cells of width ``(r_c + skin) / 2`` per direction only one
-periodic image of a partner can be within ``r_c + skin``, so a pair is listed exactly when
-its minimum-image distance (:func:`mindsponge.space.minimum_image`, as used by the energy
-terms) is below ``r_c + skin``.
+triclinic); the cutoff ``r_c`` must be at most :func:`mindsponge.space.max_cutoff` (half the
+smallest of ``a_x, b_y, c_z``, OpenMM's rule), any box shape and size that satisfies it
+works. A pair is listed exactly when the distance to the nearest periodic image of the
+partner is below ``r_c + skin``. When some lattice vector is shorter than
+``2 (r_c + skin)`` (a small box: ``r_c + skin`` can exceed ``max_cutoff``), two images of
+one partner can both be that close (and an atom can even see its own image): the search
+then drops self pairs and keeps each pair once. The energy terms take
+the minimum image of each listed pair themselves (exact below ``max_cutoff``, so below
+``r_c``).
 
 Example::
 
@@ -43,7 +51,9 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import math
+import warnings
 
 import torch
 from torch import Tensor
@@ -53,19 +63,20 @@ from mindsponge import _kernels, space
 __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
 
 
+# cells per list cutoff along each axis, by search. The compiled search: cells about a third of the list
+# cutoff wide, partners within about three cells (fewer candidates than with half-cutoff cells; the build
+# took 0.5-0.8x the time, one thread, in a 3 nm dodecahedron and 3,300 and 24,000 atoms at water density).
+# The torch search, whose cost grows with the number of neighbour offsets: half-cutoff cells (3x faster).
+_CELLS_PER_CUTOFF = {"compiled": 3, "torch": 2}
+# at most this many cells per atom (plus 64): sparse systems get wider cells
+_CELLS_PER_ATOM = 4
 
-# cells are at least half the list cutoff wide, so partners lie within two cells along each axis
-_REACH = 2
-# the cell itself, then the lexicographically positive offsets with components in [-2, 2]
-_HALF_SHELL = [(0, 0, 0)] + [
-    offset
-    for offset in ((dx, dy, dz) for dx in range(-_REACH, _REACH + 1) for dy in range(-_REACH, _REACH + 1)
-                   for dz in range(-_REACH, _REACH + 1))
-    if offset > (0, 0, 0)
-]
 
-# candidate pairs examined at once by the all-pairs search (bounds its memory)
-_BLOCK_ELEMENTS = 1 << 22
+def _half_shell(reach: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    """The cell itself, then the lexicographically positive offsets with ``|offset_d| <= reach_d``."""
+    ranges = [range(-r, r + 1) for r in reach]
+    return [(0, 0, 0)] + [(dx, dy, dz) for dx in ranges[0] for dy in ranges[1] for dz in ranges[2]
+                          if (dx, dy, dz) > (0, 0, 0)]
 
 
 class NeighborListOverflowError(RuntimeError):
@@ -136,7 +147,8 @@ class NeighborList:
         max_pairs: optional fixed capacity. When more pairs are found,
             :class:`NeighborListOverflowError` is raised (pairs are never silently dropped).
             ``None`` lets the list grow as needed.
-        all_pairs_below: systems with fewer atoms use the all-pairs search.
+        all_pairs_below: deprecated and ignored (every system now uses the cell search; passing it
+            warns with a :class:`DeprecationWarning`).
         compiled: use the compiled cell search (:mod:`mindsponge._kernels`) for CPU positions when
             it is available; ``False`` always uses the pure torch search (same pairs).
 
@@ -146,7 +158,7 @@ class NeighborList:
     """
 
     def __init__(self, cutoff: float, skin: float = 0.1, exclusions: Tensor | None = None,
-                 max_pairs: int | None = None, all_pairs_below: int = 1000, compiled: bool = True):
+                 max_pairs: int | None = None, all_pairs_below: int | None = None, compiled: bool = True):
         if not (isinstance(cutoff, int | float) and math.isfinite(cutoff) and cutoff > 0):
             raise ValueError(f"cutoff must be a positive finite number of nm, got {cutoff!r}")
         if not (isinstance(skin, int | float) and skin >= 0):
@@ -156,8 +168,10 @@ class NeighborList:
         self.cutoff = float(cutoff)
         self.skin = float(skin)
         self.exclusions = _check_exclusions(exclusions)
+        if all_pairs_below is not None:
+            warnings.warn("NeighborList(all_pairs_below=...) is deprecated and ignored: the cell search "
+                          "handles every system size and box", DeprecationWarning, stacklevel=2)
         self.max_pairs = max_pairs
-        self.all_pairs_below = int(all_pairs_below)
         self.compiled = bool(compiled)
         self.n_builds = 0
         self._pairs: Tensor | None = None
@@ -223,8 +237,8 @@ class NeighborList:
 
         Returns:
             ``(P, 2)`` long tensor of pairs ``i < j`` (excluded pairs removed), containing every
-            non-excluded pair closer than ``cutoff`` (and some up to ``cutoff + skin``); sorted by
-            ``i`` from the compiled search and the all-pairs search.
+            non-excluded pair closer than ``cutoff`` (and some up to ``cutoff + skin``), each once;
+            sorted by ``i`` from the compiled search.
 
         Raises:
             NeighborListOverflowError: more pairs than ``max_pairs``.
@@ -256,21 +270,26 @@ class NeighborList:
                     f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff"
                 )
         n_atoms = len(positions)
-        cells = None if n_atoms < self.all_pairs_below else self._cell_grid(positions, box)
-        kernels = _kernels.usable(positions) if self.compiled and cells is not None else None
-        if cells is None:
-            pairs = self._search_all_pairs(positions, box)
-        elif kernels is not None:  # excluded pairs are left out during the search; compressed rows
-            cell_xyz, n_cells, wrapped = cells
+        if n_atoms == 0:
+            self._store(positions, box, torch.zeros((0, 2), dtype=torch.long, device=positions.device), None)
+            return
+        kernels = _kernels.usable(positions) if self.compiled else None
+        cells_per_cutoff = _CELLS_PER_CUTOFF["torch" if kernels is None else "compiled"]
+        cell_xyz, n_cells, reach, widths, wrapped = self._cell_grid(positions, box, cells_per_cutoff)
+        several_images = box is not None and _images_may_repeat(box, widths, self.list_cutoff)
+        if kernels is not None:  # excluded pairs are left out during the search; compressed rows
             starts, partners = self._exclusions_by_atom(n_atoms)
             rows = kernels.cell_neighbors(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
-                                          [int(n) for n in n_cells], self.list_cutoff, starts, partners)
+                                          n_cells, reach, self.list_cutoff, starts, partners, several_images)
             self._row_kernels = kernels  # the module that made the rows also turns them into pairs
             self._store(positions, box, None, tuple(rows))
             return
-        else:
-            pairs = self._search_cells(positions, box, *cells)
-        if self.exclusions is not None and len(pairs) > 0 and kernels is None:
+        pairs = self._search_cells(positions, box, cell_xyz, n_cells, reach, wrapped)
+        if several_images and len(pairs) > 0:
+            pairs = pairs[pairs[:, 0] != pairs[:, 1]]  # an atom's own image
+            keys = torch.unique(pair_keys(pairs, n_atoms))  # a partner found through two images
+            pairs = torch.stack([keys // n_atoms, keys % n_atoms], dim=1)
+        if self.exclusions is not None and len(pairs) > 0:
             if self._excluded_keys is None or self._excluded_keys.device != pairs.device:
                 self._excluded_keys = torch.unique(pair_keys(self.exclusions.to(pairs.device), n_atoms))
             pairs = pairs[~torch.isin(pair_keys(pairs, n_atoms), self._excluded_keys)]
@@ -301,60 +320,50 @@ class NeighborList:
             self._exclusion_table = (starts, keys % n_atoms)
         return self._exclusion_table
 
-    def _within(self, positions: Tensor, box: Tensor | None, first: Tensor, second: Tensor) -> Tensor:
-        """Mask of candidate pairs closer than ``cutoff + skin`` (minimum image)."""
-        displacement = space.minimum_image(positions[second] - positions[first], box)
-        return (displacement * displacement).sum(-1) < self.list_cutoff**2
+    def _cell_grid(self, positions: Tensor, box: Tensor | None, cells_per_cutoff: int):
+        """Cell coordinates ``(N, 3)`` of every atom, the number of cells and the reach (in cells, see the
+        module docstring) along each axis, the widths of the box (or of the bounding box) perpendicular to
+        each axis, nm, and the positions wrapped into the box (as given without one).
 
-    def _search_all_pairs(self, positions: Tensor, box: Tensor | None) -> Tensor:
-        n_atoms = len(positions)
-        device = positions.device
-        block = max(1, _BLOCK_ELEMENTS // max(n_atoms, 1))
-        found = []
-        for start in range(0, n_atoms, block):
-            rows = torch.arange(start, min(start + block, n_atoms), device=device)
-            columns = torch.arange(n_atoms, device=device)
-            first, second = torch.meshgrid(rows, columns, indexing="ij")
-            upper = second > first
-            first, second = first[upper], second[upper]
-            keep = self._within(positions, box, first, second)
-            found.append(torch.stack([first[keep], second[keep]], dim=1))
-        if not found:
-            return torch.zeros((0, 2), dtype=torch.long, device=device)
-        return torch.cat(found)
-
-    def _cell_grid(self, positions: Tensor, box: Tensor | None):
-        """Cell coordinates of every atom, the grid shape and the wrapped positions.
-
-        Cells are at least ``(cutoff + skin) / 2`` wide, so the partners of an atom lie within two
-        cells along each axis. A periodic box needs at least 5 cells along every axis (so that the
-        offsets -2..2 reach distinct cells); in a smaller box ``None`` (all-pairs search).
+        Cells are about ``(cutoff + skin) / cells_per_cutoff`` wide (at least one cell per axis, however
+        small the box).
         """
-        if len(positions) == 0:
-            return None
         if box is None:
             lower = positions.min(0).values
             extent = (positions.max(0).values - lower).clamp_min(self.list_cutoff)
-            n_cells = torch.clamp(torch.floor(_REACH * extent / self.list_cutoff), min=1).long()
-            return _cell_coordinates((positions - lower) / extent, n_cells), n_cells, positions
-        volume = torch.linalg.det(box).abs()
-        # perpendicular width along each box vector: volume over the area of the opposite face
-        faces = torch.stack([torch.linalg.cross(box[1], box[2]), torch.linalg.cross(box[2], box[0]),
-                             torch.linalg.cross(box[0], box[1])])
-        widths = volume / torch.linalg.vector_norm(faces, dim=1)
-        n_cells = torch.floor(_REACH * widths / self.list_cutoff).long()
-        if bool((n_cells < 2 * _REACH + 1).any()):
-            return None
-        fractional = space.fractional(positions, box)
-        fractional = fractional - torch.floor(fractional)
-        return _cell_coordinates(fractional, n_cells), n_cells, fractional @ box
+            widths = extent.tolist()
+            scaled, wrapped = (positions - lower) / extent, positions
+        else:
+            volume = torch.linalg.det(box).abs()
+            # perpendicular width along each box vector: volume over the area of the opposite face
+            faces = torch.stack([torch.linalg.cross(box[1], box[2]), torch.linalg.cross(box[2], box[0]),
+                                 torch.linalg.cross(box[0], box[1])])
+            widths = (volume / torch.linalg.vector_norm(faces, dim=1)).tolist()
+            scaled = space.fractional(positions, box)
+            scaled = scaled - torch.floor(scaled)
+            wrapped = scaled @ box
+        n_cells = [max(1, math.floor(cells_per_cutoff * width / self.list_cutoff)) for width in widths]
+        # a sparse system (a large box or far-apart atoms): fewer, wider cells, memory linear in the atoms
+        excess = math.prod(n_cells) / (_CELLS_PER_ATOM * len(positions) + 64)
+        if excess > 1:
+            n_cells = [max(1, math.floor(n / excess ** (1 / 3))) for n in n_cells]
+        # a displacement shorter than the list cutoff spans at most list_cutoff / width of the box along
+        # an axis, so at most ceil(list_cutoff n / width) cells
+        reach = [max(1, math.ceil(self.list_cutoff * n / width))
+                 for n, width in zip(n_cells, widths, strict=True)]
+        cell_xyz = _cell_coordinates(scaled, torch.tensor(n_cells, device=positions.device))
+        return cell_xyz, n_cells, reach, widths, wrapped
 
-    def _search_cells(self, positions: Tensor, box: Tensor | None, cell_xyz: Tensor, n_cells: Tensor,
-                      wrapped: Tensor) -> Tensor:
-        """Half-shell cell search; ``wrapped`` are the positions inside the box (or as given without)."""
+    def _search_cells(self, positions: Tensor, box: Tensor | None, cell_xyz: Tensor, n_cells_list: list[int],
+                      reach: list[int], wrapped: Tensor) -> Tensor:
+        """Half-shell cell search; ``wrapped`` are the positions inside the box (or as given without).
+
+        Pairs ``(min, max)`` of the original indices, exclusions not removed; in a small box (see the
+        module docstring) a partner may come once per image within the list cutoff, and self pairs too.
+        """
         device = positions.device
         n_atoms = len(positions)
-        n_cells_list = [int(n) for n in n_cells]
+        n_cells = torch.tensor(n_cells_list, device=device)
         total_cells = math.prod(n_cells_list)
         strides = torch.tensor([n_cells_list[1] * n_cells_list[2], n_cells_list[2], 1], device=device)
         cell_of_atom = (cell_xyz * strides).sum(1)
@@ -367,7 +376,7 @@ class NeighborList:
                                           indexing="ij"), dim=-1).reshape(-1, 3)
         sorted_index = torch.arange(n_atoms, device=device)
         found = []
-        for offset in _HALF_SHELL:
+        for offset in _half_shell(tuple(reach)):
             first_positions = sorted_positions
             if offset == (0, 0, 0):
                 # same cell: partners are the atoms after this one in sorted order
@@ -405,6 +414,23 @@ class NeighborList:
         if not found:
             return torch.zeros((0, 2), dtype=torch.long, device=device)
         return torch.cat(found)
+
+
+def _images_may_repeat(box: Tensor, widths: list[float], list_cutoff: float) -> bool:
+    """Whether two periodic images of one atom can both be within ``list_cutoff`` of another atom (or an
+    atom within it of its own image): whether some lattice vector is shorter than ``2 list_cutoff``.
+
+    A lattice vector ``n @ box`` of length ``l`` has ``|n_d| <= l / widths[d]``, so the integer vectors
+    with ``|n_d| <= 2 list_cutoff / widths[d]`` are all the candidates. (``list_cutoff <=``
+    :func:`mindsponge.space.max_cutoff` is a sufficient condition for ``False``, not a necessary one: a
+    3 nm rhombic dodecahedron has ``max_cutoff`` 1.06 nm but no lattice vector shorter than 3 nm.)
+    """
+    ranges = [range(-math.floor(2 * list_cutoff / width), math.floor(2 * list_cutoff / width) + 1)
+              for width in widths]
+    images = torch.tensor([n for n in itertools.product(*ranges) if n != (0, 0, 0)],
+                          dtype=box.dtype).reshape(-1, 3)
+    lengths = torch.linalg.vector_norm(images @ box.cpu(), dim=1)
+    return bool((lengths < 2 * list_cutoff).any())
 
 
 def _cell_coordinates(scaled: Tensor, n_cells: Tensor) -> Tensor:

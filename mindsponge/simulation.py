@@ -30,18 +30,114 @@ into checkpoints.
 """
 
 import math
+import warnings
 
 import torch
 
 from common import checks, io, progress
-from common.errors import DataError, SimulationError
+from common import threads as threads_module
+from common.errors import ConfigurationError, DataError, SimulationError
 from common.precision import Precision
 from mindsponge import constraints as constraints_module
-from mindsponge import thermo
+from mindsponge import space, thermo
 from mindsponge.forcefield.base import energy_and_forces
 from mindsponge.state import State
 
-__all__ = ["Simulation", "SimulationBlowUpError"]
+__all__ = ["OverlapError", "OverlapWarning", "Simulation", "SimulationBlowUpError", "find_overlaps"]
+
+# atoms closer than this (nm) overlap: no two atoms of a physical structure come this close
+# (bonds to hydrogen are about 0.1 nm), while their repulsion is then beyond what a time step
+# can integrate
+OVERLAP_DISTANCE = 0.05
+
+
+class OverlapWarning(UserWarning):
+    """A Simulation was created on a structure with overlapping atoms (see :func:`find_overlaps`)."""
+
+
+class OverlapError(DataError):
+    """Dynamics refused on a structure with overlapping atoms.
+
+    Attributes:
+        overlaps: list of ``(i, j, distance)``, closest first (atom indices, nm).
+    """
+
+    def __init__(self, message, overlaps):
+        super().__init__(message)
+        self.overlaps = overlaps
+
+
+def find_overlaps(positions, box=None, distance=OVERLAP_DISTANCE, ignore=None):
+    """Atom pairs closer than ``distance``, by a cell search (memory and time linear in N).
+
+    Args:
+        positions: (N, 3) tensor, nm.
+        box: (3, 3) tensor in reduced form, nm (minimum-image distances), or ``None``.
+        distance: the overlap distance, nm.
+        ignore: optional (K,) long tensor of atoms left out (virtual sites, which sit on purpose
+            close to their parents).
+
+    Returns:
+        list of ``(i, j, d)`` with ``i < j`` and the distance ``d`` in nm, closest pair first.
+    """
+    positions = positions.detach().to(torch.float64)
+    n_atoms = len(positions)
+    atoms = torch.arange(n_atoms, device=positions.device)
+    if ignore is not None and len(ignore):
+        keep = torch.ones(n_atoms, dtype=torch.bool, device=positions.device)
+        keep[torch.as_tensor(ignore, dtype=torch.long, device=positions.device)] = False
+        atoms = atoms[keep]
+    if len(atoms) < 2:
+        return []
+    points = positions[atoms]
+    if box is None:
+        lower = points.min(0).values
+        cells = torch.floor((points - lower) / distance).long() + 1  # an empty margin cell on each side
+        n_cells = cells.max(0).values + 2
+        periodic = False
+    else:
+        box = box.detach().to(torch.float64)
+        volume = torch.linalg.det(box).abs()
+        faces = torch.linalg.cross(box[[1, 2, 0]], box[[2, 0, 1]])  # normals of the faces b-c, c-a, a-b
+        widths = volume / torch.linalg.vector_norm(faces, dim=-1)  # distances between opposite faces
+        n_cells = torch.clamp(torch.floor(widths / distance).long(), min=1)
+        scaled = space.fractional(points, box)
+        cells = torch.floor((scaled - torch.floor(scaled)) * n_cells).long() % n_cells
+        periodic = True
+    strides = torch.stack([n_cells[1] * n_cells[2], n_cells[2], torch.ones_like(n_cells[0])])
+    keys = (cells * strides).sum(1)
+    order = torch.argsort(keys)
+    sorted_keys = keys[order]
+    occupancy = int(torch.unique_consecutive(sorted_keys, return_counts=True)[1].max())
+    found_i, found_j = [], []
+    span = torch.tensor([-1, 0, 1], device=positions.device)
+    offsets = torch.cartesian_prod(span, span, span)
+    for offset in offsets:
+        neighbor = cells + offset
+        if periodic:
+            neighbor = neighbor % n_cells
+        wanted = (neighbor * strides).sum(1)
+        start = torch.searchsorted(sorted_keys, wanted)
+        for slot in range(occupancy):
+            index = start + slot
+            valid = index < len(sorted_keys)
+            index = torch.where(valid, index, 0)
+            valid &= sorted_keys[index] == wanted
+            partner = order[index]
+            valid &= partner > torch.arange(len(points), device=positions.device)
+            found_i.append(torch.arange(len(points), device=positions.device)[valid])
+            found_j.append(partner[valid])
+    first, second = torch.cat(found_i), torch.cat(found_j)
+    if len(first) == 0:
+        return []
+    pair_keys = torch.unique(first * len(points) + second)
+    first, second = pair_keys // len(points), pair_keys % len(points)
+    separation = torch.linalg.vector_norm(space.minimum_image(points[second] - points[first], box), dim=-1)
+    close = separation < distance
+    first, second, separation = atoms[first[close]], atoms[second[close]], separation[close]
+    order = torch.argsort(separation)
+    rows = zip(first[order].tolist(), second[order].tolist(), separation[order].tolist(), strict=True)
+    return [(min(i, j), max(i, j), d) for i, j, d in rows]
 
 CHECKPOINT_FORMAT = "mindsponge.Simulation/1"
 
@@ -68,13 +164,23 @@ class Simulation:
         thermostat: optional thermostat from :mod:`mindsponge.thermostats` (applied after each
             step; use with :class:`~mindsponge.integrators.VelocityVerlet`).
         barostat: optional barostat with ``frequency`` and ``apply(simulation, state) -> state``.
-        constraints: ``None``, ``"water"``, ``"hbonds"``, ``"water+hbonds"`` or a
+        constraints: ``None`` (the default: the force field's own constraints, see below, or none),
+            ``"none"`` (no constraints), ``"water"``, ``"hbonds"``, ``"water+hbonds"`` (see
+            :func:`mindsponge.constraints.from_system`) or a
             :class:`~mindsponge.constraints.Constraints`.
         constraint_tolerance: relative tolerance of RATTLE (OpenMM's default 1e-5).
         reporters: reporters from :mod:`mindsponge.reporters`.
-        precision: ``None`` (everything in the system's dtype), a :class:`common.precision.Precision`
-            or its name (``"single"``, ``"mixed"``, ``"double"``): forces in the compute dtype,
-            state and integration in the accumulate dtype.
+        precision: ``"mixed"`` (float32 forces, float64 state and integration, as OpenMM's CPU
+            platform: the fast one), ``"double"``, ``"single"`` or a
+            :class:`common.precision.Precision`: forces in the compute dtype, state and
+            integration in the accumulate dtype. ``None`` (the default) is ``"mixed"``, unless the
+            force field was explicitly converted (``forcefield.to(torch.float64)`` or
+            ``.double()`` gives ``"double"``, ``.to(torch.float32)`` ``"mixed"``). An explicit
+            precision whose compute dtype contradicts such a conversion, or double precision
+            with float32 parameters, is refused (never silently overridden). The force field's
+            parameters are not converted: terms compute in the dtype of the positions they get.
+        overlap_distance: atoms closer than this (nm, default 0.05) overlap; ``None`` turns the
+            check off. See "Overlaps" below.
         remove_center_of_mass_motion: zero the centre-of-mass velocity after every step (as
             OpenMM's ``CMMotionRemover``); 3 degrees of freedom fewer.
         checkpoint: optional path written every ``checkpoint_every`` steps and on a blow-up.
@@ -84,10 +190,45 @@ class Simulation:
         seed: seed of the generator of stochastic integrators and thermostats.
         progress: show a tqdm progress bar in :meth:`run` (and :meth:`minimize`); when standard
             error is not a terminal it is redrawn at most once a minute (:mod:`common.progress`).
+        threads: torch's intra-op thread count, set here once (the setting is process-wide and
+            stays after the simulation; :meth:`run` never changes it): ``None`` (default) leaves it
+            alone, a positive int sets it, ``"free"`` sets it to the cores not busy with other
+            processes now (see :func:`common.threads.free_cores`). On a machine shared with busy processes,
+            torch's OpenMP threads wait for each other at every parallel region, spinning: with
+            two busy-loop processes on 2 cores, energy+forces of 3,000 TIP3P atoms took 2.5-6x
+            longer with 2 threads than with 1. Starting Python with ``OMP_WAIT_POLICY=PASSIVE``
+            in the environment (read by torch's libgomp when it loads, so before ``import
+            torch``) also avoided that collapse in the same measurement.
+
+    The force field is the truth: when it carries the masses and constraints it was
+    parameterised with (a force field from :func:`mindsponge.interop.openmm.from_openmm`,
+    :func:`~mindsponge.interop.openmm.load` or the command line holds the OpenMM System's), the
+    simulation integrates with those masses (hydrogen mass repartitioning included, even when
+    the ``system`` came from :meth:`System.from_pdb <mindsponge.system.System.from_pdb>` with
+    element masses; ``sim.masses`` holds them) and, with no ``constraints`` argument, applies
+    those constraints at the System's distances (SETTLE for rigid three-site waters, RATTLE for
+    the others). A ``constraints`` argument is checked against them: a pair held at another
+    distance, or a bond whose energy term OpenMM removed because it was constrained left free
+    (e.g. ``constraints="none"``), raises :class:`common.errors.ConfigurationError` naming the
+    atoms and the distance. Virtual sites of the force field are placed after every step.
+    Force fields without such data (mindsponge's own terms, water boxes from
+    :mod:`mindsponge.build` with a force field built separately) keep the ``system``'s masses
+    and get no constraints unless asked.
+
+    Overlaps: when the simulation is created, atom pairs closer than ``overlap_distance`` (not
+    counting virtual sites, which sit close to their parents on purpose, nor atoms on which the
+    force field exerts no force at all, such as an ideal gas) are found with a cell search (at
+    the start of :meth:`run` too when the positions were set from outside) and listed in ``sim.overlaps``
+    (``(i, j, distance)``, closest first); an :class:`OverlapWarning` names the closest pair
+    (atom indices, names, residues) and the distance. :meth:`run` refuses to start dynamics on
+    such a structure (:class:`OverlapError`) until :meth:`minimize` has moved the atoms apart
+    (the minimiser recovers from overlaps, see :mod:`mindsponge.minimize`).
 
     Raises:
         ValueError: an invalid argument (named in the message).
         TypeError: an argument of the wrong type.
+        common.errors.ConfigurationError: constraints or a precision that contradict the force
+            field (see above), or force-field masses for another number of atoms.
     """
 
     def __init__(
@@ -108,6 +249,8 @@ class Simulation:
         max_energy_jump=None,
         seed=0,
         progress=True,
+        threads=None,
+        overlap_distance=OVERLAP_DISTANCE,
     ):
         from mindsponge.system import System
 
@@ -119,14 +262,13 @@ class Simulation:
             raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
         if barostat is not None and system.box is None:
             raise ValueError("a barostat needs a periodic system; this System's box is None")
-        if isinstance(precision, str):
-            precision = Precision.from_name(precision)
-        if precision is None:
-            precision = Precision(system.dtype, system.dtype)
-        if not isinstance(precision, Precision):
-            raise TypeError(
-                f"precision must be None, a name or a common.precision.Precision, got {precision!r}"
-            )
+        if threads == "free":
+            threads_module.set_thread_budget(threads_module.free_cores())
+        elif isinstance(threads, str):
+            raise ConfigurationError(f"threads must be None, a positive int or 'free', got {threads!r}")
+        elif threads is not None:
+            threads_module.set_thread_budget(checks.positive_int(threads, "threads"))
+        precision = _resolve_precision(precision, forcefield)
         if (
             isinstance(checkpoint_every, bool)
             or not isinstance(checkpoint_every, int)
@@ -144,15 +286,17 @@ class Simulation:
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
         self.progress = progress
+        forcefield_masses = getattr(forcefield, "masses", None)
+        if forcefield_masses is not None:
+            if len(forcefield_masses) != system.n_atoms:
+                raise ConfigurationError(
+                    f"the force field was parameterised with {len(forcefield_masses)} masses but the "
+                    f"system has {system.n_atoms} atoms"
+                )
+            self.system = self.system.replace(masses=forcefield_masses.to(self.system.positions))
         self.masses = self.system.masses
-        if isinstance(constraints, str) or constraints is None:
-            constraints = constraints_module.from_system(
-                self.system,
-                constraints,
-                forcefield if hasattr(forcefield, "terms") else None,
-                tolerance=constraint_tolerance,
-            )
-        self.constraints = constraints
+        self.constraints = self._resolve_constraints(constraints, forcefield, constraint_tolerance)
+        constraints = self.constraints
         n_constraints = 0 if constraints is None else constraints.n_constraints
         self.degrees_of_freedom = thermo.degrees_of_freedom(
             self.masses, n_constraints, self.remove_center_of_mass_motion
@@ -175,6 +319,84 @@ class Simulation:
         ]
         self.state = self._with_forces(
             State(positions, velocities, self.system.box, rng_state=self.generator.get_state())
+        )
+        self.overlap_distance = None if overlap_distance is None else float(overlap_distance)
+        self.overlaps = self.check_overlaps()
+        if self.overlaps:
+            message = f"{self._describe_overlaps()}; minimise (sim.minimize()) before running"
+            warnings.warn(message, OverlapWarning, stacklevel=2)
+
+    def _resolve_constraints(self, constraints, forcefield, tolerance):
+        """The constraints to apply (see the class docstring), checked against the force field's."""
+        system_constraints = getattr(forcefield, "constraints", None)
+        if isinstance(constraints, constraints_module.Settle | constraints_module.Rattle):
+            constraints = constraints_module.Constraints([constraints])
+        if constraints is None:
+            if system_constraints is None:
+                return None
+            return constraints_module.from_pairs(
+                system_constraints.pairs.to(self.system.device),
+                system_constraints.distances,
+                self.masses,
+                tolerance=tolerance,
+            )
+        if isinstance(constraints, str):
+            choice = f"constraints={constraints!r}"
+            if constraints == "none":
+                constraints = None
+            else:
+                constraints = constraints_module.from_system(
+                    self.system,
+                    constraints,
+                    forcefield if hasattr(forcefield, "terms") else None,
+                    tolerance=tolerance,
+                )
+        elif isinstance(constraints, constraints_module.Constraints):
+            choice = "the constraints argument"
+        else:
+            raise TypeError(
+                f"constraints must be None, 'none', one of {constraints_module.KINDS} or a Constraints, "
+                f"got {constraints!r}"
+            )
+        constraints_module.check_against_system(constraints, system_constraints, self.system.topology, choice)
+        return constraints
+
+    # --- overlaps -------------------------------------------------------------------------
+    def check_overlaps(self):
+        """Recompute ``sim.overlaps`` for the current positions (see :func:`find_overlaps`).
+
+        Returns:
+            list of ``(i, j, distance)`` (atom indices, nm), closest first; empty when the check
+            is off (``overlap_distance=None``).
+        """
+        self._checked_positions = self.state.positions
+        if self.overlap_distance is None:
+            self.overlaps = []
+            return self.overlaps
+        forces = self.state.forces
+        if forces is None:
+            ignored = torch.zeros(len(self.masses), dtype=torch.bool, device=self.masses.device)
+        else:
+            ignored = (forces == 0).all(-1)  # atoms the force field does not act on
+        virtual_sites = getattr(self.forcefield, "virtual_sites", None)
+        if virtual_sites is not None:
+            ignored[virtual_sites.sites] = True
+        self.overlaps = find_overlaps(
+            self.state.positions, self.state.box, self.overlap_distance, ignore=torch.nonzero(ignored)[:, 0]
+        )
+        return self.overlaps
+
+    def _describe_overlaps(self):
+        i, j, distance = self.overlaps[0]
+        topology = self.system.topology
+
+        def atom(index):
+            return f"atom {index}" if topology is None else topology.describe_atom(index)
+
+        more = f" ({len(self.overlaps) - 1} more pairs overlap)" if len(self.overlaps) > 1 else ""
+        return (
+            f"overlapping atoms: {atom(i)} and {atom(j)} are {distance:.4f} nm apart, closer than "
+            f"{self.overlap_distance} nm{more}"
         )
 
     # --- forces and energies -------------------------------------------------------------
@@ -302,6 +524,7 @@ class Simulation:
             progress=self.progress,
         )
         self.state = self._with_forces(self.state.replace(positions=result.positions))
+        self.check_overlaps()
         return result
 
     # --- dynamics -------------------------------------------------------------------------
@@ -342,6 +565,13 @@ class Simulation:
         """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        if self.state.positions is not self._checked_positions:  # positions set from outside
+            self.check_overlaps()
+        if self.overlaps:
+            raise OverlapError(
+                f"{self._describe_overlaps()}: dynamics would blow up; call sim.minimize() first",
+                self.overlaps,
+            )
         with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
             for _ in range(steps):
                 previous = self.state
@@ -361,6 +591,7 @@ class Simulation:
                 if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
                     self.save_checkpoint(self.checkpoint)
                 bar.update(1)
+        self._checked_positions = self.state.positions  # made by stable dynamics from checked ones
         return self.state
 
     def _check_stability(self, previous, state):
@@ -418,6 +649,7 @@ class Simulation:
                 "adaptive_modules": [module.state_dict() for module in self.adaptive_modules],
                 "integrator": repr(self.integrator),
             },
+            kind="mindsponge.Simulation",
         )
 
     def save_checkpoint(self, path):
@@ -433,7 +665,8 @@ class Simulation:
             common.errors.DataError: non-finite positions, velocities, forces or box in the
                 checkpoint (naming the atom).
         """
-        data = io.load_checkpoint(path, map_location=self.state.positions.device)
+        device = self.state.positions.device
+        data = io.load_checkpoint(path, map_location=device, kind="mindsponge.Simulation")
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
         state = State.from_dict(data["state"])
@@ -463,8 +696,39 @@ class Simulation:
         for module, saved in zip(self.adaptive_modules, saved_modules, strict=True):
             module.load_state_dict(saved)
         self.state = state
+        self.check_overlaps()
 
     def close(self):
         """Close the reporters."""
         for reporter in self.reporters:
             reporter.close()
+
+
+def _resolve_precision(precision, forcefield):
+    """The :class:`Precision` of a simulation (see :class:`Simulation`'s ``precision``)."""
+    requested = getattr(forcefield, "requested_dtype", None)
+    if precision is None:
+        return Precision.double() if requested == torch.float64 else Precision.mixed()
+    if isinstance(precision, str):
+        precision = Precision.from_name(precision)
+    if not isinstance(precision, Precision):
+        raise TypeError(f"precision must be None, a name or a common.precision.Precision, got {precision!r}")
+    if requested is not None and requested != precision.compute:
+        raise ConfigurationError(
+            f"the force field was converted with forcefield.to({requested}) but this precision computes "
+            f"forces in {precision.compute}: pass a precision whose compute dtype is {requested} (e.g. "
+            f"precision={'double' if requested == torch.float64 else 'mixed'!r}) or convert the force field "
+            f"to {precision.compute}"
+        )
+    if precision.compute == torch.float64 and isinstance(forcefield, torch.nn.Module):
+        floating = [
+            tensor.dtype
+            for tensor in (*forcefield.parameters(), *forcefield.buffers())
+            if tensor.dtype.is_floating_point
+        ]
+        if floating and all(dtype == torch.float32 for dtype in floating):
+            raise ConfigurationError(
+                "double precision needs float64 force-field parameters, but this force field's are "
+                "float32: convert it (forcefield.to(torch.float64)) or use precision='mixed'"
+            )
+    return precision

@@ -41,6 +41,7 @@ __all__ = [
     "is_orthorhombic",
     "max_cutoff",
     "minimum_image",
+    "nearest_image",
     "reduce_box",
     "volume",
     "wrap",
@@ -234,6 +235,36 @@ def minimum_image(displacements, box):
         shift = torch.round(displacements[..., axis] / box[axis, axis])
         displacements = displacements - shift.unsqueeze(-1) * box[axis]
     return displacements
+
+
+def nearest_image(displacements, box):
+    """The shortest lattice translate of each displacement, also beyond :func:`max_cutoff`.
+
+    Exact for displacements whose shortest translate is shorter than the smallest width of the
+    box perpendicular to a face (a neighbour list's cutoff plus skin can exceed
+    :func:`max_cutoff` in a small box, where :func:`minimum_image` may return a longer
+    translate): the fractional displacement is wrapped into ``[-1/2, 1/2]``, and the shortest
+    translate then differs from it by -1, 0 or 1 along each box vector; all 27 are compared.
+
+    Args:
+        displacements: (..., 3) tensor, nm.
+        box: (3, 3) tensor in reduced form, nm.
+
+    Returns:
+        (..., 3) tensor, nm (not differentiable through the choice of translate; use it for shifts).
+    """
+    scaled = fractional(displacements, box)
+    wrapped = (scaled - torch.round(scaled)) @ box
+    images = torch.tensor([[i, j, k] for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)],
+                          dtype=box.dtype, device=box.device) @ box
+    best, best_squared = wrapped, (wrapped * wrapped).sum(-1)
+    for shift in images:
+        candidate = wrapped + shift
+        squared = (candidate * candidate).sum(-1)
+        shorter = squared < best_squared
+        best = torch.where(shorter.unsqueeze(-1), candidate, best)
+        best_squared = torch.where(shorter, squared, best_squared)
+    return best
 
 
 def wrap(positions, box):

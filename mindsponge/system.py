@@ -142,6 +142,12 @@ class Topology:
         """(N,) long tensor: the residue index of every atom."""
         return torch.tensor([atom.residue_index for atom in self.atoms], dtype=torch.long)
 
+    def describe_atom(self, index):
+        """``"atom 7 (H of ALA 2)"``: an atom's index, name, residue name and number, for messages."""
+        atom = self.atoms[index]
+        residue = self.residues[atom.residue_index]
+        return f"atom {index} ({atom.name} of {residue.name} {residue.number})"
+
     def masses(self, dtype=None, device=None):
         """(N,) tensor of standard atomic masses (amu) of the elements; 0 for extra particles."""
         return torch.tensor([elements.mass(atom.element) for atom in self.atoms], dtype=dtype, device=device)

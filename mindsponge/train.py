@@ -44,7 +44,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from common import io
+from common.checks import positive_int
 from common.parallel import DistributedContext
+from common.threads import default_threads, thread_budget
 from mindsponge import potentials as potentials_module
 
 __all__ = ["TrainingData", "Trainer", "DatasetError", "main"]
@@ -231,13 +233,17 @@ class Trainer:
         context: a :class:`common.parallel.DistributedContext`; default from the environment
             (``torchrun``), a single process otherwise.
         fit_statistics: fit the per-element shifts and scale on the training set first.
+        threads: CPU threads :meth:`fit` uses (torch and the OpenMP/BLAS pools, restored
+            afterwards; :func:`common.threads.thread_budget`); default the context's budget
+            (under ``torchrun``: the cores divided by the processes on this machine).
     """
 
     def __init__(self, model, data: TrainingData, *, energy_weight: float = 1.0, force_weight: float = 1.0,
                  learning_rate: float = 1e-3, batch_size: int = 16, validation_fraction: float = 0.1,
                  patience: int = 30, scheduler_patience: int = 10, scheduler_factor: float = 0.5,
                  min_learning_rate: float = 1e-5, checkpoint=None, seed: int = 0, progress: bool = True,
-                 context: DistributedContext | None = None, fit_statistics: bool = True):
+                 context: DistributedContext | None = None, fit_statistics: bool = True,
+                 threads: int | None = None):
         if not isinstance(model, potentials_module.LearnedPotential):
             raise TypeError(f"model must be a mindsponge LearnedPotential, got {type(model).__name__}")
         if not isinstance(data, TrainingData):
@@ -257,6 +263,8 @@ class Trainer:
         self.checkpoint = checkpoint
         self.seed = seed
         self.progress = progress
+        self.threads = (positive_int(threads, "Trainer: threads") if threads is not None
+                        else self.context.threads or default_threads())
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
         n_validation = max(1, int(round(validation_fraction * len(data))))
         self.validation = data.subset(order[:n_validation])
@@ -360,6 +368,10 @@ class Trainer:
             the history: one dict per epoch with ``epoch``, ``train_loss``, ``learning_rate``
             and the validation metrics of :meth:`evaluate` (prefixed ``validation_``).
         """
+        with thread_budget(self.threads):  # explicit: see the ``threads`` argument
+            return self._fit(epochs)
+
+    def _fit(self, epochs: int) -> list[dict]:
         if self.checkpoint is not None and pathlib.Path(self.checkpoint).is_file():
             self._resume()
         bar = tqdm(total=epochs, initial=min(self.epoch, epochs), desc="training", unit="epoch",
@@ -403,10 +415,10 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "epoch": self.epoch,
             "history": json.dumps(self.history),
-        })
+        }, kind="mindsponge.train")
 
     def _resume(self) -> None:
-        state = io.load_checkpoint(self.checkpoint)
+        state = io.load_checkpoint(self.checkpoint, kind="mindsponge.train")
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{str(self.checkpoint)!r} is not a mindsponge.train checkpoint")
         self.model.load_state_dict(state["model"]["state_dict"])

@@ -11,6 +11,12 @@ From the command line::
     python -m common.datasets generate datasets/oscillator_small.toml --workers 2
     python -m common.datasets generate RECIPE --scheduler tcp://host:8786   # on a Dask cluster
     python -m common.datasets validate RECIPE                             # check only
+    python -m common.datasets generate RECIPE --retry-failed              # rerun the failed samples
+
+Recipes are trusted code: the ``[generator] function`` is imported (its module's import-time
+code runs) when the recipe is loaded or validated, and is run on every worker. Exit status
+of ``generate``: 0 complete, 1 samples failed (listed), 2 refused before running, 3 samples
+could not run because of their workers (see :mod:`common.datasets.__main__`).
 
 From Python:
 

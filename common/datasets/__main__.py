@@ -1,6 +1,13 @@
 """Command line: ``python -m common.datasets generate RECIPE [--workers N] [--scheduler ADDRESS]``.
 
-Also ``--limit K`` (only sample ids < K), ``--output PATH``, ``--quiet``; ``validate RECIPE`` checks only.
+Also ``--limit K`` (only sample ids < K), ``--output PATH``, ``--threads T`` (per worker),
+``--retry-failed``, ``--allow-changed-generator``, ``--quiet``; ``validate RECIPE`` checks only
+(it imports the recipe's generator module: recipes are trusted code).
+
+Exit status: 0 every requested sample is in the file; 1 some samples failed (listed; rerun
+with ``--retry-failed``); 2 nothing ran (invalid recipe or arguments, an output file made by
+another recipe or other generator code, or being written by another run); 3 some samples
+could not run because of their workers (not recorded as failed; rerun to do them).
 """
 
 import argparse
@@ -10,7 +17,7 @@ from common import config
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 done, 2 invalid recipe or arguments)."""
+    """Run the command line; returns the exit status (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="python -m common.datasets", description="Generate datasets from recipes (datasets/*.toml)."
     )
@@ -21,6 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scheduler", default=None, help="Dask scheduler address, e.g. tcp://host:8786")
     run.add_argument("--limit", type=int, default=None, help="only the samples with id < LIMIT")
     run.add_argument("--output", default=None, help="HDF5 file (default: the recipe's [output] path)")
+    run.add_argument(
+        "--threads", type=int, default=None, help="threads per worker (default: cores / workers)"
+    )
+    run.add_argument(
+        "--retry-failed", action="store_true", help="run again the samples that failed in earlier runs"
+    )
+    run.add_argument(
+        "--allow-changed-generator",
+        action="store_true",
+        help="resume a file made by other code of the generator (each run records its fingerprint)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     check = commands.add_parser("validate", help="check a recipe without running anything")
     check.add_argument("recipe", help="the recipe TOML file")
@@ -37,16 +55,23 @@ def main(argv: list[str] | None = None) -> int:
         count = len(sample_parameters(recipe))
         print(f"{arguments.recipe}: valid; {count} samples of {recipe.generator.function}")
         return 0
-    summary = generate(
-        recipe,
-        output=arguments.output,
-        workers=arguments.workers,
-        scheduler=arguments.scheduler,
-        limit=arguments.limit,
-        progress=not arguments.quiet,
-    )
+    try:
+        summary = generate(
+            recipe,
+            output=arguments.output,
+            workers=arguments.workers,
+            scheduler=arguments.scheduler,
+            limit=arguments.limit,
+            progress=not arguments.quiet,
+            retry_failed=arguments.retry_failed,
+            allow_changed_generator=arguments.allow_changed_generator,
+            threads=arguments.threads,
+        )
+    except (ValueError, RuntimeError) as error:  # refusals: the output file, arguments, busy file
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(summary)
-    return 0
+    return summary.exit_status
 
 
 if __name__ == "__main__":

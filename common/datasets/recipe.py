@@ -6,6 +6,20 @@ generator can be imported and accepts the options, ranges are ordered, grid samp
 points for every range, parameter names do not clash). Every error is a
 :class:`common.config.ConfigError` naming the file, line and key.
 
+Recipes are trusted code. The ``[generator] function`` of a recipe is imported, and the
+import-time code of its module runs, as soon as the recipe is loaded or validated (also by
+``python -m common.datasets validate``); then it runs on every worker, for every sample. Run
+only recipes whose generator module you would run yourself.
+
+Optional ``[generator]`` keys (they change how samples run, not what they hold, so they are
+not part of the recipe's fingerprint and may change between a run and its resumption):
+
+* ``timeout``: seconds one attempt of a sample may run; a sample that runs longer fails
+  with a ``JobTimeoutError`` (see :func:`common.parallel.run_jobs` for how it is enforced).
+* ``retries``: extra attempts for a sample that raised (default 0), for generators that
+  fail now and then (a calculation that does not converge on a loaded machine); the
+  sample's seed is the same at every attempt. Only the last failure is recorded.
+
 Example recipe::
 
     name = "oscillator"
@@ -14,6 +28,8 @@ Example recipe::
     [generator]
     function = "common.datasets.examples:damped_oscillator"
     options = { n_times = 32 }
+    timeout = 60.0         # optional: seconds per attempt of a sample
+    retries = 1            # optional: extra attempts for a sample that raised
 
     [parameters]
     frequency = { low = 0.5, high = 5.0, scale = "log" }   # rad/s
@@ -54,6 +70,7 @@ __all__ = [
     "load_recipe",
     "loads_recipe",
     "resolve_function",
+    "generator_source",
     "sample_parameters",
     "sample_seed",
     "RESERVED_COLUMNS",
@@ -61,6 +78,9 @@ __all__ = [
 
 RESERVED_COLUMNS = ("sample_id", "sample_seed")
 """Columns the runner adds to every sample; no parameter or generator output may use these names."""
+
+EXECUTION_KEYS = ("timeout", "retries")
+"""``[generator]`` keys that change how samples run, not their content (not fingerprinted)."""
 
 
 @dataclasses.dataclass
@@ -71,13 +91,24 @@ class GeneratorTable:
         function: ``"module:callable"``, an importable callable
             ``fn(params: dict, seed: int, **options) -> dict[str, array]``.
         options: keyword arguments passed to every call.
-        labels: the keys every sample must return (checked per sample); default: the
+        labels: the keys every sample must return (checked on the first sample to finish,
+            before the others are scheduled, and then on every sample); default: the
             keys of the first finished sample.
+        timeout: seconds one attempt of a sample may run (None: no limit).
+        retries: extra attempts for a sample that raised (0: none).
     """
 
     function: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     labels: list[str] | None = None
+    timeout: float | None = None
+    retries: int = 0
+
+    def __post_init__(self):
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
 
 
 @dataclasses.dataclass
@@ -217,7 +248,14 @@ class Recipe:
         to resume a file made by a recipe with another fingerprint.
         """
         content = {key: config.to_dict(self)[key] for key in ("generator", "parameters", "sampling")}
+        for key in EXECUTION_KEYS:
+            del content["generator"][key]
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+    def error(self, reason: str, key_path: tuple) -> config.ConfigError:
+        """A :class:`common.config.ConfigError` naming this recipe's file and the line of ``key_path``."""
+        line = config._LineIndex(self.text).line_of(key_path) if self.text else None
+        return config.ConfigError(reason, self.source, line, key_path)
 
     def to_dict(self) -> dict[str, Any]:
         """The recipe as plain data (without ``text`` and ``source``)."""
@@ -247,6 +285,25 @@ def resolve_function(reference: str) -> Callable:
     if not callable(target):
         raise ValueError(f"{reference!r} is a {type(target).__name__}, not a callable")
     return target
+
+
+def generator_source(function: Callable, reference: str) -> tuple[str, str]:
+    """The source file of a generator and the SHA-256 of its bytes: the generator's code fingerprint.
+
+    The file is that of the module defining ``function`` (for a ``functools.partial`` or an
+    instance, of the module named by ``reference``). Only this file is hashed: a change in
+    a module it imports is not seen (the dataset's provenance also records the package
+    version and git commit).
+
+    Returns:
+        ``(path, sha256 hex digest)``; ``("", "")`` if the callable has no source file
+        (a builtin).
+    """
+    module = inspect.getmodule(function) or importlib.import_module(reference.partition(":")[0])
+    path = getattr(module, "__file__", None)
+    if not path:
+        return "", ""
+    return path, hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
 def _check_options(function: Callable, reference: str, options: dict) -> str | None:

@@ -4,24 +4,50 @@ One process (this one) writes the file with :class:`common.io.H5Writer`, appendi
 sample as soon as it finishes; workers only compute. A run killed at any moment and
 started again reads which sample ids the file already holds (finished or failed), skips
 them and runs the rest, so the samples that were in flight are redone and nothing is
-duplicated or lost.
+duplicated or lost. The ids are trusted only once this run holds the writer's lock: two
+runs of one recipe at the same time never both write a sample (the second one is refused,
+naming the file).
+
+Failures are of two kinds. A sample that raises (after the recipe's ``retries``), or runs
+past its ``timeout``, is recorded in the ``failed`` table with the host and worker that ran
+it; ``generate(..., retry_failed=True)`` (``--retry-failed``) runs such samples again. An
+*infrastructure* failure (the generator cannot be imported on a worker, a module it needs
+is missing there, the worker holds other generator code, a worker process dies) is not the
+sample's fault: on a Dask cluster the sample is rerun on other workers; if that is not
+possible it is logged in the ``infrastructure`` table, not in ``failed``, and stays to do
+for the next run (the command line then exits with status 3).
+
+The generator's code is fingerprinted (the SHA-256 of its module's file, with the function
+and options): resuming a file made by other generator code is refused unless
+``allow_changed_generator=True`` (``--allow-changed-generator``); every run records the
+fingerprint it used in the ``runs`` table. The first sample to finish is checked (its keys
+against the recipe's ``labels``, its keys, shapes and dtypes against the samples already in
+the file) before the rest is scheduled.
 
 File layout (columnar, first axis the sample, in completion order):
 
 * root table: ``sample_id`` (int64), ``sample_seed`` (int64, the generator's seed), one
   dataset per parameter, one per key the generator returns;
 * ``failed`` table: ``sample_id``, ``sample_seed``, ``parameters`` (JSON), ``error_type``,
-  ``message``, ``traceback`` for every sample that raised or returned bad data;
+  ``message``, ``traceback``, ``host``, ``worker`` (``"pid N"`` or the Dask worker's
+  address), ``attempts`` for every failed attempt-series of a sample; a sample retried
+  with success stays there and is also in the root table (:func:`read_dataset` returns
+  only the failures not resolved since);
+* ``infrastructure`` table: ``sample_id``, ``time_utc``, ``host``, ``worker``,
+  ``error_type``, ``message``: samples that could not run because of their worker;
 * ``runs`` table: one ``start`` and one ``finish`` record per invocation (UTC time, host,
-  process id, package version, command, workers or scheduler, counts);
+  process id, package version, command, workers or scheduler, counts, generator
+  fingerprint);
 * root attributes: :func:`common.io.provenance` (package version, git commit, host,
   creation time, command, the recipe as JSON, the sampling seed) plus ``recipe`` (the
-  TOML text), ``recipe_source``, ``recipe_fingerprint``, ``generator``, ``n_samples``.
+  TOML text), ``recipe_source``, ``recipe_fingerprint``, ``generator``, ``n_samples``,
+  ``generator_file``, ``generator_source_sha256`` and ``generator_fingerprint``.
 """
 
 import dataclasses
 import datetime
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -34,10 +60,20 @@ import h5py
 import numpy as np
 
 from common import config, io, parallel
-from common.datasets.recipe import RESERVED_COLUMNS, Recipe, load_recipe, resolve_function, sample_parameters
+from common.datasets.recipe import (
+    RESERVED_COLUMNS,
+    Recipe,
+    generator_source,
+    load_recipe,
+    resolve_function,
+    sample_parameters,
+)
 from common.datasets.recipe import sample_seed as derive_seed
+from common.errors import ConfigurationError, DataError
 
 __all__ = ["generate", "GenerationSummary", "read_dataset"]
+
+_MAX_LISTED = 20  # sample ids listed in a summary line
 
 
 @dataclasses.dataclass
@@ -47,11 +83,17 @@ class GenerationSummary:
     Attributes:
         path: the HDF5 file.
         requested: samples this call was asked to cover (the recipe's, or ``limit``).
-        already_done: of those, samples the file held before this call (finished or failed).
+        already_done: of those, samples the file held before this call (finished, or
+            failed and not retried).
         succeeded: samples finished by this call.
         failed: samples that failed in this call.
         seconds: wall time of this call (s).
         failures: ``(sample_id, "ErrorType: message")`` of this call's failures.
+        retried: failed samples of earlier runs that this call ran again.
+        infrastructure: ``(sample_id, "ErrorType: message (host, worker)")`` of samples this
+            call could not run because of their worker; they stay to do.
+        unresolved: ids of the requested samples whose last attempt failed, in this call or
+            an earlier one (``--retry-failed`` runs them again).
     """
 
     path: pathlib.Path
@@ -61,11 +103,20 @@ class GenerationSummary:
     failed: int
     seconds: float
     failures: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    retried: int = 0
+    infrastructure: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    unresolved: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def samples_per_second(self) -> float:
         """Samples (finished or failed) handled per second by this call."""
         return (self.succeeded + self.failed) / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def exit_status(self) -> int:
+        """The command line's status: 0 every requested sample finished, 1 some failed, 3 some
+        could not run (infrastructure)."""
+        return 3 if self.infrastructure else 1 if self.unresolved else 0
 
     def __str__(self) -> str:
         lines = [
@@ -73,36 +124,71 @@ class GenerationSummary:
             f"{self.already_done} already done, of {self.requested} "
             f"({self.seconds:.1f} s, {self.samples_per_second:.2f} samples/s)"
         ]
+        if self.retried:
+            lines.append(f"  {self.retried} samples that had failed were run again")
         lines += [f"  sample {sample_id} failed: {error}" for sample_id, error in self.failures[:5]]
         if len(self.failures) > 5:
             lines.append(f"  ... and {len(self.failures) - 5} more (see the 'failed' table)")
+        if self.unresolved:
+            lines.append(
+                f"  {len(self.unresolved)} samples failed: ids {_listed(self.unresolved)} "
+                "(rerun with --retry-failed to try them again)"
+            )
+        if self.infrastructure:
+            lines.append(
+                f"  {len(self.infrastructure)} samples could not run because of their worker "
+                f"(not recorded as failed; rerun to do them): ids "
+                f"{_listed(sorted(sample_id for sample_id, _ in self.infrastructure))}"
+            )
+            lines += [f"    sample {sample_id}: {error}" for sample_id, error in self.infrastructure[:3]]
         return "\n".join(lines)
 
 
-def _run_sample(function_reference: str, options: dict, labels: list[str] | None, job: tuple) -> dict:
-    """Worker side: one generator call, its result checked and made picklable as numpy arrays."""
+def _listed(ids: list[int]) -> str:
+    shown = ", ".join(str(sample_id) for sample_id in ids[:_MAX_LISTED])
+    return shown + (f", ... ({len(ids) - _MAX_LISTED} more)" if len(ids) > _MAX_LISTED else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side
+
+
+@functools.lru_cache(maxsize=8)
+def _worker_generator(function_reference: str, source_sha256: str) -> Any:
+    """The generator, imported once per worker process and checked to be the run's code.
+
+    Raises:
+        common.parallel.InfrastructureError: if it cannot be imported here, or its module
+            file differs from the one the run was started with.
+    """
+    where = f"on host {socket.gethostname()} (pid {os.getpid()})"
+    try:
+        function = resolve_function(function_reference)
+    except ValueError as error:
+        raise parallel.InfrastructureError(f"cannot import the generator {where}: {error}") from error
+    path, digest = generator_source(function, function_reference)
+    if digest != source_sha256:
+        raise parallel.InfrastructureError(
+            f"the generator's module {path} {where} is not the code this run started with "
+            f"(sha256 {digest[:12]} here, {source_sha256[:12]} expected)"
+        )
+    return function
+
+
+def _run_sample(function_reference: str, options: dict, source_sha256: str, job: tuple) -> dict:
+    """Worker side: one generator call, its result made picklable as numpy arrays."""
     _, parameters, seed = job
-    result = resolve_function(function_reference)(dict(parameters), seed, **options)
+    function = _worker_generator(function_reference, source_sha256)
+    try:
+        result = function(dict(parameters), seed, **options)
+    except ImportError as error:  # a module missing on this worker: its environment, not the sample
+        raise parallel.InfrastructureError(
+            f"{function_reference} could not import a module on host {socket.gethostname()} "
+            f"(pid {os.getpid()}): {error}"
+        ) from error
     if not isinstance(result, dict) or not result or not all(isinstance(key, str) for key in result):
         raise TypeError(
             f"{function_reference} must return a non-empty dict of name -> array, got {type(result).__name__}"
-        )
-    # a generator may echo a parameter back (stored once, as the parameter's column), but not change it
-    echoed = {
-        key
-        for key in set(result) & set(parameters)
-        if np.array_equal(_to_numpy(result[key]), parameters[key])
-    }
-    clashes = sorted((set(result) - echoed) & (set(parameters) | set(RESERVED_COLUMNS)))
-    if clashes:
-        raise ValueError(
-            f"{function_reference} returned keys {clashes}, which are parameters (with other values) "
-            f"or reserved columns {RESERVED_COLUMNS}"
-        )
-    result = {key: value for key, value in result.items() if key not in echoed}
-    if labels is not None and sorted(result) != sorted(set(labels) - echoed):
-        raise ValueError(
-            f"{function_reference} returned keys {sorted(result)}; the recipe's labels are {sorted(labels)}"
         )
     return {key: _to_numpy(value) for key, value in result.items()}
 
@@ -114,31 +200,127 @@ def _to_numpy(value: Any) -> Any:
     return value
 
 
-def _recorded_ids(path: pathlib.Path, fingerprint: str) -> set[int]:
-    """Sample ids the file holds (finished or failed); checks it was made by the same recipe."""
-    if not path.exists():
-        return set()
-    with h5py.File(path, "r", swmr=True) as file:
-        stored = file.attrs.get("recipe_fingerprint")
-        if stored is None:
-            raise ValueError(
-                f"{path} exists but was not written by common.datasets; choose another output path"
-            )
-        if stored != fingerprint:
-            raise ValueError(
-                f"{path} was generated from a different recipe (generator, parameters or sampling "
-                f"differ); resuming would mix datasets. Choose another output path or delete the file"
-            )
-        tables = [name for name, group in (("/", file), ("failed", file.get("failed"))) if _is_table(group)]
-    return {
-        int(sample_id)
-        for name in tables
-        for sample_id in io.read_table(path, name, ["sample_id"])["sample_id"]
+# ---------------------------------------------------------------------------------------------
+# parent side
+
+
+class _LabelMismatch(ValueError):
+    """A sample's keys differ from the recipe's labels."""
+
+
+def _checked_result(recipe: Recipe, parameters: dict, result: dict) -> dict:
+    """The sample's columns: parameters echoed back unchanged dropped; clashes and label mismatches raise."""
+    reference = recipe.generator.function
+    echoed = {key for key in set(result) & set(parameters) if np.array_equal(result[key], parameters[key])}
+    clashes = sorted((set(result) - echoed) & (set(parameters) | set(RESERVED_COLUMNS)))
+    if clashes:
+        raise ValueError(
+            f"{reference} returned keys {clashes}, which are parameters (with other values) "
+            f"or reserved columns {RESERVED_COLUMNS}"
+        )
+    result = {key: value for key, value in result.items() if key not in echoed}
+    labels = recipe.generator.labels
+    if labels is not None and sorted(result) != sorted(set(labels) - echoed):
+        raise _LabelMismatch(
+            f"{reference} returned keys {sorted(result)}; the recipe's labels are {sorted(labels)}"
+        )
+    return result
+
+
+@dataclasses.dataclass
+class _FileState:
+    """What an existing dataset file holds (read under the writer's lock)."""
+
+    finished: set[int]
+    failed: dict[int, str]  # sample id -> "ErrorType: message" of its last failure
+    counts: dict[str, int]  # rows per table
+
+
+def _generator_fingerprint(recipe: Recipe, source_sha256: str) -> str:
+    content = {
+        "function": recipe.generator.function,
+        "options": recipe.generator.options,
+        "source_sha256": source_sha256,
     }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def _is_table(group: Any) -> bool:
-    return isinstance(group, h5py.Group) and io.COMMITTED in group
+def _read_state(
+    writer: io.H5Writer, recipe: Recipe, generator_fingerprint: str, source_sha256: str, allow_changed: bool
+) -> _FileState:
+    """The ids the file holds, read through its (locked) writer, after checking it was made by
+    this recipe and generator code."""
+    path = writer.path
+    attributes = writer.attributes
+    if attributes.get("recipe_fingerprint") is None:
+        raise ConfigurationError(
+            f"{path} exists but was not written by common.datasets; choose another output path"
+        )
+    if attributes["recipe_fingerprint"] != recipe.fingerprint():
+        raise ConfigurationError(
+            f"{path} was generated from a different recipe (generator, parameters or sampling "
+            f"differ); resuming would mix datasets. Choose another output path or delete the file"
+        )
+    stored = attributes.get("generator_fingerprint")
+    if stored is None:
+        raise ConfigurationError(
+            f"{path} was made by an earlier common.datasets that did not fingerprint the generator's "
+            "code, so resuming it could mix outputs of different code; generate into a new file"
+        )
+    if stored != generator_fingerprint and not allow_changed:
+        raise ConfigurationError(
+            f"{path} was made by other code of the generator {recipe.generator.function} "
+            f"(its module {attributes.get('generator_file', '?')} had sha256 "
+            f"{str(attributes.get('generator_source_sha256', '?'))[:12]} then, {source_sha256[:12]} now); "
+            "resuming would mix the outputs of two versions. Generate into a new file, or pass "
+            "allow_changed_generator=True (--allow-changed-generator) to resume anyway "
+            "(each run records its fingerprint in 'runs')"
+        )
+    columns = {"/": ["sample_id"], "failed": ["sample_id", "error_type", "message"], "runs": ["event"]}
+    tables = {group: writer.read(group, keys) for group, keys in columns.items()}
+    tables = {group: table for group, table in tables.items() if table}
+    counts = {group: len(tables[group][keys[0]]) if group in tables else 0 for group, keys in columns.items()}
+    finished = {int(sample_id) for sample_id in tables["/"]["sample_id"]} if "/" in tables else set()
+    failed = {}
+    if "failed" in tables:
+        table = tables["failed"]
+        for sample_id, error_type, message in zip(table["sample_id"], table["error_type"], table["message"]):
+            if int(sample_id) not in finished:
+                failed[int(sample_id)] = f"{error_type}: {message}"  # the last failure wins
+    return _FileState(finished, failed, counts)
+
+
+def _open_locked(
+    path: pathlib.Path, recipe: Recipe, attributes: dict, allow_changed: bool
+) -> tuple[io.H5Writer, _FileState]:
+    """Open the writer (taking the file's lock), then read the finished and failed ids through it.
+
+    Holding the lock before reading means no other run can write between the read and this
+    run's first append: two runs of one recipe never compute or write a sample twice.
+
+    Raises:
+        RuntimeError: if another process is writing the file (another ``generate`` of it).
+        common.errors.ConfigurationError: the file was made by another recipe or generator code.
+    """
+    try:
+        writer = io.H5Writer(path, attributes=attributes)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"{path} is being written by another process (another generate run of this recipe?); "
+            f"wait for it to finish, or give another output file ({error})"
+        ) from error
+    try:
+        state = _read_state(
+            writer,
+            recipe,
+            attributes["generator_fingerprint"],
+            attributes["generator_source_sha256"],
+            allow_changed,
+        )
+    except BaseException:
+        writer.close()
+        raise
+    return writer, state
 
 
 def _executor_name(workers: int | None, scheduler: Any) -> str:
@@ -149,19 +331,25 @@ def _executor_name(workers: int | None, scheduler: Any) -> str:
     return f"{workers or os.cpu_count()} local workers"
 
 
-def _run_record(event: str, workers: Any, scheduler: Any, succeeded: int, failed: int) -> dict[str, Any]:
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _run_record(event: str, executor: str, fingerprint: str, summary: "GenerationSummary") -> dict[str, Any]:
     import common
 
     return {
         "event": event,
-        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "time_utc": _utc_now(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "version": common.__version__,
         "command": " ".join(sys.argv),
-        "executor": _executor_name(workers, scheduler),
-        "succeeded": succeeded,
-        "failed": failed,
+        "executor": executor,
+        "generator_fingerprint": fingerprint,
+        "succeeded": summary.succeeded,
+        "failed": summary.failed,
+        "infrastructure_failures": len(summary.infrastructure),
     }
 
 
@@ -172,6 +360,9 @@ def generate(
     scheduler: Any = None,
     limit: int | None = None,
     progress: bool = True,
+    retry_failed: bool = False,
+    allow_changed_generator: bool = False,
+    threads: int | None = None,
 ) -> GenerationSummary:
     """Generate (or continue generating) the dataset of a recipe.
 
@@ -181,8 +372,9 @@ def generate(
     ``sample_seed(recipe.sampling.seed, i)``, whatever runs it and in whatever order, so
     a resumed, local or distributed run gives the same dataset (rows in completion order;
     sort by ``sample_id``, or use :func:`read_dataset`). A sample that raises is recorded
-    in the ``failed`` table and the run goes on. Calling ``generate`` on a finished file
-    does nothing; on a partial one it runs the missing samples.
+    in the ``failed`` table and the run goes on; failures of the infrastructure are not
+    (see the module docstring). Calling ``generate`` on a finished file does nothing; on a
+    partial one it runs the missing samples.
 
     Args:
         recipe: a :class:`Recipe` or the path of a recipe TOML file (validated first).
@@ -192,14 +384,22 @@ def generate(
         limit: cover only the samples with id ``< limit`` (a first slice of the recipe;
             a later call with a larger limit, or none, continues).
         progress: show a tqdm progress bar (rate and ETA) on stderr.
+        retry_failed: run again the samples whose last attempt failed (in earlier runs).
+        allow_changed_generator: resume a file made by other code of the generator.
+        threads: threads per worker (default: cores / workers; see :mod:`common.threads`).
 
     Returns:
-        A :class:`GenerationSummary` (printable).
+        A :class:`GenerationSummary` (printable; ``exit_status`` says whether every requested
+        sample is in the file).
 
     Raises:
-        common.config.ConfigError: for an invalid recipe file, before any sample runs.
-        ValueError: if ``output`` exists but was made from a different recipe, or for a
-            bad ``limit``.
+        common.config.ConfigError: for an invalid recipe file, before any sample runs, or
+            when the first sample returns other keys than the recipe's ``labels``.
+        common.errors.ConfigurationError: (a ValueError) if ``output`` exists but was made
+            from a different recipe, or other generator code (see ``allow_changed_generator``),
+            or for a bad ``limit``.
+        common.errors.DataError: if the first sample does not fit the samples already in the
+            file (other keys, shapes or dtypes).
         RuntimeError: if another process is writing ``output``.
     """
     from tqdm.auto import tqdm
@@ -207,32 +407,45 @@ def generate(
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"generate: limit must be a positive int (number of samples), got {limit!r}")
+        raise ConfigurationError(f"generate: limit must be a positive int (number of samples), got {limit!r}")
     path = pathlib.Path(output if output is not None else recipe.output.path)
-    fingerprint = recipe.fingerprint()
-    parameters = sample_parameters(recipe)
-    requested = len(parameters) if limit is None else min(limit, len(parameters))
-    done = {sample_id for sample_id in _recorded_ids(path, fingerprint) if sample_id < requested}
-    jobs = [
-        (sample_id, parameters[sample_id], derive_seed(recipe.sampling.seed, sample_id))
-        for sample_id in range(requested)
-        if sample_id not in done
-    ]
+    generator_file, source_sha256 = generator_source(
+        resolve_function(recipe.generator.function), recipe.generator.function
+    )
+    fingerprint = _generator_fingerprint(recipe, source_sha256)
     attributes = {
         **io.provenance(recipe.to_dict(), seed=recipe.sampling.seed),
         "recipe": recipe.text or config.dumps(recipe.to_dict()),
         "recipe_source": recipe.source,
-        "recipe_fingerprint": fingerprint,
+        "recipe_fingerprint": recipe.fingerprint(),
         "generator": recipe.generator.function,
+        "generator_file": generator_file,
+        "generator_source_sha256": source_sha256,
+        "generator_fingerprint": fingerprint,
         "n_samples": recipe.n_samples,
     }
+    parameters = sample_parameters(recipe)
+    requested = len(parameters) if limit is None else min(limit, len(parameters))
     run_function = functools.partial(
-        _run_sample, recipe.generator.function, recipe.generator.options, recipe.generator.labels
+        _run_sample, recipe.generator.function, recipe.generator.options, source_sha256
     )
-    summary = GenerationSummary(path, requested, len(done), 0, 0, 0.0)
+    executor = _executor_name(workers, scheduler)
     start = time.perf_counter()
-    with io.H5Writer(path, attributes=attributes) as writer:
-        writer.append(_run_record("start", workers, scheduler, 0, 0), group="runs")
+    writer, state = _open_locked(path, recipe, attributes, allow_changed_generator)
+    with writer:
+        failed_before = {sample_id for sample_id in state.failed if sample_id < requested}
+        skipped = state.finished | (set() if retry_failed else failed_before)
+        done = {sample_id for sample_id in skipped if sample_id < requested}
+        jobs = [
+            (sample_id, parameters[sample_id], derive_seed(recipe.sampling.seed, sample_id))
+            for sample_id in range(requested)
+            if sample_id not in done
+        ]
+        summary = GenerationSummary(path, requested, len(done), 0, 0, 0.0)
+        summary.retried = len(failed_before) if retry_failed else 0
+        writer.append(_run_record("start", executor, fingerprint, summary), group="runs")
+        validated = False  # the first success checks the output format (fatal if wrong)
+        finished_now: set[int] = set()
         bar = tqdm(
             total=requested,
             initial=len(done),
@@ -243,15 +456,56 @@ def generate(
         )
         try:
             for (sample_id, sample_parameters_, seed), result in parallel.run_jobs(
-                run_function, jobs, workers=workers, scheduler=scheduler
+                run_function,
+                jobs,
+                workers=workers,
+                scheduler=scheduler,
+                threads=threads,
+                timeout=recipe.generator.timeout,
+                retries=recipe.generator.retries,
+                probe=True,
             ):
+                if isinstance(result, parallel.JobFailure) and result.infrastructure:
+                    incident = {
+                        "sample_id": sample_id,
+                        "time_utc": _utc_now(),
+                        "host": result.host,
+                        "worker": result.worker,
+                        "error_type": result.error_type,
+                        "message": result.message,
+                    }
+                    writer.append(incident, group="infrastructure")
+                    where = ", ".join(part for part in (result.host, result.worker) if part)
+                    summary.infrastructure.append((sample_id, f"{result} ({where})"))
+                    bar.set_postfix(failed=summary.failed, not_run=len(summary.infrastructure), refresh=False)
+                    continue
+                if not isinstance(result, parallel.JobFailure):
+                    try:
+                        result = _checked_result(recipe, sample_parameters_, result)
+                    except _LabelMismatch as error:
+                        if not validated:
+                            raise recipe.error(
+                                f"sample {sample_id}: {error}; fix the labels or the generator",
+                                ("generator", "labels"),
+                            ) from None
+                        result = parallel.JobFailure(type(error).__name__, str(error), "")
+                    except ValueError as error:
+                        result = parallel.JobFailure(type(error).__name__, str(error), "")
                 if not isinstance(result, parallel.JobFailure):
                     record = {"sample_id": sample_id, "sample_seed": seed, **sample_parameters_, **result}
                     try:
                         writer.append(record)
-                        summary.succeeded += 1
                     except (ValueError, TypeError) as error:  # keys, shapes or dtypes unlike earlier samples
+                        if not validated:
+                            raise DataError(
+                                f"{path}: sample {sample_id}, the first of this run to finish, does not fit "
+                                f"the samples already in the file ({error}); the generator's output changed"
+                            ) from error
                         result = parallel.JobFailure(type(error).__name__, str(error), "")
+                    else:
+                        validated = True
+                        summary.succeeded += 1
+                        finished_now.add(sample_id)
                 if isinstance(result, parallel.JobFailure):
                     failure = {
                         "sample_id": sample_id,
@@ -260,6 +514,9 @@ def generate(
                         "error_type": result.error_type,
                         "message": result.message,
                         "traceback": result.traceback,
+                        "host": result.host or socket.gethostname(),
+                        "worker": result.worker or f"pid {os.getpid()} (the writer's check)",
+                        "attempts": result.attempts,
                     }
                     writer.append(failure, group="failed")
                     summary.failed += 1
@@ -269,9 +526,9 @@ def generate(
         finally:
             bar.close()
             summary.seconds = time.perf_counter() - start
-        writer.append(
-            _run_record("finish", workers, scheduler, summary.succeeded, summary.failed), group="runs"
-        )
+        failed_now = {sample_id for sample_id, _ in summary.failures}
+        summary.unresolved = sorted((failed_before | failed_now) - finished_now)
+        writer.append(_run_record("finish", executor, fingerprint, summary), group="runs")
     return summary
 
 
@@ -280,11 +537,21 @@ def read_dataset(path: str | os.PathLike, group: str = "/") -> dict[str, np.ndar
 
     Args:
         path: the HDF5 file.
-        group: ``"/"`` for the samples, ``"failed"`` for the failures, ``"runs"`` for the run log
-            (which has no ``sample_id`` and stays in order).
+        group: ``"/"`` for the samples; ``"failed"`` for the samples whose last attempt
+            failed (one record each, the last; a failure resolved by a later success is
+            left out: ``common.io.read_table(path, "failed")`` has the full log);
+            ``"infrastructure"`` for the samples that could not run because of their worker;
+            ``"runs"`` for the run log (which has no ``sample_id`` and stays in order).
     """
     table = io.read_table(path, group)
     if "sample_id" not in table:
         return table
+    if group.strip("/") == "failed":
+        with h5py.File(path, "r", swmr=True) as file:
+            has_samples = "sample_id" in file
+        finished = set(io.read_table(path, "/", ["sample_id"])["sample_id"].tolist() if has_samples else [])
+        last = {int(sample_id): row for row, sample_id in enumerate(table["sample_id"])}
+        rows = [row for sample_id, row in last.items() if sample_id not in finished]
+        table = {key: column[rows] for key, column in table.items()}
     order = np.argsort(table["sample_id"], kind="stable")
     return {key: column[order] for key, column in table.items()}

@@ -22,11 +22,43 @@ import math
 
 import torch
 
+from common.errors import DataError
 from common.units import VACUUM_PERMITTIVITY
 
 
+def check_finite_cells(value, name):
+    """Refuse a NaN or infinite material value, naming the first bad cell.
+
+    ``common.checks.finite`` names a row of the first axis; a material tensor is a grid, so this names
+    the full cell index ``(i, j[, k])`` (x first) and counts the bad cells.
+
+    Args:
+        value: a float or a tensor of any shape (a 0-d or 1-element tensor is one value).
+        name: what the value is, e.g. ``"permittivity of DesignRegion(center=(0.0, 0.0), ...)"``.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        DataError: ``"<name> is not finite at cell (3, 7): nan (2 cells in all)"``.
+    """
+    if not isinstance(value, torch.Tensor):
+        if not math.isfinite(value):
+            raise DataError(f"{name} is not finite: {value}")
+        return value
+    bad = ~torch.isfinite(value.detach())
+    if not bool(bad.any()):
+        return value
+    if value.numel() == 1:
+        raise DataError(f"{name} is not finite: {float(value.detach().reshape(()))}")
+    cell = tuple(int(index) for index in torch.nonzero(bad)[0])
+    count = int(bad.sum())
+    more = f" ({count} cells in all)" if count > 1 else ""
+    raise DataError(f"{name} is not finite at cell {cell}: {float(value.detach()[cell])}{more}")
+
+
 def _parameter(value, name, owner, positive=True, allow_zero=False):
-    """A float or a tensor (kept as is, so that it may require grad), checked for sign."""
+    """A float or a tensor (kept as is, so that it may require grad), checked for finiteness and sign."""
     if isinstance(value, torch.Tensor):
         if not value.is_floating_point():
             raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {value.dtype}")
@@ -39,8 +71,7 @@ def _parameter(value, name, owner, positive=True, allow_zero=False):
                 f"{owner}: {name} must be a number or a tensor, got {type(value).__name__}"
             ) from None
         check = torch.tensor(value)
-    if not bool(torch.isfinite(check).all()):
-        raise ValueError(f"{owner}: {name} must be finite, got {value}")
+    check_finite_cells(value, f"{owner}: {name}")
     if positive and bool((check < 0).any() if allow_zero else (check <= 0).any()):
         bound = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{owner}: {name} must be {bound}, got {value}")
@@ -58,6 +89,7 @@ class Medium:
 
     Raises:
         ValueError: for a non-positive permittivity or permeability or a negative conductivity.
+        DataError: for a NaN or infinite value (naming the parameter and, for a tensor, the cell).
     """
 
     def __init__(self, permittivity=1.0, conductivity=0.0, permeability=1.0):
@@ -65,6 +97,21 @@ class Medium:
         self.permittivity = _parameter(permittivity, "permittivity", f"{owner}(permittivity={permittivity})")
         self.conductivity = _parameter(conductivity, "conductivity", owner, allow_zero=True)
         self.permeability = _parameter(permeability, "permeability", owner)
+
+    def check_values(self, where=None):
+        """Check the parameters again (a tensor may have been changed in place since construction).
+
+        Args:
+            where: how the caller names this medium, e.g. ``"structure 2 (Structure(...))"``.
+
+        Raises:
+            DataError: for a NaN or infinite value, naming ``where``, the parameter and the cell.
+            ValueError: for a value of the wrong sign.
+        """
+        owner = type(self).__name__ if where is None else f"{where}: {type(self).__name__}"
+        _parameter(self.permittivity, "permittivity", owner)
+        _parameter(self.conductivity, "conductivity", owner, allow_zero=True)
+        _parameter(self.permeability, "permeability", owner)
 
     def relative_permittivity(self, frequencies):
         """Complex relative permittivity ``eps(f)`` at ``frequencies`` (Hz, tensor), ``exp(+i omega t)``."""
@@ -214,20 +261,39 @@ class DesignRegion:
         size: box extent (m), one value per dimension.
         permittivity: tensor of shape ``(n_x[, n_y[, n_z]])`` (the number of design cells per axis,
             see :meth:`mindelec.fdtd.Grid.cell_counts`), relative permittivity (> 0); may
-            require grad.
+            require grad. Its values are checked here and again when a run starts (an optimiser may
+            have changed them in place).
+
+    Raises:
+        TypeError: if the permittivity is not a floating-point tensor.
+        DataError: for a NaN or infinite value (naming the region and the cell).
+        ValueError: for a non-positive value.
     """
 
     def __init__(self, center, size, permittivity):
         if not isinstance(permittivity, torch.Tensor) or not permittivity.is_floating_point():
             raise TypeError("DesignRegion: permittivity must be a floating-point tensor (one value per cell)")
-        if bool((permittivity.detach() <= 0).any()):
-            raise ValueError(
-                "DesignRegion: permittivity must be positive in every cell; a negative "
-                "permittivity needs a dispersive medium (Drude, Lorentz)"
-            )
         self.center = tuple(float(value) for value in center)
         self.size = tuple(float(value) for value in size)
         self.permittivity = permittivity
+        self.check_values()
+
+    def check_values(self):
+        """Refuse NaN, infinite or non-positive permittivities, naming the region and the first bad cell.
+
+        Raises:
+            DataError: a NaN or infinite value.
+            ValueError: a value <= 0.
+        """
+        check_finite_cells(self.permittivity, f"permittivity of {self!r}")
+        bad = self.permittivity.detach() <= 0
+        if bool(bad.any()):
+            cell = tuple(int(index) for index in torch.nonzero(bad)[0])
+            raise ValueError(
+                f"{self!r}: permittivity must be positive in every cell, got "
+                f"{float(self.permittivity.detach()[cell])} at cell {cell}; a negative "
+                "permittivity needs a dispersive medium (Drude, Lorentz)"
+            )
 
     def __repr__(self):
         shape = tuple(self.permittivity.shape)

@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from common.errors import ConfigurationError
+
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, H_COMPONENTS
 
 
@@ -101,7 +103,8 @@ class DFTMonitor(Monitor):
 
     Args:
         name: key of the result.
-        frequencies: sequence or 1D tensor of frequencies (Hz).
+        frequencies: sequence or 1D tensor of frequencies (Hz), finite and >= 0; a :class:`Simulation`
+            refuses those above its ``max_frequency``.
         components: e.g. ``("Ez", "Hx", "Hy")``.
         center, size: the box (m), one value per dimension; default the whole domain.
     """
@@ -110,7 +113,14 @@ class DFTMonitor(Monitor):
         super().__init__(name)
         self.frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
         if self.frequencies.numel() == 0:
-            raise ValueError(f"{type(self).__name__}({name!r}): frequencies must not be empty")
+            raise ConfigurationError(f"{type(self).__name__}({name!r}): frequencies must not be empty")
+        bad = ~torch.isfinite(self.frequencies) | (self.frequencies < 0)
+        if bool(bad.any()):
+            index = int(torch.nonzero(bad)[0, 0])
+            raise ConfigurationError(
+                f"{type(self).__name__}({name!r}): frequency {index} is {float(self.frequencies[index])} Hz; "
+                "frequencies must be finite and >= 0 (the DFT of a real field at -f is the conjugate of f)"
+            )
         self.components = (components,) if isinstance(components, str) else tuple(components)
         self.center = center
         self.size = size

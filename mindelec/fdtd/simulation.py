@@ -8,6 +8,19 @@ Time step: ``dt = courant * dt_max`` with ``dt_max = 1 / (c_max sqrt(sum_a 1/dx_
 stability limit (``c_max`` the fastest light speed among the media); ``courant`` defaults to 0.99.
 A user ``dt`` above ``dt_max`` is refused.
 
+Refusals (``common.errors``): a monitor frequency that is negative or above the highest frequency the
+grid carries, and a source whose spectrum (to -40 dB, ``waveform.spectrum_limit()``) reaches beyond it,
+raise :class:`~common.errors.ConfigurationError` giving the limit; a monitor frequency with fewer than
+``CELLS_PER_WAVELENGTH`` cells per wavelength only warns. The limit (attribute ``max_frequency``) is the
+lower of the time-step Nyquist frequency ``1 / (2 dt)`` and the spatial Nyquist frequency
+``v / (2 dx_max)``, where ``dx_max`` is the coarsest spacing and ``v = c / sqrt(max eps_r * max mu_r)``
+the phase velocity of the densest medium present (the ``permittivity`` of every medium, ``eps_inf`` for
+Drude and Lorentz media, and of the design regions): above it the densest medium holds fewer than two
+cells per wavelength, and fields there are aliased. NaN or infinite material values raise
+:class:`~common.errors.DataError` naming the structure or region and the cell, when the simulation is
+built and again when a run starts. A grid whose estimated memory (:meth:`Simulation.memory_estimate`)
+exceeds the memory available is refused with the estimate before anything grid-sized is allocated.
+
 Differentiable runs: when grad is enabled and any medium parameter or design permittivity
 requires grad, ``run`` splits the steps into segments of ``ceil(sqrt(steps))`` steps, each one
 autograd node (time-segment checkpointing): the forward pass runs them in place without a graph and
@@ -18,19 +31,48 @@ place under ``torch.no_grad``.
 """
 
 import math
+import os
+import warnings
 
 import torch
 from tqdm import tqdm
 
+from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .boundaries import PML, Periodic
-from .grid import ACTIVE_COMPONENTS, AXES, H_COMPONENTS, Grid
+from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, H_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
-from .monitors import Monitor
+from .monitors import DFTMonitor, Monitor, Snapshots
 from .result import Result
 from .sources import CurrentSource, PlaneWave
 from .updates import YeeStepper
+
+#: below this many cells per wavelength (in the densest medium) a monitor frequency draws a warning: the
+#: Yee scheme's phase error is then above about 1 %
+CELLS_PER_WAVELENGTH = 10
+
+
+def _maximum(value):
+    return float(value.detach().max()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def _available_memory(device):
+    """Bytes of memory free for new tensors on ``device``, or ``None`` when it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available
+    except ImportError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _is_tensor_requiring_grad(value):
@@ -69,10 +111,15 @@ class Simulation:
         grid: the :class:`Grid`.
         dt: the time step (s).
         dt_limit: the stability limit (s).
+        max_frequency: the highest frequency (Hz) the grid and time step carry (module docstring).
 
     Raises:
         ValueError: naming the object at fault, for a source or monitor outside the domain, a PML
             thicker than half the domain, an unstable time step, a component the simulation does not carry.
+        ConfigurationError: (a ValueError) naming the monitor or source and the limit, for a frequency the
+            grid cannot carry; for a grid larger than the available memory, with the estimate.
+        DataError: (a ValueError) for a NaN or infinite material value, naming the structure or design
+            region and the cell.
 
     Example:
         >>> import mindelec as me
@@ -125,6 +172,7 @@ class Simulation:
                 raise TypeError(f"Simulation structures: expected Structure objects, got {structure!r}")
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
+        self._check_material_values()
         self.sources = tuple(sources)
         self._bound_sources, self._plane_waves = [], []
         pml_x = self.boundaries[0].thickness if isinstance(self.boundaries[0], PML) else 0
@@ -165,6 +213,8 @@ class Simulation:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
             monitor._bind(grid, self.polarization, self.dt, dtype, self.device)
+        self._check_frequencies()
+        self._check_memory()
 
     # ------------------------------------------------------------------ set-up checks
 
@@ -200,6 +250,120 @@ class Simulation:
                 f"covers {expected} cells"
             )
         return slices
+
+    def _check_material_values(self):
+        """Refuse NaN/inf (and wrongly signed) material values, naming the medium or region and the cell."""
+        self.default_medium.check_values("default_medium")
+        for index, structure in enumerate(self.structures):
+            if isinstance(structure.medium, Medium):
+                structure.medium.check_values(f"structure {index} ({structure.geometry!r})")
+        for region in self.design_regions:
+            region.check_values()
+
+    @property
+    def max_frequency(self) -> float:
+        """The highest frequency (Hz) this grid and time step carry: ``min(1 / (2 dt), v / (2 dx_max))``.
+
+        ``v`` is the phase velocity in the densest medium present (module docstring).
+        """
+        return min(0.5 / self.dt, self._spatial_limit(2))
+
+    def _spatial_limit(self, cells_per_wavelength):
+        """Frequency (Hz) at which the densest medium holds ``cells_per_wavelength`` cells per wavelength."""
+        media = self._media()
+        permittivity = max(_maximum(m.permittivity) for m in media)
+        for region in self.design_regions:
+            permittivity = max(permittivity, _maximum(region.permittivity))
+        permeability = max(_maximum(m.permeability) for m in media)
+        speed = SPEED_OF_LIGHT / math.sqrt(permittivity * permeability)
+        return speed / (cells_per_wavelength * max(self.grid.spacing[: self.grid.ndim]))
+
+    def _frequency_limit_text(self):
+        return (
+            f"this grid carries at most {self.max_frequency:.6g} Hz (time-step Nyquist 1/(2 dt) = "
+            f"{0.5 / self.dt:.6g} Hz; two cells of {max(self.grid.spacing[: self.grid.ndim]):.6g} m per "
+            f"wavelength in the densest medium: {self._spatial_limit(2):.6g} Hz); refine the resolution"
+        )
+
+    def _check_frequencies(self):
+        limit = self.max_frequency
+        accurate = self._spatial_limit(CELLS_PER_WAVELENGTH)
+        coarse = []
+        for monitor in self.monitors:
+            if not isinstance(monitor, DFTMonitor):
+                continue
+            highest = float(monitor.frequencies.max())
+            if highest > limit:
+                raise ConfigurationError(
+                    f"{monitor!r}: frequency {highest:.6g} Hz is beyond the grid's limit; "
+                    + self._frequency_limit_text()
+                )
+            if highest > accurate * (1 + 1e-9):  # exactly 10 cells per wavelength is fine
+                coarse.append(f"{monitor.name!r} ({highest:.6g} Hz)")
+        if coarse:  # one warning per simulation, not one per monitor
+            warnings.warn(
+                f"Simulation: monitor frequencies above {accurate:.6g} Hz have fewer than "
+                f"{CELLS_PER_WAVELENGTH} cells per wavelength in the densest medium: {', '.join(coarse)}; "
+                "expect phase errors above about 1 %",
+                stacklevel=3,
+            )
+        for source, *_ in self._bound_sources + self._plane_waves:
+            spectrum_limit = getattr(source.waveform, "spectrum_limit", None)
+            if spectrum_limit is None:
+                continue
+            reach = float(spectrum_limit())
+            if reach > limit:
+                raise ConfigurationError(
+                    f"{source!r}: the source spectrum reaches {reach:.6g} Hz (-40 dB), beyond the grid's "
+                    "limit; narrow or lower the pulse, or " + self._frequency_limit_text()
+                )
+
+    def memory_estimate(self, steps=None) -> int:
+        """Estimated memory (bytes) of a run: grid-sized tensors plus monitor buffers.
+
+        Counted per cell: the field components, one difference buffer, the update coefficients of
+        every component when the materials are not uniform, three tensors per dispersive pole and E
+        component; then each DFT or flux monitor's complex accumulators, and, when ``steps`` is given,
+        the snapshots and (for a differentiable run) the ``2 sqrt(steps)`` stored and recomputed states.
+        Rasterisation temporaries, CPML slabs and probes are small and not counted.
+
+        Args:
+            steps: the number of steps of the run, or ``None`` for what does not depend on it.
+        """
+        cells = math.prod(self.grid.shape)
+        value = torch.finfo(self.dtype).bits // 8
+        electric = sum(1 for c in self.active if c in E_COMPONENTS)
+        per_cell = len(self.active) + 1  # the fields and one difference buffer
+        uniform = not self.structures and not self.design_regions and not any(
+            isinstance(getattr(self.default_medium, name), torch.Tensor)
+            for name in ("permittivity", "conductivity", "permeability")
+        )
+        if not uniform:
+            per_cell += 2 * electric + (len(self.active) - electric)
+        poles = sum(1 for m in self._media() if m._pole() is not None)
+        per_cell += 3 * poles * electric
+        total = cells * per_cell * value
+        for monitor in self.monitors:
+            if isinstance(monitor, DFTMonitor):
+                box = sum(math.prod(s.stop - s.start for s in slices) for slices in monitor._slices.values())
+                total += len(monitor.frequencies) * box * 2 * value
+            elif isinstance(monitor, Snapshots) and steps is not None:
+                total += (steps // monitor.every) * len(monitor.components) * cells * value
+        if steps is not None and self.differentiable:
+            total += 2 * math.ceil(math.sqrt(steps)) * len(self.active) * cells * value
+        return int(total)
+
+    def _check_memory(self, steps=None):
+        available = _available_memory(self.device)
+        needed = self.memory_estimate(steps)
+        if available is not None and needed > available:
+            shape = " x ".join(str(n) for n in self.grid.shape[: self.grid.ndim])
+            raise ConfigurationError(
+                f"Simulation: a run on {shape} cells ({math.prod(self.grid.shape):.3g} cells of "
+                f"{self.dtype}) needs about {needed / 2**30:.3g} GiB, more than the "
+                f"{available / 2**30:.3g} GiB available on {self.device}; check that size and resolution "
+                "are in metres, or coarsen the grid"
+            )
 
     def _media(self):
         media = [self.default_medium] + [s.medium for s in self.structures]
@@ -386,9 +550,13 @@ class Simulation:
             :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
 
         Raises:
+            DataError: a material value became NaN or infinite (e.g. a design tensor changed in place).
+            ConfigurationError: the run (with its snapshots) would not fit in memory.
             FloatingPointError: if the fields become non-finite (the message gives the step).
         """
         steps = self._steps(until, steps)
+        self._check_material_values()
+        self._check_memory(steps)
         electric, magnetic = self._coefficients()
         periodic = tuple(isinstance(b, Periodic) for b in self.boundaries)
         pml = tuple(b if isinstance(b, PML) else None for b in self.boundaries)

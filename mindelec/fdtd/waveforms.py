@@ -1,15 +1,34 @@
-"""Source time functions: ``waveform(times) -> values``, dimensionless, vectorised over times (s)."""
+"""Source time functions: ``waveform(times) -> values``, dimensionless, vectorised over times (s).
+
+Each waveform also states how far its spectrum reaches: ``spectrum_limit(level)`` is the highest
+frequency (Hz) at which the amplitude spectrum is still ``level`` times its peak (default 0.01,
+-40 dB). :class:`~mindelec.fdtd.Simulation` refuses a source whose ``spectrum_limit()`` lies beyond
+the frequencies its grid and time step can carry. A custom callable without this method is not
+checked.
+"""
 
 import math
 
 import torch
 
+from common.errors import ConfigurationError
+
+#: default relative amplitude (-40 dB) at which a source spectrum counts as ended
+SPECTRUM_LEVEL = 0.01
+
 
 def _check_positive(value, name, what):
     value = float(value)
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{what}: {name} must be a positive frequency (Hz), got {value}")
+        raise ConfigurationError(f"{what}: {name} must be a positive frequency (Hz), got {value}")
     return value
+
+
+def _check_level(level):
+    level = float(level)
+    if not 0 < level < 1:
+        raise ConfigurationError(f"spectrum_limit: level must lie in (0, 1), got {level}")
+    return level
 
 
 class GaussianPulse:
@@ -28,7 +47,7 @@ class GaussianPulse:
     def __init__(self, f0, fwidth, delay=None):
         self.f0 = float(f0)
         if not (math.isfinite(self.f0) and self.f0 >= 0):
-            raise ValueError(f"GaussianPulse: f0 must be a non-negative frequency (Hz), got {f0}")
+            raise ConfigurationError(f"GaussianPulse: f0 must be a non-negative frequency (Hz), got {f0}")
         self.fwidth = _check_positive(fwidth, "fwidth", "GaussianPulse")
         self.sigma_t = 1.0 / (math.pi * self.fwidth)
         self.delay = 5.0 * self.sigma_t if delay is None else float(delay)
@@ -37,6 +56,14 @@ class GaussianPulse:
     def duration(self) -> float:
         """Time (s) after which the pulse is below ~4e-6 of its peak."""
         return self.delay + 5.0 * self.sigma_t
+
+    def spectrum_limit(self, level: float = SPECTRUM_LEVEL) -> float:
+        """Highest frequency (Hz) where the amplitude spectrum is ``level`` of its peak.
+
+        The spectrum is ``exp(-(f - f0)^2 / (2 sigma_f^2))`` with ``sigma_f = fwidth / 2``, so this is
+        ``f0 + sigma_f sqrt(2 ln(1 / level))`` (``f0 + 1.52 fwidth`` at -40 dB).
+        """
+        return self.f0 + 0.5 * self.fwidth * math.sqrt(2 * math.log(1 / _check_level(level)))
 
     def __call__(self, times: torch.Tensor) -> torch.Tensor:
         shifted = times - self.delay
@@ -65,6 +92,18 @@ class Ricker:
         """Time (s) after which the wavelet is negligible."""
         return self.delay + 1.5 / self.f0
 
+    def spectrum_limit(self, level: float = SPECTRUM_LEVEL) -> float:
+        """Highest frequency (Hz) where the amplitude spectrum is ``level`` of its peak.
+
+        The amplitude spectrum relative to its peak at ``f0`` is ``u exp(1 - u)`` with ``u = (f / f0)^2``;
+        above the peak it equals ``level`` at ``u = -W_{-1}(-level / e)`` (the lower Lambert W branch),
+        ``f = 2.76 f0`` at -40 dB.
+        """
+        from scipy.special import lambertw
+
+        u = -float(lambertw(-_check_level(level) / math.e, -1).real)
+        return self.f0 * math.sqrt(u)
+
     def __call__(self, times: torch.Tensor) -> torch.Tensor:
         argument = (math.pi * self.f0 * (times - self.delay)) ** 2
         return (1 - 2 * argument) * torch.exp(-argument)
@@ -87,12 +126,18 @@ class ContinuousWave:
         self.frequency = _check_positive(frequency, "frequency", "ContinuousWave")
         self.ramp = 5.0 / self.frequency if ramp is None else float(ramp)
         if self.ramp < 0:
-            raise ValueError(f"ContinuousWave: ramp must be a non-negative time (s), got {ramp}")
+            raise ConfigurationError(f"ContinuousWave: ramp must be a non-negative time (s), got {ramp}")
 
     @property
     def duration(self) -> float:
         """Infinite: a continuous wave never ends."""
         return math.inf
+
+    def spectrum_limit(self, level: float = SPECTRUM_LEVEL) -> float:
+        """The carrier ``frequency`` (Hz): the switch-on ramp's spectral spread (about ``1 / ramp``) is not
+        counted, so a carrier that fits is accepted whatever ``level``."""
+        _check_level(level)
+        return self.frequency
 
     def __call__(self, times: torch.Tensor) -> torch.Tensor:
         envelope = (

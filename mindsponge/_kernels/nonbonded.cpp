@@ -3,7 +3,8 @@
 // pair_forces : Lennard-Jones + Coulomb energies of a pair list and their position gradients in one pass
 // neighbor_forces: the same over a compressed-row neighbour list with per-atom parameters (vectorised)
 // cell_neighbors: half-shell cell-list search of the pairs within the list cutoff, exclusions removed, as
-//                compressed rows for neighbor_forces (rows_to_pairs: the same as (P, 2) pairs i < j)
+//                compressed rows for neighbor_forces (rows_to_pairs: the same as (P, 2) pairs i < j); any
+//                box valid for the cutoff (the half shell reaches through as many periodic images as needed)
 // prepare_pairs: per-pair parameters and minimum-image lattice shifts, LJ pairs first
 // pme_spread  : B-spline charge spreading onto the PME grid
 // pme_gather  : gradient of the PME energy with respect to the scaled (grid) coordinates
@@ -446,11 +447,18 @@ struct FoundRows {
   std::vector<int32_t> partners;
 };
 
+// Cell search over a grid of n_cells[d] cells along each box vector (or bounding-box axis); the partners of an
+// atom lie within reach[d] cells along axis d. The half shell is the set of cell offsets o with |o_d| <= reach[d]
+// that are lexicographically >= 0. An offset leading out of the box is the periodic image of a cell shifted by
+// box vectors, so when the box holds fewer than 2 reach + 1 cells along an axis, one cell is searched as several
+// images: every image of an atom within the list cutoff is seen once, from one of the two atoms of the pair.
 template <typename T>
 void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, int64_t n_atoms,
-                     const std::vector<int64_t>& n_cells, double list_cutoff, const int64_t* exclusion_starts,
-                     const int64_t* exclusion_partners, std::vector<FoundRows>& found) {
+                     const std::vector<int64_t>& n_cells, const std::vector<int64_t>& reach, double list_cutoff,
+                     const int64_t* exclusion_starts, const int64_t* exclusion_partners,
+                     std::vector<FoundRows>& found) {
   const int64_t nx = n_cells[0], ny = n_cells[1], nz = n_cells[2];
+  const int64_t reach_x = reach[0], reach_y = reach[1], reach_z = reach[2];
   const int64_t total = nx * ny * nz;
   std::vector<int64_t> cell(n_atoms), starts(total + 1, 0), order(n_atoms);
   for (int64_t a = 0; a < n_atoms; ++a) {
@@ -466,12 +474,12 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
   for (int64_t k = 0; k < n_atoms; ++k)
     for (int d = 0; d < 3; ++d) sorted[3 * k + d] = wrapped[3 * order[k] + d];
   // the half shell as columns along z: the cell itself and the cells above it, then the columns with a
-  // lexicographically positive (x, y) offset in [-2, 2]^2, each over z offsets in [-2, 2]. Cells of a
-  // column are contiguous in the sorted order (cell index (x ny + y) nz + z), so each column is one or two
-  // ranges of atoms (two where it wraps around the periodic box along z).
+  // lexicographically positive (x, y) offset, each over z offsets in [-reach_z, reach_z]. Cells of a
+  // column are contiguous in the sorted order (cell index (x ny + y) nz + z), so each column is a few
+  // ranges of atoms (a new one where it wraps around the periodic box along z).
   std::vector<std::array<int64_t, 2>> columns = {{0, 0}};
-  for (int64_t ox = 0; ox <= 2; ++ox)
-    for (int64_t oy = -2; oy <= 2; ++oy)
+  for (int64_t ox = 0; ox <= reach_x; ++ox)
+    for (int64_t oy = -reach_y; oy <= reach_y; ++oy)
       if (ox > 0 || oy > 0) columns.push_back({ox, oy});
   const T cutoff2 = T(list_cutoff * list_cutoff);
   const bool periodic = box != nullptr;
@@ -506,7 +514,7 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
         if (!periodic && (image_x != 0 || image_y != 0)) continue;
         const bool own_column = column[0] == 0 && column[1] == 0;
         int64_t last_image = 0, last_z = -2;
-        for (int64_t oz = own_column ? 0 : -2; oz <= 2; ++oz) {
+        for (int64_t oz = own_column ? 0 : -reach_z; oz <= reach_z; ++oz) {
           const auto [image_z, z] = wrap(cz + oz, 2);
           if (!periodic && image_z != 0) continue;
           const int64_t cell_index = (x * ny + y) * nz + z;
@@ -542,7 +550,7 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
             for (int64_t m = 0; m < count; ++m) {
               const int64_t b = within[m];
               const int64_t low = std::min(order[a], order[b]), high = std::max(order[a], order[b]);
-              bool excluded = false;
+              bool excluded = low == high;  // an atom's own image: only when the list cutoff exceeds a box width
               for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
                 excluded |= exclusion_partners[e] == high;
               if (!excluded) rows.partners.push_back(int32_t(order[b]));  // int32: checked N < 2^31
@@ -558,8 +566,9 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
 
 // the pairs within list_cutoff found by the cell search, by thread
 std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                                    const std::vector<int64_t>& n_cells, double list_cutoff,
-                                    torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
+                                    const std::vector<int64_t>& n_cells, const std::vector<int64_t>& reach,
+                                    double list_cutoff, torch::Tensor exclusion_starts,
+                                    torch::Tensor exclusion_partners) {
   wrapped = wrapped.contiguous();
   cell_xyz = cell_xyz.contiguous();
   exclusion_starts = exclusion_starts.contiguous();
@@ -567,24 +576,58 @@ std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, to
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.to(wrapped.scalar_type()).contiguous();
   TORCH_CHECK(wrapped.size(0) < (int64_t(1) << 31), "cell search: at most 2^31 - 1 atoms");
+  TORCH_CHECK(n_cells.size() == 3 && reach.size() == 3, "cell search: n_cells and reach need 3 entries");
+  for (int d = 0; d < 3; ++d)
+    TORCH_CHECK(n_cells[d] >= 1 && reach[d] >= 1, "cell search: n_cells and reach must be positive");
   std::vector<FoundRows> found(at::get_num_threads());
   AT_DISPATCH_FLOATING_TYPES(wrapped.scalar_type(), "cell_search", [&] {
     cell_search_impl<scalar_t>(wrapped.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
-                              cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, list_cutoff,
+                              cell_xyz.data_ptr<int64_t>(), wrapped.size(0), n_cells, reach, list_cutoff,
                               exclusion_starts.data_ptr<int64_t>(), exclusion_partners.data_ptr<int64_t>(),
                               found);
   });
   return found;
 }
 
+torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners);
+
+// compressed rows (a half list) with every pair once: rows of i < j pairs, each row sorted and without repeats
+std::vector<torch::Tensor> unique_rows(torch::Tensor starts, torch::Tensor partners) {
+  const int64_t n_atoms = starts.size(0) - 1;
+  const auto pairs = rows_to_pairs(starts, partners);  // i < j, by i
+  const int64_t* pair = pairs.data_ptr<int64_t>();
+  auto unique_starts = torch::zeros({n_atoms + 1}, torch::kInt64);
+  int64_t* start = unique_starts.data_ptr<int64_t>();
+  std::vector<int32_t> sorted(pairs.size(0));
+  int64_t begin = 0, kept = 0;
+  for (int64_t i = 0; i < n_atoms; ++i) {
+    int64_t end = begin;
+    while (end < pairs.size(0) && pair[2 * end] == i) {
+      sorted[end] = int32_t(pair[2 * end + 1]);
+      ++end;
+    }
+    std::sort(sorted.begin() + begin, sorted.begin() + end);
+    const auto last = std::unique(sorted.begin() + begin, sorted.begin() + end);
+    kept = std::copy(sorted.begin() + begin, last, sorted.begin() + kept) - sorted.begin();
+    start[i + 1] = kept;
+    begin = end;
+  }
+  auto unique_partners = torch::empty({kept}, torch::kInt32);
+  std::copy(sorted.begin(), sorted.begin() + kept, unique_partners.data_ptr<int32_t>());
+  return {unique_starts, unique_partners};
+}
+
 // the pairs within list_cutoff as compressed rows by atom, (starts (N + 1,) int64, partners (P,) int32): the partners of
 // atom i are partners[starts[i]:starts[i + 1]], each pair in one of its two rows (a half list, not i < j),
-// rows copied whole from the search
+// rows copied whole from the search. With `deduplicate` (needed when the list cutoff exceeds half the smallest
+// box width, so that two images of one partner can both be within it), a pair found through several images is
+// kept once, in rows of i < j.
 std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                                          std::vector<int64_t> n_cells, double list_cutoff,
-                                          torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
-  const auto found =
-      search_cells(wrapped, box, cell_xyz, n_cells, list_cutoff, exclusion_starts, exclusion_partners);
+                                          std::vector<int64_t> n_cells, std::vector<int64_t> reach,
+                                          double list_cutoff, torch::Tensor exclusion_starts,
+                                          torch::Tensor exclusion_partners, bool deduplicate) {
+  const auto found = search_cells(wrapped, box, cell_xyz, n_cells, reach, list_cutoff, exclusion_starts,
+                                  exclusion_partners);
   const int64_t n_atoms = wrapped.size(0);
   auto starts = torch::zeros({n_atoms + 1}, torch::kInt64);
   int64_t* start = starts.data_ptr<int64_t>();
@@ -602,6 +645,7 @@ std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor b
                   out + start[rows.row_atoms[r]]);
     }
   });
+  if (deduplicate) return unique_rows(starts, partners);
   return {starts, partners};
 }
 

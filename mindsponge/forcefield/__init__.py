@@ -5,7 +5,7 @@ Every term is a :class:`torch.nn.Module` mapping positions ``(N, 3)`` (nm) and a
 reports them by name; :func:`forces` returns ``-dE/dx`` (kJ/mol/nm).
 
 - :mod:`~mindsponge.forcefield.base`: :class:`EnergyTerm`, :class:`ForceField`,
-  :class:`VirtualSites`, :func:`forces`.
+  :class:`VirtualSites`, :class:`SystemConstraints`, :func:`forces`.
 - :mod:`~mindsponge.forcefield.bonded`: bonds, angles, Urey-Bradley, periodic and improper
   torsions, CMAP.
 - :mod:`~mindsponge.forcefield.nonbonded`, :mod:`~mindsponge.forcefield.ewald`:
@@ -22,12 +22,21 @@ from mindsponge.forcefield.base import (
     DuplicateTermError,
     EnergyTerm,
     ForceField,
+    SystemConstraints,
     VirtualSites,
     energy_and_forces,
     forces,
 )
 
-__all__ = ["DuplicateTermError", "EnergyTerm", "ForceField", "VirtualSites", "energy_and_forces", "forces"]
+__all__ = [
+    "DuplicateTermError",
+    "EnergyTerm",
+    "ForceField",
+    "SystemConstraints",
+    "VirtualSites",
+    "energy_and_forces",
+    "forces",
+]
 
 _LAZY_MODULES = ("bonded", "nonbonded", "ewald", "custom", "expressions")
 

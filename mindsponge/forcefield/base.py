@@ -28,13 +28,22 @@ returning a NaN energy (one ``isfinite`` reduction per call).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from common import checks
 
-__all__ = ["EnergyTerm", "ForceField", "VirtualSites", "DuplicateTermError", "forces", "energy_and_forces"]
+__all__ = [
+    "EnergyTerm",
+    "ForceField",
+    "SystemConstraints",
+    "VirtualSites",
+    "DuplicateTermError",
+    "forces",
+    "energy_and_forces",
+]
 
 
 class DuplicateTermError(ValueError):
@@ -150,6 +159,35 @@ class VirtualSites(nn.Module):
         return positions.index_copy(0, self.sites, placed)
 
 
+@dataclass(frozen=True)
+class SystemConstraints:
+    """The distance constraints a force field was parameterised with (an OpenMM System's).
+
+    Attributes:
+        pairs: ``(C, 2)`` long tensor of constrained atom pairs.
+        distances: ``(C,)`` float64 tensor, nm: the constrained distances.
+        required: ``(C,)`` bool tensor: no energy term holds this distance (OpenMM dropped the
+            bond or angle term because the distance is constrained), so a run without this
+            constraint would let the two atoms drift apart freely.
+    """
+
+    pairs: Tensor
+    distances: Tensor
+    required: Tensor
+
+    def __post_init__(self):
+        if not (self.pairs.ndim == 2 and self.pairs.shape[1] == 2):
+            raise ValueError(f"SystemConstraints: pairs must be (C, 2), got {tuple(self.pairs.shape)}")
+        if not len(self.pairs) == len(self.distances) == len(self.required):
+            raise ValueError(
+                f"SystemConstraints: {len(self.pairs)} pairs, {len(self.distances)} distances and "
+                f"{len(self.required)} required flags must match"
+            )
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
 class ForceField(nn.Module):
     """A sum of energy terms.
 
@@ -158,22 +196,59 @@ class ForceField(nn.Module):
         virtual_sites: optional :class:`VirtualSites`; the positions of the sites are
             recomputed from their parents before the terms see them (the input positions of the
             sites are ignored, and forces on them are carried over to their parents).
+        masses: optional ``(N,)`` tensor, amu: the masses the force field was parameterised
+            with (an OpenMM System's, hydrogen mass repartitioning included). A
+            :class:`~mindsponge.simulation.Simulation` integrates with these masses.
+        constraints: optional :class:`SystemConstraints` the force field was parameterised with;
+            a :class:`~mindsponge.simulation.Simulation` applies them by default and refuses
+            ``constraints=`` choices that contradict them.
 
     Calling the force field returns the total energy ``()`` in kJ/mol;
     :meth:`energy_terms` returns the energy of every term by name. Iterating yields
     the terms; ``ff["HarmonicBond"]`` returns a term by name.
+
+    ``requested_dtype`` is the dtype of the last explicit ``ff.to(dtype)``, ``ff.float()`` or
+    ``ff.double()`` (``None`` if there was none): a Simulation either computes in it or refuses
+    a precision that contradicts it.
     """
 
-    def __init__(self, terms: Iterable[EnergyTerm] = (), virtual_sites: VirtualSites | None = None):
+    def __init__(
+        self,
+        terms: Iterable[EnergyTerm] = (),
+        virtual_sites: VirtualSites | None = None,
+        masses: Tensor | None = None,
+        constraints: SystemConstraints | None = None,
+    ):
         super().__init__()
         if virtual_sites is not None and not isinstance(virtual_sites, VirtualSites):
             raise TypeError(
                 f"virtual_sites must be a VirtualSites module, got {type(virtual_sites).__name__}"
             )
+        if constraints is not None and not isinstance(constraints, SystemConstraints):
+            raise TypeError(f"constraints must be SystemConstraints, got {type(constraints).__name__}")
         self.virtual_sites = virtual_sites
+        self.masses = None if masses is None else torch.as_tensor(masses, dtype=torch.float64).reshape(-1)
+        self.constraints = constraints
+        self.requested_dtype: torch.dtype | None = None
         self.terms = nn.ModuleList()
         for term in terms:
             self.add(term)
+
+    def to(self, *args, **kwargs):
+        """:meth:`torch.nn.Module.to`, recording an explicit dtype in ``requested_dtype``."""
+        dtype = torch._C._nn._parse_to(*args, **kwargs)[1]
+        module = super().to(*args, **kwargs)
+        if dtype is not None:
+            self.requested_dtype = dtype
+        return module
+
+    def float(self):
+        """:meth:`torch.nn.Module.float`, recording ``requested_dtype = torch.float32``."""
+        return self.to(torch.float32)
+
+    def double(self):
+        """:meth:`torch.nn.Module.double`, recording ``requested_dtype = torch.float64``."""
+        return self.to(torch.float64)
 
     def add(self, term: EnergyTerm) -> ForceField:
         """Append an energy term (its name must not be taken). Returns ``self``."""

@@ -712,7 +712,7 @@ class CustomNonbonded(EnergyTerm):
             geometry.flat_second = _flat_index(second, self.n_atoms)
             if box is not None:
                 reference = self.neighbors.reference_positions.to(dtype)
-                geometry.shifts = _lattice_shifts(first, second, box, reference)
+                geometry.shifts = _lattice_shifts(first, second, box, reference, self.neighbors.list_cutoff)
             pair_set.geometry = geometry
         return pair_set.geometry
 
@@ -778,7 +778,9 @@ class CustomNonbonded(EnergyTerm):
         pairs = _lj_first(first, second, charge_products, sigma, epsilon)
         if box is not None:
             reference = self.neighbors.reference_positions.to(dtype)
-            pairs.shifts = _lattice_shifts(pairs.first, pairs.second, box, reference)
+            pairs.shifts = _lattice_shifts(
+                pairs.first, pairs.second, box, reference, self.neighbors.list_cutoff
+            )
         return pairs
 
     def _expression_energies(self, distance: Tensor, pair_set: _CustomPairs) -> Tensor:

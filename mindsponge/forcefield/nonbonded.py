@@ -174,12 +174,18 @@ def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
     return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
 
 
-def _lattice_shifts(first: Tensor, second: Tensor, box: Tensor, reference: Tensor) -> Tensor:
+def _lattice_shifts(
+    first: Tensor, second: Tensor, box: Tensor, reference: Tensor, list_cutoff: float
+) -> Tensor:
     """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
-    minimum image (nm): the shifts of a pair set built with a neighbour list."""
+    shortest image (nm): the shifts of a pair set built with a neighbour list of cutoff plus skin
+    ``list_cutoff`` (nm). Listed pairs are up to ``list_cutoff`` apart; beyond
+    :func:`~mindsponge.space.max_cutoff` (a small box) only :func:`~mindsponge.space.nearest_image`
+    finds the image that comes within the cutoff before the next rebuild."""
     columns = reference.T.contiguous()  # (3, N): gathers and rounding on contiguous rows
     direct = (columns.index_select(1, second) - columns.index_select(1, first)).T
-    return (space.minimum_image(direct, box.detach()) - direct).T.contiguous()
+    image = space.minimum_image if list_cutoff <= space.max_cutoff(box) else space.nearest_image
+    return (image(direct, box.detach()) - direct).T.contiguous()
 
 
 def _unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
@@ -644,7 +650,9 @@ class Nonbonded(EnergyTerm):
             else:
                 pair_set = self._make_pairs(pairs)
                 if box is not None:
-                    pair_set.shifts = _lattice_shifts(pair_set.first, pair_set.second, box, reference)
+                    pair_set.shifts = _lattice_shifts(
+                        pair_set.first, pair_set.second, box, reference, self.neighbors.list_cutoff
+                    )
                 if cached:
                     pair_set.flat_first = _flat_index(pair_set.first, len(positions))
                     pair_set.flat_second = _flat_index(pair_set.second, len(positions))

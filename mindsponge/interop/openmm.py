@@ -508,6 +508,12 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
         System's order; ``CMMotionRemover`` is skipped). ``term.openmm_force_index`` is the
         index of the source force. Virtual sites (two/three-particle average, out-of-plane:
         TIP4P, TIP5P) become the force field's :class:`~mindsponge.forcefield.VirtualSites`.
+        The System is the truth for the dynamics too: ``forcefield.masses`` holds its particle
+        masses (hydrogen mass repartitioning included, float64 amu) and
+        ``forcefield.constraints`` its constraints (a
+        :class:`~mindsponge.forcefield.SystemConstraints`: pairs, the System's distances, and
+        which of them no energy term holds), or ``None`` without constraints. A
+        :class:`~mindsponge.simulation.Simulation` uses both by default.
 
     Raises:
         TypeError: ``openmm_system`` is not an ``openmm.System``.
@@ -541,7 +547,51 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
         term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
         term.openmm_force_index = index
         terms.append(term)
-    return ForceField(terms, virtual_sites=_virtual_sites(openmm_system))
+    return ForceField(
+        terms,
+        virtual_sites=_virtual_sites(openmm_system),
+        masses=_masses(openmm_system, torch.float64),
+        constraints=_system_constraints(openmm_system),
+    )
+
+
+def _masses(openmm_system, dtype) -> torch.Tensor:
+    """The System's particle masses ``(N,)``, amu (zero for virtual sites)."""
+    return torch.tensor(
+        [_md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())], dtype=dtype
+    )
+
+
+def _system_constraints(openmm_system):
+    """The System's distance constraints (``SystemConstraints`` or ``None``), each marked required
+    unless an energy term holds it.
+
+    OpenMM's ``createSystem`` drops the bond term of a constrained bond and the angle term of a
+    rigid water (unless ``flexibleConstraints=True``); such a distance has nothing but the
+    constraint to hold it. A pair is held when a force with two-atom bonds (``HarmonicBondForce``,
+    ``CustomBondForce``) has a term on it, or when it is the end pair of an angle term.
+    """
+    from mindsponge.forcefield.base import SystemConstraints
+
+    rows = [openmm_system.getConstraintParameters(i) for i in range(openmm_system.getNumConstraints())]
+    if not rows:
+        return None
+    held = set()
+    for force in openmm_system.getForces():
+        if hasattr(force, "getNumBonds") and hasattr(force, "getBondParameters"):
+            for bond in range(force.getNumBonds()):
+                parameters = force.getBondParameters(bond)
+                if len(parameters) >= 2 and all(isinstance(atom, int) for atom in parameters[:2]):
+                    held.add(frozenset(parameters[:2]))
+        if hasattr(force, "getNumAngles") and hasattr(force, "getAngleParameters"):
+            for angle in range(force.getNumAngles()):
+                parameters = force.getAngleParameters(angle)
+                if len(parameters) >= 3 and all(isinstance(atom, int) for atom in parameters[:3]):
+                    held.add(frozenset((parameters[0], parameters[2])))
+    pairs = torch.tensor([row[:2] for row in rows], dtype=torch.long)
+    distances = torch.tensor([_md(row[2]) for row in rows], dtype=torch.float64)
+    required = torch.tensor([frozenset(row[:2]) not in held for row in rows], dtype=torch.bool)
+    return SystemConstraints(pairs, distances, required)
 
 
 def _virtual_sites(openmm_system) -> VirtualSites | None:
@@ -598,7 +648,8 @@ def load(system_xml, pdb, dtype: torch.dtype = torch.float64):
 
     Returns:
         ``(system, forcefield)``: a :class:`mindsponge.system.System` and a
-        :class:`~mindsponge.forcefield.ForceField`.
+        :class:`~mindsponge.forcefield.ForceField` that carries the System's masses and
+        constraints (see :func:`from_openmm`), which a Simulation applies by default.
 
     Raises:
         FileNotFoundError: a file is missing (the message names it).
@@ -629,9 +680,7 @@ def _system_from_openmm(openmm_system, pdb, dtype):
             f"PDB {os.fspath(pdb)!r} has {structure.positions.shape[0]} atoms but the OpenMM System has "
             f"{openmm_system.getNumParticles()} particles"
         )
-    masses = torch.tensor(
-        [_md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())], dtype=dtype
-    )
+    masses = _masses(openmm_system, dtype)
     charges = _charges(openmm_system, dtype)
     box = _box(openmm_system, dtype)
     return structure.replace(masses=masses, charges=charges, box=box)

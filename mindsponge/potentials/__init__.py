@@ -59,12 +59,13 @@ def model_from_state(state: dict) -> LearnedPotential:
 
 def save(model: LearnedPotential, path: str | os.PathLike) -> None:
     """Write a learned potential (class, hyperparameters, weights, energy statistics) atomically."""
-    io.save_checkpoint(path, model_state(model))
+    io.save_checkpoint(path, model_state(model), kind="mindsponge.potential")
 
 
 def load(path: str | os.PathLike, map_location=None) -> LearnedPotential:
     """Read a learned potential written by :func:`save` (or a :mod:`mindsponge.train` checkpoint)."""
-    state = io.load_checkpoint(path, map_location=map_location)
+    kinds = ("mindsponge.potential", "mindsponge.train")
+    state = io.load_checkpoint(path, map_location=map_location, kind=kinds)
     if isinstance(state, dict) and "model" in state:
         state = state["model"]
     try:

@@ -159,7 +159,7 @@ class LearnedPotential(nn.Module):
         self.register_buffer("element_shift", torch.zeros(len(numbers)))
         self.register_buffer("energy_scale", torch.ones(()))
         self.register_buffer("trained", torch.ones(len(numbers), dtype=torch.bool))
-        self.neighbors = NeighborList(cutoff, skin=skin, all_pairs_below=ALL_PAIRS_BELOW)
+        self.neighbors = NeighborList(cutoff, skin=skin)
         self.hyperparameters = {"cutoff": self.cutoff, "elements": self.elements, "skin": skin}
 
     @property

@@ -4,9 +4,11 @@ import json
 import math
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import parallel_jobs  # noqa: E402  (tests/common is on sys.path under pytest)
@@ -157,6 +159,7 @@ def test_run_jobs_survives_a_dying_worker():
     )
     assert sorted(results) == sorted(values)
     assert isinstance(results[-3], parallel.JobFailure) and "died" in results[-3].message
+    assert results[-3].infrastructure  # a dead worker is never reported as the job's own error
     # only the job that killed its worker fails: the jobs that were in the broken pool are rerun
     assert all(results[value] == value * value for value in values if value > 0)
 
@@ -186,3 +189,92 @@ def test_run_jobs_rejects_bad_arguments():
         list(parallel.run_jobs(math.sqrt, [1.0], workers=-1))
     with pytest.raises(TypeError, match="scheduler"):
         list(parallel.run_jobs(math.sqrt, [1.0], scheduler=42))
+    with pytest.raises(ValueError, match="timeout"):
+        list(parallel.run_jobs(math.sqrt, [1.0], timeout=-1.0))
+    with pytest.raises(ValueError, match="threads"):
+        list(parallel.run_jobs(math.sqrt, [1.0], threads=0))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_infrastructure_errors_are_told_from_job_errors_with_host_and_worker(workers):
+    job = parallel_jobs.raise_infrastructure_if_negative
+    results = dict(parallel.run_jobs(job, [-1, 2], workers=workers))
+    assert results[2] == 4
+    failure = results[-1]
+    assert failure.infrastructure and failure.error_type == "InfrastructureError"
+    assert failure.host == socket.gethostname()
+    pid = int(failure.worker.removeprefix("pid "))
+    assert (pid == os.getpid()) == (workers == 0)  # a pool worker is another process
+    job_error = dict(parallel.run_jobs(math.sqrt, [-1.0], workers=workers))[-1.0]
+    assert not job_error.infrastructure and job_error.worker.startswith("pid ")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_timeout_interrupts_a_job_and_retries_rerun_it(workers):
+    start = time.monotonic()
+    results = list(
+        parallel.run_jobs(parallel_jobs.sleep_then_pid, [30.0, 0.01], workers=workers, timeout=0.5)
+    )
+    assert time.monotonic() - start < 15  # not the 30 s the job wanted (pool start-up included)
+    outcome = dict(results)
+    assert isinstance(outcome[30.0], parallel.JobFailure) and outcome[30.0].error_type == "JobTimeoutError"
+    assert "0.5 s" in outcome[30.0].message and not outcome[30.0].infrastructure
+    assert isinstance(outcome[0.01], int)
+    values = [101 + workers, 102 + workers]  # fresh values: the job remembers them per process
+    first = dict(parallel.run_jobs(parallel_jobs.fail_first_attempt, values, workers=workers))
+    assert all(isinstance(result, parallel.JobFailure) and result.attempts == 1 for result in first.values())
+    values = [201 + workers, 202 + workers]
+    second = dict(parallel.run_jobs(parallel_jobs.fail_first_attempt, values, workers=workers, retries=1))
+    assert second == {value: value for value in values}
+
+
+def test_probe_holds_jobs_back_until_the_caller_has_seen_a_success(tmp_path):
+    log = tmp_path / "calls.txt"
+    jobs = [(str(log), value) for value in range(12)]
+    results = parallel.run_jobs(parallel_jobs.log_then_square, jobs, workers=2, probe=True)
+    job, result = next(results)
+    assert result == job[1] ** 2
+    results.close()  # the caller stops at the first result: the pool shuts down
+    assert len(log.read_text().split()) <= 2  # one job per worker ran, not the 4 of a full queue
+    unprobed = parallel.run_jobs(parallel_jobs.log_then_square, jobs, workers=2, max_in_flight=12)
+    next(unprobed)
+    unprobed.close()
+    assert len(log.read_text().split()) > 4  # without probe the whole queue was submitted and ran
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(2, None), (2, 1), (1, 2)])
+def test_each_pool_worker_gets_an_explicit_thread_budget(workers, threads, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the default, not the test runner's choice
+    runs = parallel.run_jobs(parallel_jobs.thread_counts, range(4), workers=workers, threads=threads)
+    results = [result for _, result in runs]
+    cores = os.cpu_count()
+    expected = threads or max(1, cores // workers)  # workers x threads <= cores by default
+    for torch_threads, pools, environment in results:
+        assert torch_threads == expected and pools == [expected] and environment == str(expected)
+
+
+def test_dask_workers_get_a_thread_budget_and_a_timeout():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+    ) as cluster:
+        address = cluster.scheduler_address
+        results = dict(parallel.run_jobs(parallel_jobs.spin, [30.0, 0.01], scheduler=address, timeout=0.5))
+        budget = dict(parallel.run_jobs(parallel_jobs.thread_counts, [0], scheduler=address))
+        workers = list(cluster.scheduler_info["workers"])
+    assert isinstance(results[30.0], parallel.JobFailure) and results[30.0].error_type == "JobTimeoutError"
+    assert results[30.0].worker == workers[0]  # the Dask worker's address
+    torch_threads, _, _ = budget[0]
+    assert torch_threads == max(1, os.cpu_count() // 2)  # 2 worker threads on this host share its cores
+    torch.set_num_threads(os.cpu_count())  # the cluster ran in this process: undo its budget
+
+
+def test_distributed_context_sets_the_thread_budget(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    try:
+        ctx = parallel.DistributedContext.from_environment(device="cpu", threads=1)
+        assert ctx.threads == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

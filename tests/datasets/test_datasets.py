@@ -1,8 +1,10 @@
 """Tests of common.datasets: recipe validation, sampling, the resumable runner, Dask vs local pool."""
 
+import hashlib
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +19,7 @@ from scipy.stats import qmc
 
 from common import config, datasets, io
 from common.datasets.examples import damped_oscillator
+from common.errors import DataError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -288,10 +291,19 @@ def test_dask_cluster_gives_the_same_dataset_as_the_local_pool(tmp_path, dask_cl
         remote_table = datasets.read_dataset(tmp_path / "dask.h5", group)
         assert local_table.keys() == remote_table.keys()
         for key in local_table:
-            if key != "traceback":  # tracebacks name the executor's frames
+            if key not in ("traceback", "worker"):  # tracebacks name the executor's frames
                 np.testing.assert_array_equal(remote_table[key], local_table[key], err_msg=key)
     runs = io.read_table(tmp_path / "dask.h5", "runs")
     assert runs["executor"][0].startswith("dask tcp://")
+    # each failure names the host and the worker that ran it: a Dask worker's address, a local pid
+    dask_workers = set(dask_cluster.scheduler_info["workers"])
+    remote_failed = datasets.read_dataset(tmp_path / "dask.h5", "failed")
+    assert set(remote_failed["worker"]) <= dask_workers
+    local_failed = datasets.read_dataset(tmp_path / "local.h5", "failed")
+    local_workers = set(local_failed["worker"])
+    assert all(worker.startswith("pid ") for worker in local_workers)
+    assert f"pid {os.getpid()}" not in local_workers  # pool workers, not this process
+    assert set(local_failed["host"]) == set(remote_failed["host"]) == {socket.gethostname()}
 
 
 def echo_temperature(params, seed, shift=0.0):
@@ -391,3 +403,304 @@ def test_small_waveguide_recipe_matches_the_analytic_slab_transmission(tmp_path)
     analytic = 1 / np.sqrt(1 + 0.25 * (ratio - 1 / ratio) ** 2 * np.sin(phase) ** 2)
     np.testing.assert_allclose(s21, analytic, atol=0.05)
     assert s11.max() > 0.1  # the slab does reflect: the comparison is not trivial
+
+
+# ---------------------------------------------------------------------------------------------
+# concurrency, failures, retries, changed code, thread budgets (issue 19)
+
+GENERATORS = pathlib.Path(__file__).resolve().parent
+
+
+def _small_recipe(folder, function, options="", n=8, extra="", name="small"):
+    """A recipe of ``dataset_generators:<function>`` over one parameter x in [0, 1) (random sampling)."""
+    path = folder / f"{name}.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "{name}"
+            [generator]
+            function = "dataset_generators:{function}"
+            options = {{ {options} }}
+            {extra}
+            [parameters]
+            x = {{ low = 0.0, high = 1.0 }}
+            [sampling]
+            method = "random"
+            n = {n}
+            seed = 1
+            [output]
+            path = "{(folder / f"{name}.h5").as_posix()}"
+            """
+        )
+    )
+    return path
+
+
+def _command(path, *arguments, environment=None, wait=True):
+    command = [sys.executable, "-m", "common.datasets", "generate", str(path), "--quiet", *arguments]
+    environment = {**_environment(), "PYTHONPATH": f"{ROOT}{os.pathsep}{GENERATORS}", **(environment or {})}
+    if not wait:
+        return subprocess.Popen(
+            command,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=240)
+
+
+def test_two_concurrent_runs_of_one_recipe_never_write_a_sample_twice(tmp_path):
+    path = _small_recipe(tmp_path, "logged", f'log = "{(tmp_path / "log").as_posix()}", delay = 0.15', n=24)
+    runs = [_command(path, "--workers", "0", wait=False) for _ in range(2)]  # started together
+    outputs = [run.communicate(timeout=240) for run in runs]
+    statuses = sorted(run.returncode for run in runs)
+    assert statuses == [0, 2], outputs  # one run did the work, the other was refused
+    refused = outputs[[run.returncode for run in runs].index(2)][1]
+    assert str(tmp_path / "small.h5") in refused and "being written by another process" in refused
+    ids = io.read_table(tmp_path / "small.h5")["sample_id"].tolist()
+    assert sorted(ids) == list(range(24))  # every sample once
+    assert len((tmp_path / "log").read_text().split()) == 24  # and computed once
+
+
+HOLD_WRITER = (
+    "import sys; from common import io; writer = io.H5Writer(sys.argv[1]); "
+    "print('holding', flush=True); sys.stdin.read()"
+)
+
+
+def test_a_run_refuses_a_file_another_writer_holds_and_names_it(tmp_path):
+    path = _small_recipe(tmp_path, "flag_controlled", n=4)
+    datasets.generate(path, workers=0, limit=2, progress=False)
+    holder = subprocess.Popen(  # another process writing the file (holds its writer until stdin closes)
+        [sys.executable, "-c", HOLD_WRITER, str(tmp_path / "small.h5")],
+        env=_environment(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(RuntimeError, match="being written by another process") as raised:
+            datasets.generate(path, workers=0, progress=False)
+    finally:
+        holder.communicate("", timeout=60)
+    assert str(tmp_path / "small.h5") in str(raised.value)
+    assert datasets.generate(path, workers=0, progress=False).succeeded == 2  # continues once released
+
+
+def test_retry_failed_reruns_failed_samples_and_resolves_them(tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    path = _small_recipe(tmp_path, "flag_controlled", f'flag = "{flag.as_posix()}"', n=16)
+    parameters = datasets.sample_parameters(datasets.load_recipe(path))
+    failing = sorted(i for i, values in enumerate(parameters) if values["x"] > 0.5)
+    assert 0 < len(failing) < 16
+
+    first = _command(path, "--workers", "0")
+    assert first.returncode == 1, first.stderr  # samples failed: non-zero, and named
+    assert f"{len(failing)} samples failed: ids {', '.join(map(str, failing))}" in first.stdout
+    flag.unlink()  # the cause is fixed
+    again = datasets.generate(path, workers=0, progress=False)  # without retry_failed: they stay failed
+    assert (again.succeeded, again.failed, again.unresolved, again.exit_status) == (0, 0, failing, 1)
+
+    retried = datasets.generate(path, workers=0, retry_failed=True, progress=False)
+    counts = (retried.succeeded, retried.failed, retried.retried, retried.unresolved)
+    assert counts == (len(failing), 0, len(failing), [])
+    assert retried.exit_status == 0
+    table = datasets.read_dataset(tmp_path / "small.h5")
+    assert table["sample_id"].tolist() == list(range(16))  # every sample once
+    np.testing.assert_array_equal(table["y"], [2.0 * values["x"] for values in parameters])
+    assert len(datasets.read_dataset(tmp_path / "small.h5", "failed")["sample_id"]) == 0  # resolved
+    log = io.read_table(tmp_path / "small.h5", "failed")  # the log keeps what happened
+    assert sorted(log["sample_id"].tolist()) == failing
+    assert set(log["host"]) == {socket.gethostname()} and set(log["attempts"]) == {1}
+    assert len(set(log["worker"])) == 1 and log["worker"][0] != f"pid {os.getpid()}"  # the command's process
+
+
+def test_retries_and_timeout_recipe_keys(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    options = f'marks = "{marks.as_posix()}"'
+    once = _small_recipe(tmp_path, "fails_first_attempt", options, n=4, name="once")
+    assert datasets.generate(once, workers=0, progress=False).failed == 4  # no retries: the first attempt
+    for mark in marks.iterdir():
+        mark.unlink()
+    twice = _small_recipe(tmp_path, "fails_first_attempt", options, n=4, extra="retries = 1", name="twice")
+    assert datasets.load_recipe(twice).fingerprint() == datasets.load_recipe(once).fingerprint()
+    summary = datasets.generate(twice, workers=0, progress=False)
+    assert (summary.succeeded, summary.failed) == (4, 0)  # the second attempt of each sample succeeded
+
+    log = (tmp_path / "log").as_posix()
+    limits = "timeout = 0.5\nretries = 1"
+    slow = _small_recipe(tmp_path, "logged", f'log = "{log}", delay = 30.0', n=3, extra=limits, name="slow")
+    start = time.monotonic()
+    summary = datasets.generate(slow, workers=1, progress=False)
+    assert time.monotonic() - start < 60  # 3 samples x 2 attempts x 0.5 s (+ start-up), not 3 x 30 s
+    failed = datasets.read_dataset(tmp_path / "slow.h5", "failed")
+    assert summary.failed == 3 and failed["sample_id"].tolist() == [0, 1, 2]
+    assert set(failed["error_type"]) == {"JobTimeoutError"} and set(failed["attempts"]) == {2}
+    assert all("0.5 s" in message for message in failed["message"])
+
+    bad = _recipe(tmp_path, name="bad")
+    bad.write_text(bad.read_text().replace("[parameters]", "timeout = -1.0\n\n[parameters]"))
+    with pytest.raises(config.ConfigError, match="key 'timeout'"):
+        datasets.load_recipe(bad)
+
+
+def test_changed_generator_code_is_refused_unless_allowed(tmp_path, monkeypatch):
+    module = tmp_path / "changing_generator.py"
+    module.write_text(
+        "import numpy as np\n\ndef square(params, seed):\n    return {'y': np.float64(params['x'] ** 2)}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "changing.toml"
+    path.write_text(_small_recipe(tmp_path, "flag_controlled", n=6).read_text().replace(
+        "dataset_generators:flag_controlled", "changing_generator:square"
+    ).replace("small.h5", "changing.h5"))
+    datasets.generate(path, workers=0, limit=3, progress=False)
+    with h5py.File(tmp_path / "changing.h5", "r") as file:
+        assert file.attrs["generator_file"] == str(module)
+        assert file.attrs["generator_source_sha256"] == hashlib.sha256(module.read_bytes()).hexdigest()
+
+    module.write_text(module.read_text().replace("** 2", "** 3"))  # the generator changed
+    with pytest.raises(ValueError, match="other code of the generator changing_generator:square") as raised:
+        datasets.generate(path, workers=0, progress=False)
+    assert str(tmp_path / "changing.h5") in str(raised.value)
+    assert "--allow-changed-generator" in str(raised.value)
+    refused = _command(path, "--workers", "0", environment={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
+    assert refused.returncode == 2 and "other code of the generator" in refused.stderr
+    assert len(io.read_table(tmp_path / "changing.h5")["sample_id"]) == 3  # nothing was added
+
+    summary = datasets.generate(path, workers=0, allow_changed_generator=True, progress=False)
+    assert summary.succeeded == 3
+    runs = io.read_table(tmp_path / "changing.h5", "runs")
+    assert len(set(runs["generator_fingerprint"])) == 2  # the mix is on record
+
+
+def test_first_sample_with_other_keys_than_the_labels_stops_before_the_rest_run(tmp_path):
+    log = tmp_path / "log"
+    path = _small_recipe(
+        tmp_path, "logged", f'log = "{log.as_posix()}", delay = 0.3', n=24, extra='labels = ["y", "w"]'
+    )
+    with pytest.raises(config.ConfigError) as raised:
+        datasets.generate(path, workers=2, progress=False)
+    assert raised.value.line == 6 and str(path) in str(raised.value)  # the labels line
+    assert "returned keys ['y']; the recipe's labels are ['w', 'y']" in str(raised.value)
+    assert len(log.read_text().split()) <= 2  # one sample per worker ran, not the 24
+
+    # the samples already in a file fix keys, shapes and dtypes: a first sample unlike them stops the run
+    size = tmp_path / "size"
+    size.write_text("2")
+    path = _small_recipe(tmp_path, "sized", f'size_file = "{size.as_posix()}"', n=6, name="sized")
+    datasets.generate(path, workers=0, limit=2, progress=False)
+    size.write_text("3")  # same recipe, same code, other output
+    with pytest.raises(DataError, match="key 'y' has shape") as raised:
+        datasets.generate(path, workers=0, progress=False)
+    assert str(tmp_path / "sized.h5") in str(raised.value)
+    assert "the generator's output changed" in str(raised.value)
+    table = datasets.read_dataset(tmp_path / "sized.h5")
+    assert table["y"].shape == (2, 2) and "failed" not in h5py.File(tmp_path / "sized.h5", "r")
+
+
+def test_a_worker_that_cannot_import_the_generator_is_not_a_sample_failure(tmp_path):
+    path = _small_recipe(tmp_path, "not_on_workers", n=6)
+    completed = _command(path, "--workers", "1", environment={"GENERATOR_ONLY_ON_HEAD": "1"})
+    assert completed.returncode == 3, completed.stdout + completed.stderr
+    assert "6 samples could not run because of their worker" in completed.stdout
+    with h5py.File(tmp_path / "small.h5", "r") as file:
+        assert "failed" not in file and "sample_id" not in file  # nothing recorded as the samples' fault
+    incidents = io.read_table(tmp_path / "small.h5", "infrastructure")
+    assert sorted(incidents["sample_id"].tolist()) == list(range(6))
+    assert all("cannot import the generator" in message for message in incidents["message"])
+    assert set(incidents["host"]) == {socket.gethostname()}
+    assert all(worker.startswith("pid ") for worker in incidents["worker"])
+    fixed = datasets.generate(path, workers=1, progress=False)  # the workers' environment is repaired
+    assert (fixed.succeeded, fixed.exit_status) == (6, 0)
+    assert sorted(io.read_table(tmp_path / "small.h5")["sample_id"].tolist()) == list(range(6))
+
+
+def test_dask_worker_that_cannot_import_the_generator_is_avoided(tmp_path, dask_cluster, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    folder = tmp_path / "only_on_one_worker"
+    folder.mkdir()
+    (folder / "one_worker_generator.py").write_text(
+        "import numpy as np\n\ndef double(params, seed):\n    return {'y': np.float64(2 * params['x'])}\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))  # this process (which validates the recipe) can import it
+    path = _small_recipe(tmp_path, "flag_controlled", n=12)
+    path.write_text(
+        path.read_text().replace("dataset_generators:flag_controlled", "one_worker_generator:double")
+    )
+    with distributed.Client(dask_cluster.scheduler_address) as client:
+        addresses = sorted(client.scheduler_info()["workers"])
+        client.run(lambda: sys.path.insert(0, str(folder)), workers=addresses[:1])  # one worker of two
+        summary = datasets.generate(path, scheduler=client, progress=False)
+    assert (summary.succeeded, summary.failed, summary.infrastructure) == (12, 0, [])
+    table = datasets.read_dataset(tmp_path / "small.h5")
+    assert table["sample_id"].tolist() == list(range(12))
+    np.testing.assert_array_equal(table["y"], 2 * table["x"])
+
+    nowhere = tmp_path / "nowhere.toml"  # a generator no worker can import: nothing recorded as failed
+    nowhere.write_text(path.read_text().replace("one_worker_generator", "dataset_generators").replace(
+        "double", "not_on_workers").replace("small.h5", "nowhere.h5"))
+    with distributed.Client(dask_cluster.scheduler_address) as client:
+        client.run(lambda: sys.modules.pop("dataset_generators", None) and None)
+        client.run(lambda: sys.path.remove(str(GENERATORS)) if str(GENERATORS) in sys.path else None)
+        summary = datasets.generate(nowhere, scheduler=client, progress=False)
+    assert (summary.succeeded, summary.failed, len(summary.infrastructure)) == (0, 0, 12)
+    assert summary.exit_status == 3
+    incidents = io.read_table(tmp_path / "nowhere.h5", "infrastructure")
+    assert set(incidents["worker"]) <= set(addresses)
+
+
+def _session_processes(session):
+    """Process ids of the live (not zombie) processes in session ``session`` (Linux /proc)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_run_leaves_no_orphan_workers(tmp_path):
+    log = tmp_path / "log"
+    path = _small_recipe(tmp_path, "logged", f'log = "{log.as_posix()}", delay = 0.3', n=400)
+    process = _command(path, "--workers", "2", wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not log.exists() or len(log.read_text().split()) < 4:  # the workers are running samples
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        assert len(_session_processes(process.pid)) >= 4  # the run, its forkserver and two workers
+        process.kill()  # SIGKILL to the run only, not to its process group
+        process.wait()
+        deadline = time.monotonic() + 30
+        while _session_processes(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session_processes(process.pid) == []  # the workers died with the run
+    finally:
+        for pid in _session_processes(process.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_holding_other_generator_code_refuses_to_run_it():
+    from common import parallel
+    from common.datasets import runner
+
+    reference = "common.datasets.examples:damped_oscillator"
+    job = (0, {"frequency": 1.0, "damping": 0.1}, 0)
+    examples = ROOT / "common" / "datasets" / "examples.py"
+    digest = hashlib.sha256(examples.read_bytes()).hexdigest()
+    result = runner._run_sample(reference, {"n_times": 4}, digest, job)  # the code the run started with
+    assert result["displacement"].shape == (4,)
+    with pytest.raises(parallel.InfrastructureError, match="is not the code this run started with") as raised:
+        runner._run_sample(reference, {"n_times": 4}, "0" * 64, job)  # the run started with other code
+    assert str(examples) in str(raised.value)

@@ -1,7 +1,8 @@
 """mindelec.surrogate: the S-parameter surrogate on a sweep stored like the dataset generator stores it
 (analytic Fabry-Perot S-parameters of the waveguide block, sweeps.block_s_parameters) against trivial mean
 predictors on held-out samples; frequency-axis and column checks; checkpoints and Touchstone files read back
-by scikit-rf; the autoencoder on FDTD field snapshots; the field surrogate on FDTD DFT fields."""
+by scikit-rf; the autoencoder on FDTD field snapshots; the field surrogate on FDTD DFT fields of designs it
+never saw; fit resuming after kill -9 bit for bit, and refusing a foreign or mismatched checkpoint."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import skrf
 import torch
 from scipy.stats import qmc
 
+from common.errors import ConfigurationError, DataError
 from common.io import H5Writer
 from mindelec import fdtd, surrogate, sweeps
 
@@ -178,7 +180,9 @@ def test_autoencoder_round_trip_on_fdtd_snapshots():
         model(torch.zeros(1, 1, 30, 32))
 
 
-def test_field_surrogate_learns_fdtd_fields():
+def test_field_surrogate_predicts_fdtd_fields_of_unseen_designs():
+    """Trained on 16 FDTD field maps (Sobol designs), scored on 3 designs it never saw (another Sobol
+    sequence, inside the training ranges) against the mean of the training fields."""
     options = {
         "resolution": 2e-3,
         "guide_length": 160e-3,
@@ -186,29 +190,35 @@ def test_field_surrogate_learns_fdtd_fields():
         "pml": 10,
         "n_frequencies": 2,
     }
-    generator = np.random.default_rng(0)
+    training_units = qmc.Sobol(2, seed=0).random(16)
+    held_out_units = 0.1 + 0.8 * qmc.Sobol(2, seed=7).random(8)[2:8:2]
+    units = np.concatenate([training_units, held_out_units])
     samples = [
-        sweeps.field_sample({"length": length, "permittivity": permittivity}, seed=0, **options)
-        for length, permittivity in zip(generator.uniform(4e-3, 30e-3, 6), generator.uniform(1.5, 4.5, 6))
+        sweeps.field_sample({"length": 4e-3 + 26e-3 * u, "permittivity": 1.5 + 3.0 * v}, seed=0, **options)
+        for u, v in units
     ]
     permittivity = torch.as_tensor(np.stack([s["permittivity"] for s in samples])).float()
     field = torch.as_tensor(np.stack([s["field_real"] + 1j * s["field_imag"] for s in samples]))
+    train, held_out = slice(0, 16), slice(16, None)
+    assert not any(np.allclose(u, t) for u in held_out_units for t in training_units)
     torch.manual_seed(0)
     model = surrogate.FieldSurrogate(width=8, levels=3)
     target = torch.view_as_real(field).permute(0, 3, 1, 2).float()
-    surrogate.fit(model, permittivity, target, epochs=300, lr=5e-3, validation_fraction=0.0, progress=False)
+    fit_options = dict(epochs=300, lr=5e-3, validation_fraction=0.0, progress=False)
+    surrogate.fit(model, permittivity[train], target[train], **fit_options)
     with torch.no_grad():
-        predicted = model.predict(permittivity).to(torch.complex128)
-    assert predicted.shape == field.shape == (6, 80, 10)
-    error = surrogate.relative_error(predicted, field).mean()
-    mean_error = surrogate.relative_error(field.mean(0).expand_as(field), field).mean()
+        predicted = model.predict(permittivity[held_out]).to(torch.complex128)
+    assert predicted.shape == field[held_out].shape == (3, 80, 10)
+    error = surrogate.relative_error(predicted, field[held_out]).mean()
+    mean_field = field[train].mean(0).expand_as(field[held_out])
+    mean_error = surrogate.relative_error(mean_field, field[held_out]).mean()
     print(
-        f"field surrogate (training set): relative error {float(error):.3f}, "
-        f"mean predictor {float(mean_error):.3f}"
+        f"field surrogate (3 held-out designs): relative error {float(error):.3f}, "
+        f"mean-of-training predictor {float(mean_error):.3f}"
     )
-    # the field maps differ from sample to sample: the mean predictor is far off (0.66); the network fits
-    # them (0.075 measured; 0.44 without the bottleneck's global context)
-    assert mean_error > 0.3 and error < 0.3 * mean_error
+    # the field maps differ from design to design: the mean predictor is far off (0.68 measured); the network
+    # predicts unseen designs to 0.32 (per design 0.12-0.51; 0.22 with 32 training designs)
+    assert mean_error > 0.3 and error < 0.7 * mean_error
 
 
 def test_fit_with_a_single_process_distributed_context_matches_plain_fit():
@@ -290,3 +300,112 @@ def test_torchrun_data_parallel_training(tmp_path):
     np.testing.assert_array_equal(ranks[0]["weights"], ranks[1]["weights"])
     assert ranks[0]["train_loss"] == ranks[1]["train_loss"]
     assert min(ranks[0]["validation_loss"]) < 0.7 * ranks[0]["validation_loss"][0]  # and it learns
+
+
+RESUME_SCRIPT = """
+import sys, time
+import torch
+from mindelec import surrogate
+
+torch.set_num_threads(1)
+generator = torch.Generator().manual_seed(0)
+inputs = torch.rand(48, 3, generator=generator)
+targets = torch.sin(3 * inputs).sum(1, keepdim=True)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(3, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+
+def slow_loss(prediction, target):  # slows the run so that the parent can kill it part-way
+    time.sleep(0.003)
+    return torch.nn.functional.mse_loss(prediction, target)
+
+
+surrogate.fit(model, inputs, targets, epochs=int(sys.argv[2]), lr=1e-2, batch_size=8,
+              validation_fraction=0.25, seed=3, checkpoint=sys.argv[1], checkpoint_every=1, progress=False,
+              loss=slow_loss)
+"""
+
+
+def _resume_problem():
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.rand(48, 3, generator=generator)
+    return inputs, torch.sin(3 * inputs).sum(1, keepdim=True)
+
+
+def _resume_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(3, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+
+def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
+    """Issue 19: fit restarted at epoch 0 after a kill and overwrote its checkpoint. Killed (SIGKILL) part-way
+    and called again, it continues from the checkpoint and ends with the uninterrupted run's weights and
+    history, bit for bit."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from common.io import load_checkpoint
+
+    epochs, options = 60, dict(lr=1e-2, batch_size=8, validation_fraction=0.25, seed=3, progress=False)
+    path = tmp_path / "fit.chk"
+    script = tmp_path / "train.py"
+    script.write_text(RESUME_SCRIPT)
+    environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), OMP_NUM_THREADS="1")
+    process = subprocess.Popen([sys.executable, str(script), str(path), str(epochs)], env=environment)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if path.exists() and load_checkpoint(path)["epoch"] >= 5:
+                process.kill()  # SIGKILL: no handler, no final checkpoint
+                break
+            time.sleep(0.02)
+    finally:
+        process.kill()
+        returncode = process.wait()
+    assert returncode == -9, "the training process must have been killed part-way"
+    killed_at = load_checkpoint(path)["epoch"]
+    assert 5 <= killed_at < epochs
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        inputs, targets = _resume_problem()
+        resumed = _resume_model(seed=99)  # other initial weights: everything must come from the checkpoint
+        resumed_history = surrogate.fit(resumed, inputs, targets, epochs=epochs, checkpoint=path, **options)
+        plain = _resume_model(seed=0)
+        plain_history = surrogate.fit(plain, inputs, targets, epochs=epochs, **options)
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed_history["epoch"] == list(range(epochs))
+    assert resumed_history["train_loss"] == plain_history["train_loss"]
+    assert resumed_history["validation_loss"] == plain_history["validation_loss"]
+    assert resumed_history["validation_indices"] == plain_history["validation_indices"]
+    assert resumed_history["best_epoch"] == plain_history["best_epoch"]
+    for (name, value), (_, expected) in zip(resumed.state_dict().items(), plain.state_dict().items()):
+        assert torch.equal(value, expected), name
+    assert load_checkpoint(path)["epoch"] == epochs
+    # a finished checkpoint returns at once with the same best weights
+    again = _resume_model(seed=5)
+    surrogate.fit(again, inputs, targets, epochs=epochs, checkpoint=path, **options)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), plain.state_dict().values()))
+
+
+def test_fit_refuses_a_foreign_or_mismatched_checkpoint(tmp_path):
+    from common.io import save_checkpoint
+
+    inputs, targets = _resume_problem()
+    path = tmp_path / "fit.chk"
+    save_checkpoint(path, {"format": "mindsponge.train/1", "model": {}}, kind="mindsponge.train")
+    with pytest.raises(DataError, match="of kind 'mindsponge.train'; expected 'mindelec.surrogate.fit'"):
+        surrogate.fit(_resume_model(0), inputs, targets, epochs=3, checkpoint=path, progress=False)
+    history = surrogate.fit(
+        _resume_model(0), inputs, targets, epochs=3, checkpoint=path, progress=False, resume=False
+    )
+    assert history["epoch"] == [0, 1, 2]  # resume=False starts over and overwrites
+    with pytest.raises(ConfigurationError, match="written with lr = 0.003, this call has 0.01"):
+        surrogate.fit(_resume_model(0), inputs, targets, epochs=3, lr=1e-2, checkpoint=path, progress=False)
+    with pytest.raises(ConfigurationError, match="splits 48 samples; this call has 40"):
+        surrogate.fit(_resume_model(0), inputs[:40], targets[:40], epochs=3, checkpoint=path, progress=False)

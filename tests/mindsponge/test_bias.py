@@ -150,8 +150,14 @@ def _one_particle_simulation(forcefield, seed=1):
         masses=torch.tensor([5.0], dtype=torch.float64),
     )
     integrator = ms.integrators.LangevinMiddle(dt=0.005, temperature=TEMPERATURE, friction=5.0)
-    return ms.Simulation(
-        system, forcefield, integrator, remove_center_of_mass_motion=False, progress=False, seed=seed
+    return ms.Simulation(  # double: forces compared to 1e-10
+        system,
+        forcefield,
+        integrator,
+        remove_center_of_mass_motion=False,
+        progress=False,
+        seed=seed,
+        precision="double",
     )
 
 

@@ -23,8 +23,13 @@ def test_velocity_verlet_harmonic_oscillator_analytic():
     positions = torch.tensor([[0.0, 0.0, 0.0], [r0 + amplitude, 0.0, 0.0]], dtype=torch.float64)
     system = ms.System(positions, masses)
     dt = 0.001
-    simulation = ms.Simulation(
-        system, ff, ms.integrators.VelocityVerlet(dt), remove_center_of_mass_motion=False, progress=False
+    simulation = ms.Simulation(  # double: the energy is compared to 1e-7 relative
+        system,
+        ff,
+        ms.integrators.VelocityVerlet(dt),
+        remove_center_of_mass_motion=False,
+        progress=False,
+        precision="double",
     )
     reduced_mass = float(masses[0] * masses[1] / masses.sum())
     omega = math.sqrt(k / reduced_mass)
@@ -272,7 +277,9 @@ def flexible_water():
 
 
 def _run_total_energies(system, ff, integrator, steps, every):
-    simulation = ms.Simulation(system, ff, integrator, remove_center_of_mass_motion=False, progress=False)
+    simulation = ms.Simulation(  # double: trajectories compared to 1e-12
+        system, ff, integrator, remove_center_of_mass_motion=False, progress=False, precision="double"
+    )
     energies = []
     for _ in range(steps // every):
         simulation.run(every)

@@ -47,8 +47,9 @@ def villin():
 
 
 def openmm_case(forcefield, topology, positions, method, cutoff=0.8, switch=None, dispersion=True,
-                dielectric=78.3, box=None, tolerance=5e-4):
-    """OpenMM reference (energy, reciprocal group energy, forces, NonbondedForce, box) in float64."""
+                dielectric=78.3, box=None, tolerance=5e-4, platform=REFERENCE_PLATFORM):
+    """OpenMM reference (energy, reciprocal group energy, forces, NonbondedForce, box, context) in float64
+    (on the Reference platform; the CPU platform computes in single precision)."""
     if box is not None:
         topology.setPeriodicBoxVectors(box * unit.nanometer)
     system = forcefield.createSystem(topology, nonbondedMethod=OPENMM_METHODS[method],
@@ -66,12 +67,13 @@ def openmm_case(forcefield, topology, positions, method, cutoff=0.8, switch=None
         force.setUseSwitchingFunction(True)
         force.setSwitchingDistance(switch)
     force.setReciprocalSpaceForceGroup(1)
-    context = openmm.Context(system, openmm.VerletIntegrator(1.0), REFERENCE_PLATFORM)
+    context = openmm.Context(system, openmm.VerletIntegrator(1.0), platform)
     context.setPositions(positions)
     state = context.getState(getEnergy=True, getForces=True)
     reciprocal = context.getState(getEnergy=True, groups={1}).getPotentialEnergy().value_in_unit(KJ)
     reference = {
         "system": system,  # owns the NonbondedForce returned below: keep it alive
+        "context": context,
         "energy": state.getPotentialEnergy().value_in_unit(KJ),
         "reciprocal": reciprocal,
         "forces": np.asarray(state.getForces().value_in_unit(KJ / unit.nanometer)),
@@ -475,3 +477,75 @@ def test_compiled_equals_pure_torch_triclinic(kernels, method, switch):
     for name in terms_t:
         assert terms_c[name].item() == pytest.approx(terms_t[name].item(), rel=1e-10, abs=1e-9)
     assert force_error(gradient_c.numpy(), gradient_t.numpy()) < 1e-10
+
+
+# --- a small rhombic dodecahedron: the cell search through several periodic images -------------------
+
+
+CPU_PLATFORM = openmm.Platform.getPlatformByName("CPU")
+
+
+@pytest.fixture(scope="module")
+def dodecahedron_water():
+    """TIP3P (1,860 atoms) in a 3 nm rhombic dodecahedron (OpenMM's reduced box vectors). A 1.0 nm cutoff
+    is within 6% of the largest this box allows (c_z / 2 = 1.06 nm); with the 0.1 nm skin the list cutoff is
+    beyond it, and the cell search reaches some cells through several periodic images."""
+    length = 3.0
+    vectors = [openmm.Vec3(length, 0, 0), openmm.Vec3(0, length, 0),
+               openmm.Vec3(length / 2, length / 2, length * math.sqrt(0.5))] * unit.nanometer
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxVectors=vectors)
+    return forcefield, modeller.topology, modeller.positions
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+@pytest.mark.parametrize("method", ["pme", "reaction_field"])
+def test_small_dodecahedron_matches_openmm_cpu(dodecahedron_water, method, compiled):
+    """Energies and forces against OpenMM's CPU platform (its Reference platform disagrees with itself in
+    small triclinic boxes), at the start, after every atom moved (the list is kept) and after the box grew."""
+    force, reference = openmm_case(*dodecahedron_water, method, cutoff=1.0, platform=CPU_PLATFORM)
+    model = ours_from(force, method, pme_parameters=reference.get("pme"), compiled=compiled)
+    assert model.neighbors.list_cutoff > space.max_cutoff(torch.tensor(reference["box"]))
+    generator = np.random.default_rng(3)
+    moved = reference["positions"] + generator.uniform(-0.028, 0.028, reference["positions"].shape)
+    grown = reference["box"] * 1.01
+    for positions, box, builds in ((reference["positions"], reference["box"], 1),
+                                   (moved, reference["box"], 1), (moved * 1.01, grown, 2)):
+        context = reference["context"]
+        context.setPeriodicBoxVectors(*box)
+        context.setPositions(positions)
+        state = context.getState(getEnergy=True, getForces=True)
+        expected_energy = state.getPotentialEnergy().value_in_unit(KJ)
+        expected_forces = np.asarray(state.getForces().value_in_unit(KJ / unit.nanometer))
+        terms, energy, ours = evaluate(model, {"positions": positions, "box": box})
+        assert model.neighbors.n_builds == builds
+        magnitude = sum(abs(term.item()) for term in terms.values())
+        assert abs(energy - expected_energy) <= 2e-6 * magnitude  # OpenMM CPU: single precision
+        assert force_error(ours, expected_forces) < 2e-5
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_pair_listed_beyond_max_cutoff_counts_once_it_comes_within_the_cutoff(compiled):
+    """Two atoms 1.085 nm apart along the height of a 3 nm dodecahedron (max_cutoff 1.061 nm, list
+    cutoff 1.1 nm; OpenMM's reduced minimum image of that displacement is a 2.2 nm translate). Each
+    moves 0.045 nm towards the other (less than half the skin: no rebuild): at 0.995 nm the pair
+    interacts, with the reaction-field and Lennard-Jones energy of that distance."""
+    box = torch.tensor([[3.0, 0, 0], [0, 3.0, 0], [1.5, 1.5, 3.0 * math.sqrt(0.5)]], dtype=torch.float64)
+    start = torch.tensor([[0.5, 0.5, 0.5], [0.6, 0.6, 1.575]], dtype=torch.float64)
+    assert space.minimum_image(start[1] - start[0], box).norm() > 2.0
+    charges = torch.tensor([0.5, -0.5], dtype=torch.float64)
+    sigma = torch.full((2,), 0.3, dtype=torch.float64)
+    epsilon = torch.full((2,), 0.5, dtype=torch.float64)
+    model = Nonbonded(charges, sigma, epsilon, method="reaction_field", cutoff=1.0, skin=0.1,
+                      dispersion_correction=False, compiled=compiled)
+    assert model(start, box).item() == 0.0  # beyond the cutoff
+    moved = start + torch.tensor([[0.0, 0.0, 0.045], [0.0, 0.0, -0.045]], dtype=torch.float64)
+    energy = model(moved, box).item()
+    assert model.neighbors.n_builds == 1
+    r = float((moved[1] - moved[0]).norm())
+    assert 0.99 < r < 1.0
+    coulomb = 138.935458 * charges[0].item() * charges[1].item() * (1 / r + model.krf * r**2 - model.crf)
+    lennard_jones = 4 * 0.5 * ((0.3 / r) ** 12 - (0.3 / r) ** 6)
+    assert coulomb + lennard_jones < -1e-3  # small near the cutoff, but not zero as for a missed pair
+    assert energy == pytest.approx(coulomb + lennard_jones, rel=1e-6)

@@ -218,7 +218,9 @@ def test_unsupported_forces_and_options_are_named():
         system.addParticle(1.0)
     system.addForce(openmm.CMMotionRemover())
     system.addForce(openmm.CustomHbondForce("distance(a1, d1)"))
-    with pytest.raises(UnsupportedOpenMMForceError, match=r"force 1 \(CustomHbondForce.*supports.*HarmonicBond"):
+    with pytest.raises(
+        UnsupportedOpenMMForceError, match=r"force 1 \(CustomHbondForce.*supports.*HarmonicBond"
+    ):
         from_openmm(system)
     system.removeForce(1)
     nonbonded = openmm.NonbondedForce()

@@ -172,7 +172,8 @@ def test_bound_potential_runs_in_simulation():
     model = make_model("SchNet")
     simulation = ms.Simulation(
         system, model.bind(system.atomic_numbers),
-        ms.integrators.LangevinMiddle(dt=0.0005, temperature=300.0, friction=1.0), progress=False)
+        ms.integrators.LangevinMiddle(dt=0.0005, temperature=300.0, friction=1.0), progress=False,
+        precision="double")  # the energy is compared to 1e-8
     simulation.set_velocities(temperature=300.0, seed=1)
     simulation.run(20)
     assert simulation.state.step == 20

@@ -2,12 +2,15 @@
 the CSV log, checkpoints and argument errors."""
 
 import csv
+import io
+import os
 
 import numpy as np
 import pytest
 import torch
 
 import mindsponge as ms
+from common import threads as threads_module
 from mindsponge.build import water_box
 from mindsponge.simulation import SimulationBlowUpError
 
@@ -79,7 +82,7 @@ def test_energies_and_pressure_match_openmm(relaxed_water):
     # pressure of a truncated one depends on the finite-difference step)
     _, openmm_system = _water(switchDistance=0.5 * unit.nanometer)
     system = relaxed_water[0]
-    simulation = _simulation(system, openmm_system)
+    simulation = _simulation(system, openmm_system, precision="double")  # compared to 1e-4 kJ/mol
     values = simulation.energies()
     barostat = openmm.MonteCarloBarostat(1.0, 300.0)
     with_barostat = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(openmm_system))
@@ -187,6 +190,35 @@ def test_bad_arguments(relaxed_water):
         simulation.run(-1)
     with pytest.raises(FileNotFoundError):
         simulation.load_checkpoint("/nonexistent/run.chk")
+
+
+def test_threads_are_set_at_creation_only_when_asked(relaxed_water):
+    system, openmm_system = relaxed_water
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _simulation(system, openmm_system)
+        assert torch.get_num_threads() == 2  # the default leaves torch's setting alone
+        simulation = _simulation(system, openmm_system, threads=1)
+        assert torch.get_num_threads() == 1
+        simulation.run(2)
+        assert torch.get_num_threads() == 1
+        _simulation(system, openmm_system, threads="free")
+        assert 1 <= torch.get_num_threads() <= len(os.sched_getaffinity(0))
+        for bad in (0, -1, 1.5, "auto"):
+            with pytest.raises(ValueError, match="threads"):
+                _simulation(system, openmm_system, threads=bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("runnable, expected", [(1, 4), (3, 2), (4, 1), (12, 1)])
+def test_free_cores_from_runnable_processes(monkeypatch, runnable, expected):
+    """Cores of the affinity minus the runnable entities of /proc/loadavg other than the reader."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    loadavg = f"9.1 8.2 7.3 {runnable}/321 4567\n"
+    monkeypatch.setattr(threads_module, "open", lambda path: io.StringIO(loadavg), raising=False)
+    assert threads_module.free_cores(samples=3, interval=0.0) == expected
 
 
 def test_monte_carlo_barostat_ideal_gas_volume_distribution():
@@ -345,3 +377,22 @@ def test_c_rescale_ideal_gas_volume_distribution():
     scale = 0.00831446261815324 * temperature / (pressure * 0.0602214076)  # kT / P in nm^3
     assert volumes.mean() == pytest.approx((n_atoms + 1) * scale, rel=0.015)
     assert volumes.std() == pytest.approx(np.sqrt(n_atoms + 1) * scale, rel=0.25)
+
+
+def test_checkpoint_of_another_kind_or_with_nan_positions_is_refused(relaxed_water, tmp_path):
+    from common import io
+    from common.errors import DataError
+
+    system, openmm_system = relaxed_water
+    simulation = _simulation(system, openmm_system)
+    path = tmp_path / "run.chk"
+    simulation.save_checkpoint(path)
+    simulation.load_checkpoint(path)
+    io.save_checkpoint(tmp_path / "train.chk", {"format": "mindsponge.train/1"}, kind="mindsponge.train")
+    with pytest.raises(DataError, match="of kind 'mindsponge.train'; expected 'mindsponge.Simulation'"):
+        simulation.load_checkpoint(tmp_path / "train.chk")
+    saved = io.load_checkpoint(path)
+    saved["state"]["positions"][5, 0] = float("nan")  # as a damaged or hand-edited file would hold
+    torch.save(saved, path)  # without checksum: the finite check on load is the last line
+    with pytest.warns(UserWarning), pytest.raises(DataError, match=r"\['positions'\] of row 5"):
+        simulation.load_checkpoint(path)

@@ -98,6 +98,24 @@ def test_minimum_image_triclinic_matches_brute_force_and_ase(dtype):
         ).all()
 
 
+def test_nearest_image_is_exact_beyond_max_cutoff():
+    """nearest_image equals the brute-force shortest translate (and ASE's) for every displacement whose
+    shortest translate is below the smallest perpendicular box width, where minimum_image may not."""
+    beyond = 0
+    for index, (box, _, _) in enumerate(random_boxes(10, seed=1)):
+        displacements = random_pairs(box, 2000, seed=index)
+        ours = space.nearest_image(displacements, box)
+        reference = brute_force_minimum_image(displacements, box)
+        widths = torch.linalg.det(box) / torch.linalg.vector_norm(
+            torch.linalg.cross(box[[1, 2, 0]], box[[2, 0, 1]]), dim=1)
+        inside = torch.linalg.norm(reference, dim=1) < widths.min()
+        torch.testing.assert_close(ours[inside], reference[inside], rtol=0, atol=1e-10)
+        ase_vectors, _ = find_mic(displacements.numpy(), box.numpy(), pbc=True)
+        np.testing.assert_allclose(ours[inside].numpy(), ase_vectors[inside.numpy()], atol=1e-10)
+        beyond += int((inside & (torch.linalg.norm(reference, dim=1) > space.max_cutoff(box))).sum())
+    assert beyond > 100
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_minimum_image_orthorhombic_is_exact(dtype):
     box = torch.diag(torch.tensor([2.0, 3.0, 2.5], dtype=dtype))

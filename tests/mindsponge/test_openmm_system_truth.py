@@ -1,0 +1,310 @@
+"""The OpenMM System is the truth: masses (hydrogen mass repartitioning), constraints and their
+distances come from it on every import path; contradicting constraints are refused naming the
+bond; overlaps are named at set-up and the minimiser recovers them; mixed precision by default.
+
+The system is alanine dipeptide (ACE-ALA-NME, ``data/alanine_dipeptide.pdb``) in TIP3P-FB
+water (a 1.8 nm cubic box, about 500 atoms, PME with a 0.8 nm cutoff), built with
+``constraints=HBonds``, rigid water and ``hydrogenMass=3 amu``, and run at 4 fs.
+"""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import mindsponge as ms
+from common.errors import ConfigurationError
+from mindsponge.constraints import Rattle
+from mindsponge.interop.openmm import from_openmm, load
+from mindsponge.simulation import OverlapError, OverlapWarning
+
+openmm = pytest.importorskip("openmm")
+from openmm import app, unit  # noqa: E402
+
+DIPEPTIDE = os.path.join(os.path.dirname(__file__), "data", "alanine_dipeptide.pdb")
+KB = 0.00831446261815324  # kJ/mol/K
+DT, FRICTION, TEMPERATURE = 0.004, 1.0, 300.0
+
+
+def _atom(topology, index):
+    atom = list(topology.atoms())[index]
+    return f"atom {index} ({atom.name} of {atom.residue.name} {atom.residue.id})"
+
+
+@pytest.fixture(scope="module")
+def hmr_case(tmp_path_factory):
+    """The solvated dipeptide with HMR + HBonds, serialized; positions and velocities after 2 ps of
+    OpenMM dynamics at 300 K."""
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3pfb.xml")
+    pdb = app.PDBFile(DIPEPTIDE)
+    modeller = app.Modeller(pdb.topology, pdb.positions)
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(1.8, 1.8, 1.8) * unit.nanometer)
+    openmm_system = forcefield.createSystem(
+        modeller.topology,
+        nonbondedMethod=app.PME,
+        nonbondedCutoff=0.8 * unit.nanometer,
+        constraints=app.HBonds,
+        rigidWater=True,
+        hydrogenMass=3 * unit.amu,
+    )
+    directory = tmp_path_factory.mktemp("hmr")
+    xml, pdb_path = directory / "system.xml", directory / "solvated.pdb"
+    xml.write_text(openmm.XmlSerializer.serialize(openmm_system))
+    with open(pdb_path, "w") as handle:
+        app.PDBFile.writeFile(modeller.topology, modeller.positions, handle)
+    integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
+    integrator.setRandomNumberSeed(1)
+    context = _context(openmm_system, integrator)
+    context.setPositions(modeller.positions)
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 0)
+    context.setVelocitiesToTemperature(TEMPERATURE, 1)
+    integrator.step(500)
+    state = context.getState(getPositions=True, getVelocities=True)
+    return {
+        "openmm_system": openmm_system,
+        "topology": app.PDBFile(str(pdb_path)).topology,  # names and numbers as in the PDB file
+        "xml": xml,
+        "pdb": pdb_path,
+        "positions": state.getPositions(asNumpy=True).value_in_unit(unit.nanometer),
+        "velocities": state.getVelocities(asNumpy=True).value_in_unit(unit.nanometer / unit.picosecond),
+    }
+
+
+def _context(openmm_system, integrator):
+    platform = openmm.Platform.getPlatformByName("CPU")
+    return openmm.Context(openmm_system, integrator, platform, {"Threads": "1"})
+
+
+def _openmm_masses(openmm_system):
+    masses = [openmm_system.getParticleMass(i) for i in range(openmm_system.getNumParticles())]
+    return torch.tensor([mass.value_in_unit(unit.dalton) for mass in masses], dtype=torch.float64)
+
+
+def _openmm_constraints(openmm_system):
+    rows = [openmm_system.getConstraintParameters(i) for i in range(openmm_system.getNumConstraints())]
+    pairs = torch.tensor([row[:2] for row in rows])
+    distances = torch.tensor([row[2].value_in_unit(unit.nanometer) for row in rows], dtype=torch.float64)
+    return pairs, distances
+
+
+def _degrees_of_freedom(openmm_system):
+    return 3 * openmm_system.getNumParticles() - openmm_system.getNumConstraints() - 3
+
+
+def _simulation(case, system, forcefield, **options):
+    system = system.replace(
+        positions=torch.tensor(case["positions"]), velocities=torch.tensor(case["velocities"])
+    )
+    integrator = ms.integrators.LangevinMiddle(dt=DT, temperature=TEMPERATURE, friction=FRICTION)
+    return ms.Simulation(system, forcefield, integrator, progress=False, seed=3, **options)
+
+
+def _max_constraint_error(positions, pairs, distances):
+    lengths = torch.linalg.vector_norm(positions[pairs[:, 1]] - positions[pairs[:, 0]], dim=-1)
+    return float(((lengths - distances) / distances).abs().max())
+
+
+def _block_mean_and_error(samples, blocks=5):
+    samples = np.asarray(samples)
+    means = np.array([block.mean() for block in np.array_split(samples, blocks)])
+    return samples.mean(), means.std(ddof=1) / np.sqrt(blocks)
+
+
+def test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm(hmr_case):
+    openmm_system = hmr_case["openmm_system"]
+    system, forcefield = load(hmr_case["xml"], hmr_case["pdb"])
+    simulation = _simulation(hmr_case, system, forcefield)  # no constraints argument: the System's
+    assert simulation.precision.compute == torch.float32  # mixed precision by default
+    assert torch.equal(simulation.masses, _openmm_masses(openmm_system))
+    assert float(simulation.masses[1]) == pytest.approx(12.01 - 3 * (3.0 - 1.008))  # CH3 gave 3 x 1.992
+    assert simulation.constraints.n_constraints == openmm_system.getNumConstraints()
+    assert simulation.degrees_of_freedom == _degrees_of_freedom(openmm_system)
+    pairs, distances = _openmm_constraints(openmm_system)
+
+    steps, every = 400, 4
+    temperatures, potentials, worst = [], [], 0.0
+    for _ in range(steps // every):
+        simulation.run(every)
+        values = simulation.energies(pressure=False)
+        temperatures.append(values["temperature"])
+        potentials.append(values["potential"])
+        worst = max(worst, _max_constraint_error(simulation.state.positions, pairs, distances))
+    assert worst < 1e-5
+
+    integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
+    integrator.setRandomNumberSeed(7)
+    context = _context(openmm_system, integrator)
+    context.setPositions(hmr_case["positions"])
+    context.setVelocities(hmr_case["velocities"])
+    reference_temperatures, reference_potentials = [], []
+    dof = _degrees_of_freedom(openmm_system)
+    for _ in range(steps // every):
+        integrator.step(every)
+        state = context.getState(getEnergy=True)
+        kinetic = state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
+        reference_temperatures.append(2 * kinetic / (dof * KB))
+        reference_potentials.append(state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole))
+    for ours, theirs, floor in (
+        (temperatures, reference_temperatures, 1.0),
+        (potentials, reference_potentials, 10.0),
+    ):
+        mean, error = _block_mean_and_error(ours)
+        reference, reference_error = _block_mean_and_error(theirs)
+        assert abs(mean - reference) < 4 * np.hypot(error, reference_error) + floor, (mean, reference)
+    assert 275.0 < np.mean(temperatures) < 325.0  # about 500 atoms over 1.6 ps: a few K of noise
+
+
+def test_readme_path_from_pdb_and_from_openmm_takes_the_systems_masses(hmr_case):
+    openmm_system = hmr_case["openmm_system"]
+    system = ms.System.from_pdb(hmr_case["pdb"])  # element masses
+    assert float(system.masses[0]) == pytest.approx(1.008, abs=1e-3)
+    forcefield = from_openmm(openmm_system)
+    simulation = _simulation(hmr_case, system, forcefield)
+    assert torch.equal(simulation.masses, _openmm_masses(openmm_system))
+    loaded = _simulation(hmr_case, *load(hmr_case["xml"], hmr_case["pdb"]))
+    simulation.run(25)
+    loaded.run(25)
+    # the same masses, constraints and forces: the same trajectory as through load()
+    assert torch.equal(simulation.state.positions, loaded.state.positions)
+    pairs, distances = _openmm_constraints(openmm_system)
+    assert _max_constraint_error(simulation.state.positions, pairs, distances) < 1e-5
+
+
+def test_constraints_that_contradict_the_system_name_the_bond(hmr_case):
+    openmm_system, topology = hmr_case["openmm_system"], hmr_case["topology"]
+    system, forcefield = load(hmr_case["xml"], hmr_case["pdb"])
+    pairs, distances = _openmm_constraints(openmm_system)
+    first = f"{_atom(topology, int(pairs[0, 0]))} and {_atom(topology, int(pairs[0, 1]))}"
+    # OpenMM removed the bond terms of constrained bonds: running them free must be refused
+    for choice in ("none", "water"):
+        with pytest.raises(ConfigurationError) as error:
+            _simulation(hmr_case, system, forcefield, constraints=choice)
+        message = str(error.value)
+        assert f"bond between {first} free" in message and f"{float(distances[0]):.6f} nm" in message, message
+    # constraints at other distances than the System's
+    stretched = distances * 1.02
+    with pytest.raises(ConfigurationError) as error:
+        _simulation(hmr_case, system, forcefield, constraints=Rattle(pairs, stretched))
+    message = str(error.value)
+    assert f"bond between {first} at {float(stretched[0]):.6f} nm" in message, message
+    assert f"constrains it to {float(distances[0]):.6f} nm" in message, message
+    # naming the System's own constraints is accepted, with the System's distances
+    agreeing = _simulation(hmr_case, system, forcefield, constraints="water+hbonds")
+    assert agreeing.constraints.n_constraints == openmm_system.getNumConstraints()
+    chosen = dict(zip(map(tuple, agreeing.constraints.pairs().sort(dim=1).values.tolist()),
+                      agreeing.constraints.distances().tolist(), strict=True))
+    expected = dict(zip(map(tuple, pairs.sort(dim=1).values.tolist()), distances.tolist(), strict=True))
+    assert chosen.keys() == expected.keys()
+    # the same distances (SETTLE's rounded to float32 as OpenMM rounds them)
+    assert max(abs(chosen[key] - expected[key]) / expected[key] for key in expected) < 1e-7
+
+
+def test_overlap_named_at_set_up_and_the_minimiser_recovers_like_openmm(hmr_case):
+    openmm_system, topology = hmr_case["openmm_system"], hmr_case["topology"]
+    system, forcefield = load(hmr_case["xml"], hmr_case["pdb"])
+    oxygens = [atom.index for atom in topology.atoms() if atom.residue.name == "HOH" and atom.name == "O"]
+    first, second = oxygens[10], oxygens[50]
+    positions = torch.tensor(hmr_case["positions"])
+    # move the second water rigidly so that its oxygen is 0.01 nm from the first oxygen
+    shift = positions[first] + torch.tensor([0.01, 0.0, 0.0], dtype=torch.float64) - positions[second]
+    positions[second : second + 3] += shift
+    system = system.replace(positions=positions)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        simulation = ms.Simulation(
+            system, forcefield, ms.integrators.LangevinMiddle(DT, TEMPERATURE, FRICTION), progress=False
+        )
+    messages = [str(w.message) for w in caught if issubclass(w.category, OverlapWarning)]
+    pair = f"{_atom(topology, first)} and {_atom(topology, second)} are 0.0100 nm apart"
+    assert len(messages) == 1 and pair in messages[0], messages
+    assert simulation.overlaps[0][:2] == (first, second)
+    with pytest.raises(OverlapError, match="minimize"):
+        simulation.run(1)
+
+    result = simulation.minimize(tolerance=10.0, max_iterations=2000)
+    assert simulation.overlaps == []
+    context = _context(openmm_system, openmm.VerletIntegrator(0.001))
+    context.setPositions(positions.numpy())
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 0)
+    reference = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    # OpenMM's energy at our minimum (our own energy is float32 forces, mixed precision)
+    context.setPositions(simulation.state.positions.numpy())
+    ours = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    assert ours == pytest.approx(result.energy, abs=2.0)
+    # as deep as OpenMM's minimum (both stop at 10 kJ/mol/nm, in different local minima) ...
+    assert ours < reference + 0.01 * abs(reference), (ours, reference)
+    # ... and sane: near OpenMM's minimum of the same structure without the overlap
+    context.setPositions(hmr_case["positions"])
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 0)
+    undisturbed = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    assert abs(ours - undisturbed) < 0.05 * abs(undisturbed), (ours, undisturbed)
+    pairs, distances = _openmm_constraints(openmm_system)
+    assert _max_constraint_error(simulation.state.positions, pairs, distances) < 1e-5
+    simulation.set_velocities(TEMPERATURE, seed=1)
+    simulation.run(10)  # dynamics now starts
+
+
+def test_precision_default_and_explicit_forcefield_dtype():
+    from mindsponge.forcefield.bonded import HarmonicBond
+
+    system = ms.System(
+        torch.tensor([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0]], dtype=torch.float64), torch.tensor([12.0, 16.0])
+    )
+
+    def forcefield():
+        bond = HarmonicBond(torch.tensor([[0, 1]]), torch.tensor([0.12]), torch.tensor([1000.0]))
+        return ms.ForceField([bond])
+
+    integrator = ms.integrators.VelocityVerlet(0.001)
+    default = ms.Simulation(system, forcefield(), integrator, progress=False)
+    assert (default.precision.compute, default.precision.accumulate) == (torch.float32, torch.float64)
+    assert default.state.forces.dtype == torch.float64 and default.state.positions.dtype == torch.float64
+    honoured = ms.Simulation(system, forcefield().to(torch.float64), integrator, progress=False)
+    assert honoured.precision.compute == torch.float64
+    doubled = ms.Simulation(system, forcefield().double(), integrator, progress=False)
+    assert doubled.precision.compute == torch.float64
+    with pytest.raises(ConfigurationError, match=r"forcefield.to\(torch.float32\).*float64"):
+        ms.Simulation(system, forcefield().to(torch.float32), integrator, precision="double", progress=False)
+    with pytest.raises(ConfigurationError, match=r"float32"):
+        ms.Simulation(system, forcefield().float(), integrator, precision="double", progress=False)
+
+
+def test_command_line_hydrogen_mass(tmp_path):
+    from mindsponge.__main__ import run
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f"""
+steps = 5
+constraints = "hbonds"
+minimize_tolerance = 50.0
+
+[system]
+pdb = "{DIPEPTIDE}"
+
+[forcefield]
+files = ["amber14-all.xml"]
+nonbonded_method = "NoCutoff"
+hydrogen_mass = 3.0
+
+[integrator]
+dt = 0.004
+
+[output]
+directory = "{tmp_path / 'out'}"
+report_every = 5
+"""
+    )
+    simulation = run(config, progress=False)
+    pdb = app.PDBFile(DIPEPTIDE)
+    openmm_system = app.ForceField("amber14-all.xml").createSystem(
+        pdb.topology, nonbondedMethod=app.NoCutoff, constraints=app.HBonds, hydrogenMass=3 * unit.amu
+    )
+    assert torch.equal(simulation.masses, _openmm_masses(openmm_system))
+    hydrogens = [atom.index for atom in pdb.topology.atoms() if atom.element.symbol == "H"]
+    assert torch.all(simulation.masses[hydrogens] == 3.0)
+    assert simulation.constraints.n_constraints == openmm_system.getNumConstraints() == len(hydrogens)
+    pairs, distances = _openmm_constraints(openmm_system)
+    assert _max_constraint_error(simulation.state.positions, pairs, distances) < 1e-5
