@@ -16,6 +16,11 @@ rebuild, as happens every 10-20 steps in dynamics), the top torch ops, and the p
 memory of a fresh process that loads the 24,000-atom System (serialized) and evaluates it
 (``VmHWM``). The ratio mindsponge/OpenMM comes last.
 
+A CHARMM36 row follows: the solvated tripeptide of the tests (1,319 atoms, PME, NBFIX, built by
+OpenMM's ``charmm36.xml``: its Lennard-Jones is a CustomNonbondedForce with per-type tables),
+with the ``LennardJones`` custom term on the Lennard-Jones kernel (the default) and on the
+generic expression path (``lennard_jones_kernel = False``).
+
 Usage::
 
     .venv/bin/python benchmarks/md_energy.py [--quick]
@@ -56,6 +61,48 @@ def build_water_box(edge: float):
         [list(vector.value_in_unit(unit.nanometer)) for vector in system.getDefaultPeriodicBoxVectors()]
     )
     return system, positions, box
+
+
+def charmm36_peptide():
+    """The CHARMM36 System of the tests (``tests/mindsponge/data``), positions (nm) and box (nm)."""
+    import gzip
+
+    import openmm
+    from openmm import app, unit
+
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "mindsponge", "data")
+    with gzip.open(os.path.join(data, "charmm36_peptide_system.xml.gz"), "rt") as handle:
+        system = openmm.XmlSerializer.deserialize(handle.read())
+    positions = np.array(app.PDBFile(os.path.join(data, "charmm36_peptide.pdb")).getPositions()
+                         .value_in_unit(unit.nanometer))
+    box = np.array(
+        [list(vector.value_in_unit(unit.nanometer)) for vector in system.getDefaultPeriodicBoxVectors()]
+    )
+    return system, positions, box
+
+
+def charmm36_row(repeats: int, rounds: int) -> float:
+    """Time the CHARMM36 peptide box (see the module docstring); returns the OpenMM/mindsponge ratio."""
+    system, positions, box = charmm36_peptide()
+    openmm_call, context = openmm_evaluator(system, positions)
+    forcefield, x, box_tensor = mindsponge_model(system, positions, box)
+    generic, _, _ = mindsponge_model(system, positions, box)
+    generic["LennardJones"].lennard_jones_kernel = False
+    evaluators = {"openmm": openmm_call, "kernel": mindsponge_evaluator(forcefield, x, box_tensor),
+                  "generic": mindsponge_evaluator(generic, x, box_tensor)}
+    best = best_of_rounds(evaluators, repeats, rounds)
+    del context
+    print(
+        f"CHARMM36 peptide {x.shape[0]} atoms, PME, best of {rounds} rounds of {repeats}. "
+        f"OpenMM CPU ({THREADS} thr) {1e3 * best['openmm']:.1f} ms, mindsponge float32 "
+        f"{1e3 * best['kernel']:.1f} ms (LennardJones custom term on the generic expression path: "
+        f"{1e3 * best['generic']:.1f} ms)"
+    )
+    print(f"LennardJones on the Lennard-Jones kernel: {forcefield['LennardJones'].uses_lennard_jones_kernel}")
+    print(profile(forcefield, x, box_tensor, rows=0))
+    print("generic expression path (lennard_jones_kernel = False):")
+    print(profile(generic, x, box_tensor, rows=0))
+    return best["openmm"] / best["kernel"]
 
 
 def openmm_evaluator(system, positions):
@@ -246,6 +293,7 @@ def main() -> None:
                 f"{rss['peak_rss_mib']:.0f} MiB ({rss['before_mib']:.0f} MiB loaded, before evaluating): "
                 f"{'under 2 GiB' if rss['peak_rss_mib'] < 2048 else 'OVER the 2 GiB budget'}"
             )
+    ratios["charmm36 1319"] = charmm36_row(5 if arguments.quick else 10, rounds)
     print_load_average("end")
     if extensions.build_seconds:
         print(f"kernel build/load seconds this run: {extensions.build_seconds}")

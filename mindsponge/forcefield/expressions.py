@@ -193,6 +193,10 @@ class CompiledExpression:
         functions: names of the tabulated functions it calls (frozenset).
         uses_box: whether it calls a point function (``pointdistance``, ``periodicdistance``...),
             which takes the minimum image when a box is given.
+        inverse_powers: for an expression compiled with one ``dynamic`` variable ``r`` that is,
+            definitions substituted, ``sum_k c_k / r^k`` with coefficients ``c_k`` free of ``r``
+            (the Lennard-Jones family: ``A/r^12 - B/r^6``, ``4*eps*((sig/r)^12 - (sig/r)^6)``),
+            the coefficients as compiled expressions by power ``k``; otherwise ``None``.
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class CompiledExpression:
         self.variables = variables
         self.functions = functions
         self.uses_box = uses_box
+        self.inverse_powers: dict[int, CompiledExpression] | None = None
 
     def __call__(
         self,
@@ -289,14 +294,18 @@ def compile_expression(
         names.append(name.strip())
         bodies.append(body.strip())
     compiler = _Compiler(expression, context, tabulated, particle_index, names, bodies, dynamic)
-    root = compiler._node(compiler.compile(primary, scope=0), 0)
-    return CompiledExpression(
+    primary_tree = compiler.compile(primary, scope=0)
+    root = compiler._node(primary_tree, 0)
+    compiled = CompiledExpression(
         expression,
         root,
         frozenset(compiler.free_variables),
         frozenset(compiler.used_tabulated),
         compiler.uses_box,
     )
+    if compiler.dynamic is not None and len(compiler.dynamic) == 1:
+        compiled.inverse_powers = compiler.inverse_powers(primary_tree, next(iter(compiler.dynamic)))
+    return compiled
 
 
 class _Compiler:
@@ -386,6 +395,49 @@ class _Compiler:
     def _is_static(self, tree, scope: int) -> bool:
         return self.dynamic is not None and not (self._dependencies(tree, scope) & self.dynamic)
 
+    def _inline(self, tree, scope: int, inlined: dict[int, object]):
+        """``tree`` with the definitions it uses substituted (recursively; ``inlined`` keeps the
+        substituted definitions by index)."""
+        replacements = {}
+        for symbol in tree.free_symbols:
+            index = self._resolve(symbol.name, scope)
+            if index is not None:
+                if index not in inlined:
+                    inlined[index] = self._inline(self._definition_tree(index), index + 1, inlined)
+                replacements[symbol] = inlined[index]
+        return tree.xreplace(replacements) if replacements else tree
+
+    def inverse_powers(self, tree, variable: str) -> dict[int, CompiledExpression] | None:
+        """Coefficients ``c_k`` (compiled, by power ``k > 0``) if the part ``tree`` is
+        ``sum_k c_k / variable^k`` with ``c_k`` free of ``variable``, else ``None``."""
+        inverse = sympy.Dummy("inverse")
+        inlined = self._inline(tree, 0, {})
+        if _tree_size(inlined, {}) > _MAX_INLINED_SIZE:  # definitions used many times: not worth it
+            return None
+        try:
+            inlined = inlined.xreplace({sympy.Symbol(variable): 1 / inverse})
+            # distribute products and powers of products, but keep sums inside powers unexpanded
+            expanded = sympy.expand(inlined, multinomial=False, power_exp=False, log=False)
+            terms = sympy.collect(expanded, inverse, evaluate=False)
+        except Exception:  # an expression sympy cannot rearrange simply takes the generic path
+            return None
+        coefficients = {}
+        for monomial, coefficient in terms.items():
+            power = sympy.degree(monomial, inverse) if monomial.is_polynomial(inverse) else None
+            if power is None or power < 1 or not monomial.is_Pow and monomial != inverse:
+                return None
+            if inverse in coefficient.free_symbols:
+                return None
+            beyond = len(self.definition_names)  # no name refers to a definition any more
+            coefficients[int(power)] = CompiledExpression(
+                str(coefficient),
+                self._node(coefficient, beyond),
+                frozenset(self._dependencies(coefficient, beyond)),
+                frozenset(self.used_tabulated),
+                False,
+            )
+        return coefficients or None
+
     def _node(self, tree, scope: int):
         if tree.is_Number or tree.is_Symbol or self.static_depth or not self._is_static(tree, scope):
             return self._build(tree, scope)
@@ -463,6 +515,8 @@ class _Compiler:
                 return lambda environment: _square(environment.tensor(base(environment)))
             if power == -1:
                 return lambda environment: torch.reciprocal(environment.tensor(base(environment)))
+            if power < 0:
+                return lambda environment: _NegativePower.apply(environment.tensor(base(environment)), power)
             return lambda environment: environment.tensor(base(environment)) ** power
         if exponent == sympy.Rational(1, 2):
             return lambda environment: torch.sqrt(environment.tensor(base(environment)))
@@ -530,6 +584,17 @@ class _Compiler:
             raise self.error(f"function {name!r} takes {expected} argument(s), got {count}")
 
 
+_MAX_INLINED_SIZE = 500  # nodes of an expression with its definitions substituted
+
+
+def _tree_size(tree, sizes: dict) -> int:
+    """Number of nodes of a sympy tree, counting shared subtrees once per use (memoised in
+    ``sizes``, so the count itself stays cheap however large the result)."""
+    if tree not in sizes:
+        sizes[tree] = 1 + sum(_tree_size(argument, sizes) for argument in tree.args)
+    return sizes[tree]
+
+
 def _cached(node):
     """``node`` with its value kept in the environment's static cache, when there is one."""
 
@@ -543,6 +608,23 @@ def _cached(node):
         return cache[key]
 
     return cached
+
+
+class _NegativePower(torch.autograd.Function):
+    """``x ** n`` for a negative integer ``n`` whose derivative ``n x^n / x`` reuses the value
+    (one ``pow`` instead of two; ``x = 0`` is a pole either way). Twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, power: int) -> Tensor:
+        value = x**power
+        ctx.power = power
+        ctx.save_for_backward(x, value)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, value = ctx.saved_tensors
+        return grad * ctx.power * value / x, None
 
 
 def _square(x: Tensor) -> Tensor:

@@ -174,12 +174,34 @@ def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
     return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
 
 
+def _lattice_shifts(
+    first: Tensor, second: Tensor, box: Tensor, reference: Tensor, list_cutoff: float
+) -> Tensor:
+    """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
+    shortest image (nm): the shifts of a pair set built with a neighbour list of cutoff plus skin
+    ``list_cutoff`` (nm). Listed pairs are up to ``list_cutoff`` apart; beyond
+    :func:`~mindsponge.space.max_cutoff` (a small box) only :func:`~mindsponge.space.nearest_image`
+    finds the image that comes within the cutoff before the next rebuild."""
+    columns = reference.T.contiguous()  # (3, N): gathers and rounding on contiguous rows
+    direct = (columns.index_select(1, second) - columns.index_select(1, first)).T
+    image = space.minimum_image if list_cutoff <= space.max_cutoff(box) else space.nearest_image
+    return (image(direct, box.detach()) - direct).T.contiguous()
+
+
+def _unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
+    """``positions`` moved by lattice vectors back next to ``reference`` (the positions of the
+    last neighbour-list build), so that the pair shifts of that build stay minimum images."""
+    moved = positions.detach() - reference.to(positions.dtype)
+    return positions - (moved - space.minimum_image(moved, box.detach()))
+
+
 def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
     """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them),
     each group sorted by its first atom (for locality of the gathers and scatters)."""
     active = epsilon != 0
     n_lj = int(active.sum())
-    if len(first) > 0:
+    in_order = n_lj == len(first) and bool((first[1:] >= first[:-1]).all())  # e.g. a neighbour list
+    if len(first) > 0 and not in_order:
         order = torch.argsort((~active).long() * (int(first.max()) + 1) + first, stable=True)
         first, second, charge_products = first[order], second[order], charge_products[order]
         sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
@@ -628,12 +650,9 @@ class Nonbonded(EnergyTerm):
             else:
                 pair_set = self._make_pairs(pairs)
                 if box is not None:
-                    direct = reference[pair_set.second] - reference[pair_set.first]
-                    # listed pairs are up to cutoff + skin apart; beyond max_cutoff (a small box) only
-                    # nearest_image finds the image that comes within the cutoff before the next rebuild
-                    image = (space.minimum_image if self.neighbors.list_cutoff <= space.max_cutoff(box)
-                             else space.nearest_image)
-                    pair_set.shifts = (image(direct, box.detach()) - direct).T.contiguous()
+                    pair_set.shifts = _lattice_shifts(
+                        pair_set.first, pair_set.second, box, reference, self.neighbors.list_cutoff
+                    )
                 if cached:
                     pair_set.flat_first = _flat_index(pair_set.first, len(positions))
                     pair_set.flat_second = _flat_index(pair_set.second, len(positions))
@@ -641,8 +660,7 @@ class Nonbonded(EnergyTerm):
                 self._pair_cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
-        moved = positions.detach() - self.neighbors.reference_positions.to(positions.dtype)
-        return pair_set, positions - (moved - space.minimum_image(moved, box.detach()))
+        return pair_set, _unwrap_to_reference(positions, box, self.neighbors.reference_positions)
 
     def _neighbor_kernel(self, kernels, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
         """The direct-space sum by the compiled kernel over the neighbour list in compressed rows

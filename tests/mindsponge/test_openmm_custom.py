@@ -328,6 +328,161 @@ def test_continuous_tables_inside_and_outside_their_range_match_openmm(periodic,
     _compare(_system([force]), positions, reference)
 
 
+def _lennard_jones_force(kind, method, switching=False, long_range=False, repulsive_pair=False):
+    """A Lennard-Jones CustomNonbondedForce: CHARMM's per-type tables ``acoef/r^12 - bcoef/r^6``
+    (with an NBFIX-like entry and a type without Lennard-Jones), or ``4*eps*((sig/r)^12-(sig/r)^6)``
+    with Lorentz-Berthelot rules in definitions and a global scale. ``repulsive_pair`` gives one
+    pair of types a negative ``bcoef``: not a Lennard-Jones pair any more."""
+    sigma, epsilon = np.array([0.3, 0.35, 0.25]), np.array([0.5, 0.0, 0.8])
+    if kind == "tables":
+        force = openmm.CustomNonbondedForce("acoef(type1, type2)/r^12 - bcoef(type1, type2)/r^6")
+        force.addPerParticleParameter("type")
+        pair_sigma = 0.5 * (sigma[:, None] + sigma[None, :])
+        pair_epsilon = np.sqrt(epsilon[:, None] * epsilon[None, :])
+        acoef, bcoef = 4 * pair_epsilon * pair_sigma**12, 4 * pair_epsilon * pair_sigma**6
+        bcoef[0, 2] = bcoef[2, 0] = 1.5 * bcoef[0, 2]
+        if repulsive_pair:
+            bcoef[0, 2] = bcoef[2, 0] = -bcoef[0, 2]
+        for name, values in (("acoef", acoef), ("bcoef", bcoef)):
+            force.addTabulatedFunction(name, openmm.Discrete2DFunction(3, 3, list(values.T.ravel())))
+        for atom in range(N_ATOMS):
+            force.addParticle([atom % 3])
+    else:
+        force = openmm.CustomNonbondedForce(
+            "scale*4*eps*((sig/r)^12-(sig/r)^6); sig=0.5*(s1+s2); eps=sqrt(e1*e2)"
+        )
+        force.addGlobalParameter("scale", 0.9)
+        force.addPerParticleParameter("s")
+        force.addPerParticleParameter("e")
+        for atom in range(N_ATOMS):
+            force.addParticle([sigma[atom % 3], epsilon[atom % 3]])
+    for atom in range(0, N_ATOMS - 1, 4):
+        force.addExclusion(atom, atom + 1)
+    force.setNonbondedMethod(method)
+    force.setCutoffDistance(1.0)
+    force.setUseSwitchingFunction(switching)
+    force.setSwitchingDistance(0.85)
+    force.setUseLongRangeCorrection(long_range)
+    return force
+
+
+def _energy_and_gradient(term, positions, box, create_graph=False):
+    x = torch.tensor(positions, requires_grad=True)
+    energy = term(x, None if box is None else torch.tensor(box))
+    (gradient,) = torch.autograd.grad(energy, x, create_graph=create_graph)
+    return energy, gradient, x
+
+
+@pytest.mark.parametrize("kind", ["tables", "combination"])
+@pytest.mark.parametrize(
+    "method, switching, long_range, groups",
+    [
+        ("NoCutoff", False, False, False),
+        ("CutoffNonPeriodic", True, False, True),
+        ("CutoffPeriodic", True, True, False),
+        ("CutoffPeriodic", False, False, True),
+    ],
+)
+def test_lennard_jones_custom_nonbonded_runs_on_the_nonbonded_kernel(
+    kind, method, switching, long_range, groups, reference
+):
+    """The fast path (Nonbonded's LJ kernel) against OpenMM, and against the generic path (the
+    expression differentiated in r) on the same term; float32 against OpenMM too."""
+    force = _lennard_jones_force(kind, getattr(openmm.CustomNonbondedForce, method), switching, long_range)
+    if groups:  # a pair in two groups counts twice: weight 2 on the kernel's epsilon
+        force.addInteractionGroup(list(range(0, 15)), list(range(10, 30)))
+        force.addInteractionGroup([0, 1, 2, 3], [30, 31, 32, 33, 34, 12])
+    box = np.eye(3) * BOX
+    positions = _positions(21)
+    system = _system([force], box=box)
+    forcefield, expected = _compare(system, positions, reference, box, 1e-8 if long_range else 1e-10)
+    term = forcefield["CustomNonbonded"]
+    periodic_box = box if method == "CutoffPeriodic" else None
+    fast_energy, fast_gradient, _ = _energy_and_gradient(term, positions, periodic_box)
+    assert term.uses_lennard_jones_kernel
+    term.lennard_jones_kernel = False
+    generic_energy, generic_gradient, _ = _energy_and_gradient(term, positions, periodic_box)
+    assert not term.uses_lennard_jones_kernel
+    assert fast_energy.item() == pytest.approx(generic_energy.item(), rel=1e-12)
+    assert _rms_relative(fast_gradient.numpy(), generic_gradient.numpy()) < 1e-12
+    term32 = from_openmm(system, dtype=torch.float32)["CustomNonbonded"]
+    x32 = torch.tensor(positions, dtype=torch.float32)
+    forces32 = ms.forces(term32, x32, torch.tensor(box, dtype=torch.float32))
+    assert term32.uses_lennard_jones_kernel
+    assert _rms_relative(forces32.double().numpy(), expected.forces) < 1e-5
+    if kind == "combination":  # a global parameter change reaches the kernel's epsilon
+        term.lennard_jones_kernel = True
+        term.expression.set_global_parameter("scale", 0.45)
+        halved, _, _ = _energy_and_gradient(term, positions, periodic_box)
+        assert term.uses_lennard_jones_kernel
+        assert halved.item() == pytest.approx(fast_energy.item() / 2, rel=1e-12)
+
+
+def test_custom_nonbonded_outside_the_lennard_jones_form_takes_the_generic_path(reference):
+    """A negative ``bcoef`` entry cannot be written as sigma and epsilon: the generic path runs,
+    and still matches OpenMM (float64 and float32); its second derivatives (create_graph), and
+    those of the kernel path, match finite differences."""
+    force = _lennard_jones_force("tables", openmm.CustomNonbondedForce.CutoffPeriodic, True, False, True)
+    box = np.eye(3) * BOX
+    positions = _positions(22)
+    forcefield, _ = _compare(_system([force], box=box), positions, reference, box)
+    term = forcefield["CustomNonbonded"]
+    assert not term.uses_lennard_jones_kernel
+    system = _system([force], box=box)
+    x32, box32 = torch.tensor(positions, dtype=torch.float32), torch.tensor(box, dtype=torch.float32)
+    forces32 = ms.forces(from_openmm(system, dtype=torch.float32), x32, box32)
+    assert _rms_relative(forces32.double().numpy(), reference(system, positions, box).forces) < 1e-5
+    for kernel in (True, False):
+        term.lennard_jones_kernel = kernel
+        lj_term = from_openmm(_system([_lennard_jones_force("tables", 2, True)], box=box))["CustomNonbonded"]
+        lj_term.lennard_jones_kernel = kernel
+        for candidate in (term, lj_term):  # Hessian-vector product against differences of gradients
+            direction = torch.tensor(np.random.default_rng(3).normal(size=positions.shape))
+            _, gradient, x = _energy_and_gradient(candidate, positions, box, create_graph=True)
+            (product,) = torch.autograd.grad((gradient * direction).sum(), x)
+            step = 1e-6
+            _, ahead, _ = _energy_and_gradient(candidate, positions + step * direction.numpy(), box)
+            _, behind, _ = _energy_and_gradient(candidate, positions - step * direction.numpy(), box)
+            difference = ((ahead - behind) / (2 * step)).numpy()
+            assert _rms_relative(product.numpy(), difference) < 1e-6
+
+
+def test_lennard_jones_kernel_with_constant_coefficients_and_no_parameters():
+    """Constant coefficients (no per-particle parameters) keep float64: the kernel path equals
+    the pair sum written out in numpy."""
+    positions = torch.tensor(_positions(23, size=2.0))
+    term = ms.forcefield.custom.CustomNonbonded(
+        "4*(0.3^12/r^12-0.3^6/r^6)", [], torch.zeros(N_ATOMS, 0), cutoff=0.9
+    )
+    energy = term(positions).item()
+    assert term.uses_lennard_jones_kernel
+    first, second = np.triu_indices(N_ATOMS, 1)
+    r = np.linalg.norm(positions.numpy()[second] - positions.numpy()[first], axis=1)
+    r = r[r < 0.9]
+    assert energy == pytest.approx((4 * (0.3**12 / r**12 - 0.3**6 / r**6)).sum(), rel=1e-12)
+
+
+def test_inverse_power_forms_are_recognised_with_their_coefficients():
+    """``sum_k c_k / r^k`` after substituting definitions: coefficients checked by hand."""
+    tabulated = {"acoef": 2, "bcoef": 2}
+    tables = compile_expression("acoef(t1, t2)/r^12 - bcoef(t1, t2)/r^6", tabulated, dynamic=["r"])
+    assert set(tables.inverse_powers) == {12, 6}
+    functions = {"acoef": lambda a, b: 10 * a + b, "bcoef": lambda a, b: a * b}
+    values = {"t1": torch.tensor([2.0, 3.0]), "t2": torch.tensor([5.0, 7.0])}
+    assert tables.inverse_powers[12](values, functions).tolist() == [25.0, 37.0]
+    assert tables.inverse_powers[6](values, functions).tolist() == [-10.0, -21.0]
+    rules = compile_expression(
+        "4*eps*((sig/r)^12-(sig/r)^6); sig=0.5*(s1+s2); eps=sqrt(e1*e2)", dynamic=["r"]
+    )
+    values = {"s1": 0.3, "s2": 0.4, "e1": 0.5, "e2": 2.0}
+    values = {name: torch.tensor(value, dtype=torch.float64) for name, value in values.items()}
+    assert rules.inverse_powers[12](values).item() == pytest.approx(4 * 0.35**12)
+    assert rules.inverse_powers[6](values).item() == pytest.approx(-4 * 0.35**6)
+    for expression in ("k/r^12 + 1", "exp(-r)/r^6", "a/r^12 + b*r", "(a/r)^2.5", "k/(r-1)^6"):
+        assert compile_expression(expression, dynamic=["r"]).inverse_powers is None, expression
+    assert compile_expression("k/r^12").inverse_powers is None  # no dynamic variable: not looked for
+
+
 def _charmm36_peptide():
     with gzip.open(os.path.join(DATA, "charmm36_peptide_system.xml.gz"), "rt") as handle:
         system = openmm.XmlSerializer.deserialize(handle.read())
@@ -354,6 +509,7 @@ def test_charmm36_peptide_with_nbfix_ions_matches_openmm(reference):
         tolerance = 1e-6 if type(term).__name__ == "Nonbonded" else 1e-10
         assert energy == pytest.approx(expected.energies[term.openmm_force_index], rel=tolerance), term.name
     assert type(forcefield["LennardJones"]).__name__ == "CustomNonbonded"
+    assert forcefield["LennardJones"].uses_lennard_jones_kernel  # NBFIX tables fit sigma and epsilon
     assert type(forcefield["LennardJones14"]).__name__ == "CustomBond"
     assert type(forcefield["HarmonicImproper"]).__name__ == "HarmonicImproper"  # the fast path stays
     energy, forces = ms.forcefield.energy_and_forces(forcefield, x, box_tensor)
