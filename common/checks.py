@@ -13,11 +13,13 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from common.errors import ConfigurationError, DataError
 
-__all__ = ["positive_int", "non_negative_int", "finite", "positions"]
+__all__ = ["positive_int", "non_negative_int", "finite", "finite_cells", "positions"]
 
 
 def positive_int(value, name: str) -> int:
@@ -72,6 +74,37 @@ def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tens
     if tensor.dim() == 1:
         raise DataError(f"{name} of {item} {first} is not finite: {shown}{more}")
     raise DataError(f"{name} of {item} {first} are not finite: ({shown}){more}")
+
+
+def finite_cells(value, name: str):
+    """Refuse a NaN or infinite value on a grid, naming the first bad cell.
+
+    :func:`finite` names a row of the first axis; a grid (a material tensor, a source) needs the
+    full cell index ``(i, j[, k])`` (x first), which this names, with the count of bad cells.
+
+    Args:
+        value: a float or a tensor of any shape (a 0-d or 1-element tensor is one value).
+        name: what the value is, e.g. ``"permittivity of DesignRegion(center=(0.0, 0.0), ...)"``.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        DataError: ``"<name> is not finite at cell (3, 7): nan (2 cells in all)"``.
+    """
+    if not isinstance(value, torch.Tensor):
+        if not math.isfinite(value):
+            raise DataError(f"{name} is not finite: {value}")
+        return value
+    bad = ~torch.isfinite(value.detach())
+    if not bool(bad.any()):
+        return value
+    if value.numel() == 1:
+        raise DataError(f"{name} is not finite: {float(value.detach().reshape(()))}")
+    cell = tuple(int(index) for index in torch.nonzero(bad)[0])
+    count = int(bad.sum())
+    more = f" ({count} cells in all)" if count > 1 else ""
+    raise DataError(f"{name} is not finite at cell {cell}: {float(value.detach()[cell])}{more}")
 
 
 def positions(tensor, name: str = "positions") -> torch.Tensor:

@@ -104,9 +104,9 @@ import scipy.sparse as sparse
 import scipy.sparse.linalg as sparse_linalg
 import torch
 
+from common import checks
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
-from mindelec.fdtd.materials import check_finite_cells
 
 __all__ = ["Simulation", "WaveguideMode", "solve_linear_system", "PML_ORDER", "PML_REFLECTION"]
 
@@ -300,7 +300,7 @@ class Simulation:
                 f"({self.shape[0]} x {self.shape[1]} cells); it must leave an interior"
             )
         self.pml_thickness = int(pml_thickness)
-        check_finite_cells(permittivity, "fdfd.Simulation: permittivity")
+        checks.finite_cells(permittivity, "fdfd.Simulation: permittivity")
         self.permittivity = permittivity
         limit = self.max_frequency
         if self.frequency > limit:
@@ -469,7 +469,7 @@ class Simulation:
                 f"fdfd.Simulation.solve: source has shape {tuple(source.shape)}, expected {self.shape} "
                 f"or (batch, {self.shape[0]}, {self.shape[1]})"
             )
-        check_finite_cells(source, "fdfd.Simulation.solve: source")
+        checks.finite_cells(source, "fdfd.Simulation.solve: source")
         batch = source.reshape(-1, self.shape[0] * self.shape[1]).to(_complex_dtype(self.permittivity.dtype))
         rhs = (1j * self.omega * self._field_constant) * batch.T
         weight_x, weight_y = self._half_cell_weights()

@@ -22,39 +22,8 @@ import math
 
 import torch
 
-from common.errors import DataError
+from common import checks
 from common.units import VACUUM_PERMITTIVITY
-
-
-def check_finite_cells(value, name):
-    """Refuse a NaN or infinite material value, naming the first bad cell.
-
-    ``common.checks.finite`` names a row of the first axis; a material tensor is a grid, so this names
-    the full cell index ``(i, j[, k])`` (x first) and counts the bad cells.
-
-    Args:
-        value: a float or a tensor of any shape (a 0-d or 1-element tensor is one value).
-        name: what the value is, e.g. ``"permittivity of DesignRegion(center=(0.0, 0.0), ...)"``.
-
-    Returns:
-        ``value`` unchanged.
-
-    Raises:
-        DataError: ``"<name> is not finite at cell (3, 7): nan (2 cells in all)"``.
-    """
-    if not isinstance(value, torch.Tensor):
-        if not math.isfinite(value):
-            raise DataError(f"{name} is not finite: {value}")
-        return value
-    bad = ~torch.isfinite(value.detach())
-    if not bool(bad.any()):
-        return value
-    if value.numel() == 1:
-        raise DataError(f"{name} is not finite: {float(value.detach().reshape(()))}")
-    cell = tuple(int(index) for index in torch.nonzero(bad)[0])
-    count = int(bad.sum())
-    more = f" ({count} cells in all)" if count > 1 else ""
-    raise DataError(f"{name} is not finite at cell {cell}: {float(value.detach()[cell])}{more}")
 
 
 def _parameter(value, name, owner, positive=True, allow_zero=False):
@@ -71,7 +40,7 @@ def _parameter(value, name, owner, positive=True, allow_zero=False):
                 f"{owner}: {name} must be a number or a tensor, got {type(value).__name__}"
             ) from None
         check = torch.tensor(value)
-    check_finite_cells(value, f"{owner}: {name}")
+    checks.finite_cells(value, f"{owner}: {name}")
     if positive and bool((check < 0).any() if allow_zero else (check <= 0).any()):
         bound = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{owner}: {name} must be {bound}, got {value}")
@@ -285,7 +254,7 @@ class DesignRegion:
             DataError: a NaN or infinite value.
             ValueError: a value <= 0.
         """
-        check_finite_cells(self.permittivity, f"permittivity of {self!r}")
+        checks.finite_cells(self.permittivity, f"permittivity of {self!r}")
         bad = self.permittivity.detach() <= 0
         if bool(bad.any()):
             cell = tuple(int(index) for index in torch.nonzero(bad)[0])

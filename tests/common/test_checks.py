@@ -53,3 +53,15 @@ def test_positions_shape_and_type():
         checks.positions(torch.zeros(4, 2))
     with pytest.raises(ConfigurationError, match="floating torch tensor"):
         checks.positions([[0.0, 0.0, 0.0]])
+
+
+def test_finite_cells_names_the_full_grid_index():
+    grid = torch.ones(4, 5, 6)
+    grid[2, 3, 1] = math.inf
+    grid[3, 0, 0] = math.nan
+    message = r"permittivity is not finite at cell \(2, 3, 1\): inf \(2 cells in all\)"
+    with pytest.raises(DataError, match=message):
+        checks.finite_cells(grid, "permittivity")
+    with pytest.raises(DataError, match="conductivity is not finite: nan"):
+        checks.finite_cells(math.nan, "conductivity")
+    assert checks.finite_cells(2.0, "x") == 2.0
