@@ -221,16 +221,20 @@ def test_output_files_outside_the_output_directory_are_refused(tmp_path, capsys,
     assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
-def test_input_paths_are_relative_to_the_configuration(tmp_path, monkeypatch, capsys):
-    folder = tmp_path / "inputs"
+def _water_config_in(folder, output_keys=""):
+    """A 4-step run of 8 waters from ``water.pdb`` next to ``folder/run.toml``, output to ``results``."""
     folder.mkdir()
     ms.build.water_box(8, box_size=1.25).to_pdb(folder / "water.pdb")
     (folder / "run.toml").write_text(
         'steps = 4\nconstraints = "water"\nminimize = false\n[system]\npdb = "water.pdb"\n'
         '[forcefield]\nfiles = ["tip3p.xml"]\nnonbonded_method = "CutoffPeriodic"\ncutoff = 0.6\n'
-        '[output]\ndirectory = "results"\nreport_every = 2\ntrajectory = ""\n'
-        'final_structure = "pdb/last.pdb"\n'
+        '[output]\ndirectory = "results"\nreport_every = 2\n' + output_keys
     )
+
+
+def test_input_paths_are_relative_to_the_configuration(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "inputs"
+    _water_config_in(folder, 'trajectory = ""\nfinal_structure = "pdb/last.pdb"\n')
     monkeypatch.chdir(tmp_path)  # the working directory holds no water.pdb
     assert main(["run", "inputs/run.toml", "--quiet"]) == 0, capsys.readouterr().err
     assert _logged_steps(folder / "results" / "log.csv") == [2, 4]
@@ -240,13 +244,7 @@ def test_input_paths_are_relative_to_the_configuration(tmp_path, monkeypatch, ca
 
 def test_output_option_replaces_the_output_directory(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "inputs"
-    folder.mkdir()
-    ms.build.water_box(8, box_size=1.25).to_pdb(folder / "water.pdb")
-    (folder / "run.toml").write_text(
-        'steps = 4\nconstraints = "water"\nminimize = false\n[system]\npdb = "water.pdb"\n'
-        '[forcefield]\nfiles = ["tip3p.xml"]\nnonbonded_method = "CutoffPeriodic"\ncutoff = 0.6\n'
-        '[output]\ndirectory = "results"\nreport_every = 2\n'
-    )
+    _water_config_in(folder)
     monkeypatch.chdir(tmp_path)
     assert main(["run", "inputs/run.toml", "--quiet", "--output", "elsewhere"]) == 0, capsys.readouterr().err
     assert _logged_steps(tmp_path / "elsewhere" / "log.csv") == [2, 4]
