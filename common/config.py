@@ -51,12 +51,14 @@ from typing import Any
 
 import tomllib
 
+from common.errors import ConfigurationError
+
 __all__ = ["ConfigError", "load", "loads", "from_dict", "to_dict", "dump", "dumps"]
 
 KeyPath = tuple  # tuple[str | int, ...]: table names, keys and (0-based) list indices
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError):
     """A configuration that cannot be loaded: bad TOML, unknown key, wrong type, bad value.
 
     Attributes:

@@ -330,7 +330,7 @@ class JobFailure:
         return f"{self.error_type}: {self.message}"
 
 
-class JobTimeoutError(TimeoutError):
+class JobTimeoutError(MindScienceError, TimeoutError):
     """A job ran longer than the ``timeout`` given to :func:`run_jobs`."""
 
     def __str__(self) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from common.errors import DataError
 from common.units import AMU_PER_NM3_TO_G_PER_CM3, BOLTZMANN_MD
 from mindsponge.neighbors import NeighborList
 from mindsponge.space import minimum_image
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(DataError):
     """A trajectory file that cannot be read (the message names the file and what is wrong)."""
 
 

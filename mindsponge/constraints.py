@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from common.errors import SimulationError
 from mindsponge import _kernels
 
 __all__ = [
@@ -42,7 +43,7 @@ KINDS = ("water", "hbonds", "water+hbonds")
 WATER_RESIDUES = ("HOH", "WAT", "SOL", "TIP3", "SPC", "T3P", "TP3")
 
 
-class ConstraintError(RuntimeError):
+class ConstraintError(SimulationError):
     """Constraints could not be satisfied (SHAKE did not converge or SETTLE met an impossible geometry)."""
 
 

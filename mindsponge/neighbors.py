@@ -58,6 +58,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from common.errors import SimulationError
 from mindsponge import _kernels, space
 
 __all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
@@ -79,7 +80,7 @@ def _half_shell(reach: tuple[int, int, int]) -> list[tuple[int, int, int]]:
                           if (dx, dy, dz) > (0, 0, 0)]
 
 
-class NeighborListOverflowError(RuntimeError):
+class NeighborListOverflowError(SimulationError):
     """More pairs were found than the fixed capacity ``max_pairs`` of a :class:`NeighborList`."""
 
 

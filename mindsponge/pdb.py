@@ -33,6 +33,7 @@ import torch
 from ase.data import covalent_radii
 
 from common import units
+from common.errors import DataError
 from mindsponge import elements, space
 from mindsponge.system import Atom, Residue, Topology
 
@@ -57,7 +58,7 @@ _BOND_TOLERANCE = 1.2  # bonded: distance < 1.2 x the sum of covalent radii
 _COORDINATE_END = 54  # columns 31-54 hold x, y, z
 
 
-class PDBError(ValueError):
+class PDBError(DataError):
     """A malformed PDB file; the message starts with ``file:line:``."""
 
 

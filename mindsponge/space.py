@@ -32,6 +32,8 @@ import math
 
 import torch
 
+from common.errors import DataError
+
 __all__ = [
     "BoxError",
     "box_from_lengths_and_angles",
@@ -51,7 +53,7 @@ __all__ = [
 _REDUCED_FORM_TOLERANCE = 1e-6
 
 
-class BoxError(ValueError):
+class BoxError(DataError):
     """A box that is not a valid periodic box in reduced form."""
 
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 import torch
 
 from common import checks, units
+from common.errors import DataError
 from mindsponge import elements, space
 
 __all__ = ["Atom", "AtomOutsideBoxError", "Residue", "System", "Topology"]
 
 
-class AtomOutsideBoxError(ValueError):
+class AtomOutsideBoxError(DataError):
     """An atom lies more than one box length outside the primary cell (often an Å/nm mix-up).
 
     Attributes:

@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from common import io
 from common.checks import positive_int
+from common.errors import DataError
 from common.parallel import DistributedContext
 from common.threads import default_threads, thread_budget
 from mindsponge import potentials as potentials_module
@@ -54,7 +55,7 @@ __all__ = ["TrainingData", "Trainer", "DatasetError", "main"]
 CHECKPOINT_FORMAT = "mindsponge.train/1"
 
 
-class DatasetError(ValueError):
+class DatasetError(DataError):
     """A dataset file that cannot be used for training (the message names the file and key)."""
 
 

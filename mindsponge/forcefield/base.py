@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from common import checks
+from common.errors import ConfigurationError
 
 __all__ = [
     "EnergyTerm",
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class DuplicateTermError(ValueError):
+class DuplicateTermError(ConfigurationError):
     """Two energy terms of a :class:`ForceField` report the same name."""
 
 

@@ -119,6 +119,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common.errors import ConfigurationError
 from common.units import COULOMB_MD
 from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
@@ -137,7 +138,7 @@ METHODS = ("nocutoff", "cutoff", "reaction_field", "ewald", "pme")
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-class NonbondedMethodError(ValueError):
+class NonbondedMethodError(ConfigurationError):
     """An option that the chosen non-bonded method does not support (e.g. PME without a box)."""
 
 

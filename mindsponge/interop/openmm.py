@@ -68,6 +68,7 @@ from collections.abc import Sequence
 
 import torch
 
+from common.errors import ConfigurationError
 from mindsponge.forcefield.base import EnergyTerm, ForceField, VirtualSites
 from mindsponge.forcefield.bonded import (
     CMAPTorsion,
@@ -113,7 +114,7 @@ _IMPROPER_EXPRESSIONS = {
 _PI_DEFINITION = re.compile(r";pi=([0-9.eE+-]+)(?=;|$)")
 
 
-class UnsupportedOpenMMForceError(ValueError):
+class UnsupportedOpenMMForceError(ConfigurationError):
     """An OpenMM force, or an option of one, that mindsponge cannot translate."""
 
 

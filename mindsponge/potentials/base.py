@@ -35,6 +35,7 @@ import torch
 from ase.data import chemical_symbols
 from torch import Tensor, nn
 
+from common.errors import DataError
 from mindsponge import space
 from mindsponge.elements import atomic_number as _atomic_number
 from mindsponge.neighbors import NeighborList
@@ -55,7 +56,7 @@ def _symbol(number: int) -> str:
     return chemical_symbols[number] if 0 < number < len(chemical_symbols) else f"Z={number}"
 
 
-class UnknownElementError(ValueError):
+class UnknownElementError(DataError):
     """An atomic number the potential cannot embed or was not trained on."""
 
 
