@@ -5,7 +5,7 @@ Three shapes of rename, one helper each:
 - a keyword argument: :func:`renamed_arguments` (``frequency=`` -> ``every=``);
 - a method: :func:`deprecated_method` (``Simulation.force`` -> ``Simulation.energy_and_forces``);
 - a module attribute that moved or was renamed: :func:`moved_attributes`, used as a module's
-  ``__getattr__`` (``mindelec.data.load_cad`` -> ``mindelec.cad.load_cad``).
+  ``__getattr__`` (``mindelec.data.load_mesh`` -> ``mindelec.cad.load_mesh``).
 
 Example::
 
@@ -17,7 +17,7 @@ Example::
         force = deprecated_method("energy_and_forces")
 
     # in the old module mindelec/data.py
-    __getattr__ = moved_attributes(__name__, {"load_cad": "mindelec.cad:load_cad"})
+    __getattr__ = moved_attributes(__name__, {"load_mesh": "mindelec.cad:load_mesh"})
 """
 
 from __future__ import annotations
