@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -271,7 +272,8 @@ def steps_to(history, target):
     return None
 
 
-def main():
+def parse_arguments(argv=None) -> argparse.Namespace:
+    """The command line, with the defaults that depend on other options filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI-sized run (a few minutes)")
     parser.add_argument("--steps", type=int, default=None, help="Adam steps of the main run")
@@ -322,14 +324,123 @@ def main():
     )
     parser.add_argument("--windows", type=int, default=6, help="time windows of the curriculum (1: none)")
     parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
     if args.absorbing_order is None:
         args.absorbing_order = 2 if args.formulation == "potential" else 1
+    args.monitors = args.monitors or (5 if args.quick else 20)
+    return args
+
+
+def softening(args, problem):
+    """--radial (m) as the dimensionless softening of the radial input, or None (no radial input)."""
+    return args.radial / problem.scales.length if args.radial else None
+
+
+def make_model(args, problem):
+    """The main run's network for ``problem``: a plain sine MLP or the default MultiScaleMLP."""
+    if args.network == "plain":
+        return plain_model(problem, args.formulation, softening(args, problem), args.input_frequency)
+    return pinn.default_model(
+        problem,
+        fourier_features=args.fourier,
+        fourier_scale=args.fourier_scale,
+        radial_softening=softening(args, problem),
+    )
+
+
+def run_main(args, results, skip, batch, resolution, stride, steps, monitor_every):
+    """The main run against the FDTD reference (and, unless skipped, the other network on the same budget)."""
+    setup = pinn.PointSourceSetup(source_radius=args.radius)
+    start = time.perf_counter()
+    reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
+    results["fdtd_seconds"] = time.perf_counter() - start
+    samples = sum(len(values) for values in reference.values.values())
+    print(
+        f"FDTD reference ({resolution * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, {samples} samples"
+    )
+    floor = wall_floor(setup, args.absorbing_order, resolution)
+    results["floor"] = floor
+    print(
+        f"exact solution with order-{args.absorbing_order} sides vs the open-domain reference (an exact "
+        f"solver's error): Ex {floor['Ex']:.4f}  Ey {floor['Ey']:.4f}  Hz {floor['Hz']:.4f}"
+    )
+    torch.manual_seed(0)
+    problem, scales = build(setup, batch, args.formulation, args.absorbing_order)
+    model = make_model(args, problem)
+    if args.initial:
+        model.load_state_dict(load_checkpoint(args.initial)["model"])
+    run = (setup, batch, args.formulation)
+    main_run = train_windows(
+        *run,
+        model,
+        reference,
+        steps,
+        args.lr,
+        monitor_every,
+        args.windows,
+        args.checkpoint,
+        absorbing_order=args.absorbing_order,
+    )
+    errors, evaluations = main_run["errors"], main_run["evaluations"]
+    results[args.network] = main_run
+    name = "MultiScaleMLP" if args.network == "multiscale" else "plain sine MLP"
+    print(
+        f"{name} PINN ({args.formulation}, {args.windows} time windows): Ex {errors['Ex']:.4f}  "
+        f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after {evaluations:.3g} point evaluations "
+        f"({main_run['seconds']:.0f} s); MindElec: 0.0356 0.0343 0.0230 after "
+        f"{MINDELEC['evaluations']:.3g}"
+    )
+    if "mlp" not in skip:
+        results["mlp"] = run_other_network(args, problem, run, reference, steps, monitor_every)
+
+
+def run_other_network(args, problem, run, reference, steps, monitor_every):
+    """The network the main run did not use, trained on the same budget."""
+    torch.manual_seed(0)
+    if args.network == "plain":
+        other = pinn.default_model(problem, radial_softening=softening(args, problem))
+        kind = "MultiScaleMLP"
+    else:
+        other = plain_model(problem, args.formulation, softening(args, problem))
+        kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
+    result = train_windows(
+        *run,
+        other,
+        reference,
+        steps,
+        args.lr,
+        monitor_every,
+        args.windows,
+        absorbing_order=args.absorbing_order,
+    )
+    mlp_errors = result["errors"]
+    print(
+        f"{kind}, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
+        f"Hz {mlp_errors['Hz']:.4f} ({result['seconds']:.0f} s)"
+    )
+    return result
+
+
+def report(args, results, skip):
+    """The closing comparison with MindElec's published run and the incremental-training ratio."""
+    if "main" not in skip:
+        main_run = results[args.network]
+        errors, evaluations = main_run["errors"], main_run["evaluations"]
+        print(
+            f"largest component error / MindElec's largest: {max(errors.values()) / 0.0356:.3f} with "
+            f"{evaluations / MINDELEC['evaluations']:.3f} of its point evaluations"
+        )
+    if "incremental" in results and results["incremental"]["ratio"] is not None:
+        ratio = results["incremental"]["ratio"]
+        print(f"incremental training: steps to target, scratch / fine-tune = {ratio:.2f}")
+
+
+def main():
+    args = parse_arguments()
+    torch.set_num_threads(args.threads)
     steps = args.steps or (100 if args.quick else 18000)
     batch = args.batch or (512 if args.quick else 1024)
     resolution, stride = args.resolution or (5e-3 if args.quick else 2.5e-3), 4
-    args.monitors = args.monitors or (5 if args.quick else 20)
     monitor_every = max(steps // args.monitors, 10)
     skip = set(filter(None, args.skip.split(",")))
     results = {
@@ -346,101 +457,16 @@ def main():
         "input_frequency": args.input_frequency,
         "initial": args.initial,
     }
-
-    def softening(problem):  # --radial in m, dimensionless
-        return args.radial / problem.scales.length if args.radial else None
-
-    def make_model(problem):
-        if args.network == "plain":
-            return plain_model(problem, args.formulation, softening(problem), args.input_frequency)
-        return pinn.default_model(
-            problem,
-            fourier_features=args.fourier,
-            fourier_scale=args.fourier_scale,
-            radial_softening=softening(problem),
-        )
-
     if "main" not in skip:
-        setup = pinn.PointSourceSetup(source_radius=args.radius)
-        start = time.perf_counter()
-        reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
-        results["fdtd_seconds"] = time.perf_counter() - start
-        samples = sum(len(values) for values in reference.values.values())
-        print(
-            f"FDTD reference ({resolution * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, "
-            f"{samples} samples"
-        )
-        floor = wall_floor(setup, args.absorbing_order, resolution)
-        results["floor"] = floor
-        print(
-            f"exact solution with order-{args.absorbing_order} sides vs the open-domain reference (an exact "
-            f"solver's error): Ex {floor['Ex']:.4f}  Ey {floor['Ey']:.4f}  Hz {floor['Hz']:.4f}"
-        )
-        torch.manual_seed(0)
-        problem, scales = build(setup, batch, args.formulation, args.absorbing_order)
-        model = make_model(problem)
-        if args.initial:
-            model.load_state_dict(load_checkpoint(args.initial)["model"])
-        run = (setup, batch, args.formulation)
-        main_run = train_windows(
-            *run,
-            model,
-            reference,
-            steps,
-            args.lr,
-            monitor_every,
-            args.windows,
-            args.checkpoint,
-            absorbing_order=args.absorbing_order,
-        )
-        errors, evaluations = main_run["errors"], main_run["evaluations"]
-        results[args.network] = main_run
-        name = "MultiScaleMLP" if args.network == "multiscale" else "plain sine MLP"
-        print(
-            f"{name} PINN ({args.formulation}, {args.windows} time windows): Ex {errors['Ex']:.4f}  "
-            f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after {evaluations:.3g} point evaluations "
-            f"({main_run['seconds']:.0f} s); MindElec: 0.0356 0.0343 0.0230 after "
-            f"{MINDELEC['evaluations']:.3g}"
-        )
-
-        if "mlp" not in skip:  # the other network, same budget
-            torch.manual_seed(0)
-            if args.network == "plain":
-                other = pinn.default_model(problem, radial_softening=softening(problem))
-                kind = "MultiScaleMLP"
-            else:
-                other = plain_model(problem, args.formulation, softening(problem))
-                kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
-            results["mlp"] = train_windows(
-                *run,
-                other,
-                reference,
-                steps,
-                args.lr,
-                monitor_every,
-                args.windows,
-                absorbing_order=args.absorbing_order,
-            )
-            mlp_errors = results["mlp"]["errors"]
-            print(
-                f"{kind}, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
-                f"Hz {mlp_errors['Hz']:.4f} ({results['mlp']['seconds']:.0f} s)"
-            )
-
+        run_main(args, results, skip, batch, resolution, stride, steps, monitor_every)
     if "incremental" not in skip:
-        results["incremental"] = incremental(args, batch, resolution, stride, make_model)
-
+        results["incremental"] = incremental(
+            args, batch, resolution, stride, functools.partial(make_model, args)
+        )
     if args.output:
         with open(args.output, "w") as handle:
             json.dump(results, handle, indent=1)
-    if "main" not in skip:
-        print(
-            f"largest component error / MindElec's largest: {max(errors.values()) / 0.0356:.3f} with "
-            f"{evaluations / MINDELEC['evaluations']:.3f} of its point evaluations"
-        )
-    if "incremental" in results and results["incremental"]["ratio"] is not None:
-        ratio = results["incremental"]["ratio"]
-        print(f"incremental training: steps to target, scratch / fine-tune = {ratio:.2f}")
+    report(args, results, skip)
 
 
 def plain_model(problem, formulation, radial_softening=None, input_frequency=1.0):

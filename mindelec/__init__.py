@@ -8,7 +8,19 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"fdtd", "fdfd", "ports", "pinn", "data", "surrogate", "sweeps"}
+_SUBMODULES = {
+    "fdtd",
+    "fdfd",
+    "ports",
+    "pinn",
+    "cad",
+    "voxels",
+    "point_clouds",
+    "devices",
+    "data",
+    "surrogate",
+    "sweeps",
+}
 
 
 def __getattr__(name):

@@ -1,6 +1,6 @@
 """Parameter-sweep samples for datasets: S-parameters of a parameterised 2D structure by FDTD.
 
-The structure (:func:`mindelec.data.waveguide_obstacle`) is a parallel-plate waveguide in 2D TM
+The structure (:func:`mindelec.devices.waveguide_obstacle`) is a parallel-plate waveguide in 2D TM
 (Ez, Hx, Hy): PEC walls at ``y = +-height/2``, PML at both ends along x, a dielectric block of
 ``length`` (along x) and relative ``permittivity``, centred at ``x = 0``, filling the guide's height
 (default) or a ``width`` up from the lower wall. A full-height block is a Fabry-Perot resonator for
@@ -193,9 +193,9 @@ def _check_parameters(params, setup: WaveguideSetup) -> dict[str, float]:
 
 
 def _device_structures(values, setup: WaveguideSetup):
-    from mindelec import data
+    from mindelec import devices
 
-    return data.waveguide_obstacle(values["length"], values["width"], values["permittivity"], setup.height)
+    return devices.waveguide_obstacle(values["length"], values["width"], values["permittivity"], setup.height)
 
 
 def sparameter_sample(params: dict, seed: int, **options) -> dict[str, np.ndarray]:
@@ -264,7 +264,7 @@ def field_sample(params: dict, seed: int, frequency: float = 11.5e9, **options) 
         ``|Ez|`` of the empty guide's DFT at that frequency (dimensionless); ``frequency`` (): Hz.
     """
     del seed
-    from mindelec import data, fdtd
+    from mindelec import fdtd, voxels
 
     setup = _setup_from_options(options)
     values = _check_parameters(params, setup)
@@ -275,7 +275,7 @@ def field_sample(params: dict, seed: int, frequency: float = 11.5e9, **options) 
         setup.key(), float(frequency), setup
     )
     grid = fdtd.Grid(setup.size, setup.resolution)
-    permittivity = data.permittivity_grid(structures, grid, "Ez").to(torch.float64).numpy()
+    permittivity = voxels.permittivity_grid(structures, grid, "Ez").to(torch.float64).numpy()
     field = field.numpy()
     return {
         "permittivity": permittivity,

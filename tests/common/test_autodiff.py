@@ -276,7 +276,7 @@ def test_bad_input_raises_naming_the_problem():
         ad.laplacian(u, points, dims=(0, 0))
 
 
-# --- forward (model-aware) fast paths: forward_laplacian and forward_derivative ---
+# --- forward (model-aware) fast paths: forward_laplacian, forward_derivative and forward_hessian ---
 
 SYMPY_ACTIVATIONS = {
     "tanh": (nn.Tanh(), sympy.tanh),
@@ -334,6 +334,11 @@ def test_forward_paths_against_analytic_network(activation, dimension):
     torch.testing.assert_close(jet.value[:, 0], partial(points, ()), **TOLERANCE)
     torch.testing.assert_close(jet.jacobian[:, 0], gradient, **TOLERANCE)
     torch.testing.assert_close(jet.laplacian[:, 0], laplacian, **TOLERANCE)
+    hessian_jet = ad.forward_hessian(model, points)
+    torch.testing.assert_close(hessian_jet.value[:, 0], partial(points, ()), **TOLERANCE)
+    torch.testing.assert_close(hessian_jet.first[:, :, 0].T, gradient, **TOLERANCE)
+    for row, pair in enumerate(ad.HessianJet.pairs(dimension)):
+        torch.testing.assert_close(hessian_jet.second[row, :, 0], partial(points, pair), **TOLERANCE)
 
 
 def common_networks():
@@ -375,6 +380,20 @@ def test_forward_paths_match_graph_functions_on_common_networks(name):
             torch.testing.assert_close(
                 ad.forward_derivative(model, points, wrt)[:, component], derivatives.of(wrt), **TOLERANCE
             )
+        hessian_jet = ad.forward_hessian(model, points, dims=(2, 0))  # rows: inputs 0 and 2
+        for row, dim in enumerate((0, 2)):
+            torch.testing.assert_close(
+                hessian_jet.first[row, :, component], derivatives.of((dim,)), **TOLERANCE
+            )
+        for row, (a, b) in enumerate(ad.HessianJet.pairs(2)):
+            expected = derivatives.of(((0, 2)[a], (0, 2)[b]))
+            torch.testing.assert_close(hessian_jet.second[row, :, component], expected, **TOLERANCE)
+    # first order only: a jet without second derivatives stays without them
+    first_order = ad.propagate(
+        model, ad.HessianJet(points, torch.eye(3, dtype=points.dtype)[:, None, :].expand(3, len(points), 3))
+    )
+    assert first_order.second is None
+    torch.testing.assert_close(first_order.first.permute(1, 2, 0), ad.jacobian(outputs, points), **TOLERANCE)
 
 
 def test_forward_laplacian_loss_has_the_graph_laplacian_parameter_gradient():
