@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from mindsponge.forcefield.base import EnergyTerm
-from mindsponge.forcefield.bonded import _BondedTerm, _dihedral, _norm
+from mindsponge.forcefield.bonded import _angle, _BondedTerm, _dihedral, _norm
 from mindsponge.forcefield.custom.energy import ExpressionEnergy, total_energy
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction
 
@@ -94,7 +94,7 @@ class CustomAngle(_CustomBonded):
     def _geometry(self, positions, box):
         first = self._displacement(positions, box, 1, 0)
         second = self._displacement(positions, box, 1, 2)
-        return {"theta": torch.atan2(_norm(torch.cross(first, second, dim=-1)), (first * second).sum(-1))}
+        return {"theta": _angle(first, second)}
 
 
 class CustomTorsion(_CustomBonded):

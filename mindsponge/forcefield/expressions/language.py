@@ -60,14 +60,14 @@ def _minimum_image(vectors: Tensor, box: Tensor | None) -> Tensor:
 def point_function(name: str, points: list[Tensor], box: Tensor | None) -> Tensor:
     """Distance (nm), angle (rad, at the second point) or dihedral (rad, ``[-pi, pi]``) of points
     ``(..., 3)``; minimum-image differences when ``box`` is given."""
-    from mindsponge.forcefield.bonded import _dihedral, _norm
+    from mindsponge.forcefield.bonded import _angle, _dihedral, _norm
 
     if name in ("pointdistance", "periodicdistance"):
         return _norm(_minimum_image(points[0] - points[1], box))
     if name == "pointangle":
         first = _minimum_image(points[0] - points[1], box)
         second = _minimum_image(points[2] - points[1], box)
-        return torch.atan2(_norm(torch.cross(first, second, dim=-1)), (first * second).sum(-1))
+        return _angle(first, second)
     bonds = [_minimum_image(points[k + 1] - points[k], box) for k in range(3)]
     return _dihedral(*bonds)
 
