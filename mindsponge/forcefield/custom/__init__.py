@@ -31,6 +31,11 @@ without periodic images, the same optional switching function as ``NonbondedForc
 OpenMM's long-range correction (the same numerical integral over particle classes, see
 :meth:`CustomNonbonded.long_range_coefficient`).
 
+Modules: :mod:`.energy` (:class:`ExpressionEnergy` and what the terms share), :mod:`.bonded`
+(bond, angle, torsion, external, compound and centroid terms), :mod:`.nonbonded`
+(:class:`CustomNonbonded`) with :mod:`.long_range` (its long-range correction), :mod:`.gb`
+(:class:`CustomGB`).
+
 Example::
 
     lj14 = CustomBond(pairs, "4*epsilon*((sigma/r)^12-(sigma/r)^6)", ["sigma", "epsilon"], table)

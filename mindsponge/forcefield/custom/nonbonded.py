@@ -459,15 +459,10 @@ class CustomNonbonded(EnergyTerm):
     # --- long-range correction -----------------------------------------------------------
 
     def long_range_coefficient(self, dtype: torch.dtype = torch.float64) -> Tensor:
-        """OpenMM's long-range correction coefficient ``C`` (kJ/mol nm^3; the energy is ``C / V``).
-
-        As ``CustomNonbondedForceImpl::calcLongRangeCorrection``: particles are grouped into
-        classes of equal parameters, and for each pair of classes the energy is integrated
-        from the cutoff to infinity (substituting ``x = r_c / r``) and, with switching, weighted
-        by ``1 - S`` over the switching interval, by the same iterated midpoint rule (tripling
-        the points until the relative change is below 1e-5), weighted by the number of
-        interacting pairs of those classes. Computed once per set of global parameter values.
-        """
+        """OpenMM's long-range correction coefficient ``C`` (kJ/mol nm^3; the energy is ``C / V``),
+        as ``CustomNonbondedForceImpl::calcLongRangeCorrection`` (see
+        :mod:`~mindsponge.forcefield.custom.long_range`). Computed once per set of global
+        parameter values."""
         key = (tuple(self.expression.global_values.tolist()), self.particle_parameters._version)
         if self._lrc_cache is None or self._lrc_cache[0] != key:
             self._lrc_cache = (key, long_range.coefficient(self))
