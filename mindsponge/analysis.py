@@ -104,7 +104,6 @@ def read_h5md(path, dtype=torch.float64):
             message names the file and the missing or unreadable item).
     """
     import h5py
-    import numpy as np
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -115,35 +114,8 @@ def read_h5md(path, dtype=torch.float64):
         raise TrajectoryError(f"trajectory {path!r} is not a readable HDF5/H5MD file ({error})") from error
     with handle:
         try:
-            if "particles" not in handle or not len(handle["particles"]):
-                raise TrajectoryError(f"trajectory {path!r} has no /particles group: not an H5MD trajectory")
-            name = next(iter(handle["particles"]))
-            group = handle["particles"][name]
-            if "position" not in group:
-                raise TrajectoryError(f"trajectory {path!r} lacks /particles/{name}/position")
-
-            def element(item, what):
-                value = np.asarray(item["value"][()], dtype=np.float64)
-                scale = (
-                    0.1 if str(item["value"].attrs.get("unit", "nm")).lower() in ("angstrom", "a") else 1.0
-                )
-                if "time" not in item:
-                    raise TrajectoryError(f"trajectory {path!r} lacks the time of {what}")
-                return value * scale, np.asarray(item["step"][()]), np.asarray(item["time"][()], np.float64)
-
-            positions, steps, times = element(group["position"], f"/particles/{name}/position")
-            velocities = element(group["velocity"], "velocity")[0] if "velocity" in group else None
-            boxes = None
-            if "box" in group and "edges" in group["box"]:
-                edges = element(group["box/edges"], "box/edges")[0]
-                boxes = edges if edges.ndim == 3 else np.stack([np.diag(row) for row in edges])
-            observables, observable_times = {}, {}
-            for key, item in handle.get("observables", {}).items():
-                if isinstance(item, h5py.Group) and "value" in item:
-                    observables[key] = torch.as_tensor(np.asarray(item["value"][()], np.float64), dtype=dtype)
-                    observable_times[key] = torch.as_tensor(
-                        np.asarray(item["time"][()], np.float64), dtype=dtype
-                    )
+            positions, steps, times, velocities, boxes = _read_particles(handle, path)
+            observables, observable_times = _read_observables(handle, dtype)
         except (OSError, KeyError, RuntimeError) as error:
             raise TrajectoryError(f"trajectory {path!r} is corrupt or truncated ({error})") from error
     if positions.ndim != 3 or positions.shape[-1] != 3:
@@ -162,6 +134,50 @@ def read_h5md(path, dtype=torch.float64):
         observables=observables,
         observable_times=observable_times,
     )
+
+
+def _read_particles(handle, path):
+    """Positions, steps, times, velocities (or ``None``) and boxes ``(T, 3, 3)`` (or ``None``) of
+    the first particle group of an open H5MD file, as numpy arrays in nm and ps."""
+    import numpy as np
+
+    if "particles" not in handle or not len(handle["particles"]):
+        raise TrajectoryError(f"trajectory {path!r} has no /particles group: not an H5MD trajectory")
+    name = next(iter(handle["particles"]))
+    group = handle["particles"][name]
+    if "position" not in group:
+        raise TrajectoryError(f"trajectory {path!r} lacks /particles/{name}/position")
+    positions, steps, times = _read_element(group["position"], path, f"/particles/{name}/position")
+    velocities = _read_element(group["velocity"], path, "velocity")[0] if "velocity" in group else None
+    boxes = None
+    if "box" in group and "edges" in group["box"]:
+        edges = _read_element(group["box/edges"], path, "box/edges")[0]
+        boxes = edges if edges.ndim == 3 else np.stack([np.diag(row) for row in edges])
+    return positions, steps, times, velocities, boxes
+
+
+def _read_element(item, path, what):
+    """An H5MD time-dependent element: its values (Å converted to nm), steps and times."""
+    import numpy as np
+
+    value = np.asarray(item["value"][()], dtype=np.float64)
+    scale = 0.1 if str(item["value"].attrs.get("unit", "nm")).lower() in ("angstrom", "a") else 1.0
+    if "time" not in item:
+        raise TrajectoryError(f"trajectory {path!r} lacks the time of {what}")
+    return value * scale, np.asarray(item["step"][()]), np.asarray(item["time"][()], np.float64)
+
+
+def _read_observables(handle, dtype):
+    """Every ``/observables/<name>`` time series: values and times by name, tensors of ``dtype``."""
+    import h5py
+    import numpy as np
+
+    observables, observable_times = {}, {}
+    for key, item in handle.get("observables", {}).items():
+        if isinstance(item, h5py.Group) and "value" in item:
+            observables[key] = torch.as_tensor(np.asarray(item["value"][()], np.float64), dtype=dtype)
+            observable_times[key] = torch.as_tensor(np.asarray(item["time"][()], np.float64), dtype=dtype)
+    return observables, observable_times
 
 
 def _check_frames(positions, boxes):

@@ -214,6 +214,27 @@ def water_box(
     if key not in WATER_MODELS:
         raise ValueError(f"model must be one of {sorted(WATER_MODELS)}, got {model!r}")
     water = WATER_MODELS[key]
+    n_molecules, box_size = _count_and_size(n_molecules, box_size, density, water.molecule_mass)
+    rng = np.random.default_rng(seed)
+    sites = _lattice_sites(n_molecules, box_size)
+    oxygens = sites[np.sort(rng.choice(len(sites), size=n_molecules, replace=False))]
+    oxygens = _relax_oxygens(oxygens, box_size, min_oxygen_distance)
+    positions = _orient(rng, oxygens, water.local_coordinates(), box_size, min_atom_distance)
+
+    topology = _water_topology(water, n_molecules)
+    kwargs = {"dtype": dtype, "device": device}
+    return System(
+        positions=torch.as_tensor(positions.reshape(-1, 3), **kwargs),
+        masses=topology.masses(**kwargs),
+        charges=torch.tensor(water.charges * n_molecules, **kwargs),
+        box=torch.eye(3, **kwargs) * box_size,
+        topology=topology,
+    )
+
+
+def _count_and_size(n_molecules, box_size, density, molecule_mass):
+    """The number of molecules and the box edge (nm) from two of them and the density (g/cm^3,
+    default experimental), checked."""
     if n_molecules is not None and box_size is not None:
         if density is not None:
             raise ValueError("give two of n_molecules, box_size and density, not all three")
@@ -222,28 +243,24 @@ def water_box(
     density = EXPERIMENTAL_WATER_DENSITY if density is None else float(density)
     if not density > 0:
         raise ValueError(f"density must be positive (g/cm^3), got {density}")
-    molecule_volume = water.molecule_mass * units.AMU_PER_NM3_TO_G_PER_CM3 / density  # nm^3
+    molecule_volume = molecule_mass * units.AMU_PER_NM3_TO_G_PER_CM3 / density  # nm^3
     if box_size is None:
         n_molecules = int(n_molecules)
         if n_molecules < 1:
             raise ValueError(f"n_molecules must be at least 1, got {n_molecules}")
-        box_size = (n_molecules * molecule_volume) ** (1 / 3)
-    else:
-        box_size = float(box_size)
-        if not box_size > 0:
-            raise ValueError(f"box_size must be positive (nm), got {box_size}")
-        if n_molecules is None:
-            n_molecules = round(box_size**3 / molecule_volume)
-            if n_molecules < 1:
-                raise ValueError(
-                    f"box_size {box_size} nm holds no water molecule at density {density} g/cm^3"
-                )
-    rng = np.random.default_rng(seed)
-    sites = _lattice_sites(n_molecules, box_size)
-    oxygens = sites[np.sort(rng.choice(len(sites), size=n_molecules, replace=False))]
-    oxygens = _relax_oxygens(oxygens, box_size, min_oxygen_distance)
-    positions = _orient(rng, oxygens, water.local_coordinates(), box_size, min_atom_distance)
+        return n_molecules, (n_molecules * molecule_volume) ** (1 / 3)
+    box_size = float(box_size)
+    if not box_size > 0:
+        raise ValueError(f"box_size must be positive (nm), got {box_size}")
+    if n_molecules is None:
+        n_molecules = round(box_size**3 / molecule_volume)
+        if n_molecules < 1:
+            raise ValueError(f"box_size {box_size} nm holds no water molecule at density {density} g/cm^3")
+    return n_molecules, box_size
 
+
+def _water_topology(water, n_molecules):
+    """Residues ``HOH`` of the model's atoms, with bonds O-H1 and O-H2."""
     n_sites = len(water.atom_names)
     residues = [Residue("HOH", index + 1, "A") for index in range(n_molecules)]
     atoms = [
@@ -256,12 +273,4 @@ def water_box(
         for index in range(n_molecules)
         for hydrogen in (1, 2)
     ]
-    topology = Topology(atoms, residues, bonds)
-    kwargs = {"dtype": dtype, "device": device}
-    return System(
-        positions=torch.as_tensor(positions.reshape(-1, 3), **kwargs),
-        masses=topology.masses(**kwargs),
-        charges=torch.tensor(water.charges * n_molecules, **kwargs),
-        box=torch.eye(3, **kwargs) * box_size,
-        topology=topology,
-    )
+    return Topology(atoms, residues, bonds)

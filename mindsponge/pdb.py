@@ -271,38 +271,47 @@ class _Reader:
         for name, _, residue_index, _ in self.atoms:
             names_by_residue[residue_index].add(name)
         positions = torch.tensor(self.positions, dtype=torch.float64)
-        atoms = []
-        for name, element_field, residue_index, line_number in self.atoms:
-            if element_field:
-                if element_field.upper() == "EP":
-                    element = None
-                else:
-                    element = elements.normalize_symbol(element_field)
-                    if element is None:
-                        raise self.error(line_number, f"unknown element {element_field!r} for atom {name!r}")
-            else:
-                try:
-                    element = _infer_element(name, names_by_residue[residue_index])
-                except KeyError:
-                    raise self.error(
-                        line_number,
-                        f"cannot infer the element of atom {name!r} from its name and columns 77-78 are "
-                        "blank; write the element symbol there (EP for an extra particle)",
-                    ) from None
-            atoms.append(Atom(name, element, residue_index))
+        atoms = [
+            Atom(name, self._element(name, field, names_by_residue[residue], line_number), residue)
+            for name, field, residue, line_number in self.atoms
+        ]
         bonds = standard_bonds(atoms, self.residues, positions)
+        self._add_connect_bonds(bonds)
+        topology = Topology(atoms, self.residues, bonds)
+        return PDBStructure(topology, positions, self.box, tuple(self.line_numbers), self.path)
+
+    def _element(self, name, element_field, residue_names, line_number):
+        """The element of an atom: columns 77-78 (``EP``: an extra particle, ``None``), or else
+        inferred from its name among the names of its residue."""
+        if not element_field:
+            try:
+                return _infer_element(name, residue_names)
+            except KeyError:
+                raise self.error(
+                    line_number,
+                    f"cannot infer the element of atom {name!r} from its name and columns 77-78 are "
+                    "blank; write the element symbol there (EP for an extra particle)",
+                ) from None
+        if element_field.upper() == "EP":
+            return None
+        element = elements.normalize_symbol(element_field)
+        if element is None:
+            raise self.error(line_number, f"unknown element {element_field!r} for atom {name!r}")
+        return element
+
+    def _add_connect_bonds(self, bonds):
+        """Append to ``bonds`` the CONECT bonds within the first model that it does not hold."""
         known = {frozenset(bond) for bond in bonds}
         for first, others, _ in self.connects:
             if first not in self.serials:
                 continue  # CONECT of an atom outside the first model
             for other in others:
-                if other in self.serials:
-                    pair = (self.serials[first], self.serials[other])
-                    if pair[0] != pair[1] and frozenset(pair) not in known:
-                        known.add(frozenset(pair))
-                        bonds.append(pair)
-        topology = Topology(atoms, self.residues, bonds)
-        return PDBStructure(topology, positions, self.box, tuple(self.line_numbers), self.path)
+                if other not in self.serials:
+                    continue
+                pair = (self.serials[first], self.serials[other])
+                if pair[0] != pair[1] and frozenset(pair) not in known:
+                    known.add(frozenset(pair))
+                    bonds.append(pair)
 
 
 def _water_bonds(atoms, residues):
@@ -365,6 +374,14 @@ def standard_bonds(atoms, residues, positions):
     for residue_index, indices in enumerate(members):
         if standard[residue_index]:
             bonds.extend(_covalent_pairs(indices, atoms, positions))
+    bonds.extend(_link_bonds(atoms, residues, members, standard, positions))
+    bonds.extend(_disulfide_bonds(atoms, residues, members, positions))
+    return bonds
+
+
+def _link_bonds(atoms, residues, members, standard, positions):
+    """Peptide C-N and nucleic O3'-P bonds between consecutive standard residues of a chain."""
+    bonds = []
     for residue_index in range(1, len(residues)):
         previous, current = residues[residue_index - 1], residues[residue_index]
         same_chain = (previous.chain_id, previous.chain_index) == (current.chain_id, current.chain_index)
@@ -375,11 +392,17 @@ def standard_bonds(atoms, residues, positions):
             heads = [i for i in members[residue_index] if atoms[i].name == head_name]
             if tails and heads:
                 bonds.extend(_covalent_pairs([tails[0], heads[0]], atoms, positions))
+    return bonds
+
+
+def _disulfide_bonds(atoms, residues, members, positions):
+    """SG-SG pairs closer than 0.3 nm of cysteines without HG."""
     sulfurs = []
     for residue_index, indices in enumerate(members):
         names = {atoms[i].name: i for i in indices}
         if residues[residue_index].name.upper() in ("CYS", "CYX") and "SG" in names and "HG" not in names:
             sulfurs.append(names["SG"])
+    bonds = []
     for position, first in enumerate(sulfurs):
         for second in sulfurs[position + 1 :]:
             if np.linalg.norm(positions[first] - positions[second]) < 0.3:
@@ -430,12 +453,7 @@ def write_pdb(path, topology, positions, box=None):
     ``CONECT`` records, so reading the file back gives the same topology (except residue
     insertion codes longer than one character and names longer than the PDB columns).
     """
-    values = positions.detach().to(device="cpu", dtype=torch.float64) * units.NM_TO_ANGSTROM
-    if tuple(values.shape) != (topology.n_atoms, 3):
-        raise ValueError(f"positions must have shape ({topology.n_atoms}, 3), got {tuple(values.shape)}")
-    if not torch.isfinite(values).all():
-        bad = int(torch.nonzero(~torch.isfinite(values).all(dim=1))[0, 0])
-        raise ValueError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
+    values = _angstrom_positions(topology, positions)
     topology.check_residue_order(f"write_pdb({path!r})")
     lines = ["REMARK   1 CREATED WITH MINDSPONGE"]
     if box is not None:
@@ -444,6 +462,27 @@ def write_pdb(path, topology, positions, box=None):
             f"CRYST1{a * 10:9.3f}{b * 10:9.3f}{c * 10:9.3f}{alpha:7.2f}{beta:7.2f}{gamma:7.2f}"
             " P 1           1 "
         )
+    serials = _write_atoms(lines, topology, values)
+    _write_connects(lines, topology, positions, serials)
+    lines.append("END")
+    with open(path, "w") as file:
+        file.write("\n".join(lines) + "\n")
+
+
+def _angstrom_positions(topology, positions):
+    """Positions ``(N, 3)`` in Å, float64 on the CPU, checked against the topology and finite."""
+    values = positions.detach().to(device="cpu", dtype=torch.float64) * units.NM_TO_ANGSTROM
+    if tuple(values.shape) != (topology.n_atoms, 3):
+        raise ValueError(f"positions must have shape ({topology.n_atoms}, 3), got {tuple(values.shape)}")
+    if not torch.isfinite(values).all():
+        bad = int(torch.nonzero(~torch.isfinite(values).all(dim=1))[0, 0])
+        raise ValueError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
+    return values
+
+
+def _write_atoms(lines, topology, values):
+    """Append the ATOM/HETATM records chain by chain, each chain closed by TER; returns the
+    serial number of each atom."""
     atoms_by_residue = [[] for _ in topology.residues]
     for index, atom in enumerate(topology.atoms):
         atoms_by_residue[atom.residue_index].append(index)
@@ -457,23 +496,39 @@ def write_pdb(path, topology, positions, box=None):
             number = (
                 str(residue.number) if len(str(residue.number)) <= 4 else _format_index(residue.number, 4)
             )
+            columns = f"{residue.name[:3]:>3s} {chain}{number:>4s}"
             insertion = residue.insertion_code[:1] or " "
-            name = residue.name[:3]
             for index in atoms_by_residue[residue_index]:
                 atom = topology.atoms[index]
-                symbol = "EP" if atom.element is None else atom.element
-                atom_name = atom.name[:4]
-                if len(atom_name) < 4 and atom_name[:1].isalpha() and len(symbol) < 2:
-                    atom_name = " " + atom_name
-                x, y, z = (_format_coordinate(value, index) for value in values[index].tolist())
                 lines.append(
-                    f"{record}{_format_index(serial, 5)} {atom_name:<4s} {name:>3s} {chain}{number:>4s}"
-                    f"{insertion}   {x}{y}{z}  1.00  0.00          {symbol:>2s}  "
+                    f"{record}{_format_index(serial, 5)} {_atom_columns(atom)} {columns}{insertion}   "
+                    f"{_coordinates(values, index)}  1.00  0.00          {_symbol(atom):>2s}  "
                 )
                 serials[index] = serial
                 serial += 1
-        lines.append(f"TER   {_format_index(serial, 5)}      {name:>3s} {chain}{number:>4s}")
+        lines.append(f"TER   {_format_index(serial, 5)}      {columns}")
         serial += 1
+    return serials
+
+
+def _symbol(atom):
+    return "EP" if atom.element is None else atom.element
+
+
+def _atom_columns(atom):
+    """Columns 13-16: the atom name, shifted right by one when short and its element one letter."""
+    atom_name = atom.name[:4]
+    if len(atom_name) < 4 and atom_name[:1].isalpha() and len(_symbol(atom)) < 2:
+        atom_name = " " + atom_name
+    return f"{atom_name:<4s}"
+
+
+def _coordinates(values, index):
+    return "".join(_format_coordinate(value, index) for value in values[index].tolist())
+
+
+def _write_connects(lines, topology, positions, serials):
+    """Append CONECT records for the bonds that :func:`standard_bonds` does not restore."""
     restored = {frozenset(bond) for bond in standard_bonds(topology.atoms, topology.residues, positions)}
     neighbours = {}
     for i, j in topology.bonds:
@@ -485,6 +540,3 @@ def write_pdb(path, topology, positions, box=None):
         for start in range(0, len(bonded), 4):
             fields = "".join(_format_index(other, 5) for other in bonded[start : start + 4])
             lines.append(f"CONECT{_format_index(serials[index], 5)}{fields}")
-    lines.append("END")
-    with open(path, "w") as file:
-        file.write("\n".join(lines) + "\n")

@@ -130,6 +130,11 @@ def _norm(vectors: Tensor) -> Tensor:
     return torch.sqrt((vectors * vectors).sum(-1) + torch.finfo(vectors.dtype).tiny)
 
 
+def _angle(first: Tensor, second: Tensor) -> Tensor:
+    """Angle (rad, ``[0, pi]``) between vectors ``(..., 3)``, as ``atan2(|u x v|, u . v)``."""
+    return torch.atan2(_norm(torch.cross(first, second, dim=-1)), (first * second).sum(-1))
+
+
 class HarmonicBond(_BondedTerm):
     """Harmonic bonds ``E = sum 1/2 k (r - r0)^2`` (OpenMM ``HarmonicBondForce``).
 
@@ -187,7 +192,7 @@ class HarmonicAngle(_BondedTerm):
         self._check_atoms(positions)
         first = self._displacement(positions, box, 1, 0)
         second = self._displacement(positions, box, 1, 2)
-        theta = torch.atan2(_norm(torch.cross(first, second, dim=-1)), (first * second).sum(-1))
+        theta = _angle(first, second)
         deviation = theta - self._parameter("angle", positions)
         return 0.5 * (self._parameter("k", positions) * deviation * deviation).sum()
 

@@ -193,6 +193,19 @@ def test_centroid_groups_weighted_by_mass_are_refused_with_the_group_named():
         from_openmm(_system([force], n_atoms=4))
 
 
+def _with_test_options(force, method, switching, long_range):
+    """``force`` (a CustomNonbondedForce) with every fourth atom excluded from the next, a 1 nm
+    cutoff, switching from 0.85 nm if ``switching`` and the long-range correction if ``long_range``."""
+    for atom in range(0, N_ATOMS - 1, 4):
+        force.addExclusion(atom, atom + 1)
+    force.setNonbondedMethod(method)
+    force.setCutoffDistance(1.0)
+    force.setUseSwitchingFunction(switching)
+    force.setSwitchingDistance(0.85)
+    force.setUseLongRangeCorrection(long_range)
+    return force
+
+
 def _nonbonded_force(method, switching=False, long_range=False):
     """LJ with per-particle parameters, a computed value, a global parameter and tabulated
     functions of every kind (symmetric in the two particles, as OpenMM requires)."""
@@ -232,14 +245,7 @@ def _nonbonded_force(method, switching=False, long_range=False):
     classes = [(0.15, 0.2, 0), (0.2, 0.9, 1), (0.3, 0.5, 2), (0.25, 1.0, 0), (0.18, 0.3, 2)]
     for atom in range(N_ATOMS):
         force.addParticle(list(classes[atom * 7 % len(classes)]))
-    for atom in range(0, N_ATOMS - 1, 4):
-        force.addExclusion(atom, atom + 1)
-    force.setNonbondedMethod(method)
-    force.setCutoffDistance(1.0)
-    force.setUseSwitchingFunction(switching)
-    force.setSwitchingDistance(0.85)
-    force.setUseLongRangeCorrection(long_range)
-    return force
+    return _with_test_options(force, method, switching, long_range)
 
 
 @pytest.mark.parametrize(
@@ -356,14 +362,7 @@ def _lennard_jones_force(kind, method, switching=False, long_range=False, repuls
         force.addPerParticleParameter("e")
         for atom in range(N_ATOMS):
             force.addParticle([sigma[atom % 3], epsilon[atom % 3]])
-    for atom in range(0, N_ATOMS - 1, 4):
-        force.addExclusion(atom, atom + 1)
-    force.setNonbondedMethod(method)
-    force.setCutoffDistance(1.0)
-    force.setUseSwitchingFunction(switching)
-    force.setSwitchingDistance(0.85)
-    force.setUseLongRangeCorrection(long_range)
-    return force
+    return _with_test_options(force, method, switching, long_range)
 
 
 def _energy_and_gradient(term, positions, box, create_graph=False):

@@ -1,0 +1,163 @@
+"""An OpenMM ``System`` read as a whole: its forces term by term, its masses, constraints and
+virtual sites."""
+
+from __future__ import annotations
+
+import torch
+
+from mindsponge.forcefield.base import EnergyTerm, ForceField, VirtualSites
+from mindsponge.interop.openmm import custom, standard
+from mindsponge.interop.openmm.reading import UnsupportedOpenMMForceError, md, unsupported
+
+# OpenMM force class -> converter(index, force, dtype) -> EnergyTerm
+_CONVERTERS = {
+    "HarmonicBondForce": standard.bond_term,
+    "HarmonicAngleForce": standard.angle_term,
+    "PeriodicTorsionForce": standard.torsion_term,
+    "CustomTorsionForce": standard.custom_torsion_term,
+    "CMAPTorsionForce": standard.cmap_term,
+    "NonbondedForce": standard.nonbonded_term,
+    "CustomBondForce": custom.custom_bonded_term,
+    "CustomAngleForce": custom.custom_bonded_term,
+    "CustomExternalForce": custom.custom_bonded_term,
+    "CustomCompoundBondForce": custom.custom_bonded_term,
+    "CustomCentroidBondForce": custom.custom_centroid_term,
+    "CustomNonbondedForce": custom.custom_nonbonded_term,
+    "CustomGBForce": custom.custom_gb_term,
+}
+_IGNORED = {"CMMotionRemover"}
+
+
+def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64) -> ForceField:
+    """Translate an OpenMM ``System`` into a :class:`~mindsponge.forcefield.ForceField`.
+
+    Args:
+        openmm_system: an ``openmm.System``.
+        topology: optional ``openmm.app.Topology`` or :class:`mindsponge.system.Topology`; when
+            given, its atom count must match the System's.
+        dtype: floating dtype of the parameters (float64 by default, exact for OpenMM's values). Use
+            ``ff.to(dtype)`` to change it later.
+
+    Returns:
+        A :class:`~mindsponge.forcefield.ForceField` with one term per OpenMM force (in the
+        System's order; ``CMMotionRemover`` is skipped). ``term.openmm_force_index`` is the
+        index of the source force. Virtual sites (two/three-particle average, out-of-plane:
+        TIP4P, TIP5P) become the force field's :class:`~mindsponge.forcefield.VirtualSites`.
+        The System is the truth for the dynamics too: ``forcefield.masses`` holds its particle
+        masses (hydrogen mass repartitioning included, float64 amu) and
+        ``forcefield.constraints`` its constraints (a
+        :class:`~mindsponge.forcefield.SystemConstraints`: pairs, the System's distances, and
+        which of them no energy term holds), or ``None`` without constraints. A
+        :class:`~mindsponge.simulation.Simulation` uses both by default.
+
+    Raises:
+        TypeError: ``openmm_system`` is not an ``openmm.System``.
+        UnsupportedOpenMMForceError: a force, or an option of one, has no mindsponge
+            equivalent (the message names the force and lists what is supported).
+        ValueError: the topology does not match the System.
+    """
+    import openmm
+
+    if not isinstance(openmm_system, openmm.System):
+        raise TypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
+    if topology is not None:
+        atoms = topology.n_atoms if hasattr(topology, "n_atoms") else topology.getNumAtoms()
+        if atoms != openmm_system.getNumParticles():
+            raise ValueError(
+                f"topology has {atoms} atoms but the OpenMM System has "
+                f"{openmm_system.getNumParticles()} particles"
+            )
+    terms: list[EnergyTerm] = []
+    counts: dict[str, int] = {}
+    for index, force in enumerate(openmm_system.getForces()):
+        kind = type(force).__name__
+        if kind in _IGNORED:
+            continue
+        if kind in _CONVERTERS:
+            term = _CONVERTERS[kind](index, force, dtype)
+        else:
+            raise unsupported(index, force, "this force type is not supported")
+        base_name = term.name if force.getName() == kind else force.getName()
+        counts[base_name] = counts.get(base_name, 0) + 1
+        term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
+        term.openmm_force_index = index
+        terms.append(term)
+    return ForceField(
+        terms,
+        virtual_sites=_virtual_sites(openmm_system),
+        masses=masses(openmm_system, torch.float64),
+        constraints=_system_constraints(openmm_system),
+    )
+
+
+def masses(openmm_system, dtype) -> torch.Tensor:
+    """The System's particle masses ``(N,)``, amu (zero for virtual sites)."""
+    return torch.tensor(
+        [md(openmm_system.getParticleMass(i)) for i in range(openmm_system.getNumParticles())], dtype=dtype
+    )
+
+
+def _system_constraints(openmm_system):
+    """The System's distance constraints (``SystemConstraints`` or ``None``), each marked required
+    unless an energy term holds it.
+
+    OpenMM's ``createSystem`` drops the bond term of a constrained bond and the angle term of a
+    rigid water (unless ``flexibleConstraints=True``); such a distance has nothing but the
+    constraint to hold it. A pair is held when a force with two-atom bonds (``HarmonicBondForce``,
+    ``CustomBondForce``) has a term on it, or when it is the end pair of an angle term.
+    """
+    from mindsponge.forcefield.base import SystemConstraints
+
+    rows = [openmm_system.getConstraintParameters(i) for i in range(openmm_system.getNumConstraints())]
+    if not rows:
+        return None
+    held = set()
+    for force in openmm_system.getForces():
+        if hasattr(force, "getNumBonds") and hasattr(force, "getBondParameters"):
+            for bond in range(force.getNumBonds()):
+                parameters = force.getBondParameters(bond)
+                if len(parameters) >= 2 and all(isinstance(atom, int) for atom in parameters[:2]):
+                    held.add(frozenset(parameters[:2]))
+        if hasattr(force, "getNumAngles") and hasattr(force, "getAngleParameters"):
+            for angle in range(force.getNumAngles()):
+                parameters = force.getAngleParameters(angle)
+                if len(parameters) >= 3 and all(isinstance(atom, int) for atom in parameters[:3]):
+                    held.add(frozenset((parameters[0], parameters[2])))
+    pairs = torch.tensor([row[:2] for row in rows], dtype=torch.long)
+    distances = torch.tensor([md(row[2]) for row in rows], dtype=torch.float64)
+    required = torch.tensor([frozenset(row[:2]) not in held for row in rows], dtype=torch.bool)
+    return SystemConstraints(pairs, distances, required)
+
+
+def _virtual_sites(openmm_system) -> VirtualSites | None:
+    """OpenMM's two/three-particle average and out-of-plane sites as :class:`VirtualSites`."""
+    import openmm
+
+    sites, parents, weights, cross_weights = [], [], [], []
+    for particle in range(openmm_system.getNumParticles()):
+        if not openmm_system.isVirtualSite(particle):
+            continue
+        site = openmm_system.getVirtualSite(particle)
+        if isinstance(site, openmm.TwoParticleAverageSite):
+            row = [site.getParticle(0), site.getParticle(1), site.getParticle(0)]
+            weight, cross = [site.getWeight(0), site.getWeight(1), 0.0], 0.0
+        elif isinstance(site, openmm.ThreeParticleAverageSite):
+            row = [site.getParticle(i) for i in range(3)]
+            weight, cross = [site.getWeight(i) for i in range(3)], 0.0
+        elif isinstance(site, openmm.OutOfPlaneSite):
+            row = [site.getParticle(i) for i in range(3)]
+            weight = [1.0 - site.getWeight12() - site.getWeight13(), site.getWeight12(), site.getWeight13()]
+            cross = site.getWeightCross()
+        else:
+            raise UnsupportedOpenMMForceError(
+                f"particle {particle} is a {type(site).__name__} virtual site; mindsponge supports "
+                "TwoParticleAverageSite, ThreeParticleAverageSite and OutOfPlaneSite"
+            )
+        sites.append(particle)
+        parents.append(row)
+        weights.append(weight)
+        cross_weights.append(cross)
+    if not sites:
+        return None
+    return VirtualSites(sites, parents, weights, cross_weights)
+
