@@ -8,7 +8,7 @@ import torch
 import mindsponge as ms
 from mindsponge.build import water_box
 from mindsponge.minimize import minimize
-from mindsponge.system import Atom
+from mindsponge.topology import Atom
 
 openmm = pytest.importorskip("openmm")
 from openmm import app, unit  # noqa: E402
