@@ -338,3 +338,13 @@ def test_biases_in_float32_match_float64():
         single = term(positions.float())
         assert single.dtype == torch.float32
         assert float(double) > 0 and float(single) == pytest.approx(float(double), rel=1e-5)
+
+
+def test_pace_is_the_deprecated_name_of_every():
+    distance = colvar.Distance([0, 1])
+    with pytest.warns(DeprecationWarning, match=r"pace=.*every="):
+        metad = bias.Metadynamics(distance, height=1.0, widths=0.1, pace=10, temperature=300.0,
+                                  grid_min=[0], grid_max=[1])
+    assert metad.every == 10
+    with pytest.warns(DeprecationWarning, match=r"Metadynamics.pace is deprecated.*Metadynamics.every"):
+        assert metad.pace == 10
