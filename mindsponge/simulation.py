@@ -17,8 +17,10 @@ A :class:`Simulation` holds an immutable :class:`~mindsponge.state.State` and re
 every step with the one the integrator returns. Everything a step depends on (positions,
 velocities, box, forces, the generator state, thermostat variables, and the reference
 positions of the force field's neighbour lists, which fix the summation order) goes into a
-checkpoint, so a run continued from a checkpoint is bit-identical to one that never stopped
-(same device and dtype). A step whose potential energy is not finite or jumps by more than
+checkpoint (:mod:`mindsponge.checkpoint`), so a run continued from a checkpoint is
+bit-identical to one that never stopped (same device and dtype). Thermostats and barostats
+get the run's fixed data as a :class:`~mindsponge.context.DynamicsContext` (``sim.context``),
+never the simulation itself. A step whose potential energy is not finite or jumps by more than
 ``max_energy_jump`` stops the run with :class:`SimulationBlowUpError` naming the step; with a
 ``checkpoint`` path the last good state is written there first.
 
@@ -74,9 +76,11 @@ class Simulation:
         forcefield: callable ``(positions, box) -> energy`` (kJ/mol), usually a
             :class:`~mindsponge.forcefield.ForceField`, in the compute dtype of ``precision``.
         integrator: an integrator from :mod:`mindsponge.integrators`.
-        thermostat: optional thermostat from :mod:`mindsponge.thermostats` (applied after each
-            step; use with :class:`~mindsponge.integrators.VelocityVerlet`).
-        barostat: optional barostat with ``frequency`` and ``apply(simulation, state) -> state``.
+        thermostat: optional thermostat from :mod:`mindsponge.thermostats`, called as
+            ``apply(state, sim.context) -> state`` after each step (use with
+            :class:`~mindsponge.integrators.VelocityVerlet`).
+        barostat: optional barostat from :mod:`mindsponge.barostats`, called as
+            ``apply(state, sim.context) -> state`` every ``barostat.every`` steps.
         constraints: ``None`` (the default: the force field's own constraints, see below, or none),
             ``"none"`` (no constraints), ``"water"``, ``"hbonds"``, ``"water+hbonds"`` (see
             :func:`mindsponge.constraints.from_system`) or a

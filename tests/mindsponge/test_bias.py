@@ -307,7 +307,7 @@ def test_bad_inputs():
             grid_min=[0, 0],
             grid_max=[1, 1],
         )
-    with pytest.raises(ValueError, match="every (steps) must be a positive int"):
+    with pytest.raises(ValueError, match=r"every \(steps\) must be a positive int"):
         bias.Metadynamics(
             distance, height=1.0, widths=0.1, every=0, temperature=300.0, grid_min=[0], grid_max=[1]
         )
