@@ -14,7 +14,7 @@ correction), Langevin dynamics by the BAOAB "middle" scheme at 300 K, 1/ps, 2 fs
 For each system and each thread count (torch threads and OpenMM's ``Threads`` alike):
 
 - energy+forces: OpenMM ``Context.getState(getEnergy=True, getForces=True)`` against
-  ``Simulation.force`` (one evaluation at a fixed configuration, the neighbour list kept);
+  ``Simulation.energy_and_forces`` (one evaluation at a fixed configuration, the neighbour list kept);
 - NVT dynamics: OpenMM ``LangevinMiddleIntegrator`` against
   :class:`~mindsponge.integrators.LangevinMiddle` (everything in float32, compiled CPU kernels).
 
@@ -78,7 +78,7 @@ def step_profile(simulation, steps: int, rows: int = 12) -> str:
     from torch.profiler import ProfilerActivity, profile
 
     state = simulation.state
-    force = time_calls(lambda: simulation.force(state.positions, state.box), 3, warmup=1)
+    force = time_calls(lambda: simulation.energy_and_forces(state.positions, state.box), 3, warmup=1)
     step = time_calls(lambda: simulation.run(steps), 1, warmup=1) / steps
     lines = [
         f"  mindsponge step {1e3 * step:.1f} ms = force evaluation {1e3 * force:.1f} ms "
@@ -137,8 +137,8 @@ def main() -> None:
             state = simulation.state
             forces = best_of_rounds(
                 {"openmm": lambda context=context: context.getState(getEnergy=True, getForces=True),
-                 "mindsponge": lambda state=state, simulation=simulation: simulation.force(state.positions,
-                                                                                             state.box)},
+                 "mindsponge": lambda state=state, simulation=simulation: simulation.energy_and_forces(
+                     state.positions, state.box)},
                 repeats=evaluations, rounds=rounds, warmup=1,
             )
             dynamics = best_of_rounds(

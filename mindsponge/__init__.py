@@ -11,16 +11,17 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "system", "space", "neighbors", "forcefield", "interop", "build", "potentials", "integrators",
-    "constraints", "thermostats", "barostats", "minimize", "simulation", "reporters", "colvar",
-    "bias", "train", "analysis", "labels",
+    "system", "topology", "space", "neighbors", "forcefield", "interop", "build", "potentials",
+    "integrators", "constraints", "thermostats", "barostats", "minimize", "simulation", "context",
+    "checkpoint", "overlaps", "reporters", "colvar", "bias", "train", "analysis", "labels",
 }
 # public names re-exported from submodules: name -> module
 _EXPORTS = {
     "System": "mindsponge.system",
-    "Topology": "mindsponge.system",
+    "Topology": "mindsponge.topology",
     "ForceField": "mindsponge.forcefield",
     "forces": "mindsponge.forcefield",
+    "energy_and_forces": "mindsponge.forcefield",
     "Simulation": "mindsponge.simulation",
 }
 

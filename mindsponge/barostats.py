@@ -1,7 +1,8 @@
 """Barostats (NPT).
 
-A barostat has ``frequency`` (steps) and ``apply(simulation, state) -> state``; the simulation
-calls it after every step whose number is a multiple of ``frequency`` (after the thermostat).
+A barostat has ``every`` (steps) and ``apply(state, context) -> state``; the simulation calls
+it, with its :class:`~mindsponge.context.DynamicsContext`, after every step whose number is a
+multiple of ``every`` (after the thermostat). ``frequency=`` is the deprecated name of ``every=``.
 Every barostat scales the molecules' centres of mass with the box (molecules move rigidly, so
 constraints stay satisfied) and needs a periodic system (:class:`~mindsponge.simulation.Simulation`
 refuses a barostat when the system's box is ``None``). Its state lives in ``state.extras`` and
@@ -9,7 +10,7 @@ goes into checkpoints.
 
 - :class:`MonteCarloBarostat`: OpenMM's isotropic Monte Carlo barostat (Chow & Ferguson,
   Comput. Phys. Commun. 91, 283 (1995); Aqvist et al., Chem. Phys. Lett. 384, 288 (2004)).
-  Every ``frequency`` steps the box volume is changed by a random ``dV`` in ``[-s, s]`` and the
+  Every ``every`` steps the box volume is changed by a random ``dV`` in ``[-s, s]`` and the
   move is accepted with the Metropolis probability of
 
       w = dU + P dV - N_mol k T ln(V' / V),
@@ -38,17 +39,12 @@ import math
 
 import torch
 
-from common import units
+from common import checks, units
+from common.deprecation import renamed_arguments, warn_deprecated
 from mindsponge import thermo
 from mindsponge.integrators import _check_positive
 
 __all__ = ["Berendsen", "CRescale", "MonteCarloAnisotropicBarostat", "MonteCarloBarostat"]
-
-
-def _check_frequency(frequency, owner):
-    if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency <= 0:
-        raise ValueError(f"{owner}: frequency must be a positive int (steps), got {frequency!r}")
-    return frequency
 
 
 def _check_pressure(pressure, owner):
@@ -57,10 +53,10 @@ def _check_pressure(pressure, owner):
     return float(pressure)
 
 
-def _scale_molecules(simulation, positions, scale):
+def _scale_molecules(context, positions, scale):
     """Positions with every molecule's centre of mass scaled by ``scale`` (a number or (3,) per axis)."""
-    groups = simulation.molecules
-    masses = simulation.masses.to(positions.dtype)
+    groups = context.molecules
+    masses = context.masses.to(positions.dtype)
     n_molecules = int(groups.max()) + 1
     totals = masses.new_zeros(n_molecules).index_add(0, groups, masses)
     totals = torch.where(totals > 0, totals, torch.ones_like(totals))
@@ -68,39 +64,50 @@ def _scale_molecules(simulation, positions, scale):
     return positions + (scale - 1) * (centers / totals[:, None])[groups]
 
 
-def _current_pressure(simulation, state):
+def _current_pressure(context, state):
     """Molecular-virial pressure of ``state``, bar (() tensor)."""
     return thermo.pressure(
-        simulation.potential,
+        context.potential,
         state.positions,
         state.velocities,
-        simulation.masses,
+        context.masses,
         state.box,
-        simulation.molecules,
+        context.molecules,
     )
 
 
-class MonteCarloBarostat:
+class _Barostat:
+    """What every barostat shares: its ``repr`` and the deprecated ``frequency`` attribute."""
+
+    def __repr__(self):
+        public = {key: value for key, value in vars(self).items() if not key.startswith("_")}
+        return f"{type(self).__name__}({', '.join(f'{key}={value!r}' for key, value in public.items())})"
+
+    @property
+    def frequency(self):
+        """Deprecated: use ``every``."""
+        warn_deprecated(f"{type(self).__name__}.frequency", f"{type(self).__name__}.every")
+        return self.every
+
+
+class MonteCarloBarostat(_Barostat):
     """Isotropic Monte Carlo barostat (see the module docstring).
 
     Args:
         pressure: external pressure, bar.
         temperature: temperature of the ensemble, K (the thermostat's).
-        frequency: attempt a volume move every this many steps.
+        every: attempt a volume move every this many steps (``frequency=``: deprecated name).
 
     Raises:
-        ValueError: a non-positive temperature or frequency, or a non-finite pressure.
+        ValueError: a non-positive temperature or ``every``, or a non-finite pressure.
     """
 
-    def __init__(self, pressure, temperature, frequency=25):
+    @renamed_arguments(frequency="every")
+    def __init__(self, pressure, temperature, every=25):
         owner = type(self).__name__
         self.pressure = _check_pressure(pressure, owner)
         self.temperature = _check_positive(temperature, "temperature (K)", owner)
-        self.frequency = _check_frequency(frequency, owner)
-
-    def __repr__(self):
-        public = {key: value for key, value in vars(self).items() if not key.startswith("_")}
-        return f"{type(self).__name__}({', '.join(f'{key}={value!r}' for key, value in public.items())})"
+        self.every = checks.positive_int(every, f"{owner}: every (steps)")
 
     # The isotropic barostat has one kind of move; the anisotropic one has one per axis.
     def _n_moves(self):
@@ -116,9 +123,9 @@ class MonteCarloBarostat:
         """Factors (3,) by which the box and the molecules' centres are stretched along x, y, z."""
         return (volume_ratio ** (1.0 / 3.0)).expand(3)
 
-    def apply(self, simulation, state):
+    def apply(self, state, context):
         """Attempt one volume move; returns the new (or the unchanged) state."""
-        generator = simulation.generator
+        generator = context.generator
         generator.set_state(state.rng_state)
         dtype, device = state.positions.dtype, state.positions.device
         volume = torch.linalg.det(state.box).abs()
@@ -132,14 +139,14 @@ class MonteCarloBarostat:
         uniforms = torch.rand(2, generator=generator, dtype=dtype, device=device)
         delta = step_sizes[move] * 2 * (uniforms[0] - 0.5)
         new_volume = volume + delta
-        n_molecules = int(simulation.molecules.max()) + 1
+        n_molecules = int(context.molecules.max()) + 1
         thermal = units.BOLTZMANN_MD * self.temperature
         moved = state
         if float(new_volume) > 0:
             scales = self._axis_scales(new_volume / volume, move)
-            positions = _scale_molecules(simulation, state.positions, scales)
+            positions = _scale_molecules(context, state.positions, scales)
             box = state.box * scales  # every box vector stretched component-wise: V' = V prod(scales)
-            energy, forces = simulation.force(positions, box)
+            energy, forces = context.energy_and_forces(positions, box)
             work = (
                 energy
                 - state.potential_energy
@@ -176,15 +183,16 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
     Args:
         pressure: external pressure, bar: one number for all axes, or three ``(P_x, P_y, P_z)``.
         temperature: temperature of the ensemble, K.
-        frequency: attempt a move every this many steps.
+        every: attempt a move every this many steps (``frequency=``: deprecated name).
         scale_x, scale_y, scale_z: which axes may change.
 
     Raises:
         ValueError: a bad pressure (not finite, or not one or three numbers), temperature or
-            frequency, or no axis enabled.
+            ``every``, or no axis enabled.
     """
 
-    def __init__(self, pressure, temperature, frequency=25, scale_x=True, scale_y=True, scale_z=True):
+    @renamed_arguments(frequency="every")
+    def __init__(self, pressure, temperature, every=25, scale_x=True, scale_y=True, scale_z=True):
         owner = type(self).__name__
         pressures = tuple(pressure) if isinstance(pressure, list | tuple) else (pressure,) * 3
         if len(pressures) != 3:
@@ -192,7 +200,7 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
                 f"{owner}: pressure must be a number or three numbers (P_x, P_y, P_z) in bar, "
                 f"got {pressure!r}"
             )
-        super().__init__(pressures[0], temperature, frequency)
+        super().__init__(pressures[0], temperature, every)
         self.pressure = tuple(_check_pressure(value, owner) for value in pressures)
         self.scale_x, self.scale_y, self.scale_z = bool(scale_x), bool(scale_y), bool(scale_z)
         self._axes = [axis for axis, enabled in enumerate((scale_x, scale_y, scale_z)) if enabled]
@@ -215,10 +223,10 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
         return scales
 
 
-class CRescale:
+class CRescale(_Barostat):
     """Stochastic cell rescaling, isotropic (Bernetti & Bussi, J. Chem. Phys. 153, 114107 (2020)).
 
-    Every ``frequency`` steps the logarithm of the volume takes an Euler-Maruyama step of
+    Every ``every`` steps the logarithm of the volume takes an Euler-Maruyama step of
 
         d(ln V) = -(beta_T / tau_p) (P0 - P - k T / V) dt + sqrt(2 k T beta_T / (V tau_p)) dW,
 
@@ -231,32 +239,31 @@ class CRescale:
         temperature: temperature, K.
         compressibility: isothermal compressibility beta_T, 1/bar (4.5e-5 for water).
         time_constant: relaxation time tau_p, ps.
-        frequency: apply every this many steps.
+        every: apply every this many steps (``frequency=``: deprecated name).
 
     Raises:
         ValueError: a non-finite pressure, a non-positive temperature, compressibility,
-            time constant or frequency.
+            time constant or ``every``.
     """
 
-    def __init__(self, pressure, temperature, compressibility=4.5e-5, time_constant=1.0, frequency=10):
+    @renamed_arguments(frequency="every")
+    def __init__(self, pressure, temperature, compressibility=4.5e-5, time_constant=1.0, every=10):
         owner = type(self).__name__
         self.pressure = _check_pressure(pressure, owner)
         self.temperature = _check_positive(temperature, "temperature (K)", owner)
         self.compressibility = _check_positive(compressibility, "compressibility (1/bar)", owner)
         self.time_constant = _check_positive(time_constant, "time_constant (ps)", owner)
-        self.frequency = _check_frequency(frequency, owner)
+        self.every = checks.positive_int(every, f"{owner}: every (steps)")
 
-    __repr__ = MonteCarloBarostat.__repr__
-
-    def apply(self, simulation, state):
+    def apply(self, state, context):
         """Rescale the box, positions and velocities of ``state`` by one stochastic step."""
-        generator = simulation.generator
+        generator = context.generator
         generator.set_state(state.rng_state)
         dtype, device = state.positions.dtype, state.positions.device
-        current = _current_pressure(simulation, state)
+        current = _current_pressure(context, state)
         volume = torch.linalg.det(state.box).abs()
         thermal_pressure = units.BOLTZMANN_MD * self.temperature / volume * units.KJ_PER_MOL_NM3_TO_BAR
-        interval = simulation.integrator.dt * self.frequency
+        interval = context.dt * self.every
         rate = self.compressibility / self.time_constant
         noise = torch.randn((), generator=generator, dtype=dtype, device=device)
         log_volume_change = (
@@ -264,9 +271,9 @@ class CRescale:
             + torch.sqrt(2 * thermal_pressure * rate * interval) * noise
         )
         scale = torch.exp(log_volume_change / 3)
-        positions = _scale_molecules(simulation, state.positions, scale)
+        positions = _scale_molecules(context, state.positions, scale)
         box = state.box * scale
-        energy, forces = simulation.force(positions, box)
+        energy, forces = context.energy_and_forces(positions, box)
         return state.replace(
             positions=positions,
             velocities=state.velocities / scale,
@@ -277,12 +284,12 @@ class CRescale:
         )
 
 
-class Berendsen:
+class Berendsen(_Barostat):
     """Berendsen weak-coupling barostat, isotropic (not isothermal-isobaric; for equilibration).
 
-    Every ``frequency`` steps the box and the molecules' centres of mass are scaled by
+    Every ``every`` steps the box and the molecules' centres of mass are scaled by
 
-        mu = 1 - beta_T (frequency dt / tau_p) (P0 - P) / 3
+        mu = 1 - beta_T (every dt / tau_p) (P0 - P) / 3
 
     (GROMACS's form), with ``P`` the instantaneous molecular-virial pressure; velocities are not
     changed. To first order the volume then relaxes as ``dV/dt = -(beta_T / tau_p) (P0 - <P>) V``,
@@ -294,28 +301,27 @@ class Berendsen:
         pressure: target pressure, bar.
         compressibility: isothermal compressibility beta_T, 1/bar (4.5e-5 for water).
         time_constant: coupling time tau_p, ps.
-        frequency: apply every this many steps.
+        every: apply every this many steps (``frequency=``: deprecated name).
 
     Raises:
         ValueError: a non-finite pressure, a non-positive compressibility, time constant or
-            frequency.
+            ``every``.
         FloatingPointError: (from :meth:`apply`) a pressure so far from the target that the box
             would shrink or grow by more than a factor 2 in one coupling step.
     """
 
-    def __init__(self, pressure, compressibility=4.5e-5, time_constant=1.0, frequency=10):
+    @renamed_arguments(frequency="every")
+    def __init__(self, pressure, compressibility=4.5e-5, time_constant=1.0, every=10):
         owner = type(self).__name__
         self.pressure = _check_pressure(pressure, owner)
         self.compressibility = _check_positive(compressibility, "compressibility (1/bar)", owner)
         self.time_constant = _check_positive(time_constant, "time_constant (ps)", owner)
-        self.frequency = _check_frequency(frequency, owner)
+        self.every = checks.positive_int(every, f"{owner}: every (steps)")
 
-    __repr__ = MonteCarloBarostat.__repr__
-
-    def apply(self, simulation, state):
+    def apply(self, state, context):
         """Scale the box and positions of ``state`` by one weak-coupling step."""
-        current = _current_pressure(simulation, state)
-        interval = simulation.integrator.dt * self.frequency
+        current = _current_pressure(context, state)
+        interval = context.dt * self.every
         scale = 1 - self.compressibility * interval / self.time_constant * (self.pressure - current) / 3
         if not 0.5 < float(scale) < 2.0:
             raise FloatingPointError(
@@ -323,7 +329,7 @@ class Berendsen:
                 f"{self.pressure:.4g} bar that the box would be scaled by {float(scale):.4g} at step "
                 f"{state.step}; raise time_constant or lower compressibility"
             )
-        positions = _scale_molecules(simulation, state.positions, scale)
+        positions = _scale_molecules(context, state.positions, scale)
         box = state.box * scale
-        energy, forces = simulation.force(positions, box)
+        energy, forces = context.energy_and_forces(positions, box)
         return state.replace(positions=positions, box=box, forces=forces, potential_energy=energy)

@@ -8,7 +8,7 @@ energy term is, with :meth:`ForceField.add <mindsponge.forcefield.ForceField.add
 :class:`~mindsponge.simulation.Simulation` need nothing special::
 
     phi, psi = ms.colvar.Torsion([4, 6, 8, 14]), ms.colvar.Torsion([6, 8, 14, 16])
-    metad = ms.bias.Metadynamics([phi, psi], height=1.2, widths=[0.35, 0.35], pace=500,
+    metad = ms.bias.Metadynamics([phi, psi], height=1.2, widths=[0.35, 0.35], every=500,
                                  temperature=300.0, bias_factor=6.0)
     ff.add(metad)                               # ff is the ForceField; the bias is a term of it
     sim = ms.Simulation(system, ff, integrator=...)
@@ -30,6 +30,8 @@ import math
 import numpy as np
 import torch
 
+from common import checks
+from common.deprecation import renamed_arguments, warn_deprecated
 from common.units import BOLTZMANN_MD
 from mindsponge.colvar import Colvar
 from mindsponge.forcefield.base import EnergyTerm
@@ -175,7 +177,7 @@ def _catmull_rom_weights(fraction):
 class Metadynamics(Bias):
     """(Well-tempered) metadynamics with Gaussians deposited on a grid.
 
-    Every ``pace`` steps a Gaussian ``w exp(-sum_d (s_d - s_d(t))^2 / (2 sigma_d^2))`` is added
+    Every ``every`` steps a Gaussian ``w exp(-sum_d (s_d - s_d(t))^2 / (2 sigma_d^2))`` is added
     to the bias at the current CV values ``s(t)``. With a ``bias_factor`` gamma the height is
     tempered, ``w = height * exp(-V(s(t)) / (k_B (gamma - 1) T))`` (Barducci, Bussi & Parrinello
     2008), and the bias converges to ``V(s) = -(1 - 1/gamma) F(s)`` plus a constant; without one
@@ -191,7 +193,7 @@ class Metadynamics(Bias):
         colvars: one CV or a sequence (1D and 2D are usual; any dimension works).
         height: initial Gaussian height, kJ/mol.
         widths: Gaussian widths sigma per CV (or one for all), CV units.
-        pace: steps between depositions.
+        every: steps between depositions (``pace=``: deprecated name).
         temperature: simulation temperature, K.
         bias_factor: gamma > 1 for well-tempered metadynamics, ``None`` for standard.
         grid_min, grid_max: per CV, the grid range (``None`` entries for periodic CVs use the
@@ -201,15 +203,16 @@ class Metadynamics(Bias):
 
     Raises:
         ValueError: a non-periodic CV without a grid range (the message names it), or an
-            invalid height, width, pace, temperature or bias factor.
+            invalid height, width, ``every``, temperature or bias factor.
     """
 
+    @renamed_arguments(pace="every")
     def __init__(
         self,
         colvars,
         height,
         widths,
-        pace,
+        every,
         temperature,
         bias_factor=None,
         grid_min=None,
@@ -223,13 +226,12 @@ class Metadynamics(Bias):
             raise ValueError(
                 f"{self.name}: height and temperature must be positive, got {height}, {temperature}"
             )
-        if isinstance(pace, bool) or not isinstance(pace, int) or pace <= 0:
-            raise ValueError(f"{self.name}: pace must be a positive int (steps), got {pace!r}")
+        checks.positive_int(every, f"{self.name}: every (steps)")
         if bias_factor is not None and not bias_factor > 1:
             raise ValueError(
                 f"{self.name}: bias_factor must be > 1 (or None for standard), got {bias_factor}"
             )
-        self.height, self.pace, self.temperature = float(height), pace, float(temperature)
+        self.height, self.every, self.temperature = float(height), every, float(temperature)
         self.bias_factor = None if bias_factor is None else float(bias_factor)
         self.widths = _per_colvar(widths, count, "widths", self.name, positive=True)
         grid_min = [None] * count if grid_min is None else list(grid_min)
@@ -329,9 +331,15 @@ class Metadynamics(Bias):
             self.n_deposited += 1
         return height
 
+    @property
+    def pace(self):
+        """Deprecated: use ``every``."""
+        warn_deprecated(f"{type(self).__name__}.pace", f"{type(self).__name__}.every")
+        return self.every
+
     def after_step(self, positions, box, step):
-        """Deposit a Gaussian if ``step`` is a multiple of ``pace``; returns whether the bias changed."""
-        if step % self.pace != 0:
+        """Deposit a Gaussian if ``step`` is a multiple of ``every``; returns whether the bias changed."""
+        if step % self.every != 0:
             return False
         with torch.no_grad():
             values = self.colvar_values(positions, box)

@@ -433,52 +433,68 @@ def from_system(system, kind, forcefield=None, tolerance=1e-5):
         raise ValueError(f"constraints={kind!r} needs a System with a topology (elements and bonds)")
     lengths, angles = _forcefield_geometry(forcefield)
     positions = system.positions.detach().to(torch.float64)
-    masses = system.masses
     parts = []
     in_water = set()
     if "water" in kind:
-        by_residue = {}
-        for index, atom in enumerate(topology.atoms):
-            if float(masses[index]) > 0:
-                by_residue.setdefault(atom.residue_index, []).append(index)
-        waters = []
-        for members in by_residue.values():
-            elements = sorted(topology.atoms[index].element for index in members)
-            if len(members) == 3 and elements == ["H", "H", "O"]:
-                oxygen = next(index for index in members if topology.atoms[index].element == "O")
-                hydrogens = [index for index in members if index != oxygen]
-                waters.append((oxygen, *hydrogens))
+        waters = _waters(topology, system.masses)
         if waters:
-            oh, hh = [], []
-            for oxygen, h1, h2 in waters:
-                d_oh = lengths.get((min(oxygen, h1), max(oxygen, h1)))
-                d_hh = lengths.get((min(h1, h2), max(h1, h2)))
-                angle = angles.get((min(h1, h2), oxygen, max(h1, h2)))
-                if d_oh is not None and d_hh is not None:
-                    oh.append(d_oh)
-                    hh.append(d_hh)
-                elif d_oh is not None and angle is not None:
-                    oh.append(d_oh)
-                    hh.append(2 * d_oh * math.sin(angle / 2))
-                else:
-                    oh.append(0.5 * (_distance(positions, oxygen, h1) + _distance(positions, oxygen, h2)))
-                    hh.append(_distance(positions, h1, h2))
-            atoms = torch.tensor(waters, dtype=torch.long)
-            arms = (torch.tensor(oh, dtype=torch.float64), torch.tensor(hh, dtype=torch.float64))
-            parts.append(Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], *arms))
-            in_water = set(atoms.reshape(-1).tolist())
+            parts.append(_settle_waters(waters, lengths, angles, positions))
+            in_water = {index for water in waters for index in water}
     if "hbonds" in kind:
-        pairs, distances = [], []
-        for i, j in topology.bonds:
-            if i in in_water or j in in_water:
-                continue
-            if "H" not in (topology.atoms[i].element, topology.atoms[j].element):
-                continue
-            pairs.append((i, j))
-            distances.append(lengths.get((min(i, j), max(i, j)), _distance(positions, i, j)))
+        pairs = _hydrogen_bonds(topology, in_water)
         if pairs:
+            distances = [lengths.get((min(i, j), max(i, j)), _distance(positions, i, j)) for i, j in pairs]
             parts.append(Rattle(pairs, distances, tolerance=tolerance))
     return Constraints(parts)
+
+
+def _waters(topology, masses):
+    """``(oxygen, hydrogen, hydrogen)`` of every residue whose massive atoms are one O and two H."""
+    by_residue = {}
+    for index, atom in enumerate(topology.atoms):
+        if float(masses[index]) > 0:
+            by_residue.setdefault(atom.residue_index, []).append(index)
+    waters = []
+    for members in by_residue.values():
+        elements = sorted(topology.atoms[index].element for index in members)
+        if len(members) == 3 and elements == ["H", "H", "O"]:
+            oxygen = next(index for index in members if topology.atoms[index].element == "O")
+            hydrogens = [index for index in members if index != oxygen]
+            waters.append((oxygen, *hydrogens))
+    return waters
+
+
+def _water_geometry(water, lengths, angles, positions):
+    """O-H and H-H distances (nm) of one water: the force field's lengths, or its O-H length and
+    H-O-H angle, else the current geometry."""
+    oxygen, h1, h2 = water
+    d_oh = lengths.get((min(oxygen, h1), max(oxygen, h1)))
+    d_hh = lengths.get((min(h1, h2), max(h1, h2)))
+    angle = angles.get((min(h1, h2), oxygen, max(h1, h2)))
+    if d_oh is not None and d_hh is not None:
+        return d_oh, d_hh
+    if d_oh is not None and angle is not None:
+        return d_oh, 2 * d_oh * math.sin(angle / 2)
+    d_oh = 0.5 * (_distance(positions, oxygen, h1) + _distance(positions, oxygen, h2))
+    return d_oh, _distance(positions, h1, h2)
+
+
+def _settle_waters(waters, lengths, angles, positions):
+    """:class:`Settle` of the waters at the distances of :func:`_water_geometry`."""
+    oh, hh = zip(*(_water_geometry(water, lengths, angles, positions) for water in waters), strict=True)
+    atoms = torch.tensor(waters, dtype=torch.long)
+    arms = (torch.tensor(oh, dtype=torch.float64), torch.tensor(hh, dtype=torch.float64))
+    return Settle(atoms[:, 0], atoms[:, 1], atoms[:, 2], *arms)
+
+
+def _hydrogen_bonds(topology, in_water):
+    """Bonds ``(i, j)`` with a hydrogen, except those of atoms in ``in_water``, in topology order."""
+    return [
+        (i, j)
+        for i, j in topology.bonds
+        if i not in in_water and j not in in_water
+        and "H" in (topology.atoms[i].element, topology.atoms[j].element)
+    ]
 
 
 def from_pairs(pairs, distances, masses, tolerance=1e-5):

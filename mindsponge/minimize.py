@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.deprecation import renamed_arguments
 from common.progress import bar as progress_bar
 from mindsponge.constraints import ConstraintError
 
@@ -60,11 +61,12 @@ class MinimizationResult:
 class _Problem:
     """Energy and projected forces on the constraint surface."""
 
-    def __init__(self, force, masses, box, constraints):
-        self.force, self.masses, self.box, self.constraints = force, masses, box, constraints
+    def __init__(self, energy_and_forces, masses, box, constraints):
+        self.energy_and_forces = energy_and_forces
+        self.masses, self.box, self.constraints = masses, box, constraints
 
     def evaluate(self, positions):
-        energy, forces = self.force(positions, self.box)
+        energy, forces = self.energy_and_forces(positions, self.box)
         forces = self.project(positions, forces.to(positions.dtype))
         forces = torch.where((self.masses > 0)[:, None], forces, torch.zeros_like(forces))
         return energy.to(positions.dtype), forces
@@ -105,37 +107,15 @@ def _lbfgs(problem, positions, tolerance, max_iterations, max_step, bar, history
             return positions, energy, forces, iteration - 1
         if largest > SOFT_START_FORCE:  # overlapping atoms: capped steepest descent, no curvature
             steps, changes = [], []
-        gradient = -forces
-        direction = -gradient
-        coefficients = []
-        for step, change in reversed(list(zip(steps, changes, strict=True))):
-            rho = 1.0 / (change * step).sum()
-            coefficient = rho * (step * direction).sum()
-            coefficients.append((rho, coefficient))
-            direction = direction - coefficient * change
-        if steps:
-            direction = direction * ((steps[-1] * changes[-1]).sum() / (changes[-1] * changes[-1]).sum())
-        for (step, change), (rho, coefficient) in zip(
-            zip(steps, changes, strict=True), reversed(coefficients), strict=True
-        ):
-            direction = direction + step * (coefficient - rho * (change * direction).sum())
-        slope = float((direction * gradient).sum())
+        direction = _lbfgs_direction(forces, steps, changes)
+        slope = float((direction * -forces).sum())
         if slope >= 0:  # not a descent direction: restart from steepest descent
             steps, changes = [], []
             direction, slope = forces, float(-(forces * forces).sum())
-        length = min(1.0, max_step / max(_max_norm(direction), 1e-30))
-        for _ in range(30):
-            try:
-                trial = problem.move(positions, length * direction)
-            except ConstraintError:  # the constraints cannot follow so long a move: shorten it
-                length *= 0.5
-                continue
-            trial_energy, trial_forces = problem.evaluate(trial)
-            if float(trial_energy) <= float(energy) + 1e-4 * length * slope:
-                break
-            length *= 0.5
-        else:  # no decrease resolvable at this precision
+        trial = _line_search(problem, positions, energy, direction, slope, max_step)
+        if trial is None:  # no decrease resolvable at this precision
             return positions, energy, forces, iteration
+        trial, trial_energy, trial_forces = trial
         steps.append(trial - positions)
         changes.append(forces - trial_forces)  # gradient change
         if float((steps[-1] * changes[-1]).sum()) <= 0:
@@ -145,6 +125,42 @@ def _lbfgs(problem, positions, tolerance, max_iterations, max_step, bar, history
         positions, energy, forces = trial, trial_energy, trial_forces
         bar.update(1)
     return positions, energy, forces, iteration
+
+
+def _lbfgs_direction(forces, steps, changes):
+    """The L-BFGS search direction: the two-loop recursion over the stored steps and gradient changes."""
+    gradient = -forces
+    direction = -gradient
+    coefficients = []
+    for step, change in reversed(list(zip(steps, changes, strict=True))):
+        rho = 1.0 / (change * step).sum()
+        coefficient = rho * (step * direction).sum()
+        coefficients.append((rho, coefficient))
+        direction = direction - coefficient * change
+    if steps:
+        direction = direction * ((steps[-1] * changes[-1]).sum() / (changes[-1] * changes[-1]).sum())
+    for (step, change), (rho, coefficient) in zip(
+        zip(steps, changes, strict=True), reversed(coefficients), strict=True
+    ):
+        direction = direction + step * (coefficient - rho * (change * direction).sum())
+    return direction
+
+
+def _line_search(problem, positions, energy, direction, slope, max_step):
+    """Backtracking (Armijo) along ``direction``, the first step at most ``max_step`` per atom:
+    ``(positions, energy, forces)`` of the accepted step, or ``None`` after 30 halvings."""
+    length = min(1.0, max_step / max(_max_norm(direction), 1e-30))
+    for _ in range(30):
+        try:
+            trial = problem.move(positions, length * direction)
+        except ConstraintError:  # the constraints cannot follow so long a move: shorten it
+            length *= 0.5
+            continue
+        trial_energy, trial_forces = problem.evaluate(trial)
+        if float(trial_energy) <= float(energy) + 1e-4 * length * slope:
+            return trial, trial_energy, trial_forces
+        length *= 0.5
+    return None
 
 
 def _fire(problem, positions, tolerance, max_iterations, max_step, bar):
@@ -184,8 +200,9 @@ def _fire(problem, positions, tolerance, max_iterations, max_step, bar):
     return positions, energy, forces, iteration
 
 
+@renamed_arguments(force="energy_and_forces")
 def minimize(
-    force,
+    energy_and_forces,
     positions,
     masses,
     box=None,
@@ -199,8 +216,9 @@ def minimize(
     """Minimise a potential energy from ``positions``.
 
     Args:
-        force: callable ``(positions, box) -> (energy, forces)`` in kJ/mol and kJ/mol/nm (as
-            :meth:`mindsponge.simulation.Simulation.force`).
+        energy_and_forces: callable ``(positions, box) -> (energy, forces)`` in kJ/mol and
+            kJ/mol/nm (as :meth:`mindsponge.simulation.Simulation.energy_and_forces`); ``force=``
+            is its deprecated keyword.
         positions: (N, 3) tensor, nm; the dtype of the minimisation.
         masses: (N,) tensor, amu (massless particles are not moved; masses weight SETTLE).
         box: (3, 3) tensor, nm, or ``None``.
@@ -223,7 +241,7 @@ def minimize(
         raise ValueError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations <= 0:
         raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
-    problem = _Problem(force, masses, box, constraints)
+    problem = _Problem(energy_and_forces, masses, box, constraints)
     if constraints is not None:
         positions = constraints.positions(positions, positions, masses)
     run = _lbfgs if method == "lbfgs" else _fire

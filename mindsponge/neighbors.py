@@ -210,6 +210,16 @@ class NeighborList:
         """``(N, 3)`` positions (detached) at the last build, nm; ``None`` before the first."""
         return self._reference_positions
 
+    def state_dict(self) -> dict:
+        """What fixes the list (and so the force field's summation order): the positions and box of
+        the last build, nm (``None`` before the first). :meth:`load_state_dict` rebuilds from it."""
+        return {"positions": self._reference_positions, "box": self._reference_box}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Rebuild the list at the positions and box of :meth:`state_dict` (nothing if never built)."""
+        if state["positions"] is not None:
+            self.build(state["positions"], state["box"])
+
     @property
     def list_cutoff(self) -> float:
         """``cutoff + skin``, nm: the distance up to which pairs are listed."""

@@ -35,7 +35,7 @@ from ase.data import covalent_radii
 from common import units
 from common.errors import DataError
 from mindsponge import elements, space
-from mindsponge.system import Atom, Residue, Topology
+from mindsponge.topology import Atom, Residue, Topology
 
 __all__ = ["PDBError", "PDBStructure", "read_pdb", "standard_bonds", "write_pdb"]
 

@@ -17,8 +17,10 @@ A :class:`Simulation` holds an immutable :class:`~mindsponge.state.State` and re
 every step with the one the integrator returns. Everything a step depends on (positions,
 velocities, box, forces, the generator state, thermostat variables, and the reference
 positions of the force field's neighbour lists, which fix the summation order) goes into a
-checkpoint, so a run continued from a checkpoint is bit-identical to one that never stopped
-(same device and dtype). A step whose potential energy is not finite or jumps by more than
+checkpoint (:mod:`mindsponge.checkpoint`), so a run continued from a checkpoint is
+bit-identical to one that never stopped (same device and dtype). Thermostats and barostats
+get the run's fixed data as a :class:`~mindsponge.context.DynamicsContext` (``sim.context``),
+never the simulation itself. A step whose potential energy is not finite or jumps by more than
 ``max_energy_jump`` stops the run with :class:`SimulationBlowUpError` naming the step; with a
 ``checkpoint`` path the last good state is written there first.
 
@@ -29,118 +31,31 @@ recomputes the forces when one returns ``True``, and writes their buffers (``sta
 into checkpoints.
 """
 
+import dataclasses
 import math
 import warnings
 
 import torch
 
-from common import checks, io, progress
-from common import threads as threads_module
-from common.errors import ConfigurationError, DataError, SimulationError
-from common.precision import Precision
+from common import checks, progress
+from common.deprecation import deprecated_method
+from common.errors import DataError, SimulationError
+from mindsponge import checkpoint as checkpoint_module
 from mindsponge import constraints as constraints_module
-from mindsponge import space, thermo
+from mindsponge import simulation_setup as setup
+from mindsponge import thermo
+from mindsponge.context import DynamicsContext
 from mindsponge.forcefield.base import energy_and_forces
+from mindsponge.overlaps import (
+    OVERLAP_DISTANCE,
+    OverlapError,
+    OverlapWarning,
+    describe_overlaps,
+    find_overlaps,
+)
 from mindsponge.state import State
 
-__all__ = ["OverlapError", "OverlapWarning", "Simulation", "SimulationBlowUpError", "find_overlaps"]
-
-# atoms closer than this (nm) overlap: no two atoms of a physical structure come this close
-# (bonds to hydrogen are about 0.1 nm), while their repulsion is then beyond what a time step
-# can integrate
-OVERLAP_DISTANCE = 0.05
-
-
-class OverlapWarning(UserWarning):
-    """A Simulation was created on a structure with overlapping atoms (see :func:`find_overlaps`)."""
-
-
-class OverlapError(DataError):
-    """Dynamics refused on a structure with overlapping atoms.
-
-    Attributes:
-        overlaps: list of ``(i, j, distance)``, closest first (atom indices, nm).
-    """
-
-    def __init__(self, message, overlaps):
-        super().__init__(message)
-        self.overlaps = overlaps
-
-
-def find_overlaps(positions, box=None, distance=OVERLAP_DISTANCE, ignore=None):
-    """Atom pairs closer than ``distance``, by a cell search (memory and time linear in N).
-
-    Args:
-        positions: (N, 3) tensor, nm.
-        box: (3, 3) tensor in reduced form, nm (minimum-image distances), or ``None``.
-        distance: the overlap distance, nm.
-        ignore: optional (K,) long tensor of atoms left out (virtual sites, which sit on purpose
-            close to their parents).
-
-    Returns:
-        list of ``(i, j, d)`` with ``i < j`` and the distance ``d`` in nm, closest pair first.
-    """
-    positions = positions.detach().to(torch.float64)
-    n_atoms = len(positions)
-    atoms = torch.arange(n_atoms, device=positions.device)
-    if ignore is not None and len(ignore):
-        keep = torch.ones(n_atoms, dtype=torch.bool, device=positions.device)
-        keep[torch.as_tensor(ignore, dtype=torch.long, device=positions.device)] = False
-        atoms = atoms[keep]
-    if len(atoms) < 2:
-        return []
-    points = positions[atoms]
-    if box is None:
-        lower = points.min(0).values
-        cells = torch.floor((points - lower) / distance).long() + 1  # an empty margin cell on each side
-        n_cells = cells.max(0).values + 2
-        periodic = False
-    else:
-        box = box.detach().to(torch.float64)
-        volume = torch.linalg.det(box).abs()
-        faces = torch.linalg.cross(box[[1, 2, 0]], box[[2, 0, 1]])  # normals of the faces b-c, c-a, a-b
-        widths = volume / torch.linalg.vector_norm(faces, dim=-1)  # distances between opposite faces
-        n_cells = torch.clamp(torch.floor(widths / distance).long(), min=1)
-        scaled = space.fractional(points, box)
-        cells = torch.floor((scaled - torch.floor(scaled)) * n_cells).long() % n_cells
-        periodic = True
-    strides = torch.stack([n_cells[1] * n_cells[2], n_cells[2], torch.ones_like(n_cells[0])])
-    keys = (cells * strides).sum(1)
-    order = torch.argsort(keys)
-    sorted_keys = keys[order]
-    occupancy = int(torch.unique_consecutive(sorted_keys, return_counts=True)[1].max())
-    found_i, found_j = [], []
-    span = torch.tensor([-1, 0, 1], device=positions.device)
-    offsets = torch.cartesian_prod(span, span, span)
-    for offset in offsets:
-        neighbor = cells + offset
-        if periodic:
-            neighbor = neighbor % n_cells
-        wanted = (neighbor * strides).sum(1)
-        start = torch.searchsorted(sorted_keys, wanted)
-        for slot in range(occupancy):
-            index = start + slot
-            valid = index < len(sorted_keys)
-            index = torch.where(valid, index, 0)
-            valid &= sorted_keys[index] == wanted
-            partner = order[index]
-            valid &= partner > torch.arange(len(points), device=positions.device)
-            found_i.append(torch.arange(len(points), device=positions.device)[valid])
-            found_j.append(partner[valid])
-    first, second = torch.cat(found_i), torch.cat(found_j)
-    if len(first) == 0:
-        return []
-    pair_keys = torch.unique(first * len(points) + second)
-    first, second = pair_keys // len(points), pair_keys % len(points)
-    separation = torch.linalg.vector_norm(space.minimum_image(points[second] - points[first], box), dim=-1)
-    close = separation < distance
-    first, second, separation = atoms[first[close]], atoms[second[close]], separation[close]
-    order = torch.argsort(separation)
-    rows = zip(first[order].tolist(), second[order].tolist(), separation[order].tolist(), strict=True)
-    return [(min(i, j), max(i, j), d) for i, j, d in rows]
-
-CHECKPOINT_FORMAT = "mindsponge.Simulation/1"
-
+__all__ = ["Simulation", "SimulationBlowUpError"]
 
 class SimulationBlowUpError(SimulationError):
     """The simulation became unstable (non-finite or exploding energy).
@@ -161,9 +76,11 @@ class Simulation:
         forcefield: callable ``(positions, box) -> energy`` (kJ/mol), usually a
             :class:`~mindsponge.forcefield.ForceField`, in the compute dtype of ``precision``.
         integrator: an integrator from :mod:`mindsponge.integrators`.
-        thermostat: optional thermostat from :mod:`mindsponge.thermostats` (applied after each
-            step; use with :class:`~mindsponge.integrators.VelocityVerlet`).
-        barostat: optional barostat with ``frequency`` and ``apply(simulation, state) -> state``.
+        thermostat: optional thermostat from :mod:`mindsponge.thermostats`, called as
+            ``apply(state, sim.context) -> state`` after each step (use with
+            :class:`~mindsponge.integrators.VelocityVerlet`).
+        barostat: optional barostat from :mod:`mindsponge.barostats`, called as
+            ``apply(state, sim.context) -> state`` every ``barostat.every`` steps.
         constraints: ``None`` (the default: the force field's own constraints, see below, or none),
             ``"none"`` (no constraints), ``"water"``, ``"hbonds"``, ``"water+hbonds"`` (see
             :func:`mindsponge.constraints.from_system`) or a
@@ -252,114 +169,73 @@ class Simulation:
         threads=None,
         overlap_distance=OVERLAP_DISTANCE,
     ):
-        from mindsponge.system import System
-
-        if not isinstance(system, System):
-            raise TypeError(f"system must be a mindsponge System, got {type(system).__name__}")
-        if not callable(forcefield):
-            raise TypeError(f"forcefield must be callable as forcefield(positions, box), got {forcefield!r}")
-        if not hasattr(integrator, "step") or not hasattr(integrator, "dt"):
-            raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
-        if barostat is not None and system.box is None:
-            raise ValueError("a barostat needs a periodic system; this System's box is None")
-        if threads == "free":
-            threads_module.set_thread_budget(threads_module.free_cores())
-        elif isinstance(threads, str):
-            raise ConfigurationError(f"threads must be None, a positive int or 'free', got {threads!r}")
-        elif threads is not None:
-            threads_module.set_thread_budget(checks.positive_int(threads, "threads"))
-        precision = _resolve_precision(precision, forcefield)
-        if (
-            isinstance(checkpoint_every, bool)
-            or not isinstance(checkpoint_every, int)
-            or checkpoint_every <= 0
-        ):
-            raise ValueError(f"checkpoint_every must be a positive int (steps), got {checkpoint_every!r}")
-        self.system = system.to(dtype=precision.accumulate)
+        setup.check_parts(system, forcefield, integrator, barostat)
+        setup.set_threads(threads)
+        precision = setup.resolve_precision(precision, forcefield)
+        self.checkpoint_every = checks.positive_int(checkpoint_every, "checkpoint_every (steps)")
+        self.system = setup.integration_system(system, forcefield, precision)
         self.forcefield = forcefield
-        self.integrator = integrator
         self.thermostat = thermostat
         self.barostat = barostat
         self.precision = precision
         self.reporters = list(reporters)
         self.remove_center_of_mass_motion = bool(remove_center_of_mass_motion)
         self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
         self.progress = progress
-        forcefield_masses = getattr(forcefield, "masses", None)
-        if forcefield_masses is not None:
-            if len(forcefield_masses) != system.n_atoms:
-                raise ConfigurationError(
-                    f"the force field was parameterised with {len(forcefield_masses)} masses but the "
-                    f"system has {system.n_atoms} atoms"
-                )
-            self.system = self.system.replace(masses=forcefield_masses.to(self.system.positions))
         self.masses = self.system.masses
-        self.constraints = self._resolve_constraints(constraints, forcefield, constraint_tolerance)
-        constraints = self.constraints
-        n_constraints = 0 if constraints is None else constraints.n_constraints
+        self.constraints = setup.resolve_constraints(
+            constraints, forcefield, self.system, self.masses, constraint_tolerance
+        )
         self.degrees_of_freedom = thermo.degrees_of_freedom(
-            self.masses, n_constraints, self.remove_center_of_mass_motion
+            self.masses, setup.count_constraints(self.constraints), self.remove_center_of_mass_motion
         )
         self.max_energy_jump = 100.0 * system.n_atoms if max_energy_jump is None else float(max_energy_jump)
         bonds = () if system.topology is None else system.topology.bonds
         self.molecules = thermo.molecule_groups(system.n_atoms, bonds, device=system.device)
         self.generator = torch.Generator(device=system.device)
         self.generator.manual_seed(int(seed))
-        positions = self.system.positions
-        if constraints is not None:
-            positions = constraints.positions(positions, positions, self.masses)
-        velocities = self.system.velocities
-        if velocities is None:
-            velocities = torch.zeros_like(positions)
         self.adaptive_modules = [
             module
             for module in (forcefield.modules() if isinstance(forcefield, torch.nn.Module) else ())
             if callable(getattr(module, "after_step", None))
         ]
-        self.state = self._with_forces(
-            State(positions, velocities, self.system.box, rng_state=self.generator.get_state())
+        self.neighbor_lists = checkpoint_module.neighbor_lists(forcefield)
+        self._integrator = integrator
+        self.context = DynamicsContext(
+            masses=self.masses,
+            degrees_of_freedom=self.degrees_of_freedom,
+            dt=integrator.dt,
+            generator=self.generator,
+            molecules=self.molecules,
+            energy_and_forces=self.energy_and_forces,
+            potential=self.potential,
         )
+        self.state = self._with_forces(self._initial_state())
         self.overlap_distance = None if overlap_distance is None else float(overlap_distance)
         self.overlaps = self.check_overlaps()
         if self.overlaps:
             message = f"{self._describe_overlaps()}; minimise (sim.minimize()) before running"
             warnings.warn(message, OverlapWarning, stacklevel=2)
 
-    def _resolve_constraints(self, constraints, forcefield, tolerance):
-        """The constraints to apply (see the class docstring), checked against the force field's."""
-        system_constraints = getattr(forcefield, "constraints", None)
-        if isinstance(constraints, constraints_module.Settle | constraints_module.Rattle):
-            constraints = constraints_module.Constraints([constraints])
-        if constraints is None:
-            if system_constraints is None:
-                return None
-            return constraints_module.from_pairs(
-                system_constraints.pairs.to(self.system.device),
-                system_constraints.distances,
-                self.masses,
-                tolerance=tolerance,
-            )
-        if isinstance(constraints, str):
-            choice = f"constraints={constraints!r}"
-            if constraints == "none":
-                constraints = None
-            else:
-                constraints = constraints_module.from_system(
-                    self.system,
-                    constraints,
-                    forcefield if hasattr(forcefield, "terms") else None,
-                    tolerance=tolerance,
-                )
-        elif isinstance(constraints, constraints_module.Constraints):
-            choice = "the constraints argument"
-        else:
-            raise TypeError(
-                f"constraints must be None, 'none', one of {constraints_module.KINDS} or a Constraints, "
-                f"got {constraints!r}"
-            )
-        constraints_module.check_against_system(constraints, system_constraints, self.system.topology, choice)
-        return constraints
+    @property
+    def integrator(self):
+        """The integrator; assigning another one also gives its ``dt`` to :attr:`context`."""
+        return self._integrator
+
+    @integrator.setter
+    def integrator(self, integrator):
+        self._integrator = integrator
+        self.context = dataclasses.replace(self.context, dt=integrator.dt)
+
+    def _initial_state(self):
+        """The system's positions (constrained) and velocities (zero if none), without forces."""
+        positions = self.system.positions
+        if self.constraints is not None:
+            positions = self.constraints.positions(positions, positions, self.masses)
+        velocities = self.system.velocities
+        if velocities is None:
+            velocities = torch.zeros_like(positions)
+        return State(positions, velocities, self.system.box, rng_state=self.generator.get_state())
 
     # --- overlaps -------------------------------------------------------------------------
     def check_overlaps(self):
@@ -387,17 +263,7 @@ class Simulation:
         return self.overlaps
 
     def _describe_overlaps(self):
-        i, j, distance = self.overlaps[0]
-        topology = self.system.topology
-
-        def atom(index):
-            return f"atom {index}" if topology is None else topology.describe_atom(index)
-
-        more = f" ({len(self.overlaps) - 1} more pairs overlap)" if len(self.overlaps) > 1 else ""
-        return (
-            f"overlapping atoms: {atom(i)} and {atom(j)} are {distance:.4f} nm apart, closer than "
-            f"{self.overlap_distance} nm{more}"
-        )
+        return describe_overlaps(self.overlaps, self.system.topology, self.overlap_distance)
 
     # --- forces and energies -------------------------------------------------------------
     def potential(self, positions, box):
@@ -406,16 +272,22 @@ class Simulation:
         energy = self.forcefield(positions.to(compute), None if box is None else box.to(compute))
         return energy.detach().to(self.precision.accumulate)
 
-    def force(self, positions, box):
-        """``(energy, forces)`` at ``positions`` (N, 3) nm and ``box``: kJ/mol and kJ/mol/nm."""
+    def energy_and_forces(self, positions, box):
+        """``(energy, forces)`` at ``positions`` (N, 3) nm and ``box``: kJ/mol and kJ/mol/nm.
+
+        The force field computes in the compute dtype of :attr:`precision`; both come back in
+        the accumulate (integration) dtype.
+        """
         compute, accumulate = self.precision.compute, self.precision.accumulate
         energy, forces = energy_and_forces(
             self.forcefield, positions.to(compute), None if box is None else box.to(compute)
         )
         return energy.to(accumulate), forces.to(accumulate)
 
+    force = deprecated_method("energy_and_forces")
+
     def _with_forces(self, state):
-        energy, forces = self.force(state.positions, state.box)
+        energy, forces = self.energy_and_forces(state.positions, state.box)
         return state.replace(forces=forces, potential_energy=energy)
 
     def energies(self, state=None, pressure=True):
@@ -513,7 +385,7 @@ class Simulation:
         from mindsponge import minimize as minimize_module
 
         result = minimize_module.minimize(
-            self.force,
+            self.energy_and_forces,
             self.state.positions,
             self.masses,
             self.state.box,
@@ -534,7 +406,9 @@ class Simulation:
         Virtual sites of the force field (massless, not moved by the integrator) are put back
         at their places, so that reporters see them where the force field does.
         """
-        state = self.integrator.step(state, self.force, self.masses, self.constraints, self.generator)
+        state = self._integrator.step(
+            state, self.energy_and_forces, self.masses, self.constraints, self.generator
+        )
         virtual_sites = getattr(self.forcefield, "virtual_sites", None)
         if virtual_sites is not None:
             with torch.no_grad():
@@ -544,9 +418,9 @@ class Simulation:
                 velocities=thermo.remove_center_of_mass_motion(state.velocities, self.masses)
             )
         if self.thermostat is not None:
-            state = self.thermostat.apply(state, self)
-        if self.barostat is not None and state.step % self.barostat.frequency == 0:
-            state = self.barostat.apply(self, state)
+            state = self.thermostat.apply(state, self.context)
+        if self.barostat is not None and state.step % self.barostat.every == 0:
+            state = self.barostat.apply(state, self.context)
         if self.adaptive_modules:
             positions = state.positions.to(self.precision.compute)
             box = None if state.box is None else state.box.to(self.precision.compute)
@@ -622,34 +496,10 @@ class Simulation:
             step,
         )
 
-    # --- checkpoints ------------------------------------------------------------------------
-    def _neighbor_lists(self):
-        from mindsponge.neighbors import NeighborList
-
-        if not isinstance(self.forcefield, torch.nn.Module):
-            return []
-        found = []
-        for module in self.forcefield.modules():
-            neighbors = getattr(module, "neighbors", None)
-            if isinstance(neighbors, NeighborList):
-                found.append(neighbors)
-        return found
-
+    # --- checkpoints (see mindsponge.checkpoint) ------------------------------------------
     def _save(self, path, state):
-        lists = [
-            {"positions": nl.reference_positions, "box": nl._reference_box}  # noqa: SLF001
-            for nl in self._neighbor_lists()
-        ]
-        io.save_checkpoint(
-            path,
-            {
-                "format": CHECKPOINT_FORMAT,
-                "state": state.to_dict(),
-                "neighbor_lists": lists,
-                "adaptive_modules": [module.state_dict() for module in self.adaptive_modules],
-                "integrator": repr(self.integrator),
-            },
-            kind="mindsponge.Simulation",
+        checkpoint_module.write_checkpoint(
+            path, state, self.neighbor_lists, self.adaptive_modules, self._integrator
         )
 
     def save_checkpoint(self, path):
@@ -665,66 +515,12 @@ class Simulation:
             common.errors.DataError: a damaged checkpoint, one of another kind, or non-finite
                 positions, velocities, forces or box in it (see :func:`common.io.load_checkpoint`).
         """
-        device = self.state.positions.device
-        data = io.load_checkpoint(path, map_location=device, kind="mindsponge.Simulation")
-        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
-        state = State.from_dict(data["state"])  # io.load_checkpoint refused non-finite tensors
-        if state.positions.shape != self.state.positions.shape:
-            raise ValueError(
-                f"checkpoint {str(path)!r} holds {state.positions.shape[0]} atoms, this simulation "
-                f"{self.state.positions.shape[0]}"
-            )
-        lists = self._neighbor_lists()
-        if len(lists) != len(data["neighbor_lists"]):
-            raise ValueError(
-                f"checkpoint {str(path)!r} was written for a force field with different neighbour lists"
-            )
-        for neighbors, saved in zip(lists, data["neighbor_lists"], strict=True):
-            if saved["positions"] is not None:
-                neighbors.build(saved["positions"], saved["box"])
-        saved_modules = data.get("adaptive_modules", [])
-        if len(saved_modules) != len(self.adaptive_modules):
-            raise ValueError(
-                f"checkpoint {str(path)!r} holds the state of {len(saved_modules)} adaptive biases, this "
-                f"simulation's force field has {len(self.adaptive_modules)}"
-            )
-        for module, saved in zip(self.adaptive_modules, saved_modules, strict=True):
-            module.load_state_dict(saved)
-        self.state = state
+        self.state = checkpoint_module.read_checkpoint(
+            path, self.state, self.neighbor_lists, self.adaptive_modules
+        )
         self.check_overlaps()
 
     def close(self):
         """Close the reporters."""
         for reporter in self.reporters:
             reporter.close()
-
-
-def _resolve_precision(precision, forcefield):
-    """The :class:`Precision` of a simulation (see :class:`Simulation`'s ``precision``)."""
-    requested = getattr(forcefield, "requested_dtype", None)
-    if precision is None:
-        return Precision.double() if requested == torch.float64 else Precision.mixed()
-    if isinstance(precision, str):
-        precision = Precision.from_name(precision)
-    if not isinstance(precision, Precision):
-        raise TypeError(f"precision must be None, a name or a common.precision.Precision, got {precision!r}")
-    if requested is not None and requested != precision.compute:
-        raise ConfigurationError(
-            f"the force field was converted with forcefield.to({requested}) but this precision computes "
-            f"forces in {precision.compute}: pass a precision whose compute dtype is {requested} (e.g. "
-            f"precision={'double' if requested == torch.float64 else 'mixed'!r}) or convert the force field "
-            f"to {precision.compute}"
-        )
-    if precision.compute == torch.float64 and isinstance(forcefield, torch.nn.Module):
-        floating = [
-            tensor.dtype
-            for tensor in (*forcefield.parameters(), *forcefield.buffers())
-            if tensor.dtype.is_floating_point
-        ]
-        if floating and all(dtype == torch.float32 for dtype in floating):
-            raise ConfigurationError(
-                "double precision needs float64 force-field parameters, but this force field's are "
-                "float32: convert it (forcefield.to(torch.float64)) or use precision='mixed'"
-            )
-    return precision

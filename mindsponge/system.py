@@ -3,7 +3,7 @@
 A :class:`System` holds per-atom tensors in MD units (positions in nm, velocities in nm/ps,
 masses in amu, charges in e), an optional periodic box (rows are the box vectors a, b, c in
 nm, in OpenMM's reduced form, see :mod:`mindsponge.space`) and an optional
-:class:`Topology` (atom names, elements, residues, chains, bonds). Systems are immutable:
+:class:`~mindsponge.topology.Topology` (atom names, elements, residues, chains, bonds). Systems are immutable:
 :meth:`System.to` and :meth:`System.replace` return new ones, so nothing downstream reaches
 back into the state that produced it.
 
@@ -15,16 +15,16 @@ Example:
 """
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from common import checks, units
 from common.errors import DataError
-from mindsponge import elements, space
+from mindsponge import pdb, space
+from mindsponge.topology import Atom, Residue, Topology
 
-__all__ = ["Atom", "AtomOutsideBoxError", "Residue", "System", "Topology"]
+__all__ = ["AtomOutsideBoxError", "System"]
 
 
 class AtomOutsideBoxError(DataError):
@@ -39,218 +39,6 @@ class AtomOutsideBoxError(DataError):
         self.atom_index = atom_index
 
 
-@dataclass(frozen=True)
-class Atom:
-    """One atom of a :class:`Topology`.
-
-    Attributes:
-        name: atom name (``"CA"``, ``"O"``, ``"H1"``).
-        element: element symbol (``"C"``, ``"Cl"``), or ``None`` for a massless extra
-            particle (a virtual site such as the TIP4P ``M`` site).
-        residue_index: index into :attr:`Topology.residues`.
-    """
-
-    name: str
-    element: str | None
-    residue_index: int
-
-
-@dataclass(frozen=True)
-class Residue:
-    """One residue of a :class:`Topology`.
-
-    Attributes:
-        name: residue name (``"ALA"``, ``"HOH"``).
-        number: residue sequence number (PDB resSeq).
-        chain_id: chain identifier (PDB column 22).
-        insertion_code: PDB insertion code, ``""`` if none.
-        chain_index: index of the chain; consecutive residues belong to the same chain when
-            both their ``chain_id`` and ``chain_index`` agree (a PDB ``TER`` or a new chain in
-            an OpenMM topology starts a new chain even when the identifier repeats).
-    """
-
-    name: str
-    number: int
-    chain_id: str = "A"
-    insertion_code: str = ""
-    chain_index: int = 0
-
-
-@dataclass(frozen=True, eq=True)
-class Topology:
-    """Atoms, residues, chains and bonds of a system.
-
-    Args:
-        atoms: sequence of :class:`Atom`, one per particle, in system order.
-        residues: sequence of :class:`Residue`; every atom's ``residue_index`` points here.
-        bonds: sequence of atom index pairs ``(i, j)``.
-
-    Raises:
-        ValueError: naming the atom or bond whose element, residue index or atom index is invalid.
-    """
-
-    atoms: Sequence[Atom]
-    residues: Sequence[Residue]
-    bonds: Sequence[tuple[int, int]] = ()
-
-    def __post_init__(self):
-        object.__setattr__(self, "atoms", tuple(self.atoms))
-        object.__setattr__(self, "residues", tuple(self.residues))
-        object.__setattr__(self, "bonds", tuple((int(i), int(j)) for i, j in self.bonds))
-        n_residues = len(self.residues)
-        for index, atom in enumerate(self.atoms):
-            if atom.element is not None and not elements.is_element(atom.element):
-                raise ValueError(f"atom {index} ({atom.name!r}): unknown element {atom.element!r}")
-            if not 0 <= atom.residue_index < n_residues:
-                raise ValueError(
-                    f"atom {index} ({atom.name!r}): residue_index {atom.residue_index} is out of range "
-                    f"for {n_residues} residues"
-                )
-        for index, (i, j) in enumerate(self.bonds):
-            if not (0 <= i < self.n_atoms and 0 <= j < self.n_atoms) or i == j:
-                raise ValueError(
-                    f"bond {index} ({i}, {j}) must join two different atoms in [0, {self.n_atoms})"
-                )
-
-    def __repr__(self):
-        return (
-            f"Topology(n_atoms={self.n_atoms}, n_residues={self.n_residues}, n_chains={len(self.chains())}, "
-            f"n_bonds={len(self.bonds)})"
-        )
-
-    @property
-    def n_atoms(self):
-        """Number of atoms."""
-        return len(self.atoms)
-
-    @property
-    def n_residues(self):
-        """Number of residues."""
-        return len(self.residues)
-
-    @property
-    def elements(self):
-        """Element symbols, one per atom (``None`` for extra particles)."""
-        return [atom.element for atom in self.atoms]
-
-    @property
-    def atomic_numbers(self):
-        """(N,) long tensor of atomic numbers (0 for extra particles)."""
-        return torch.tensor([elements.atomic_number(atom.element) for atom in self.atoms], dtype=torch.long)
-
-    @property
-    def residue_indices(self):
-        """(N,) long tensor: the residue index of every atom."""
-        return torch.tensor([atom.residue_index for atom in self.atoms], dtype=torch.long)
-
-    def describe_atom(self, index):
-        """``"atom 7 (H of ALA 2)"``: an atom's index, name, residue name and number, for messages."""
-        atom = self.atoms[index]
-        residue = self.residues[atom.residue_index]
-        return f"atom {index} ({atom.name} of {residue.name} {residue.number})"
-
-    def masses(self, dtype=None, device=None):
-        """(N,) tensor of standard atomic masses (amu) of the elements; 0 for extra particles."""
-        return torch.tensor([elements.mass(atom.element) for atom in self.atoms], dtype=dtype, device=device)
-
-    def bond_tensor(self, device=None):
-        """(B, 2) long tensor of bonded atom index pairs."""
-        return torch.tensor(self.bonds, dtype=torch.long, device=device).reshape(-1, 2)
-
-    def chains(self):
-        """Residue indices grouped by chain.
-
-        Returns:
-            list of ``(chain_id, [residue indices])``, in order; a new chain starts where the
-            ``chain_id`` or the ``chain_index`` of consecutive residues changes.
-        """
-        groups = []
-        previous = None
-        for index, residue in enumerate(self.residues):
-            key = (residue.chain_id, residue.chain_index)
-            if key != previous:
-                groups.append((residue.chain_id, []))
-                previous = key
-            groups[-1][1].append(index)
-        return groups
-
-    def check_residue_order(self, purpose):
-        """Raise ValueError unless atoms run residue by residue and residues chain by chain.
-
-        PDB files and OpenMM topologies store atoms in that order; ``purpose`` names the caller.
-        """
-        residue_indices = [atom.residue_index for atom in self.atoms]
-        if any(later < earlier for earlier, later in zip(residue_indices, residue_indices[1:])):
-            first = next(i for i in range(1, self.n_atoms) if residue_indices[i] < residue_indices[i - 1])
-            raise ValueError(
-                f"{purpose} needs the atoms of each residue to be contiguous and residues in atom order; "
-                f"atom {first} ({self.atoms[first].name!r}) belongs to residue {residue_indices[first]} "
-                f"after an atom of residue {residue_indices[first - 1]}"
-            )
-
-    @classmethod
-    def from_openmm(cls, openmm_topology):
-        """Build a Topology from an ``openmm.app.Topology`` (atoms, residues, chains, bonds).
-
-        Residue numbers are the residue ids where they are integers, else the 1-based residue index.
-        """
-        residues = []
-        for residue in openmm_topology.residues():
-            try:
-                number = int(residue.id)
-            except ValueError:
-                number = residue.index + 1
-            residues.append(
-                Residue(
-                    residue.name, number, residue.chain.id, residue.insertionCode.strip(), residue.chain.index
-                )
-            )
-        atoms = [
-            Atom(atom.name, None if atom.element is None else atom.element.symbol, atom.residue.index)
-            for atom in openmm_topology.atoms()
-        ]
-        bonds = [(bond[0].index, bond[1].index) for bond in openmm_topology.bonds()]
-        return cls(atoms, residues, bonds)
-
-    def to_openmm(self, box=None):
-        """Convert to an ``openmm.app.Topology`` (needs the ``openmm`` extra).
-
-        Args:
-            box: optional (3, 3) tensor, nm; set as the topology's periodic box vectors.
-
-        Returns:
-            ``openmm.app.Topology`` with the same atoms, residues, chains and bonds; extra
-            particles get ``element=None``, as OpenMM's force-field templates expect.
-        """
-        from openmm import Vec3, app, unit
-
-        self.check_residue_order("Topology.to_openmm (OpenMM numbers atoms residue by residue)")
-        topology = app.Topology()
-        openmm_residues = [None] * self.n_residues
-        for chain_id, residue_indices in self.chains():
-            chain = topology.addChain(chain_id)
-            for index in residue_indices:
-                residue = self.residues[index]
-                openmm_residues[index] = topology.addResidue(
-                    residue.name, chain, str(residue.number), residue.insertion_code
-                )
-        atoms_by_residue = [[] for _ in range(self.n_residues)]
-        for index, atom in enumerate(self.atoms):
-            atoms_by_residue[atom.residue_index].append(index)
-        openmm_atoms = [None] * self.n_atoms
-        for residue_index, atom_indices in enumerate(atoms_by_residue):
-            for index in atom_indices:
-                atom = self.atoms[index]
-                element = None if atom.element is None else app.Element.getBySymbol(atom.element)
-                openmm_atoms[index] = topology.addAtom(atom.name, element, openmm_residues[residue_index])
-        for i, j in self.bonds:
-            topology.addBond(openmm_atoms[i], openmm_atoms[j])
-        if box is not None:
-            rows = box.detach().double().cpu().tolist()
-            topology.setPeriodicBoxVectors([Vec3(*row) for row in rows] * unit.nanometer)
-        return topology
-
-
 def _as_float_tensor(value, name, dtype, device):
     if isinstance(value, torch.Tensor) and value.is_complex():
         raise TypeError(f"{name} must be real, got {value.dtype}")
@@ -258,6 +46,32 @@ def _as_float_tensor(value, name, dtype, device):
         return torch.as_tensor(value, dtype=dtype, device=device)
     except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(f"{name} must be convertible to a {dtype} tensor: {error}") from error
+
+
+def _as_positions(positions):
+    """``positions`` as a floating (N, 3) tensor (torch's default dtype unless already floating)."""
+    if not isinstance(positions, torch.Tensor) or not positions.is_floating_point():
+        positions = _as_float_tensor(positions, "positions", torch.get_default_dtype(), None)
+    if positions.dim() != 2 or positions.shape[1] != 3:
+        raise ValueError(f"positions must have shape (N, 3) in nm, got {tuple(positions.shape)}")
+    return checks.finite(positions, "positions", item="atom")
+
+
+def _per_atom(value, name, positions, shape):
+    """``value`` as a finite tensor of ``shape`` in the dtype and on the device of ``positions``."""
+    tensor = _as_float_tensor(value, name, positions.dtype, positions.device)
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape} to match positions, got {tuple(tensor.shape)}")
+    return checks.finite(tensor, name, item="atom")
+
+
+def _check_topology(topology, n_atoms):
+    if topology is None:
+        return
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a mindsponge Topology, got {type(topology).__name__}")
+    if topology.n_atoms != n_atoms:
+        raise ValueError(f"topology has {topology.n_atoms} atoms but positions has {n_atoms}")
 
 
 def _first_bad_row(mask):
@@ -302,46 +116,18 @@ class System:
     velocities: torch.Tensor | None = None
 
     def __post_init__(self):
-        positions = self.positions
-        if not isinstance(positions, torch.Tensor) or not positions.is_floating_point():
-            positions = _as_float_tensor(positions, "positions", torch.get_default_dtype(), None)
-        if positions.dim() != 2 or positions.shape[1] != 3:
-            raise ValueError(f"positions must have shape (N, 3) in nm, got {tuple(positions.shape)}")
+        positions = _as_positions(self.positions)
         n_atoms = positions.shape[0]
-        dtype, device = positions.dtype, positions.device
-
-        def per_atom(value, name, shape):
-            tensor = _as_float_tensor(value, name, dtype, device)
-            if tuple(tensor.shape) != shape:
-                raise ValueError(
-                    f"{name} must have shape {shape} to match positions, got {tuple(tensor.shape)}"
-                )
-            return checks.finite(tensor, name, item="atom")
-
-        positions = per_atom(positions, "positions", (n_atoms, 3))
-        masses = per_atom(self.masses, "masses", (n_atoms,))
-        charges = (
-            torch.zeros(n_atoms, dtype=dtype, device=device)
-            if self.charges is None
-            else per_atom(self.charges, "charges", (n_atoms,))
-        )
-        velocities = (
-            None if self.velocities is None else per_atom(self.velocities, "velocities", (n_atoms, 3))
-        )
-        topology = self.topology
-        if topology is not None:
-            if not isinstance(topology, Topology):
-                raise TypeError(f"topology must be a mindsponge Topology, got {type(topology).__name__}")
-            if topology.n_atoms != n_atoms:
-                raise ValueError(f"topology has {topology.n_atoms} atoms but positions has {n_atoms}")
-        self._check_masses(masses, topology)
-        box = self.box
-        if box is not None:
-            box = _as_float_tensor(box, "box", dtype, device)
-            if box.dim() == 2:
-                checks.finite(box, "box", item="box vector")
-            space.check_box(box, "box")
-            self._check_inside(positions, box, topology)
+        masses = _per_atom(self.masses, "masses", positions, (n_atoms,))
+        charges = torch.zeros_like(masses)
+        if self.charges is not None:
+            charges = _per_atom(self.charges, "charges", positions, (n_atoms,))
+        velocities = self.velocities
+        if velocities is not None:
+            velocities = _per_atom(velocities, "velocities", positions, (n_atoms, 3))
+        _check_topology(self.topology, n_atoms)
+        self._check_masses(masses, self.topology)
+        box = None if self.box is None else self._checked_box(positions)
         for name, value in (
             ("positions", positions),
             ("masses", masses),
@@ -350,6 +136,15 @@ class System:
             ("velocities", velocities),
         ):
             object.__setattr__(self, name, value)
+
+    def _checked_box(self, positions):
+        """``self.box`` as a tensor like ``positions``: finite, valid and holding every atom."""
+        box = _as_float_tensor(self.box, "box", positions.dtype, positions.device)
+        if box.dim() == 2:
+            checks.finite(box, "box", item="box vector")
+        space.check_box(box, "box")
+        self._check_inside(positions, box, self.topology)
+        return box
 
     @staticmethod
     def _check_masses(masses, topology):
@@ -465,8 +260,6 @@ class System:
             AtomOutsideBoxError: an atom more than one box length outside the CRYST1 box,
                 naming the atom index and ``file:line``.
         """
-        from mindsponge import pdb
-
         structure = pdb.read_pdb(path)
         box = structure.box
         kwargs = {"dtype": dtype, "device": device}
@@ -483,8 +276,6 @@ class System:
 
     def to_pdb(self, path):
         """Write the system as a PDB file (CRYST1 box, ATOM/HETATM, TER, CONECT, END)."""
-        from mindsponge import pdb
-
         if self.topology is None:
             raise ValueError("to_pdb needs a topology (atom and residue names); this System has none")
         pdb.write_pdb(path, self.topology, self.positions, self.box)

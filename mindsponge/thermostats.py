@@ -1,9 +1,10 @@
 """Thermostats (NVT) applied between steps of :class:`~mindsponge.integrators.VelocityVerlet`.
 
-A thermostat has ``apply(state, simulation) -> state``; the simulation calls it after every
-integrator step (and after the centre-of-mass motion is removed). It reads the masses, the
-degrees of freedom, the time step and the generator from the simulation, and keeps its own
-variables in ``state.extras`` (so they go into checkpoints).
+A thermostat has ``apply(state, context) -> state``; the simulation calls it after every
+integrator step (and after the centre-of-mass motion is removed) with its
+:class:`~mindsponge.context.DynamicsContext`, from which it reads the masses, the degrees of
+freedom, the time step and the generator. It keeps its own variables in ``state.extras`` (so
+they go into checkpoints).
 
 - :class:`Bussi`: stochastic velocity rescaling (Bussi, Donadio & Parrinello, J. Chem. Phys.
   126, 014101 (2007)): the kinetic energy follows the exact canonical distribution.
@@ -47,15 +48,15 @@ class Bussi(_Thermostat):
         time_constant: relaxation time tau of the kinetic energy, ps.
     """
 
-    def apply(self, state, simulation):
-        """Rescale the velocities of ``state`` by the Bussi factor for one time step."""
-        generator = simulation.generator
+    def apply(self, state, context):
+        """Rescale the velocities of ``state`` by the Bussi factor for one time step of ``context``."""
+        generator = context.generator
         generator.set_state(state.rng_state)
-        dof = simulation.degrees_of_freedom
+        dof = context.degrees_of_freedom
         velocities = state.velocities
-        kinetic = thermo.kinetic_energy(velocities, simulation.masses)
+        kinetic = thermo.kinetic_energy(velocities, context.masses)
         target = 0.5 * dof * units.BOLTZMANN_MD * self.temperature
-        decay = math.exp(-simulation.integrator.dt / self.time_constant)
+        decay = math.exp(-context.dt / self.time_constant)
         normals = torch.randn(dof, generator=generator, dtype=velocities.dtype, device=velocities.device)
         first, rest = normals[0], (normals[1:] * normals[1:]).sum()
         ratio = target / (dof * kinetic)
@@ -77,11 +78,11 @@ class Berendsen(_Thermostat):
         time_constant: coupling time tau, ps.
     """
 
-    def apply(self, state, simulation):
-        """Scale the velocities of ``state`` towards the target temperature."""
-        kinetic = thermo.kinetic_energy(state.velocities, simulation.masses)
-        current = thermo.temperature(kinetic, simulation.degrees_of_freedom)
-        factor = 1 + simulation.integrator.dt / self.time_constant * (self.temperature / current - 1)
+    def apply(self, state, context):
+        """Scale the velocities of ``state`` towards the target temperature (one step of ``context``)."""
+        kinetic = thermo.kinetic_energy(state.velocities, context.masses)
+        current = thermo.temperature(kinetic, context.degrees_of_freedom)
+        factor = 1 + context.dt / self.time_constant * (self.temperature / current - 1)
         return state.replace(velocities=state.velocities * torch.sqrt(torch.clamp(factor, min=0.0)))
 
 
@@ -114,16 +115,16 @@ class NoseHooverChain(_Thermostat):
         zeros = state.velocities.new_zeros(self.chain_length)
         return state.extras.get("nhc_positions", zeros), state.extras.get("nhc_velocities", zeros)
 
-    def apply(self, state, simulation):
-        """Propagate the chain by one time step and scale the velocities accordingly."""
-        dof = simulation.degrees_of_freedom
+    def apply(self, state, context):
+        """Propagate the chain by one time step of ``context`` and scale the velocities accordingly."""
+        dof = context.degrees_of_freedom
         velocities = state.velocities
         masses = self._masses(dof, velocities.dtype, velocities.device)
         thermal = units.BOLTZMANN_MD * self.temperature
         positions, chain = self._chain(state)
         positions, chain = positions.clone(), list(chain.unbind())
-        kinetic2 = 2 * thermo.kinetic_energy(velocities, simulation.masses)
-        h = simulation.integrator.dt
+        kinetic2 = 2 * thermo.kinetic_energy(velocities, context.masses)
+        h = context.dt
         last = self.chain_length - 1
 
         def force(index, kinetic_twice):
@@ -145,9 +146,13 @@ class NoseHooverChain(_Thermostat):
         extras = dict(state.extras, nhc_positions=positions, nhc_velocities=torch.stack(chain))
         return state.replace(velocities=velocities * scale, extras=extras)
 
-    def energy(self, state, simulation):
-        """Energy of the chain (kJ/mol): add to the total energy for the conserved quantity."""
-        dof = simulation.degrees_of_freedom
+    def energy(self, state, context):
+        """Energy of the chain (kJ/mol): add to the total energy for the conserved quantity.
+
+        ``context`` is anything with the run's ``degrees_of_freedom``: the simulation's
+        :class:`~mindsponge.context.DynamicsContext` (``sim.context``) or the simulation.
+        """
+        dof = context.degrees_of_freedom
         positions, chain = self._chain(state)
         masses = self._masses(dof, positions.dtype, positions.device)
         thermal = units.BOLTZMANN_MD * self.temperature

@@ -123,7 +123,7 @@ def test_anisotropic_monte_carlo_scales_only_enabled_axis_at_its_pressure():
     volumes = {}
     for seed, pressure in enumerate(PRESSURES):
         barostat = barostats.MonteCarloAnisotropicBarostat(
-            (1e4, 1e4, pressure), TEMPERATURE, frequency=1, scale_x=False, scale_y=False
+            (1e4, 1e4, pressure), TEMPERATURE, every=1, scale_x=False, scale_y=False
         )
         boxes = _run(barostat, 5000, seed + 10)
         assert np.all(boxes[:, :2, :] == np.eye(3)[:2] * 5.9)  # x and y box vectors untouched
@@ -140,7 +140,7 @@ def test_anisotropic_monte_carlo_all_axes_volume_distribution():
     from scipy import stats
 
     pressure = 100.0
-    boxes = _run(barostats.MonteCarloAnisotropicBarostat(pressure, TEMPERATURE, frequency=1), 5000, 21)
+    boxes = _run(barostats.MonteCarloAnisotropicBarostat(pressure, TEMPERATURE, every=1), 5000, 21)
     edges = np.diagonal(boxes, axis1=1, axis2=2)
     assert np.all(np.ptp(edges, axis=0) > 0.2)
     assert np.all(boxes[:, ~np.eye(3, dtype=bool)] == 0)
@@ -157,7 +157,7 @@ def test_berendsen_relaxes_ideal_gas_to_target_pressure():
     equilibrium = N_ATOMS * KT_PER_BAR_NM3 * TEMPERATURE / pressure
     edge = (2 * equilibrium) ** (1 / 3)
     barostat = barostats.Berendsen(
-        pressure, compressibility=1 / pressure, time_constant=time_constant, frequency=1
+        pressure, compressibility=1 / pressure, time_constant=time_constant, every=1
     )
     relative = _volumes(_run(barostat, 2500, 31, edge=edge)) / equilibrium - 1
     times = dt * np.arange(1, len(relative) + 1)
@@ -194,7 +194,7 @@ def test_barostat_without_box_is_refused(barostat):
     [
         (lambda: barostats.MonteCarloBarostat(math.nan, 300.0), "pressure must be a finite number"),
         (lambda: barostats.MonteCarloBarostat(1.0, -300.0), "temperature"),
-        (lambda: barostats.MonteCarloBarostat(1.0, 300.0, frequency=0), "frequency"),
+        (lambda: barostats.MonteCarloBarostat(1.0, 300.0, every=0), "every"),
         (
             lambda: barostats.MonteCarloAnisotropicBarostat((1.0, 2.0), 300.0),
             r"three numbers \(P_x, P_y, P_z\)",
@@ -208,7 +208,7 @@ def test_barostat_without_box_is_refused(barostat):
         ),
         (lambda: barostats.CRescale(1.0, 300.0, compressibility=0.0), "compressibility"),
         (lambda: barostats.Berendsen(1.0, time_constant=-1.0), "time_constant"),
-        (lambda: barostats.Berendsen(1.0, frequency=2.5), "frequency"),
+        (lambda: barostats.Berendsen(1.0, every=2.5), "every"),
     ],
 )
 def test_bad_arguments_are_named(make, message):
@@ -216,9 +216,26 @@ def test_bad_arguments_are_named(make, message):
         make()
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **keywords: barostats.MonteCarloBarostat(1.0, 300.0, **keywords),
+        lambda **keywords: barostats.MonteCarloAnisotropicBarostat(1.0, 300.0, **keywords),
+        lambda **keywords: barostats.CRescale(1.0, 300.0, **keywords),
+        lambda **keywords: barostats.Berendsen(1.0, **keywords),
+    ],
+)
+def test_frequency_is_the_deprecated_name_of_every(make):
+    with pytest.warns(DeprecationWarning, match=r"frequency=.*every="):
+        barostat = make(frequency=7)
+    assert barostat.every == 7 and "every=7" in repr(barostat)
+    with pytest.warns(DeprecationWarning, match=r"\.frequency is deprecated.*\.every"):
+        assert barostat.frequency == 7
+
+
 def test_berendsen_refuses_a_runaway_scaling():
     """A target pressure absurdly far from the gas's (~20 bar) would more than halve the box in one step."""
-    barostat = barostats.Berendsen(1e7, compressibility=1e-3, time_constant=0.1, frequency=1)
+    barostat = barostats.Berendsen(1e7, compressibility=1e-3, time_constant=0.1, every=1)
     simulation = ms.Simulation(
         _ideal_gas(5.9, 0),
         ms.ForceField(),
@@ -235,7 +252,7 @@ def test_command_line_barostat_types(tmp_path, capsys):
     """``mindsponge run`` builds the anisotropic and Berendsen barostats from ``[barostat]``."""
     pytest.importorskip("openmm")
     from common import config as config_module
-    from mindsponge import __main__ as command_line
+    from mindsponge import cli as command_line
 
     path = tmp_path / "run.toml"
 
@@ -263,7 +280,7 @@ def test_command_line_barostat_types(tmp_path, capsys):
         return simulation.barostat, (simulation.state.box.diagonal() / initial).tolist()
 
     anisotropic = command_line.BarostatConfig(
-        type="monte_carlo_anisotropic", pressure=(1.0, 1.0, 500.0), frequency=1, scale_z=False
+        type="monte_carlo_anisotropic", pressure=(1.0, 1.0, 500.0), every=1, scale_z=False
     )
     barostat, ratios = simulate(anisotropic)
     assert isinstance(barostat, barostats.MonteCarloAnisotropicBarostat) and barostat.pressure == (
@@ -272,7 +289,7 @@ def test_command_line_barostat_types(tmp_path, capsys):
         500.0,
     )
     assert ratios[2] == 1.0 and ratios[:2] != [1.0, 1.0]
-    barostat, ratios = simulate(command_line.BarostatConfig(type="berendsen", time_constant=0.5, frequency=1))
+    barostat, ratios = simulate(command_line.BarostatConfig(type="berendsen", time_constant=0.5, every=1))
     assert isinstance(barostat, barostats.Berendsen) and barostat.time_constant == 0.5
     assert ratios[0] != 1.0 and ratios == pytest.approx([ratios[0]] * 3, rel=1e-12)
     write(anisotropic)

@@ -79,7 +79,7 @@ def test_well_tempered_metadynamics_recovers_double_well_free_energy():
         cv,
         height=0.5,
         widths=0.015,
-        pace=20,
+        every=20,
         temperature=TEMPERATURE,
         bias_factor=6.0,
         grid_min=[-0.3],
@@ -166,7 +166,7 @@ def _metadynamics():
         x_of_particle_0(),
         height=1.0,
         widths=0.02,
-        pace=5,
+        every=5,
         temperature=TEMPERATURE,
         bias_factor=5.0,
         grid_min=[-0.3],
@@ -238,7 +238,7 @@ def test_restraint_and_wall_energies():
 def test_metadynamics_grid_gaussians_periodic_and_tempered():
     torsion = colvar.FunctionColvar(lambda positions, box: positions[..., 0, 0], period=(-math.pi, math.pi))
     metad = bias.Metadynamics(
-        torsion, height=2.0, widths=0.2, pace=1, temperature=TEMPERATURE, bias_factor=4.0
+        torsion, height=2.0, widths=0.2, every=1, temperature=TEMPERATURE, bias_factor=4.0
     )
     assert metad.grid.shape == (158,)  # ceil(2 pi / (0.2 / 5))
     assert (
@@ -268,7 +268,7 @@ def test_two_dimensional_grid_interpolates_gaussian():
         [first, second],
         height=1.0,
         widths=[0.1, 0.2],
-        pace=1,
+        every=1,
         temperature=300.0,
         grid_min=[-1.0, -1.0],
         grid_max=[1.0, 1.0],
@@ -285,13 +285,13 @@ def test_bad_inputs():
     with pytest.raises(
         ValueError, match=r"collective variable 0 \(Distance\) is not periodic, so it needs a grid"
     ):
-        bias.Metadynamics(distance, height=1.0, widths=0.1, pace=10, temperature=300.0)
+        bias.Metadynamics(distance, height=1.0, widths=0.1, every=10, temperature=300.0)
     with pytest.raises(ValueError, match="bias_factor must be > 1"):
         bias.Metadynamics(
             distance,
             height=1.0,
             widths=0.1,
-            pace=10,
+            every=10,
             temperature=300.0,
             bias_factor=1.0,
             grid_min=[0],
@@ -302,14 +302,14 @@ def test_bad_inputs():
             [distance, distance],
             height=1.0,
             widths=[0.1],
-            pace=10,
+            every=10,
             temperature=300.0,
             grid_min=[0, 0],
             grid_max=[1, 1],
         )
-    with pytest.raises(ValueError, match="pace must be a positive int"):
+    with pytest.raises(ValueError, match=r"every \(steps\) must be a positive int"):
         bias.Metadynamics(
-            distance, height=1.0, widths=0.1, pace=0, temperature=300.0, grid_min=[0], grid_max=[1]
+            distance, height=1.0, widths=0.1, every=0, temperature=300.0, grid_min=[0], grid_max=[1]
         )
     with pytest.raises(TypeError, match=r"colvars\[0\] is not a Colvar"):
         bias.HarmonicRestraint(lambda x: x, 0.0, 1.0)
@@ -325,7 +325,7 @@ def test_bad_inputs():
 def test_biases_in_float32_match_float64():
     torsion = colvar.Torsion([0, 1, 2, 3])
     metad = bias.Metadynamics(
-        torsion, height=1.0, widths=0.3, pace=1, temperature=TEMPERATURE, bias_factor=5.0
+        torsion, height=1.0, widths=0.3, every=1, temperature=TEMPERATURE, bias_factor=5.0
     )
     metad.deposit(torch.tensor([0.5], dtype=torch.float64))
     restraint = bias.HarmonicRestraint(torsion, centers=0.2, force_constants=10.0)
@@ -338,3 +338,13 @@ def test_biases_in_float32_match_float64():
         single = term(positions.float())
         assert single.dtype == torch.float32
         assert float(double) > 0 and float(single) == pytest.approx(float(double), rel=1e-5)
+
+
+def test_pace_is_the_deprecated_name_of_every():
+    distance = colvar.Distance([0, 1])
+    with pytest.warns(DeprecationWarning, match=r"pace=.*every="):
+        metad = bias.Metadynamics(distance, height=1.0, widths=0.1, pace=10, temperature=300.0,
+                                  grid_min=[0], grid_max=[1])
+    assert metad.every == 10
+    with pytest.warns(DeprecationWarning, match=r"Metadynamics.pace is deprecated.*Metadynamics.every"):
+        assert metad.pace == 10

@@ -19,7 +19,7 @@ import torch
 import mindsponge as ms
 from common import io
 from mindsponge import pdb
-from mindsponge.__main__ import main
+from mindsponge.cli import main
 
 openmm = pytest.importorskip("openmm")
 h5py = pytest.importorskip("h5py")
@@ -47,7 +47,7 @@ dt = 0.002
 
 [barostat]
 type = "c_rescale"
-frequency = 5
+every = 5
 
 [output]
 directory = "out"

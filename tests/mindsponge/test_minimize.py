@@ -8,7 +8,7 @@ import torch
 import mindsponge as ms
 from mindsponge.build import water_box
 from mindsponge.minimize import minimize
-from mindsponge.system import Atom
+from mindsponge.topology import Atom
 
 openmm = pytest.importorskip("openmm")
 from openmm import app, unit  # noqa: E402
@@ -118,3 +118,14 @@ def test_minimize_arguments():
     # a quadratic bowl: the minimum is the origin
     result = minimize(force, positions, masses, tolerance=1e-6, progress=False)
     assert result.converged and float(result.positions.abs().max()) < 1e-6
+
+
+def test_force_keyword_is_the_deprecated_name_of_energy_and_forces():
+    def bowl(positions, box):
+        return (positions**2).sum(), -2 * positions
+
+    positions = torch.ones(3, 3, dtype=torch.float64)
+    masses = torch.ones(3, dtype=torch.float64)
+    with pytest.warns(DeprecationWarning, match=r"force=.*energy_and_forces="):
+        result = minimize(force=bowl, positions=positions, masses=masses, tolerance=1e-6, progress=False)
+    assert result.converged

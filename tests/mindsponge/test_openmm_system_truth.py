@@ -18,7 +18,7 @@ import mindsponge as ms
 from common.errors import ConfigurationError
 from mindsponge.constraints import Rattle
 from mindsponge.interop.openmm import from_openmm, load
-from mindsponge.simulation import OverlapError, OverlapWarning
+from mindsponge.overlaps import OverlapError, OverlapWarning
 
 openmm = pytest.importorskip("openmm")
 from openmm import app, unit  # noqa: E402
@@ -272,7 +272,7 @@ def test_precision_default_and_explicit_forcefield_dtype():
 
 
 def test_command_line_hydrogen_mass(tmp_path):
-    from mindsponge.__main__ import run
+    from mindsponge.cli import run
 
     config = tmp_path / "run.toml"
     config.write_text(

@@ -239,7 +239,7 @@ def test_monte_carlo_barostat_ideal_gas_volume_distribution():
         system,
         ms.ForceField(),
         ms.integrators.VelocityVerlet(0.001),
-        barostat=ms.barostats.MonteCarloBarostat(pressure, temperature, frequency=1),
+        barostat=ms.barostats.MonteCarloBarostat(pressure, temperature, every=1),
         remove_center_of_mass_motion=False,
         progress=False,
         seed=3,
@@ -307,7 +307,7 @@ dt = 0.002
 [barostat]
 type = "c_rescale"
 compressibility = 4.5e-5
-frequency = 5
+every = 5
 
 [output]
 directory = "{directory}"
@@ -318,7 +318,7 @@ checkpoint_every = 5
 
 
 def test_command_line_run_resume_and_errors(tmp_path, capsys):
-    from mindsponge.__main__ import main
+    from mindsponge.cli import main
 
     directory = tmp_path / "out"
     path = tmp_path / "run.toml"
@@ -362,7 +362,7 @@ def test_c_rescale_ideal_gas_volume_distribution():
         ms.ForceField(),
         ms.integrators.LangevinMiddle(0.002, temperature, 10.0),
         barostat=ms.barostats.CRescale(
-            pressure, temperature, compressibility=1.0 / pressure, time_constant=0.1, frequency=1
+            pressure, temperature, compressibility=1.0 / pressure, time_constant=0.1, every=1
         ),
         remove_center_of_mass_motion=False,
         progress=False,

@@ -13,7 +13,8 @@ import mindsponge as ms
 from common import units
 from common.errors import DataError
 from mindsponge import space
-from mindsponge.system import Atom, AtomOutsideBoxError, Residue, Topology
+from mindsponge.system import AtomOutsideBoxError
+from mindsponge.topology import Atom, Residue, Topology
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

@@ -1,0 +1,440 @@
+"""The ``mindsponge`` command line: ``mindsponge run config.toml [--resume] [--quiet] [--output DIR]``.
+
+Also ``python -m mindsponge run`` (:mod:`mindsponge.__main__` calls :func:`main`).
+
+A run configuration (TOML, validated by :mod:`common.config`: an unknown key or a bad value is
+reported with its file, line and key) describes a complete simulation::
+
+    steps = 5000
+    constraints = "water+hbonds"     # "none" | "water" | "hbonds" | "water+hbonds"
+    precision = "mixed"              # "single" | "mixed" (default) | "double"
+
+    [system.water_box]               # or: [system] pdb = "protein.pdb"
+    n_molecules = 216                #     [system] pdb = "x.pdb", openmm_xml = "system.xml"
+
+    [forcefield]                     # OpenMM force-field files (not used with openmm_xml)
+    files = ["amber14-all.xml", "amber14/tip3pfb.xml"]
+    nonbonded_method = "PME"
+    cutoff = 0.9
+    hydrogen_mass = 3.0              # optional, amu: hydrogen mass repartitioning (createSystem's
+                                     #   hydrogenMass), e.g. with constraints = "water+hbonds", dt = 0.004
+
+    [integrator]
+    type = "langevin"                # or "verlet" (NVE, or NVT with [thermostat])
+    dt = 0.002
+    temperature = 300.0
+    friction = 1.0
+
+    [barostat]                       # optional: "monte_carlo", "monte_carlo_anisotropic",
+    type = "monte_carlo"             #   "c_rescale" or "berendsen" (equilibration only)
+    pressure = 1.0                   # anisotropic: also [P_x, P_y, P_z] and scale_x/y/z = false
+    temperature = 300.0
+    every = 25                       # steps between barostat moves ("frequency": deprecated name)
+
+    [output]
+    directory = "run"
+    report_every = 100
+
+Relative paths (``pdb``, ``openmm_xml``, ``[output] directory``, and force-field files found
+next to the configuration, which take precedence over OpenMM's bundled files of the same name)
+are relative to the configuration file's folder, not to the working directory. The output
+files (``log``, ``trajectory``, ``checkpoint``, ``final_structure``) are relative to the output
+directory and must stay inside it: absolute paths and ``..`` are refused. At the end of the run
+the final positions and box are written as PDB (``final_structure``, default ``final.pdb``).
+
+``--resume`` continues from the checkpoint in the output directory up to ``steps``; the CSV log
+and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
+appears once, in order, even after the run was killed between two checkpoints. The progress
+bars (standard error) are redrawn at most once a minute when standard error is not a terminal;
+``--quiet`` turns them off. ``--output DIR`` replaces ``[output] directory`` (relative to the
+working directory, as any command-line path). Errors are printed as one line (``error: ...``)
+with exit status 2 for a bad configuration or input, 3 for a simulation that blew up (the last
+good state is in the checkpoint).
+"""
+
+import argparse
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+from common.deprecation import warn_deprecated
+from common.errors import SimulationError
+
+__all__ = ["RunConfig", "main", "run"]
+
+
+@dataclass
+class WaterBoxConfig:
+    """A cubic box of rigid water (:func:`mindsponge.build.water_box`)."""
+
+    n_molecules: int | None = None
+    box_size: float | None = None
+    model: str = "tip3p"
+    density: float | None = None
+    seed: int = 0
+
+
+@dataclass
+class SystemConfig:
+    """Where the system comes from: a PDB (with ``[forcefield]``), a water box, or OpenMM XML + PDB."""
+
+    pdb: pathlib.Path | None = None
+    openmm_xml: pathlib.Path | None = None
+    water_box: WaterBoxConfig | None = None
+
+    def __post_init__(self):
+        if (self.water_box is None) == (self.pdb is None):
+            raise ValueError("give either pdb (optionally with openmm_xml) or a [system.water_box] table")
+        if self.openmm_xml is not None and self.pdb is None:
+            raise ValueError("openmm_xml needs the matching pdb")
+
+
+@dataclass
+class ForceFieldConfig:
+    """OpenMM force-field files and non-bonded settings (nm)."""
+
+    files: list[str] = field(default_factory=lambda: ["amber14-all.xml", "amber14/tip3pfb.xml"])
+    nonbonded_method: Literal["PME", "Ewald", "CutoffPeriodic", "CutoffNonPeriodic", "NoCutoff"] = "PME"
+    cutoff: float = 0.9
+    switch_distance: float | None = None
+    ewald_tolerance: float = 5e-4
+    hydrogen_mass: float | None = None
+
+    def __post_init__(self):
+        if not self.cutoff > 0:
+            raise ValueError(f"cutoff must be positive (nm), got {self.cutoff}")
+        if self.hydrogen_mass is not None and not self.hydrogen_mass > 0:
+            raise ValueError(f"hydrogen_mass must be a positive mass in amu, got {self.hydrogen_mass}")
+
+
+@dataclass
+class IntegratorConfig:
+    """Integrator: Langevin (BAOAB) or velocity Verlet; dt in ps, temperature in K, friction in 1/ps."""
+
+    type: Literal["langevin", "verlet"] = "langevin"
+    dt: float = 0.002
+    temperature: float = 300.0
+    friction: float = 1.0
+
+    def __post_init__(self):
+        if not self.dt > 0:
+            raise ValueError(f"dt must be a positive time step in ps, got {self.dt}")
+        if not self.temperature > 0 or not self.friction > 0:
+            raise ValueError("temperature and friction must be positive")
+
+
+@dataclass
+class ThermostatConfig:
+    """Thermostat for the Verlet integrator."""
+
+    type: Literal["bussi", "berendsen", "nose_hoover"] = "bussi"
+    temperature: float = 300.0
+    time_constant: float = 0.1
+
+
+@dataclass
+class BarostatConfig:
+    """Barostat (:mod:`mindsponge.barostats`): pressure in bar (three per-axis values only for
+    ``monte_carlo_anisotropic``), temperature in K (not used by ``berendsen``), ``every`` in
+    steps (``frequency``: its deprecated name); C-rescale and Berendsen also take the
+    compressibility (1/bar) and time constant (ps); the anisotropic Monte Carlo barostat the
+    axes it may scale."""
+
+    type: Literal["monte_carlo", "monte_carlo_anisotropic", "c_rescale", "berendsen"] = "monte_carlo"
+    pressure: float | tuple[float, float, float] = 1.0
+    temperature: float = 300.0
+    every: int | None = None
+    frequency: int | None = None
+    compressibility: float = 4.5e-5
+    time_constant: float = 1.0
+    scale_x: bool = True
+    scale_y: bool = True
+    scale_z: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.pressure, tuple) and self.type != "monte_carlo_anisotropic":
+            raise ValueError(
+                f"a per-axis pressure needs type = \"monte_carlo_anisotropic\", not {self.type!r}"
+            )
+        if self.frequency is not None:
+            if self.every is not None:
+                raise ValueError("frequency is the deprecated name of every: give every only")
+            warn_deprecated("[barostat] frequency", "[barostat] every")
+            self.every, self.frequency = self.frequency, None
+        if self.every is None:
+            self.every = 25
+
+
+# [barostat] type -> (class in mindsponge.barostats, the keys passed to it as keyword arguments)
+_BAROSTATS = {
+    "monte_carlo": ("MonteCarloBarostat", ("pressure", "temperature", "every")),
+    "monte_carlo_anisotropic": (
+        "MonteCarloAnisotropicBarostat",
+        ("pressure", "temperature", "every", "scale_x", "scale_y", "scale_z"),
+    ),
+    "c_rescale": ("CRescale", ("pressure", "temperature", "compressibility", "time_constant", "every")),
+    "berendsen": ("Berendsen", ("pressure", "compressibility", "time_constant", "every")),
+}
+
+
+@dataclass
+class OutputConfig:
+    """Output files, relative to ``directory`` and inside it (``trajectory`` and
+    ``final_structure`` may be ``""``: not written)."""
+
+    directory: pathlib.Path = pathlib.Path(".")
+    log: str = "log.csv"
+    trajectory: str = "trajectory.h5md"
+    checkpoint: str = "run.chk"
+    final_structure: str = "final.pdb"
+    report_every: int = 100
+    trajectory_every: int = 1000
+    checkpoint_every: int = 1000
+
+    def __post_init__(self):
+        # the messages name the key and no other key, so that the loader reports its line
+        for key in ("log", "checkpoint", "trajectory", "final_structure"):
+            name = getattr(self, key)
+            if not name and key in ("log", "checkpoint"):
+                raise ValueError(f"{key} must name a file, got an empty string")
+            path = pathlib.PurePath(name)
+            if path.is_absolute() or ".." in path.parts:
+                raise ValueError(
+                    f"{key} = {name!r} leaves the run's output folder; give a file name (or a relative "
+                    "path without '..') inside it"
+                )
+
+
+@dataclass
+class RunConfig:
+    """A complete simulation."""
+
+    system: SystemConfig
+    steps: int = 10_000
+    constraints: Literal["none", "water", "hbonds", "water+hbonds"] = "water+hbonds"
+    precision: Literal["single", "mixed", "double"] = "mixed"
+    minimize: bool = True
+    minimize_tolerance: float = 10.0
+    seed: int = 0
+    forcefield: ForceFieldConfig = field(default_factory=ForceFieldConfig)
+    integrator: IntegratorConfig = field(default_factory=IntegratorConfig)
+    thermostat: ThermostatConfig | None = None
+    barostat: BarostatConfig | None = None
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def _build(config, dtype):
+    """System and force field of a configuration."""
+    from openmm import app, unit
+
+    from mindsponge import build
+    from mindsponge.interop import openmm as interop
+
+    options = {  # the System carries the configured constraints, which the Simulation then applies
+        "nonbondedMethod": getattr(app, config.forcefield.nonbonded_method),
+        "rigidWater": "water" in config.constraints,
+        "constraints": app.HBonds if "hbonds" in config.constraints else None,
+        "removeCMMotion": False,
+    }
+    if config.forcefield.hydrogen_mass is not None:
+        options["hydrogenMass"] = config.forcefield.hydrogen_mass * unit.amu
+    if config.forcefield.nonbonded_method != "NoCutoff":
+        options["nonbondedCutoff"] = config.forcefield.cutoff * unit.nanometer
+    if config.forcefield.nonbonded_method in ("PME", "Ewald"):
+        options["ewaldErrorTolerance"] = config.forcefield.ewald_tolerance
+    if config.forcefield.switch_distance is not None:
+        options["switchDistance"] = config.forcefield.switch_distance * unit.nanometer
+    source = config.system
+    if source.openmm_xml is not None:
+        if config.forcefield.hydrogen_mass is not None:
+            raise ValueError(
+                "[forcefield] key 'hydrogen_mass' cannot apply to [system] openmm_xml: the serialized "
+                "System fixes the masses (build it with createSystem(hydrogenMass=...))"
+            )
+        return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
+    if source.pdb is not None:
+        system, forcefield, _ = interop.from_pdb_with_forcefield(
+            source.pdb, config.forcefield.files, dtype=dtype, **options
+        )
+        return system, forcefield
+    box = source.water_box
+    system = build.water_box(
+        box.n_molecules, box.box_size, model=box.model, density=box.density, seed=box.seed, dtype=dtype
+    )
+    openmm_system = app.ForceField(*config.forcefield.files).createSystem(
+        system.topology.to_openmm(system.box), **options
+    )
+    forcefield = interop.from_openmm(openmm_system, dtype=dtype)
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    import torch
+
+    return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield
+
+
+def _resolve_paths(config, folder):
+    """Make the input paths and the output directory of ``config`` relative to ``folder``.
+
+    Force-field files are taken from ``folder`` when a file of that name is there, else left to
+    OpenMM (which looks among its bundled force fields).
+    """
+
+    def resolve(path):
+        return path if path is None or path.is_absolute() else folder / path
+
+    config.system.pdb = resolve(config.system.pdb)
+    config.system.openmm_xml = resolve(config.system.openmm_xml)
+    config.forcefield.files = [
+        str(folder / name) if (folder / name).is_file() else name for name in config.forcefield.files
+    ]
+    config.output.directory = resolve(config.output.directory)
+
+
+def run(config_path, resume=False, progress=True, output_directory=None):
+    """Run the simulation a configuration file describes (see the module docstring).
+
+    Args:
+        config_path: the TOML configuration; relative paths in it are relative to its folder.
+        output_directory: optional folder that replaces ``[output] directory`` (a path given on
+            the command line, so relative to the working directory).
+        resume: continue from the checkpoint in the output directory, cutting the log and the
+            trajectory back to its step first.
+        progress: show progress bars (rate-limited when standard error is not a terminal).
+
+    Returns:
+        the :class:`~mindsponge.simulation.Simulation` after the run.
+
+    Raises:
+        common.config.ConfigError: the file does not match the schema (file, line and key named),
+            including an output file outside the output directory.
+        FileNotFoundError: a missing file (named).
+        ValueError: an inconsistent configuration (e.g. a barostat without a periodic box).
+    """
+    import mindsponge as ms
+    from common import config as config_module
+    from common.precision import Precision
+    from mindsponge import pdb
+
+    config = config_module.load(config_path, RunConfig)
+    _resolve_paths(config, pathlib.Path(config_path).resolve().parent)
+    if output_directory is not None:
+        config.output.directory = pathlib.Path(output_directory).resolve()
+    precision = Precision.from_name(config.precision)
+    system, forcefield = _build(config, precision.compute)
+    if config.barostat is not None and system.box is None:
+        raise ValueError(f"{config_path}: [barostat] needs a periodic system, but the system has no box")
+    integrator = _integrator(config.integrator)
+    thermostat = _thermostat(config.thermostat)
+    barostat = _barostat(config.barostat)
+    output = config.output
+    checkpoint = output.directory / output.checkpoint
+    reporters = _reporters(output, resume)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        integrator,
+        thermostat=thermostat,
+        barostat=barostat,
+        constraints=config.constraints,
+        reporters=reporters,
+        precision=precision,
+        checkpoint=checkpoint,
+        checkpoint_every=output.checkpoint_every,
+        seed=config.seed,
+        progress=progress,
+    )
+    if resume:
+        simulation.load_checkpoint(checkpoint)
+        for reporter in reporters:  # what the stopped run reported after its last checkpoint
+            reporter.truncate(simulation.state.step)
+    else:
+        if config.minimize:
+            simulation.minimize(tolerance=config.minimize_tolerance)
+        temperature = thermostat.temperature if thermostat is not None else config.integrator.temperature
+        simulation.set_velocities(temperature=temperature, seed=config.seed)
+    try:
+        simulation.run(max(config.steps - simulation.state.step, 0))
+        simulation.save_checkpoint(checkpoint)
+    finally:
+        simulation.close()
+    if output.final_structure:
+        state = simulation.state
+        pdb.write_pdb(output.directory / output.final_structure, system.topology, state.positions, state.box)
+    return simulation
+
+
+def _integrator(settings):
+    """The integrator of ``[integrator]``."""
+    from mindsponge import integrators
+
+    if settings.type == "langevin":
+        return integrators.LangevinMiddle(settings.dt, settings.temperature, settings.friction)
+    return integrators.VelocityVerlet(settings.dt)
+
+
+def _thermostat(settings):
+    """The thermostat of ``[thermostat]``, or ``None``."""
+    from mindsponge import thermostats
+
+    if settings is None:
+        return None
+    kind = {"bussi": "Bussi", "berendsen": "Berendsen", "nose_hoover": "NoseHooverChain"}[settings.type]
+    return getattr(thermostats, kind)(settings.temperature, settings.time_constant)
+
+
+def _barostat(settings):
+    """The barostat of ``[barostat]``, or ``None``."""
+    from mindsponge import barostats
+
+    if settings is None:
+        return None
+    kind, keys = _BAROSTATS[settings.type]
+    return getattr(barostats, kind)(**{key: getattr(settings, key) for key in keys})
+
+
+def _reporters(output, resume):
+    """The CSV log and (unless ``trajectory = ""``) the H5MD trajectory of ``[output]``; their folders
+    are created."""
+    from mindsponge import reporters
+
+    for name in (output.log, output.trajectory, output.checkpoint, output.final_structure):
+        if name:  # "" for an output that is not written
+            (output.directory / name).parent.mkdir(parents=True, exist_ok=True)
+    made = [reporters.LogReporter(output.directory / output.log, every=output.report_every, append=resume)]
+    if output.trajectory:
+        trajectory = output.directory / output.trajectory
+        made.append(reporters.H5MDReporter(trajectory, every=output.trajectory_every, append=resume))
+    return made
+
+
+def main(argv=None):
+    """Entry point of ``mindsponge`` / ``python -m mindsponge``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="mindsponge", description="mindsponge molecular dynamics")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run a simulation from a TOML configuration")
+    run_parser.add_argument("config", type=pathlib.Path, help="the TOML run configuration")
+    run_parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    run_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    run_parser.add_argument(
+        "--output", type=pathlib.Path, default=None, help="output folder (replaces [output] directory)"
+    )
+    arguments = parser.parse_args(argv)
+    try:
+        run(
+            arguments.config,
+            resume=arguments.resume,
+            progress=not arguments.quiet,
+            output_directory=arguments.output,
+        )
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except SimulationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    return 0
+

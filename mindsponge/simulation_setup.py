@@ -1,0 +1,151 @@
+"""The arguments of a :class:`~mindsponge.simulation.Simulation`, checked and resolved once.
+
+Each function turns one argument (or a group of them) into what the simulation keeps: the
+precision (:func:`resolve_precision`), the system in the integration dtype with the force
+field's masses (:func:`integration_system`), the constraints checked against the force field's
+(:func:`resolve_constraints`), the thread count (:func:`set_threads`). The rules are documented
+on :class:`~mindsponge.simulation.Simulation`.
+"""
+
+import torch
+
+from common import checks
+from common import threads as threads_module
+from common.errors import ConfigurationError
+from common.precision import Precision
+from mindsponge import constraints as constraints_module
+
+__all__ = [
+    "check_parts",
+    "count_constraints",
+    "integration_system",
+    "resolve_constraints",
+    "resolve_precision",
+    "set_threads",
+]
+
+
+def check_parts(system, forcefield, integrator, barostat):
+    """Refuse arguments of :class:`Simulation` of the wrong kind (TypeError, ValueError)."""
+    from mindsponge.system import System
+
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a mindsponge System, got {type(system).__name__}")
+    if not callable(forcefield):
+        raise TypeError(f"forcefield must be callable as forcefield(positions, box), got {forcefield!r}")
+    if not hasattr(integrator, "step") or not hasattr(integrator, "dt"):
+        raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
+    if barostat is not None and system.box is None:
+        raise ValueError("a barostat needs a periodic system; this System's box is None")
+
+
+def set_threads(threads):
+    """Apply :class:`Simulation`'s ``threads`` argument (process-wide)."""
+    if threads == "free":
+        threads_module.set_thread_budget(threads_module.free_cores())
+    elif isinstance(threads, str):
+        raise ConfigurationError(f"threads must be None, a positive int or 'free', got {threads!r}")
+    elif threads is not None:
+        threads_module.set_thread_budget(checks.positive_int(threads, "threads"))
+
+
+def integration_system(system, forcefield, precision):
+    """``system`` in the accumulate dtype, with the force field's masses when it carries them."""
+    system = system.to(dtype=precision.accumulate)
+    forcefield_masses = getattr(forcefield, "masses", None)
+    if forcefield_masses is None:
+        return system
+    if len(forcefield_masses) != system.n_atoms:
+        raise ConfigurationError(
+            f"the force field was parameterised with {len(forcefield_masses)} masses but the "
+            f"system has {system.n_atoms} atoms"
+        )
+    return system.replace(masses=forcefield_masses.to(system.positions))
+
+
+def count_constraints(constraints):
+    """Number of constrained distances (0 without constraints)."""
+    return 0 if constraints is None else constraints.n_constraints
+
+
+def resolve_precision(precision, forcefield):
+    """The :class:`Precision` of a simulation (see :class:`Simulation`'s ``precision``)."""
+    requested = getattr(forcefield, "requested_dtype", None)
+    if precision is None:
+        return Precision.double() if requested == torch.float64 else Precision.mixed()
+    if isinstance(precision, str):
+        precision = Precision.from_name(precision)
+    if not isinstance(precision, Precision):
+        raise TypeError(f"precision must be None, a name or a common.precision.Precision, got {precision!r}")
+    if requested is not None and requested != precision.compute:
+        raise ConfigurationError(
+            f"the force field was converted with forcefield.to({requested}) but this precision computes "
+            f"forces in {precision.compute}: pass a precision whose compute dtype is {requested} (e.g. "
+            f"precision={'double' if requested == torch.float64 else 'mixed'!r}) or convert the force field "
+            f"to {precision.compute}"
+        )
+    if precision.compute == torch.float64 and isinstance(forcefield, torch.nn.Module):
+        floating = [
+            tensor.dtype
+            for tensor in (*forcefield.parameters(), *forcefield.buffers())
+            if tensor.dtype.is_floating_point
+        ]
+        if floating and all(dtype == torch.float32 for dtype in floating):
+            raise ConfigurationError(
+                "double precision needs float64 force-field parameters, but this force field's are "
+                "float32: convert it (forcefield.to(torch.float64)) or use precision='mixed'"
+            )
+    return precision
+
+
+def resolve_constraints(constraints, forcefield, system, masses, tolerance):
+    """The constraints a simulation applies, checked against the force field's.
+
+    Args:
+        constraints: the ``constraints`` argument of :class:`~mindsponge.simulation.Simulation`
+            (``None``, a name, a ``Settle``/``Rattle`` or a ``Constraints``).
+        forcefield: the force field; its ``constraints`` (an OpenMM System's) are the default
+            and the reference.
+        system: the :class:`~mindsponge.system.System` (topology, device).
+        masses: (N,) tensor, amu, the masses integrated with.
+        tolerance: relative tolerance of RATTLE.
+
+    Returns:
+        :class:`~mindsponge.constraints.Constraints` or ``None``.
+
+    Raises:
+        TypeError: a ``constraints`` argument of another kind.
+        common.errors.ConfigurationError: constraints that contradict the force field's.
+    """
+    system_constraints = getattr(forcefield, "constraints", None)
+    if isinstance(constraints, constraints_module.Settle | constraints_module.Rattle):
+        constraints = constraints_module.Constraints([constraints])
+    if constraints is None:
+        if system_constraints is None:
+            return None
+        return constraints_module.from_pairs(
+            system_constraints.pairs.to(system.device),
+            system_constraints.distances,
+            masses,
+            tolerance=tolerance,
+        )
+    if isinstance(constraints, str):
+        choice = f"constraints={constraints!r}"
+        if constraints == "none":
+            constraints = None
+        else:
+            constraints = constraints_module.from_system(
+                system,
+                constraints,
+                forcefield if hasattr(forcefield, "terms") else None,
+                tolerance=tolerance,
+            )
+    elif isinstance(constraints, constraints_module.Constraints):
+        choice = "the constraints argument"
+    else:
+        raise TypeError(
+            f"constraints must be None, 'none', one of {constraints_module.KINDS} or a Constraints, "
+            f"got {constraints!r}"
+        )
+    constraints_module.check_against_system(constraints, system_constraints, system.topology, choice)
+    return constraints
