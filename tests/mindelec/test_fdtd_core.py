@@ -281,7 +281,10 @@ def test_cli_reads_the_old_resolution_key_with_a_warning():
     from common import config
     from mindelec import cli
 
-    text = 'until = 5e-12\n[grid]\nsize = [1e-3, 1e-3]\npml_thickness = 6\n{key} = 4e-5\n[[sources]]\nposition = [0.0, 0.0]\n'
+    text = (
+        "until = 5e-12\n[grid]\nsize = [1e-3, 1e-3]\npml_thickness = 6\n{key} = 4e-5\n"
+        "[[sources]]\nposition = [0.0, 0.0]\n"
+    )
     with pytest.warns(DeprecationWarning, match="resolution"):
         old = config.loads(text.format(key="resolution"), cli.RunConfig)
     new = config.loads(text.format(key="cell_size"), cli.RunConfig)
