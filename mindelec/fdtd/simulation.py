@@ -370,7 +370,7 @@ class Simulation:
                 f"Simulation: monitor frequencies above {accurate:.6g} Hz have fewer than "
                 f"{CELLS_PER_WAVELENGTH} cells per wavelength in the densest medium: {', '.join(coarse)}; "
                 "expect phase errors above about 1 %",
-                stacklevel=3,
+                stacklevel=4,  # _check_frequencies, __init__, its renamed_arguments wrapper, the caller
             )
         for source in [bound[0] for bound in self._bound_sources] + self._plane_waves:
             spectrum_limit = getattr(source.waveform, "spectrum_limit", None)

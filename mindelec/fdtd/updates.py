@@ -338,9 +338,11 @@ class YeeStepper:
     def step(self, state, step, inplace):
         """Advance ``state`` (a :class:`YeeState`) from E at ``step * dt`` to ``(step + 1) * dt``.
 
-        Returns the new state (new containers; the same tensors, updated, when ``inplace``).
+        Returns the updated state: ``state`` itself, its tensors updated, when ``inplace``; else a new
+        state (new containers and tensors; ``state`` is left as it was, as autograd needs).
         """
-        state = state.copy()
+        if not inplace:
+            state = state.copy()
         kernel = self._kernel if inplace else None
         magnetic = [component for component in H_COMPONENTS if component in self.active]
         electric = [component for component in E_COMPONENTS if component in self.active]
