@@ -293,3 +293,33 @@ def test_cli_reads_the_old_resolution_key_with_a_warning():
     config.from_dict(config.to_dict(new), cli.RunConfig)  # the saved configuration loads again
     with pytest.raises(ConfigError, match="cell_size"):
         config.loads(text.format(key="courant").replace("4e-5", "0.5"), cli.RunConfig)
+
+
+def test_stepping_state_is_typed_and_flattens_and_rebuilds():
+    from common.geometry import Rectangle
+    from mindelec.fdtd.sources import IncidentLine
+    from mindelec.fdtd.state import CpmlKey, YeeState
+
+    sim = _simulation(
+        boundary=(fdtd.PML(6), fdtd.Periodic()),
+        sources=[fdtd.PlaneWave(PULSE, x0=-5e-4)],
+        structures=[fdtd.Structure(Rectangle((2e-4, -2e-4), (4e-4, 2e-4)),
+                                   fdtd.Drude(plasma_frequency=4e11, collision_frequency=2e10))],
+    )
+    stepper = sim._stepper(20)
+    assert all(isinstance(line, IncidentLine) for line in stepper.plane_waves)
+    state = stepper.initial_state()
+    assert isinstance(state, YeeState) and set(state.fields) == {"Ez", "Hx", "Hy"}
+    assert CpmlKey("Ez", 0, "left") in state.psi and len(state.incident_e) == 1
+    assert len(state.polarization["Ez"]) == len(state.previous_polarization["Ez"]) == 1
+    in_place = stepper.initial_state()
+    with torch.no_grad():
+        for step in range(20):
+            state = stepper.step(state, step, inplace=False)
+            in_place = stepper.step(in_place, step, inplace=True)  # the same updates, in place
+    rebuilt = state.with_tensors(state.tensors())
+    assert rebuilt == state and [t.data_ptr() for t in rebuilt.tensors()] == [
+        t.data_ptr() for t in state.tensors()
+    ]
+    for ours, theirs in zip(state.tensors(), in_place.tensors()):
+        torch.testing.assert_close(ours, theirs)
