@@ -2,7 +2,10 @@
 
 A :class:`Simulation` holds a set-up (grid, boundaries, materials, sources, monitors); ``run``
 starts from zero fields, steps them, and returns the monitors' outputs. The set-up is not
-changed by a run, so a simulation can be run again (e.g. after its design tensor changed).
+changed by a run (monitors are specifications; each run gets new recorders from them), so a
+simulation can be run again (e.g. after its design tensor changed) and a monitor can serve several
+simulations. Thread settings are made once, by the ``threads`` argument, never by ``run``. Fields
+that become non-finite stop the run with :class:`FieldBlowUpError` naming the step.
 
 Time step: ``dt = courant * dt_max`` with ``dt_max = 1 / (c_max sqrt(sum_a 1/dx_a^2))`` the Yee
 stability limit (``c_max`` the fastest light speed among the media); ``courant`` defaults to 0.99.
@@ -23,11 +26,11 @@ exceeds the memory available is refused with the estimate before anything grid-s
 
 Differentiable runs: when grad is enabled and any medium parameter or design permittivity
 requires grad, ``run`` splits the steps into segments of ``ceil(sqrt(steps))`` steps, each one
-autograd node (time-segment checkpointing): the forward pass runs them in place without a graph and
-stores only each segment's starting state; the backward pass recomputes one segment at a time out of
-place and back-propagates through it. Memory for the backward pass therefore grows like
-``sqrt(steps)``, and the cost is about one extra forward pass. Otherwise the fields are updated in
-place under ``torch.no_grad``.
+autograd node (time-segment checkpointing, :mod:`mindelec.fdtd.checkpointing`): the forward
+pass runs them in place without a graph and stores only each segment's starting state; the
+backward pass recomputes one segment at a time out of place and back-propagates through it.
+Memory for the backward pass therefore grows like ``sqrt(steps)``, and the cost is about one
+extra forward pass. Otherwise the fields are updated in place under ``torch.no_grad``.
 """
 
 import math
