@@ -9,6 +9,7 @@ import torch
 
 import mindelec as me
 from common.config import ConfigError
+from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 fdtd = me.fdtd
@@ -259,7 +260,7 @@ def test_run_leaves_the_thread_count_alone_and_threads_sets_it_once():
         torch.set_num_threads(2)
         sim.run(steps=3, progress=False)
         assert torch.get_num_threads() == 2  # set at construction only
-        with pytest.raises(me.fdtd.simulation.ConfigurationError, match="threads"):
+        with pytest.raises(ConfigurationError, match="threads"):
             _simulation(threads="many")
     finally:
         torch.set_num_threads(before)
