@@ -342,8 +342,9 @@ def block_s_parameters(
     setup = setup or WaveguideSetup()
     frequencies = np.asarray(frequencies, dtype=np.float64)
     if discrete:
-        dx = setup.guide_length / round(setup.guide_length / setup.cell_size)
-        dy = setup.height / round(setup.height / setup.cell_size)
+        from mindelec import fdtd
+
+        dx, dy = fdtd.Grid(setup.size, setup.cell_size).spacing[:2]
         dt = 0.99 / (SPEED_OF_LIGHT * math.sqrt(1 / dx**2 + 1 / dy**2))
         temporal = (np.sin(math.pi * frequencies * dt) / (SPEED_OF_LIGHT * dt)) ** 2
         transverse = (np.sin(math.pi * dy / (2 * setup.height)) / dy) ** 2
