@@ -64,7 +64,7 @@ def ours(shape, steps, compiled):
     fdtd = me.fdtd
     spacing = 1e-6
     size = tuple(n * spacing for n in shape)
-    sim = fdtd.Simulation(size=size, resolution=spacing, boundary=fdtd.PEC(), dtype=torch.float32,
+    sim = fdtd.Simulation(size=size, cell_size=spacing, boundary=fdtd.PEC(), dtype=torch.float32,
                           sources=[fdtd.PointDipole((0.0,) * len(shape), "Ez",
                                                     fdtd.GaussianPulse(3e13, 2e13))], compiled=compiled)
     sim.run(steps=2, progress=False)  # warm-up

@@ -20,18 +20,33 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from common import config as configuration
+from common.deprecation import warn_deprecated
 
 
 @dataclass
 class GridConfig:
-    """The domain: ``size`` (m) per axis (1 to 3 values), cell size ``resolution`` (m), PML cells."""
+    """The domain: ``size`` (m) per axis (1 to 3 values), ``cell_size`` (m), PML cells.
+
+    ``resolution``, the old name of ``cell_size``, is still read for one release, with a
+    ``DeprecationWarning``.
+    """
 
     size: list[float]
-    resolution: float
+    cell_size: float | None = None
     pml_thickness: int = 20
     polarization: Literal["TM", "TE"] = "TM"
     dtype: Literal["float32", "float64"] = "float32"
     courant: float = 0.99
+    resolution: float | None = None
+
+    def __post_init__(self):
+        if self.resolution is not None:
+            if self.cell_size is not None:
+                raise ValueError("give cell_size only, not also the deprecated resolution")
+            warn_deprecated("the [grid] key resolution", "cell_size", stacklevel=2)
+            self.cell_size, self.resolution = self.resolution, None
+        if self.cell_size is None:
+            raise ValueError("missing required key cell_size (the cell size, m)")
 
 
 @dataclass
@@ -143,7 +158,7 @@ def build_simulation(run):
     monitors.append(fdtd.DFTMonitor("dft", [run.sources[0].frequency], (run.output.component,)))
     return fdtd.Simulation(
         size=tuple(grid.size),
-        resolution=grid.resolution,
+        cell_size=grid.cell_size,
         boundary=fdtd.PML(grid.pml_thickness),
         sources=sources,
         structures=structures,

@@ -31,6 +31,7 @@ import math
 import numpy as np
 import torch
 
+from common.deprecation import renamed_arguments, warn_deprecated
 from common.units import SPEED_OF_LIGHT
 
 __all__ = [
@@ -55,7 +56,8 @@ class WaveguideSetup:
     Args:
         height: guide height (m), distance between the PEC walls.
         guide_length: domain length along x (m), PML included.
-        resolution: cell size (m).
+        cell_size: cell size (m) of the FDTD grid (``resolution=``, the old name, warns and still
+            works for one release; so does reading the attribute ``resolution``).
         f_min, f_max: band edges (Hz); must lie between the TM1 and TM2 cut-offs.
         n_frequencies: number of frequencies of the (fixed, linear) axis.
         pml: PML thickness (cells).
@@ -68,11 +70,12 @@ class WaveguideSetup:
         ValueError: for a band outside the single-mode range or ports outside the domain.
     """
 
+    @renamed_arguments(resolution="cell_size")
     def __init__(
         self,
         height=20e-3,
         guide_length=200e-3,
-        resolution=1e-3,
+        cell_size=1e-3,
         f_min=9.5e9,
         f_max=14e9,
         n_frequencies=26,
@@ -81,10 +84,10 @@ class WaveguideSetup:
         until=None,
         dtype=torch.float32,
     ):
-        self.height, self.guide_length, self.resolution = (
+        self.height, self.guide_length, self.cell_size = (
             float(height),
             float(guide_length),
-            float(resolution),
+            float(cell_size),
         )
         cutoff_1, cutoff_2 = SPEED_OF_LIGHT / (2 * self.height), SPEED_OF_LIGHT / self.height
         if not cutoff_1 < f_min < f_max < cutoff_2:
@@ -92,10 +95,10 @@ class WaveguideSetup:
                 f"WaveguideSetup: band f_min={f_min:.4g} Hz .. f_max={f_max:.4g} Hz must lie inside the "
                 f"single-mode range ({cutoff_1:.4g} Hz, {cutoff_2:.4g} Hz) of a {self.height} m guide"
             )
-        if not 0 < port_offset < self.guide_length / 2 - (pml + 2) * self.resolution:
+        if not 0 < port_offset < self.guide_length / 2 - (pml + 2) * self.cell_size:
             raise ValueError(
                 f"WaveguideSetup: port_offset={port_offset} m must lie inside the domain, "
-                f"outside the PML ({pml} cells of {self.resolution} m)"
+                f"outside the PML ({pml} cells of {self.cell_size} m)"
             )
         self.frequencies = torch.linspace(float(f_min), float(f_max), int(n_frequencies), dtype=torch.float64)
         self.pml, self.port_offset, self.dtype = int(pml), float(port_offset), dtype
@@ -107,6 +110,12 @@ class WaveguideSetup:
         )
 
     @property
+    def resolution(self) -> float:
+        """Deprecated: the cell size (m), :attr:`cell_size`."""
+        warn_deprecated("WaveguideSetup.resolution", "WaveguideSetup.cell_size")
+        return self.cell_size
+
+    @property
     def size(self) -> tuple[float, float]:
         """Domain extent (m): (guide_length, height)."""
         return (self.guide_length, self.height)
@@ -115,7 +124,7 @@ class WaveguideSetup:
         """The two :class:`mindelec.ports.WaveguidePort` objects, projecting on the TM1 profile."""
         from mindelec import fdtd, ports
 
-        grid = fdtd.Grid(self.size, self.resolution)
+        grid = fdtd.Grid(self.size, self.cell_size)
         y_slice = grid.index_range((0.0, 0.0), (0.0, self.height), "Ez", "port")[1]
         y_nodes = grid.coordinates("Ez", 1)[y_slice]
         profile = torch.sin(math.pi * (y_nodes + self.height / 2) / self.height)
@@ -131,7 +140,7 @@ class WaveguideSetup:
         source = fdtd.CurrentSource("Ez", self.waveform, center=(self.source_x, 0.0), size=(0.0, self.height))
         return fdtd.Simulation(
             size=self.size,
-            resolution=self.resolution,
+            cell_size=self.cell_size,
             boundary=(fdtd.PML(thickness=self.pml), fdtd.PEC()),
             sources=[source],
             structures=structures,
@@ -144,7 +153,7 @@ class WaveguideSetup:
         return (
             self.height,
             self.guide_length,
-            self.resolution,
+            self.cell_size,
             tuple(self.frequencies.tolist()),
             self.pml,
             self.port_offset,
@@ -184,7 +193,7 @@ def _check_parameters(params, setup: WaveguideSetup) -> dict[str, float]:
             raise ValueError(f"params[{name!r}] must be a finite number > 0, got {params[name]!r}")
     if values["width"] > setup.height:
         raise ValueError(f"params['width'] = {values['width']} m exceeds the guide height {setup.height} m")
-    if values["length"] / 2 > setup.port_offset - 2 * setup.resolution:
+    if values["length"] / 2 > setup.port_offset - 2 * setup.cell_size:
         raise ValueError(
             f"params['length'] = {values['length']} m: the block must end at least two cells "
             f"before the ports at x = +-{setup.port_offset} m"
@@ -207,7 +216,7 @@ def sparameter_sample(params: dict, seed: int, **options) -> dict[str, np.ndarra
         params: ``{"length": m, "permittivity": relative}`` and optionally ``"width"`` (m, default the
             guide height).
         seed: unused (the simulation is deterministic); accepted for the generator contract.
-        **options: keyword arguments of :class:`WaveguideSetup` (``height``, ``resolution``, ``f_min``,
+        **options: keyword arguments of :class:`WaveguideSetup` (``height``, ``cell_size``, ``f_min``,
             ``f_max``, ``n_frequencies``, ...); ``dtype`` may be given as ``"float32"``/``"float64"``.
 
     Returns:
@@ -274,7 +283,7 @@ def field_sample(params: dict, seed: int, frequency: float = 11.5e9, **options) 
     field = result["field"]["Ez"][0].to(torch.complex128) / _empty_guide_peak(
         setup.key(), float(frequency), setup
     )
-    grid = fdtd.Grid(setup.size, setup.resolution)
+    grid = fdtd.Grid(setup.size, setup.cell_size)
     permittivity = voxels.permittivity_grid(structures, grid, "Ez").to(torch.float64).numpy()
     field = field.numpy()
     return {
@@ -333,8 +342,9 @@ def block_s_parameters(
     setup = setup or WaveguideSetup()
     frequencies = np.asarray(frequencies, dtype=np.float64)
     if discrete:
-        dx = setup.guide_length / round(setup.guide_length / setup.resolution)
-        dy = setup.height / round(setup.height / setup.resolution)
+        from mindelec import fdtd
+
+        dx, dy = fdtd.Grid(setup.size, setup.cell_size).spacing[:2]
         dt = 0.99 / (SPEED_OF_LIGHT * math.sqrt(1 / dx**2 + 1 / dy**2))
         temporal = (np.sin(math.pi * frequencies * dt) / (SPEED_OF_LIGHT * dt)) ** 2
         transverse = (np.sin(math.pi * dy / (2 * setup.height)) / dy) ** 2

@@ -3,7 +3,7 @@
 The entry point is :class:`Simulation`::
 
     import mindelec as me
-    sim = me.fdtd.Simulation(size=(2e-3, 2e-3), resolution=10e-6, boundary=me.fdtd.PML(thickness=20),
+    sim = me.fdtd.Simulation(size=(2e-3, 2e-3), cell_size=10e-6, boundary=me.fdtd.PML(thickness=20),
                              sources=[me.fdtd.PointDipole(
                                  position=(0, 0), component="Ez",
                                  waveform=me.fdtd.GaussianPulse(f0=150e9, fwidth=100e9))],
@@ -13,16 +13,22 @@ The entry point is :class:`Simulation`::
 
 Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
 design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
-:mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors`, :mod:`~mindelec.fdtd.updates` (the step),
+:mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
+recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
+:mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
+
+An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a
+``YeeStepper``, asks each monitor for a fresh ``Recorder``, steps a ``YeeState`` from zero fields,
+hands the fields to the recorders after every step, and collects their outputs into a ``Result``.
 """
 
 from .boundaries import PML, Periodic
 from .grid import Grid
 from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
-from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Snapshots
+from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
-from .simulation import Simulation
+from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
 
@@ -48,4 +54,7 @@ __all__ = [
     "DFTMonitor",
     "FluxMonitor",
     "Snapshots",
+    "Monitor",
+    "Recorder",
+    "FieldBlowUpError",
 ]

@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from common.deprecation import renamed_arguments
+
 AXES = "xyz"
 E_COMPONENTS = ("Ex", "Ey", "Ez")
 H_COMPONENTS = ("Hx", "Hy", "Hz")
@@ -41,10 +43,10 @@ class Grid:
 
     Args:
         size: domain extent per axis (m); ``len(size)`` (1, 2 or 3) is the dimension.
-        resolution: the cell size (m). The number of cells along an axis is
-            ``round(size / resolution)``; the actual spacing ``size / n`` (attribute
-            ``spacing``) differs from ``resolution`` by less than half a cell over the
-            whole domain.
+        cell_size: the edge of a cell (m). The number of cells along an axis is
+            ``round(size / cell_size)``; the actual spacing ``size / n`` (attribute
+            ``spacing``) differs from ``cell_size`` by less than half a cell over the
+            whole domain. (``resolution=``, the old name, warns and still works for one release.)
 
     Attributes:
         ndim: 1, 2 or 3.
@@ -53,19 +55,20 @@ class Grid:
         size: ``(Lx, Ly, Lz)`` in m (0 along missing axes).
     """
 
-    def __init__(self, size, resolution):
+    @renamed_arguments(resolution="cell_size")
+    def __init__(self, size, cell_size):
         size = tuple(float(value) for value in size)
         if not 1 <= len(size) <= 3:
             raise ValueError(f"Simulation size: expected 1 to 3 extents (m), got {len(size)}: {size}")
         if not all(math.isfinite(value) and value > 0 for value in size):
             raise ValueError(f"Simulation size: every extent must be a positive length (m), got {size}")
-        resolution = float(resolution)
-        if not (math.isfinite(resolution) and resolution > 0):
-            raise ValueError(f"Simulation resolution: expected a positive cell size (m), got {resolution}")
-        counts = [max(1, round(length / resolution)) for length in size]
+        cell_size = float(cell_size)
+        if not (math.isfinite(cell_size) and cell_size > 0):
+            raise ValueError(f"Simulation cell_size: expected a positive cell size (m), got {cell_size}")
+        counts = [max(1, round(length / cell_size)) for length in size]
         if min(counts) < 2:
             raise ValueError(
-                f"Simulation resolution {resolution} m is coarser than the domain size {size}; "
+                f"Simulation cell_size {cell_size} m is coarser than the domain size {size}; "
                 "expected at least 2 cells per axis"
             )
         self.ndim = len(size)

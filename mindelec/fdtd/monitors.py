@@ -16,6 +16,12 @@ Every monitor has a ``name``; after ``result = sim.run(...)``, ``result[name]`` 
   transmission and reflection spectra.
 * :class:`Snapshots` - ``{"Ez": (K, n1[, n2[, n3]]), ..., "times": (K,)}``: whole-grid copies every
   ``every`` steps.
+
+A monitor is an immutable specification (its constructor's arguments): it is never changed by a
+simulation, so one monitor object can serve several simulations. For each run the simulation asks it
+for a :class:`Recorder` (``monitor.recorder(grid, polarization, dt, dtype, device)``, the one public
+protocol between monitors and the time loop), which checks the monitor against the grid, holds the run's
+buffers, reads the fields after every step and builds the output that goes into the result.
 """
 
 import math
@@ -29,7 +35,6 @@ from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, H_COMPONENTS
 
 def _check_components(components, grid, polarization, owner):
     active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
-    components = (components,) if isinstance(components, str) else tuple(components)
     for component in components:
         if component not in active:
             raise ValueError(
@@ -39,28 +44,98 @@ def _check_components(components, grid, polarization, owner):
     return components
 
 
+def _as_components(components):
+    return (components,) if isinstance(components, str) else tuple(components)
+
+
 def _squeeze(tensor, ndim, leading=0):
     """Drop the internal length-1 axes beyond the simulation's dimension."""
     return tensor.reshape(tensor.shape[: leading + ndim])
 
 
+def _bytes_per_value(dtype):
+    return torch.finfo(dtype).bits // 8
+
+
+class Recorder:
+    """What one monitor records during one run (made by :meth:`Monitor.recorder`).
+
+    The simulation drives it, one way: ``start(steps)`` allocates the run's buffers; after every step
+    ``record(fields, step, inplace)`` reads the fields (``{component: (nx, ny, nz) tensor}``), adds into
+    the buffers and returns the step's samples (a list of ``count(step)`` tensors, which the simulation
+    keeps); ``finish(samples)`` builds the monitor's output from the per-step sample lists and the
+    buffers. This base class records nothing.
+
+    Attributes:
+        name: the monitor's name (the key of its output in the result).
+        accumulators: tuple of tensors summed into during the run (running DFTs; empty for monitors
+            that only sample). A differentiable run replaces them at each recomputed time segment.
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.accumulators = ()
+
+    def start(self, steps):
+        """Allocate the buffers of a run of ``steps`` steps (fresh zeros)."""
+        self.accumulators = ()
+
+    def count(self, step):
+        """The number of tensors :meth:`record` returns at ``step``."""
+        return 0
+
+    def record(self, fields, step, inplace):
+        """Read ``fields`` after ``step``; returns the list of tensors sampled (copies)."""
+        return []
+
+    def finish(self, samples):
+        """The monitor's output (a dict of tensors) from ``samples``, one list per step."""
+        return {}
+
+    def memory(self, steps=None):
+        """Bytes of the run's buffers and samples (``steps=None``: what does not depend on the run length)."""
+        return 0
+
+
 class Monitor:
-    """Base class: ``name`` plus the hooks the time loop calls (internal)."""
+    """Base class of the monitors: an immutable specification with a ``name``.
+
+    Subclasses store their (validated) arguments and implement :meth:`recorder`; their attributes
+    cannot be set afterwards (``AttributeError``).
+    """
 
     def __init__(self, name):
         if not isinstance(name, str) or not name:
             raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
-        self.name = name
+        self._set(name=name)
 
-    def _initial_state(self, steps):
-        return {}
+    def _set(self, **attributes):
+        """Set attributes while the constructor runs (the only way in: monitors are immutable)."""
+        for key, value in attributes.items():
+            object.__setattr__(self, key, value)
 
-    def _record_count(self, step):
-        return 0
+    def __setattr__(self, key, value):
+        raise AttributeError(
+            f"{type(self).__name__}.{key}: a monitor is an immutable specification; make a new one"
+        )
 
-    def _record(self, fields, state, step, inplace):
-        """Returns ``(state, records)``: the updated accumulators and this step's recorded tensors."""
-        return state, []
+    def __delattr__(self, key):
+        raise AttributeError(f"{type(self).__name__}.{key}: a monitor is an immutable specification")
+
+    def recorder(self, grid, polarization, dt, dtype, device) -> Recorder:
+        """A new :class:`Recorder` of this monitor for one run on ``grid``.
+
+        Args:
+            grid: the simulation's :class:`~mindelec.fdtd.Grid`.
+            polarization: ``"TM"``/``"TE"`` in 2D, else ``None``.
+            dt: the time step (s).
+            dtype, device: of the fields.
+
+        Raises:
+            ValueError: naming the monitor, if it does not fit the grid (outside the domain, a
+                component the simulation does not carry).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement Monitor.recorder")
 
 
 class FieldProbe(Monitor):
@@ -74,28 +149,34 @@ class FieldProbe(Monitor):
 
     def __init__(self, name, position, components=("Ez",)):
         super().__init__(name)
-        self.position = tuple(float(value) for value in position)
-        self.components = (components,) if isinstance(components, str) else tuple(components)
+        self._set(position=tuple(float(value) for value in position), components=_as_components(components))
 
-    def _bind(self, grid, polarization, dt, dtype, device):
-        self.components = _check_components(self.components, grid, polarization, repr(self))
+    def recorder(self, grid, polarization, dt, dtype, device):
+        _check_components(self.components, grid, polarization, repr(self))
         position = grid.check_inside(self.position, repr(self))
-        self._indices = {component: grid.nearest_index(component, position) for component in self.components}
-
-    def _record_count(self, step):
-        return len(self.components)
-
-    def _record(self, fields, state, step, inplace):
-        return state, [fields[component][self._indices[component]].clone() for component in self.components]
-
-    def _finish(self, state, records, grid):
-        return {
-            component: torch.stack([step_records[i] for step_records in records])
-            for i, component in enumerate(self.components)
-        }
+        indices = {component: grid.nearest_index(component, position) for component in self.components}
+        return _ProbeRecorder(self.name, indices)
 
     def __repr__(self):
         return f"FieldProbe({self.name!r}, position={self.position}, components={self.components})"
+
+
+class _ProbeRecorder(Recorder):
+    def __init__(self, name, indices):
+        super().__init__(name)
+        self.indices = indices  # component -> its node nearest to the probe
+
+    def count(self, step):
+        return len(self.indices)
+
+    def record(self, fields, step, inplace):
+        return [fields[component][index].clone() for component, index in self.indices.items()]
+
+    def finish(self, samples):
+        return {
+            component: torch.stack([step_samples[i] for step_samples in samples])
+            for i, component in enumerate(self.indices)
+        }
 
 
 class DFTMonitor(Monitor):
@@ -111,67 +192,84 @@ class DFTMonitor(Monitor):
 
     def __init__(self, name, frequencies, components=("Ez",), center=None, size=None):
         super().__init__(name)
-        self.frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
-        if self.frequencies.numel() == 0:
+        frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
+        if frequencies.numel() == 0:
             raise ConfigurationError(f"{type(self).__name__}({name!r}): frequencies must not be empty")
-        bad = ~torch.isfinite(self.frequencies) | (self.frequencies < 0)
+        bad = ~torch.isfinite(frequencies) | (frequencies < 0)
         if bool(bad.any()):
             index = int(torch.nonzero(bad)[0, 0])
             raise ConfigurationError(
-                f"{type(self).__name__}({name!r}): frequency {index} is {float(self.frequencies[index])} Hz; "
+                f"{type(self).__name__}({name!r}): frequency {index} is {float(frequencies[index])} Hz; "
                 "frequencies must be finite and >= 0 (the DFT of a real field at -f is the conjugate of f)"
             )
-        self.components = (components,) if isinstance(components, str) else tuple(components)
-        self.center = center
-        self.size = size
+        self._set(frequencies=frequencies, components=_as_components(components), center=center, size=size)
 
-    def _regions(self, grid):
+    def recorder(self, grid, polarization, dt, dtype, device):
+        _check_components(self.components, grid, polarization, repr(self))
         center = (0.0,) * grid.ndim if self.center is None else self.center
         size = grid.size[: grid.ndim] if self.size is None else self.size
-        return {
+        slices = {
             component: grid.index_range(center, size, component, repr(self)) for component in self.components
         }
-
-    def _bind(self, grid, polarization, dt, dtype, device):
-        self.components = _check_components(self.components, grid, polarization, repr(self))
-        self._slices = self._regions(grid)
-        self._dt = dt
-        self._dtype, self._device = dtype, device
-
-    def _initial_state(self, steps):
-        complex_dtype = torch.complex128 if self._dtype == torch.float64 else torch.complex64
-        # exp(-i omega t) dt at every step's E and H sample times, computed in float64: (steps, F, 1, 1, 1)
-        omega = 2 * math.pi * self.frequencies.to(self._device)
-        self._phases = {}
-        for kind, shift in (("E", 1.0), ("H", 0.5)):
-            times = (torch.arange(steps, dtype=torch.float64, device=self._device) + shift) * self._dt
-            phases = torch.polar(torch.full_like(omega, self._dt).expand(steps, -1), -times[:, None] * omega)
-            self._phases[kind] = phases.to(complex_dtype).reshape(steps, -1, 1, 1, 1)
-        state = {}
-        for component, slices in self._slices.items():
-            shape = (len(self.frequencies),) + tuple(s.stop - s.start for s in slices)
-            state[f"{self.name}/{component}"] = torch.zeros(shape, dtype=complex_dtype, device=self._device)
-        return state
-
-    def _record(self, fields, state, step, inplace):
-        for component, slices in self._slices.items():
-            key = f"{self.name}/{component}"
-            increment = fields[component][slices].unsqueeze(0) * self._phases[component[0]][step]
-            state[key] = state[key].add_(increment) if inplace else state[key] + increment
-        return state, []
-
-    def _finish(self, state, records, grid):
-        output = {"frequencies": self.frequencies.to(self._device), "coordinates": {}}
-        for component, slices in self._slices.items():
-            output[component] = _squeeze(state[f"{self.name}/{component}"], grid.ndim, leading=1)
-            output["coordinates"][component] = {
-                AXES[a]: grid.coordinates(component, a, self._dtype, self._device)[slices[a]]
-                for a in range(grid.ndim)
-            }
-        return output
+        return _DFTRecorder(self.name, self.frequencies, slices, grid, dt, dtype, device)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name!r}, center={self.center}, size={self.size})"
+
+
+class _DFTRecorder(Recorder):
+    """Running DFTs of components on index boxes: one complex accumulator per component."""
+
+    def __init__(self, name, frequencies, slices, grid, dt, dtype, device):
+        super().__init__(name)
+        self.frequencies = frequencies
+        self.slices = slices  # component -> its index box
+        self.grid, self.dt, self.dtype, self.device = grid, dt, dtype, device
+        self.complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+
+    def start(self, steps):
+        # exp(-i omega t) dt at every step's E and H sample times, computed in float64: (steps, F, 1, 1, 1)
+        omega = 2 * math.pi * self.frequencies.to(self.device)
+        self.phases = {}
+        for kind, shift in (("E", 1.0), ("H", 0.5)):
+            times = (torch.arange(steps, dtype=torch.float64, device=self.device) + shift) * self.dt
+            phases = torch.polar(torch.full_like(omega, self.dt).expand(steps, -1), -times[:, None] * omega)
+            self.phases[kind] = phases.to(self.complex_dtype).reshape(steps, -1, 1, 1, 1)
+        self.accumulators = tuple(
+            torch.zeros(self._shape(slices), dtype=self.complex_dtype, device=self.device)
+            for slices in self.slices.values()
+        )
+
+    def _shape(self, slices):
+        return (len(self.frequencies),) + tuple(s.stop - s.start for s in slices)
+
+    def record(self, fields, step, inplace):
+        updated = []
+        for (component, slices), total in zip(self.slices.items(), self.accumulators):
+            increment = fields[component][slices].unsqueeze(0) * self.phases[component[0]][step]
+            updated.append(total.add_(increment) if inplace else total + increment)
+        self.accumulators = tuple(updated)
+        return []
+
+    def memory(self, steps=None):
+        values = sum(math.prod(self._shape(slices)) for slices in self.slices.values())
+        return values * 2 * _bytes_per_value(self.dtype)
+
+    def transforms(self):
+        """``{component: (F, box shape) complex tensor}``: the accumulated DFTs."""
+        return dict(zip(self.slices, self.accumulators))
+
+    def finish(self, samples):
+        grid = self.grid
+        output = {"frequencies": self.frequencies.to(self.device), "coordinates": {}}
+        for component, value in self.transforms().items():
+            slices = self.slices[component]
+            output[component] = _squeeze(value, grid.ndim, leading=1)
+            output["coordinates"][component] = {
+                AXES[a]: grid.coordinates(component, a, self.dtype, self.device)[slices[a]]
+                for a in range(grid.ndim)
+            }
+        return output
 
 
 class FluxMonitor(DFTMonitor):
@@ -188,29 +286,40 @@ class FluxMonitor(DFTMonitor):
     def __init__(self, name, frequencies, center, size=None):
         super().__init__(name, frequencies, components=(), center=center, size=size)
 
-    def _bind(self, grid, polarization, dt, dtype, device):
+    def recorder(self, grid, polarization, dt, dtype, device):
         size = (0.0,) * grid.ndim if self.size is None else tuple(float(value) for value in self.size)
         zeros = [a for a in range(len(size)) if size[a] == 0]
         if len(size) != grid.ndim or len(zeros) != 1:
             raise ValueError(
                 f"{self!r}: size must have {grid.ndim} entries with exactly one 0 (the normal axis)"
             )
-        self._normal = zeros[0]
+        normal = zeros[0]
         position = grid.check_inside(self.center, repr(self))
-        normal = self._normal
         tangential = [(normal + 1) % 3, (normal + 2) % 3]
         active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
-        self.components = tuple(
+        components = tuple(
             c for c in E_COMPONENTS + H_COMPONENTS if c in active and AXES.index(c[1]) in tangential
         )
+        box = self._box(grid, position, size, normal, tangential)
+        # every component on the box's nodes and the nodes one below along axes where it is at a half node
+        slices = {}
+        for component in components:
+            offsets = grid.offsets(component)
+            slices[component] = tuple(
+                slice(low - (1 if offsets[a] else 0), high) for a, (low, high) in enumerate(box)
+            )
+        return _FluxRecorder(self.name, self.frequencies, slices, grid, dt, dtype, device, normal)
+
+    def _box(self, grid, position, size, normal, tangential):
+        """Per axis, the index range ``[low, high)`` of the integer nodes the flux is summed over."""
         # the plane sits on the integer node along the normal; E_t lives there, H_t half a cell either side
         plane = grid.nearest_index("E" + AXES[tangential[0]], position)[normal]
         if not 1 <= plane <= grid.shape[normal] - 1:
             raise ValueError(f"{self!r}: the plane must lie at least one cell inside the domain")
-        self._box = []  # per axis: the index range [low, high) of the averaged nodes
+        box = []
         for a in range(3):
             if a == normal or a >= grid.ndim:
-                self._box.append((plane, plane + 1) if a == normal else (0, 1))
+                box.append((plane, plane + 1) if a == normal else (0, 1))
                 continue
             low = position[a] - size[a] / 2
             high = position[a] + size[a] / 2
@@ -218,38 +327,36 @@ class FluxMonitor(DFTMonitor):
             stop = min(grid.shape[a], math.floor((high + grid.size[a] / 2) / grid.spacing[a] + 1e-9) + 1)
             if stop <= start:
                 raise ValueError(f"{self!r}: the surface covers no grid node along {AXES[a]}")
-            self._box.append((start, stop))
-        super()._bind(grid, polarization, dt, dtype, device)
+            box.append((start, stop))
+        return box
 
-    def _regions(self, grid):
-        # every component on the box's nodes and the nodes one below along axes where it is at a half node
-        regions = {}
-        for component in self.components:
-            offsets = grid.offsets(component)
-            regions[component] = tuple(
-                slice(low - (1 if offsets[a] else 0), high) for a, (low, high) in enumerate(self._box)
-            )
-        return regions
 
-    def _colocated(self, state, component, grid):
-        """The component's DFT averaged onto the box's integer nodes: (F, box shape)."""
-        value = state[f"{self.name}/{component}"]
-        for a, offset in enumerate(grid.offsets(component)):
+class _FluxRecorder(_DFTRecorder):
+    """The DFTs of the tangential components around a surface, combined into a Poynting flux."""
+
+    def __init__(self, name, frequencies, slices, grid, dt, dtype, device, normal):
+        super().__init__(name, frequencies, slices, grid, dt, dtype, device)
+        self.normal = normal
+
+    def _colocated(self, value, component):
+        """A component's DFT averaged onto the box's integer nodes: (F, box shape)."""
+        for a, offset in enumerate(self.grid.offsets(component)):
             if offset:
                 length = value.shape[1 + a]
                 value = 0.5 * (value.narrow(1 + a, 0, length - 1) + value.narrow(1 + a, 1, length - 1))
         return value
 
-    def _finish(self, state, records, grid):
-        normal = self._normal
+    def finish(self, samples):
+        grid, normal = self.grid, self.normal
         first, second = (normal + 1) % 3, (normal + 2) % 3
+        transforms = self.transforms()
         zero = None
         colocated = {}
         for axis in (first, second):
             for kind in "EH":
                 component = kind + AXES[axis]
-                if component in self.components:
-                    colocated[component] = self._colocated(state, component, grid)
+                if component in transforms:
+                    colocated[component] = self._colocated(transforms[component], component)
                     zero = torch.zeros_like(colocated[component])
         get = colocated.get
         poynting = (
@@ -257,7 +364,7 @@ class FluxMonitor(DFTMonitor):
             - get("E" + AXES[second], zero) * get("H" + AXES[first], zero).conj()
         ).real
         area = math.prod(grid.spacing[a] for a in range(grid.ndim) if a != normal)
-        return {"flux": poynting.sum(dim=(1, 2, 3)) * area, "frequencies": self.frequencies.to(self._device)}
+        return {"flux": poynting.sum(dim=(1, 2, 3)) * area, "frequencies": self.frequencies.to(self.device)}
 
 
 class Snapshots(Monitor):
@@ -274,32 +381,44 @@ class Snapshots(Monitor):
         super().__init__(name)
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"Snapshots({name!r}): every must be a positive number of steps, got {every!r}")
-        self.every = every
-        self.components = (components,) if isinstance(components, str) else tuple(components)
+        self._set(every=every, components=_as_components(components))
 
-    def _bind(self, grid, polarization, dt, dtype, device):
-        self.components = _check_components(self.components, grid, polarization, repr(self))
-        self._dt = dt
-
-    def _record_count(self, step):
-        return len(self.components) if (step + 1) % self.every == 0 else 0
-
-    def _record(self, fields, state, step, inplace):
-        if (step + 1) % self.every:
-            return state, []
-        return state, [fields[component].clone() for component in self.components]
-
-    def _finish(self, state, records, grid):
-        taken = [step_records for step_records in records if step_records]
-        output = {}
-        for i, component in enumerate(self.components):
-            frames = [_squeeze(step_records[i], grid.ndim) for step_records in taken]
-            output[component] = torch.stack(frames) if frames else torch.empty(0)
-        steps = torch.tensor(
-            [step for step, step_records in enumerate(records) if step_records], dtype=torch.float64
-        )
-        output["times"] = (steps + 1) * self._dt
-        return output
+    def recorder(self, grid, polarization, dt, dtype, device):
+        _check_components(self.components, grid, polarization, repr(self))
+        return _SnapshotRecorder(self.name, self.every, self.components, grid, dt, dtype)
 
     def __repr__(self):
         return f"Snapshots({self.name!r}, every={self.every}, components={self.components})"
+
+
+class _SnapshotRecorder(Recorder):
+    def __init__(self, name, every, components, grid, dt, dtype):
+        super().__init__(name)
+        self.every, self.components = every, components
+        self.grid, self.dt, self.dtype = grid, dt, dtype
+
+    def count(self, step):
+        return len(self.components) if (step + 1) % self.every == 0 else 0
+
+    def record(self, fields, step, inplace):
+        if (step + 1) % self.every:
+            return []
+        return [fields[component].clone() for component in self.components]
+
+    def memory(self, steps=None):
+        if steps is None:
+            return 0
+        cells = math.prod(self.grid.shape)
+        return (steps // self.every) * len(self.components) * cells * _bytes_per_value(self.dtype)
+
+    def finish(self, samples):
+        taken = [step_samples for step_samples in samples if step_samples]
+        output = {}
+        for i, component in enumerate(self.components):
+            frames = [_squeeze(step_samples[i], self.grid.ndim) for step_samples in taken]
+            output[component] = torch.stack(frames) if frames else torch.empty(0)
+        steps = torch.tensor(
+            [step for step, step_samples in enumerate(samples) if step_samples], dtype=torch.float64
+        )
+        output["times"] = (steps + 1) * self.dt
+        return output

@@ -22,7 +22,7 @@ class Result:
         times: (steps,) tensor, s: the time of the E fields after each step, ``(n + 1) dt``.
         dt: the time step (s).
         steps: number of steps run.
-        metadata: dict of plain values describing the simulation (size, resolution, ...).
+        metadata: dict of plain values describing the simulation (size, spacing, ndim, polarization, steps).
     """
 
     def __init__(self, monitors, times, dt, metadata):

@@ -2,7 +2,10 @@
 
 A :class:`Simulation` holds a set-up (grid, boundaries, materials, sources, monitors); ``run``
 starts from zero fields, steps them, and returns the monitors' outputs. The set-up is not
-changed by a run, so a simulation can be run again (e.g. after its design tensor changed).
+changed by a run (monitors are specifications; each run gets new recorders from them), so a
+simulation can be run again (e.g. after its design tensor changed) and a monitor can serve several
+simulations. Thread settings are made once, by the ``threads`` argument, never by ``run``. Fields
+that become non-finite stop the run with :class:`FieldBlowUpError` naming the step.
 
 Time step: ``dt = courant * dt_max`` with ``dt_max = 1 / (c_max sqrt(sum_a 1/dx_a^2))`` the Yee
 stability limit (``c_max`` the fastest light speed among the media); ``courant`` defaults to 0.99.
@@ -23,11 +26,11 @@ exceeds the memory available is refused with the estimate before anything grid-s
 
 Differentiable runs: when grad is enabled and any medium parameter or design permittivity
 requires grad, ``run`` splits the steps into segments of ``ceil(sqrt(steps))`` steps, each one
-autograd node (time-segment checkpointing): the forward pass runs them in place without a graph and
-stores only each segment's starting state; the backward pass recomputes one segment at a time out of
-place and back-propagates through it. Memory for the backward pass therefore grows like
-``sqrt(steps)``, and the cost is about one extra forward pass. Otherwise the fields are updated in
-place under ``torch.no_grad``.
+autograd node (time-segment checkpointing, :mod:`mindelec.fdtd.checkpointing`): the forward
+pass runs them in place without a graph and stores only each segment's starting state; the
+backward pass recomputes one segment at a time out of place and back-propagates through it.
+Memory for the backward pass therefore grows like ``sqrt(steps)``, and the cost is about one
+extra forward pass. Otherwise the fields are updated in place under ``torch.no_grad``.
 """
 
 import math
@@ -37,13 +40,18 @@ import warnings
 import torch
 from tqdm import tqdm
 
-from common.errors import ConfigurationError
-from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
+from common import checks
+from common import threads as threads_module
+from common.deprecation import renamed_arguments
+from common.errors import ConfigurationError, SimulationError
+from common.units import SPEED_OF_LIGHT
 
 from .boundaries import PML, Periodic
-from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, H_COMPONENTS, Grid
+from .checkpointing import run_checkpointed
+from .coefficients import update_coefficients
+from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
-from .monitors import DFTMonitor, Monitor, Snapshots
+from .monitors import DFTMonitor, Monitor
 from .result import Result
 from .sources import CurrentSource, PlaneWave
 from .updates import YeeStepper
@@ -51,6 +59,14 @@ from .updates import YeeStepper
 #: below this many cells per wavelength (in the densest medium) a monitor frequency draws a warning: the
 #: Yee scheme's phase error is then above about 1 %
 CELLS_PER_WAVELENGTH = 10
+
+
+class FieldBlowUpError(SimulationError, FloatingPointError):
+    """The fields of an FDTD run became non-finite; ``step`` is the step by which it was seen.
+
+    A :class:`~common.errors.SimulationError` (as MD blow-ups are) and, for callers that caught it
+    before, a ``FloatingPointError``.
+    """
 
 
 def _maximum(value):
@@ -83,12 +99,25 @@ def _minimum(value):
     return float(value.detach().min()) if isinstance(value, torch.Tensor) else float(value)
 
 
+def _check_threads(threads):
+    """The thread count ``threads`` asks for (``None``: leave torch's setting alone)."""
+    if threads == "free":
+        return threads_module.free_cores()
+    if isinstance(threads, str):
+        raise ConfigurationError(
+            f"Simulation threads: expected None, a positive int or 'free', got {threads!r}"
+        )
+    return None if threads is None else checks.positive_int(threads, "Simulation threads")
+
+
 class Simulation:
     """A Yee-grid FDTD simulation in 1D, 2D (TM or TE) or 3D.
 
     Args:
         size: domain extent per axis (m); the domain is ``[-size/2, size/2]`` and ``len(size)`` its dimension.
-        resolution: the cell size (m).
+        cell_size: the edge of a grid cell (m); each axis gets ``round(size / cell_size)`` cells (see
+            :class:`Grid`). (Meep's ``resolution`` is the inverse, cells per unit length.) The old keyword
+            ``resolution=`` still works for one release, with a ``DeprecationWarning``.
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
             axis. A PML lies inside the domain. Default: PEC walls.
         sources: :class:`PointDipole`, :class:`CurrentSource` (line, area) and :class:`PlaneWave` (TF/SF).
@@ -106,6 +135,12 @@ class Simulation:
             the bulk field updates of forward-only steps; ``False`` or ``MINDSCIENCE_NO_EXTENSIONS=1`` selects
             the pure torch path (the same results to round-off). Differentiable recomputation and CUDA
             always use torch.
+        threads: torch's intra-op thread count and the OpenMP/BLAS pools (:mod:`common.threads`), set
+            here once, as in :class:`mindsponge.Simulation`: the setting is process-wide and stays after
+            the simulation; :meth:`run` never changes it. ``None`` (default) leaves it alone, a positive
+            int sets it, ``"free"`` sets it to the cores not busy with other processes now. Grids below
+            about a million cells gain little from several threads, and on a busy machine threads that
+            spin-wait for each other can make them slower: ``threads=1`` suits them.
 
     Attributes:
         grid: the :class:`Grid`.
@@ -123,7 +158,7 @@ class Simulation:
 
     Example:
         >>> import mindelec as me
-        >>> sim = me.fdtd.Simulation(size=(2e-3, 2e-3), resolution=20e-6, boundary=me.fdtd.PML(thickness=10),
+        >>> sim = me.fdtd.Simulation(size=(2e-3, 2e-3), cell_size=20e-6, boundary=me.fdtd.PML(thickness=10),
         ...     sources=[me.fdtd.PointDipole((0, 0), "Ez", me.fdtd.GaussianPulse(f0=150e9, fwidth=100e9))],
         ...     monitors=[me.fdtd.FieldProbe("p", position=(2e-4, 0), components=("Ez",))])
         >>> result = sim.run(until=20e-12, progress=False)
@@ -131,10 +166,11 @@ class Simulation:
         True
     """
 
+    @renamed_arguments(resolution="cell_size")
     def __init__(
         self,
         size,
-        resolution,
+        cell_size,
         boundary=None,
         sources=(),
         monitors=(),
@@ -147,22 +183,38 @@ class Simulation:
         dtype=torch.float32,
         device="cpu",
         compiled=True,
+        threads=None,
     ):
-        self.grid = grid = Grid(size, resolution)
+        self.grid = Grid(size, cell_size)
         self.compiled = bool(compiled)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device)
-        if grid.ndim == 2:
-            if polarization not in ("TM", "TE"):
-                raise ValueError(
-                    f"Simulation polarization: expected 'TM' or 'TE' in 2D, got {polarization!r}"
-                )
-            self.polarization = polarization
-        else:
-            self.polarization = None
-        self.active = ACTIVE_COMPONENTS[(grid.ndim, self.polarization)]
+        thread_count = _check_threads(threads)
+        self.polarization = self._check_polarization(polarization)
+        self.active = ACTIVE_COMPONENTS[(self.grid.ndim, self.polarization)]
         self.boundaries = self._check_boundaries(boundary)
+        self._set_materials(default_medium, structures, design_regions)
+        self.sources = tuple(sources)
+        self._bound_sources, self._plane_waves = self._bind_sources(self.sources)
+        self.dt_limit = self._stability_limit()
+        self.dt = self._time_step(dt, courant)
+        self.monitors = self._check_monitors(monitors)
+        self._check_frequencies()
+        self._check_memory()
+        if thread_count is not None:
+            threads_module.set_thread_budget(thread_count)
+
+    # ------------------------------------------------------------------ set-up checks
+
+    def _check_polarization(self, polarization):
+        if self.grid.ndim != 2:
+            return None
+        if polarization not in ("TM", "TE"):
+            raise ValueError(f"Simulation polarization: expected 'TM' or 'TE' in 2D, got {polarization!r}")
+        return polarization
+
+    def _set_materials(self, default_medium, structures, design_regions):
         self.default_medium = Medium() if default_medium is None else default_medium
         if not isinstance(self.default_medium, Medium):
             raise TypeError(f"Simulation default_medium: expected a Medium, got {self.default_medium!r}")
@@ -173,50 +225,66 @@ class Simulation:
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
         self._check_material_values()
-        self.sources = tuple(sources)
-        self._bound_sources, self._plane_waves = [], []
-        pml_x = self.boundaries[0].thickness if isinstance(self.boundaries[0], PML) else 0
-        for source in self.sources:
+
+    @property
+    def _pml_x(self):
+        """PML cells along x (0 without a PML there): a TF/SF plane must lie outside them."""
+        return self.boundaries[0].thickness if isinstance(self.boundaries[0], PML) else 0
+
+    def _bind_sources(self, sources):
+        """``(current sources as (source, slices, scale), plane waves)``, each checked against the grid."""
+        bound, plane_waves = [], []
+        for source in sources:
             if isinstance(source, PlaneWave):
+                medium = self.default_medium
                 if not all(
-                    isinstance(getattr(self.default_medium, name), float) and not self.default_medium._pole()
+                    isinstance(getattr(medium, name), float) and not medium._pole()
                     for name in ("permittivity", "permeability")
                 ):
                     raise ValueError(
                         f"{source!r}: the default medium must be non-dispersive with float parameters"
                     )
-                self._plane_waves.append((source,) + source.bind(grid, self.polarization, pml_x))
+                source.bind(self.grid, self.polarization, self._pml_x)
+                plane_waves.append(source)
             elif isinstance(source, CurrentSource):
-                self._bound_sources.append((source,) + source.bind(grid, self.polarization))
+                bound.append((source,) + source.bind(self.grid, self.polarization))
             else:
                 raise TypeError(
                     f"Simulation sources: expected PointDipole, CurrentSource or PlaneWave, got {source!r}"
                 )
-        self.dt_limit = self._stability_limit()
+        return bound, plane_waves
+
+    def _time_step(self, dt, courant):
         if dt is None:
             if not 0 < courant <= 1:
                 raise ValueError(f"Simulation courant: expected 0 < courant <= 1, got {courant}")
-            self.dt = courant * self.dt_limit
-        else:
-            self.dt = float(dt)
-            if not 0 < self.dt <= self.dt_limit:
-                raise ValueError(
-                    f"Simulation dt = {self.dt:.6g} s is unstable: the Courant limit for this grid "
-                    f"and these media is dt <= {self.dt_limit:.6g} s"
-                )
-        self.monitors = tuple(monitors)
+            return courant * self.dt_limit
+        dt = float(dt)
+        if not 0 < dt <= self.dt_limit:
+            raise ValueError(
+                f"Simulation dt = {dt:.6g} s is unstable: the Courant limit for this grid "
+                f"and these media is dt <= {self.dt_limit:.6g} s"
+            )
+        return dt
+
+    def _check_monitors(self, monitors):
+        monitors = tuple(monitors)
         names = set()
-        for monitor in self.monitors:
+        for monitor in monitors:
             if not isinstance(monitor, Monitor):
                 raise TypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
             if monitor.name in names:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
-            monitor._bind(grid, self.polarization, self.dt, dtype, self.device)
-        self._check_frequencies()
-        self._check_memory()
+            monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)  # checks it
+        return monitors
 
-    # ------------------------------------------------------------------ set-up checks
+    def _recorders(self):
+        """A new :class:`~mindelec.fdtd.monitors.Recorder` per monitor (one set per run)."""
+        return [
+            monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
+            for monitor in self.monitors
+        ]
 
     def _check_boundaries(self, boundary):
         grid = self.grid
@@ -282,7 +350,7 @@ class Simulation:
         return (
             f"this grid carries at most {self.max_frequency:.6g} Hz (time-step Nyquist 1/(2 dt) = "
             f"{0.5 / self.dt:.6g} Hz; two cells of {max(self.grid.spacing[: self.grid.ndim]):.6g} m per "
-            f"wavelength in the densest medium: {self._spatial_limit(2):.6g} Hz); refine the resolution"
+            f"wavelength in the densest medium: {self._spatial_limit(2):.6g} Hz); make the cells smaller"
         )
 
     def _check_frequencies(self):
@@ -305,9 +373,9 @@ class Simulation:
                 f"Simulation: monitor frequencies above {accurate:.6g} Hz have fewer than "
                 f"{CELLS_PER_WAVELENGTH} cells per wavelength in the densest medium: {', '.join(coarse)}; "
                 "expect phase errors above about 1 %",
-                stacklevel=3,
+                stacklevel=4,  # _check_frequencies, __init__, its renamed_arguments wrapper, the caller
             )
-        for source, *_ in self._bound_sources + self._plane_waves:
+        for source in [bound[0] for bound in self._bound_sources] + self._plane_waves:
             spectrum_limit = getattr(source.waveform, "spectrum_limit", None)
             if spectrum_limit is None:
                 continue
@@ -343,12 +411,7 @@ class Simulation:
         poles = sum(1 for m in self._media() if m._pole() is not None)
         per_cell += 3 * poles * electric
         total = cells * per_cell * value
-        for monitor in self.monitors:
-            if isinstance(monitor, DFTMonitor):
-                box = sum(math.prod(s.stop - s.start for s in slices) for slices in monitor._slices.values())
-                total += len(monitor.frequencies) * box * 2 * value
-            elif isinstance(monitor, Snapshots) and steps is not None:
-                total += (steps // monitor.every) * len(monitor.components) * cells * value
+        total += sum(recorder.memory(steps) for recorder in self._recorders())
         if steps is not None and self.differentiable:
             total += 2 * math.ceil(math.sqrt(steps)) * len(self.active) * cells * value
         return int(total)
@@ -361,7 +424,7 @@ class Simulation:
             raise ConfigurationError(
                 f"Simulation: a run on {shape} cells ({math.prod(self.grid.shape):.3g} cells of "
                 f"{self.dtype}) needs about {needed / 2**30:.3g} GiB, more than the "
-                f"{available / 2**30:.3g} GiB available on {self.device}; check that size and resolution "
+                f"{available / 2**30:.3g} GiB available on {self.device}; check that size and cell_size "
                 "are in metres, or coarsen the grid"
             )
 
@@ -394,102 +457,13 @@ class Simulation:
         values += [region.permittivity for region in self.design_regions]
         return torch.is_grad_enabled() and any(_is_tensor_requiring_grad(v) for v in values)
 
-    # ------------------------------------------------------------------ materials on the grid
-
-    def _fill_fractions(self, component):
-        """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
-        from common.geometry import rasterize
-
-        grid = self.grid
-        centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
-        spacing = list(grid.spacing[: grid.ndim])
-        fractions = []
-        for structure in self.structures:
-            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
-            fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
-        return fractions
-
-    def _weights(self, component):
-        """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
-        weights = [1.0]
-        for fill in self._fill_fractions(component):
-            weights = [w * (1 - fill) for w in weights] + [fill]
-        return weights
-
-    def _mix(self, weights, media, name):
-        """``sum_k weight_k * medium_k.name``; a float when uniform, else a full tensor.
-
-        PEC parts count with the default medium's value (their E is zeroed anyway; this keeps mu finite).
-        """
-        total = 0.0
-        for weight, medium in zip(weights, media):
-            medium = medium if isinstance(medium, Medium) else self.default_medium
-            total = total + weight * getattr(medium, name)
-        if isinstance(total, torch.Tensor):
-            total = total.to(dtype=self.dtype, device=self.device)
-            return torch.broadcast_to(total, self.grid.shape)
-        return float(total)
-
     def _coefficients(self):
         """Update coefficients: ``electric[c] = (ca, cb, poles)`` and ``magnetic[c] = dt / mu``."""
-        dt = self.dt
-        media = [self.default_medium] + [s.medium for s in self.structures]
-        electric, magnetic = {}, {}
-        for component in self.active:
-            weights = self._weights(component) if self.structures else [1.0]
-            if component in H_COMPONENTS:
-                magnetic[component] = dt / (VACUUM_PERMEABILITY * self._mix(weights, media, "permeability"))
-                continue
-            permittivity = self._mix(weights, media, "permittivity")
-            for region, slices in zip(self.design_regions, self._design_slices):
-                full = torch.empty(self.grid.shape, dtype=self.dtype, device=self.device)
-                full.copy_(
-                    permittivity if isinstance(permittivity, torch.Tensor) else torch.tensor(permittivity)
-                )
-                permittivity = full
-                design = region.permittivity.to(dtype=self.dtype, device=self.device)
-                permittivity = permittivity.index_put(
-                    tuple(
-                        torch.arange(s.start, s.stop, device=self.device).reshape(
-                            [-1 if a == i else 1 for a in range(3)]
-                        )
-                        for i, s in enumerate(slices)
-                    ),
-                    design.reshape([s.stop - s.start for s in slices]),
-                )
-            conductivity = self._mix(weights, media, "conductivity")
-            if isinstance(conductivity, float) and conductivity == 0.0:  # lossless: no E *= ca pass
-                ca, cb = 1.0, dt / (VACUUM_PERMITTIVITY * permittivity)
-            else:
-                loss = conductivity * dt / (2 * VACUUM_PERMITTIVITY * permittivity)
-                ca = (1 - loss) / (1 + loss)
-                cb = dt / (VACUUM_PERMITTIVITY * permittivity) / (1 + loss)
-            poles = []
-            for weight, medium in zip(weights, media):
-                pole = medium._pole() if isinstance(medium, Medium) else None
-                if pole is None:
-                    continue
-                numerator, omega0_squared, gamma = pole
-                denominator = 1 + gamma * dt / 2
-                weight = torch.broadcast_to(
-                    torch.as_tensor(weight, dtype=self.dtype, device=self.device), self.grid.shape
-                )
-                poles.append(
-                    (
-                        (2 - omega0_squared * dt**2) / denominator,
-                        -(1 - gamma * dt / 2) / denominator,
-                        weight * (VACUUM_PERMITTIVITY * numerator * dt**2 / denominator),
-                    )
-                )
-            conductor = sum((w for w, m in zip(weights, media) if isinstance(m, PEC)), 0.0)
-            if isinstance(conductor, torch.Tensor):
-                inside = conductor > 0.5
-                ca, cb = (
-                    torch.where(inside, 0.0, torch.as_tensor(c, dtype=self.dtype, device=self.device))
-                    for c in (ca, cb)
-                )
-            electric[component] = (ca, cb, poles)
-        return electric, magnetic
+        design = list(zip(self.design_regions, self._design_slices))
+        return update_coefficients(
+            self.grid, self.active, self.dt, self.default_medium, self.structures, design,
+            self.dtype, self.device,
+        )
 
     # ------------------------------------------------------------------ running
 
@@ -513,33 +487,36 @@ class Simulation:
             values.append((source.component, slices, (scale * source.waveform(times)).tolist()))
         return values
 
-    def _plane_wave_lines(self, steps):
-        """Per plane wave, the auxiliary 1D line that carries its incident field (see ``YeeStepper``)."""
-        lines = []
-        spacing = self.grid.spacing[0]
-        for source, electric, magnetic, index in self._plane_waves:
-            # long enough that the echo from the line's far end never returns to the TF/SF plane
-            travel = steps * SPEED_OF_LIGHT * self.dt / spacing
-            length = self.grid.shape[0] + math.ceil(travel / 2) + 2
-            times = (torch.arange(steps, dtype=torch.float64) + 1) * self.dt
-            lines.append(
-                {
-                    "electric": electric,
-                    "magnetic": magnetic,
-                    "index": index,
-                    "length": length,
-                    # signs of the curl terms: H += sign_h ch dE/dx and E += sign_e cb dH/dx along x
-                    "sign_h": 1.0 if electric == "Ez" else -1.0,
-                    "sign_e": 1.0 if electric == "Ez" else -1.0,
-                    "ce": self.dt / (VACUUM_PERMITTIVITY * self.default_medium.permittivity * spacing),
-                    "ch": self.dt / (VACUUM_PERMEABILITY * self.default_medium.permeability * spacing),
-                    "drive": (source.amplitude * source.waveform(times)).tolist(),
-                }
-            )
-        return lines
+    def _stepper(self, steps):
+        """The :class:`YeeStepper` of a run of ``steps`` steps (coefficients, sources, plane-wave lines)."""
+        electric, magnetic = self._coefficients()
+        lines = [
+            wave.incident_line(self.grid, self.polarization, self._pml_x, self.dt, self.default_medium, steps)
+            for wave in self._plane_waves
+        ]
+        return YeeStepper(
+            self.grid,
+            self.active,
+            tuple(isinstance(b, Periodic) for b in self.boundaries),
+            tuple(b if isinstance(b, PML) else None for b in self.boundaries),
+            self.dt,
+            electric,
+            magnetic,
+            self._source_values(steps),
+            lines,
+            self.dtype,
+            self.device,
+            compiled=self.compiled,
+        )
 
     def run(self, until=None, steps=None, progress=True):
         """Run from zero fields for a duration or a number of steps.
+
+        Every call starts afresh: zero fields at ``t = 0``, the sources from their waveforms' start,
+        new monitor buffers; nothing of an earlier run is kept, so two calls with the same set-up give
+        the same result (and a changed design tensor is picked up). This differs from
+        :meth:`mindsponge.Simulation.run`, which continues from the simulation's current state. To
+        observe a longer time, run again with a larger ``until``.
 
         Args:
             until: simulated time (s); the number of steps is ``ceil(until / dt)``.
@@ -552,47 +529,32 @@ class Simulation:
         Raises:
             DataError: a material value became NaN or infinite (e.g. a design tensor changed in place).
             ConfigurationError: the run (with its snapshots) would not fit in memory.
-            FloatingPointError: if the fields become non-finite (the message gives the step).
+            FieldBlowUpError: (a :class:`~common.errors.SimulationError` and a ``FloatingPointError``) if the
+                fields become non-finite; its ``step`` and message give the step.
         """
         steps = self._steps(until, steps)
         self._check_material_values()
         self._check_memory(steps)
-        electric, magnetic = self._coefficients()
-        periodic = tuple(isinstance(b, Periodic) for b in self.boundaries)
-        pml = tuple(b if isinstance(b, PML) else None for b in self.boundaries)
-        stepper = YeeStepper(
-            self.grid,
-            self.active,
-            periodic,
-            pml,
-            self.dt,
-            electric,
-            magnetic,
-            self._source_values(steps),
-            self._plane_wave_lines(steps),
-            self.dtype,
-            self.device,
-            compiled=self.compiled,
-        )
+        stepper = self._stepper(steps)
         state = stepper.initial_state()
-        for monitor in self.monitors:
-            state.update(monitor._initial_state(steps))
+        recorders = self._recorders()
+        for recorder in recorders:
+            recorder.start(steps)
         bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
-        threads = torch.get_num_threads()
-        # below ~1M cells an operation is too short for several threads to pay off (and they spin-wait
-        # on a busy machine): small grids run on one thread
-        if math.prod(self.grid.shape) < 2**20 and self.device.type == "cpu":
-            torch.set_num_threads(1)
+
+        def after_segment(state, done, count):
+            self._check_finite(state, done)
+            bar.update(count)
+
         try:
             if self.differentiable:
-                state, records = self._run_checkpointed(stepper, state, steps, bar)
+                _, samples = run_checkpointed(stepper, state, recorders, steps, after_segment)
             else:
                 with torch.no_grad():
-                    state, records = self._run_inplace(stepper, state, steps, bar)
+                    samples = self._run_inplace(stepper, state, recorders, steps, bar)
         finally:
-            torch.set_num_threads(threads)
             bar.close()
-        outputs = {m.name: m._finish(state, records[m.name], self.grid) for m in self.monitors}
+        outputs = {recorder.name: recorder.finish(s) for recorder, s in zip(recorders, samples)}
         times = (torch.arange(1, steps + 1, dtype=torch.float64, device=self.device)) * self.dt
         metadata = {
             "size": list(self.grid.size[: self.grid.ndim]),
@@ -605,93 +567,20 @@ class Simulation:
 
     def _check_finite(self, state, step):
         # the extremes propagate NaN and inf: one read pass, no field-sized temporaries
-        if not all(bool(torch.isfinite(extreme)) for extreme in torch.aminmax(state[self.active[0]])):
-            raise FloatingPointError(
+        if not all(bool(torch.isfinite(extreme)) for extreme in torch.aminmax(state.fields[self.active[0]])):
+            raise FieldBlowUpError(
                 f"Simulation.run: the fields became non-finite by step {step}; check the "
-                "media (negative or dispersive parameters) and the time step"
+                "media (negative or dispersive parameters) and the time step",
+                step=step,
             )
 
-    def _run_inplace(self, stepper, state, steps, bar):
-        records = {m.name: [] for m in self.monitors}
+    def _run_inplace(self, stepper, state, recorders, steps, bar):
+        samples = [[] for _ in recorders]
         for step in range(steps):
             state = stepper.step(state, step, inplace=True)
-            for monitor in self.monitors:
-                state, recorded = monitor._record(state, state, step, inplace=True)
-                records[monitor.name].append(recorded)
+            for recorder, recorded in zip(recorders, samples):
+                recorded.append(recorder.record(state.fields, step, inplace=True))
             if (step + 1) % 256 == 0 or step + 1 == steps:
                 self._check_finite(state, step + 1)
                 bar.update(bar.total - bar.n if step + 1 == steps else 256)
-        return state, records
-
-    def _run_checkpointed(self, stepper, state, steps, bar):
-        keys = list(state)
-        parameters = stepper.coefficient_tensors()
-        segment_length = max(1, math.ceil(math.sqrt(steps)))
-        monitors = self.monitors
-
-        def make_segment(start, count):
-            def run(tensors, inplace):
-                current = dict(zip(keys, tensors[: len(keys)]))
-                if inplace:
-                    current = {key: value.clone() for key, value in current.items()}
-                local = stepper.with_coefficients(parameters, tensors[len(keys) :])
-                recorded = []
-                for step in range(start, start + count):
-                    current = local.step(current, step, inplace=inplace)
-                    for monitor in monitors:
-                        current, step_records = monitor._record(current, current, step, inplace=inplace)
-                        recorded.extend(step_records)
-                return tuple(current[key] for key in keys) + tuple(recorded)
-
-            return run
-
-        records = {m.name: [] for m in self.monitors}
-        values = tuple(state[key] for key in keys)
-        for start in range(0, steps, segment_length):
-            count = min(segment_length, steps - start)
-            outputs = _Segment.apply(make_segment(start, count), *values, *parameters)
-            values, flat = outputs[: len(keys)], list(outputs[len(keys) :])
-            for step in range(start, start + count):
-                for monitor in self.monitors:
-                    n = monitor._record_count(step)
-                    records[monitor.name].append(flat[:n])
-                    flat = flat[n:]
-            self._check_finite(dict(zip(keys, values)), start + count)
-            bar.update(count)
-        return dict(zip(keys, values)), records
-
-
-class _Segment(torch.autograd.Function):
-    """A run of consecutive steps that stores only its inputs and recomputes itself in the backward pass.
-
-    Forward: the steps run in place under ``no_grad`` (on copies of the input state). Backward: they run
-    again out of place with grad enabled, and ``torch.autograd.grad`` carries the output gradients back to
-    the input state and the coefficient tensors. One graph node per segment, so both the stored tensors and
-    the autograd bookkeeping grow like the number of segments, ``sqrt(steps)``.
-    """
-
-    @staticmethod
-    def forward(ctx, run, *tensors):
-        ctx.run = run
-        ctx.save_for_backward(*tensors)
-        with torch.no_grad():
-            return run(tensors, inplace=True)
-
-    @staticmethod
-    def backward(ctx, *output_gradients):
-        needs = ctx.needs_input_grad[1:]
-        inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, needs)]
-        with torch.enable_grad():
-            outputs = ctx.run(inputs, inplace=False)
-        pairs = [
-            (output, gradient)
-            for output, gradient in zip(outputs, output_gradients)
-            if gradient is not None and output.requires_grad
-        ]
-        wanted = [t for t in inputs if t.requires_grad]
-        gradients = iter(
-            torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-            if pairs and wanted
-            else [None] * len(wanted)
-        )
-        return (None,) + tuple(next(gradients) if t.requires_grad else None for t in inputs)
+        return samples

@@ -7,6 +7,11 @@ midpoint of each update (``(n + 1/2) dt`` for E, ``n dt`` for H).
 """
 
 import math
+from dataclasses import dataclass
+
+import torch
+
+from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import ACTIVE_COMPONENTS
 
@@ -127,5 +132,53 @@ class PlaneWave:
             raise ValueError(f"{self!r}: the TF/SF plane must lie inside the domain, outside the PML along x")
         return self.component, magnetic, index
 
+    def incident_line(self, grid, polarization, pml_thickness, dt, medium, steps):
+        """The :class:`IncidentLine` that carries this wave through a run of ``steps`` steps of ``dt`` (s).
+
+        ``medium`` is the simulation's (non-dispersive) default medium; the line has its ``dt`` and the
+        grid's spacing along x.
+        """
+        electric, magnetic, index = self.bind(grid, polarization, pml_thickness)
+        spacing = grid.spacing[0]
+        # long enough that the echo from the line's far end never returns to the TF/SF plane
+        travel = steps * SPEED_OF_LIGHT * dt / spacing
+        times = (torch.arange(steps, dtype=torch.float64) + 1) * dt
+        return IncidentLine(
+            electric=electric,
+            magnetic=magnetic,
+            index=index,
+            length=grid.shape[0] + math.ceil(travel / 2) + 2,
+            sign=1.0 if electric == "Ez" else -1.0,
+            ce=dt / (VACUUM_PERMITTIVITY * medium.permittivity * spacing),
+            ch=dt / (VACUUM_PERMEABILITY * medium.permeability * spacing),
+            drive=(self.amplitude * self.waveform(times)).tolist(),
+        )
+
     def __repr__(self):
         return f"PlaneWave(x0={self.x0}, component={self.component!r}, waveform={self.waveform!r})"
+
+
+@dataclass(frozen=True)
+class IncidentLine:
+    """A TF/SF plane wave as the time step sees it: an auxiliary 1D Yee line along +x.
+
+    At the plane, the H node at ``index - 1`` (scattered field) and the E node at ``index`` (total
+    field) get the incident field that their curl misses.
+
+    Attributes:
+        electric, magnetic: the incident E and H components (``"Ez"``/``"Hy"`` or ``"Ey"``/``"Hz"``).
+        index: the TF/SF plane's integer node along x.
+        length: nodes of the line.
+        sign: sign of the curl terms along x: ``H += sign ch dE/dx``, ``E += sign ce dH/dx``.
+        ce, ch: the line's update coefficients ``dt / (eps dx)`` and ``dt / (mu dx)`` (1/dx included).
+        drive: ``drive[n]``, the incident E (V/m) at the line's start after step ``n``.
+    """
+
+    electric: str
+    magnetic: str
+    index: int
+    length: int
+    sign: float
+    ce: float
+    ch: float
+    drive: list

@@ -1,7 +1,7 @@
 """The Yee leapfrog step on 3D tensors (length-1 axes for 1D and 2D).
 
-``YeeStepper.step(state, step, inplace)`` advances a dict of tensors (fields, CPML auxiliary
-fields, dispersive polarisations) by one time step:
+``YeeStepper.step(state, step, inplace)`` advances a :class:`~mindelec.fdtd.state.YeeState` (fields,
+CPML auxiliary fields, incident lines of plane waves, dispersive polarisations) by one time step:
 
 1. ``H^{n+1/2} = H^{n-1/2} - (dt / mu) (curl E^n + M)`` with forward differences;
 2. dispersive polarisations ``P^{n+1}`` from ``P^n``, ``P^{n-1}``, ``E^n``;
@@ -38,6 +38,7 @@ import torch
 
 from .. import _kernels
 from .grid import AXES, E_COMPONENTS, H_COMPONENTS
+from .state import CpmlKey, YeeState
 
 
 def _accumulate(out, axis, start, length, term, scale, coefficient):
@@ -133,11 +134,7 @@ class YeeStepper:
             ``poles`` a list of ``(c1, c2, c3)`` with ``c3`` a full-shape tensor (fill weight included).
         magnetic: per H component, ``ch = dt / mu`` (float or tensor).
         sources: list of ``(component, slices, values)``; ``values[n]`` is the current density of step n.
-        plane_waves: list of dicts describing TF/SF plane waves along +x (see :class:`PlaneWave`): the E and H
-            components, the plane index ``i0``, the auxiliary line ``length``, its coefficients ``ce``, ``ch``
-            (with 1/dx), the curl signs and ``drive[n]``, the incident E at the line's start after step n.
-            At the plane, the H node at ``i0 - 1`` (scattered field) and the E node at ``i0`` (total field)
-            get the incident field that their curl misses.
+        plane_waves: list of :class:`~mindelec.fdtd.sources.IncidentLine`, the TF/SF plane waves along +x.
         dtype, device: of the fields.
         compiled: in forward-only steps on CPU, let the compiled kernel (:mod:`mindelec._kernels`) do the bulk
             curl updates; False, or the kernel unavailable, selects the pure torch path.
@@ -221,37 +218,39 @@ class YeeStepper:
         return stepper
 
     def initial_state(self):
-        """Zero fields, CPML auxiliary fields and polarisations: a dict of tensors."""
+        """Zero fields, CPML auxiliary fields, incident lines and polarisations: a :class:`YeeState`."""
+
+        def zeros(shape):
+            return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
         shape = self.grid.shape
-        state = {}
+        psi = {}
         for component in self.active:
-            state[component] = torch.zeros(shape, dtype=self.dtype, device=self.device)
             for term in self.terms[component]:
                 if term.pml is not None:
                     slab = list(shape)
                     slab[term.axis] = term.pml[0]
                     for side in ("left", "right"):
-                        state[f"psi/{component}/{AXES[term.axis]}/{side}"] = torch.zeros(
-                            slab, dtype=self.dtype, device=self.device
-                        )
-        for k, line in enumerate(self.plane_waves):
-            for kind in "EH":
-                state[f"incident/{k}/{kind}"] = torch.zeros(
-                    line["length"], dtype=self.dtype, device=self.device
-                )
-        for component in E_COMPONENTS:
-            if component in self.active:
-                for k in range(len(self.electric[component][2])):
-                    for key in (f"P/{component}/{k}", f"P_previous/{component}/{k}"):
-                        state[key] = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        return state
+                        psi[CpmlKey(component, term.axis, side)] = zeros(slab)
+        electric = [component for component in E_COMPONENTS if component in self.active]
+        poles = {component: len(self.electric[component][2]) for component in electric}
+        return YeeState(
+            fields={component: zeros(shape) for component in self.active},
+            psi=psi,
+            incident_e=[zeros(line.length) for line in self.plane_waves],
+            incident_h=[zeros(line.length) for line in self.plane_waves],
+            polarization={component: [zeros(shape) for _ in range(n)] for component, n in poles.items()},
+            previous_polarization={
+                component: [zeros(shape) for _ in range(n)] for component, n in poles.items()
+            },
+        )
 
     def _apply_curl(self, state, component, field, coefficient, inplace, bulk):
         """Add ``coefficient * curl`` to ``field``: the bulk term (unless ``bulk`` is False, when the compiled
         kernel did it) and the CPML corrections on the PML slabs."""
         forward = component[0] == "H"
         for term in self.terms[component]:
-            source, periodic = state[term.source], self.periodic[term.axis]
+            source, periodic = state.fields[term.source], self.periodic[term.axis]
             length = field.shape[term.axis]
             if bulk:
                 if inplace and self._buffer is None:
@@ -265,16 +264,16 @@ class YeeStepper:
             thickness = term.pml[0]
             for side, start in (("left", 0), ("right", length - thickness)):
                 b, a, kappa_term = term.pml[1][side]
-                key = f"psi/{component}/{AXES[term.axis]}/{side}"
+                key = CpmlKey(component, term.axis, side)
                 if bulk:
                     part = difference.narrow(term.axis, start, thickness)
                 else:
                     part = _difference(source, term.axis, forward, periodic, start, thickness)
                 if inplace:
-                    psi = state[key].mul_(b).addcmul_(a, part)
+                    psi = state.psi[key].mul_(b).addcmul_(a, part)
                 else:
-                    psi = torch.addcmul(b * state[key], a, part)
-                state[key] = psi
+                    psi = torch.addcmul(b * state.psi[key], a, part)
+                state.psi[key] = psi
                 correction = torch.addcmul(psi, kappa_term, part)
                 _accumulate(field, term.axis, start, thickness, correction, term.sign, coefficient)
 
@@ -307,13 +306,13 @@ class YeeStepper:
         """
         arguments = {name: [] for name in ("fields", "ca", "ca_scalar", "cb", "cb_scalar", "sources")}
         for component, (ca, cb) in coefficients.items():
-            arguments["fields"].append(state[component].view(self._kernel_shape))
+            arguments["fields"].append(state.fields[component].view(self._kernel_shape))
             for name, value in (("ca", ca), ("cb", cb)):
                 tensor, scalar = self._kernel_coefficient(value)
                 arguments[name].append(tensor)
                 arguments[name + "_scalar"].append(scalar)
             arguments["sources"].append(
-                [state[term.source].view(self._kernel_shape) for term in self.terms[component]]
+                [state.fields[term.source].view(self._kernel_shape) for term in self.terms[component]]
             )
         components = list(coefficients)
         kernel.curl_update(
@@ -327,21 +326,23 @@ class YeeStepper:
     def _polarization_currents(self, state, component):
         """Advance the polarisations of ``component`` to ``P^{n+1}``; returns the list of ``P^{n+1} - P^n``.
         """
-        old = state[component]
+        old = state.fields[component]
         currents = []
+        polarizations, previous = state.polarization[component], state.previous_polarization[component]
         for k, (c1, c2, c3) in enumerate(self.electric[component][2]):
-            polarization, previous = state[f"P/{component}/{k}"], state[f"P_previous/{component}/{k}"]
-            new = c1 * polarization + c2 * previous + c3 * old
-            currents.append(new - polarization)
-            state[f"P/{component}/{k}"], state[f"P_previous/{component}/{k}"] = new, polarization
+            new = c1 * polarizations[k] + c2 * previous[k] + c3 * old
+            currents.append(new - polarizations[k])
+            polarizations[k], previous[k] = new, polarizations[k]
         return currents
 
     def step(self, state, step, inplace):
-        """Advance ``state`` (dict of tensors) from E at ``step * dt`` to ``(step + 1) * dt``.
+        """Advance ``state`` (a :class:`YeeState`) from E at ``step * dt`` to ``(step + 1) * dt``.
 
-        Returns the new state dict (the same tensors, updated, when ``inplace``).
+        Returns the updated state: ``state`` itself, its tensors updated, when ``inplace``; else a new
+        state (new containers and tensors; ``state`` is left as it was, as autograd needs).
         """
-        state = dict(state)
+        if not inplace:
+            state = state.copy()
         kernel = self._kernel if inplace else None
         magnetic = [component for component in H_COMPONENTS if component in self.active]
         electric = [component for component in E_COMPONENTS if component in self.active]
@@ -349,59 +350,66 @@ class YeeStepper:
             coefficients = {component: (1.0, self.magnetic[component]) for component in magnetic}
             self._compiled_curls(kernel, state, coefficients)
         for component in magnetic:
-            field = state[component] if inplace else state[component].clone()
-            coefficient = self.magnetic[component]
-            self._apply_curl(state, component, field, coefficient, inplace, bulk=kernel is None)
-            self._inject(field, component, coefficient, step)
-            for k, line in enumerate(self.plane_waves):
-                if line["magnetic"] == component:  # H at i0 - 1 is scattered: remove the incident E it sees
-                    incident = state[f"incident/{k}/E"].narrow(0, line["index"], 1).reshape(1, 1, 1)
-                    _accumulate(
-                        field,
-                        0,
-                        line["index"] - 1,
-                        1,
-                        incident,
-                        -line["sign_h"] / self.grid.spacing[0],
-                        coefficient,
-                    )
-            state[component] = field
-        for k, line in enumerate(self.plane_waves):  # the incident line: H^{n+1/2}
-            incident_e, incident_h = state[f"incident/{k}/E"], state[f"incident/{k}/H"]
-            difference = torch.cat([incident_e[1:] - incident_e[:-1], -incident_e[-1:]])
-            state[f"incident/{k}/H"] = incident_h + line["sign_h"] * line["ch"] * difference
+            self._update_magnetic(state, component, step, inplace, bulk=kernel is None)
+        self._advance_incident_h(state)
         # the polarisations read E^n: all of them first, then the E updates
         currents = {component: self._polarization_currents(state, component) for component in electric}
         if kernel is not None:
             coefficients = {component: self.electric[component][:2] for component in electric}
             self._compiled_curls(kernel, state, coefficients)
         for component in electric:
-            ca, cb, _ = self.electric[component]
-            field = state[component]
-            if kernel is None:
-                unit = isinstance(ca, float) and ca == 1.0
-                if inplace:
-                    field = field if unit else field.mul_(ca)
-                else:
-                    field = field.clone() if unit else field * ca
-            self._apply_curl(state, component, field, cb, inplace, bulk=kernel is None)
-            for current in currents[component]:
-                _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
-            self._inject(field, component, cb, step)
-            for k, line in enumerate(self.plane_waves):
-                if line["electric"] == component:  # E at i0 is total: add the incident H its curl misses
-                    incident = state[f"incident/{k}/H"].narrow(0, line["index"] - 1, 1).reshape(1, 1, 1)
-                    _accumulate(
-                        field, 0, line["index"], 1, incident, -line["sign_e"] / self.grid.spacing[0], cb
-                    )
-            for axis in self.pec_axes:
-                if axis != AXES.index(component[1]):
-                    field.narrow(axis, 0, 1).zero_()
-            state[component] = field
-        for k, line in enumerate(self.plane_waves):  # the incident line: E^{n+1}, driven at its start
-            incident_e, incident_h = state[f"incident/{k}/E"], state[f"incident/{k}/H"]
-            difference = torch.cat([incident_h[:1], incident_h[1:] - incident_h[:-1]])
-            updated = incident_e + line["sign_e"] * line["ce"] * difference
-            drive = torch.tensor([line["drive"][step]], dtype=self.dtype, device=self.device)
-            state[f"incident/{k}/E"] = torch.cat([drive, updated[1:]])
+            self._update_electric(state, component, currents[component], step, inplace, bulk=kernel is None)
+        self._advance_incident_e(state, step)
         return state
+
+    def _update_magnetic(self, state, component, step, inplace, bulk):
+        """H^{n+1/2} of one component (after the compiled kernel's bulk update unless ``bulk``)."""
+        field = state.fields[component] if inplace else state.fields[component].clone()
+        coefficient = self.magnetic[component]
+        self._apply_curl(state, component, field, coefficient, inplace, bulk=bulk)
+        self._inject(field, component, coefficient, step)
+        for line, incident_e in zip(self.plane_waves, state.incident_e):
+            if line.magnetic == component:  # H at i0 - 1 is scattered: remove the incident E it sees
+                incident = incident_e.narrow(0, line.index, 1).reshape(1, 1, 1)
+                scale = -line.sign / self.grid.spacing[0]
+                _accumulate(field, 0, line.index - 1, 1, incident, scale, coefficient)
+        state.fields[component] = field
+
+    def _update_electric(self, state, component, currents, step, inplace, bulk):
+        """E^{n+1} of one component (after the compiled kernel's bulk update unless ``bulk``), PEC walls."""
+        ca, cb, _ = self.electric[component]
+        field = state.fields[component]
+        if bulk:
+            unit = isinstance(ca, float) and ca == 1.0
+            if inplace:
+                field = field if unit else field.mul_(ca)
+            else:
+                field = field.clone() if unit else field * ca
+        self._apply_curl(state, component, field, cb, inplace, bulk=bulk)
+        for current in currents:
+            _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
+        self._inject(field, component, cb, step)
+        for line, incident_h in zip(self.plane_waves, state.incident_h):
+            if line.electric == component:  # E at i0 is total: add the incident H its curl misses
+                incident = incident_h.narrow(0, line.index - 1, 1).reshape(1, 1, 1)
+                _accumulate(field, 0, line.index, 1, incident, -line.sign / self.grid.spacing[0], cb)
+        for axis in self.pec_axes:
+            if axis != AXES.index(component[1]):
+                field.narrow(axis, 0, 1).zero_()
+        state.fields[component] = field
+
+    def _advance_incident_h(self, state):
+        """The incident lines' H^{n+1/2}."""
+        for k, line in enumerate(self.plane_waves):
+            incident_e = state.incident_e[k]
+            difference = torch.cat([incident_e[1:] - incident_e[:-1], -incident_e[-1:]])
+            state.incident_h[k] = state.incident_h[k] + line.sign * line.ch * difference
+
+    def _advance_incident_e(self, state, step):
+        """The incident lines' E^{n+1}, driven at their start."""
+        for k, line in enumerate(self.plane_waves):
+            incident_h = state.incident_h[k]
+            difference = torch.cat([incident_h[:1], incident_h[1:] - incident_h[:-1]])
+            updated = state.incident_e[k] + line.sign * line.ce * difference
+            drive = torch.tensor([line.drive[step]], dtype=self.dtype, device=self.device)
+            state.incident_e[k] = torch.cat([drive, updated[1:]])

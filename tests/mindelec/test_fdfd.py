@@ -240,3 +240,19 @@ def test_bad_input_raises_naming_the_object():
         sim.solve(torch.zeros(40, 39, dtype=torch.complex64))
     with pytest.raises(ValueError, match="not guided"):
         sim.mode("x", 0.0, span=(-0.15 * WAVELENGTH, 0.15 * WAVELENGTH))  # 3 nodes between walls: cut off
+
+
+def test_fdfd_uses_the_fdtd_grid_and_the_old_resolution_keyword_warns():
+    from mindelec import fdtd
+
+    spacing = 1e-5
+    permittivity = torch.ones(40, 30, dtype=torch.float64)
+    sim = fdfd.Simulation((40 * spacing, 30 * spacing), cell_size=spacing, frequency=FREQUENCY,
+                          permittivity=permittivity, pml_thickness=8, polarization="TE")
+    grid = fdtd.Grid((40 * spacing, 30 * spacing), spacing)
+    assert sim.grid.shape == grid.shape and sim.spacing == grid.spacing[:2]
+    torch.testing.assert_close(sim.coordinates[1], grid.coordinates("Hz", 1))  # TE: Hz on the half nodes
+    with pytest.warns(DeprecationWarning, match="cell_size"):
+        old = fdfd.Simulation((40 * spacing, 30 * spacing), resolution=spacing, frequency=FREQUENCY,
+                              permittivity=permittivity, pml_thickness=8)
+    assert old.shape == (40, 30)

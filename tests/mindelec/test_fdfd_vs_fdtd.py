@@ -38,7 +38,7 @@ def fields():
     region = length - 2 * (pml + 1) * spacing
     time_domain = fdtd.Simulation(
         size=(length, length),
-        resolution=spacing,
+        cell_size=spacing,
         boundary=fdtd.PML(thickness=pml),
         sources=[fdtd.PointDipole(source_position, "Ez", waveform)],
         structures=[fdtd.Structure(disk, fdtd.Medium(permittivity=4.0))],

@@ -9,6 +9,7 @@ import torch
 
 import mindelec as me
 from common.config import ConfigError
+from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 fdtd = me.fdtd
@@ -18,7 +19,7 @@ PULSE = fdtd.GaussianPulse(f0=150e9, fwidth=100e9)
 def _simulation(**overrides):
     arguments = dict(
         size=(2e-3, 2e-3),
-        resolution=2e-5,
+        cell_size=2e-5,
         boundary=fdtd.PML(10),
         sources=[fdtd.PointDipole((0, 0), "Ez", PULSE)],
         monitors=[fdtd.FieldProbe("p", (2e-4, 0), ("Ez",))],
@@ -87,7 +88,7 @@ def test_3d_dipole_field_follows_the_far_field_amplitude_law():
     ]
     sim = fdtd.Simulation(
         size=(3.6e-3,) * 3,
-        resolution=spacing,
+        cell_size=spacing,
         boundary=fdtd.PML(8),
         dtype=torch.float64,
         sources=[fdtd.PointDipole((0, 0, 0), "Ez", fdtd.GaussianPulse(frequency, frequency))],
@@ -108,7 +109,7 @@ def test_periodic_axis_keeps_a_plane_wave_plane():
     """A line source across a periodic y axis radiates a plane wave: Ez does not depend on y."""
     sim = fdtd.Simulation(
         size=(2e-3, 0.4e-3),
-        resolution=2e-5,
+        cell_size=2e-5,
         boundary=(fdtd.PML(10), fdtd.Periodic()),
         dtype=torch.float64,
         sources=[fdtd.CurrentSource("Ez", PULSE, center=(-5e-4, 0), size=(0, 0.4e-3))],
@@ -175,7 +176,7 @@ def test_cli_runs_the_example_and_reports_bad_keys(tmp_path, capsys):
     config.write_text("""until = 5e-12
 [grid]
 size = [1e-3, 1e-3]
-resolution = 4e-5
+cell_size = 4e-5
 pml_thickness = 6
 [[sources]]
 position = [0.0, 0.0]
@@ -215,3 +216,111 @@ def test_every_advertised_mindelec_submodule_imports():
     for name in dir(mindelec):
         if not name.startswith("_") and name != "importlib":
             getattr(mindelec, name)
+
+
+def test_resolution_keyword_warns_and_still_sets_the_cell_size():
+    with pytest.warns(DeprecationWarning, match="cell_size"):
+        old = fdtd.Simulation(size=(1e-3, 1e-3), resolution=5e-5)
+    with pytest.warns(DeprecationWarning, match="cell_size"):
+        grid = fdtd.Grid((1e-3, 1e-3), resolution=5e-5)
+    new = fdtd.Simulation(size=(1e-3, 1e-3), cell_size=5e-5)
+    assert old.grid.shape == grid.shape == new.grid.shape == (20, 20, 1)
+    assert old.dt == new.dt
+
+
+def test_one_monitor_serves_two_simulations_and_stays_unchanged():
+    probe = fdtd.FieldProbe("p", (2e-4, 0), "Ez")
+    flux = fdtd.FluxMonitor("f", [1e11, 1.5e11], center=(3e-4, 0), size=(0, 1e-3))
+    before = (probe.position, probe.components, flux.components, flux.center, flux.size)
+    alone = [_simulation(monitors=[monitor]).run(steps=40, progress=False) for monitor in (probe, flux)]
+    first = _simulation(monitors=[probe, flux])
+    second = _simulation(monitors=[probe, flux], cell_size=2.5e-5)
+    results = [sim.run(steps=40, progress=False) for sim in (first, second)]
+    assert (probe.position, probe.components, flux.components, flux.center, flux.size) == before
+    torch.testing.assert_close(results[0]["p"]["Ez"], alone[0]["p"]["Ez"])
+    torch.testing.assert_close(results[0]["f"]["flux"], alone[1]["f"]["flux"])
+    assert not torch.equal(results[1]["p"]["Ez"], results[0]["p"]["Ez"])  # another grid, its own recorder
+    again = first.run(steps=40, progress=False)  # a second run of the same simulation starts afresh
+    torch.testing.assert_close(again["p"]["Ez"], results[0]["p"]["Ez"])
+    with pytest.raises(AttributeError, match="immutable"):
+        probe.position = (0.0, 0.0)
+    recorder = probe.recorder(first.grid, first.polarization, first.dt, first.dtype, first.device)
+    assert isinstance(recorder, fdtd.Recorder) and recorder.name == "p"
+
+
+def test_run_leaves_the_thread_count_alone_and_threads_sets_it_once():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        sim = _simulation()
+        sim.run(steps=3, progress=False)
+        assert torch.get_num_threads() == 2  # the default leaves torch's setting alone, run too
+        sim = _simulation(threads=1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        sim.run(steps=3, progress=False)
+        assert torch.get_num_threads() == 2  # set at construction only
+        with pytest.raises(ConfigurationError, match="threads"):
+            _simulation(threads="many")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_blow_up_is_a_simulation_error_naming_the_step():
+    from common.errors import SimulationError
+
+    assert issubclass(fdtd.FieldBlowUpError, SimulationError)
+    assert issubclass(fdtd.FieldBlowUpError, FloatingPointError)
+    sim = _simulation()
+    fields = {"Ez": torch.full((3, 3, 1), math.nan)}
+    with pytest.raises(fdtd.FieldBlowUpError, match="by step 7") as caught:
+        sim._check_finite(type("State", (), {"fields": fields})(), 7)
+    assert caught.value.step == 7
+
+
+def test_cli_reads_the_old_resolution_key_with_a_warning():
+    from common import config
+    from mindelec import cli
+
+    text = (
+        "until = 5e-12\n[grid]\nsize = [1e-3, 1e-3]\npml_thickness = 6\n{key} = 4e-5\n"
+        "[[sources]]\nposition = [0.0, 0.0]\n"
+    )
+    with pytest.warns(DeprecationWarning, match="resolution"):
+        old = config.loads(text.format(key="resolution"), cli.RunConfig)
+    new = config.loads(text.format(key="cell_size"), cli.RunConfig)
+    assert old.grid == new.grid and new.grid.cell_size == 4e-5
+    assert cli.build_simulation(old).grid.shape == (25, 25, 1)
+    config.from_dict(config.to_dict(new), cli.RunConfig)  # the saved configuration loads again
+    with pytest.raises(ConfigError, match="cell_size"):
+        config.loads(text.format(key="courant").replace("4e-5", "0.5"), cli.RunConfig)
+
+
+def test_stepping_state_is_typed_and_flattens_and_rebuilds():
+    from common.geometry import Rectangle
+    from mindelec.fdtd.sources import IncidentLine
+    from mindelec.fdtd.state import CpmlKey, YeeState
+
+    sim = _simulation(
+        boundary=(fdtd.PML(6), fdtd.Periodic()),
+        sources=[fdtd.PlaneWave(PULSE, x0=-5e-4)],
+        structures=[fdtd.Structure(Rectangle((2e-4, -2e-4), (4e-4, 2e-4)),
+                                   fdtd.Drude(plasma_frequency=4e11, collision_frequency=2e10))],
+    )
+    stepper = sim._stepper(20)
+    assert all(isinstance(line, IncidentLine) for line in stepper.plane_waves)
+    state = stepper.initial_state()
+    assert isinstance(state, YeeState) and set(state.fields) == {"Ez", "Hx", "Hy"}
+    assert CpmlKey("Ez", 0, "left") in state.psi and len(state.incident_e) == 1
+    assert len(state.polarization["Ez"]) == len(state.previous_polarization["Ez"]) == 1
+    in_place = stepper.initial_state()
+    with torch.no_grad():
+        for step in range(20):
+            state = stepper.step(state, step, inplace=False)
+            in_place = stepper.step(in_place, step, inplace=True)  # the same updates, in place
+    rebuilt = state.with_tensors(state.tensors())
+    assert rebuilt == state and [t.data_ptr() for t in rebuilt.tensors()] == [
+        t.data_ptr() for t in state.tensors()
+    ]
+    for ours, theirs in zip(state.tensors(), in_place.tensors()):
+        torch.testing.assert_close(ours, theirs)

@@ -19,7 +19,7 @@ def _design_simulation(permittivity, steps_frequency=3e11):
     waveform = fdtd.GaussianPulse(steps_frequency, 2e11)
     return fdtd.Simulation(
         size=(1.2e-3, 1.0e-3),
-        resolution=4e-5,
+        cell_size=4e-5,
         boundary=fdtd.PML(6),
         dtype=torch.float64,
         sources=[fdtd.PointDipole((-3e-4, 0.0), "Ez", waveform)],
@@ -69,7 +69,7 @@ def test_gradient_through_structure_medium_and_conductivity():
     def objective(eps, sigma):
         sim = fdtd.Simulation(
             size=(1.2e-3, 1.0e-3),
-            resolution=4e-5,
+            cell_size=4e-5,
             boundary=fdtd.PML(6),
             dtype=torch.float64,
             structures=[
@@ -108,7 +108,7 @@ cells, steps = int(sys.argv[1]), int(sys.argv[2])
 size = (cells * 1e-5, cells * 1e-5)
 shape = fdtd.Grid(size, 1e-5).cell_counts((0.0, 0.0), (2e-4, 2e-4))
 permittivity = torch.full(shape, 2.0, dtype=torch.float64, requires_grad=True)
-sim = fdtd.Simulation(size=size, resolution=1e-5, boundary=fdtd.PML(10), dtype=torch.float64,
+sim = fdtd.Simulation(size=size, cell_size=1e-5, boundary=fdtd.PML(10), dtype=torch.float64,
                       sources=[fdtd.PointDipole((-2e-4, 0.0), "Ez", fdtd.GaussianPulse(3e12, 2e12))],
                       design_regions=[fdtd.DesignRegion((0.0, 0.0), (2e-4, 2e-4), permittivity)],
                       monitors=[fdtd.FieldProbe("p", (2e-4, 0.0), ("Ez",))])

@@ -86,7 +86,7 @@ CASES = {
 
 def _final_fields(arguments, components, dtype, compiled):
     """Every field component after ``STEPS`` forward-only steps: ``{component: tensor}``."""
-    sim = fdtd.Simulation(resolution=2e-6, dtype=dtype, compiled=compiled,
+    sim = fdtd.Simulation(cell_size=2e-6, dtype=dtype, compiled=compiled,
                           monitors=[fdtd.Snapshots("final", STEPS, components)], **arguments)
     with torch.no_grad():
         result = sim.run(steps=STEPS, progress=False)
@@ -186,7 +186,7 @@ def test_checkpointed_gradient_unchanged_by_the_kernel():
     permittivity.requires_grad_(True)
     gradients = []
     for compiled in (True, False):
-        sim = fdtd.Simulation(size=size, resolution=2e-6, boundary=fdtd.PML(6), dtype=torch.float64,
+        sim = fdtd.Simulation(size=size, cell_size=2e-6, boundary=fdtd.PML(6), dtype=torch.float64,
                               compiled=compiled, sources=[fdtd.PointDipole((-1e-5, 0.0), "Ez", PULSE)],
                               design_regions=[fdtd.DesignRegion(center, extent, permittivity)],
                               monitors=[fdtd.FieldProbe("probe", (1.6e-5, 6e-6), ("Ez",))])
@@ -203,7 +203,7 @@ def test_checkpointed_gradient_unchanged_by_the_kernel():
 def test_blow_up_is_reported_with_its_step(compiled):
     """A Lorentz pole far above 2 / dt makes its update unstable: the run must stop, naming the step."""
     resonance = 1e17  # omega0 dt ~ 2e3, far beyond the ADE's stability limit of 2
-    sim = fdtd.Simulation(size=(4e-4,), resolution=2e-6, compiled=compiled,
+    sim = fdtd.Simulation(size=(4e-4,), cell_size=2e-6, compiled=compiled,
                           sources=[fdtd.PointDipole((0.0,), "Ez", PULSE)],
                           structures=[fdtd.Structure(Interval(-5e-5, 5e-5),
                                                      fdtd.Lorentz(1.0, resonance_frequency=resonance))])

@@ -49,7 +49,7 @@ def test_dielectric_slab_reflection_transmission_matches_transfer_matrix():
         )
         sim = fdtd.Simulation(
             size=(12e-6,),
-            resolution=10e-9,
+            cell_size=10e-9,
             boundary=fdtd.PML(30),
             structures=structures,
             dtype=torch.float64,
@@ -92,7 +92,7 @@ def test_line_source_matches_hankel_green_function():
     ]
     sim = fdtd.Simulation(
         size=(5.4 * wavelength,) * 2,
-        resolution=spacing,
+        cell_size=spacing,
         boundary=fdtd.PML(20),
         dtype=torch.float64,
         sources=[fdtd.PointDipole((0, 0), "Ez", waveform)],
@@ -114,10 +114,10 @@ def test_line_source_matches_hankel_green_function():
         assert abs(np.angle(field / exact)) < 0.03, name
 
 
-def _probe_series(size, resolution, boundary, source, probe, until, polarization="TM"):
+def _probe_series(size, cell_size, boundary, source, probe, until, polarization="TM"):
     sim = fdtd.Simulation(
         size=size,
-        resolution=resolution,
+        cell_size=cell_size,
         boundary=boundary,
         dtype=torch.float64,
         polarization=polarization,
@@ -173,7 +173,7 @@ def test_pec_cavity_resonances():
     waveform = fdtd.GaussianPulse(exact.mean(), 2 * exact.max())
     sim = fdtd.Simulation(
         size=(width, height),
-        resolution=spacing,
+        cell_size=spacing,
         boundary=fdtd.PEC(),
         dtype=torch.float64,
         sources=[fdtd.PointDipole((-6.3e-3, -3.1e-3), "Ez", waveform)],
@@ -214,7 +214,7 @@ def test_energy_conserved_in_closed_pec_box(polarization):
     permittivity = 3.0
     sim = fdtd.Simulation(
         size=size,
-        resolution=spacing,
+        cell_size=spacing,
         boundary=fdtd.PEC(),
         polarization=polarization,
         dtype=torch.float64,
@@ -263,7 +263,7 @@ def test_dispersive_half_space_reflection(medium, tolerance):
     def run(structures):
         sim = fdtd.Simulation(
             size=(8e-6,),
-            resolution=5e-9,
+            cell_size=5e-9,
             boundary=fdtd.PML(40),
             structures=structures,
             dtype=torch.float64,
@@ -288,7 +288,7 @@ def test_pec_structure_reflects_totally():
     def run(structures):
         sim = fdtd.Simulation(
             size=(6e-6,),
-            resolution=10e-9,
+            cell_size=10e-9,
             boundary=fdtd.PML(30),
             structures=structures,
             dtype=torch.float64,
@@ -321,7 +321,7 @@ def test_plane_wave_tfsf_slab_reflection(polarization, component):
     def run(structures):
         sim = fdtd.Simulation(
             size=(8e-6, 0.4e-6),
-            resolution=20e-9,
+            cell_size=20e-9,
             boundary=(fdtd.PML(30), fdtd.Periodic()),
             dtype=torch.float64,
             polarization=polarization,

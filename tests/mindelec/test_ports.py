@@ -51,7 +51,7 @@ def test_slab_two_port_matches_transfer_matrix():
     def run(structures):
         sim = fdtd.Simulation(
             size=(length,),
-            resolution=spacing,
+            cell_size=spacing,
             boundary=fdtd.PML(thickness=30),
             sources=[fdtd.PointDipole((node(60),), "Ez", waveform)],
             structures=structures,
@@ -134,7 +134,7 @@ def test_to_network_and_bad_input(tmp_path):
     # a port outside the domain is refused by the FDTD, naming the port's monitor
     monitor = ports.WaveguidePort("far", (1.0,)).monitor([FREQUENCY])
     with pytest.raises(ValueError, match="port:far"):
-        fdtd.Simulation(size=(WAVELENGTH,), resolution=WAVELENGTH / 20, monitors=[monitor])
+        fdtd.Simulation(size=(WAVELENGTH,), cell_size=WAVELENGTH / 20, monitors=[monitor])
 
 
 def test_waveguide_ports_in_2d_match_fdfd():
@@ -180,7 +180,7 @@ def test_waveguide_ports_in_2d_match_fdfd():
     for structures in layouts:
         sim = fdtd.Simulation(
             size=size,
-            resolution=spacing,
+            cell_size=spacing,
             boundary=fdtd.PML(thickness=pml),
             sources=[source],
             structures=structures,

@@ -19,14 +19,14 @@ from common.units import SPEED_OF_LIGHT
 from mindelec.fdtd import simulation as simulation_module
 
 fdtd = me.fdtd
-SIZE, RESOLUTION = (1e-3, 1e-3), 2e-5  # 50 x 50 cells: the spatial limit is c / (2 dx) = 7.49 THz
+SIZE, CELL_SIZE = (1e-3, 1e-3), 2e-5  # 50 x 50 cells: the spatial limit is c / (2 dx) = 7.49 THz
 PULSE = fdtd.GaussianPulse(f0=150e9, fwidth=100e9)
 
 
 def _simulation(**overrides):
     arguments = dict(
         size=SIZE,
-        resolution=RESOLUTION,
+        cell_size=CELL_SIZE,
         boundary=fdtd.PML(8),
         sources=[fdtd.PointDipole((0, 0), "Ez", PULSE)],
         monitors=[fdtd.FieldProbe("p", (2e-4, 0), ("Ez",))],
@@ -188,7 +188,7 @@ def test_a_design_changed_in_place_to_nan_is_refused_when_the_run_starts():
 def test_a_grid_typed_in_the_wrong_unit_is_refused_before_allocation():
     # 1 m at 1e-5 m per cell in 3D: 1e15 cells, 6 fields of 4 bytes: at least 2.4e16 bytes (2.2e7 GiB)
     with pytest.raises(ConfigurationError, match="needs about ([0-9.e+]+) GiB") as error:
-        fdtd.Simulation(size=(1.0, 1.0, 1.0), resolution=1e-5)
+        fdtd.Simulation(size=(1.0, 1.0, 1.0), cell_size=1e-5)
     needed = float(re.search(r"needs about ([0-9.e+]+) GiB", str(error.value)).group(1))
     assert needed >= 1e15 * 6 * 4 / 2**30
     assert "1e+15 cells" in str(error.value) and "in metres" in str(error.value)

@@ -80,3 +80,13 @@ def test_field_sample_shapes():
         np.isfinite(sample["field_real"]).all()
         and np.abs(sample["field_real"] + 1j * sample["field_imag"]).max() > 0.5
     )
+
+
+def test_waveguide_setup_takes_cell_size_and_the_old_resolution_warns():
+    setup = sweeps.WaveguideSetup(cell_size=2e-3, pml=10, port_offset=45e-3, guide_length=160e-3)
+    with pytest.warns(DeprecationWarning, match="cell_size"):
+        old = sweeps.WaveguideSetup(resolution=2e-3, pml=10, port_offset=45e-3, guide_length=160e-3)
+    assert old.key() == setup.key()
+    with pytest.warns(DeprecationWarning, match="cell_size"):
+        assert setup.resolution == setup.cell_size == 2e-3
+    assert setup.simulation().grid.shape[:2] == (80, 10)

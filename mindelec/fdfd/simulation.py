@@ -1,96 +1,6 @@
-"""2D finite-difference frequency-domain (FDFD) solver with adjoint gradients.
+"""The 2D FDFD :class:`Simulation` at one frequency: grid, PML, sources, solve, flux and modes.
 
-The solver computes the steady-state fields of a 2D structure driven at one angular
-frequency ``omega = 2 pi frequency``, on the Yee grid and with the units of
-:mod:`mindelec.fdtd` (SI; the domain spans ``[-size/2, size/2]`` along each axis; the
-perfectly matched layer lies inside it, ``pml_thickness`` cells thick; ``resolution`` is
-the cell size in metres).
-
-Time convention
----------------
-Phasors carry ``exp(+j omega t)`` (the engineering convention): a real field is
-``Re(F exp(j omega t))`` and an outgoing wave is ``exp(-j k r)``. Maxwell's equations read
-``curl E = -j omega mu H - M`` and ``curl H = j omega eps E + J``.
-
-Polarisations and the equations solved
---------------------------------------
-``"TM"`` (fields Ez, Hx, Hy; source: electric current density Jz, A/m^2)::
-
-    d2Ez/dx2 + d2Ez/dy2 + k0^2 eps_r Ez = j omega mu0 Jz
-
-``"TE"`` (fields Hz, Ex, Ey; source: magnetic current density Mz, V/m^2)::
-
-    d/dx (1/eps_r dHz/dx) + d/dy (1/eps_r dHz/dy) + k0^2 Hz = j omega eps0 Mz
-
-with ``k0 = omega / c``. A line current ``I`` (A) in vacuum gives the TM field
-``Ez = -(omega mu0 I / 4) H0^(2)(k0 r)`` (``H0^(2)`` the Hankel function of the second kind,
-outgoing for ``exp(+j omega t)``); a magnetic line current ``K`` (V) gives
-``Hz = -(omega eps0 K / 4) H0^(2)(k0 r)``. (FDTD DFT fields computed with the kernel
-``exp(-j omega t)`` follow the same convention.)
-
-Grid (Yee staggering)
----------------------
-The grid is that of :mod:`mindelec.fdtd`: an axis of length ``L`` has ``N = round(L / resolution)``
-cells of spacing ``d = L / N``, integer nodes at ``-L/2 + i d`` and half nodes at
-``-L/2 + (i + 1/2) d`` (``i = 0 .. N-1``). TM: Ez on the integer nodes (``(x_i, y_j)``), Hy at
-``(x_i + dx/2, y_j)``, Hx at ``(x_i, y_j + dy/2)``. TE: Hz on the half nodes
-(``(x_i + dx/2, y_j + dy/2)``), Ey half a cell further along x, Ex half a cell further along y.
-The main field (Ez or Hz) and the permittivity array share the main-field nodes
-(:attr:`Simulation.coordinates`); arrays have shape ``(Nx, Ny)``, x first. TE needs
-``1/eps_r`` between main nodes; it uses the arithmetic mean of the two neighbouring
-permittivities. The main field is zero one node beyond each edge of the domain (a wall
-behind the PML, where the field has already decayed).
-
-Stretched-coordinate PML
-------------------------
-Each derivative ``d/dx`` becomes ``(1/s_x) d/dx`` with ``s_x = 1 - j sigma_x / (omega eps0)``
-and a polynomial grading ``sigma_x(d) = sigma_max (d / L)^m`` (``d`` the depth into a PML of
-thickness ``L``; ``m = 3``; ``sigma_max = -(m + 1) ln(R) / (2 eta0 L)`` for a nominal normal
-incidence reflection ``R = 1e-8``). ``s`` is evaluated where each difference lands (the main
-nodes or the half nodes between them). A point source's field changes by less than 1e-5 of
-its value when the PML is moved further out (tests/mindelec/test_fdfd.py).
-
-Sources and comparison with the FDTD
-------------------------------------
-Current densities are per node, with the normalisation of :mod:`mindelec.fdtd` sources: a
-point source of amplitude ``I`` is ``I / (dx dy)`` on one node, a line source of amplitude
-``K`` is ``K / d`` on a row of nodes. An FDTD DFT field ``sum_n E(t_n) exp(-j omega t_n) dt``
-divided by the DFT of its source current (at the times the FDTD applies it) is the FDFD field
-of a unit harmonic current at the frequency the leapfrog scheme actually solves,
-``sin(pi f dt) / (pi dt)`` (``dt`` the FDTD step): the two then agree to 4e-4 on a dielectric
-scatterer (tests/mindelec/test_fdfd_vs_fdtd.py).
-
-Adjoint gradients
------------------
-The system matrix is ``A = Dxb W_x Dxf + Dyb W_y Dyf + diag(c)`` (``Dxf``/``Dxb`` the
-PML-stretched forward/backward differences; TM: ``W = 1``, ``c = k0^2 eps_r``; TE:
-``W = diag(1/eps_r)`` at the half-cell points, ``c = k0^2``). :func:`solve_linear_system`
-solves ``A x = b`` with one sparse LU factorisation (``scipy.sparse.linalg.splu``) and
-keeps it for the backward pass. Derivation of the backward pass, for a real loss ``L``:
-
-* PyTorch's gradient of a real ``L`` with respect to a complex ``z = u + j v`` is
-  ``g_z = dL/du + j dL/dv = 2 dL/dz*`` (conjugate Wirtinger), so that to first order
-  ``dL = Re(sum conj(g_z) dz)``. It is what arrives as ``grad_output`` for ``x``.
-* From ``A x = b``: ``dx = A^-1 (db - dA x)``, hence
-  ``dL = Re(g_x^H A^-1 (db - dA x)) = Re(lambda^H (db - dA x))`` with the adjoint field
-  ``lambda`` solving ``A^H lambda = g_x`` (one solve with the cached factors, ``trans='H'``).
-* Source: ``dL = Re(lambda^H db)``, so ``g_b = lambda``.
-* Diagonal ``c`` (entry n enters as ``dA = e_n e_n^T dc_n``): ``dL = Re(-conj(lambda_n) x_n dc_n)``,
-  so ``g_c = -lambda * conj(x)``; for a real parameter the gradient is the real part,
-  ``dL/dc_n = -Re(conj(lambda_n) x_n)``. With ``c = k0^2 eps_r`` the chain rule gives
-  ``dL/deps_r = -k0^2 Re(conj(lambda) x)``.
-* Weights ``W_x`` (``dA = Dxb e_n e_n^T Dxf dw_n``): ``g_w = -(Dxb^H lambda) * conj(Dxf x)``.
-
-Batches of sources (several right-hand sides) reuse the same factorisation; their
-gradients are summed.
-
-Example:
-    >>> import torch, mindelec as me
-    >>> eps = torch.ones(100, 100, dtype=torch.float64, requires_grad=True)
-    >>> sim = me.fdfd.Simulation(size=(1e-3, 1e-3), resolution=1e-5, frequency=1e12,
-    ...                          permittivity=eps, pml_thickness=15)
-    >>> ez = sim.solve(sim.point_source((0.0, 0.0)))      # (100, 100) complex128
-    >>> sim.flux(ez, axis="x", position=3e-4).backward()   # gradient in eps.grad
+The equations, conventions and validation are described in :mod:`mindelec.fdfd`.
 """
 
 from __future__ import annotations
@@ -101,115 +11,22 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sparse
-import scipy.sparse.linalg as sparse_linalg
 import torch
 
 from common import checks
+from common.deprecation import renamed_arguments
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
-__all__ = ["Simulation", "WaveguideMode", "solve_linear_system", "PML_ORDER", "PML_REFLECTION"]
+from ..fdtd.grid import Grid
+from .linear import DifferenceOperators, complex_dtype, difference_matrices, solve_linear_system
+
+__all__ = ["Simulation", "WaveguideMode", "PML_ORDER", "PML_REFLECTION"]
 
 PML_ORDER = 3
 PML_REFLECTION = 1e-8
 _AXES = {"x": 0, "y": 1}
 _POLARIZATIONS = ("TM", "TE")
-
-
-def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The complex dtype with the precision of a real (or complex) dtype."""
-    if dtype.is_complex:
-        return dtype
-    return torch.complex128 if dtype == torch.float64 else torch.complex64
-
-
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    # scipy's sparse LU runs on the host; this is the one place fields leave the device.
-    return tensor.detach().to("cpu").numpy().astype(np.complex128)
-
-
-@dataclass
-class _Operators:
-    """PML-stretched differences (scipy sparse) on the flattened (Nx * Ny) main-field nodes.
-
-    ``forward_x``: ((Nx + 1) Ny) x (Nx Ny), to the half nodes along x (see
-    :func:`_difference_matrices`); ``backward_x`` its negative transpose, stretched at the main
-    nodes; likewise along y with (Nx (Ny + 1)) half nodes.
-    """
-
-    forward_x: sparse.csr_matrix
-    backward_x: sparse.csr_matrix
-    forward_y: sparse.csr_matrix
-    backward_y: sparse.csr_matrix
-
-
-class _SparseSolve(torch.autograd.Function):
-    """``x = A(c, w_x, w_y)^-1 b`` with adjoint gradients; see the module docstring."""
-
-    @staticmethod
-    def forward(ctx, rhs, diagonal, weight_x, weight_y, operators):
-        matrix = (
-            operators.backward_x @ sparse.diags(_to_numpy(weight_x)) @ operators.forward_x
-            + operators.backward_y @ sparse.diags(_to_numpy(weight_y)) @ operators.forward_y
-            + sparse.diags(_to_numpy(diagonal))
-        )
-        factors = sparse_linalg.splu(matrix.tocsc())
-        solution = factors.solve(_to_numpy(rhs))
-        ctx.factors = factors
-        ctx.operators = operators
-        ctx.solution = solution
-        ctx.input_dtypes = (diagonal.dtype, weight_x.dtype, weight_y.dtype)
-        return torch.from_numpy(solution).to(device=rhs.device, dtype=rhs.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_solution):
-        adjoint = ctx.factors.solve(_to_numpy(grad_solution), trans="H")
-        solution, operators = ctx.solution, ctx.operators
-        device, complex_dtype = grad_solution.device, grad_solution.dtype
-
-        def parameter_gradient(values, dtype):
-            gradient = torch.from_numpy(values.sum(axis=1)).to(device=device, dtype=complex_dtype)
-            return gradient if dtype.is_complex else gradient.real.to(dtype)
-
-        grad_rhs = torch.from_numpy(adjoint).to(device=device, dtype=complex_dtype)
-        grad_diagonal = grad_weight_x = grad_weight_y = None
-        if ctx.needs_input_grad[1]:
-            grad_diagonal = parameter_gradient(-adjoint * solution.conj(), ctx.input_dtypes[0])
-        if ctx.needs_input_grad[2]:
-            values = -(operators.backward_x.conj().T @ adjoint) * (operators.forward_x @ solution).conj()
-            grad_weight_x = parameter_gradient(values, ctx.input_dtypes[1])
-        if ctx.needs_input_grad[3]:
-            values = -(operators.backward_y.conj().T @ adjoint) * (operators.forward_y @ solution).conj()
-            grad_weight_y = parameter_gradient(values, ctx.input_dtypes[2])
-        return grad_rhs, grad_diagonal, grad_weight_x, grad_weight_y, None
-
-
-def solve_linear_system(rhs, diagonal, weight_x, weight_y, operators):
-    """Solve ``(Dxb W_x Dxf + Dyb W_y Dyf + diag(c)) x = b`` differentiably.
-
-    Args:
-        rhs: (N, B) complex tensor, the right-hand sides ``b`` (B sources; N = Nx Ny).
-        diagonal: (N,) real or complex tensor ``c``.
-        weight_x, weight_y: real or complex tensors, the diagonals of ``W_x`` ((Nx + 1) Ny) and
-            ``W_y`` (Nx (Ny + 1)), on the half nodes (flattened, x first).
-        operators: the PML-stretched difference operators (built by :class:`Simulation`).
-
-    Returns:
-        (N, B) complex tensor ``x``, same dtype and device as ``rhs``. Gradients flow to
-        ``rhs``, ``diagonal`` and the weights by one adjoint solve (module docstring).
-    """
-    return _SparseSolve.apply(rhs, diagonal, weight_x, weight_y, operators)
-
-
-def _difference_matrices(count: int, step: float):
-    """1D differences with zero field one node beyond each end.
-
-    ``forward`` ((count + 1) x count) maps the nodes to the count + 1 half nodes between and
-    around them (row ``r`` is the half node between nodes ``r - 1`` and ``r``); ``backward``
-    (count x (count + 1)) is ``-forward^T`` and maps back.
-    """
-    forward = sparse.diags([np.ones(count), -np.ones(count)], [0, -1], shape=(count + 1, count)) / step
-    return forward.tocsr(), (-forward.T).tocsr()
 
 
 @dataclass(frozen=True)
@@ -243,9 +60,10 @@ class Simulation:
 
     Args:
         size: (Lx, Ly) domain extent (m); the domain spans ``[-L/2, L/2]``.
-        resolution: cell size (m). As in :mod:`mindelec.fdtd`, an axis has
-            ``N = round(L / resolution)`` cells and the actual spacing is ``L / N``
-            (attribute ``spacing``).
+        cell_size: cell size (m). The grid is a :class:`mindelec.fdtd.Grid` (attribute ``grid``):
+            an axis has ``N = round(L / cell_size)`` cells and the actual spacing is ``L / N``
+            (attribute ``spacing``). ``resolution=``, the old name, warns and still works for one
+            release.
         frequency: frequency (Hz).
         permittivity: (Nx, Ny) tensor of relative permittivity at the main-field nodes
             (``coordinates``); real, or complex for lossy media (``eps' - j eps''`` in the
@@ -257,29 +75,34 @@ class Simulation:
     The medium is non-magnetic (``mu_r = 1``).
 
     Raises:
-        ValueError: for a non-2D size, a non-positive resolution or frequency, a PML that
+        ValueError: for a non-2D size, a non-positive cell size or frequency, a PML that
             leaves no interior, a permittivity of the wrong shape, or an unknown polarisation.
         ConfigurationError: (a ValueError) for a frequency above :attr:`max_frequency`, giving it.
         DataError: (a ValueError) for a NaN or infinite permittivity, naming the cell.
         TypeError: if the permittivity is not a torch tensor.
     """
 
-    def __init__(self, size, resolution, frequency, permittivity, pml_thickness=10, polarization="TM"):
+    @renamed_arguments(resolution="cell_size")
+    def __init__(self, size, cell_size, frequency, permittivity, pml_thickness=10, polarization="TM"):
         if len(size) != 2 or any(float(length) <= 0 for length in size):
             raise ValueError(f"fdfd.Simulation: size must be two positive lengths (m), got {size!r}")
-        if not resolution > 0:
+        if not cell_size > 0:
             raise ValueError(
-                f"fdfd.Simulation: resolution must be a positive cell size (m), got {resolution!r}"
+                f"fdfd.Simulation: cell_size must be a positive cell size (m), got {cell_size!r}"
             )
         if not frequency > 0:
             raise ValueError(f"fdfd.Simulation: frequency must be positive (Hz), got {frequency!r}")
         if polarization not in _POLARIZATIONS:
             raise ValueError(f"fdfd.Simulation: polarization must be 'TM' or 'TE', got {polarization!r}")
-        self.size = (float(size[0]), float(size[1]))
+        self.grid = Grid(size, cell_size)
+        self.size = self.grid.size[:2]
         self.frequency = float(frequency)
         self.polarization = polarization
-        self.shape = tuple(max(1, round(length / float(resolution))) for length in self.size)
-        self.spacing = tuple(length / count for length, count in zip(self.size, self.shape))
+        self.shape = self.grid.shape[:2]
+        self.spacing = self.grid.spacing[:2]
+        # the main field: Ez on the integer Yee nodes (TM), Hz on the half nodes (TE), as in mindelec.fdtd
+        self._main = "Ez" if polarization == "TM" else "Hz"
+        self._offset = self.grid.offsets(self._main)[0]
         if not isinstance(permittivity, torch.Tensor):
             raise TypeError(
                 f"fdfd.Simulation: permittivity must be a torch tensor of shape {self.shape}, "
@@ -288,7 +111,7 @@ class Simulation:
         if tuple(permittivity.shape) != self.shape:
             raise ValueError(
                 f"fdfd.Simulation: permittivity has shape {tuple(permittivity.shape)}, expected {self.shape} "
-                f"(size / resolution cells along x and y)"
+                f"(size / cell_size cells along x and y)"
             )
         if int(pml_thickness) != pml_thickness or pml_thickness < 0:
             raise ValueError(
@@ -307,12 +130,10 @@ class Simulation:
             raise ConfigurationError(
                 f"fdfd.Simulation: frequency {self.frequency:.6g} Hz is beyond what the grid carries, "
                 f"{limit:.6g} Hz (two cells of {max(self.spacing):.6g} m per wavelength in the densest "
-                f"medium, eps_r = {self._densest_permittivity():.6g}); refine the resolution"
+                f"medium, eps_r = {self._densest_permittivity():.6g}); make the cells smaller"
             )
         self.omega = 2.0 * math.pi * self.frequency
         self.wavenumber = self.omega / SPEED_OF_LIGHT
-        # main-field nodes: Ez on the integer Yee nodes, Hz on the half nodes (as in mindelec.fdtd)
-        self._offset = 0.0 if polarization == "TM" else 0.5
         # the constant in the right-hand side j omega c J: mu0 (TM, electric current) or eps0 (TE, magnetic)
         self._field_constant = VACUUM_PERMEABILITY if polarization == "TM" else VACUUM_PERMITTIVITY
         self._operators = self._build_operators()
@@ -336,10 +157,7 @@ class Simulation:
     def coordinates(self):
         """Main-field node coordinates ``(x (Nx,), y (Ny,))`` (m), in the permittivity's real dtype."""
         dtype, device = self.permittivity.real.dtype, self.permittivity.device
-        return tuple(
-            -length / 2 + (torch.arange(count, dtype=dtype, device=device) + self._offset) * step
-            for count, length, step in zip(self.shape, self.size, self.spacing)
-        )
+        return tuple(self.grid.coordinates(self._main, axis, dtype, device) for axis in (0, 1))
 
     def _stretch(self, axis: int, offset: float, count: int) -> np.ndarray:
         """PML stretch factors ``s`` at ``-L/2 + (i + offset) d``, ``i = 0 .. count - 1``, along ``axis``."""
@@ -353,10 +171,10 @@ class Simulation:
         sigma = sigma_max * (depth / thickness) ** PML_ORDER
         return 1.0 - 1j * sigma / (self.omega * VACUUM_PERMITTIVITY)
 
-    def _build_operators(self) -> _Operators:
+    def _build_operators(self) -> DifferenceOperators:
         matrices = []
         for axis in (0, 1):
-            forward, backward = _difference_matrices(self.shape[axis], self.spacing[axis])
+            forward, backward = difference_matrices(self.shape[axis], self.spacing[axis])
             count = self.shape[axis]
             forward = sparse.diags(1.0 / self._stretch(axis, self._offset - 0.5, count + 1)) @ forward
             backward = sparse.diags(1.0 / self._stretch(axis, self._offset, count)) @ backward
@@ -365,7 +183,7 @@ class Simulation:
             matrices.append(sparse.kron(*pair, "csr"))
             pair = (backward, identity) if axis == 0 else (identity, backward)
             matrices.append(sparse.kron(*pair, "csr"))
-        return _Operators(*matrices)
+        return DifferenceOperators(*matrices)
 
     def _half_cell_weights(self):
         """(W_x (Nx + 1, Ny), W_y (Nx, Ny + 1)) on the half nodes: 1 for TM, 1/eps_r for TE.
@@ -397,7 +215,7 @@ class Simulation:
 
     def _zeros(self) -> torch.Tensor:
         return torch.zeros(
-            self.shape, dtype=_complex_dtype(self.permittivity.dtype), device=self.permittivity.device
+            self.shape, dtype=complex_dtype(self.permittivity.dtype), device=self.permittivity.device
         )
 
     # ----- sources -----
@@ -470,7 +288,7 @@ class Simulation:
                 f"or (batch, {self.shape[0]}, {self.shape[1]})"
             )
         checks.finite_cells(source, "fdfd.Simulation.solve: source")
-        batch = source.reshape(-1, self.shape[0] * self.shape[1]).to(_complex_dtype(self.permittivity.dtype))
+        batch = source.reshape(-1, self.shape[0] * self.shape[1]).to(complex_dtype(self.permittivity.dtype))
         rhs = (1j * self.omega * self._field_constant) * batch.T
         weight_x, weight_y = self._half_cell_weights()
         if self.polarization == "TM":
@@ -569,7 +387,7 @@ class Simulation:
             )
         eps_line = line.detach().to("cpu").numpy().real[mask]
         metric = weight.detach().to("cpu").numpy().real[mask]
-        forward, backward = _difference_matrices(count, across)
+        forward, backward = difference_matrices(count, across)
         if self.polarization == "TM":
             cross_weight = np.ones(count + 1)
             potential = self.wavenumber**2 * eps_line

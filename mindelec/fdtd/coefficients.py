@@ -1,0 +1,139 @@
+"""Materials on the grid: the update coefficients of every field component.
+
+``update_coefficients`` rasterises the structures (sub-cell fill fractions at each component's
+nodes), mixes the media by those fractions (later structures override earlier ones), writes the design
+regions' permittivity into their boxes and returns, per E component, ``(ca, cb, poles)`` with
+
+* ``ca = (1 - l) / (1 + l)`` and ``cb = dt / (eps0 eps_r) / (1 + l)``, ``l = sigma dt / (2 eps0 eps_r)``
+  (``ca = 1`` exactly where the media are lossless: the step skips the ``E *= ca`` pass);
+* ``poles``: per dispersive medium ``(c1, c2, c3)``, the coefficients of
+  ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
+
+and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node.
+"""
+
+import torch
+
+from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
+
+from .grid import H_COMPONENTS
+from .materials import PEC, Medium
+
+
+def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device):
+    """``(electric, magnetic)``: ``electric[c] = (ca, cb, poles)``, ``magnetic[c] = dt / mu`` (see above).
+
+    Args:
+        grid: the :class:`~mindelec.fdtd.Grid`.
+        active: the simulated components.
+        dt: the time step (s).
+        default_medium: the :class:`Medium` filling the rest of the domain.
+        structures: :class:`Structure` objects, later ones overriding earlier ones.
+        design: ``[(DesignRegion, its index slices)]``, applied after the structures.
+        dtype, device: of the coefficient tensors.
+    """
+    mixer = _Mixer(grid, default_medium, structures, dtype, device)
+    electric, magnetic = {}, {}
+    for component in active:
+        weights = mixer.weights(component)
+        if component in H_COMPONENTS:
+            magnetic[component] = dt / (VACUUM_PERMEABILITY * mixer.mix(weights, "permeability"))
+            continue
+        permittivity = mixer.mix(weights, "permittivity")
+        for region, slices in design:
+            permittivity = mixer.with_design(permittivity, region, slices)
+        ca, cb = _lossy_coefficients(dt, permittivity, mixer.mix(weights, "conductivity"))
+        poles = mixer.poles(weights, dt)
+        conductor = sum((w for w, m in zip(weights, mixer.media) if isinstance(m, PEC)), 0.0)
+        if isinstance(conductor, torch.Tensor):
+            inside = conductor > 0.5
+            ca, cb = (
+                torch.where(inside, 0.0, torch.as_tensor(c, dtype=dtype, device=device)) for c in (ca, cb)
+            )
+        electric[component] = (ca, cb, poles)
+    return electric, magnetic
+
+
+def _lossy_coefficients(dt, permittivity, conductivity):
+    """``(ca, cb)`` of ``E = ca E + cb curl H`` for a relative permittivity and a conductivity (S/m)."""
+    if isinstance(conductivity, float) and conductivity == 0.0:  # lossless: no E *= ca pass
+        return 1.0, dt / (VACUUM_PERMITTIVITY * permittivity)
+    loss = conductivity * dt / (2 * VACUUM_PERMITTIVITY * permittivity)
+    return (1 - loss) / (1 + loss), dt / (VACUUM_PERMITTIVITY * permittivity) / (1 + loss)
+
+
+class _Mixer:
+    """The media of a simulation (default first, then the structures') mixed by their fill fractions."""
+
+    def __init__(self, grid, default_medium, structures, dtype, device):
+        self.grid, self.default_medium, self.structures = grid, default_medium, structures
+        self.media = [default_medium] + [s.medium for s in structures]
+        self.dtype, self.device = dtype, device
+
+    def _fill_fractions(self, component):
+        """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
+        from common.geometry import rasterize
+
+        grid = self.grid
+        centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
+        spacing = list(grid.spacing[: grid.ndim])
+        fractions = []
+        for structure in self.structures:
+            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
+            fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
+        return fractions
+
+    def weights(self, component):
+        """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
+        weights = [1.0]
+        if not self.structures:
+            return weights
+        for fill in self._fill_fractions(component):
+            weights = [w * (1 - fill) for w in weights] + [fill]
+        return weights
+
+    def mix(self, weights, name):
+        """``sum_k weight_k * medium_k.name``; a float when uniform, else a full tensor.
+
+        PEC parts count with the default medium's value (their E is zeroed anyway; this keeps mu finite).
+        """
+        total = 0.0
+        for weight, medium in zip(weights, self.media):
+            medium = medium if isinstance(medium, Medium) else self.default_medium
+            total = total + weight * getattr(medium, name)
+        if isinstance(total, torch.Tensor):
+            total = total.to(dtype=self.dtype, device=self.device)
+            return torch.broadcast_to(total, self.grid.shape)
+        return float(total)
+
+    def with_design(self, permittivity, region, slices):
+        """``permittivity`` (float or tensor) as a full tensor with ``region``'s values in its box."""
+        full = torch.empty(self.grid.shape, dtype=self.dtype, device=self.device)
+        full.copy_(permittivity if isinstance(permittivity, torch.Tensor) else torch.tensor(permittivity))
+        design = region.permittivity.to(dtype=self.dtype, device=self.device)
+        index = tuple(
+            torch.arange(s.start, s.stop, device=self.device).reshape([-1 if a == i else 1 for a in range(3)])
+            for i, s in enumerate(slices)
+        )
+        return full.index_put(index, design.reshape([s.stop - s.start for s in slices]))
+
+    def poles(self, weights, dt):
+        """Per dispersive medium present, ``(c1, c2, c3)`` with ``c3`` weighted by its fill."""
+        poles = []
+        for weight, medium in zip(weights, self.media):
+            pole = medium._pole() if isinstance(medium, Medium) else None
+            if pole is None:
+                continue
+            numerator, omega0_squared, gamma = pole
+            denominator = 1 + gamma * dt / 2
+            weight = torch.as_tensor(weight, dtype=self.dtype, device=self.device)
+            weight = torch.broadcast_to(weight, self.grid.shape)
+            poles.append(
+                (
+                    (2 - omega0_squared * dt**2) / denominator,
+                    -(1 - gamma * dt / 2) / denominator,
+                    weight * (VACUUM_PERMITTIVITY * numerator * dt**2 / denominator),
+                )
+            )
+        return poles
