@@ -76,18 +76,18 @@ def build(setup, batch, formulation, absorbing_order=1, source_fraction=0.25, bo
     )
 
 
-def wall_floor(setup, order, resolution, frames=20):
+def wall_floor(setup, order, cell_size, frames=20):
     """Relative L2 distance (Ex, Ey, Hz over ``frames`` snapshots) between the exact solution of the posed
     problem, walls of absorbing ``order`` (1 Mur, 2 Engquist-Majda) on the domain's sides, and the open-domain
     solution that :func:`mindelec.pinn.fdtd_reference` computes: the error an exact solver of the posed
     problem would have against the reference.
 
     Both solve the scalar wave equation of the TE potential, ``psi_tt = c^2 (laplace psi - Mz)``
-    (``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = psi_t / c``), by leapfrog on a ``resolution`` grid; the
+    (``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = psi_t / c``), by leapfrog on a ``cell_size`` grid; the
     walls use Mur's (1981) discretisation, the open domain is padded by ``c T`` so no reflection returns.
     """
     c = SPEED_OF_LIGHT
-    dt = 0.5 * resolution / c
+    dt = 0.5 * cell_size / c
     steps = math.ceil(setup.duration / dt)
     every = max(1, steps // frames)
     source, waveform = setup.source(), setup.waveform()
@@ -95,17 +95,17 @@ def wall_floor(setup, order, resolution, frames=20):
         torch.tensor(setup.lower, dtype=torch.float64),
         torch.tensor(setup.upper, dtype=torch.float64),
     )
-    inner = [round(float(u - lo) / resolution) + 1 for lo, u in zip(lower, upper)]
+    inner = [round(float(u - lo) / cell_size) + 1 for lo, u in zip(lower, upper)]
 
     def run(pad, walls):
-        axes = [lower[a] - pad * resolution + resolution * torch.arange(inner[a] + 2 * pad) for a in range(2)]
+        axes = [lower[a] - pad * cell_size + cell_size * torch.arange(inner[a] + 2 * pad) for a in range(2)]
         xx, yy = torch.meshgrid(*axes, indexing="ij")
         density = source.profile(torch.stack([xx.flatten(), yy.flatten()], 1)).reshape(xx.shape)
         previous, current = torch.zeros_like(xx), torch.zeros_like(xx)
-        k1 = (c * dt - resolution) / (c * dt + resolution)
+        k1 = (c * dt - cell_size) / (c * dt + cell_size)
         k2, k3 = (
-            2 * resolution / (c * dt + resolution),
-            (c * dt) ** 2 / (2 * resolution * (c * dt + resolution)),
+            2 * cell_size / (c * dt + cell_size),
+            (c * dt) ** 2 / (2 * cell_size * (c * dt + cell_size)),
         )
         snapshots = []
         sides = (
@@ -123,7 +123,7 @@ def wall_floor(setup, order, resolution, frames=20):
                 + current[1:-1, 2:]
                 + current[1:-1, :-2]
                 - 4 * current[1:-1, 1:-1]
-            ) / resolution**2
+            ) / cell_size**2
             new = 2 * current - previous + (c * dt) ** 2 * (laplacian - source.amplitude * moment * density)
             for side in sides if walls else ():  # views of the wall row and the first interior row
                 (n0, n1), (c0, c1), (p0, p1) = side(new), side(current), side(previous)
@@ -141,15 +141,15 @@ def wall_floor(setup, order, resolution, frames=20):
                 snapshots.append(
                     torch.stack(
                         [
-                            (psi[1:-1, 2:] - psi[1:-1, :-2]) / (2 * resolution),
-                            -(psi[2:, 1:-1] - psi[:-2, 1:-1]) / (2 * resolution),
+                            (psi[1:-1, 2:] - psi[1:-1, :-2]) / (2 * cell_size),
+                            -(psi[2:, 1:-1] - psi[:-2, 1:-1]) / (2 * cell_size),
                             psi_t[1:-1, 1:-1] / c,
                         ]
                     )
                 )
         return torch.stack(snapshots)
 
-    walled, open_domain = run(0, True), run(math.ceil(c * setup.duration / resolution) + 2, False)
+    walled, open_domain = run(0, True), run(math.ceil(c * setup.duration / cell_size) + 2, False)
     difference = (walled - open_domain).pow(2).sum((0, 2, 3)).sqrt()
     return dict(zip(("Ex", "Ey", "Hz"), (difference / open_domain.pow(2).sum((0, 2, 3)).sqrt()).tolist()))
 
@@ -318,7 +318,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         default=4.0,
         help="plain network: factor on its normalised inputs (first-layer frequencies up to this / 3)",
     )
-    parser.add_argument("--resolution", type=float, default=None, help="FDTD reference cell size (m)")
+    parser.add_argument("--cell-size", type=float, default=None, help="FDTD reference cell size (m)")
     parser.add_argument(
         "--incremental-duration", type=float, default=None, help="ns simulated in the incremental part (4)"
     )
@@ -348,17 +348,17 @@ def make_model(args, problem):
     )
 
 
-def run_main(args, results, skip, batch, resolution, stride, steps, monitor_every):
+def run_main(args, results, skip, batch, cell_size, stride, steps, monitor_every):
     """The main run against the FDTD reference (and, unless skipped, the other network on the same budget)."""
     setup = pinn.PointSourceSetup(source_radius=args.radius)
     start = time.perf_counter()
-    reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
+    reference = pinn.fdtd_reference(setup, cell_size=cell_size, frames=20, stride=stride)
     results["fdtd_seconds"] = time.perf_counter() - start
     samples = sum(len(values) for values in reference.values.values())
     print(
-        f"FDTD reference ({resolution * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, {samples} samples"
+        f"FDTD reference ({cell_size * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, {samples} samples"
     )
-    floor = wall_floor(setup, args.absorbing_order, resolution)
+    floor = wall_floor(setup, args.absorbing_order, cell_size)
     results["floor"] = floor
     print(
         f"exact solution with order-{args.absorbing_order} sides vs the open-domain reference (an exact "
@@ -440,7 +440,7 @@ def main():
     torch.set_num_threads(args.threads)
     steps = args.steps or (100 if args.quick else 18000)
     batch = args.batch or (512 if args.quick else 1024)
-    resolution, stride = args.resolution or (5e-3 if args.quick else 2.5e-3), 4
+    cell_size, stride = args.cell_size or (5e-3 if args.quick else 2.5e-3), 4
     monitor_every = max(steps // args.monitors, 10)
     skip = set(filter(None, args.skip.split(",")))
     results = {
@@ -451,17 +451,17 @@ def main():
         "fourier_scale": args.fourier_scale,
         "formulation": args.formulation,
         "windows": args.windows,
-        "resolution": resolution,
+        "cell_size": cell_size,
         "absorbing_order": args.absorbing_order,
         "radial": args.radial,
         "input_frequency": args.input_frequency,
         "initial": args.initial,
     }
     if "main" not in skip:
-        run_main(args, results, skip, batch, resolution, stride, steps, monitor_every)
+        run_main(args, results, skip, batch, cell_size, stride, steps, monitor_every)
     if "incremental" not in skip:
         results["incremental"] = incremental(
-            args, batch, resolution, stride, functools.partial(make_model, args)
+            args, batch, cell_size, stride, functools.partial(make_model, args)
         )
     if args.output:
         with open(args.output, "w") as handle:
@@ -501,7 +501,7 @@ def _centred_mlp(problem):
     )
 
 
-def incremental(args, batch, resolution, stride, make_model):
+def incremental(args, batch, cell_size, stride, make_model):
     """Pre-train on permittivity in [1, 4] with time windows as the main run; then at 2.5 (unseen) train a new
     model from scratch (windows, half the steps) and fine-tune the pre-trained one over the whole duration,
     and count the steps each needs to reach the from-scratch run's final error."""
@@ -512,7 +512,7 @@ def incremental(args, batch, resolution, stride, make_model):
     pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0), **duration)
     problem, scales = build(pretrain_setup, batch, args.formulation, args.absorbing_order)
     setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen, **duration)
-    reference = pinn.fdtd_reference(setup, resolution=resolution, frames=20, stride=stride)
+    reference = pinn.fdtd_reference(setup, cell_size=cell_size, frames=20, stride=stride)
     every = max(finetune_steps // args.monitors, 5)
     torch.manual_seed(1)
     model = make_model(problem)

@@ -358,7 +358,7 @@ def main():
 
     setup = dataclasses.replace(pinn.PointSourceSetup(), duration=duration)
     start = time.perf_counter()
-    reference = TimedReference(pinn.fdtd_reference(setup, resolution=5e-3, frames=10, stride=4))
+    reference = TimedReference(pinn.fdtd_reference(setup, cell_size=5e-3, frames=10, stride=4))
     print(f"FDTD reference (5 mm cells, [0, {duration * 1e9:g} ns]): {time.perf_counter() - start:.1f} s")
     problem, scales = pinn_benchmark.build(setup, batch, "potential")
     for constraint in problem.constraints.values():

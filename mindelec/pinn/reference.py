@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from common import pde
+from common.deprecation import renamed_arguments
 from mindelec.pinn.sources import PointSourceSetup, Scales
 
 __all__ = ["FDTDReference", "fdtd_reference"]
@@ -63,9 +64,10 @@ class FDTDReference:
         return errors
 
 
+@renamed_arguments(resolution="cell_size")
 def fdtd_reference(
     setup: PointSourceSetup,
-    resolution: float = 2.5e-3,
+    cell_size: float = 2.5e-3,
     frames: int = 20,
     stride: int = 2,
     pml_cells: int = 20,
@@ -79,7 +81,8 @@ def fdtd_reference(
 
     Args:
         setup: a non-parametric :class:`PointSourceSetup`.
-        resolution: FDTD cell size (m); 2.5 mm resolves the shortest wavelength of the default pulse
+        cell_size: FDTD cell size (m; ``resolution=``, the old name, warns); 2.5 mm resolves
+            the shortest wavelength of the default pulse
             (~0.12 m) with ~50 cells.
         frames: number of snapshots over ``[0, duration]``.
         stride: keep every ``stride``-th node along x and y.
@@ -94,13 +97,13 @@ def fdtd_reference(
     if isinstance(setup.permittivity, (tuple, list)) or isinstance(setup.permeability, (tuple, list)):
         raise ValueError("fdtd_reference: give one permittivity and permeability value, not a range")
     extent = [u - lo for lo, u in zip(setup.lower, setup.upper)]
-    cells = [round(e / resolution) for e in extent]
+    cells = [round(e / cell_size) for e in extent]
     spacing = [e / n for e, n in zip(extent, cells)]
     size = [e + 2 * pml_cells * h for e, h in zip(extent, spacing)]
     center = [(lo + u) / 2 for lo, u in zip(setup.lower, setup.upper)]  # SI position of the FDTD origin
     source = setup.source()
     driven = "Hz" if setup.polarization == "TE" else "Ez"
-    grid = fdtd.Grid(size, resolution)
+    grid = fdtd.Grid(size, cell_size)
     node_axes = [grid.coordinates(driven, a) + center[a] for a in range(2)]
     xx, yy = torch.meshgrid(*node_axes, indexing="ij")
     nodes = torch.stack([xx.flatten(), yy.flatten()], 1)
@@ -115,18 +118,17 @@ def fdtd_reference(
         )
         for node, weight in zip(nodes[near], weights)
     ]
-    simulation = fdtd.Simulation(
-        size,
-        resolution,
+    set_up = dict(
         boundary=fdtd.PML(thickness=pml_cells),
         sources=sources,
         default_medium=fdtd.Medium(permittivity=setup.permittivity, permeability=setup.permeability),
         polarization=setup.polarization,
         dtype=dtype,
-        monitors=[fdtd.Snapshots("frames", every=1, components=setup.components)],
     )
-    steps = math.ceil(setup.duration / simulation.dt - 1e-9)
-    simulation.monitors[0].every = max(1, steps // frames)
+    # the snapshot spacing follows from the time step, which the set-up without monitors gives
+    steps = math.ceil(setup.duration / fdtd.Simulation(size, cell_size, **set_up).dt - 1e-9)
+    snapshots = fdtd.Snapshots("frames", every=max(1, steps // frames), components=setup.components)
+    simulation = fdtd.Simulation(size, cell_size, monitors=[snapshots], **set_up)
     result = simulation.run(until=setup.duration)["frames"]
     points, values = {}, {}
     for name in setup.components:

@@ -61,7 +61,7 @@ def test_fdtd_runs_a_structure_from_a_cad_file(tmp_path, sphere_mesh):
     def probe(structure):
         sim = fdtd.Simulation(
             size=size,
-            resolution=spacing,
+            cell_size=spacing,
             boundary=fdtd.PML(thickness=4),
             sources=[fdtd.PointDipole((-2.4e-3, 0, 0), "Ez", fdtd.GaussianPulse(f0=30e9, fwidth=20e9))],
             structures=[structure],

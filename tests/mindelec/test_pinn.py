@@ -184,7 +184,7 @@ def test_fdtd_reference_satisfies_the_dimensionless_te_equations_with_the_same_s
         permeability=2.0,
         amplitude=2.0,
     )
-    reference = pinn.fdtd_reference(setup, resolution=6e-3, frames=10**6, stride=1, pml_cells=8)
+    reference = pinn.fdtd_reference(setup, cell_size=6e-3, frames=10**6, stride=1, pml_cells=8)
     scales = setup.scales()
 
     def frames(name):
@@ -386,3 +386,11 @@ def test_parametric_potential_model_takes_the_permittivity_column():
     trainer = pde.Trainer(problem, model, steps=2, progress=False)
     trainer.train()
     assert trainer.evaluations == 2 * 64
+
+
+def test_fdtd_reference_old_resolution_keyword_warns_and_is_passed_on():
+    # a permittivity range is refused before any FDTD work: the warning comes first, then the refusal
+    with pytest.warns(DeprecationWarning, match=r"resolution=.*cell_size="), pytest.raises(
+        ValueError, match="one permittivity"
+    ):
+        pinn.fdtd_reference(pinn.PointSourceSetup(permittivity=(1.0, 4.0)), resolution=5e-3)
