@@ -43,6 +43,7 @@ __all__ = [
     "local_processes",
     "default_threads",
     "set_thread_budget",
+    "set_threads",
     "thread_budget",
 ]
 
@@ -134,6 +135,33 @@ def set_thread_budget(threads: int) -> None:
     from common.checks import positive_int
 
     _apply(positive_int(threads, "thread budget"))
+
+
+def set_threads(threads, owner: str = "threads") -> int | None:
+    """Apply a ``threads=`` argument as the simulations take it, once: ``None``, an int or ``"free"``.
+
+    ``None`` leaves every thread setting alone; a positive int is :func:`set_thread_budget`;
+    ``"free"`` measures the cores not busy right now (:func:`free_cores`) and uses that many.
+
+    Returns:
+        the thread count applied, or ``None``.
+
+    Raises:
+        common.errors.ConfigurationError: anything else (the message starts with ``owner``).
+    """
+    from common.checks import positive_int
+    from common.errors import ConfigurationError
+
+    if threads is None:
+        return None
+    if threads == "free":
+        count = free_cores()
+    elif isinstance(threads, str):
+        raise ConfigurationError(f"{owner}: expected None, a positive int or 'free', got {threads!r}")
+    else:
+        count = positive_int(threads, owner)
+    _apply(count)
+    return count
 
 
 def _apply(threads: int) -> None:

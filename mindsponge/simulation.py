@@ -38,6 +38,7 @@ import warnings
 import torch
 
 from common import checks, progress
+from common import threads as threads_module
 from common.deprecation import deprecated_method
 from common.errors import DataError, SimulationError
 from mindsponge import checkpoint as checkpoint_module
@@ -170,7 +171,7 @@ class Simulation:
         overlap_distance=OVERLAP_DISTANCE,
     ):
         setup.check_parts(system, forcefield, integrator, barostat)
-        setup.set_threads(threads)
+        threads_module.set_threads(threads)
         precision = setup.resolve_precision(precision, forcefield)
         self.checkpoint_every = checks.positive_int(checkpoint_every, "checkpoint_every (steps)")
         self.system = setup.integration_system(system, forcefield, precision)

@@ -3,14 +3,12 @@
 Each function turns one argument (or a group of them) into what the simulation keeps: the
 precision (:func:`resolve_precision`), the system in the integration dtype with the force
 field's masses (:func:`integration_system`), the constraints checked against the force field's
-(:func:`resolve_constraints`), the thread count (:func:`set_threads`). The rules are documented
-on :class:`~mindsponge.simulation.Simulation`.
+(:func:`resolve_constraints`). The rules are documented on
+:class:`~mindsponge.simulation.Simulation`.
 """
 
 import torch
 
-from common import checks
-from common import threads as threads_module
 from common.errors import ConfigurationError
 from common.precision import Precision
 from mindsponge import constraints as constraints_module
@@ -21,7 +19,6 @@ __all__ = [
     "integration_system",
     "resolve_constraints",
     "resolve_precision",
-    "set_threads",
 ]
 
 
@@ -37,16 +34,6 @@ def check_parts(system, forcefield, integrator, barostat):
         raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
     if barostat is not None and system.box is None:
         raise ValueError("a barostat needs a periodic system; this System's box is None")
-
-
-def set_threads(threads):
-    """Apply :class:`Simulation`'s ``threads`` argument (process-wide)."""
-    if threads == "free":
-        threads_module.set_thread_budget(threads_module.free_cores())
-    elif isinstance(threads, str):
-        raise ConfigurationError(f"threads must be None, a positive int or 'free', got {threads!r}")
-    elif threads is not None:
-        threads_module.set_thread_budget(checks.positive_int(threads, "threads"))
 
 
 def integration_system(system, forcefield, precision):

@@ -40,7 +40,6 @@ import warnings
 import torch
 from tqdm import tqdm
 
-from common import checks
 from common import threads as threads_module
 from common.deprecation import renamed_arguments
 from common.errors import ConfigurationError, SimulationError
@@ -97,17 +96,6 @@ def _is_tensor_requiring_grad(value):
 
 def _minimum(value):
     return float(value.detach().min()) if isinstance(value, torch.Tensor) else float(value)
-
-
-def _check_threads(threads):
-    """The thread count ``threads`` asks for (``None``: leave torch's setting alone)."""
-    if threads == "free":
-        return threads_module.free_cores()
-    if isinstance(threads, str):
-        raise ConfigurationError(
-            f"Simulation threads: expected None, a positive int or 'free', got {threads!r}"
-        )
-    return None if threads is None else checks.positive_int(threads, "Simulation threads")
 
 
 class Simulation:
@@ -190,7 +178,6 @@ class Simulation:
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device)
-        thread_count = _check_threads(threads)
         self.polarization = self._check_polarization(polarization)
         self.active = ACTIVE_COMPONENTS[(self.grid.ndim, self.polarization)]
         self.boundaries = self._check_boundaries(boundary)
@@ -202,8 +189,7 @@ class Simulation:
         self.monitors = self._check_monitors(monitors)
         self._check_frequencies()
         self._check_memory()
-        if thread_count is not None:
-            threads_module.set_thread_budget(thread_count)
+        threads_module.set_threads(threads, "Simulation threads")
 
     # ------------------------------------------------------------------ set-up checks
 
