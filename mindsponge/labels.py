@@ -176,6 +176,9 @@ def label(potential, positions, box=None, progress: bool = False) -> dict[str, n
     source = None
     if _is_structure(positions):
         potential, positions, source = _structure_and_potential(potential, positions)
+    elif isinstance(potential, str):
+        raise ValueError(f"label: a method name ({potential!r}) needs a structure (a file, ase.Atoms, "
+                         "'smiles:...'), not bare positions; pass XTB(atomic_numbers) instead")
     positions = torch.as_tensor(positions)
     single = positions.ndim == 2
     batch = positions.unsqueeze(0) if single else positions

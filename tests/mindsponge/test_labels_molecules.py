@@ -1,6 +1,7 @@
 """Labelling any molecule: XYZ, PDB, ase.Atoms and SMILES inputs against ASE's own readers and
 tblite's ASE calculator; errors that name the file, line and atom."""
 
+import ase
 import ase.io
 import numpy as np
 import pytest
@@ -96,6 +97,8 @@ def test_label_a_structure_matches_tblite(tmp_path):
     assert result["energy"] == pytest.approx(atoms.get_potential_energy() * EV_TO_KJ_PER_MOL, rel=1e-8)
     np.testing.assert_allclose(result["forces"], atoms.get_forces() * EV_TO_KJ_PER_MOL * 10.0, atol=1e-4)
     np.testing.assert_array_equal(result["atomic_numbers"], [8, 1, 1])
+    with pytest.raises(ValueError, match="needs a structure"):
+        label("GFN2-xTB", result["positions"])
 
 
 def test_xtb_sample_of_a_file_and_a_smiles(tmp_path):
@@ -107,3 +110,24 @@ def test_xtb_sample_of_a_file_and_a_smiles(tmp_path):
     pytest.importorskip("rdkit")
     methane = xtb_sample({"temperature": 400.0}, seed=2, molecule="smiles:C", md_steps=5)
     assert methane["atomic_numbers"].tolist() == [6, 1, 1, 1, 1] and np.isfinite(methane["forces"]).all()
+
+
+def test_shipped_uracil_recipe_labels_a_smiles_molecule(tmp_path):
+    """datasets/uracil_xtb_small.toml: one sample, its energy is tblite's for the returned positions."""
+    pytest.importorskip("tblite")
+    pytest.importorskip("rdkit")
+    from pathlib import Path
+
+    from tblite.ase import TBLite
+
+    from common import datasets
+
+    recipe = Path(__file__).resolve().parents[2] / "datasets" / "uracil_xtb_small.toml"
+    summary = datasets.generate(recipe, output=tmp_path / "uracil.h5", workers=0, limit=1, progress=False)
+    assert (summary.succeeded, summary.failed) == (1, 0)
+    table = datasets.read_dataset(tmp_path / "uracil.h5")
+    assert table["positions"].shape == (1, 12, 3)
+    assert sorted(table["atomic_numbers"][0].tolist()) == [1] * 4 + [6] * 4 + [7] * 2 + [8] * 2
+    atoms = ase.Atoms(numbers=table["atomic_numbers"][0], positions=table["positions"][0] * 10.0)
+    atoms.calc = TBLite(method="GFN2-xTB", verbosity=0)
+    assert table["energy"][0] == pytest.approx(atoms.get_potential_energy() * EV_TO_KJ_PER_MOL, rel=1e-8)
