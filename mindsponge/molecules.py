@@ -13,8 +13,10 @@ nm, total charge):
   fixed seed) and optimises them with MMFF94 (UFF when MMFF has no parameters); the charge is
   the sum of the formal charges.
 
-Every structure is checked: element numbers >= 1 (no dummy atoms) and finite coordinates; an
-error names the atom (and ``file:line`` for a file).
+A molecule has no periodic box (a periodic ``ase.Atoms`` is refused: label a crystal or a box of
+solvent with ``label(XTB(numbers), positions, box)``). Every structure is checked: element
+numbers >= 1 (no dummy atoms) and finite coordinates; an error names the atom (and ``file:line``
+for a file).
 
 Example::
 
@@ -183,6 +185,9 @@ def from_smiles(smiles: str, charge: float | None = None) -> Molecule:
 
 
 def _from_atoms(atoms, charge: float | None, source: str) -> Molecule:
+    if atoms.pbc.any():
+        raise DataError(f"{source}: periodic structures are not molecules; label them with "
+                        "label(XTB(atomic_numbers), positions, box)")
     if charge is None:
         charge = atoms.info.get("charge", 0.0)
     return _checked(atoms.numbers, atoms.positions * units.ANGSTROM_TO_NM, charge, source)

@@ -15,7 +15,10 @@ mass-weighted rigid-body vectors before it is diagonalised, so :class:`NormalMod
 :meth:`NormalModes.sample` draws configurations from the classical harmonic Boltzmann
 distribution at a temperature: each normal coordinate ``q_k`` (mass-weighted, ``sqrt(amu) nm``)
 is Gaussian with variance ``k_B T / omega_k^2``, so each mode holds ``k_B T / 2`` of harmonic
-potential energy on average (classical, not quantum: no zero-point motion).
+potential energy on average (classical, not quantum: no zero-point motion). The harmonic picture
+holds for stiff modes; a soft torsion (a methyl rotor, tens of cm^-1) gets amplitudes at high
+temperature that the real, periodic potential would not allow, so molecules with free rotors are
+better sampled by MD (``xtb_sample(sampling="md")``) or by both.
 
 Example::
 

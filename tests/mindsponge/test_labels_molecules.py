@@ -68,6 +68,11 @@ def test_pdb_and_atoms_sources(tmp_path):
     atoms.positions[4, 1] = np.inf
     with pytest.raises(DataError, match="ase.Atoms: atom 4 has non-finite coordinates"):
         load_molecule(atoms)
+    atoms.positions[4, 1] = 0.0
+    atoms.set_cell([10.0, 10.0, 10.0], scale_atoms=False)
+    atoms.pbc = True
+    with pytest.raises(DataError, match="periodic structures are not molecules"):
+        load_molecule(atoms)
     with pytest.raises(ValueError, match="unknown molecule 'unobtainium'"):
         load_molecule("unobtainium")
 
