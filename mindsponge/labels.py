@@ -330,7 +330,8 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
     if sampling not in SAMPLINGS:
         raise ValueError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
     structure = load_molecule(molecule, charge)
-    system = System.from_ase(structure.to_ase())
+    # the topology (elements, masses) from ASE, the positions exactly as loaded (nm)
+    system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
     potential = XTB(system.atomic_numbers, method=method, charge=structure.charge)
     seed = int(seed)
     if sampling == "md":
