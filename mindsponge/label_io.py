@@ -24,10 +24,14 @@ Example::
 
     write_labels("water.extxyz", labels)
     read_labels("water.extxyz")["forces"]     # (S, 3, 3) kJ/mol/nm
+
+From the shell, ``python -m mindsponge.label_io INPUT OUTPUT [--overwrite]`` converts between the
+formats (e.g. a ``common.datasets`` HDF5 file to extxyz for another code).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import pathlib
 
@@ -225,3 +229,21 @@ def read_labels(path: str | os.PathLike, format: str | None = None) -> dict[str,
 
         return _checked(read_dataset(path))
     return _read_ase(path, format)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mindsponge.label_io INPUT OUTPUT [--overwrite]``: convert labels between formats."""
+    parser = argparse.ArgumentParser(prog="python -m mindsponge.label_io", description=main.__doc__)
+    parser.add_argument("input", help="extxyz, ASE db, npz or HDF5 file with labelled configurations")
+    parser.add_argument("output", help="the file to write; its suffix chooses the format")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    arguments = parser.parse_args(argv)
+    labels = read_labels(arguments.input)
+    write_labels(arguments.output, labels, overwrite=arguments.overwrite)
+    count, atoms = labels["positions"].shape[:2]
+    print(f"{arguments.output}: {count} configurations of {atoms} atoms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

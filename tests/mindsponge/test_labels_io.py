@@ -132,3 +132,15 @@ def test_bad_labels_and_files(tmp_path):
     ase.io.write(tmp_path / "mixed.extxyz", mixed)
     with pytest.raises(DataError, match="configuration 1 has 2 atoms, the first has 3"):
         read_labels(tmp_path / "mixed.extxyz")
+
+
+def test_command_line_converts_between_formats(tmp_path, capsys):
+    from mindsponge.label_io import main
+
+    labels = water_labels()
+    write_labels(tmp_path / "water.h5", labels)
+    assert main([str(tmp_path / "water.h5"), str(tmp_path / "water.extxyz")]) == 0
+    assert "3 configurations of 3 atoms" in capsys.readouterr().out
+    assert_labels_close(read_labels(tmp_path / "water.extxyz"), labels)
+    with pytest.raises(FileExistsError):
+        main([str(tmp_path / "water.h5"), str(tmp_path / "water.extxyz")])
