@@ -10,19 +10,25 @@
 - :class:`TrajectoryLabels`: a reporter keeping the frames of an MD run under a reference
   potential with the energies and forces the run computed anyway;
 - :func:`xtb_sample`: the dataset-generator callable (``fn(params, seed, **options) -> dict``,
-  see ``common.datasets``): one configuration of a built-in molecule drawn at
-  ``params["temperature"]`` by a short GFN2-xTB Langevin run from the molecule's reference
-  geometry (or by random displacements), with its GFN2-xTB energy and forces.
+  see ``common.datasets``): one configuration of any molecule (a built-in name, an XYZ or PDB
+  file, an ``ase.Atoms``, ``"smiles:..."``; see :mod:`mindsponge.molecules`) drawn at
+  ``params["temperature"]`` by a short GFN2-xTB Langevin run, along the normal modes of the
+  optimised geometry (:mod:`mindsponge.normal_modes`), or by random displacements, with its
+  GFN2-xTB energy and forces.
+
+Labelled sets are written and read as extxyz, ASE db, npz or HDF5 by :mod:`mindsponge.label_io`.
 
 Example::
 
     sample = xtb_sample({"temperature": 600.0}, seed=3, molecule="ethanol")
     sample["positions"].shape, sample["energy"].shape, sample["forces"].shape   # (9, 3), (), (9, 3)
+    label("GFN2-xTB", "smiles:CCO")["forces"].shape                              # (9, 3) kJ/mol/nm
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -30,33 +36,12 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from common import units
+from mindsponge.molecules import MOLECULES, Molecule, load_molecule, molecule
 
-__all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES", "TrajectoryLabels"]
+__all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES", "SAMPLINGS", "TrajectoryLabels"]
 
-# built-in molecules: name -> name in ase's G2 collection (MP2 geometries)
-MOLECULES = {"ethanol": "CH3CH2OH", "water": "H2O", "methane": "CH4", "methanol": "CH3OH",
-             "acetaldehyde": "CH3CHO", "formamide": "HCONH2"}
 _BOHR_PER_NM = 1.0 / units.BOHR_TO_NM
 _DISPLACEMENT_STIFFNESS = 1e5  # kJ/mol/nm^2, sets the spread of sampling="displace"
-
-
-def molecule(name: str):
-    """A built-in molecule as an ``ase.Atoms`` (positions in Å, as ASE keeps them).
-
-    Args:
-        name: a key of :data:`MOLECULES` or any name of ``ase.collections.g2``.
-
-    Raises:
-        ValueError: an unknown name (the message lists the built-in ones).
-    """
-    import ase.build
-    from ase.collections import g2
-
-    key = MOLECULES.get(name, name)
-    if key not in g2.names:
-        raise ValueError(
-            f"unknown molecule {name!r}; built-in: {sorted(MOLECULES)} or a name of ase's G2 set")
-    return ase.build.molecule(key)
 
 
 class _XTBEnergy(torch.autograd.Function):
@@ -155,22 +140,45 @@ class XTB(nn.Module):
         return f"method={self.method!r}, atoms={len(self.atomic_numbers)}, charge={self.charge}"
 
 
-def label(potential: nn.Module, positions, box=None, progress: bool = False) -> dict[str, np.ndarray]:
+def _structure_and_potential(potential, structure) -> tuple[nn.Module, Tensor, Molecule]:
+    """The positions (nm) of a structure source and the potential (an :class:`XTB` for a method name)."""
+    source = load_molecule(structure)
+    if isinstance(potential, str):
+        potential = XTB(torch.as_tensor(source.atomic_numbers), method=potential, charge=source.charge)
+    return potential, torch.as_tensor(source.positions), source
+
+
+def _is_structure(positions) -> bool:
+    return isinstance(positions, str | Molecule | os.PathLike) or hasattr(positions, "get_positions") \
+        or hasattr(positions, "atomic_numbers")
+
+
+def label(potential, positions, box=None, progress: bool = False) -> dict[str, np.ndarray]:
     """Energies and forces of configurations under a potential.
 
     Args:
         potential: called as ``potential(positions (N, 3) nm, box) -> energy () kJ/mol``: an
-            :class:`XTB`, a :class:`~mindsponge.forcefield.ForceField`, ``model.bind(numbers)``...
-        positions: ``(S, N, 3)`` (or ``(N, 3)``) array or tensor, nm.
+            :class:`XTB`, a :class:`~mindsponge.forcefield.ForceField`, ``model.bind(numbers)``...;
+            or a method name (``"GFN2-xTB"``, ``"GFN1-xTB"``) when ``positions`` is a structure.
+        positions: ``(S, N, 3)`` (or ``(N, 3)``) array or tensor, nm; or one structure as
+            :func:`mindsponge.molecules.load_molecule` reads it (an XYZ/PDB file, an
+            ``ase.Atoms``, ``"smiles:CCO"``, a built-in name).
         box: ``(3, 3)`` nm (all configurations), ``(S, 3, 3)``, or ``None``.
         progress: show a progress bar.
 
     Returns:
         ``{"energy": (S,) kJ/mol, "forces": (S, N, 3) kJ/mol/nm}`` float64 arrays (``()`` and
-        ``(N, 3)`` for one configuration).
+        ``(N, 3)`` for one configuration); for a structure also ``positions`` ``(N, 3)`` nm and
+        ``atomic_numbers`` ``(N,)`` int64.
     """
     from mindsponge.forcefield.base import energy_and_forces
 
+    source = None
+    if _is_structure(positions):
+        potential, positions, source = _structure_and_potential(potential, positions)
+    elif isinstance(potential, str):
+        raise ValueError(f"label: a method name ({potential!r}) needs a structure (a file, ase.Atoms, "
+                         "'smiles:...'), not bare positions; pass XTB(atomic_numbers) instead")
     positions = torch.as_tensor(positions)
     single = positions.ndim == 2
     batch = positions.unsqueeze(0) if single else positions
@@ -187,7 +195,10 @@ def label(potential: nn.Module, positions, box=None, progress: bool = False) -> 
         energies.append(float(energy))
         forces.append(force.detach().cpu().double().numpy())
     result = {"energy": np.asarray(energies), "forces": np.stack(forces)}
-    return {key: value[0] for key, value in result.items()} if single else result
+    result = {key: value[0] for key, value in result.items()} if single else result
+    if source is not None:
+        result.update(positions=source.positions, atomic_numbers=source.atomic_numbers)
+    return result
 
 
 class TrajectoryLabels:
@@ -230,61 +241,107 @@ class TrajectoryLabels:
         """Nothing to release (the frames stay available)."""
 
 
-def xtb_sample(params: dict, seed: int, molecule: str = "ethanol", sampling: str = "md", md_steps: int = 20,
-               timestep: float = 0.0005, friction: float = 20.0,
-               method: str = "GFN2-xTB") -> dict[str, np.ndarray]:
-    """One configuration of a built-in molecule with its GFN-xTB energy and forces (a dataset generator).
+SAMPLINGS = ("md", "displace", "normal_modes")
+_NORMAL_MODES_CACHE: dict[tuple, object] = {}  # per process: (structure, method, charge) -> NormalModes
 
-    The configuration is drawn at ``params["temperature"]`` (K): with ``sampling="md"``, a
-    Langevin run of ``md_steps`` steps under GFN2-xTB from the reference geometry with
-    Maxwell-Boltzmann velocities at twice the temperature (half the kinetic energy goes into
-    the potential); with ``sampling="displace"``, Gaussian displacements of every coordinate with
-    a standard deviation ``sqrt(k_B T / k)``, the thermal amplitude of a generic stiffness
-    ``k = 1e5 kJ/mol/nm^2`` (bond stretches are 2e5-4e5, bends and torsions softer).
+
+def _temperature(params) -> float:
+    temperature = params.get("temperature") if isinstance(params, dict) else None
+    if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"xtb_sample: params['temperature'] must be a positive number of K, got {params!r}")
+    return float(temperature)
+
+
+def _md_positions(system, potential, temperature, seed, md_steps, timestep, friction) -> Tensor:
+    """Positions after a Langevin run started at twice ``temperature`` (half goes into the potential)."""
+    from mindsponge.integrators import LangevinMiddle
+    from mindsponge.simulation import Simulation
+
+    simulation = Simulation(system, potential, LangevinMiddle(timestep, temperature, friction),
+                            seed=seed, progress=False, remove_center_of_mass_motion=False)
+    simulation.set_velocities(2.0 * temperature, seed=seed)
+    simulation.run(md_steps)
+    return simulation.state.positions
+
+
+def _displaced_positions(system, temperature, seed) -> Tensor:
+    """Gaussian displacements of every coordinate with the thermal spread of a generic stiffness."""
+    generator = torch.Generator().manual_seed(seed)
+    spread = math.sqrt(units.BOLTZMANN_MD * temperature / _DISPLACEMENT_STIFFNESS)
+    return system.positions + spread * torch.randn(system.positions.shape, generator=generator,
+                                                   dtype=system.positions.dtype)
+
+
+def _normal_mode_positions(system, potential, structure: Molecule, temperature, seed) -> Tensor:
+    """A classical harmonic sample along the normal modes at the optimised geometry (cached per process)."""
+    from mindsponge import normal_modes
+
+    key = (structure.atomic_numbers.tobytes(), structure.positions.tobytes(), potential.method,
+           potential.charge)
+    modes = _NORMAL_MODES_CACHE.get(key)
+    if modes is None:
+        masses = system.masses.cpu().numpy()
+        minimum = normal_modes.optimize(potential, structure.positions, masses)
+        modes = _NORMAL_MODES_CACHE[key] = normal_modes.normal_modes(potential, minimum, masses)
+    return torch.as_tensor(modes.sample(temperature, np.random.default_rng(seed)))
+
+
+def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md", md_steps: int = 20,
+               timestep: float = 0.0005, friction: float = 20.0, method: str = "GFN2-xTB",
+               charge: float | None = None) -> dict[str, np.ndarray]:
+    """One configuration of a molecule with its GFN-xTB energy and forces (a dataset generator).
+
+    The configuration is drawn at ``params["temperature"]`` (K):
+
+    - ``sampling="md"``: a Langevin run of ``md_steps`` steps under GFN2-xTB from the given
+      geometry with Maxwell-Boltzmann velocities at twice the temperature (half the kinetic
+      energy goes into the potential);
+    - ``sampling="normal_modes"``: the geometry is optimised under the xTB method, its Hessian
+      taken by finite differences of tblite's analytic gradients, and the configuration drawn
+      from the classical harmonic distribution at the temperature along the ``3N - 6``
+      (``3N - 5``) vibrations (:mod:`mindsponge.normal_modes`; computed once per process);
+    - ``sampling="displace"``: Gaussian displacements of every coordinate with a standard
+      deviation ``sqrt(k_B T / k)``, the thermal amplitude of a generic stiffness
+      ``k = 1e5 kJ/mol/nm^2`` (bond stretches are 2e5-4e5, bends and torsions softer).
 
     Args:
         params: ``{"temperature": K}`` (other keys are ignored).
         seed: random seed of this sample.
-        molecule: a name of :func:`molecule` (default ethanol).
-        sampling: ``"md"`` or ``"displace"``.
+        molecule: anything :func:`mindsponge.molecules.load_molecule` reads: a built-in name
+            (default ethanol), an XYZ or PDB file, ``"smiles:CCO"``, an ``ase.Atoms``.
+        sampling: ``"md"``, ``"normal_modes"`` or ``"displace"``.
         md_steps: Langevin steps (``sampling="md"``).
         timestep: ps.
         friction: Langevin friction, 1/ps.
         method: ``"GFN2-xTB"`` or ``"GFN1-xTB"``.
+        charge: total charge, e (default: from the structure, see ``load_molecule``).
 
     Returns:
         ``positions`` (N, 3) nm, ``atomic_numbers`` (N,) int64, ``energy`` () kJ/mol,
         ``forces`` (N, 3) kJ/mol/nm, ``temperature`` () K: the same keys for every sample.
 
     Raises:
-        ValueError: a missing or non-positive temperature, an unknown molecule or sampling.
+        ValueError: a missing or non-positive temperature, an unknown molecule or sampling;
+            :class:`~common.errors.DataError` for a bad structure file (naming file, line, atom).
     """
     from mindsponge.system import System
 
-    temperature = params.get("temperature") if isinstance(params, dict) else None
-    if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"xtb_sample: params['temperature'] must be a positive number of K, got {params!r}")
-    if sampling not in ("md", "displace"):
-        raise ValueError(f"xtb_sample: sampling must be 'md' or 'displace', got {sampling!r}")
-    system = System.from_ase(globals()["molecule"](molecule))
-    numbers = system.atomic_numbers
-    potential = XTB(numbers, method=method)
-    generator = torch.Generator().manual_seed(int(seed))
+    temperature = _temperature(params)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    structure = load_molecule(molecule, charge)
+    # the topology (elements, masses) from ASE, the positions exactly as loaded (nm)
+    system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
+    potential = XTB(system.atomic_numbers, method=method, charge=structure.charge)
+    seed = int(seed)
     if sampling == "md":
-        from mindsponge.integrators import LangevinMiddle
-        from mindsponge.simulation import Simulation
-
-        simulation = Simulation(system, potential, LangevinMiddle(timestep, temperature, friction),
-                                seed=int(seed), progress=False, remove_center_of_mass_motion=False)
-        simulation.set_velocities(2.0 * temperature, seed=int(seed))
-        simulation.run(md_steps)
-        positions = simulation.state.positions
+        positions = _md_positions(system, potential, temperature, seed, md_steps, timestep, friction)
+    elif sampling == "normal_modes":
+        positions = _normal_mode_positions(system, potential, structure, temperature, seed)
     else:
-        spread = math.sqrt(units.BOLTZMANN_MD * temperature / _DISPLACEMENT_STIFFNESS)
-        positions = system.positions + spread * torch.randn(system.positions.shape, generator=generator,
-                                                            dtype=system.positions.dtype)
+        positions = _displaced_positions(system, temperature, seed)
     labels = label(potential, positions)
     return {"positions": positions.detach().cpu().numpy(),
-            "atomic_numbers": numbers.cpu().numpy().astype(np.int64),
+            "atomic_numbers": structure.atomic_numbers.astype(np.int64),
             "energy": np.asarray(labels["energy"]), "forces": labels["forces"],
-            "temperature": np.asarray(float(temperature))}
+            "temperature": np.asarray(temperature)}

@@ -73,6 +73,18 @@ kj_per_mol_nm = units.kJ / units.mol / units.nm
 assert np.allclose(atoms.get_forces(), forces.detach().double().numpy() * kj_per_mol_nm, rtol=1e-4, atol=1e-6)
 assert float(restraint(ethanol.positions)) >= 0
 """,
+    'molecule="smiles:O=C1C=CNC(=O)N1"': """
+import ase.io
+import numpy as np
+from ase import units
+assert sample["positions"].shape == (12, 3)
+assert sorted(sample["atomic_numbers"].tolist()) == [1] * 4 + [6] * 4 + [7] * 2 + [8] * 2
+assert water["forces"].shape == (3, 3) and water["atomic_numbers"].tolist() == [8, 1, 1]
+atoms = ase.io.read("uracil.extxyz")   # ASE's own reader, eV/Angstrom
+kj_per_mol_nm = units.kJ / units.mol / units.nm
+assert np.allclose(atoms.get_forces() / kj_per_mol_nm, sample["forces"], rtol=1e-6, atol=1e-3)
+assert np.allclose(read_labels("uracil.extxyz")["forces"][0], sample["forces"], atol=1e-3)
+""",
 }
 CHECKED = [next((key for key in CHECKS if key in block), None) for block in BLOCKS]
 
