@@ -14,6 +14,7 @@ _SUBMODULES = {
     "system", "topology", "space", "neighbors", "forcefield", "interop", "build", "potentials",
     "integrators", "constraints", "thermostats", "barostats", "minimize", "simulation", "context",
     "checkpoint", "overlaps", "reporters", "colvar", "bias", "train", "analysis", "labels",
+    "molecules", "normal_modes", "label_io",
 }
 # public names re-exported from submodules: name -> module
 _EXPORTS = {
