@@ -52,7 +52,7 @@ from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _BondedTerm, _dihedral, _norm
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction, compile_expression
-from mindsponge.forcefield.nonbonded import (
+from mindsponge.forcefield.pair_kernels import (
     _AnalyticEnergies,
     _Coulomb,
     _flat_index,
