@@ -71,40 +71,19 @@ recomputes the energy from differentiable operations and differentiates that (sl
 values). With ``analytic_forces=False``, or automatically when a parameter or the box requires
 grad, the energy is always built from differentiable operations (parameter gradients).
 
-**Compiled kernels.** For CPU tensors with analytic forces the heavy parts run as C++
-kernels (:mod:`mindsponge._kernels`, compiled on first use by :mod:`common.extensions`,
-about a minute once per machine): the direct-space sum over the neighbour list in
-compressed rows (``neighbor_forces``: per-atom parameters combined in the kernel, minimum
-image on the fly, so a rebuild needs no per-pair preparation; each row's neighbours are
-gathered into contiguous buffers and the LJ and Coulomb energies and forces computed in
-SIMD lanes, real-space Ewald ``erfc`` in float32 from the Numerical Recipes Chebyshev fit,
-relative error below 1.2e-7, and from libm in float64; energies accumulated in float64,
-per-thread force buffers), the exclusion and exception corrections (``pair_forces``, with a
-cubic Hermite ``erfc`` table), the cell-list search, and PME charge spreading and force
-gathering. Everything else (CUDA, autograd through the
-energy, ``analytic_forces=False``, ``compiled=False``, ``MINDSCIENCE_NO_EXTENSIONS=1``, no
-compiler) uses the pure torch code, which gives the same values to round-off; the tests
-compare both paths with each other and with OpenMM's Reference platform.
-
-**Performance notes** (``benchmarks/md_energy.py``: TIP3P, PME, 0.9 nm cutoff, float32,
-2 threads, energy + forces, best of 5 alternating rounds against OpenMM's CPU platform on
-2 threads; shared 2-core machine, load average about 1.8 during the run)::
-
-                                    3,378 atoms (691k pairs)     24,144 atoms (4.97M pairs)
-    OpenMM CPU                       7.1 ms                        51.6 ms
-    pure torch path                 38.1 ms  (0.19x)              381 ms   (0.14x)
-    compiled kernels                 7.7 ms  (0.92x)               55.7 ms  (0.93x)
-      PME (spread, FFT, gather)       2.0 ms  (torch: 7.5 ms)       19 ms   (torch: 59 ms)
-    neighbour-list build            ~10 ms   (torch: 150 ms)       ~80 ms   (torch: 1.4 s)
-
-(before the compressed-row kernel: 17.5 ms and 85 ms, 0.58x and 0.66x.)
-
-In dynamics (rigid water, 2 fs) the list is rebuilt about every 6 steps, so a step costs
-about one evaluation plus a sixth of a rebuild. The torch path caches the direct-space pairs
-per neighbour-list build with their parameters, their minimum-image lattice shifts (so evaluations need no
-rounding) and flat scatter indices, with the Lennard-Jones pairs (non-zero epsilon, only
-O-O in TIP3P) first. ``torch.compile`` of the torch pair kernel gave no measurable gain on
-the 2-core machine for a ~70 s compile, so it is not used.
+**Backends.** The pair sums run through one of three backends with a common interface
+(:mod:`mindsponge.forcefield.nonbonded_backends`): differentiable torch operations (parameter
+gradients, ``create_graph``), torch with analytic forces (CUDA, ``compiled=False``), and, for CPU
+tensors with analytic forces, the C++ kernels of :mod:`mindsponge._kernels` (compiled on first use
+by :mod:`common.extensions`, about a minute once per machine): the direct-space sum over the
+neighbour list in compressed rows, the exclusion and exception corrections, the cell-list search,
+and PME charge spreading and force gathering. The compiled real-space Ewald ``erfc`` is a
+float32 Chebyshev fit (relative error below 1.2e-7) or libm in float64; energies are accumulated
+in float64. The backends are built once per term; each call only picks the analytic or the
+differentiable one and whether the kernels apply (``compiled=False``,
+``MINDSCIENCE_NO_EXTENSIONS=1``, no compiler, CUDA select torch). All give the same values to
+round-off; the tests compare them with each other and with OpenMM's Reference platform.
+Measured speeds are in ``benchmarks/md_energy.py``, ``benchmarks/md_dynamics.py`` and the README.
 
 The net PME force is not exactly zero (B-spline interpolation is not translation invariant
 on the grid); OpenMM has the same small net force.
@@ -113,7 +92,6 @@ on the grid); OpenMM has the same small net force.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -130,252 +108,18 @@ from mindsponge.forcefield.ewald import (
     ewald_reciprocal,
     pme_grid_size,
 )
-from mindsponge.neighbors import NeighborList, all_pairs, pair_keys
+from mindsponge.forcefield.nonbonded_backends import CompiledBackend, TorchBackend
+from mindsponge.forcefield.pair_kernels import _AnalyticEnergies, _Coulomb, _lj_first, _PairSet
+from mindsponge.neighbors import NeighborList, pair_keys
 
 __all__ = ["Nonbonded", "NonbondedMethodError", "dispersion_coefficient"]
 
 METHODS = ("nocutoff", "cutoff", "reaction_field", "ewald", "pme")
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 class NonbondedMethodError(ConfigurationError):
     """An option that the chosen non-bonded method does not support (e.g. PME without a box)."""
 
-
-@dataclass(frozen=True)
-class _Coulomb:
-    """How the Coulomb part of a pair kernel is evaluated.
-
-    kind: ``"plain"`` (1/r), ``"ewald"`` (erfc(alpha r)/r), ``"erf"`` (-erf(alpha r)/r, the
-    exclusion correction) or ``"reaction_field"`` (1/r + krf r^2 - crf).
-    """
-
-    kind: str
-    alpha: float = 0.0
-    krf: float = 0.0
-    crf: float = 0.0
-
-
-@dataclass
-class _PairSet:
-    """Pairs with their parameters; the first ``len(sigma_squared)`` pairs have Lennard-Jones."""
-
-    first: Tensor
-    second: Tensor
-    charge_products: Tensor  # f q_i q_j, kJ/mol nm
-    sigma_squared: Tensor  # nm^2
-    epsilon4: Tensor  # 4 eps, kJ/mol
-    shifts: Tensor | None = None  # (3, P) lattice vectors added to the displacements, nm
-    flat_first: Tensor | None = None  # (3 P,) see _flat_index: a 1-D index_add_ scatters fastest
-    flat_second: Tensor | None = None
-
-
-def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
-    """``(3 P,)`` indices ``component * N + atom`` into a flattened ``(3, N)`` array."""
-    return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
-
-
-def _lattice_shifts(
-    first: Tensor, second: Tensor, box: Tensor, reference: Tensor, list_cutoff: float
-) -> Tensor:
-    """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
-    shortest image (nm): the shifts of a pair set built with a neighbour list of cutoff plus skin
-    ``list_cutoff`` (nm). Listed pairs are up to ``list_cutoff`` apart; beyond
-    :func:`~mindsponge.space.max_cutoff` (a small box) only :func:`~mindsponge.space.nearest_image`
-    finds the image that comes within the cutoff before the next rebuild."""
-    columns = reference.T.contiguous()  # (3, N): gathers and rounding on contiguous rows
-    direct = (columns.index_select(1, second) - columns.index_select(1, first)).T
-    image = space.minimum_image if list_cutoff <= space.max_cutoff(box) else space.nearest_image
-    return (image(direct, box.detach()) - direct).T.contiguous()
-
-
-def _unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
-    """``positions`` moved by lattice vectors back next to ``reference`` (the positions of the
-    last neighbour-list build), so that the pair shifts of that build stay minimum images."""
-    moved = positions.detach() - reference.to(positions.dtype)
-    return positions - (moved - space.minimum_image(moved, box.detach()))
-
-
-def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
-    """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them),
-    each group sorted by its first atom (for locality of the gathers and scatters)."""
-    active = epsilon != 0
-    n_lj = int(active.sum())
-    in_order = n_lj == len(first) and bool((first[1:] >= first[:-1]).all())  # e.g. a neighbour list
-    if len(first) > 0 and not in_order:
-        order = torch.argsort((~active).long() * (int(first.max()) + 1) + first, stable=True)
-        first, second, charge_products = first[order], second[order], charge_products[order]
-        sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
-    return _PairSet(first, second, charge_products, sigma * sigma, 4.0 * epsilon)
-
-
-class _PairResult:
-    """Energies of a pair kernel and the per-pair force factors to build its gradient lazily."""
-
-    def __init__(self, energies, pairs: _PairSet, displacement, coulomb_factor, lj_factor):
-        self.energies = energies
-        self.pairs, self.displacement = pairs, displacement
-        self.coulomb_factor, self.lj_factor = coulomb_factor, lj_factor
-
-    def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
-        """dE/dx for ``grad_lj * E_LJ + grad_coulomb * E_Coulomb``, ``(N, 3)``."""
-        factor = grad_coulomb * self.coulomb_factor
-        n_lj = len(self.lj_factor)
-        factor[:n_lj] += grad_lj * self.lj_factor
-        force_on_second = self.displacement * factor  # (3, P)
-        pairs = self.pairs
-        flat_first = pairs.flat_first if pairs.flat_first is not None else _flat_index(pairs.first, n_atoms)
-        flat_second = (pairs.flat_second if pairs.flat_second is not None
-                       else _flat_index(pairs.second, n_atoms))
-        flat = force_on_second.reshape(-1)
-        gradient = flat.new_zeros(3 * n_atoms)
-        gradient.index_add_(0, flat_first, flat)
-        gradient.index_add_(0, flat_second, flat, alpha=-1.0)
-        return gradient.view(3, n_atoms).T
-
-
-class _CompiledPairResult:
-    """Energies and gradients of a pair kernel from the compiled kernel (same interface as
-    :class:`_PairResult`)."""
-
-    def __init__(self, energies, gradients: Tensor):
-        self.energies = energies
-        self.gradients = gradients  # (2, N, 3): dE_LJ/dx, dE_Coulomb/dx
-
-    def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
-        """dE/dx for ``grad_lj * E_LJ + grad_coulomb * E_Coulomb``, ``(N, 3)``."""
-        return torch.add(grad_lj * self.gradients[0], self.gradients[1], alpha=grad_coulomb)
-
-
-_COULOMB_KINDS = {"plain": 0, "reaction_field": 1, "ewald": 2, "erf": 3}
-
-
-def _compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
-                          cutoff: float | None, switch_distance: float | None) -> _CompiledPairResult:
-    """:func:`_pair_kernel` with ``keep_factors`` in one pass of the compiled kernel (CPU, no graph)."""
-    shifts = pairs.shifts
-    if shifts is None and box is not None:  # small pair sets (exclusions, exceptions): shifts now
-        direct = positions.index_select(0, pairs.second) - positions.index_select(0, pairs.first)
-        shifts = (space.minimum_image(direct, box) - direct).T
-    dtype = positions.dtype  # parameters may have another dtype than the positions
-    energies, gradients = kernels.pair_forces(
-        positions, pairs.first, pairs.second, positions.new_zeros(0) if shifts is None else shifts.to(dtype),
-        pairs.charge_products.to(dtype), pairs.sigma_squared.to(dtype), pairs.epsilon4.to(dtype),
-        -1.0 if cutoff is None else cutoff,
-        -1.0 if switch_distance is None else switch_distance, _COULOMB_KINDS[coulomb.kind], coulomb.alpha,
-        coulomb.krf, coulomb.crf)
-    energies = energies.to(positions.dtype)
-    return _CompiledPairResult((energies[0], energies[1]), gradients)
-
-
-def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
-                 cutoff: float | None, switch_distance: float | None, keep_factors: bool, kernels=None):
-    """Lennard-Jones and Coulomb energies of a set of pairs.
-
-    Displacements ``(3, P)`` are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
-    carries lattice shifts (then ``positions`` must be unwrapped consistently, see
-    :meth:`Nonbonded._direct_pairs`), else the minimum image in ``box`` (or none without a box).
-
-    Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
-    false, else a :class:`_PairResult` (computed without a graph) that can produce forces, from the
-    compiled ``kernels`` (:mod:`mindsponge._kernels`) when given.
-    """
-    if keep_factors and kernels is not None:
-        return _compiled_pair_kernel(kernels, positions, box, pairs, coulomb, cutoff, switch_distance)
-    # components along the rows, (3, P): contiguous per component, no reductions over a size-3 axis
-    columns = positions.T.contiguous()
-    displacement = columns.index_select(1, pairs.second) - columns.index_select(1, pairs.first)
-    if pairs.shifts is not None:
-        displacement = displacement + pairs.shifts
-    elif box is not None:
-        displacement = space.minimum_image(displacement.T, box).T
-    dx, dy, dz = displacement.unbind(0)
-    r2 = torch.addcmul(torch.addcmul(dx * dx, dy, dy), dz, dz)
-    charge_products, epsilon4 = pairs.charge_products, pairs.epsilon4
-    n_lj = len(epsilon4)
-    if cutoff is not None:  # zero parameters beyond the cutoff: energies and forces vanish there
-        inside = r2 < cutoff * cutoff
-        charge_products = torch.where(inside, charge_products, 0.0)
-        epsilon4 = torch.where(inside[:n_lj], epsilon4, 0.0)
-    inverse_r = torch.rsqrt(r2)
-    inverse_r2 = inverse_r * inverse_r
-    f_coulomb = None
-    if coulomb.kind == "plain":
-        e_coulomb = charge_products * inverse_r
-        if keep_factors:
-            f_coulomb = e_coulomb * inverse_r2
-    elif coulomb.kind == "reaction_field":
-        e_coulomb = charge_products * (inverse_r + coulomb.krf * r2 - coulomb.crf)
-        if keep_factors:
-            f_coulomb = charge_products * (inverse_r * inverse_r2 - 2.0 * coulomb.krf)
-    else:
-        alpha = coulomb.alpha
-        alpha_r = alpha * (r2 * inverse_r)
-        if coulomb.kind == "ewald":
-            e_coulomb = charge_products * torch.special.erfc(alpha_r) * inverse_r
-        else:  # "erf": minus the long-range part
-            e_coulomb = -charge_products * torch.special.erf(alpha_r) * inverse_r
-        if keep_factors:  # both: -(dE/dr)/r = (E + qq 2 alpha/sqrt(pi) exp(-alpha^2 r^2)) / r^2
-            gaussian = (alpha * _TWO_OVER_SQRT_PI) * torch.exp(-alpha_r * alpha_r)
-            f_coulomb = (e_coulomb + charge_products * gaussian) * inverse_r2
-    lj_inverse_r2 = inverse_r2[:n_lj]
-    s6 = (pairs.sigma_squared * lj_inverse_r2) ** 3
-    e_lj = epsilon4 * (s6 * s6 - s6)
-    f_lj = epsilon4 * (12.0 * s6 * s6 - 6.0 * s6) * lj_inverse_r2 if keep_factors else None
-    if switch_distance is not None:
-        r_lj = r2[:n_lj] * inverse_r[:n_lj]
-        width = cutoff - switch_distance
-        x = ((r_lj - switch_distance) / width).clamp(0.0, 1.0)
-        switch = 1.0 + x * x * x * (-10.0 + x * (15.0 - 6.0 * x))
-        if keep_factors:
-            switch_derivative = x * x * (-30.0 + x * (60.0 - 30.0 * x)) / width
-            f_lj = f_lj * switch - e_lj * switch_derivative * inverse_r[:n_lj]
-        e_lj = e_lj * switch
-    accumulate = torch.float64 if r2.dtype == torch.float32 else r2.dtype
-    energies = (e_lj.sum(dtype=accumulate).to(r2.dtype), e_coulomb.sum(dtype=accumulate).to(r2.dtype))
-    if not keep_factors:
-        return energies
-    return _PairResult(energies, pairs, displacement, f_coulomb, f_lj)
-
-
-class _AnalyticEnergies(torch.autograd.Function):
-    """Energies whose gradient with respect to positions is supplied analytically.
-
-    ``parts`` is a list of ``(kind, payload)``: ``("pair", _PairResult)`` contributes two
-    energies (LJ, Coulomb) with lazily scattered forces; ``("forces", (energy, forces))``
-    contributes one energy with precomputed forces. ``recompute(positions)`` returns the same
-    energies built from differentiable operations: it is used only when the gradient itself
-    must be differentiable (``create_graph=True``).
-    """
-
-    @staticmethod
-    def forward(ctx, positions, parts, recompute):
-        ctx.parts, ctx.recompute = parts, recompute
-        ctx.n_atoms = len(positions)
-        ctx.save_for_backward(positions)
-        outputs = []
-        for kind, payload in parts:
-            outputs.extend(payload.energies if kind == "pair" else (payload[0],))
-        return tuple(output.clone() for output in outputs)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        if torch.is_grad_enabled():  # create_graph: differentiate the autograd formulation
-            (positions,) = ctx.saved_tensors
-            outputs = ctx.recompute(positions)
-            (gradient,) = torch.autograd.grad(outputs, positions, grads, create_graph=True)
-            return gradient, None, None
-        gradient = None
-        index = 0
-        for kind, payload in ctx.parts:
-            if kind == "pair":
-                part = payload.gradient(grads[index], grads[index + 1], ctx.n_atoms)
-                index += 2
-            else:
-                part = -grads[index] * payload[1]
-                index += 1
-            gradient = part if gradient is None else gradient + part
-        return gradient, None, None
 
 
 def dispersion_coefficient(sigma: Tensor, epsilon: Tensor, cutoff: float,
@@ -449,6 +193,13 @@ def _vector(values, name: str, n: int | None) -> Tensor:
     if not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
     return tensor
+
+
+def _check_cutoff(cutoff, switch_distance) -> None:
+    if not (isinstance(cutoff, int | float) and cutoff > 0 and math.isfinite(cutoff)):
+        raise ValueError(f"cutoff must be a positive number of nm, got {cutoff!r}")
+    if switch_distance is not None and not 0.0 <= switch_distance < cutoff:
+        raise ValueError(f"switch_distance must lie in [0, cutoff={cutoff}) nm, got {switch_distance!r}")
 
 
 def _index_pairs(values, name: str, n_atoms: int) -> Tensor:
@@ -527,12 +278,9 @@ class Nonbonded(EnergyTerm):
         epsilon = _vector(epsilon, "epsilon", n_atoms).to(charges.dtype)
         if bool((epsilon < 0).any()) or bool((sigma < 0).any()):
             raise ValueError("sigma and epsilon must be non-negative")
-        if not (isinstance(cutoff, int | float) and cutoff > 0 and math.isfinite(cutoff)):
-            raise ValueError(f"cutoff must be a positive number of nm, got {cutoff!r}")
         if method == "nocutoff":
             switch_distance = None
-        if switch_distance is not None and not 0.0 <= switch_distance < cutoff:
-            raise ValueError(f"switch_distance must lie in [0, cutoff={cutoff}) nm, got {switch_distance!r}")
+        _check_cutoff(cutoff, switch_distance)
         self.method = method
         self.cutoff = float(cutoff)
         self.switch_distance = None if switch_distance is None else float(switch_distance)
@@ -545,36 +293,9 @@ class Nonbonded(EnergyTerm):
         self.register_buffer("charges", charges)
         self.register_buffer("sigma", sigma)
         self.register_buffer("epsilon", epsilon)
-
-        exceptions = _index_pairs(exceptions, "exceptions", n_atoms)
-        n_exceptions = len(exceptions)
-        exception_parameters = []
-        for values, label in ((exception_charge_products, "exception_charge_products"),
-                              (exception_sigma, "exception_sigma"), (exception_epsilon, "exception_epsilon")):
-            if values is None:
-                if n_exceptions:
-                    raise ValueError(f"{label} is required with {n_exceptions} exceptions")
-                values = torch.zeros(0)
-            exception_parameters.append(_vector(values, label, n_exceptions).to(charges.dtype))
-        self.register_buffer("exceptions", exceptions)
-        self.register_buffer("exception_charge_products", exception_parameters[0])
-        self.register_buffer("exception_sigma", exception_parameters[1])
-        self.register_buffer("exception_epsilon", exception_parameters[2])
-        exclusions = _index_pairs(exclusions, "exclusions", n_atoms)
-        # every pair whose normal interaction is removed: exclusions and exceptions, each once
-        excluded = torch.cat([exclusions, exceptions])
-        keys = torch.unique(pair_keys(excluded, n_atoms))
-        self.register_buffer("excluded_pairs", torch.stack([keys // n_atoms, keys % n_atoms], 1))
-
-        self.alpha = None
-        if method in ("ewald", "pme"):
-            self.alpha = float(alpha) if alpha is not None else ewald_alpha(self.cutoff, self.ewald_tolerance)
-        elif method == "reaction_field":
-            dielectric = float(reaction_field_dielectric)
-            self.krf = (dielectric - 1.0) / ((2.0 * dielectric + 1.0) * self.cutoff**3)
-            self.crf = 3.0 * dielectric / ((2.0 * dielectric + 1.0) * self.cutoff)
-        elif method == "cutoff":
-            self.krf, self.crf = 0.0, 1.0 / self.cutoff
+        self._register_exceptions(exclusions, exceptions, exception_charge_products, exception_sigma,
+                                  exception_epsilon)
+        self._set_coulomb_constants(alpha, reaction_field_dielectric)
         self.pme_grid = None if pme_grid is None else tuple(int(n) for n in pme_grid)
         self.ewald_kmax = None if ewald_kmax is None else tuple(int(k) for k in ewald_kmax)
         self._pme: PMEReciprocal | None = None
@@ -585,8 +306,41 @@ class Nonbonded(EnergyTerm):
         self.neighbors = (None if method == "nocutoff" else
                           NeighborList(self.cutoff, skin=skin, exclusions=self.excluded_pairs,
                                        compiled=self._compiled))
-        self._pair_cache: tuple | None = None
-        self._atom_parameters: tuple | None = None  # (key, f^1/2 q, sigma / 2, 2 eps^1/2) of the kernel
+        # the backends (nonbonded_backends), built once; the compiled one when its kernels first load
+        self._autograd_backend = TorchBackend(keeps_factors=False)
+        self._torch_backend = TorchBackend(keeps_factors=True)
+        self._compiled_backend: CompiledBackend | None = None
+
+    def _register_exceptions(self, exclusions, exceptions, charge_products, sigma, epsilon) -> None:
+        """Buffers of the exceptions, their parameters, and of every excluded pair (exclusions and
+        exceptions, each once, ``(E, 2)`` with ``i < j``)."""
+        n_atoms, dtype = len(self.charges), self.charges.dtype
+        exceptions = _index_pairs(exceptions, "exceptions", n_atoms)
+        n_exceptions = len(exceptions)
+        self.register_buffer("exceptions", exceptions)
+        for values, label in ((charge_products, "exception_charge_products"),
+                              (sigma, "exception_sigma"), (epsilon, "exception_epsilon")):
+            if values is None:
+                if n_exceptions:
+                    raise ValueError(f"{label} is required with {n_exceptions} exceptions")
+                values = torch.zeros(0)
+            self.register_buffer(label, _vector(values, label, n_exceptions).to(dtype))
+        exclusions = _index_pairs(exclusions, "exclusions", n_atoms)
+        excluded = torch.cat([exclusions, exceptions])
+        keys = torch.unique(pair_keys(excluded, n_atoms))
+        self.register_buffer("excluded_pairs", torch.stack([keys // n_atoms, keys % n_atoms], 1))
+
+    def _set_coulomb_constants(self, alpha: float | None, reaction_field_dielectric: float) -> None:
+        """``alpha`` (1/nm) of Ewald and PME, ``krf`` (1/nm^3) and ``crf`` (1/nm) of the cutoff methods."""
+        self.alpha = None
+        if self.method in ("ewald", "pme"):
+            self.alpha = float(alpha) if alpha is not None else ewald_alpha(self.cutoff, self.ewald_tolerance)
+        elif self.method == "reaction_field":
+            dielectric = float(reaction_field_dielectric)
+            self.krf = (dielectric - 1.0) / ((2.0 * dielectric + 1.0) * self.cutoff**3)
+            self.crf = 3.0 * dielectric / ((2.0 * dielectric + 1.0) * self.cutoff)
+        elif self.method == "cutoff":
+            self.krf, self.crf = 0.0, 1.0 / self.cutoff
 
     @property
     def compiled(self) -> bool:
@@ -608,79 +362,6 @@ class Nonbonded(EnergyTerm):
                 f"pme_grid={self.pme_grid}")
 
     # --- pair sets -------------------------------------------------------------------------
-
-    def _make_pairs(self, pairs: Tensor) -> _PairSet:
-        first, second = pairs[:, 0], pairs[:, 1]
-        charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
-        sigma = 0.5 * (self.sigma[first] + self.sigma[second])
-        epsilon = torch.sqrt(self.epsilon[first] * self.epsilon[second])
-        return _lj_first(first, second, charge_products, sigma, epsilon)
-
-    def _direct_pairs(self, positions: Tensor, box: Tensor | None, cached: bool,
-                      kernels=None) -> tuple[_PairSet, Tensor]:
-        """Pairs of the direct-space sum and the positions to evaluate them at.
-
-        With a periodic box, each pair carries the lattice shift that gave its minimum image
-        when the neighbour list was built, and the positions are returned unwrapped back to
-        the reference positions of that build (atoms that were wrapped into the box since are
-        moved back by a lattice vector). Until the next rebuild no atom moves more than half
-        the skin, so the shifts stay the minimum images and the kernel needs no rounding.
-        The compiled ``kernels`` prepare the pair set in one pass (same pairs, same order).
-        """
-        if self.neighbors is None:
-            key = ("all", len(positions), positions.device)
-            if self._pair_cache is None or self._pair_cache[0] != key:
-                pairs = all_pairs(len(positions), self.excluded_pairs, device=positions.device)
-                self._pair_cache = (key, pairs, None)
-        else:
-            pairs = self.neighbors.update(positions, box)
-            key = ("list", self.neighbors.n_builds, positions.device)
-            if self._pair_cache is None or self._pair_cache[0] != key:
-                self._pair_cache = (key, pairs, None)
-        key, pairs, pair_set = self._pair_cache
-        if not cached or pair_set is None or pair_set.charge_products.dtype != positions.dtype:
-            reference = None if box is None else self.neighbors.reference_positions.to(positions.dtype)
-            if kernels is not None:
-                empty = positions.new_zeros(0)
-                first, second, charge_products, sigma_squared, epsilon4, shifts = kernels.prepare_pairs(
-                    pairs, empty if box is None else reference, empty if box is None else box.detach(),
-                    *(values.to(positions.dtype) for values in (self.charges, self.sigma, self.epsilon)),
-                    COULOMB_MD)
-                pair_set = _PairSet(first, second, charge_products, sigma_squared, epsilon4,
-                                    None if box is None else shifts)
-            else:
-                pair_set = self._make_pairs(pairs)
-                if box is not None:
-                    pair_set.shifts = _lattice_shifts(
-                        pair_set.first, pair_set.second, box, reference, self.neighbors.list_cutoff
-                    )
-                if cached:
-                    pair_set.flat_first = _flat_index(pair_set.first, len(positions))
-                    pair_set.flat_second = _flat_index(pair_set.second, len(positions))
-            if cached:
-                self._pair_cache = (key, pairs, pair_set)
-        if box is None:
-            return pair_set, positions
-        return pair_set, _unwrap_to_reference(positions, box, self.neighbors.reference_positions)
-
-    def _neighbor_kernel(self, kernels, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
-        """The direct-space sum by the compiled kernel over the neighbour list in compressed rows
-        (``neighbor_forces``: per-atom parameters, minimum image on the fly, vectorised)."""
-        starts, neighbors = self.neighbors.update_rows(positions, box)
-        dtype = positions.dtype
-        key = (dtype, self.charges._version, self.sigma._version, self.epsilon._version)
-        if self._atom_parameters is None or self._atom_parameters[0] != key:  # per atom, cached
-            self._atom_parameters = (key, (math.sqrt(COULOMB_MD) * self.charges).to(dtype),
-                                     (0.5 * self.sigma).to(dtype), (2.0 * torch.sqrt(self.epsilon)).to(dtype))
-        _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
-        coulomb = self._coulomb()
-        energies, gradients = kernels.neighbor_forces(
-            positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
-            half_sigma, epsilon_root2, self.cutoff,
-            -1.0 if self.switch_distance is None else self.switch_distance, _COULOMB_KINDS[coulomb.kind],
-            coulomb.alpha, coulomb.krf, coulomb.crf)
-        energies = energies.to(dtype)
-        return _CompiledPairResult((energies[0], energies[1]), gradients)
 
     def _exception_pairs(self) -> _PairSet:
         first, second = self.exceptions[:, 0], self.exceptions[:, 1]
@@ -749,40 +430,54 @@ class Nonbonded(EnergyTerm):
         """Total non-bonded energy, ``()`` kJ/mol (sum of :meth:`energy_terms`)."""
         return sum(self.energy_terms(positions, box).values())
 
-    def _coulomb(self) -> _Coulomb:
+    @property
+    def direct_cutoff(self) -> float | None:
+        """The cutoff of the direct-space sum, nm, or ``None`` (``"nocutoff"``)."""
+        return None if self.method == "nocutoff" else self.cutoff
+
+    def direct_coulomb(self) -> _Coulomb:
+        """How the Coulomb part of the direct-space sum is evaluated."""
         if self.method in ("ewald", "pme"):
             return _Coulomb("ewald", alpha=self.alpha)
         if self.method in ("cutoff", "reaction_field"):
             return _Coulomb("reaction_field", krf=self.krf, crf=self.crf)
         return _Coulomb("plain")
 
+    def _backend(self, positions: Tensor, keep_factors: bool):
+        """The differentiable torch backend, or the analytic one for these positions (compiled when the
+        kernels apply to them)."""
+        if not keep_factors:
+            return self._autograd_backend
+        kernels = _kernels.usable(positions) if self.compiled else None
+        if kernels is None:
+            return self._torch_backend
+        if self._compiled_backend is None or self._compiled_backend.kernels is not kernels:
+            self._compiled_backend = CompiledBackend(kernels)
+        return self._compiled_backend
+
     def _evaluate(self, positions: Tensor, box: Tensor | None, keep_factors: bool):
-        """All parts: pair kernels (direct, exceptions, exclusion corrections) and reciprocal."""
-        cutoff = None if self.method == "nocutoff" else self.cutoff
-        kernels = _kernels.usable(positions) if keep_factors and self.compiled else None
-        if kernels is not None and self.neighbors is not None and len(positions) < 2**31:
-            parts = {"direct": self._neighbor_kernel(kernels, positions, box)}
-        else:
-            pair_set, unwrapped = self._direct_pairs(positions, box, keep_factors, kernels)
-            parts = {"direct": _pair_kernel(unwrapped, box, pair_set, self._coulomb(), cutoff,
-                                            self.switch_distance, keep_factors, kernels)}
+        """All parts: pair sums (direct, exceptions, exclusion corrections) and reciprocal."""
+        backend = self._backend(positions, keep_factors)
+        parts = {"direct": backend.direct(self, positions, box)}
         if len(self.exceptions):
-            parts["exceptions"] = _pair_kernel(positions, box if self.exceptions_periodic else None,
-                                               self._exception_pairs(), _Coulomb("plain"), None, None,
-                                               keep_factors, kernels)
+            parts["exceptions"] = backend.pairs(positions, box if self.exceptions_periodic else None,
+                                                self._exception_pairs(), _Coulomb("plain"), None, None)
         if self.method in ("ewald", "pme"):
             if len(self.excluded_pairs):
-                parts["exclusions"] = _pair_kernel(positions, box, self._exclusion_pairs(),
-                                                   _Coulomb("erf", alpha=self.alpha), None, None,
-                                                   keep_factors, kernels)
-            reciprocal, forces = self._reciprocal(positions, box, keep_factors)
-            self_energy = -COULOMB_MD * self.alpha / math.sqrt(math.pi) * (self.charges * self.charges).sum()
-            # a net charge interacts with its neutralising background (as OpenMM)
-            background = (-COULOMB_MD * math.pi * self.charges.sum() ** 2
-                          / (2 * self.alpha**2 * space.volume(box)))
-            constant = (self_energy + background).to(reciprocal.dtype)
-            parts["reciprocal"] = (reciprocal + constant, forces)
+                parts["exclusions"] = backend.pairs(positions, box, self._exclusion_pairs(),
+                                                    _Coulomb("erf", alpha=self.alpha), None, None)
+            parts["reciprocal"] = self._reciprocal_part(positions, box, keep_factors)
         return parts
+
+    def _reciprocal_part(self, positions: Tensor, box: Tensor, keep_factors: bool):
+        """(reciprocal + self + background energy, its forces or ``None``)."""
+        reciprocal, forces = self._reciprocal(positions, box, keep_factors)
+        self_energy = -COULOMB_MD * self.alpha / math.sqrt(math.pi) * (self.charges * self.charges).sum()
+        # a net charge interacts with its neutralising background (as OpenMM)
+        background = (-COULOMB_MD * math.pi * self.charges.sum() ** 2
+                      / (2 * self.alpha**2 * space.volume(box)))
+        constant = (self_energy + background).to(reciprocal.dtype)
+        return reciprocal + constant, forces
 
     def _autograd_terms(self, positions: Tensor, box: Tensor | None) -> dict[str, Tensor]:
         parts = self._evaluate(positions, box, keep_factors=False)

@@ -1,0 +1,172 @@
+"""The three ways :class:`~mindsponge.forcefield.nonbonded.Nonbonded` evaluates its pair parts.
+
+Every backend has the same two methods:
+
+- ``direct(term, positions, box)``: the direct-space sum of the term (its neighbour list, or all
+  pairs without a cutoff; exclusions and exceptions removed);
+- ``pairs(positions, box, pair_set, coulomb, cutoff, switch_distance)``: a small explicit
+  :class:`~mindsponge.forcefield.pair_kernels._PairSet` (exceptions, exclusion corrections);
+
+and the flag ``keeps_factors``. With it, results are objects with ``energies`` (``(E_LJ,
+E_Coulomb)``, ``()`` kJ/mol each) and ``gradient(grad_lj, grad_coulomb, n_atoms)`` (``(N, 3)``,
+kJ/mol/nm) for :class:`~mindsponge.forcefield.pair_kernels._AnalyticEnergies`; without it, results
+are the two energies built from differentiable operations.
+
+- :class:`TorchBackend` (``keeps_factors=False``): differentiable torch operations, for parameter
+  or box gradients, ``analytic_forces=False`` and the recomputation of ``create_graph=True``.
+- :class:`TorchBackend` (``keeps_factors=True``): torch operations without a graph, per-pair force
+  factors scattered when a gradient is asked for (CUDA, ``compiled=False``, no compiler).
+- :class:`CompiledBackend`: the C++ kernels of :mod:`mindsponge._kernels` (CPU, float32/float64).
+
+``positions`` are ``(N, 3)`` nm and ``box`` a ``(3, 3)`` nm tensor or ``None``. ``term`` provides
+``neighbors`` (a :class:`~mindsponge.neighbors.NeighborList` or ``None``), ``excluded_pairs``,
+``charges``, ``sigma``, ``epsilon``, ``direct_cutoff`` (nm or ``None``), ``switch_distance`` and
+``direct_coulomb()``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from common.units import COULOMB_MD
+from mindsponge.forcefield.pair_kernels import (
+    _COULOMB_KINDS,
+    _compiled_pair_kernel,
+    _CompiledPairResult,
+    _flat_index,
+    _lattice_shifts,
+    _lj_first,
+    _pair_kernel,
+    _PairSet,
+    _unwrap_to_reference,
+)
+from mindsponge.neighbors import all_pairs
+
+__all__ = ["CompiledBackend", "TorchBackend"]
+
+
+class _DirectPairs:
+    """The direct-space pair set of a term with its parameters, kept per neighbour-list build when
+    ``cached`` (then also per dtype), and the positions to evaluate it at.
+
+    With a periodic box, each pair carries the lattice shift that gave its minimum image when
+    the neighbour list was built, and the positions are returned unwrapped back to the reference
+    positions of that build (atoms that were wrapped into the box since are moved back by a
+    lattice vector). Until the next rebuild no atom moves more than half the skin, so the shifts
+    stay the minimum images and the kernel needs no rounding. ``kernels`` (compiled) prepare the
+    pair set in one pass (same pairs, same order).
+    """
+
+    def __init__(self, cached: bool, kernels=None):
+        self.cached, self.kernels = cached, kernels
+        self._cache: tuple | None = None  # (key, (P, 2) pairs, _PairSet or None)
+
+    def __call__(self, term, positions: Tensor, box: Tensor | None) -> tuple[_PairSet, Tensor]:
+        key, pairs = self._listed_pairs(term, positions, box)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, pairs, None)
+        pair_set = self._cache[2]
+        if not self.cached or pair_set is None or pair_set.charge_products.dtype != positions.dtype:
+            reference = None if box is None else term.neighbors.reference_positions.to(positions.dtype)
+            pair_set = self._make(term, pairs, positions, box, reference)
+            if self.cached:
+                self._cache = (key, pairs, pair_set)
+        if box is None:
+            return pair_set, positions
+        return pair_set, _unwrap_to_reference(positions, box, term.neighbors.reference_positions)
+
+    def _listed_pairs(self, term, positions: Tensor, box: Tensor | None) -> tuple[tuple, Tensor]:
+        if term.neighbors is None:
+            key = ("all", len(positions), positions.device)
+            if self._cache is not None and self._cache[0] == key:
+                return key, self._cache[1]
+            return key, all_pairs(len(positions), term.excluded_pairs, device=positions.device)
+        pairs = term.neighbors.update(positions, box)
+        return ("list", term.neighbors.n_builds, positions.device), pairs
+
+    def _make(self, term, pairs: Tensor, positions: Tensor, box: Tensor | None, reference) -> _PairSet:
+        if self.kernels is not None:
+            empty = positions.new_zeros(0)
+            first, second, charge_products, sigma_squared, epsilon4, shifts = self.kernels.prepare_pairs(
+                pairs, empty if box is None else reference, empty if box is None else box.detach(),
+                *(values.to(positions.dtype) for values in (term.charges, term.sigma, term.epsilon)),
+                COULOMB_MD)
+            return _PairSet(first, second, charge_products, sigma_squared, epsilon4,
+                            None if box is None else shifts)
+        first, second = pairs[:, 0], pairs[:, 1]
+        charge_products = COULOMB_MD * term.charges[first] * term.charges[second]
+        sigma = 0.5 * (term.sigma[first] + term.sigma[second])
+        epsilon = torch.sqrt(term.epsilon[first] * term.epsilon[second])
+        pair_set = _lj_first(first, second, charge_products, sigma, epsilon)
+        if box is not None:
+            pair_set.shifts = _lattice_shifts(pair_set.first, pair_set.second, box, reference,
+                                              term.neighbors.list_cutoff)
+        if self.cached:
+            pair_set.flat_first = _flat_index(pair_set.first, len(positions))
+            pair_set.flat_second = _flat_index(pair_set.second, len(positions))
+        return pair_set
+
+
+class TorchBackend:
+    """Pure torch pair sums: differentiable (``keeps_factors=False``) or with analytic forces."""
+
+    def __init__(self, keeps_factors: bool):
+        self.keeps_factors = bool(keeps_factors)
+        self._direct_pairs = _DirectPairs(cached=self.keeps_factors)
+
+    def direct(self, term, positions: Tensor, box: Tensor | None):
+        pair_set, unwrapped = self._direct_pairs(term, positions, box)
+        return _pair_kernel(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
+                            term.switch_distance, self.keeps_factors)
+
+    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: _PairSet, coulomb, cutoff,
+              switch_distance):
+        return _pair_kernel(positions, box, pair_set, coulomb, cutoff, switch_distance, self.keeps_factors)
+
+
+class CompiledBackend:
+    """The compiled kernels (:mod:`mindsponge._kernels`), analytic forces, CPU float32/float64.
+
+    The direct sum runs over the neighbour list in compressed rows (``neighbor_forces``: per-atom
+    parameters combined in the kernel, minimum image on the fly, vectorised); without a neighbour
+    list (``"nocutoff"``) over the cached all-pairs set (``pair_forces``).
+    """
+
+    keeps_factors = True
+
+    def __init__(self, kernels):
+        self.kernels = kernels
+        self._direct_pairs = _DirectPairs(cached=True, kernels=kernels)
+        self._atom_parameters: tuple | None = None  # (key, f^1/2 q, sigma / 2, 2 eps^1/2)
+
+    def direct(self, term, positions: Tensor, box: Tensor | None):
+        if term.neighbors is not None and len(positions) < 2**31:
+            return self._neighbor_rows(term, positions, box)
+        pair_set, unwrapped = self._direct_pairs(term, positions, box)
+        return self.pairs(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
+                          term.switch_distance)
+
+    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: _PairSet, coulomb, cutoff,
+              switch_distance):
+        return _compiled_pair_kernel(self.kernels, positions, box, pair_set, coulomb, cutoff, switch_distance)
+
+    def _neighbor_rows(self, term, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
+        starts, neighbors = term.neighbors.update_rows(positions, box)
+        dtype = positions.dtype
+        key = (dtype, id(term.charges), term.charges._version, id(term.sigma), term.sigma._version,
+               id(term.epsilon), term.epsilon._version)
+        if self._atom_parameters is None or self._atom_parameters[0] != key:  # per atom, cached
+            self._atom_parameters = (key, (math.sqrt(COULOMB_MD) * term.charges).to(dtype),
+                                     (0.5 * term.sigma).to(dtype), (2.0 * torch.sqrt(term.epsilon)).to(dtype))
+        _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
+        coulomb = term.direct_coulomb()
+        energies, gradients = self.kernels.neighbor_forces(
+            positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
+            half_sigma, epsilon_root2, term.cutoff,
+            -1.0 if term.switch_distance is None else term.switch_distance, _COULOMB_KINDS[coulomb.kind],
+            coulomb.alpha, coulomb.krf, coulomb.crf)
+        energies = energies.to(dtype)
+        return _CompiledPairResult((energies[0], energies[1]), gradients)
