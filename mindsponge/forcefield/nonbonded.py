@@ -109,7 +109,7 @@ from mindsponge.forcefield.ewald import (
     pme_grid_size,
 )
 from mindsponge.forcefield.nonbonded_backends import CompiledBackend, TorchBackend
-from mindsponge.forcefield.pair_kernels import _AnalyticEnergies, _Coulomb, _lj_first, _PairSet
+from mindsponge.forcefield.pair_kernels import AnalyticEnergies, CoulombKind, PairSet, lj_first
 from mindsponge.neighbors import NeighborList, pair_keys
 
 __all__ = ["Nonbonded", "NonbondedMethodError", "dispersion_coefficient"]
@@ -363,16 +363,16 @@ class Nonbonded(EnergyTerm):
 
     # --- pair sets -------------------------------------------------------------------------
 
-    def _exception_pairs(self) -> _PairSet:
+    def _exception_pairs(self) -> PairSet:
         first, second = self.exceptions[:, 0], self.exceptions[:, 1]
-        return _lj_first(first, second, COULOMB_MD * self.exception_charge_products,
+        return lj_first(first, second, COULOMB_MD * self.exception_charge_products,
                          self.exception_sigma, self.exception_epsilon)
 
-    def _exclusion_pairs(self) -> _PairSet:
+    def _exclusion_pairs(self) -> PairSet:
         first, second = self.excluded_pairs[:, 0], self.excluded_pairs[:, 1]
         charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
         empty = charge_products.new_zeros(0)
-        return _PairSet(first, second, charge_products, empty, empty)
+        return PairSet(first, second, charge_products, empty, empty)
 
     def _reciprocal(self, positions: Tensor, box: Tensor, compute_forces: bool):
         if self.method == "pme":
@@ -435,13 +435,13 @@ class Nonbonded(EnergyTerm):
         """The cutoff of the direct-space sum, nm, or ``None`` (``"nocutoff"``)."""
         return None if self.method == "nocutoff" else self.cutoff
 
-    def direct_coulomb(self) -> _Coulomb:
+    def direct_coulomb(self) -> CoulombKind:
         """How the Coulomb part of the direct-space sum is evaluated."""
         if self.method in ("ewald", "pme"):
-            return _Coulomb("ewald", alpha=self.alpha)
+            return CoulombKind("ewald", alpha=self.alpha)
         if self.method in ("cutoff", "reaction_field"):
-            return _Coulomb("reaction_field", krf=self.krf, crf=self.crf)
-        return _Coulomb("plain")
+            return CoulombKind("reaction_field", krf=self.krf, crf=self.crf)
+        return CoulombKind("plain")
 
     def _backend(self, positions: Tensor, keep_factors: bool):
         """The differentiable torch backend, or the analytic one for these positions (compiled when the
@@ -461,11 +461,11 @@ class Nonbonded(EnergyTerm):
         parts = {"direct": backend.direct(self, positions, box)}
         if len(self.exceptions):
             parts["exceptions"] = backend.pairs(positions, box if self.exceptions_periodic else None,
-                                                self._exception_pairs(), _Coulomb("plain"), None, None)
+                                                self._exception_pairs(), CoulombKind("plain"), None, None)
         if self.method in ("ewald", "pme"):
             if len(self.excluded_pairs):
                 parts["exclusions"] = backend.pairs(positions, box, self._exclusion_pairs(),
-                                                    _Coulomb("erf", alpha=self.alpha), None, None)
+                                                    CoulombKind("erf", alpha=self.alpha), None, None)
             parts["reciprocal"] = self._reciprocal_part(positions, box, keep_factors)
         return parts
 
@@ -495,7 +495,7 @@ class Nonbonded(EnergyTerm):
             again = self._evaluate(differentiable_positions, box, keep_factors=False)
             return tuple(energy for name in names for energy in again[name] if energy is not None)
 
-        outputs = _AnalyticEnergies.apply(positions, wrapped, recompute)
+        outputs = AnalyticEnergies.apply(positions, wrapped, recompute)
         energies = {}
         index = 0
         for name, (kind, _) in zip(names, wrapped):

@@ -5,11 +5,11 @@ Every backend has the same two methods:
 - ``direct(term, positions, box)``: the direct-space sum of the term (its neighbour list, or all
   pairs without a cutoff; exclusions and exceptions removed);
 - ``pairs(positions, box, pair_set, coulomb, cutoff, switch_distance)``: a small explicit
-  :class:`~mindsponge.forcefield.pair_kernels._PairSet` (exceptions, exclusion corrections);
+  :class:`~mindsponge.forcefield.pair_kernels.PairSet` (exceptions, exclusion corrections);
 
 and the flag ``keeps_factors``. With it, results are objects with ``energies`` (``(E_LJ,
 E_Coulomb)``, ``()`` kJ/mol each) and ``gradient(grad_lj, grad_coulomb, n_atoms)`` (``(N, 3)``,
-kJ/mol/nm) for :class:`~mindsponge.forcefield.pair_kernels._AnalyticEnergies`; without it, results
+kJ/mol/nm) for :class:`~mindsponge.forcefield.pair_kernels.AnalyticEnergies`; without it, results
 are the two energies built from differentiable operations.
 
 - :class:`TorchBackend` (``keeps_factors=False``): differentiable torch operations, for parameter
@@ -34,14 +34,14 @@ from torch import Tensor
 from common.units import COULOMB_MD
 from mindsponge.forcefield.pair_kernels import (
     _COULOMB_KINDS,
-    _compiled_pair_kernel,
-    _CompiledPairResult,
-    _flat_index,
-    _lattice_shifts,
-    _lj_first,
-    _pair_kernel,
-    _PairSet,
-    _unwrap_to_reference,
+    CompiledPairResult,
+    PairSet,
+    compiled_pair_kernel,
+    flat_index,
+    lattice_shifts,
+    lj_first,
+    pair_kernel,
+    unwrap_to_reference,
 )
 from mindsponge.neighbors import all_pairs
 
@@ -62,9 +62,9 @@ class _DirectPairs:
 
     def __init__(self, cached: bool, kernels=None):
         self.cached, self.kernels = cached, kernels
-        self._cache: tuple | None = None  # (key, (P, 2) pairs, _PairSet or None)
+        self._cache: tuple | None = None  # (key, (P, 2) pairs, PairSet or None)
 
-    def __call__(self, term, positions: Tensor, box: Tensor | None) -> tuple[_PairSet, Tensor]:
+    def __call__(self, term, positions: Tensor, box: Tensor | None) -> tuple[PairSet, Tensor]:
         key, pairs = self._listed_pairs(term, positions, box)
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, pairs, None)
@@ -76,7 +76,7 @@ class _DirectPairs:
                 self._cache = (key, pairs, pair_set)
         if box is None:
             return pair_set, positions
-        return pair_set, _unwrap_to_reference(positions, box, term.neighbors.reference_positions)
+        return pair_set, unwrap_to_reference(positions, box, term.neighbors.reference_positions)
 
     def _listed_pairs(self, term, positions: Tensor, box: Tensor | None) -> tuple[tuple, Tensor]:
         if term.neighbors is None:
@@ -87,26 +87,26 @@ class _DirectPairs:
         pairs = term.neighbors.update(positions, box)
         return ("list", term.neighbors.n_builds, positions.device), pairs
 
-    def _make(self, term, pairs: Tensor, positions: Tensor, box: Tensor | None, reference) -> _PairSet:
+    def _make(self, term, pairs: Tensor, positions: Tensor, box: Tensor | None, reference) -> PairSet:
         if self.kernels is not None:
             empty = positions.new_zeros(0)
             first, second, charge_products, sigma_squared, epsilon4, shifts = self.kernels.prepare_pairs(
                 pairs, empty if box is None else reference, empty if box is None else box.detach(),
                 *(values.to(positions.dtype) for values in (term.charges, term.sigma, term.epsilon)),
                 COULOMB_MD)
-            return _PairSet(first, second, charge_products, sigma_squared, epsilon4,
+            return PairSet(first, second, charge_products, sigma_squared, epsilon4,
                             None if box is None else shifts)
         first, second = pairs[:, 0], pairs[:, 1]
         charge_products = COULOMB_MD * term.charges[first] * term.charges[second]
         sigma = 0.5 * (term.sigma[first] + term.sigma[second])
         epsilon = torch.sqrt(term.epsilon[first] * term.epsilon[second])
-        pair_set = _lj_first(first, second, charge_products, sigma, epsilon)
+        pair_set = lj_first(first, second, charge_products, sigma, epsilon)
         if box is not None:
-            pair_set.shifts = _lattice_shifts(pair_set.first, pair_set.second, box, reference,
+            pair_set.shifts = lattice_shifts(pair_set.first, pair_set.second, box, reference,
                                               term.neighbors.list_cutoff)
         if self.cached:
-            pair_set.flat_first = _flat_index(pair_set.first, len(positions))
-            pair_set.flat_second = _flat_index(pair_set.second, len(positions))
+            pair_set.flat_first = flat_index(pair_set.first, len(positions))
+            pair_set.flat_second = flat_index(pair_set.second, len(positions))
         return pair_set
 
 
@@ -119,12 +119,12 @@ class TorchBackend:
 
     def direct(self, term, positions: Tensor, box: Tensor | None):
         pair_set, unwrapped = self._direct_pairs(term, positions, box)
-        return _pair_kernel(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
+        return pair_kernel(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
                             term.switch_distance, self.keeps_factors)
 
-    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: _PairSet, coulomb, cutoff,
+    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: PairSet, coulomb, cutoff,
               switch_distance):
-        return _pair_kernel(positions, box, pair_set, coulomb, cutoff, switch_distance, self.keeps_factors)
+        return pair_kernel(positions, box, pair_set, coulomb, cutoff, switch_distance, self.keeps_factors)
 
 
 class CompiledBackend:
@@ -149,11 +149,11 @@ class CompiledBackend:
         return self.pairs(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
                           term.switch_distance)
 
-    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: _PairSet, coulomb, cutoff,
+    def pairs(self, positions: Tensor, box: Tensor | None, pair_set: PairSet, coulomb, cutoff,
               switch_distance):
-        return _compiled_pair_kernel(self.kernels, positions, box, pair_set, coulomb, cutoff, switch_distance)
+        return compiled_pair_kernel(self.kernels, positions, box, pair_set, coulomb, cutoff, switch_distance)
 
-    def _neighbor_rows(self, term, positions: Tensor, box: Tensor | None) -> _CompiledPairResult:
+    def _neighbor_rows(self, term, positions: Tensor, box: Tensor | None) -> CompiledPairResult:
         starts, neighbors = term.neighbors.update_rows(positions, box)
         dtype = positions.dtype
         key = (dtype, id(term.charges), term.charges._version, id(term.sigma), term.sigma._version,
@@ -169,4 +169,4 @@ class CompiledBackend:
             -1.0 if term.switch_distance is None else term.switch_distance, _COULOMB_KINDS[coulomb.kind],
             coulomb.alpha, coulomb.krf, coulomb.crf)
         energies = energies.to(dtype)
-        return _CompiledPairResult((energies[0], energies[1]), gradients)
+        return CompiledPairResult((energies[0], energies[1]), gradients)

@@ -1,11 +1,11 @@
 """Pair sets and the kernels that evaluate Lennard-Jones + Coulomb over them.
 
-A :class:`_PairSet` holds atom pairs ``(first, second)`` with their parameters (``f q_i q_j`` in
+A :class:`PairSet` holds atom pairs ``(first, second)`` with their parameters (``f q_i q_j`` in
 kJ/mol nm, ``sigma_ij^2`` in nm^2, ``4 eps_ij`` in kJ/mol; the first ``len(sigma_squared)`` pairs
 have Lennard-Jones) and, for a periodic box, the ``(3, P)`` lattice shifts (nm) of their minimum
-images. :func:`_pair_kernel` returns the energies ``(E_LJ, E_Coulomb)`` (``()`` kJ/mol) either built
+images. :func:`pair_kernel` returns the energies ``(E_LJ, E_Coulomb)`` (``()`` kJ/mol) either built
 from differentiable operations or, with ``keep_factors``, as a result object whose
-``gradient(grad_lj, grad_coulomb, n_atoms)`` gives ``(N, 3)`` kJ/mol/nm lazily; :class:`_AnalyticEnergies`
+``gradient(grad_lj, grad_coulomb, n_atoms)`` gives ``(N, 3)`` kJ/mol/nm lazily; :class:`AnalyticEnergies`
 attaches such gradients to energies for autograd. Used by :mod:`mindsponge.forcefield.nonbonded`
 and :mod:`mindsponge.forcefield.custom`.
 """
@@ -20,11 +20,16 @@ from torch import Tensor
 
 from mindsponge import space
 
+__all__ = [
+    "CoulombKind", "PairSet", "PairResult", "CompiledPairResult", "AnalyticEnergies", "pair_kernel",
+    "compiled_pair_kernel", "flat_index", "lattice_shifts", "lj_first", "unwrap_to_reference",
+]
+
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 @dataclass(frozen=True)
-class _Coulomb:
+class CoulombKind:
     """How the Coulomb part of a pair kernel is evaluated.
 
     kind: ``"plain"`` (1/r), ``"ewald"`` (erfc(alpha r)/r), ``"erf"`` (-erf(alpha r)/r, the
@@ -38,7 +43,7 @@ class _Coulomb:
 
 
 @dataclass
-class _PairSet:
+class PairSet:
     """Pairs with their parameters; the first ``len(sigma_squared)`` pairs have Lennard-Jones."""
 
     first: Tensor
@@ -47,16 +52,16 @@ class _PairSet:
     sigma_squared: Tensor  # nm^2
     epsilon4: Tensor  # 4 eps, kJ/mol
     shifts: Tensor | None = None  # (3, P) lattice vectors added to the displacements, nm
-    flat_first: Tensor | None = None  # (3 P,) see _flat_index: a 1-D index_add_ scatters fastest
+    flat_first: Tensor | None = None  # (3 P,) see flat_index: a 1-D index_add_ scatters fastest
     flat_second: Tensor | None = None
 
 
-def _flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
+def flat_index(atoms: Tensor, n_atoms: int) -> Tensor:
     """``(3 P,)`` indices ``component * N + atom`` into a flattened ``(3, N)`` array."""
     return (torch.arange(3, device=atoms.device)[:, None] * n_atoms + atoms).reshape(-1)
 
 
-def _lattice_shifts(
+def lattice_shifts(
     first: Tensor, second: Tensor, box: Tensor, reference: Tensor, list_cutoff: float
 ) -> Tensor:
     """``(3, P)`` lattice vectors that turn ``reference[second] - reference[first]`` into its
@@ -70,14 +75,14 @@ def _lattice_shifts(
     return (image(direct, box.detach()) - direct).T.contiguous()
 
 
-def _unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
+def unwrap_to_reference(positions: Tensor, box: Tensor, reference: Tensor) -> Tensor:
     """``positions`` moved by lattice vectors back next to ``reference`` (the positions of the
     last neighbour-list build), so that the pair shifts of that build stay minimum images."""
     moved = positions.detach() - reference.to(positions.dtype)
     return positions - (moved - space.minimum_image(moved, box.detach()))
 
 
-def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
+def lj_first(first, second, charge_products, sigma, epsilon) -> PairSet:
     """Order pairs so that those with non-zero epsilon come first (LJ is evaluated only on them),
     each group sorted by its first atom (for locality of the gathers and scatters)."""
     active = epsilon != 0
@@ -87,13 +92,13 @@ def _lj_first(first, second, charge_products, sigma, epsilon) -> _PairSet:
         order = torch.argsort((~active).long() * (int(first.max()) + 1) + first, stable=True)
         first, second, charge_products = first[order], second[order], charge_products[order]
         sigma, epsilon = sigma[order[:n_lj]], epsilon[order[:n_lj]]
-    return _PairSet(first, second, charge_products, sigma * sigma, 4.0 * epsilon)
+    return PairSet(first, second, charge_products, sigma * sigma, 4.0 * epsilon)
 
 
-class _PairResult:
+class PairResult:
     """Energies of a pair kernel and the per-pair force factors to build its gradient lazily."""
 
-    def __init__(self, energies, pairs: _PairSet, displacement, coulomb_factor, lj_factor):
+    def __init__(self, energies, pairs: PairSet, displacement, coulomb_factor, lj_factor):
         self.energies = energies
         self.pairs, self.displacement = pairs, displacement
         self.coulomb_factor, self.lj_factor = coulomb_factor, lj_factor
@@ -105,9 +110,9 @@ class _PairResult:
         factor[:n_lj] += grad_lj * self.lj_factor
         force_on_second = self.displacement * factor  # (3, P)
         pairs = self.pairs
-        flat_first = pairs.flat_first if pairs.flat_first is not None else _flat_index(pairs.first, n_atoms)
+        flat_first = pairs.flat_first if pairs.flat_first is not None else flat_index(pairs.first, n_atoms)
         flat_second = (pairs.flat_second if pairs.flat_second is not None
-                       else _flat_index(pairs.second, n_atoms))
+                       else flat_index(pairs.second, n_atoms))
         flat = force_on_second.reshape(-1)
         gradient = flat.new_zeros(3 * n_atoms)
         gradient.index_add_(0, flat_first, flat)
@@ -115,9 +120,9 @@ class _PairResult:
         return gradient.view(3, n_atoms).T
 
 
-class _CompiledPairResult:
+class CompiledPairResult:
     """Energies and gradients of a pair kernel from the compiled kernel (same interface as
-    :class:`_PairResult`)."""
+    :class:`PairResult`)."""
 
     def __init__(self, energies, gradients: Tensor):
         self.energies = energies
@@ -131,9 +136,9 @@ class _CompiledPairResult:
 _COULOMB_KINDS = {"plain": 0, "reaction_field": 1, "ewald": 2, "erf": 3}
 
 
-def _compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
-                          cutoff: float | None, switch_distance: float | None) -> _CompiledPairResult:
-    """:func:`_pair_kernel` with ``keep_factors`` in one pass of the compiled kernel (CPU, no graph)."""
+def compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs: PairSet, coulomb: CoulombKind,
+                          cutoff: float | None, switch_distance: float | None) -> CompiledPairResult:
+    """:func:`pair_kernel` with ``keep_factors`` in one pass of the compiled kernel (CPU, no graph)."""
     shifts = pairs.shifts
     if shifts is None and box is not None:  # small pair sets (exclusions, exceptions): shifts now
         direct = positions.index_select(0, pairs.second) - positions.index_select(0, pairs.first)
@@ -146,23 +151,23 @@ def _compiled_pair_kernel(kernels, positions: Tensor, box: Tensor | None, pairs:
         -1.0 if switch_distance is None else switch_distance, _COULOMB_KINDS[coulomb.kind], coulomb.alpha,
         coulomb.krf, coulomb.crf)
     energies = energies.to(positions.dtype)
-    return _CompiledPairResult((energies[0], energies[1]), gradients)
+    return CompiledPairResult((energies[0], energies[1]), gradients)
 
 
-def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb: _Coulomb,
+def pair_kernel(positions: Tensor, box: Tensor | None, pairs: PairSet, coulomb: CoulombKind,
                  cutoff: float | None, switch_distance: float | None, keep_factors: bool, kernels=None):
     """Lennard-Jones and Coulomb energies of a set of pairs.
 
     Displacements ``(3, P)`` are ``positions[second] - positions[first] + pairs.shifts`` when the pair set
     carries lattice shifts (then ``positions`` must be unwrapped consistently, see
-    :func:`_unwrap_to_reference`), else the minimum image in ``box`` (or none without a box).
+    :func:`unwrap_to_reference`), else the minimum image in ``box`` (or none without a box).
 
     Returns ``(e_lj, e_coulomb)`` built from differentiable operations when ``keep_factors`` is
-    false, else a :class:`_PairResult` (computed without a graph) that can produce forces, from the
+    false, else a :class:`PairResult` (computed without a graph) that can produce forces, from the
     compiled ``kernels`` (:mod:`mindsponge._kernels`) when given.
     """
     if keep_factors and kernels is not None:
-        return _compiled_pair_kernel(kernels, positions, box, pairs, coulomb, cutoff, switch_distance)
+        return compiled_pair_kernel(kernels, positions, box, pairs, coulomb, cutoff, switch_distance)
     displacement = _displacements(positions, box, pairs)
     dx, dy, dz = displacement.unbind(0)
     r2 = torch.addcmul(torch.addcmul(dx * dx, dy, dy), dz, dz)
@@ -180,10 +185,10 @@ def _pair_kernel(positions: Tensor, box: Tensor | None, pairs: _PairSet, coulomb
     energies = (e_lj.sum(dtype=accumulate).to(r2.dtype), e_coulomb.sum(dtype=accumulate).to(r2.dtype))
     if not keep_factors:
         return energies
-    return _PairResult(energies, pairs, displacement, f_coulomb, f_lj)
+    return PairResult(energies, pairs, displacement, f_coulomb, f_lj)
 
 
-def _displacements(positions: Tensor, box: Tensor | None, pairs: _PairSet) -> Tensor:
+def _displacements(positions: Tensor, box: Tensor | None, pairs: PairSet) -> Tensor:
     """``(3, P)`` displacements ``second - first`` (nm): shifted, minimum images or direct."""
     # components along the rows, (3, P): contiguous per component, no reductions over a size-3 axis
     columns = positions.T.contiguous()
@@ -195,7 +200,7 @@ def _displacements(positions: Tensor, box: Tensor | None, pairs: _PairSet) -> Te
     return displacement
 
 
-def _coulomb_terms(coulomb: _Coulomb, charge_products: Tensor, r2: Tensor, inverse_r: Tensor,
+def _coulomb_terms(coulomb: CoulombKind, charge_products: Tensor, r2: Tensor, inverse_r: Tensor,
                    keep_factors: bool) -> tuple[Tensor, Tensor | None]:
     """Per-pair Coulomb energies (kJ/mol) and, with ``keep_factors``, ``-(dE/dr)/r`` (kJ/mol/nm^2)."""
     inverse_r2 = inverse_r * inverse_r
@@ -238,10 +243,10 @@ def _lennard_jones_terms(sigma_squared: Tensor, epsilon4: Tensor, r2: Tensor, in
     return e_lj * switch, f_lj
 
 
-class _AnalyticEnergies(torch.autograd.Function):
+class AnalyticEnergies(torch.autograd.Function):
     """Energies whose gradient with respect to positions is supplied analytically.
 
-    ``parts`` is a list of ``(kind, payload)``: ``("pair", _PairResult)`` contributes two
+    ``parts`` is a list of ``(kind, payload)``: ``("pair", PairResult)`` contributes two
     energies (LJ, Coulomb) with lazily scattered forces; ``("forces", (energy, forces))``
     contributes one energy with precomputed forces. ``recompute(positions)`` returns the same
     energies built from differentiable operations: it is used only when the gradient itself

@@ -14,16 +14,16 @@ from mindsponge.forcefield.bonded import _norm
 from mindsponge.forcefield.custom import long_range
 from mindsponge.forcefield.custom.energy import ExpressionEnergy, exclusion_pairs, pair_box, total_energy
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction
-from mindsponge.forcefield.nonbonded import (
-    _AnalyticEnergies,
-    _Coulomb,
-    _flat_index,
-    _lattice_shifts,
-    _lj_first,
-    _pair_kernel,
-    _PairResult,
-    _PairSet,
-    _unwrap_to_reference,
+from mindsponge.forcefield.pair_kernels import (
+    AnalyticEnergies,
+    CoulombKind,
+    PairResult,
+    PairSet,
+    flat_index,
+    lattice_shifts,
+    lj_first,
+    pair_kernel,
+    unwrap_to_reference,
 )
 from mindsponge.neighbors import NeighborList, all_pairs
 
@@ -45,10 +45,10 @@ class _CustomPairs:
     second: Tensor
     weight: Tensor | None
     cached: bool
-    lennard_jones: _PairSet | None
+    lennard_jones: PairSet | None
     variables: dict | None = None
     static_cache: dict | None = None
-    geometry: _PairSet | None = None
+    geometry: PairSet | None = None
 
 
 class CustomNonbonded(EnergyTerm):
@@ -259,17 +259,17 @@ class CustomNonbonded(EnergyTerm):
             pair_set.static_cache = {} if pair_set.cached else None
         return pair_set.variables, pair_set.static_cache
 
-    def _geometry(self, pair_set: _CustomPairs, box: Tensor | None, dtype: torch.dtype) -> _PairSet:
+    def _geometry(self, pair_set: _CustomPairs, box: Tensor | None, dtype: torch.dtype) -> PairSet:
         """The pairs with lattice shifts and scatter indices for analytic forces (made on first use)."""
         if pair_set.geometry is None:
             first, second = pair_set.first, pair_set.second
             zeros = torch.zeros(len(first), dtype=dtype, device=first.device)
-            geometry = _PairSet(first, second, zeros, zeros[:0], zeros[:0])
-            geometry.flat_first = _flat_index(first, self.n_atoms)
-            geometry.flat_second = _flat_index(second, self.n_atoms)
+            geometry = PairSet(first, second, zeros, zeros[:0], zeros[:0])
+            geometry.flat_first = flat_index(first, self.n_atoms)
+            geometry.flat_second = flat_index(second, self.n_atoms)
             if box is not None:
                 reference = self.neighbors.reference_positions.to(dtype)
-                geometry.shifts = _lattice_shifts(first, second, box, reference, self.neighbors.list_cutoff)
+                geometry.shifts = lattice_shifts(first, second, box, reference, self.neighbors.list_cutoff)
             pair_set.geometry = geometry
         return pair_set.geometry
 
@@ -319,7 +319,7 @@ class CustomNonbonded(EnergyTerm):
 
     def _lennard_jones_pairs(
         self, first: Tensor, second: Tensor, weight: Tensor | None, dtype: torch.dtype, box: Tensor | None
-    ) -> _PairSet | None:
+    ) -> PairSet | None:
         """The pairs as a Lennard-Jones pair set of :mod:`~mindsponge.forcefield.nonbonded`'s
         kernels (``sigma^2``, ``4 eps`` per pair, lattice shifts of the neighbour-list build)
         when the energy has that form (see :meth:`_lennard_jones_classes`), else ``None``."""
@@ -332,10 +332,10 @@ class CustomNonbonded(EnergyTerm):
         if weight is not None:  # a pair in several interaction groups counts once per group
             epsilon = epsilon * weight
         charge_products = torch.zeros(len(first), dtype=dtype, device=first.device)
-        pairs = _lj_first(first, second, charge_products, sigma, epsilon)
+        pairs = lj_first(first, second, charge_products, sigma, epsilon)
         if box is not None:
             reference = self.neighbors.reference_positions.to(dtype)
-            pairs.shifts = _lattice_shifts(
+            pairs.shifts = lattice_shifts(
                 pairs.first, pairs.second, box, reference, self.neighbors.list_cutoff
             )
         return pairs
@@ -383,7 +383,7 @@ class CustomNonbonded(EnergyTerm):
         with torch.no_grad():
             at = positions.detach()
             if box is not None:
-                at = _unwrap_to_reference(at, box, self.neighbors.reference_positions)
+                at = unwrap_to_reference(at, box, self.neighbors.reference_positions)
             columns = at.T.contiguous()
             displacement = columns.index_select(1, geometry.second) - columns.index_select(1, geometry.first)
             if geometry.shifts is not None:
@@ -401,31 +401,31 @@ class CustomNonbonded(EnergyTerm):
         energy = energies.sum()
         zero = torch.zeros((), dtype=energy.dtype, device=energy.device)
         # a pair result whose "Lennard-Jones" factor is -(dE/dr)/r and "Coulomb" part is zero
-        result = _PairResult((energy.detach(), zero), geometry, displacement, geometry.charge_products,
+        result = PairResult((energy.detach(), zero), geometry, displacement, geometry.charge_products,
                              -derivative / distance)
 
         def recompute(differentiable_positions):  # for create_graph: the autograd formulation
             total = self._autograd_energy(differentiable_positions, box, pair_set)
             return total, 0.0 * total
 
-        energy, _ = _AnalyticEnergies.apply(positions, [("pair", result)], recompute)
+        energy, _ = AnalyticEnergies.apply(positions, [("pair", result)], recompute)
         return energy
 
-    def _lennard_jones_energy(self, positions: Tensor, box: Tensor | None, pairs: _PairSet) -> Tensor:
+    def _lennard_jones_energy(self, positions: Tensor, box: Tensor | None, pairs: PairSet) -> Tensor:
         """Energy of a Lennard-Jones pair set by the kernels of :class:`~.nonbonded.Nonbonded`
         (compiled when available), with analytic forces."""
         cutoff, switch_distance = self.cutoff, self.switch_distance
 
         def evaluate(at: Tensor, keep_factors: bool, kernels=None):
             if box is not None:
-                at = _unwrap_to_reference(at, box, self.neighbors.reference_positions)
-            coulomb = _Coulomb("plain")  # the pairs have zero charges
-            return _pair_kernel(at, box, pairs, coulomb, cutoff, switch_distance, keep_factors, kernels)
+                at = unwrap_to_reference(at, box, self.neighbors.reference_positions)
+            coulomb = CoulombKind("plain")  # the pairs have zero charges
+            return pair_kernel(at, box, pairs, coulomb, cutoff, switch_distance, keep_factors, kernels)
 
         with torch.no_grad():
             detached = positions.detach()
             result = evaluate(detached, True, _kernels.usable(detached))
-        energy, _ = _AnalyticEnergies.apply(positions, [("pair", result)], lambda at: evaluate(at, False))
+        energy, _ = AnalyticEnergies.apply(positions, [("pair", result)], lambda at: evaluate(at, False))
         return energy
 
     @property
