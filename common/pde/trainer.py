@@ -14,7 +14,7 @@ from common import progress as progress_bars
 from common.checks import positive_int
 from common.geometry.samplers import check_count
 from common.pde.problem import Problem
-from common.training import TrainingLoop
+from common.training import History, TrainingLoop
 
 __all__ = ["Trainer"]
 
@@ -226,7 +226,7 @@ class Trainer:
         steps: int | None = None,
         lbfgs_steps: int | None = None,
         stop: Callable[[Mapping[str, list]], bool] | None = None,
-    ) -> dict[str, list]:
+    ) -> History:
         """Run the remaining Adam steps (up to ``steps`` in total), then ``lbfgs_steps`` of L-BFGS.
 
         Args:
