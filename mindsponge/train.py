@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import pathlib
 import sys
@@ -41,19 +40,16 @@ import sys
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from common import io
 from common.checks import positive_int
 from common.errors import DataError
 from common.parallel import DistributedContext
-from common.threads import default_threads, thread_budget
+from common.threads import default_threads
+from common.training import History, TrainingLoop
 from mindsponge import potentials as potentials_module
 
 __all__ = ["TrainingData", "Trainer", "DatasetError", "main"]
-
-CHECKPOINT_FORMAT = "mindsponge.train/1"
-
 
 class DatasetError(DataError):
     """A dataset file that cannot be used for training (the message names the file and key)."""
@@ -227,16 +223,19 @@ class Trainer:
         validation_fraction: share of samples held out (at least one sample).
         patience: stop after this many epochs without a better validation loss.
         scheduler_patience, scheduler_factor, min_learning_rate: reduce-on-plateau schedule.
-        checkpoint: optional path of an atomic checkpoint written every epoch (rank 0); an
-            existing checkpoint there is resumed by :meth:`fit`.
+        checkpoint: optional path of an atomic checkpoint written every epoch (rank 0), with the
+            history as CSV next to it (``<checkpoint>.history.csv``); an existing checkpoint there
+            is resumed by :meth:`fit` (with its stored train/validation split).
         seed: seed of the split and the batch order (the same on every process).
-        progress: tqdm progress bar over epochs (rank 0).
+        progress: a progress bar over epochs (rank 0; :func:`common.progress.bar`).
         context: a :class:`common.parallel.DistributedContext`; default from the environment
             (``torchrun``), a single process otherwise.
         fit_statistics: fit the per-element shifts and scale on the training set first.
         threads: CPU threads :meth:`fit` uses (torch and the OpenMP/BLAS pools, restored
             afterwards; :func:`common.threads.thread_budget`); default the context's budget
             (under ``torchrun``: the cores divided by the processes on this machine).
+        log: optional CSV file every epoch's record is appended to (rank 0).
+        tensorboard: optional TensorBoard log directory (needs the ``tensorboard`` package).
     """
 
     def __init__(self, model, data: TrainingData, *, energy_weight: float = 1.0, force_weight: float = 1.0,
@@ -244,7 +243,7 @@ class Trainer:
                  patience: int = 30, scheduler_patience: int = 10, scheduler_factor: float = 0.5,
                  min_learning_rate: float = 1e-5, checkpoint=None, seed: int = 0, progress: bool = True,
                  context: DistributedContext | None = None, fit_statistics: bool = True,
-                 threads: int | None = None):
+                 threads: int | None = None, log=None, tensorboard=None):
         if not isinstance(model, potentials_module.LearnedPotential):
             raise TypeError(f"model must be a mindsponge LearnedPotential, got {type(model).__name__}")
         if not isinstance(data, TrainingData):
@@ -264,23 +263,43 @@ class Trainer:
         self.checkpoint = checkpoint
         self.seed = seed
         self.progress = progress
-        self.threads = (positive_int(threads, "Trainer: threads") if threads is not None
-                        else self.context.threads or default_threads())
+        self.data = data
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
         n_validation = max(1, int(round(validation_fraction * len(data))))
-        self.validation = data.subset(order[:n_validation])
-        self.training = data.subset(order[n_validation:])
+        split = {"train_indices": order[n_validation:].tolist(),
+                 "validation_indices": order[:n_validation].tolist()}
+        self._use_split(split)
         if fit_statistics:
             batch = torch.repeat_interleave(torch.arange(len(self.training)), self.training.n_atoms)
             self.model.fit_statistics(self.training.energy, self.training.atomic_numbers, batch,
                                       forces=self.training.forces)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, factor=scheduler_factor, patience=scheduler_patience, min_lr=min_learning_rate)
-        self.history: list[dict] = []
-        self.epoch = 0
-        self.best_loss = math.inf
-        self.best_state = {key: value.clone() for key, value in self.model.state_dict().items()}
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, factor=scheduler_factor, patience=scheduler_patience, min_lr=min_learning_rate)
+        self.loop = TrainingLoop(
+            self.model, optimizer, scheduler, kind="mindsponge.train", checkpoint=checkpoint,
+            description="training", progress=progress, is_main=self.context.is_main,
+            threads=(positive_int(threads, "Trainer: threads") if threads is not None
+                     else self.context.threads or default_threads()),
+            log=log, tensorboard=tensorboard, best=lambda record: record["validation_loss"], split=split,
+            model_state=potentials_module.model_state,
+            load_model_state=lambda module, state: module.load_state_dict(state["state_dict"]))
+        self.loop.best_state = {key: value.clone() for key, value in self.model.state_dict().items()}
+        self.loop.extra["steps"] = 0
+
+    def _use_split(self, split: dict) -> None:
+        """Training and validation sets from ``{"train_indices", "validation_indices"}``."""
+        self.validation = self.data.subset(torch.as_tensor(split["validation_indices"], dtype=torch.long))
+        self.training = self.data.subset(torch.as_tensor(split["train_indices"], dtype=torch.long))
+
+    # the loop's state, under the names this class always had
+    optimizer = property(lambda self: self.loop.optimizer)
+    scheduler = property(lambda self: self.loop.scheduler)
+    threads = property(lambda self: self.loop.threads)
+    history = property(lambda self: self.loop.history, doc="The :class:`common.training.History`.")
+    epoch = property(lambda self: self.loop.done, doc="Epochs done.")
+    best_loss = property(lambda self: self.loop.best_score, doc="The lowest validation loss so far.")
+    best_state = property(lambda self: self.loop.best_state, doc="The weights of that epoch.")
 
     # --- one epoch -------------------------------------------------------------------------------
     def _loss(self, samples: Tensor, batch_samples: int, batch_atoms: int) -> Tensor:
@@ -297,7 +316,7 @@ class Trainer:
 
     def _train_epoch(self) -> float:
         context = self.context
-        generator = torch.Generator().manual_seed(self.seed + 1 + self.epoch)
+        generator = torch.Generator().manual_seed(self.seed + 1 + self.loop.done)
         order = torch.randperm(len(self.training), generator=generator)
         total, count = 0.0, 0
         for start in range(0, len(order), self.batch_size):
@@ -316,6 +335,7 @@ class Trainer:
                 mean = context.all_reduce_mean(torch.tensor(value, dtype=torch.float64))
                 value = float(mean) * context.world_size
             self.optimizer.step()
+            self.loop.extra["steps"] += 1
             total += value * len(global_batch)
             count += len(global_batch)
         return total / count
@@ -362,71 +382,43 @@ class Trainer:
         }
 
     # --- the loop --------------------------------------------------------------------------------
-    def fit(self, epochs: int) -> list[dict]:
-        """Train for up to ``epochs`` epochs (resuming from ``checkpoint`` if it exists).
+    def fit(self, epochs: int) -> History:
+        """Train for up to ``epochs`` epochs (resuming from ``checkpoint`` if it exists), on the shared
+        :class:`common.training.TrainingLoop`; the model ends with the best validation weights.
+
+        A resumed run uses the train/validation split stored in the checkpoint.
 
         Returns:
-            the history: one dict per epoch with ``epoch``, ``train_loss``, ``learning_rate``
-            and the validation metrics of :meth:`evaluate` (prefixed ``validation_``).
+            the :class:`common.training.History`, one row per epoch: ``step`` (optimiser steps done),
+            ``epoch`` (epochs done), ``loss`` (training), ``learning_rate`` and the validation metrics
+            of :meth:`evaluate` (prefixed ``validation_``: ``validation_loss``, ...). Indexing it by
+            an epoch number (``history[0]["train_loss"]``, the list of dicts it used to be) still
+            works for one release, with a ``DeprecationWarning``.
         """
-        with thread_budget(self.threads):  # explicit: see the ``threads`` argument
-            return self._fit(epochs)
-
-    def _fit(self, epochs: int) -> list[dict]:
-        if self.checkpoint is not None and pathlib.Path(self.checkpoint).is_file():
-            self._resume()
-        bar = tqdm(total=epochs, initial=min(self.epoch, epochs), desc="training", unit="epoch",
-                   disable=not (self.progress and self.context.is_main))
-        stale = self._stale_epochs()
-        while self.epoch < epochs and stale < self.patience:
-            train_loss = self._train_epoch()
-            metrics = self.evaluate()
-            self.scheduler.step(metrics["loss"])
-            self.epoch += 1
-            record = {"epoch": self.epoch, "train_loss": train_loss,
-                      "learning_rate": self.optimizer.param_groups[0]["lr"],
-                      **{f"validation_{key}": value for key, value in metrics.items()}}
-            self.history.append(record)
-            if metrics["loss"] < self.best_loss:
-                self.best_loss = metrics["loss"]
-                self.best_state = {key: value.clone() for key, value in self.model.state_dict().items()}
-            stale = self._stale_epochs()
-            if self.checkpoint is not None and self.context.is_main:
-                self._save()
-            bar.update(1)
-            bar.set_postfix(loss=f"{train_loss:.4g}", force_mae=f"{metrics['force_mae']:.4g}")
-        bar.close()
-        self.model.load_state_dict(self.best_state)
+        if self.loop.resume_if_present():
+            self._use_split(self.loop.split)
+        try:
+            self.loop.run(epochs, self._epoch, stop=lambda: self._stale_epochs() >= self.patience)
+        finally:
+            self.loop.close()
+        self.loop.restore_best()
         return self.history
+
+    def _epoch(self) -> dict:
+        """One epoch, then the validation metrics and the schedule step: the epoch's record."""
+        train_loss = self._train_epoch()
+        metrics = self.evaluate()
+        self.scheduler.step(metrics["loss"])
+        return {"step": self.loop.extra["steps"], "epoch": self.loop.done + 1, "loss": train_loss,
+                "learning_rate": self.optimizer.param_groups[0]["lr"],
+                **{f"validation_{key}": value for key, value in metrics.items()}}
 
     def _stale_epochs(self) -> int:
         """Epochs since the best validation loss."""
-        losses = [record["validation_loss"] for record in self.history]
+        losses = self.history.get("validation_loss", [])
         if not losses:
             return 0
         return len(losses) - 1 - int(np.argmin(losses))
-
-    def _save(self) -> None:
-        io.save_checkpoint(self.checkpoint, {
-            "format": CHECKPOINT_FORMAT,
-            "model": potentials_module.model_state(self.model),
-            "best_state": self.best_state,
-            "best_loss": self.best_loss,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "epoch": self.epoch,
-            "history": json.dumps(self.history),
-        }, kind="mindsponge.train")
-
-    def _resume(self) -> None:
-        state = io.load_checkpoint(self.checkpoint, kind="mindsponge.train")
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{str(self.checkpoint)!r} is not a mindsponge.train checkpoint")
-        self.model.load_state_dict(state["model"]["state_dict"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.best_state, self.best_loss = state["best_state"], state["best_loss"]
-        self.epoch, self.history = state["epoch"], json.loads(state["history"])
 
 
 def main(argv=None) -> int:
@@ -449,7 +441,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--checkpoint", help="checkpoint path (resumed if it exists)")
     parser.add_argument("--output", help="where to save the trained model (mindsponge.potentials.save)")
-    parser.add_argument("--history", help="write the per-epoch history as JSON here")
+    parser.add_argument("--history", help="write the history as JSON here ({key: [value per epoch]})")
+    parser.add_argument("--log", help="append every epoch's record to this CSV file as training runs")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
@@ -460,13 +453,13 @@ def main(argv=None) -> int:
     trainer = Trainer(model, data, energy_weight=args.energy_weight, force_weight=args.force_weight,
                       learning_rate=args.learning_rate, batch_size=args.batch_size,
                       validation_fraction=args.validation_fraction, patience=args.patience,
-                      checkpoint=args.checkpoint, seed=args.seed, progress=not args.quiet)
+                      checkpoint=args.checkpoint, seed=args.seed, progress=not args.quiet, log=args.log)
     history = trainer.fit(args.epochs)
     if trainer.context.is_main:
         if args.output:
             potentials_module.save(trainer.model, args.output)
         if args.history:
-            pathlib.Path(args.history).write_text(json.dumps(history, indent=1))
+            pathlib.Path(args.history).write_text(json.dumps(history, indent=1))  # {key: [per epoch]}
         final = trainer.evaluate()
         print(json.dumps({key: final[key] for key in ("energy_mae_per_atom", "force_mae", "force_rmse")}))
     trainer.context.close()

@@ -134,18 +134,24 @@ class Parameter:
 
     def __post_init__(self):
         if self.values is not None:
-            if self.low is not None or self.high is not None or self.points is not None:
-                raise ValueError("give either values or a range (low, high, points), not both")
-            if not self.values:
-                raise ValueError("values must list at least one value")
-            kinds = {_kind(value) for value in self.values}
-            if len(kinds) > 1:
-                raise ValueError(
-                    f"values must be all numbers, all strings or all booleans, got {self.values}"
-                )
-            if kinds == {"number"} and any(isinstance(value, float) for value in self.values):
-                self.values = [float(value) for value in self.values]
-            return
+            self._check_values()
+        else:
+            self._check_range()
+
+    def _check_values(self) -> None:
+        if self.low is not None or self.high is not None or self.points is not None:
+            raise ValueError("give either values or a range (low, high, points), not both")
+        if not self.values:
+            raise ValueError("values must list at least one value")
+        kinds = {_kind(value) for value in self.values}
+        if len(kinds) > 1:
+            raise ValueError(
+                f"values must be all numbers, all strings or all booleans, got {self.values}"
+            )
+        if kinds == {"number"} and any(isinstance(value, float) for value in self.values):
+            self.values = [float(value) for value in self.values]
+
+    def _check_range(self) -> None:
         if self.low is None or self.high is None:
             raise ValueError("give a range { low = ..., high = ... } or a list { values = [...] }")
         if not math.isfinite(self.low):
@@ -327,15 +333,21 @@ def _check_options(function: Callable, reference: str, options: dict) -> str | N
 
 def _semantic_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
     """Problems across tables, as (reason, key path)."""
-    errors = []
+    errors = _generator_errors(recipe) + _parameter_errors(recipe) + _label_errors(recipe)
+    return errors + _sampling_errors(recipe, errors)
+
+
+def _generator_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
     try:
         function = resolve_function(recipe.generator.function)
     except ValueError as error:
-        errors.append((str(error), ("generator", "function")))
-    else:
-        reason = _check_options(function, recipe.generator.function, recipe.generator.options)
-        if reason is not None:
-            errors.append((reason, ("generator", "options")))
+        return [(str(error), ("generator", "function"))]
+    reason = _check_options(function, recipe.generator.function, recipe.generator.options)
+    return [] if reason is None else [(reason, ("generator", "options"))]
+
+
+def _parameter_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
+    errors = []
     if not recipe.parameters:
         errors.append(("the recipe needs at least one parameter", ("parameters",)))
     for name, parameter in recipe.parameters.items():
@@ -350,25 +362,33 @@ def _semantic_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
             errors.append(
                 ("a range needs 'points' (number of grid values) for method 'grid'", ("parameters", name))
             )
-    for label in recipe.generator.labels or ():
-        if label in recipe.parameters or label in RESERVED_COLUMNS:
-            errors.append(
-                (
-                    f"label {label!r} clashes with a parameter or a reserved column {RESERVED_COLUMNS}",
-                    ("generator", "labels"),
-                )
-            )
+    return errors
+
+
+def _label_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
+    return [
+        (
+            f"label {label!r} clashes with a parameter or a reserved column {RESERVED_COLUMNS}",
+            ("generator", "labels"),
+        )
+        for label in recipe.generator.labels or ()
+        if label in recipe.parameters or label in RESERVED_COLUMNS
+    ]
+
+
+def _sampling_errors(recipe: Recipe, earlier: list) -> list[tuple[str, tuple]]:
+    """The sample count's problems (the grid's size is only checked when nothing else is wrong)."""
     method, n = recipe.sampling.method, recipe.sampling.n
     if method != "grid" and n is None:
-        errors.append((f"method {method!r} needs n (the number of samples)", ("sampling", "n")))
-    if method == "grid" and n is not None and not errors and n != recipe.n_samples:
-        errors.append(
+        return [(f"method {method!r} needs n (the number of samples)", ("sampling", "n"))]
+    if method == "grid" and n is not None and not earlier and n != recipe.n_samples:
+        return [
             (
                 f"the grid has {recipe.n_samples} points but n = {n}; omit n or make it match",
                 ("sampling", "n"),
             )
-        )
-    return errors
+        ]
+    return []
 
 
 def loads_recipe(text: str, filename: str = "<string>") -> Recipe:

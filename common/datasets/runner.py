@@ -413,17 +413,7 @@ def generate(
         resolve_function(recipe.generator.function), recipe.generator.function
     )
     fingerprint = _generator_fingerprint(recipe, source_sha256)
-    attributes = {
-        **io.provenance(recipe.to_dict(), seed=recipe.sampling.seed),
-        "recipe": recipe.text or config.dumps(recipe.to_dict()),
-        "recipe_source": recipe.source,
-        "recipe_fingerprint": recipe.fingerprint(),
-        "generator": recipe.generator.function,
-        "generator_file": generator_file,
-        "generator_source_sha256": source_sha256,
-        "generator_fingerprint": fingerprint,
-        "n_samples": recipe.n_samples,
-    }
+    attributes = _file_attributes(recipe, generator_file, source_sha256, fingerprint)
     parameters = sample_parameters(recipe)
     requested = len(parameters) if limit is None else min(limit, len(parameters))
     run_function = functools.partial(
@@ -444,8 +434,6 @@ def generate(
         summary = GenerationSummary(path, requested, len(done), 0, 0, 0.0)
         summary.retried = len(failed_before) if retry_failed else 0
         writer.append(_run_record("start", executor, fingerprint, summary), group="runs")
-        validated = False  # the first success checks the output format (fatal if wrong)
-        finished_now: set[int] = set()
         bar = tqdm(
             total=requested,
             initial=len(done),
@@ -454,8 +442,9 @@ def generate(
             disable=not progress,
             dynamic_ncols=True,
         )
+        outcomes = _Outcomes(writer, recipe, path, summary, bar)
         try:
-            for (sample_id, sample_parameters_, seed), result in parallel.run_jobs(
+            for job, result in parallel.run_jobs(
                 run_function,
                 jobs,
                 workers=workers,
@@ -465,71 +454,114 @@ def generate(
                 retries=recipe.generator.retries,
                 probe=True,
             ):
-                if isinstance(result, parallel.JobFailure) and result.infrastructure:
-                    incident = {
-                        "sample_id": sample_id,
-                        "time_utc": _utc_now(),
-                        "host": result.host,
-                        "worker": result.worker,
-                        "error_type": result.error_type,
-                        "message": result.message,
-                    }
-                    writer.append(incident, group="infrastructure")
-                    where = ", ".join(part for part in (result.host, result.worker) if part)
-                    summary.infrastructure.append((sample_id, f"{result} ({where})"))
-                    bar.set_postfix(failed=summary.failed, not_run=len(summary.infrastructure), refresh=False)
-                    continue
-                if not isinstance(result, parallel.JobFailure):
-                    try:
-                        result = _checked_result(recipe, sample_parameters_, result)
-                    except _LabelMismatch as error:
-                        if not validated:
-                            raise recipe.error(
-                                f"sample {sample_id}: {error}; fix the labels or the generator",
-                                ("generator", "labels"),
-                            ) from None
-                        result = parallel.JobFailure(type(error).__name__, str(error), "")
-                    except ValueError as error:
-                        result = parallel.JobFailure(type(error).__name__, str(error), "")
-                if not isinstance(result, parallel.JobFailure):
-                    record = {"sample_id": sample_id, "sample_seed": seed, **sample_parameters_, **result}
-                    try:
-                        writer.append(record)
-                    except (ValueError, TypeError) as error:  # keys, shapes or dtypes unlike earlier samples
-                        if not validated:
-                            raise DataError(
-                                f"{path}: sample {sample_id}, the first of this run to finish, does not fit "
-                                f"the samples already in the file ({error}); the generator's output changed"
-                            ) from error
-                        result = parallel.JobFailure(type(error).__name__, str(error), "")
-                    else:
-                        validated = True
-                        summary.succeeded += 1
-                        finished_now.add(sample_id)
-                if isinstance(result, parallel.JobFailure):
-                    failure = {
-                        "sample_id": sample_id,
-                        "sample_seed": seed,
-                        "parameters": json.dumps(sample_parameters_),
-                        "error_type": result.error_type,
-                        "message": result.message,
-                        "traceback": result.traceback,
-                        "host": result.host or socket.gethostname(),
-                        "worker": result.worker or f"pid {os.getpid()} (the writer's check)",
-                        "attempts": result.attempts,
-                    }
-                    writer.append(failure, group="failed")
-                    summary.failed += 1
-                    summary.failures.append((sample_id, str(result)))
-                    bar.set_postfix(failed=summary.failed, refresh=False)
-                bar.update()
+                outcomes.record(job, result)
         finally:
             bar.close()
             summary.seconds = time.perf_counter() - start
         failed_now = {sample_id for sample_id, _ in summary.failures}
-        summary.unresolved = sorted((failed_before | failed_now) - finished_now)
+        summary.unresolved = sorted((failed_before | failed_now) - outcomes.finished_now)
         writer.append(_run_record("finish", executor, fingerprint, summary), group="runs")
     return summary
+
+
+def _file_attributes(recipe: Recipe, generator_file: str, source_sha256: str, fingerprint: str) -> dict:
+    """The attributes of a dataset file: provenance, the recipe, and the generator's identity."""
+    return {
+        **io.provenance(recipe.to_dict(), seed=recipe.sampling.seed),
+        "recipe": recipe.text or config.dumps(recipe.to_dict()),
+        "recipe_source": recipe.source,
+        "recipe_fingerprint": recipe.fingerprint(),
+        "generator": recipe.generator.function,
+        "generator_file": generator_file,
+        "generator_source_sha256": source_sha256,
+        "generator_fingerprint": fingerprint,
+        "n_samples": recipe.n_samples,
+    }
+
+
+class _Outcomes:
+    """Writes what each job of :func:`generate` gave: a sample, a failure, or an infrastructure incident.
+
+    The first sample to succeed checks the output format: a sample that does not fit then is fatal
+    (the generator changed), later ones are recorded as failures.
+    """
+
+    def __init__(self, writer, recipe: Recipe, path: pathlib.Path, summary: GenerationSummary, bar):
+        self.writer, self.recipe, self.path, self.summary, self.bar = writer, recipe, path, summary, bar
+        self.validated = False
+        self.finished_now: set[int] = set()
+
+    def record(self, job: tuple, result: Any) -> None:
+        sample_id, parameters, seed = job
+        if isinstance(result, parallel.JobFailure) and result.infrastructure:
+            self._incident(sample_id, result)
+            return
+        if not isinstance(result, parallel.JobFailure):
+            result = self._sample(sample_id, parameters, seed, result)
+        if isinstance(result, parallel.JobFailure):
+            self._failure(sample_id, parameters, seed, result)
+        self.bar.update()
+
+    def _incident(self, sample_id: int, result: parallel.JobFailure) -> None:
+        incident = {
+            "sample_id": sample_id,
+            "time_utc": _utc_now(),
+            "host": result.host,
+            "worker": result.worker,
+            "error_type": result.error_type,
+            "message": result.message,
+        }
+        self.writer.append(incident, group="infrastructure")
+        where = ", ".join(part for part in (result.host, result.worker) if part)
+        self.summary.infrastructure.append((sample_id, f"{result} ({where})"))
+        not_run = len(self.summary.infrastructure)
+        self.bar.set_postfix(failed=self.summary.failed, not_run=not_run, refresh=False)
+
+    def _sample(self, sample_id: int, parameters: dict, seed: int, result: dict
+                ) ->  parallel.JobFailure | None:
+        """Check and append one sample; the failure it turned into, if it did not fit."""
+        try:
+            result = _checked_result(self.recipe, parameters, result)
+        except _LabelMismatch as error:
+            if not self.validated:
+                raise self.recipe.error(
+                    f"sample {sample_id}: {error}; fix the labels or the generator",
+                    ("generator", "labels"),
+                ) from None
+            return parallel.JobFailure(type(error).__name__, str(error), "")
+        except ValueError as error:
+            return parallel.JobFailure(type(error).__name__, str(error), "")
+        record = {"sample_id": sample_id, "sample_seed": seed, **parameters, **result}
+        try:
+            self.writer.append(record)
+        except (ValueError, TypeError) as error:  # keys, shapes or dtypes unlike earlier samples
+            if not self.validated:
+                raise DataError(
+                    f"{self.path}: sample {sample_id}, the first of this run to finish, does not fit "
+                    f"the samples already in the file ({error}); the generator's output changed"
+                ) from error
+            return parallel.JobFailure(type(error).__name__, str(error), "")
+        self.validated = True
+        self.summary.succeeded += 1
+        self.finished_now.add(sample_id)
+        return None
+
+    def _failure(self, sample_id: int, parameters: dict, seed: int, result: parallel.JobFailure) -> None:
+        failure = {
+            "sample_id": sample_id,
+            "sample_seed": seed,
+            "parameters": json.dumps(parameters),
+            "error_type": result.error_type,
+            "message": result.message,
+            "traceback": result.traceback,
+            "host": result.host or socket.gethostname(),
+            "worker": result.worker or f"pid {os.getpid()} (the writer's check)",
+            "attempts": result.attempts,
+        }
+        self.writer.append(failure, group="failed")
+        self.summary.failed += 1
+        self.summary.failures.append((sample_id, str(result)))
+        self.bar.set_postfix(failed=self.summary.failed, refresh=False)
 
 
 def read_dataset(path: str | os.PathLike, group: str = "/") -> dict[str, np.ndarray]:

@@ -24,26 +24,31 @@ def _check_grid(shape, centers, spacing, supersample) -> tuple[list[torch.Tensor
                          f"{type(shape).__name__}), got {len(centers)}")
     if len(spacing) != shape.dim:
         raise ValueError(f"spacing must hold one cell size per axis ({shape.dim}), got {len(spacing)}")
-    checked = []
-    for axis, axis_centers in enumerate(centers):
-        if not isinstance(axis_centers, torch.Tensor):
-            axis_centers = torch.as_tensor(axis_centers, dtype=torch.get_default_dtype())
-        if axis_centers.dim() != 1 or len(axis_centers) == 0:
-            raise ValueError(f"centers[{axis}] must be a non-empty 1D tensor of cell-centre coordinates, "
-                             f"got shape {tuple(axis_centers.shape)}")
-        if not axis_centers.is_floating_point():
-            axis_centers = axis_centers.to(torch.get_default_dtype())
-        checked.append(axis_centers)
-    sizes = []
-    for axis, size in enumerate(spacing):
-        size = float(size)
-        if not (math.isfinite(size) and size > 0):
-            raise ValueError(f"spacing[{axis}] must be a finite cell size > 0, got {size}")
-        sizes.append(size)
+    checked = [_check_centers(axis, axis_centers) for axis, axis_centers in enumerate(centers)]
+    sizes = [_check_size(axis, size) for axis, size in enumerate(spacing)]
     if isinstance(supersample, bool) or not isinstance(supersample, int) or supersample < 1:
         raise ValueError(f"supersample must be an integer >= 1 (sub-points per cell and axis), "
                          f"got {supersample!r}")
     return checked, sizes
+
+
+def _check_centers(axis: int, axis_centers) -> torch.Tensor:
+    """The cell centres of one axis as a floating 1D tensor (default dtype unless already floating)."""
+    if not isinstance(axis_centers, torch.Tensor):
+        axis_centers = torch.as_tensor(axis_centers, dtype=torch.get_default_dtype())
+    if axis_centers.dim() != 1 or len(axis_centers) == 0:
+        raise ValueError(f"centers[{axis}] must be a non-empty 1D tensor of cell-centre coordinates, "
+                         f"got shape {tuple(axis_centers.shape)}")
+    if not axis_centers.is_floating_point():
+        axis_centers = axis_centers.to(torch.get_default_dtype())
+    return axis_centers
+
+
+def _check_size(axis: int, size) -> float:
+    size = float(size)
+    if not (math.isfinite(size) and size > 0):
+        raise ValueError(f"spacing[{axis}] must be a finite cell size > 0, got {size}")
+    return size
 
 
 def rasterize(shape: Geometry, centers: Sequence[torch.Tensor], spacing: Sequence[float],

@@ -66,19 +66,7 @@ def check(path: str | os.PathLike) -> CheckReport:
         report.damaged(f"{error}; nothing can be recovered with this tool")
         return report
     live = writer_is_live(path)
-    state = "left open by a killed writer" if superblock.flags else "clean"
-    if live:
-        state = "open by a live writer"
-    report.lines.append(f"superblock: version {superblock.version}, checksum ok, {state}")
-    size = path.stat().st_size
-    if superblock.end_of_file is not None:
-        if size < superblock.end_of_file:
-            report.damaged(f"truncated: {size} bytes, the superblock says {superblock.end_of_file}")
-        else:
-            report.lines.append(f"length: {size} bytes, end of file recorded at {superblock.end_of_file}: ok")
-    if not live:
-        for undo in path.parent.glob(f".{path.name}.*.undo"):
-            report.damaged(f"a table creation was interrupted; the next H5Writer restores {undo.name}")
+    size = _check_superblock(report, superblock, live)
     try:
         file = open_for_reading(path, check_length=False)
     except DataError as error:
@@ -93,6 +81,26 @@ def check(path: str | os.PathLike) -> CheckReport:
         for name, group in tables:
             _check_table(report, name, group, size)
     return report
+
+
+def _check_superblock(report: CheckReport, superblock, live: bool) -> int:
+    """Report the superblock's state, the file's length against it, and interrupted table creations;
+    the file's length in bytes."""
+    path = report.path
+    state = "left open by a killed writer" if superblock.flags else "clean"
+    if live:
+        state = "open by a live writer"
+    report.lines.append(f"superblock: version {superblock.version}, checksum ok, {state}")
+    size = path.stat().st_size
+    if superblock.end_of_file is not None:
+        if size < superblock.end_of_file:
+            report.damaged(f"truncated: {size} bytes, the superblock says {superblock.end_of_file}")
+        else:
+            report.lines.append(f"length: {size} bytes, end of file recorded at {superblock.end_of_file}: ok")
+    if not live:
+        for undo in path.parent.glob(f".{path.name}.*.undo"):
+            report.damaged(f"a table creation was interrupted; the next H5Writer restores {undo.name}")
+    return size
 
 
 def _check_table(report: CheckReport, name: str, group: h5py.Group, size: int) -> None:

@@ -139,7 +139,8 @@ def main(argv=None) -> dict:
         model, history, metrics = train(name, data, size["epochs"], size["features"], size["interactions"],
                                         checkpoint=output / f"{name}.chk")
         ms.potentials.save(model, output / f"{name}.pt")
-        print(f"{name}: {len(history)} epochs, validation force MAE {metrics['force_mae']:.0f} kJ/mol/nm")
+        epochs = len(history["epoch"])
+        print(f"{name}: {epochs} epochs, validation force MAE {metrics['force_mae']:.0f} kJ/mol/nm")
         trajectories[name] = run_md(system, model.bind(numbers), args.temperature, size["md_steps"], seed=2)
     summary = compare(system, trajectories)
     (output / "summary.json").write_text(json.dumps(summary, indent=1))

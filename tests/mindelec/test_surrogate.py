@@ -91,7 +91,7 @@ def test_sparameter_surrogate_beats_mean_predictors(trained):
 
 def test_checkpoints_save_load_and_touchstone(trained, tmp_path):
     path, model, history = trained
-    assert (path.parent / "fit.chk").is_file() and len(history["train_loss"]) == 600
+    assert (path.parent / "fit.chk").is_file() and len(history["loss"]) == 600
     model.save(tmp_path / "model.pt")
     loaded = surrogate.SParameterSurrogate.load(tmp_path / "model.pt")
     parameters = torch.tensor([[12e-3, 3.0], [25e-3, 2.0]], dtype=torch.float64)
@@ -259,7 +259,7 @@ model, history = surrogate.train_sparameter_surrogate(
     seed=1, progress=False, context=context)
 weights = torch.cat([parameter.detach().flatten() for parameter in model.parameters()])
 with open(f"{sys.argv[2]}.{context.rank}.json", "w") as handle:
-    json.dump({"world_size": context.world_size, "train_loss": history["train_loss"],
+    json.dump({"world_size": context.world_size, "train_loss": history["loss"],
                "validation_loss": history["validation_loss"], "weights": weights.tolist()}, handle)
 """
 
@@ -358,7 +358,7 @@ def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
-            if path.exists() and load_checkpoint(path)["epoch"] >= 5:
+            if path.exists() and load_checkpoint(path)["done"] >= 5:
                 process.kill()  # SIGKILL: no handler, no final checkpoint
                 break
             time.sleep(0.02)
@@ -366,7 +366,7 @@ def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
         process.kill()
         returncode = process.wait()
     assert returncode == -9, "the training process must have been killed part-way"
-    killed_at = load_checkpoint(path)["epoch"]
+    killed_at = load_checkpoint(path)["done"]
     assert 5 <= killed_at < epochs
 
     threads = torch.get_num_threads()
@@ -379,14 +379,14 @@ def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
         plain_history = surrogate.fit(plain, inputs, targets, epochs=epochs, **options)
     finally:
         torch.set_num_threads(threads)
-    assert resumed_history["epoch"] == list(range(epochs))
-    assert resumed_history["train_loss"] == plain_history["train_loss"]
+    assert resumed_history["epoch"] == list(range(1, epochs + 1))
+    assert resumed_history["loss"] == plain_history["loss"]
     assert resumed_history["validation_loss"] == plain_history["validation_loss"]
     assert resumed_history["validation_indices"] == plain_history["validation_indices"]
     assert resumed_history["best_epoch"] == plain_history["best_epoch"]
     for (name, value), (_, expected) in zip(resumed.state_dict().items(), plain.state_dict().items()):
         assert torch.equal(value, expected), name
-    assert load_checkpoint(path)["epoch"] == epochs
+    assert load_checkpoint(path)["done"] == epochs
     # a finished checkpoint returns at once with the same best weights
     again = _resume_model(seed=5)
     surrogate.fit(again, inputs, targets, epochs=epochs, checkpoint=path, **options)
@@ -404,7 +404,7 @@ def test_fit_refuses_a_foreign_or_mismatched_checkpoint(tmp_path):
     history = surrogate.fit(
         _resume_model(0), inputs, targets, epochs=3, checkpoint=path, progress=False, resume=False
     )
-    assert history["epoch"] == [0, 1, 2]  # resume=False starts over and overwrites
+    assert history["epoch"] == [1, 2, 3]  # resume=False starts over and overwrites
     with pytest.raises(ConfigurationError, match="written with lr = 0.003, this call has 0.01"):
         surrogate.fit(_resume_model(0), inputs, targets, epochs=3, lr=1e-2, checkpoint=path, progress=False)
     with pytest.raises(ConfigurationError, match="splits 48 samples; this call has 40"):

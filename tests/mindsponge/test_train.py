@@ -52,7 +52,8 @@ def test_schnet_learns_xtb_forces(xtb_dataset):
     print(f"force label spread {spread:.1f} kJ/mol/nm; validation force MAE {before['force_mae']:.1f} "
           f"-> {after['force_mae']:.1f}, RMSE {after['force_rmse']:.1f}; energy MAE per atom "
           f"{after['energy_mae_per_atom']:.2f} kJ/mol")
-    assert len(history) == 30
+    assert len(history["epoch"]) == 30 and history["epoch"][-1] == 30
+    assert history["step"][-1] == 30 * 16  # 128 training samples in batches of 8
     assert after["force_mae"] < 0.2 * spread
     assert after["force_mae"] < 0.3 * before["force_mae"]
     assert after["force_rmse"] >= after["force_mae"]
@@ -103,7 +104,7 @@ def test_early_stopping_and_resume(tmp_path, xtb_dataset):
     data = TrainingData.from_hdf5(xtb_dataset).subset(torch.arange(24))
     # learning rate 0: the validation loss never improves, so training stops after `patience` epochs
     frozen = Trainer(small_model(), data, learning_rate=0.0, patience=2, progress=False)
-    assert len(frozen.fit(epochs=50)) == 3
+    assert len(frozen.fit(epochs=50)["epoch"]) == 3
     # 2 epochs, then 2 more from the checkpoint == 4 epochs in one go (bit for bit)
     straight = Trainer(small_model(dtype=torch.float64), data, batch_size=4, progress=False)
     straight.fit(epochs=4)
@@ -114,8 +115,12 @@ def test_early_stopping_and_resume(tmp_path, xtb_dataset):
     resumed = Trainer(small_model(dtype=torch.float64), data, batch_size=4, checkpoint=checkpoint,
                       progress=False)
     history = resumed.fit(epochs=4)
-    expected = [record["train_loss"] for record in straight.history]
-    assert [record["train_loss"] for record in history] == expected
+    assert history["loss"] == straight.history["loss"]
+    assert history["validation_loss"] == straight.history["validation_loss"]
+    assert (tmp_path / "train.chk.history.csv").read_text().count("\n") == 5  # header + 4 epochs
+    with pytest.warns(DeprecationWarning, match=r"history\[index\]"):
+        first_epoch = history[0]  # the list of per-epoch dicts it used to be
+    assert first_epoch["train_loss"] == history["loss"][0] and first_epoch["epoch"] == 1
     loaded = ms.potentials.load(checkpoint)
     assert type(loaded).__name__ == "SchNet"
 
@@ -143,8 +148,8 @@ def test_torchrun_two_processes_match_one(tmp_path, xtb_dataset):
                              *arguments, "--history", str(double)],
                             env=environment, timeout=300, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    single_losses = [record["train_loss"] for record in json.loads(single.read_text())]
-    double_losses = [record["train_loss"] for record in json.loads(double.read_text())]
+    single_losses = json.loads(single.read_text())["loss"]
+    double_losses = json.loads(double.read_text())["loss"]
     assert len(single_losses) == len(double_losses) == 2
     np.testing.assert_allclose(double_losses, single_losses, rtol=1e-8)
     assert single_losses[-1] < single_losses[0]
