@@ -40,7 +40,7 @@ def main():
     torch.set_num_threads(1)
     options = {"n_frequencies": 26}
     if arguments.quick:
-        options.update(resolution=2e-3, guide_length=160e-3, port_offset=45e-3, pml=10)
+        options.update(cell_size=2e-3, guide_length=160e-3, port_offset=45e-3, pml=10)
     setup = sweeps.WaveguideSetup(**options)
     design = {"length": 15e-3, "permittivity": 3.0}
     fdtd_seconds = best_time(
@@ -68,7 +68,7 @@ def main():
         batch_seconds = best_time(lambda: model.predict(batch), max(1, repeats // 10)) / len(batch)
 
     print(
-        f"FDTD grid {setup.guide_length / setup.resolution:.0f} x {setup.height / setup.resolution:.0f} "
+        f"FDTD grid {setup.guide_length / setup.cell_size:.0f} x {setup.height / setup.cell_size:.0f} "
         "cells, "
         f"{len(frequencies)} frequencies; 1 thread"
     )

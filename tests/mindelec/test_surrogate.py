@@ -149,7 +149,7 @@ def test_frequency_axis_and_column_errors(trained, tmp_path):
 def test_autoencoder_round_trip_on_fdtd_snapshots():
     sim = fdtd.Simulation(
         size=(32e-3, 32e-3),
-        resolution=1e-3,
+        cell_size=1e-3,
         boundary=fdtd.PML(thickness=6),
         sources=[fdtd.PointDipole((-5e-3, 3e-3), "Ez", fdtd.GaussianPulse(f0=20e9, fwidth=12e9))],
         monitors=[fdtd.Snapshots("s", every=2, components=("Ez",))],
@@ -184,7 +184,7 @@ def test_field_surrogate_predicts_fdtd_fields_of_unseen_designs():
     """Trained on 16 FDTD field maps (Sobol designs), scored on 3 designs it never saw (another Sobol
     sequence, inside the training ranges) against the mean of the training fields."""
     options = {
-        "resolution": 2e-3,
+        "cell_size": 2e-3,
         "guide_length": 160e-3,
         "port_offset": 45e-3,
         "pml": 10,
