@@ -108,7 +108,8 @@ def _permittivity_array(permittivity, ndim: int) -> np.ndarray:
         permittivity = torch.from_numpy(permittivity)
     if not isinstance(permittivity, torch.Tensor):
         raise ConfigurationError(
-            f"permittivity must be a tensor or numpy array of shape {expected}, got {type(permittivity).__name__}"
+            f"permittivity must be a tensor or numpy array of shape {expected}, "
+            f"got {type(permittivity).__name__}"
         )
     if permittivity.dim() not in ((ndim, ndim + 1) if ndim == 2 else (1,)):
         raise ConfigurationError(f"permittivity must have shape {expected}, got {tuple(permittivity.shape)}")
@@ -117,7 +118,9 @@ def _permittivity_array(permittivity, ndim: int) -> np.ndarray:
             f"permittivity per component must have shape (3, ny, nz), got {tuple(permittivity.shape)}"
         )
     if min(permittivity.shape[-ndim:]) < 3:
-        raise ConfigurationError(f"permittivity needs at least 3 cells per axis, got {tuple(permittivity.shape)}")
+        raise ConfigurationError(
+            f"permittivity needs at least 3 cells per axis, got {tuple(permittivity.shape)}"
+        )
     if not (torch.is_floating_point(permittivity) or torch.is_complex(permittivity)):
         permittivity = permittivity.double()
     checks.finite_cells(permittivity, "permittivity")
@@ -177,7 +180,7 @@ def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float)
 # ----------------------------------------------------------------------------- operators
 
 
-def _stretch(count: int, pml: int, half: bool, k0: float) -> np.ndarray:
+def _stretch(count: int, pml: int, half: bool) -> np.ndarray:
     """The PML's complex stretching ``s`` at the ``count`` integer (or half) nodes of an axis."""
     positions = np.arange(count) + (0.5 if half else 0.0)
     if pml == 0:
@@ -195,7 +198,7 @@ def _differences(count: int, step: float, periodic: bool, stretch_half, stretch_
     """
     forward = sparse.diags([-np.ones(count), np.ones(count - 1)], [0, 1], shape=(count, count), format="lil")
     if periodic:
-        forward[count - 1, 0] = 1.0
+        forward[count - 1, 0] += 1.0  # one cell: the difference vanishes
     forward = forward.tocsr() / step
     backward = -forward.T
     return sparse.diags(1.0 / stretch_half) @ forward, sparse.diags(1.0 / stretch_integer) @ backward
@@ -239,8 +242,8 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
     ny, nz = values.shape[-2:]
     dy, dz = cell_sizes
     eps_x, eps_y, eps_z = _component_permittivities(values, periodic_z)
-    fy, by = _differences(ny, dy, False, _stretch(ny, pml[0], True, k0), _stretch(ny, pml[0], False, k0))
-    fz, bz = _differences(nz, dz, periodic_z, _stretch(nz, pml[1], True, k0), _stretch(nz, pml[1], False, k0))
+    fy, by = _differences(ny, dy, False, _stretch(ny, pml[0], True), _stretch(ny, pml[0], False))
+    fz, bz = _differences(nz, dz, periodic_z, _stretch(nz, pml[1], True), _stretch(nz, pml[1], False))
     eye_y, eye_z = sparse.identity(ny), sparse.identity(nz)
     forward_y, backward_y = sparse.kron(fy, eye_z).tocsr(), sparse.kron(by, eye_z).tocsr()
     forward_z, backward_z = sparse.kron(eye_y, fz).tocsr(), sparse.kron(eye_y, bz).tocsr()
@@ -252,18 +255,21 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
     inverse_x = np.where(wall, 0.0, 1.0 / eps_x).reshape(-1)
     inverse_eps_x = sparse.diags(inverse_x)
     identity = sparse.identity(ny * nz)
+    # d/dy and d/dz of E_x, which curl H gives in terms of H_t
+    y_of_ex, z_of_ex = forward_y @ inverse_eps_x, forward_z @ inverse_eps_x
     p = sparse.bmat(
         [
-            [-forward_y @ inverse_eps_x @ backward_z, k0**2 * identity + forward_y @ inverse_eps_x @ backward_y],
-            [-(k0**2) * identity - forward_z @ inverse_eps_x @ backward_z, forward_z @ inverse_eps_x @ backward_y],
+            [-y_of_ex @ backward_z, k0**2 * identity + y_of_ex @ backward_y],
+            [-(k0**2) * identity - z_of_ex @ backward_z, z_of_ex @ backward_y],
         ]
-    ) / k0
+    )
+    eps_y, eps_z = sparse.diags(eps_y.reshape(-1)), sparse.diags(eps_z.reshape(-1))
     q = sparse.bmat(
         [
-            [backward_y @ forward_z, -(k0**2) * sparse.diags(eps_z.reshape(-1)) - backward_y @ forward_y],
-            [k0**2 * sparse.diags(eps_y.reshape(-1)) + backward_z @ forward_z, -backward_z @ forward_y],
+            [backward_y @ forward_z, -(k0**2) * eps_z - backward_y @ forward_y],
+            [k0**2 * eps_y + backward_z @ forward_z, -backward_z @ forward_y],
         ]
-    ) / k0
+    )
     # E_y is tangential to the walls z = 0 (its integer z node 0), E_z to the walls y = 0
     pinned_y = np.zeros((ny, nz), dtype=bool)
     if not periodic_z:
@@ -271,7 +277,9 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
     pinned_z = np.zeros((ny, nz), dtype=bool)
     pinned_z[0, :] = True
     free = np.flatnonzero(~np.concatenate([pinned_y.reshape(-1), pinned_z.reshape(-1)]))
-    return _Operators(forward_y, forward_z, backward_y, backward_z, inverse_eps_x, p.tocsr(), q.tocsr(), free)
+    return _Operators(
+        forward_y, forward_z, backward_y, backward_z, inverse_eps_x, p.tocsr() / k0, q.tocsr() / k0, free
+    )
 
 
 # ----------------------------------------------------------------------------- eigen-solve
@@ -283,7 +291,8 @@ def _eigenpairs(matrix, count: int, shift: float):
     if size <= _DENSE_LIMIT:
         values, vectors = scipy.linalg.eig(matrix.toarray())
     else:
-        values, vectors = scipy.sparse.linalg.eigs(matrix.tocsc(), k=count, sigma=shift, which="LM")
+        start = np.ones(size)  # a fixed start vector: the same input gives the same modes
+        values, vectors = scipy.sparse.linalg.eigs(matrix.tocsc(), k=count, sigma=shift, which="LM", v0=start)
     order = np.argsort(np.abs(values - shift))[:count]
     order = order[np.argsort(-values[order].real, kind="stable")]
     return values[order], vectors[:, order]
