@@ -66,13 +66,16 @@ MIN_CELLS_PER_WAVELENGTH = 10
 #: problems with at most this many unknowns are solved densely (every eigenpair, exactly)
 _DENSE_LIMIT = 200
 
-#: the PML's stretching ``s = 1 - j strength (depth / thickness)^3``
-_PML_STRENGTH = 4.0
+#: the PML's design reflection for a wave crossing it and back at normal incidence in vacuum
+_PML_REFLECTION = 1e-3
 
 
 @dataclass(frozen=True)
 class Modes:
-    """The modes one solve found, sorted by decreasing ``Re(n_eff^2)`` (guided modes first).
+    """The modes one solve found, nearest ``n_eff^2 = max(Re permittivity)`` first: for lossless modes,
+    by decreasing effective index (guided modes first, then evanescent ones). With a PML the solve
+    also finds PML (Berenger) modes, with a large negative ``Im(n_eff)``; they sort after the guided
+    modes but may come before weakly guided or radiation modes.
 
     Attributes:
         effective_index: (M,) complex128 tensor, ``beta / k0``.
@@ -180,17 +183,20 @@ def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float)
 # ----------------------------------------------------------------------------- operators
 
 
-def _stretch(count: int, pml: int, half: bool) -> np.ndarray:
-    """The PML's complex stretching ``s`` at the ``count`` integer (or half) nodes of an axis."""
-    positions = np.arange(count) + (0.5 if half else 0.0)
+def _stretch(count: int, pml: int, half: bool, step: float, k0: float) -> np.ndarray:
+    """The PML's complex stretching ``s = 1 - j sigma (depth / thickness)^3`` at the integer (or half)
+    nodes of an axis, ``sigma`` giving :data:`_PML_REFLECTION` (round trip, vacuum, normal incidence)."""
     if pml == 0:
         return np.ones(count, dtype=complex)
-    depth = np.maximum(pml - positions, positions - (count - pml)) / pml
-    return 1.0 - 1j * _PML_STRENGTH * np.clip(depth, 0.0, None) ** 3
+    positions = np.arange(count) + (0.5 if half else 0.0)
+    depth = np.clip(np.maximum(pml - positions, positions - (count - pml)) / pml, 0.0, None)
+    sigma = -4.0 * math.log(_PML_REFLECTION) / (2.0 * k0 * pml * step)
+    return 1.0 - 1j * sigma * depth**3
 
 
-def _differences(count: int, step: float, periodic: bool, stretch_half, stretch_integer):
-    """Forward (integer -> half node) and backward (half -> integer) differences along one axis.
+def _differences(count: int, step: float, periodic: bool, pml: int, k0: float):
+    """Forward (integer -> half node) and backward (half -> integer) differences along one axis,
+    each divided by the PML stretching at the nodes it lands on.
 
     With PEC walls the field beyond the last integer node is zero (the far wall), and the backward
     difference's first row (the near wall's node, where tangential E is zero) only feeds values the
@@ -201,6 +207,10 @@ def _differences(count: int, step: float, periodic: bool, stretch_half, stretch_
         forward[count - 1, 0] += 1.0  # one cell: the difference vanishes
     forward = forward.tocsr() / step
     backward = -forward.T
+    stretch_half, stretch_integer = (
+        _stretch(count, pml, True, step, k0),
+        _stretch(count, pml, False, step, k0),
+    )
     return sparse.diags(1.0 / stretch_half) @ forward, sparse.diags(1.0 / stretch_integer) @ backward
 
 
@@ -242,8 +252,8 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
     ny, nz = values.shape[-2:]
     dy, dz = cell_sizes
     eps_x, eps_y, eps_z = _component_permittivities(values, periodic_z)
-    fy, by = _differences(ny, dy, False, _stretch(ny, pml[0], True), _stretch(ny, pml[0], False))
-    fz, bz = _differences(nz, dz, periodic_z, _stretch(nz, pml[1], True), _stretch(nz, pml[1], False))
+    fy, by = _differences(ny, dy, False, pml[0], k0)
+    fz, bz = _differences(nz, dz, periodic_z, pml[1], k0)
     eye_y, eye_z = sparse.identity(ny), sparse.identity(nz)
     forward_y, backward_y = sparse.kron(fy, eye_z).tocsr(), sparse.kron(by, eye_z).tocsr()
     forward_z, backward_z = sparse.kron(eye_y, fz).tocsr(), sparse.kron(eye_y, bz).tocsr()
@@ -286,15 +296,14 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
 
 
 def _eigenpairs(matrix, count: int, shift: float):
-    """The ``count`` eigenpairs of ``matrix`` nearest ``shift``, by decreasing real part."""
+    """The ``count`` eigenpairs of ``matrix`` nearest ``shift``, nearest first."""
     size = matrix.shape[0]
     if size <= _DENSE_LIMIT:
         values, vectors = scipy.linalg.eig(matrix.toarray())
     else:
         start = np.ones(size)  # a fixed start vector: the same input gives the same modes
         values, vectors = scipy.sparse.linalg.eigs(matrix.tocsc(), k=count, sigma=shift, which="LM", v0=start)
-    order = np.argsort(np.abs(values - shift))[:count]
-    order = order[np.argsort(-values[order].real, kind="stable")]
+    order = np.argsort(np.abs(values - shift), kind="stable")[:count]
     return values[order], vectors[:, order]
 
 
@@ -384,7 +393,7 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
         cell_size: the cell size (m), one length or ``(dy, dz)``.
         frequency: Hz. The shortest wavelength in the material must span at least
             :data:`MIN_CELLS_PER_WAVELENGTH` cells.
-        num_modes: how many modes to return (those of largest ``Re(n_eff^2)``).
+        num_modes: how many modes to return (those of ``n_eff^2`` nearest the largest permittivity).
         pml_cells: cells of PML lining the PEC walls, one int or ``(along y, along z)``; 0 (the
             default) leaves bare metal walls, right for metallic waveguides and for dielectric
             guides whose fields have decayed at the walls.
@@ -422,7 +431,7 @@ def line_modes(permittivity, cell_size, frequency, polarization="TM", num_modes=
         cell_size: the cell size along the line (m).
         frequency: Hz (at least :data:`MIN_CELLS_PER_WAVELENGTH` cells per wavelength in the material).
         polarization: ``"TM"`` or ``"TE"``.
-        num_modes: how many modes to return (those of largest ``Re(n_eff^2)``).
+        num_modes: how many modes to return (those of ``n_eff^2`` nearest the largest permittivity).
         pml_cells: cells of PML lining the PEC walls at both ends of the line.
 
     Returns:

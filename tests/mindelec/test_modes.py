@@ -12,7 +12,7 @@ import torch
 from scipy.optimize import brentq
 
 from common.errors import ConfigurationError, DataError
-from common.units import SPEED_OF_LIGHT
+from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY
 from mindelec import modes
 
 # WR-90 rectangular waveguide (a x b), hollow, PEC walls
@@ -129,11 +129,31 @@ def test_slab_mode_fields_follow_polarization_and_carry_one_watt():
     assert abs(electric[2]).argmax() in range(100, 120)  # peak in the core
 
 
-def test_slab_with_pml_keeps_guided_index():
+def test_slab_with_pml_keeps_guided_index_and_absorbs_radiation():
+    """A PML leaves the guided mode as it is (its field has decayed there) and turns the box's
+    radiation modes into lossy ones (``Im n_eff < 0`` in the ``exp(j omega t)`` convention)."""
     exact = slab_effective_index("TM")
-    result = modes.line_modes(slab_profile(10e-9), 10e-9, SPEED_OF_LIGHT / WAVELENGTH, "TM", pml_cells=20)
-    assert abs(result.effective_index[0].item() - exact) < 1e-3
-    assert abs(result.effective_index[0].item().imag) < 1e-6
+    frequency = SPEED_OF_LIGHT / WAVELENGTH
+    bare = modes.line_modes(slab_profile(10e-9), 10e-9, frequency, "TM", num_modes=2).effective_index
+    lined = modes.line_modes(slab_profile(10e-9), 10e-9, frequency, "TM", num_modes=4, pml_cells=40)
+    guided, *radiation = lined.effective_index.tolist()
+    assert abs(guided - exact) < 1e-3 and abs(guided.imag) < 1e-6
+    assert abs(bare[1].imag) < 1e-12  # a standing wave between the PEC walls
+    assert all(mode.imag < -1e-3 for mode in radiation)
+
+
+def test_te10_profile_is_the_analytic_sine():
+    """TE10: E_z = E0 sin(pi y / a) and H_y = -E_z / Z_TE with Z_TE = omega mu0 / beta (Pozar,
+    Microwave Engineering, sec. 3.3); on the grid's nodes the discrete mode's E_z is an exact sine."""
+    cells, frequency = 40, 10e9
+    result = metal_guide_modes(cells, frequency, num_modes=1)
+    e_z = result.electric[0, 2, :, 5]  # integer y nodes i * a / cells
+    sine = torch.sin(math.pi * torch.arange(cells, dtype=torch.float64) / cells)
+    assert torch.allclose(e_z / e_z[cells // 2], sine.to(e_z.dtype), atol=1e-9)
+    omega_mu0 = 2 * math.pi * frequency * VACUUM_PERMEABILITY
+    wave_impedance = omega_mu0 / result.propagation_constant[0].real  # Z_TE = omega mu0 / beta
+    h_y = result.magnetic[0, 1, 1:, 5]  # H_y shares E_z's nodes away from the y = 0 wall
+    assert torch.allclose(h_y, -e_z[1:] / wave_impedance, rtol=1e-9, atol=0)
 
 
 def strip_permittivity(cell):
