@@ -32,14 +32,16 @@ sub-cell averaging for E), unless given per component. The domain walls (integer
 
 Units: metres, hertz; E in V/m and H in A/m, each mode normalised to carry 1 W (cross-sections)
 or 1 W/m (lines) along ``+x``, with its largest transverse E component real and positive at its
-peak. Tensors are float64/complex128 on the CPU.
+peak. Tensors are float64/complex128 on the CPU. The solve runs in numpy/scipy: no gradient flows
+back to the permittivity.
 
 Example::
 
+    from common.units import SPEED_OF_LIGHT
     from mindelec import modes
     permittivity = torch.full((100, 100), 1.444**2)
     permittivity[39:61, 25:75] = 3.48**2          # 220 x 500 nm silicon, 10 nm cells
-    result = modes.cross_section_modes(permittivity, cell_size=10e-9, frequency=c / 1.55e-6)
+    result = modes.cross_section_modes(permittivity, cell_size=10e-9, frequency=SPEED_OF_LIGHT / 1.55e-6)
     result.effective_index[0]                     # about 2.44 (TE0)
 """
 
@@ -80,8 +82,9 @@ class Modes:
     Attributes:
         effective_index: (M,) complex128 tensor, ``beta / k0``.
         electric: (M, 3, ny, nz) complex128 tensor, (E_x, E_y, E_z) in V/m on their Yee nodes
-            (module docstring); ``x`` is the propagation axis. For a line, ``nz = 1``.
-        magnetic: (M, 3, ny, nz) complex128 tensor, (H_x, H_y, H_z) in A/m on their Yee nodes.
+            (module docstring); ``x`` is the propagation axis. For a line, (M, 3, n).
+        magnetic: (M, 3, ny, nz) complex128 tensor, (H_x, H_y, H_z) in A/m on their Yee nodes;
+            for a line, (M, 3, n).
         frequency: Hz.
         cell_size: ``(dy, dz)`` in m (``dz = inf`` for a line).
     """
@@ -167,8 +170,8 @@ def _pml_cells(pml_cells, shape) -> tuple:
     return counts
 
 
-def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float) -> float:
-    """``k0`` (rad/m) once the grid resolves the shortest wavelength in the material."""
+def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float) -> None:
+    """Refuse a frequency whose shortest wavelength in the material the grid does not resolve."""
     wavelength = SPEED_OF_LIGHT / (frequency * math.sqrt(largest_permittivity))
     cells = wavelength / max(cell_sizes)
     if cells < MIN_CELLS_PER_WAVELENGTH:
@@ -177,7 +180,6 @@ def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float)
             f"in the densest material ({wavelength:.6g} m) spans {cells:.3g} cells, fewer than "
             f"{MIN_CELLS_PER_WAVELENGTH}; use smaller cells or a lower frequency"
         )
-    return 2.0 * math.pi * frequency / SPEED_OF_LIGHT
 
 
 # ----------------------------------------------------------------------------- operators
@@ -351,10 +353,11 @@ def _normalise(electric, magnetic, cell_area: float):
     return electric * scale, magnetic * scale
 
 
-def _solve(values, cell_sizes, k0, pml, num_modes, periodic_z, block=None) -> Modes:
+def _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z, block=None) -> Modes:
     """Assemble, solve and package the modes (``block``: 0 = E_y only, 1 = E_z only, None = both)."""
     shape = values.shape[-2:]
     size = shape[0] * shape[1]
+    k0 = 2.0 * math.pi * frequency / SPEED_OF_LIGHT
     ops = _build_operators(values, cell_sizes, k0, pml, periodic_z)
     free = ops.free if block is None else ops.free[(ops.free >= size) == bool(block)]
     num_modes = _check_mode_count(num_modes, free.size)
@@ -374,7 +377,7 @@ def _solve(values, cell_sizes, k0, pml, num_modes, periodic_z, block=None) -> Mo
         effective_index=torch.from_numpy(beta / k0),
         electric=torch.from_numpy(np.stack(electric)),
         magnetic=torch.from_numpy(np.stack(magnetic)),
-        frequency=k0 * SPEED_OF_LIGHT / (2.0 * math.pi),
+        frequency=frequency,
         cell_size=tuple(cell_sizes),
     )
 
@@ -410,8 +413,8 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
     cell_sizes = _cell_sizes(cell_size, 2)
     frequency = _positive(frequency, "frequency")
     pml = _pml_cells(pml_cells, values.shape[-2:])
-    k0 = _check_resolution(frequency, cell_sizes, float(np.max(values.real)))
-    return _solve(values, cell_sizes, k0, pml, num_modes, periodic_z=False)
+    _check_resolution(frequency, cell_sizes, float(np.max(values.real)))
+    return _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z=False)
 
 
 #: mindelec's 2D polarizations (:data:`mindelec.fdtd.grid.ACTIVE_COMPONENTS`) -> the E_t block solved
@@ -448,8 +451,10 @@ def line_modes(permittivity, cell_size, frequency, polarization="TM", num_modes=
     dy = _cell_sizes(cell_size, 1)[0]
     frequency = _positive(frequency, "frequency")
     pml = (_pml_cells(pml_cells, values.shape[:1])[0], 0)
-    k0 = _check_resolution(frequency, (dy,), float(np.max(values.real)))
-    modes = _solve(values, (dy, 1.0), k0, pml, num_modes, periodic_z=True, block=_LINE_BLOCKS[polarization])
+    _check_resolution(frequency, (dy,), float(np.max(values.real)))
+    modes = _solve(
+        values, (dy, 1.0), frequency, pml, num_modes, periodic_z=True, block=_LINE_BLOCKS[polarization]
+    )
     return Modes(
         effective_index=modes.effective_index,
         electric=modes.electric[..., 0],

@@ -254,3 +254,15 @@ def test_parallel_plate_line_modes_match_analytic_cutoffs():
     for m, index in zip((1, 2, 3), result.effective_index.tolist()):
         k_y = 2 / h * math.sin(m * math.pi * h / (2 * gap))
         assert abs(index.real - math.sqrt(1 - (k_y / k0) ** 2)) < 1e-9
+
+
+def test_modes_are_orthogonal_and_carry_one_watt():
+    """Lossless reciprocal guides: 1/2 sum (E_m x H_n) . x dA = delta_mn W (Snyder & Love, Optical
+    Waveguide Theory, eq. 11-13); the Yee grid pairs E_y with H_z and E_z with H_y on shared nodes."""
+    result = modes.cross_section_modes(
+        strip_permittivity(40e-9), 40e-9, SPEED_OF_LIGHT / WAVELENGTH, num_modes=4
+    )
+    electric, magnetic = result.electric, result.magnetic
+    overlap = torch.einsum("myz,nyz->mn", electric[:, 1], magnetic[:, 2])
+    overlap = 0.5 * (overlap - torch.einsum("myz,nyz->mn", electric[:, 2], magnetic[:, 1])) * (40e-9) ** 2
+    assert torch.allclose(overlap.abs(), torch.eye(4, dtype=torch.float64), atol=1e-9)
