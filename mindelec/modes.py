@@ -8,7 +8,8 @@ a negative imaginary one, and a mode losing power (to a lossy material or a PML)
 imaginary part.
 
 * :func:`cross_section_modes` - the full-vector modes of a 2D cross-section ``(ny, nz)``, for 3D
-  waveguides: dielectric strips and fibres, metallic (hollow or filled) waveguides.
+  waveguides: dielectric strips and fibres, metallic (hollow or filled) waveguides. Its ``axis``
+  argument turns the frame for guides along ``y`` (cross-section ``(x, z)``) or ``z`` (``(x, y)``).
 * :func:`line_modes` - the modes of a 1D line ``(n,)`` of a 2D simulation (slab waveguides), for
   one of mindelec's 2D polarizations.
 
@@ -385,36 +386,76 @@ def _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z, block=None
 # ----------------------------------------------------------------------------- public solvers
 
 
-def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cells=0) -> Modes:
-    """Full-vector eigenmodes of a waveguide cross-section in the ``(y, z)`` plane, along ``x``.
+#: per propagation axis, the solver frame's (w, u, v) axes: (u, v, w) is a cyclic permutation of
+#: (x, y, z), so the frame's equations are those written for w = x
+_FRAMES = {"x": (0, 1, 2), "y": (1, 2, 0), "z": (2, 0, 1)}
+
+
+def _to_frame(values: np.ndarray, cell_sizes, pml, axis: str):
+    """Permittivity, cell sizes and PML from the caller's axis order (transverse axes increasing) to
+    the frame's (u, v); only ``axis="y"`` swaps them, its frame being (z, x)."""
+    if values.ndim == 3:
+        values = values[list(_FRAMES[axis])]  # (eps_w, eps_u, eps_v)
+    if axis != "y":
+        return values, cell_sizes, pml
+    return np.swapaxes(values, -1, -2), cell_sizes[::-1], pml[::-1]
+
+
+def _from_frame(modes: Modes, axis: str) -> Modes:
+    """The frame's (E_w, E_u, E_v) fields back to (E_x, E_y, E_z) in the caller's axis order."""
+    order = np.argsort(_FRAMES[axis])  # physical component c is frame component order[c]
+    electric, magnetic = modes.electric[:, order], modes.magnetic[:, order]
+    cell_size = modes.cell_size
+    if axis == "y":
+        electric, magnetic, cell_size = (
+            electric.transpose(-1, -2),
+            magnetic.transpose(-1, -2),
+            cell_size[::-1],
+        )
+    return Modes(
+        modes.effective_index, electric.contiguous(), magnetic.contiguous(), modes.frequency, cell_size
+    )
+
+
+def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cells=0, axis="x") -> Modes:
+    """Full-vector eigenmodes of a waveguide cross-section, travelling along ``axis``.
+
+    The module docstring writes the default ``axis="x"`` (cross-section ``(y, z)``); for ``"y"`` the
+    cross-section is ``(x, z)`` and for ``"z"`` it is ``(x, y)``, the transverse axes always in
+    increasing order, each component on its FDTD Yee node in that plane.
 
     Args:
-        permittivity: relative permittivity, a tensor or numpy array of shape (ny, nz), one value
-            per cell (averaged onto each E component's node), or (3, ny, nz) already at the
-            (E_x, E_y, E_z) nodes. Real or complex (``Im < 0`` is loss, as in
-            :mod:`mindelec.fdtd.materials`), with a positive real part; finite.
-        cell_size: the cell size (m), one length or ``(dy, dz)``.
+        permittivity: relative permittivity, a tensor or numpy array of shape (n1, n2) over the
+            two transverse axes, one value per cell (averaged onto each E component's node), or
+            (3, n1, n2) already at the (E_x, E_y, E_z) nodes. Real or complex (``Im < 0`` is loss,
+            as in :mod:`mindelec.fdtd.materials`), with a positive real part; finite.
+        cell_size: the cell size (m), one length or one per transverse axis, e.g. ``(dy, dz)``.
         frequency: Hz. The shortest wavelength in the material must span at least
             :data:`MIN_CELLS_PER_WAVELENGTH` cells.
         num_modes: how many modes to return (those of ``n_eff^2`` nearest the largest permittivity).
-        pml_cells: cells of PML lining the PEC walls, one int or ``(along y, along z)``; 0 (the
+        pml_cells: cells of PML lining the PEC walls, one int or one per transverse axis; 0 (the
             default) leaves bare metal walls, right for metallic waveguides and for dielectric
             guides whose fields have decayed at the walls.
+        axis: the propagation axis, ``"x"``, ``"y"`` or ``"z"``.
 
     Returns:
-        :class:`Modes` with ``electric`` and ``magnetic`` of shape (num_modes, 3, ny, nz).
+        :class:`Modes` with ``electric`` and ``magnetic`` of shape (num_modes, 3, n1, n2), components
+        (x, y, z); ``cell_size`` in the permittivity's axis order.
 
     Raises:
-        ConfigurationError: a wrong shape, cell size, frequency (including one the grid cannot
+        ConfigurationError: a wrong shape, cell size, axis, frequency (including one the grid cannot
             resolve), ``num_modes`` above the grid's number of modes, or ``pml_cells`` too thick.
         DataError: a non-finite permittivity or one with a non-positive real part.
     """
+    if axis not in _FRAMES:
+        raise ConfigurationError(f"axis must be 'x', 'y' or 'z', got {axis!r}")
     values = _permittivity_array(permittivity, ndim=2)
     cell_sizes = _cell_sizes(cell_size, 2)
     frequency = _positive(frequency, "frequency")
     pml = _pml_cells(pml_cells, values.shape[-2:])
     _check_resolution(frequency, cell_sizes, float(np.max(values.real)))
-    return _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z=False)
+    values, cell_sizes, pml = _to_frame(values, cell_sizes, pml, axis)
+    return _from_frame(_solve(values, cell_sizes, frequency, pml, num_modes, periodic_z=False), axis)
 
 
 #: mindelec's 2D polarizations (:data:`mindelec.fdtd.grid.ACTIVE_COMPONENTS`) -> the E_t block solved

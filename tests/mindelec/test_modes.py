@@ -266,3 +266,47 @@ def test_modes_are_orthogonal_and_carry_one_watt():
     overlap = torch.einsum("myz,nyz->mn", electric[:, 1], magnetic[:, 2])
     overlap = 0.5 * (overlap - torch.einsum("myz,nyz->mn", electric[:, 2], magnetic[:, 1])) * (40e-9) ** 2
     assert torch.allclose(overlap.abs(), torch.eye(4, dtype=torch.float64), atol=1e-9)
+
+
+@pytest.mark.parametrize("axis, narrow", [("y", 2), ("z", 1)])
+def test_other_propagation_axes_give_the_same_modes_permuted(axis, narrow):
+    """WR-90 with its wide side along x, travelling along y or z: the same TE10/TE20 indices as along
+    x (the same discrete problem), E along the narrow side, E_z or E_y a sine across the wide side."""
+    cells, cells_narrow, frequency = 40, 18, 14e9
+    along_x = metal_guide_modes(cells, frequency, num_modes=2)
+    result = modes.cross_section_modes(
+        torch.ones(cells, cells_narrow, dtype=torch.float64),
+        (WIDTH / cells, HEIGHT / cells_narrow),
+        frequency,
+        num_modes=2,
+        axis=axis,
+    )
+    assert torch.allclose(result.effective_index, along_x.effective_index, rtol=1e-10, atol=0)
+    electric = result.electric[0].abs().amax(dim=(1, 2))
+    assert electric[narrow] > 1e6 * (electric.sum() - electric[narrow])
+    profile = result.electric[0, narrow, :, 5]
+    sine = torch.sin(math.pi * torch.arange(cells, dtype=torch.float64) / cells)
+    assert torch.allclose(profile / profile[cells // 2], sine.to(profile.dtype), atol=1e-9)
+    assert result.cell_size == (WIDTH / cells, HEIGHT / cells_narrow)
+
+
+def test_unknown_axis_is_refused():
+    with pytest.raises(ConfigurationError, match="axis must be"):
+        modes.cross_section_modes(torch.ones(5, 5), 1e-3, 1e9, axis="w")
+
+
+@pytest.mark.parametrize("axis, narrow", [("x", 2), ("y", 2), ("z", 1)])
+def test_per_component_permittivity_reaches_its_component(axis, narrow):
+    """A guide filled with a uniaxial medium: TE10 (E along the narrow side only) sees that
+    component's permittivity alone, beta^2 = k0^2 eps_narrow - (pi / a)^2 (on the grid, k_c is
+    (2 / h) sin(pi h / (2 a)), exact for the discrete sine)."""
+    cells, cells_narrow, frequency = 40, 18, 10e9
+    permittivity = torch.ones(3, cells, cells_narrow, dtype=torch.float64)
+    permittivity[narrow] = 2.0
+    result = modes.cross_section_modes(
+        permittivity, (WIDTH / cells, HEIGHT / cells_narrow), frequency, num_modes=1, axis=axis
+    )
+    k0 = 2 * math.pi * frequency / SPEED_OF_LIGHT
+    h = WIDTH / cells
+    k_c = 2 / h * math.sin(math.pi * h / (2 * WIDTH))
+    assert abs(result.propagation_constant[0].item() - math.sqrt(2 * k0**2 - k_c**2)) < 1e-9 * k0
