@@ -11,7 +11,7 @@ imaginary part.
   waveguides: dielectric strips and fibres, metallic (hollow or filled) waveguides. Its ``axis``
   argument turns the frame for guides along ``y`` (cross-section ``(x, z)``) or ``z`` (``(x, y)``).
 * :func:`line_modes` - the modes of a 1D line ``(n,)`` of a 2D simulation (slab waveguides), for
-  one of mindelec's 2D polarizations.
+  one of mindelec's 2D polarizations, travelling along ``x`` (a line along ``y``) or ``y``.
 
 Method: the finite-difference frequency-domain formulation on the Yee grid of Zhu & Brown,
 "Full-vectorial finite-difference analysis of microstructured optical fibers", Opt. Express 10,
@@ -217,19 +217,16 @@ def _differences(count: int, step: float, periodic: bool, pml: int, k0: float):
     return sparse.diags(1.0 / stretch_half) @ forward, sparse.diags(1.0 / stretch_integer) @ backward
 
 
-def _component_permittivities(values: np.ndarray, periodic_z: bool):
+def _component_permittivities(values: np.ndarray):
     """``(eps_x, eps_y, eps_z)`` at the E nodes: arithmetic means of the cells touching each node.
 
     Cell ``(i, j)`` spans integer nodes ``i..i+1`` and ``j..j+1``; outside the grid the nearest cell
-    continues (the PEC walls make those values irrelevant).
+    continues (the PEC walls make those values irrelevant; along an invariant axis it is the cell).
     """
     if values.ndim == 3:
         return values[0], values[1], values[2]
     below_y = np.concatenate([values[:1], values[:-1]], axis=0)
-    if periodic_z:
-        below_z = np.roll(values, 1, axis=1)
-    else:
-        below_z = np.concatenate([values[:, :1], values[:, :-1]], axis=1)
+    below_z = np.concatenate([values[:, :1], values[:, :-1]], axis=1)
     below_both = np.concatenate([below_z[:1], below_z[:-1]], axis=0)
     eps_y = 0.5 * (values + below_z)  # (half y, integer z)
     eps_z = 0.5 * (values + below_y)  # (integer y, half z)
@@ -249,23 +246,25 @@ class _Operators:
     p: sparse.csr_matrix
     q: sparse.csr_matrix
     free: np.ndarray  # indices of the E_t unknowns not pinned to zero by a PEC wall
+    wall_y: np.ndarray  # (ny, nz) bool, the integer nodes on the wall y = 0
+    wall_z: np.ndarray  # (ny, nz) bool, the integer nodes on the wall z = 0
 
 
-def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
+def _build_operators(values, cell_sizes, k0, pml) -> _Operators:
+    """The operators in the frame ``(w, u, v) = (x, y, z)``; an axis of one cell is invariant (a line)."""
     ny, nz = values.shape[-2:]
     dy, dz = cell_sizes
-    eps_x, eps_y, eps_z = _component_permittivities(values, periodic_z)
-    fy, by = _differences(ny, dy, False, pml[0], k0)
-    fz, bz = _differences(nz, dz, periodic_z, pml[1], k0)
+    eps_x, eps_y, eps_z = _component_permittivities(values)
+    fy, by = _differences(ny, dy, ny == 1, pml[0], k0)
+    fz, bz = _differences(nz, dz, nz == 1, pml[1], k0)
     eye_y, eye_z = sparse.identity(ny), sparse.identity(nz)
     forward_y, backward_y = sparse.kron(fy, eye_z).tocsr(), sparse.kron(by, eye_z).tocsr()
     forward_z, backward_z = sparse.kron(eye_y, fz).tocsr(), sparse.kron(eye_y, bz).tocsr()
-    # E_x sits on integer nodes: zero on the PEC walls y = 0 (and z = 0 unless z is periodic)
-    wall = np.zeros((ny, nz), dtype=bool)
-    wall[0, :] = True
-    if not periodic_z:
-        wall[:, 0] = True
-    inverse_x = np.where(wall, 0.0, 1.0 / eps_x).reshape(-1)
+    # E_x sits on integer nodes: zero on the PEC walls y = 0 and z = 0 (an invariant axis has none)
+    wall_y, wall_z = np.zeros((ny, nz), dtype=bool), np.zeros((ny, nz), dtype=bool)
+    wall_y[0, :] = ny > 1
+    wall_z[:, 0] = nz > 1
+    inverse_x = np.where(wall_y | wall_z, 0.0, 1.0 / eps_x).reshape(-1)
     inverse_eps_x = sparse.diags(inverse_x)
     identity = sparse.identity(ny * nz)
     # d/dy and d/dz of E_x, which curl H gives in terms of H_t
@@ -284,14 +283,18 @@ def _build_operators(values, cell_sizes, k0, pml, periodic_z) -> _Operators:
         ]
     )
     # E_y is tangential to the walls z = 0 (its integer z node 0), E_z to the walls y = 0
-    pinned_y = np.zeros((ny, nz), dtype=bool)
-    if not periodic_z:
-        pinned_y[:, 0] = True
-    pinned_z = np.zeros((ny, nz), dtype=bool)
-    pinned_z[0, :] = True
-    free = np.flatnonzero(~np.concatenate([pinned_y.reshape(-1), pinned_z.reshape(-1)]))
+    free = np.flatnonzero(~np.concatenate([wall_z.reshape(-1), wall_y.reshape(-1)]))
     return _Operators(
-        forward_y, forward_z, backward_y, backward_z, inverse_eps_x, p.tocsr() / k0, q.tocsr() / k0, free
+        forward_y,
+        forward_z,
+        backward_y,
+        backward_z,
+        inverse_eps_x,
+        p.tocsr() / k0,
+        q.tocsr() / k0,
+        free,
+        wall_y,
+        wall_z,
     )
 
 
@@ -326,7 +329,7 @@ def _propagation_constant(beta_squared: np.ndarray) -> np.ndarray:
     return np.where((beta_squared.real < 0) & (beta.imag > 0), -beta, beta)
 
 
-def _fields(ops: _Operators, shape, k0, beta, transverse, periodic_z):
+def _fields(ops: _Operators, shape, k0, beta, transverse):
     """(E, Z0 H), each (3, ny, nz) complex, from one mode's ``E_t`` (2 ny nz) and ``beta``."""
     size = shape[0] * shape[1]
     h_t = ops.q @ transverse / beta
@@ -336,9 +339,8 @@ def _fields(ops: _Operators, shape, k0, beta, transverse, periodic_z):
     h_x = 1j * (ops.forward_y @ e_z - ops.forward_z @ e_y) / k0
     electric = np.stack([e_x, e_y, e_z]).reshape(3, *shape)
     magnetic = np.stack([h_x, h_y, h_z]).reshape(3, *shape)
-    magnetic[1, 0, :] = 0.0  # normal H on the PEC walls
-    if not periodic_z:
-        magnetic[2, :, 0] = 0.0
+    magnetic[1][ops.wall_y] = 0.0  # normal H on the PEC walls
+    magnetic[2][ops.wall_z] = 0.0
     return electric, magnetic
 
 
@@ -354,12 +356,12 @@ def _normalise(electric, magnetic, cell_area: float):
     return electric * scale, magnetic * scale
 
 
-def _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z, block=None) -> Modes:
+def _solve(values, cell_sizes, frequency, pml, num_modes, block=None) -> Modes:
     """Assemble, solve and package the modes (``block``: 0 = E_y only, 1 = E_z only, None = both)."""
     shape = values.shape[-2:]
     size = shape[0] * shape[1]
     k0 = 2.0 * math.pi * frequency / SPEED_OF_LIGHT
-    ops = _build_operators(values, cell_sizes, k0, pml, periodic_z)
+    ops = _build_operators(values, cell_sizes, k0, pml)
     free = ops.free if block is None else ops.free[(ops.free >= size) == bool(block)]
     num_modes = _check_mode_count(num_modes, free.size)
     matrix = (ops.p @ ops.q).tocsr()[free][:, free]
@@ -370,7 +372,7 @@ def _solve(values, cell_sizes, frequency, pml, num_modes, periodic_z, block=None
     for index in range(num_modes):
         transverse = np.zeros(2 * size, dtype=complex)
         transverse[free] = vectors[:, index]
-        e, h = _fields(ops, shape, k0, beta[index], transverse, periodic_z)
+        e, h = _fields(ops, shape, k0, beta[index], transverse)
         e, h = _normalise(e, h / VACUUM_IMPEDANCE, cell_sizes[0] * cell_sizes[1])
         electric.append(e)
         magnetic.append(h)
@@ -455,15 +457,20 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
     pml = _pml_cells(pml_cells, values.shape[-2:])
     _check_resolution(frequency, cell_sizes, float(np.max(values.real)))
     values, cell_sizes, pml = _to_frame(values, cell_sizes, pml, axis)
-    return _from_frame(_solve(values, cell_sizes, frequency, pml, num_modes, periodic_z=False), axis)
+    return _from_frame(_solve(values, cell_sizes, frequency, pml, num_modes), axis)
 
 
-#: mindelec's 2D polarizations (:data:`mindelec.fdtd.grid.ACTIVE_COMPONENTS`) -> the E_t block solved
-_LINE_BLOCKS = {"TM": 1, "TE": 0}
+#: per propagation axis of a 2D simulation and polarization (:data:`mindelec.fdtd.grid.ACTIVE_COMPONENTS`),
+#: the frame's E_t block that carries it (0: E_u, 1: E_v): along x, E_z is E_v; along y (frame
+#: (w, u, v) = (y, z, x)), E_z is E_u
+_LINE_BLOCKS = {("x", "TM"): 1, ("x", "TE"): 0, ("y", "TM"): 0, ("y", "TE"): 1}
 
 
-def line_modes(permittivity, cell_size, frequency, polarization="TM", num_modes=1, pml_cells=0) -> Modes:
-    """Eigenmodes of a line ``y`` of a 2D ``(x, y)`` simulation, travelling along ``x``.
+def line_modes(
+    permittivity, cell_size, frequency, polarization="TM", num_modes=1, pml_cells=0, axis="x"
+) -> Modes:
+    """Eigenmodes of a line of a 2D ``(x, y)`` simulation: a line along ``y`` for modes travelling
+    along ``axis="x"``, a line along ``x`` for ``axis="y"``.
 
     The structure is invariant along ``z`` (a slab waveguide). ``polarization`` is the 2D
     simulation's: ``"TM"`` carries ``(E_z, H_x, H_y)``, the modes that slab-waveguide texts call
@@ -477,29 +484,29 @@ def line_modes(permittivity, cell_size, frequency, polarization="TM", num_modes=
         polarization: ``"TM"`` or ``"TE"``.
         num_modes: how many modes to return (those of ``n_eff^2`` nearest the largest permittivity).
         pml_cells: cells of PML lining the PEC walls at both ends of the line.
+        axis: the propagation axis, ``"x"`` or ``"y"``.
 
     Returns:
-        :class:`Modes` with ``electric`` and ``magnetic`` of shape (num_modes, 3, n), on the nodes of
-        the module docstring along ``y``; normalised to 1 W per metre along ``z``; the components
-        the polarization does not carry are zero.
+        :class:`Modes` with ``electric`` and ``magnetic`` of shape (num_modes, 3, n), components
+        (x, y, z) on their Yee nodes along the line; normalised to 1 W per metre along ``z``; the
+        components the polarization does not carry are zero.
 
     Raises:
-        ConfigurationError, DataError: as :func:`cross_section_modes`; an unknown polarization.
+        ConfigurationError, DataError: as :func:`cross_section_modes`; an unknown polarization or axis.
     """
-    if polarization not in _LINE_BLOCKS:
-        raise ConfigurationError(f"polarization must be 'TM' or 'TE', got {polarization!r}")
-    values = _permittivity_array(permittivity, ndim=1)[:, None]
-    dy = _cell_sizes(cell_size, 1)[0]
+    if (axis, polarization) not in _LINE_BLOCKS:
+        raise ConfigurationError(
+            f"polarization must be 'TM' or 'TE' and axis 'x' or 'y', got {polarization!r} and {axis!r}"
+        )
+    values = _permittivity_array(permittivity, ndim=1)[:, None]  # (along the line, along z)
+    step = _cell_sizes(cell_size, 1)[0]
     frequency = _positive(frequency, "frequency")
     pml = (_pml_cells(pml_cells, values.shape[:1])[0], 0)
-    _check_resolution(frequency, (dy,), float(np.max(values.real)))
-    modes = _solve(
-        values, (dy, 1.0), frequency, pml, num_modes, periodic_z=True, block=_LINE_BLOCKS[polarization]
+    _check_resolution(frequency, (step,), float(np.max(values.real)))
+    values, cell_sizes, pml = _to_frame(values, (step, 1.0), pml, axis)
+    modes = _from_frame(
+        _solve(values, cell_sizes, frequency, pml, num_modes, _LINE_BLOCKS[axis, polarization]), axis
     )
     return Modes(
-        effective_index=modes.effective_index,
-        electric=modes.electric[..., 0],
-        magnetic=modes.magnetic[..., 0],
-        frequency=frequency,
-        cell_size=(dy, math.inf),
+        modes.effective_index, modes.electric[..., 0], modes.magnetic[..., 0], frequency, (step, math.inf)
     )

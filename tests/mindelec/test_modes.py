@@ -310,3 +310,20 @@ def test_per_component_permittivity_reaches_its_component(axis, narrow):
     h = WIDTH / cells
     k_c = 2 / h * math.sin(math.pi * h / (2 * WIDTH))
     assert abs(result.propagation_constant[0].item() - math.sqrt(2 * k0**2 - k_c**2)) < 1e-9 * k0
+
+
+@pytest.mark.parametrize("polarization, carried", [("TM", ("Ez", "Hx", "Hy")), ("TE", ("Ex", "Ey", "Hz"))])
+def test_line_along_x_gives_modes_along_y(polarization, carried):
+    """A line along x of a 2D simulation, modes along y: the slab's index again (to the grid error
+    of the x-axis test) and only the components the 2D polarization carries; power along +y is
+    1/2 Re(E_z H_x* - E_x H_z*) = 1 W/m."""
+    exact = slab_effective_index(polarization)
+    result = modes.line_modes(slab_profile(10e-9), 10e-9, SPEED_OF_LIGHT / WAVELENGTH, polarization, axis="y")
+    tolerance = 1e-3 if polarization == "TM" else 3e-3
+    assert abs(result.effective_index[0].item() - exact) < tolerance
+    fields = {f"E{c}": result.electric[0, i] for i, c in enumerate("xyz")}
+    fields.update({f"H{c}": result.magnetic[0, i] for i, c in enumerate("xyz")})
+    for name, values in fields.items():
+        assert (values.abs().max() > 0) == (name in carried), name
+    power = 0.5 * (fields["Ez"] * fields["Hx"].conj() - fields["Ex"] * fields["Hz"].conj()).sum().real * 10e-9
+    assert abs(power - 1.0) < 1e-9
