@@ -58,7 +58,7 @@ import scipy.sparse.linalg
 import torch
 
 from common import checks
-from common.errors import ConfigurationError, DataError
+from common.errors import ConfigurationError, DataError, SimulationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 
 __all__ = ["Modes", "cross_section_modes", "line_modes", "MIN_CELLS_PER_WAVELENGTH"]
@@ -308,7 +308,14 @@ def _eigenpairs(matrix, count: int, shift: float):
         values, vectors = scipy.linalg.eig(matrix.toarray())
     else:
         start = np.ones(size)  # a fixed start vector: the same input gives the same modes
-        values, vectors = scipy.sparse.linalg.eigs(matrix.tocsc(), k=count, sigma=shift, which="LM", v0=start)
+        try:
+            values, vectors = scipy.sparse.linalg.eigs(
+                matrix.tocsc(), k=count, sigma=shift, which="LM", v0=start
+            )
+        except scipy.sparse.linalg.ArpackNoConvergence as error:
+            raise SimulationError(
+                f"the eigen-solve did not converge for {count} modes ({error}); ask for fewer modes"
+            ) from error
     order = np.argsort(np.abs(values - shift), kind="stable")[:count]
     return values[order], vectors[:, order]
 
@@ -448,6 +455,7 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
         ConfigurationError: a wrong shape, cell size, axis, frequency (including one the grid cannot
             resolve), ``num_modes`` above the grid's number of modes, or ``pml_cells`` too thick.
         DataError: a non-finite permittivity or one with a non-positive real part.
+        SimulationError: the sparse eigen-solve did not converge.
     """
     if axis not in _FRAMES:
         raise ConfigurationError(f"axis must be 'x', 'y' or 'z', got {axis!r}")

@@ -244,28 +244,18 @@ def test_bad_line_arguments_are_refused(keywords, words):
     assert words in str(caught.value)
 
 
-def test_parallel_plate_line_modes_match_analytic_cutoffs():
-    """A 1D line between PEC plates (gap a): E_z modes have k_y = m pi / a, m = 1, 2, ...;
-    the grid's discrete dispersion is exact for these sines: k_y = (2 / h) sin(m pi h / (2 a))."""
+@pytest.mark.parametrize("polarization, orders", [("TM", (1, 2, 3)), ("TE", (0, 1, 2))])
+def test_parallel_plate_line_modes_match_analytic_cutoffs(polarization, orders):
+    """A 1D line between PEC plates (gap a): k_y = m pi / a, m = 1, 2, ... for E_z ("TM"), and
+    m = 0 (the TEM mode, n_eff = 1), 1, ... for E_y ("TE"); the grid's discrete dispersion is exact
+    for these sines and cosines: k_y = (2 / h) sin(m pi h / (2 a))."""
     cells, gap, frequency = 50, 0.1, 10e9
-    result = modes.line_modes(torch.ones(cells), gap / cells, frequency, "TM", num_modes=3)
+    result = modes.line_modes(torch.ones(cells), gap / cells, frequency, polarization, num_modes=3)
     k0 = 2 * math.pi * frequency / SPEED_OF_LIGHT
     h = gap / cells
-    for m, index in zip((1, 2, 3), result.effective_index.tolist()):
+    for m, index in zip(orders, result.effective_index.tolist()):
         k_y = 2 / h * math.sin(m * math.pi * h / (2 * gap))
         assert abs(index.real - math.sqrt(1 - (k_y / k0) ** 2)) < 1e-9
-
-
-def test_modes_are_orthogonal_and_carry_one_watt():
-    """Lossless reciprocal guides: 1/2 sum (E_m x H_n) . x dA = delta_mn W (Snyder & Love, Optical
-    Waveguide Theory, eq. 11-13); the Yee grid pairs E_y with H_z and E_z with H_y on shared nodes."""
-    result = modes.cross_section_modes(
-        strip_permittivity(40e-9), 40e-9, SPEED_OF_LIGHT / WAVELENGTH, num_modes=4
-    )
-    electric, magnetic = result.electric, result.magnetic
-    overlap = torch.einsum("myz,nyz->mn", electric[:, 1], magnetic[:, 2])
-    overlap = 0.5 * (overlap - torch.einsum("myz,nyz->mn", electric[:, 2], magnetic[:, 1])) * (40e-9) ** 2
-    assert torch.allclose(overlap.abs(), torch.eye(4, dtype=torch.float64), atol=1e-9)
 
 
 @pytest.mark.parametrize("axis, narrow", [("y", 2), ("z", 1)])
@@ -327,3 +317,15 @@ def test_line_along_x_gives_modes_along_y(polarization, carried):
         assert (values.abs().max() > 0) == (name in carried), name
     power = 0.5 * (fields["Ez"] * fields["Hx"].conj() - fields["Ex"] * fields["Hz"].conj()).sum().real * 10e-9
     assert abs(power - 1.0) < 1e-9
+
+
+def test_modes_are_orthogonal_and_carry_one_watt():
+    """Lossless reciprocal guides: 1/2 sum (E_m x H_n) . x dA = delta_mn W (Snyder & Love, Optical
+    Waveguide Theory, eq. 11-13); the Yee grid pairs E_y with H_z and E_z with H_y on shared nodes."""
+    result = modes.cross_section_modes(
+        strip_permittivity(40e-9), 40e-9, SPEED_OF_LIGHT / WAVELENGTH, num_modes=4
+    )
+    electric, magnetic = result.electric, result.magnetic
+    overlap = torch.einsum("myz,nyz->mn", electric[:, 1], magnetic[:, 2])
+    overlap = 0.5 * (overlap - torch.einsum("myz,nyz->mn", electric[:, 2], magnetic[:, 1])) * (40e-9) ** 2
+    assert torch.allclose(overlap.abs(), torch.eye(4, dtype=torch.float64), atol=1e-9)
