@@ -12,6 +12,7 @@ _SUBMODULES = {
     "fdtd",
     "fdfd",
     "ports",
+    "modes",
     "pinn",
     "cad",
     "voxels",
