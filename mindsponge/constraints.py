@@ -82,6 +82,21 @@ class Settle:
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
             raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
         self.compiled = bool(compiled)
+        self._kernels = None  # the compiled module once found (looking it up costs more than a small call)
+
+    def _compiled_kernels(self, *tensors):
+        """The compiled SETTLE kernels for these tensors (:func:`mindsponge._kernels.settle`) or ``None``."""
+        if not self.compiled:
+            return None
+        plain = all(
+            t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not t.requires_grad
+            for t in tensors
+        )
+        if not plain:
+            return None
+        if self._kernels is None:
+            self._kernels = _kernels.settle(*tensors)
+        return self._kernels
 
     @property
     def n_constraints(self):
@@ -106,7 +121,7 @@ class Settle:
         """
         if len(self.atoms) == 0:
             return positions
-        kernels = _kernels.settle(reference, positions, masses) if self.compiled else None
+        kernels = self._compiled_kernels(reference, positions, masses)
         if kernels is not None:
             placed, failed = kernels.settle_positions(reference, positions, self.atoms, masses,
                                                       self.oh_distance, self.hh_distance)
@@ -192,7 +207,7 @@ class Settle:
         """
         if len(self.atoms) == 0:
             return velocities
-        kernels = _kernels.settle(positions, velocities, masses) if self.compiled else None
+        kernels = self._compiled_kernels(positions, velocities, masses)
         if kernels is not None:
             return kernels.settle_velocities(positions, velocities, self.atoms, masses)
         dtype = velocities.dtype

@@ -46,6 +46,30 @@ def _inverse_masses(masses, dtype):
     return torch.where(massive, 1.0 / torch.where(massive, masses, torch.ones_like(masses)), 0.0)[:, None]
 
 
+class _PerMasses:
+    """Values derived from the masses, computed once per masses tensor (a step reuses them).
+
+    ``get(masses, dtype, key, make)`` returns ``make(inverse)``, ``inverse`` being the (N, 1) inverse
+    masses in ``dtype`` (0 for massless particles), cached under ``key`` until another masses tensor,
+    an in-place change of it or another dtype comes.
+    """
+
+    def __init__(self):
+        self._owner = None
+        self._values = {}
+
+    def get(self, masses, dtype, key, make):
+        owner = (masses, masses._version, dtype)
+        if self._owner is None or self._owner[0] is not masses or self._owner[1:] != owner[1:]:
+            self._owner = owner
+            self._values = {"inverse": _inverse_masses(masses, dtype)}
+        if key not in self._values:
+            if len(self._values) > 8:  # e.g. a temperature changed at every step: keep few
+                self._values = {"inverse": self._values["inverse"]}
+            self._values[key] = make(self._values["inverse"])
+        return self._values[key]
+
+
 class Integrator:
     """Base class: a time step ``dt`` (ps) and the :meth:`step` contract of the module docstring."""
 
@@ -53,6 +77,11 @@ class Integrator:
 
     def __init__(self, dt):
         self.dt = _check_positive(dt, "dt (ps)", type(self).__name__)
+        self._per_masses = _PerMasses()
+
+    def _inverse(self, masses, dtype):
+        """(N, 1) inverse masses in ``dtype`` (0 for massless particles), cached per masses tensor."""
+        return self._per_masses.get(masses, dtype, "inverse", None)
 
     def step(self, state, force, masses, constraints=None, generator=None):
         """Advance ``state`` by one step of ``dt``; returns the new :class:`~mindsponge.state.State`."""
@@ -70,7 +99,7 @@ class Integrator:
         )
 
     def __repr__(self):
-        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
+        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.startswith("_"))
         return f"{type(self).__name__}({fields})"
 
 
@@ -84,15 +113,15 @@ class VelocityVerlet(Integrator):
     def step(self, state, force, masses, constraints=None, generator=None):
         """One velocity-Verlet step (see the module docstring for the arguments)."""
         dt = self.dt
-        inverse = _inverse_masses(masses, state.positions.dtype)
-        velocities = state.velocities + 0.5 * dt * state.forces * inverse
-        positions = state.positions + dt * velocities
+        inverse = self._inverse(masses, state.positions.dtype)
+        velocities = _kick(state.velocities, state.forces, 0.5 * dt, inverse)
+        positions = _drift(state.positions, velocities, dt)
         if constraints is not None:
             positions = constraints.positions(state.positions, positions, masses)
             velocities = (positions - state.positions) / dt
         energy, forces = force(positions, state.box)
         forces = forces.to(positions.dtype)
-        velocities = velocities + 0.5 * dt * forces * inverse
+        velocities = _kick(velocities, forces, 0.5 * dt, inverse, out=velocities)
         if constraints is not None:
             velocities = constraints.velocities(positions, velocities, masses)
         return self._finish(state, positions, velocities, energy, forces)
@@ -125,28 +154,60 @@ class LangevinMiddle(Integrator):
         generator.set_state(state.rng_state)
         dt = self.dt
         dtype = state.positions.dtype
-        inverse = _inverse_masses(masses, dtype)
-        velocities = state.velocities + dt * state.forces * inverse
+        inverse = self._inverse(masses, dtype)
+        velocities = _kick(state.velocities, state.forces, dt, inverse)
         if constraints is not None:
             velocities = constraints.velocities(state.positions, velocities, masses)
-        positions = state.positions + 0.5 * dt * velocities
-        decay = math.exp(-self.friction * dt)
-        thermal = math.sqrt((1.0 - decay * decay) * units.BOLTZMANN_MD * self.temperature)
+        positions = _drift(state.positions, velocities, 0.5 * dt)
+        decay, thermal = self._ornstein_uhlenbeck(dt)
+        # the noise's scale thermal * sqrt(1 / m) per atom is computed once per masses tensor
+        scale = self._per_masses.get(
+            masses, dtype, ("noise", thermal), lambda inverse: thermal * torch.sqrt(inverse)
+        )
         noise = torch.randn(velocities.shape, generator=generator, dtype=dtype, device=velocities.device)
-        velocities = decay * velocities + thermal * torch.sqrt(inverse) * noise
-        positions = positions + 0.5 * dt * velocities
+        if _shares_memory(velocities, state.velocities):  # updated in place below: never the input state's
+            velocities = velocities.clone()
+        velocities.mul_(decay).add_(noise.mul_(scale))  # decay * v + (thermal * sqrt(1 / m)) * noise
+        drifted = _drift(positions, velocities, 0.5 * dt, out=positions)
         if constraints is not None:
-            constrained = constraints.positions(state.positions, positions, masses)
+            constrained = constraints.positions(state.positions, drifted, masses)
             # the position correction spread over the whole step (the unconstrained limit is
             # leapfrog, v = (x_new - x) / dt): dividing by dt / 2 would double the centripetal
             # correction of rotating molecules and heat the system. The noise of the O step
             # along the constraints is then removed by projecting the velocities (RATTLE), so
             # the kinetic energy lives in the constrained degrees of freedom only.
-            velocities = velocities + (constrained - positions) / dt
+            spare = None if _shares_memory(constrained, drifted) else drifted  # reused as a buffer
+            velocities.add_(torch.sub(constrained, drifted, out=spare).div_(dt))
             positions = constrained
             velocities = constraints.velocities(positions, velocities, masses)
+        else:
+            positions = drifted
         energy, forces = force(positions, state.box)
         return self._finish(state, positions, velocities, energy, forces.to(dtype), generator)
+
+    def _ornstein_uhlenbeck(self, dt):
+        """``(decay, thermal)`` of the O step: ``v <- decay v + thermal sqrt(1 / m) noise``."""
+        decay = math.exp(-self.friction * dt)
+        return decay, math.sqrt((1.0 - decay * decay) * units.BOLTZMANN_MD * self.temperature)
+
+
+def _kick(velocities, forces, step, inverse, out=None):
+    """``velocities + step * forces * inverse``, the same operations in the same order, into ``out``
+    if given (one temporary instead of three)."""
+    kick = torch.mul(forces, step)
+    same_dtype = kick.dtype == torch.promote_types(kick.dtype, inverse.dtype)
+    kick = kick.mul_(inverse) if same_dtype else kick * inverse
+    return torch.add(velocities, kick, out=out)
+
+
+def _drift(positions, velocities, step, out=None):
+    """``positions + step * velocities`` (a multiplication and an addition, not a fused
+    multiply-add, so the result is the same as the plain expression), into ``out`` if given."""
+    return torch.add(positions, torch.mul(velocities, step), out=out)
+
+
+def _shares_memory(tensor, other):
+    return tensor.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
 
 
 class MultipleTimeStep(Integrator):
@@ -183,7 +244,7 @@ class MultipleTimeStep(Integrator):
     def step(self, state, force, masses, constraints=None, generator=None):
         """One outer step (see the module docstring for the arguments)."""
         dt, inner = self.dt, self.dt / self.inner_steps
-        inverse = _inverse_masses(masses, state.positions.dtype)
+        inverse = self._inverse(masses, state.positions.dtype)
         fast = self._fast_forces(state.positions, state.box)
         velocities = state.velocities + 0.5 * dt * (state.forces - fast) * inverse
         positions = state.positions
