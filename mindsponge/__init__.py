@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "system", "topology", "space", "neighbors", "forcefield", "interop", "build", "potentials",
     "integrators", "constraints", "thermostats", "barostats", "minimize", "simulation", "context",
-    "checkpoint", "overlaps", "reporters", "colvar", "bias", "train", "analysis", "labels",
+    "constraint_sets", "checkpoint", "overlaps", "reporters", "colvar", "bias", "train", "analysis", "labels",
     "molecules", "normal_modes", "label_io",
 }
 # public names re-exported from submodules: name -> module

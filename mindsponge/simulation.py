@@ -84,7 +84,7 @@ class Simulation:
             ``apply(state, sim.context) -> state`` every ``barostat.every`` steps.
         constraints: ``None`` (the default: the force field's own constraints, see below, or none),
             ``"none"`` (no constraints), ``"water"``, ``"hbonds"``, ``"water+hbonds"`` (see
-            :func:`mindsponge.constraints.from_system`) or a
+            :func:`mindsponge.constraint_sets.from_system`) or a
             :class:`~mindsponge.constraints.Constraints`.
         constraint_tolerance: relative tolerance of RATTLE (OpenMM's default 1e-5).
         reporters: reporters from :mod:`mindsponge.reporters`.

@@ -11,6 +11,7 @@ import torch
 
 from common.errors import ConfigurationError
 from common.precision import Precision
+from mindsponge import constraint_sets
 from mindsponge import constraints as constraints_module
 
 __all__ = [
@@ -110,7 +111,7 @@ def resolve_constraints(constraints, forcefield, system, masses, tolerance):
     if constraints is None:
         if system_constraints is None:
             return None
-        return constraints_module.from_pairs(
+        return constraint_sets.from_pairs(
             system_constraints.pairs.to(system.device),
             system_constraints.distances,
             masses,
@@ -121,7 +122,7 @@ def resolve_constraints(constraints, forcefield, system, masses, tolerance):
         if constraints == "none":
             constraints = None
         else:
-            constraints = constraints_module.from_system(
+            constraints = constraint_sets.from_system(
                 system,
                 constraints,
                 forcefield if hasattr(forcefield, "terms") else None,
@@ -131,8 +132,8 @@ def resolve_constraints(constraints, forcefield, system, masses, tolerance):
         choice = "the constraints argument"
     else:
         raise TypeError(
-            f"constraints must be None, 'none', one of {constraints_module.KINDS} or a Constraints, "
+            f"constraints must be None, 'none', one of {constraint_sets.KINDS} or a Constraints, "
             f"got {constraints!r}"
         )
-    constraints_module.check_against_system(constraints, system_constraints, system.topology, choice)
+    constraint_sets.check_against_system(constraints, system_constraints, system.topology, choice)
     return constraints

@@ -20,7 +20,7 @@ import pinn as pinn_benchmark  # noqa: E402 - benchmarks/pinn.py
 @pytest.fixture(scope="module")
 def floors():
     setup = me.pinn.PointSourceSetup()
-    return {order: pinn_benchmark.wall_floor(setup, order, resolution=1e-2) for order in (1, 2)}
+    return {order: pinn_benchmark.wall_floor(setup, order, cell_size=1e-2) for order in (1, 2)}
 
 
 def test_first_order_walls_are_a_few_percent_from_the_open_domain(floors):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mindsponge as ms
-from mindsponge import _kernels
+from mindsponge import _kernels, constraint_sets
 from mindsponge import constraints as cons
 from mindsponge.build import water_box
 
@@ -38,7 +38,7 @@ def _distances(positions, pairs):
 def _water_constraints(system, ff, compiled):
     """``from_system(system, "water")`` with SETTLE's compiled kernels on or off (asked for, they must
     build unless MINDSCIENCE_NO_EXTENSIONS=1 disables them)."""
-    constraints = cons.from_system(system, "water", ff)
+    constraints = constraint_sets.from_system(system, "water", ff)
     (settle,) = constraints.parts
     settle.compiled = compiled
     if compiled and os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
@@ -134,7 +134,7 @@ def peptide(villin_vacuum):
 def test_rattle_hbonds_on_peptide(peptide, amber14):
     system, case = peptide
     ff = ms.interop.openmm.from_openmm(case.system)
-    constraints = cons.from_system(system, "hbonds", ff, tolerance=1e-5)
+    constraints = constraint_sets.from_system(system, "hbonds", ff, tolerance=1e-5)
     pairs = constraints.pairs()
     n_hbonds = sum("H" in (a1.element.symbol, a2.element.symbol) for a1, a2 in case.topology.bonds())
     assert len(pairs) == n_hbonds == constraints.n_constraints
@@ -164,7 +164,7 @@ def test_rattle_hbonds_on_peptide(peptide, amber14):
     context.setPositions(moved.numpy())
     context.applyConstraints(1e-8)
     reference = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.nanometer)
-    tight = cons.from_system(system, "hbonds", ff, tolerance=1e-10)
+    tight = constraint_sets.from_system(system, "hbonds", ff, tolerance=1e-10)
     ours = tight.positions(moved, moved, system.masses)
     # both project along the same bond directions to the same distances (OpenMM uses the current ones)
     assert np.abs(ours.numpy() - reference).max() < 1e-6
@@ -173,7 +173,13 @@ def test_rattle_hbonds_on_peptide(peptide, amber14):
 def test_from_system_errors():
     system = water_box(27)
     with pytest.raises(ValueError, match="constraints must be one of"):
-        cons.from_system(system, "allbonds")
+        constraint_sets.from_system(system, "allbonds")
     with pytest.raises(ValueError, match="topology"):
-        cons.from_system(system.replace(topology=None), "water")
-    assert cons.from_system(system, None) is None
+        constraint_sets.from_system(system.replace(topology=None), "water")
+    assert constraint_sets.from_system(system, None) is None
+
+
+def test_builders_at_their_old_place_warn_and_are_the_same_functions():
+    for name in ("from_system", "from_pairs", "check_against_system", "KINDS"):
+        with pytest.warns(DeprecationWarning, match=f"mindsponge.constraints.{name} is deprecated"):
+            assert getattr(cons, name) is getattr(constraint_sets, name)
