@@ -258,12 +258,8 @@ class Trainer:
         self.model = model.to(self.context.device)
         self.dtype = model.energy_scale.dtype
         self.energy_weight, self.force_weight = float(energy_weight), float(force_weight)
-        self.batch_size = batch_size
-        self.patience = patience
-        self.checkpoint = checkpoint
-        self.seed = seed
-        self.progress = progress
-        self.data = data
+        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.patience, self.checkpoint, self.progress = patience, checkpoint, progress
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
         n_validation = max(1, int(round(validation_fraction * len(data))))
         split = {"train_indices": order[n_validation:].tolist(),

@@ -91,12 +91,9 @@ class _Compiler:
         definition_bodies: list[str],
         dynamic: Sequence[str] | None,
     ):
-        self.expression = expression
-        self.context = context
-        self.tabulated = tabulated
-        self.particle_index = particle_index
-        self.definition_names = definition_names
-        self.definition_bodies = definition_bodies
+        self.expression, self.context = expression, context  # what it compiles, and for whom
+        self.tabulated, self.particle_index = tabulated, particle_index  # name -> argument count / index
+        self.definition_names, self.definition_bodies = definition_names, definition_bodies
         # compiled on first use, so that unused definitions add no variables (as in Lepton)
         self.definitions: list = [None] * len(definition_names)
         self.trees: list = [None] * len(definition_names)
