@@ -1,9 +1,10 @@
 """Compiled CPU kernels of the non-bonded forces and of SETTLE, built on first use by
 :mod:`common.extensions`.
 
-:func:`nonbonded` returns the module compiled from ``nonbonded.cpp`` (``pair_forces``,
-``neighbor_forces``, ``cell_neighbors``, ``rows_to_pairs``, ``prepare_pairs``, ``pme_spread``,
-``pme_gather``) and :func:`settle` the one from ``settle.cpp``, or ``None`` when they cannot be built or
+:func:`nonbonded` returns the module compiled from ``nonbonded.cpp``, ``cell_search.cpp`` and
+``pme.cpp`` (``pair_forces``, ``neighbor_forces``, ``cell_neighbors``, ``rows_to_pairs``,
+``prepare_pairs``, ``pme_spread``, ``pme_gather``) and :func:`settle` the one from ``settle.cpp``,
+or ``None`` when they cannot be built or
 ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in forward-only
 computations (or the forward of a custom autograd Function with an analytic backward) and
 keep a complete pure torch path for everything else.
@@ -21,7 +22,8 @@ from common import extensions
 
 __all__ = ["nonbonded", "settle", "usable"]
 
-_SOURCE = Path(__file__).with_name("nonbonded.cpp")
+# one module from three translation units: the pair kernels (and the bindings), the cell search, PME
+_SOURCES = [Path(__file__).with_name(name) for name in ("nonbonded.cpp", "cell_search.cpp", "pme.cpp")]
 _SETTLE_SOURCE = Path(__file__).with_name("settle.cpp")
 # no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged
 _CFLAGS = ("-fno-math-errno", "-fno-trapping-math")
@@ -29,7 +31,7 @@ _CFLAGS = ("-fno-math-errno", "-fno-trapping-math")
 
 def nonbonded() -> ModuleType | None:
     """The compiled non-bonded kernels, or ``None`` (the pure torch path is used)."""
-    return extensions.load("mindsponge_nonbonded", [_SOURCE], extra_cflags=_CFLAGS)
+    return extensions.load("mindsponge_nonbonded", _SOURCES, extra_cflags=_CFLAGS)
 
 
 def settle(*tensors: Tensor) -> ModuleType | None:
