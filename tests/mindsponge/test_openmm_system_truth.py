@@ -207,9 +207,11 @@ def test_overlap_named_at_set_up_and_the_minimiser_recovers_like_openmm(hmr_case
     oxygens = [atom.index for atom in topology.atoms() if atom.residue.name == "HOH" and atom.name == "O"]
     first, second = oxygens[10], oxygens[50]
     positions = torch.tensor(hmr_case["positions"])
-    # move the second water rigidly so that its oxygen is 0.01 nm from the first oxygen
-    shift = positions[first] + torch.tensor([0.01, 0.0, 0.0], dtype=torch.float64) - positions[second]
-    positions[second : second + 3] += shift
+    # the second water becomes the first one inverted through its oxygen (a rigid water with the
+    # hydrogens pointing away) and moved 0.01 nm along x: the two oxygens are the closest pair,
+    # whatever orientations the waters had after the dynamics
+    offset = torch.tensor([0.01, 0.0, 0.0], dtype=torch.float64)
+    positions[second : second + 3] = 2 * positions[first] - positions[first : first + 3] + offset
     system = system.replace(positions=positions)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
