@@ -18,8 +18,14 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
 
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
+
+When ``MINDSCIENCE_EXECUTED_NOTEBOOKS`` names a folder (``make test`` sets ``build/notebooks``), each
+executed notebook is saved there without the check cell, with the SHA-256 of its source in its metadata:
+the documentation build (``docs/build.py``) shows those copies instead of executing the notebooks again.
 """
 
+import hashlib
+import os
 from pathlib import Path
 
 import nbclient
@@ -79,3 +85,15 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
         if output.get("output_type") == "error"
     ]
     assert not errors, f"{path.name}: {errors[0]['ename']}: {errors[0]['evalue']}"
+    _keep_executed_copy(path, notebook)
+
+
+def _keep_executed_copy(path, notebook):
+    folder = os.environ.get("MINDSCIENCE_EXECUTED_NOTEBOOKS")
+    if not folder:
+        return
+    if path.stem in CHECKS:
+        notebook.cells.pop()
+    notebook.metadata["source_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    os.makedirs(folder, exist_ok=True)
+    nbformat.write(notebook, os.path.join(folder, path.name))
