@@ -20,7 +20,7 @@ import torch
 from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
-from .materials import PEC, AxialConductivity, Medium
+from .materials import PEC, AxialConductivity, Medium, PECSheet
 
 
 def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device):
@@ -84,7 +84,8 @@ class _Mixer:
         spacing = list(grid.spacing[: grid.ndim])
         fractions = []
         for structure in structures:
-            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
+            supersample = 1 if isinstance(structure.medium, PECSheet) else 4  # sheets: in or out
+            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=supersample))
             fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
         return fractions
 

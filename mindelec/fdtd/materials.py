@@ -8,7 +8,8 @@
   earlier ones.
 * :class:`AxialConductivity` - a conductivity acting on one E component only and added to the media
   already there: the resistive part of a lumped element (:mod:`mindelec.fdtd.lumped`).
-* :func:`pec_sheet` - a zero-thickness PEC plate (or a one-cell wire) on the grid's node planes.
+* :func:`pec_sheet` - a zero-thickness PEC plate (or a one-cell wire) on the grid's node planes
+  (:class:`PECSheet`: no sub-cell fill).
 * :class:`DesignRegion` - an axis-aligned box whose cells take their permittivity from a tensor
   (one value per cell), typically one that requires grad for inverse design.
 
@@ -197,6 +198,17 @@ class PEC:
         return "PEC()"
 
 
+class PECSheet(PEC):
+    """The PEC of :func:`pec_sheet`: a node is covered when its own position lies in the shape.
+
+    No sub-cell fill: the normal E nodes half a cell off a sheet stay untouched however many sheets meet
+    near them (partly covered cells of several sheets would otherwise add up to a short).
+    """
+
+    def __repr__(self):
+        return "PECSheet()"
+
+
 class AxialConductivity:
     """A conductivity along one axis only, added to whatever medium fills the cells.
 
@@ -222,12 +234,11 @@ class AxialConductivity:
         return f"AxialConductivity(axis={self.axis!r}, conductivity={self.conductivity:g})"
 
 
-#: a thin axis of a PEC sheet becomes this many cells thick: more than 3/4 of a cell, so the tangential E
-#: nodes on the sheet's node plane are more than half covered (with 4 sub-points per cell they are fully
-#: covered), and less than 5/4, so the normal E nodes half a cell away are at most half covered
+#: a thin axis of a PEC sheet becomes this many cells thick: the tangential E nodes on the sheet's node
+#: plane lie inside, the normal E nodes half a cell away outside
 SHEET_THICKNESS = 0.8
 #: a sheet's in-plane edges move out by this many cells, so that the tangential E nodes on its rim (on
-#: the boundary node lines) count as covered, and the nodes half a cell outside do not
+#: the boundary node lines) lie inside, and the nodes half a cell outside do not
 SHEET_MARGIN = 0.25
 
 
@@ -239,8 +250,7 @@ def pec_sheet(center, size, cell_size):
     and leaves the normal component alone, as the classic FDTD models of microstrip do (Sheen et al.,
     IEEE MTT 38, 849, 1990). A wire (zero extent along two axes) zeroes the E edges along it. The shape is
     a box :data:`SHEET_THICKNESS` cells thick along the zero axes and :data:`SHEET_MARGIN` cells wider
-    on each side along the others (see :mod:`mindelec.fdtd.coefficients`: a PEC zeroes E where it covers
-    more than half of a node's cell).
+    on each side along the others, filled with :class:`PECSheet` (a node is in or out by its position).
 
     Args:
         center: (m), 3 coordinates.
@@ -248,7 +258,7 @@ def pec_sheet(center, size, cell_size):
         cell_size: the simulation's cell size (m), one length or ``(dx, dy, dz)``.
 
     Returns:
-        a :class:`Structure` of a ``common.geometry.Box`` filled with :class:`PEC`.
+        a :class:`Structure` of a ``common.geometry.Box`` filled with :class:`PECSheet`.
 
     Raises:
         ValueError: for a size without a zero extent or with three, or extents of the wrong length.
@@ -273,7 +283,7 @@ def pec_sheet(center, size, cell_size):
     ]
     lo = [c - h for c, h in zip(center, half)]
     hi = [c + h for c, h in zip(center, half)]
-    return Structure(Box(lo, hi), PEC())
+    return Structure(Box(lo, hi), PECSheet())
 
 
 class Structure:
