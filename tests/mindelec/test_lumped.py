@@ -125,3 +125,25 @@ def test_half_wave_dipole_resonates_at_the_thin_wire_resistance():
     print(f"{cells} cells: series resonance at L = {resonance / 2:.3f} lambda, R = {resistance:.1f} ohm")
     assert 0.8 < resonance < 1.0  # a wire of finite radius resonates below L = lambda / 2
     assert resistance == pytest.approx(73.0, rel=0.10)
+
+
+def test_resistor_conductivity_acts_on_its_axis_only():
+    from common.geometry import Box
+
+    dielectric = me.fdtd.Structure(Box((-1, -1, -1), (1, 1, 1)), me.fdtd.Medium(permittivity=2.2))
+    resistor = me.fdtd.lumped_resistor(
+        center=(0, 0, CELL), size=(CELL, CELL, 2 * CELL), axis="z", resistance=50.0
+    )
+    assert resistor.medium.conductivity == pytest.approx(2 * CELL / (50.0 * CELL * CELL))
+    sim = me.fdtd.Simulation(size=(8 * CELL,) * 3, cell_size=CELL, structures=[dielectric, resistor])
+    electric, _ = sim._coefficients()
+    ca_z = torch.as_tensor(electric["Ez"][0])
+    assert int((ca_z < 1).sum()) == 2  # the two series Ez edges of the resistor, nothing else
+    for component in ("Ex", "Ey"):
+        ca, cb = electric[component][:2]
+        assert torch.all(torch.as_tensor(ca) == 1)  # lossless: the resistor leaves them alone
+        assert torch.allclose(
+            torch.as_tensor(cb), torch.as_tensor(sim.dt / (8.8541878128e-12 * 2.2)), rtol=1e-5
+        )
+    with pytest.raises(ValueError, match="zero extent"):
+        me.fdtd.pec_sheet((0, 0, 0), (CELL, CELL, CELL), cell_size=CELL)
