@@ -20,6 +20,7 @@ and ``port`` itself to the monitors; ``result[port.name]`` then holds the port's
 """
 
 import math
+import warnings
 
 import torch
 
@@ -32,6 +33,10 @@ from .sources import CurrentSource
 
 #: how far (in cells) a port's faces may sit from the Yee planes they belong on
 ALIGNMENT_TOLERANCE = 1e-6
+#: a port warns when its gap voltage over the last :data:`TAIL_FRACTION` of the run still exceeds this
+#: fraction of its peak: the spectra then carry the ringing of a truncated record
+UNDECAYED_LEVEL = 1e-2
+TAIL_FRACTION = 0.05
 
 
 def _box(center, size, axis, owner):
@@ -240,11 +245,23 @@ class _PortRecorder(Recorder):
         kernel = torch.polar(weights, -times[:, None] * omega)
         return series.to(torch.float64).to(torch.complex128) @ kernel
 
+    def _check_decay(self, magnitude):
+        """Warn when the gap voltage has not decayed by the end of the run (see :data:`UNDECAYED_LEVEL`)."""
+        tail = magnitude[-max(1, int(TAIL_FRACTION * len(magnitude))) :].max()
+        peak = magnitude.max()
+        if bool(tail > UNDECAYED_LEVEL * peak):
+            warnings.warn(
+                f"{self.port!r}: the gap voltage is still {float(tail / peak):.2g} of its peak at the end of "
+                "the run; the spectra carry the ringing of a truncated record: run longer",
+                stacklevel=2,
+            )
+
     def finish(self, samples):
         port = self.port
         voltage_series = torch.stack([pair[0] for pair in samples])
         current_series = torch.stack([pair[1] for pair in samples])
         steps = voltage_series.shape[0]
+        self._check_decay(voltage_series.detach().abs())
         voltage = self._transform(voltage_series, 1.0)  # E after step n: (n + 1) dt
         current = self._transform(current_series, 0.5)  # H after step n: (n + 1/2) dt
         # the source voltage as the run applied it: at the E updates' midpoints (n + 1/2) dt

@@ -27,7 +27,7 @@ from common.units import SPEED_OF_LIGHT
 CELL = 1e-3
 
 
-def _loop(frequencies):
+def _loop(frequencies, until=3e-9):
     waveform = me.fdtd.GaussianPulse(f0=1.5e9, fwidth=3e9)
     port = me.fdtd.LumpedPort(
         "feed", center=(0, 0, CELL / 2), size=(CELL, CELL, CELL), waveform=waveform, frequencies=frequencies
@@ -48,7 +48,7 @@ def _loop(frequencies):
         dtype=torch.float64,
         threads=1,
     )
-    return port, sim.run(until=3e-9, progress=False)
+    return port, sim.run(until=until, progress=False)
 
 
 def test_port_into_a_resistor_loop_sees_the_series_circuit(tmp_path):
@@ -69,6 +69,11 @@ def test_port_into_a_resistor_loop_sees_the_series_circuit(tmp_path):
     assert np.allclose(network.f, frequencies.numpy())
     assert np.allclose(network.s[:, 0, 0], s11.numpy(), atol=1e-6)
     assert np.allclose(network.z0, 50.0)
+
+
+def test_port_warns_when_the_run_stops_before_the_gap_voltage_decays():
+    with pytest.warns(UserWarning, match="truncated record"):
+        _loop(torch.tensor([1e9]), until=0.3e-9)
 
 
 def test_port_off_the_yee_cells_is_refused():
