@@ -4,12 +4,14 @@
   the loop is a series R-L circuit, so Re Z_in is the resistor's 100 ohm and Im Z_in / omega a constant
   positive inductance; the power the port delivers is what its source makes available times
   ``1 - |S11|^2`` (this checks the Norton source's normalisation against the waveform).
-* A thin half-wave dipole in free space, a wire of zeroed Ez edges (equivalent radius 0.135 cells,
-  Taflove and Hagness ch. 10) fed by a one-cell gap: at its first series resonance the input
+* A thin half-wave dipole in free space, a wire of zeroed Ez edges (equivalent radius about 0.135 cells,
+  per Taflove and Hagness) fed by a one-cell gap: at its first series resonance the input
   resistance is the classical thin-wire value, 73 ohm within 10 % (King's theory gives 73 + j42.5 ohm at
   L = lambda/2 for a vanishing radius; a wire of radius a resonates slightly below lambda/2, at a
-  resistance of 65-73 ohm). ``MINDELEC_DIPOLE_CELLS`` selects the wire length in cells (default 21;
-  41 for the finer validation).
+  resistance of 65-73 ohm). At L = lambda/2 itself this model reads 108 + j75 ohm (21 cells) and
+  97 + j65 ohm (41 cells), not 73 + j42.5: its resonance sits at L = 0.445 and 0.46 lambda, as if the
+  wire were about 1.3 cells longer than its zeroed edges, so the test compares at the resonance.
+  ``MINDELEC_DIPOLE_CELLS`` selects the wire length in cells (default 21; 41 for the finer validation).
 """
 
 import math
