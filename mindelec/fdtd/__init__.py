@@ -25,7 +25,8 @@ hands the fields to the recorders after every step, and collects their outputs i
 
 from .boundaries import PML, Periodic
 from .grid import Grid
-from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
+from .lumped import LumpedPort, lumped_resistor
+from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Medium, Structure, pec_sheet
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
 from .simulation import FieldBlowUpError, Simulation
@@ -57,4 +58,8 @@ __all__ = [
     "Monitor",
     "Recorder",
     "FieldBlowUpError",
+    "AxialConductivity",
+    "pec_sheet",
+    "LumpedPort",
+    "lumped_resistor",
 ]

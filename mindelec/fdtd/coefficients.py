@@ -11,6 +11,8 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
 the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node.
+:class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
+their fill, is added to that of the one E component along their axis.
 """
 
 import torch
@@ -18,7 +20,7 @@ import torch
 from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
-from .materials import PEC, Medium
+from .materials import PEC, AxialConductivity, Medium, PECSheet
 
 
 def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device):
@@ -33,7 +35,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         design: ``[(DesignRegion, its index slices)]``, applied after the structures.
         dtype, device: of the coefficient tensors.
     """
-    mixer = _Mixer(grid, default_medium, structures, dtype, device)
+    axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
+    mixer = _Mixer(grid, default_medium, [s for s in structures if s not in axial], dtype, device)
     electric, magnetic = {}, {}
     for component in active:
         weights = mixer.weights(component)
@@ -43,7 +46,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         permittivity = mixer.mix(weights, "permittivity")
         for region, slices in design:
             permittivity = mixer.with_design(permittivity, region, slices)
-        ca, cb = _lossy_coefficients(dt, permittivity, mixer.mix(weights, "conductivity"))
+        conductivity = mixer.mix(weights, "conductivity") + mixer.axial_conductivity(component, axial)
+        ca, cb = _lossy_coefficients(dt, permittivity, conductivity)
         poles = mixer.poles(weights, dt)
         conductor = sum((w for w, m in zip(weights, mixer.media) if isinstance(m, PEC)), 0.0)
         if isinstance(conductor, torch.Tensor):
@@ -71,7 +75,7 @@ class _Mixer:
         self.media = [default_medium] + [s.medium for s in structures]
         self.dtype, self.device = dtype, device
 
-    def _fill_fractions(self, component):
+    def _fill_fractions(self, component, structures):
         """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
         from common.geometry import rasterize
 
@@ -79,17 +83,24 @@ class _Mixer:
         centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
         spacing = list(grid.spacing[: grid.ndim])
         fractions = []
-        for structure in self.structures:
-            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
+        for structure in structures:
+            supersample = 1 if isinstance(structure.medium, PECSheet) else 4  # sheets: in or out
+            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=supersample))
             fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
         return fractions
+
+    def axial_conductivity(self, component, axial):
+        """``sum fill * conductivity`` (S/m) of the ``AxialConductivity`` structures along ``component``."""
+        along = [s for s in axial if s.medium.axis == component[1]]
+        fills = self._fill_fractions(component, along)
+        return sum((fill * s.medium.conductivity for fill, s in zip(fills, along)), 0.0)
 
     def weights(self, component):
         """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
         weights = [1.0]
         if not self.structures:
             return weights
-        for fill in self._fill_fractions(component):
+        for fill in self._fill_fractions(component, self.structures):
             weights = [w * (1 - fill) for w in weights] + [fill]
         return weights
 
