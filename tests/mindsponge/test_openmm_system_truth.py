@@ -160,13 +160,14 @@ def test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm(hmr_case):
     random kick of the O step along the constraints (what the constraint handling must get
     right) is ten times larger than at 1/ps. Compared, within 4 standard errors of the means
     (pymbar's statistical inefficiency): the kinetic temperature against OpenMM's and against
-    the bath's; the potential energy and the energy of the nine heavy-atom bonds (stiff, and the
-    first to show a wrong step) against OpenMM's.
+    the bath's; the potential energy and the energy of the nine heavy-atom bonds (stiff: the C=O
+    stretch has a period of about 20 fs, five steps) against OpenMM's.
 
     OpenMM's own ``getKineticEnergy`` is that of its stored velocities, which keep a component
-    along the constraints (half the O step's kick; our step removes it, and the next step's
-    constrained kick removes it in OpenMM, so positions are the same); at 10/ps it reads
-    3-4 K above the kinetic temperature of the constrained degrees of freedom. OpenMM's
+    along the constraints (from the O step's random kick and the centripetal part of the
+    constraint correction; our step removes it, OpenMM's next constrained kick does, so the
+    positions are the same); at 10/ps it reads 3.4 K above the kinetic temperature of the
+    constrained degrees of freedom. OpenMM's
     velocities are therefore projected on the constraints, by OpenMM, before comparing.
     """
     openmm_system = hmr_case["openmm_system"]
