@@ -35,6 +35,7 @@ __all__ = [
     "umbrella_profile",
     "barrier_and_reaction",
     "draw_molecule",
+    "SIZES",
 ]
 
 SMILES = "smiles:C=COCC=C"
@@ -237,3 +238,28 @@ def draw_molecule(ax, positions, atomic_numbers, title: str = ""):
     ax.set_aspect("equal")
     ax.set_axis_off()
     ax.set_title(title)
+
+
+SIZES = {
+    "small": {
+        "centers": (-0.30, 0.20, 9),
+        "force_constant": 5000.0,
+        "equilibration": 40,
+        "steps": 120,
+        "every": 4,
+        "bins": 25,
+        "active": "claisen_active_small.toml",
+    },
+    "full": {
+        "centers": (-0.30, 0.20, 21),
+        "force_constant": 20000.0,
+        "equilibration": 1000,
+        "steps": 8000,
+        "every": 10,
+        "bins": 50,
+        "active": "claisen_active.toml",
+    },
+}
+"""Sizes of ``notebooks/reactive_claisen.ipynb``: umbrella windows ``(first, last, count)`` in nm,
+force constant kJ/mol/nm^2, equilibration and production steps (0.5 fs) per window, steps between
+samples, histogram bins of the profile, and the active-learning configuration in ``datasets/``."""
