@@ -242,10 +242,10 @@ def draw_molecule(ax, positions, atomic_numbers, title: str = ""):
 
 SIZES = {
     "small": {
-        "centers": (-0.30, 0.20, 9),
-        "force_constant": 5000.0,
-        "equilibration": 40,
-        "steps": 120,
+        "centers": (-0.30, 0.20, 17),
+        "force_constant": 20000.0,
+        "equilibration": 20,
+        "steps": 60,
         "every": 4,
         "bins": 25,
         "active": "claisen_active_small.toml",
