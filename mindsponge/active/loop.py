@@ -179,10 +179,16 @@ class ActiveLearning:
         self.directory = self.base / config.directory
         self.committee: Committee | None = None
         self.records: list[dict] = []
+        self._initial: pathlib.Path | None = None
 
     # --- data ------------------------------------------------------------------------------------
     def initial_data_path(self) -> pathlib.Path:
         """The initial HDF5 dataset (generated from the recipe into the run's directory if needed)."""
+        if self._initial is None:
+            self._initial = self._initial_data()
+        return self._initial
+
+    def _initial_data(self) -> pathlib.Path:
         source = self.base / self.config.initial
         if source.suffix != ".toml":
             return source
@@ -322,7 +328,8 @@ class ActiveLearning:
         candidates = folder / "candidates.npz"
         if not candidates.is_file():
             write_frames(candidates, explored["positions"][chosen], explored["atomic_numbers"])
-        count = int(np.load(candidates)["positions"].shape[0])
+        with np.load(candidates) as content:
+            count = len(content["positions"])
         result = label_frames(
             candidates,
             count,
