@@ -154,6 +154,14 @@ def select_frames(disagreement, threshold: float, max_frames: int) -> np.ndarray
     return np.sort(ranked[np.unique(np.linspace(0, len(ranked) - 1, max_frames).round().astype(int))])
 
 
+def _has_samples(path: pathlib.Path) -> bool:
+    """Whether a labelling file holds any labelled frame (all of a round's frames may have failed)."""
+    import h5py
+
+    with h5py.File(path, "r", swmr=True) as handle:
+        return "sample_id" in handle
+
+
 def _save_npz(path: pathlib.Path, **arrays) -> None:
     temporary = path.with_name(path.name + ".tmp.npz")
     np.savez(temporary, **arrays)
@@ -213,7 +221,7 @@ class ActiveLearning:
         paths += [
             path
             for index in range(1, rounds + 1)
-            if (path := self.round_directory(index) / "labels.h5").is_file()
+            if (path := self.round_directory(index) / "labels.h5").is_file() and _has_samples(path)
         ]
         return TrainingData.from_hdf5(paths)
 

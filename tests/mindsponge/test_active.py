@@ -217,3 +217,15 @@ def test_committee_refuses_a_single_model():
 
     with pytest.raises(ValueError, match="at least 2"):
         active.Committee([SchNet(cutoff=0.5, features=8, interactions=1)])
+
+
+def test_a_frame_gfn2_cannot_label_is_recorded_as_failed_and_left_out(tmp_path):
+    frames = np.array([[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0], [0.0, 0.0, 0.074]]])  # nm
+    active.write_frames(tmp_path / "frames.npz", frames, [1, 1])
+    summary = active.label_frames(tmp_path / "frames.npz", 2, tmp_path / "labels.h5", progress=False)
+    assert summary.unresolved == [0]  # two H at one point: tblite refuses
+    with h5py.File(tmp_path / "labels.h5") as handle:
+        assert handle["sample_id"][:].tolist() == [1]
+        energy = float(handle["energy"][0])
+    reference = labels_module.label(labels_module.XTB(torch.tensor([1, 1])), torch.tensor(frames[1]))
+    assert energy == pytest.approx(float(reference["energy"]), abs=1e-6)
