@@ -29,7 +29,8 @@ myst_heading_anchors = 3
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_inherit_docstrings = True
+# an override without its own docstring shows none (torch's inherited texts link into torch's own docs)
+autodoc_inherit_docstrings = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True

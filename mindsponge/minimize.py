@@ -10,6 +10,9 @@ SETTLE), so rigid water stays rigid.
   a backtracking line search on the Armijo condition; no atom moves more than ``max_step`` per
   iteration.
 
+- ``"fire"``: the Fast Inertial Relaxation Engine (Bitzek et al., PRL 97, 170201 (2006)) with
+  unit masses and its standard parameters.
+
 Overlapping atoms (two atoms 0.01 nm apart have forces of 1e5-1e20 kJ/mol/nm) are recovered as
 OpenMM's ``LocalEnergyMinimizer`` recovers them: while the largest force exceeds
 ``SOFT_START_FORCE`` (1e5 kJ/mol/nm) L-BFGS keeps no curvature history, so each iteration is a
@@ -17,8 +20,6 @@ steepest-descent step capped at ``max_step`` per atom (the forces are used for t
 only, never integrated); forces are projected on the constraint surface after scaling them to
 unit size (so RATTLE's tolerance does not meet forces of 1e20), and a trial move that the
 constraints cannot follow is shortened instead of failing.
-- ``"fire"``: the Fast Inertial Relaxation Engine (Bitzek et al., PRL 97, 170201 (2006)) with
-  unit masses and its standard parameters.
 
 Units: nm, kJ/mol, kJ/mol/nm.
 """

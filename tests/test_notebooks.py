@@ -102,3 +102,13 @@ def _keep_executed_copy(path, notebook):
     notebook.metadata["source_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     os.makedirs(folder, exist_ok=True)
     nbformat.write(notebook, os.path.join(folder, path.name))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(path):
+    """Notebooks are stored stripped (the repository stays small and diffs stay readable); their outputs
+    appear in the documentation site, which executes them (``docs/build.py``)."""
+    notebook = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, (path.name, index)

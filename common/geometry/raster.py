@@ -1,7 +1,7 @@
 """Rasterisation of shapes onto rectilinear grids: the covered fraction of every cell.
 
 Used by ``mindelec.fdtd`` for sub-cell permittivity averaging. Only cells cut by the
-boundary are supersampled: a shape's margin is 1-Lipschitz (see :mod:`.base`), so a cell
+boundary are supersampled: a shape's margin is 1-Lipschitz (see :mod:`common.geometry.base`), so a cell
 whose centre margin exceeds its half-diagonal is entirely inside or entirely outside.
 """
 
