@@ -179,7 +179,7 @@ def validation_page(target: Path) -> None:
         for line in path.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
-                measured[entry["test"]] = entry
+                measured.setdefault(entry["test"], {})[entry["case"]] = entry["measured"]
     lines = ["# Validation record", "", validation_record.__doc__.strip().split("\n\n")[0], "",
              "Figures come from the last `make test` run on this build machine "
              f"({'found' if measured else 'none found: run `make test` first to fill the last column'}).", ""]
@@ -187,7 +187,7 @@ def validation_page(target: Path) -> None:
         lines += [f"## {area}", "", "| comparison | reference | tolerance | measured | test |",
                   "|---|---|---|---|---|"]
         for entry in entries:
-            figure = measured.get(entry.test, {}).get("measured", "")
+            figure = "; ".join(dict.fromkeys(measured.get(entry.test, {}).values()))  # each case once
             cells = (entry.what, entry.reference, entry.tolerance, str(figure))
             lines.append("| " + " | ".join(_escape(cell) for cell in cells) + f" | `{entry.test}` |")
         lines.append("")

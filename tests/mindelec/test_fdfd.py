@@ -40,10 +40,11 @@ def green_errors(sim):
 
 
 @pytest.mark.parametrize("polarization", ["TM", "TE"])
-def test_point_source_matches_hankel_green_function(polarization):
+def test_point_source_matches_hankel_green_function(polarization, validation_figure):
     # 30 cells per wavelength, 0.5-2 wavelengths from the source: the phase error is the grid's
     # numerical dispersion, about (k dx)^2 / 24 * k r = 0.022 rad at 2 wavelengths
     error, phase_error, amplitude_error = green_errors(free_space(180, 30, polarization))
+    validation_figure(f"{polarization}: amplitude {amplitude_error:.2%}, phase {phase_error:.3f} rad")
     assert phase_error < 0.025
     assert amplitude_error < 1e-2  # 0.7 % at the worst (diagonal) angle
     assert error < 0.025

@@ -145,12 +145,16 @@ WATER_CASES = [
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("method, options", WATER_CASES)
-def test_water_box_matches_openmm(water, method, options, compiled):
+def test_water_box_matches_openmm(water, method, options, compiled, validation_figure):
     force, reference = openmm_case(*water, method, **options)
     model = ours_from(force, method, pme_parameters=reference.get("pme"), compiled=compiled)
     terms, energy, ours = evaluate(model, reference)
     assert abs(energy - reference["energy"]) <= 1e-6 * abs(reference["energy"])
     assert force_error(ours, reference["forces"]) < 1e-5
+    validation_figure(
+        f"{method}: energy {abs(energy - reference['energy']) / abs(reference['energy']):.1e} relative, "
+        f"forces {force_error(ours, reference['forces']):.1e}"
+    )
     if method in ("pme", "ewald"):
         # OpenMM's reciprocal-space force group holds the reciprocal sum and the self energy
         assert terms["coulomb_reciprocal"].item() == pytest.approx(reference["reciprocal"], rel=1e-6)

@@ -116,7 +116,7 @@ def _uncorrelated(samples):
         ),
     ],
 )
-def test_canonical_kinetic_energy(equilibrated_water, make):
+def test_canonical_kinetic_energy(equilibrated_water, make, validation_figure):
     system, ff = equilibrated_water
     integrator, thermostat = make()
     simulation, kinetic = _run(system, ff, integrator, thermostat)
@@ -129,6 +129,7 @@ def test_canonical_kinetic_energy(equilibrated_water, make):
     assert abs(kinetic.mean() - expected) < 3 * standard_error
     mean_deviation, width_deviation = _check_distribution(simulation, kinetic)
     assert abs(mean_deviation) < 3 and abs(width_deviation) < 3
+    validation_figure(f"mean {mean_deviation:+.1f} sigma, width {width_deviation:+.1f} sigma")
 
 
 def test_berendsen_mean_temperature(equilibrated_water):
