@@ -26,6 +26,8 @@ hands the fields to the recorders after every step, and collects their outputs i
 from .boundaries import PML, Periodic
 from .grid import Grid
 from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
+from .mode_monitors import ModeMonitor
+from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
 from .simulation import FieldBlowUpError, Simulation
@@ -57,4 +59,7 @@ __all__ = [
     "Monitor",
     "Recorder",
     "FieldBlowUpError",
+    "CrossSection",
+    "ModeSource",
+    "ModeMonitor",
 ]

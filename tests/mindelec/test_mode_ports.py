@@ -1,0 +1,120 @@
+"""Mode sources, mode monitors and mode ports (mindelec.fdtd.ModeSource/ModeMonitor, mindelec.ports.ModePort):
+a straight 3D metallic waveguide is transparent (|S21| >= 0.99, |S11| <= 0.01 over the band); a width step
+in a 2D slab waveguide gives the S11 and S21 of the FDFD (mindelec.fdfd) with its own mode source and mode
+decomposition on the same reference lines, to 0.01 in modulus and with the same phase."""
+
+import math
+
+import pytest
+import skrf
+import torch
+
+from common.errors import ConfigurationError
+from common.geometry import Rectangle
+from common.units import SPEED_OF_LIGHT, VACUUM_PERMITTIVITY
+from mindelec import fdfd, fdtd, ports
+from mindelec.fdtd.coefficients import update_coefficients
+
+
+def test_straight_metallic_waveguide_is_transparent(tmp_path):
+    # a hollow 20 x 10 mm rectangular guide (TE10 cut-off 7.5 GHz, TE20 15 GHz), PEC walls, PML at
+    # both ends, 1 mm cells; ports 40 mm apart, one run per excited port
+    size, cell = (0.1, 0.02, 0.01), 1e-3
+    boundary = (fdtd.PML(thickness=15), fdtd.PEC(), fdtd.PEC())
+    port_list = [
+        ports.ModePort("1", fdtd.CrossSection(-0.02, size, cell), direction=1),
+        ports.ModePort("2", fdtd.CrossSection(0.02, size, cell), direction=-1),
+    ]
+    frequencies = torch.linspace(10e9, 13e9, 7, dtype=torch.float64)
+    pulse = fdtd.GaussianPulse(f0=11.5e9, fwidth=4e9)
+    monitors = [port.monitor(frequencies) for port in port_list]
+    results = [
+        fdtd.Simulation(size, cell, boundary, sources=port.source(pulse).currents, monitors=monitors).run(
+            until=3.5e-9, progress=False
+        )
+        for port in port_list
+    ]
+    s_matrix = ports.mode_s_matrix(results, port_list)
+    assert s_matrix.shape == (7, 2, 2)
+    assert (s_matrix[:, 1, 0].abs() >= 0.99).all() and (s_matrix[:, 0, 1].abs() >= 0.99).all()
+    assert (s_matrix[:, 0, 0].abs() <= 0.01).all() and (s_matrix[:, 1, 1].abs() <= 0.01).all()
+    # the phase of S21 is the TE10 delay over the 40 mm between the reference planes (continuum
+    # beta; the 1 mm grid's dispersion is below 0.05 rad here)
+    beta = 2 * math.pi * frequencies / SPEED_OF_LIGHT * torch.sqrt(1 - (7.5e9 / frequencies) ** 2)
+    phase_error = torch.angle(s_matrix[:, 1, 0] * torch.exp(1j * beta * 0.04))
+    assert phase_error.abs().max() < 0.05
+    path = ports.write_touchstone(tmp_path / "guide.s2p", frequencies, s_matrix)
+    network = skrf.Network(str(path))
+    assert network.nports == 2
+    assert abs(network.s - s_matrix.numpy()).max() < 1e-6
+
+
+def _node_permittivity(size, cell, structures):
+    """The FDTD's relative permittivity on the Ez nodes (its sub-cell averages), for the FDFD."""
+    grid = fdtd.Grid(size, cell)
+    electric, _ = update_coefficients(grid, ("Ez",), 1.0, fdtd.Medium(), structures, [], torch.float64, "cpu")
+    return 1.0 / (VACUUM_PERMITTIVITY * electric["Ez"][1][:, :, 0])
+
+
+def test_width_step_in_2d_matches_fdfd():
+    # a slab guide (eps 4) whose width steps from 0.3 to 0.6 wavelengths at x = 0 (2D TM): FDTD with
+    # mode ports against the FDFD at the frequency the leapfrog scheme solves, sin(pi f dt) / (pi dt),
+    # with FDFD's mode source and mode_amplitudes read on the ModeMonitors' reference lines
+    frequency = 1e12
+    wavelength = SPEED_OF_LIGHT / frequency
+    cell, pml = wavelength / 24, 12
+    size = (110 * cell, 60 * cell)
+    narrow, wide = 0.3 * wavelength, 0.6 * wavelength
+    structures = [
+        fdtd.Structure(Rectangle((-size[0], -narrow / 2), (0.0, narrow / 2)), fdtd.Medium(permittivity=4.0)),
+        fdtd.Structure(Rectangle((0.0, -wide / 2), (size[0], wide / 2)), fdtd.Medium(permittivity=4.0)),
+    ]
+    arguments = dict(size=size, cell_size=cell, structures=structures)
+    port_list = [
+        ports.ModePort("1", fdtd.CrossSection(-1.5 * wavelength, **arguments), direction=1),
+        ports.ModePort("2", fdtd.CrossSection(1.5 * wavelength, **arguments), direction=-1),
+    ]
+    frequencies = torch.linspace(0.85 * frequency, 1.15 * frequency, 4, dtype=torch.float64)
+    sim = fdtd.Simulation(
+        size,
+        cell,
+        fdtd.PML(thickness=pml),
+        structures=structures,
+        dtype=torch.float64,
+        sources=port_list[0].source(fdtd.GaussianPulse(f0=frequency, fwidth=0.5 * frequency)).currents,
+        monitors=[port.monitor(frequencies) for port in port_list],
+    )
+    result = sim.run(until=30 / frequency, progress=False)
+    incoming = port_list[0].waves(result)[0]
+    s11, s21 = (port.waves(result)[1] / incoming for port in port_list)
+
+    permittivity = _node_permittivity(size, cell, structures)
+    references = [port.monitor(frequencies).reference_position for port in port_list]
+    for k, value in enumerate(frequencies.tolist()):
+        solved = math.sin(math.pi * value * sim.dt) / (math.pi * sim.dt)
+        solver = fdfd.Simulation(size, cell, solved, permittivity, pml)
+        mode_in = solver.mode("x", -1.7 * wavelength)
+        field = solver.solve(solver.mode_source(mode_in, direction=1))
+        forward, backward = solver.mode_amplitudes(field, solver.mode("x", references[0]), references[0])
+        transmitted, _ = solver.mode_amplitudes(field, solver.mode("x", references[1]), references[1])
+        assert abs(abs(s11[k]) - abs(backward / forward)) < 0.01
+        assert abs(abs(s21[k]) - abs(transmitted / forward)) < 0.01
+        # the same reference planes: the complex values agree (half a cell apart would turn S11 by
+        # 2 kappa dx / 2, about 0.45 rad here)
+        assert abs(s11[k] - backward / forward) < 0.01
+        assert abs(s21[k] - transmitted / forward) < 0.01
+    assert (s11.abs() > 0.02).all()  # the step does reflect: the comparison is not of two zeros
+
+
+def test_mode_source_refuses_bad_input():
+    size, cell = (0.1, 0.02, 0.01), 1e-3
+    section = fdtd.CrossSection(0.0, size, cell)
+    pulse = fdtd.GaussianPulse(f0=11.5e9, fwidth=4e9)
+    with pytest.raises(ConfigurationError, match="direction"):
+        fdtd.ModeSource(section, pulse, direction=2)
+    with pytest.raises(ConfigurationError, match="n_eff"):  # below the TE10 cut-off: evanescent
+        fdtd.ModeSource(section, fdtd.GaussianPulse(f0=5e9, fwidth=1e9))
+    with pytest.raises(ConfigurationError, match="inside the domain"):
+        fdtd.CrossSection(0.05, size, cell)
+    with pytest.raises(ConfigurationError, match="run once per excited port"):
+        ports.mode_s_matrix([], [ports.ModePort("1", section)])
