@@ -39,9 +39,17 @@ S11/S21 over a band (differences are the FDTD's numerical dispersion: 0.02-0.04 
 vacuum wavelength), ``|S11|^2 + |S21|^2 = 1`` to 1e-5; a gap in a 2D slab waveguide against the
 FDFD with the same ports, to 2e-5.
 
-A port reads one field component only: directions are told apart by the reference-run subtraction,
-so each run must carry one direction of travel at each non-source port and only the incident wave
-at the source port in the reference run. Lumped (circuit) ports are not provided.
+Mode ports (:class:`ModePort`, 2D and 3D, cross-sections normal to x) need no reference run: a
+:class:`~mindelec.fdtd.ModeMonitor` separates forward and backward waves of the mode, so one run per
+excited port gives a column of the S-matrix (:func:`mode_s_matrix`), reference planes at the
+monitors' half nodes (those of :meth:`mindelec.fdfd.Simulation.mode_amplitudes`). Validation
+(tests/mindelec/test_mode_ports.py): a straight 3D metallic guide, |S21| >= 0.99 and |S11| <= 0.01;
+a width step in a 2D slab guide against the FDFD, complex S11 and S21 to 0.01.
+
+A :class:`WaveguidePort` reads one field component only: directions are told apart by the
+reference-run subtraction, so each run must carry one direction of travel at each non-source port
+and only the incident wave at the source port in the reference run. Lumped (circuit) ports are not
+provided.
 """
 
 from __future__ import annotations

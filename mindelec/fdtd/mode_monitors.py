@@ -30,7 +30,7 @@ import torch
 
 from common.errors import ConfigurationError
 
-from .mode_sources import CrossSection
+from .mode_sources import CrossSection, mode_amplitudes
 from .monitors import DFTMonitor, _DFTRecorder
 
 __all__ = ["ModeMonitor"]
@@ -99,19 +99,16 @@ class _ModeRecorder(_DFTRecorder):
         electric, magnetic, kappa = section.mode(numerical, self.monitor.mode_index)
         correction = 1.0 / math.cos(kappa * section.spacing / 2)
         area = math.prod(self.grid.spacing[1 : self.grid.ndim])
-        overlap_x = overlap_y = 0.0
-        for e_name, h_name, sign in (("Ey", "Hz", 1.0), ("Ez", "Hy", -1.0)):
-            if e_name not in transforms:
-                continue
-            e_axis, h_axis = "xyz".index(e_name[1]), "xyz".index(h_name[1])
-            field_e = transforms[e_name][frequency_index].to(torch.complex128)
-            field_e = 0.5 * (field_e[0] + field_e[1]).reshape(electric[e_axis].shape) * correction
-            field_h = (
-                transforms[h_name][frequency_index, 0].to(torch.complex128).reshape(magnetic[h_axis].shape)
-            )
-            overlap_x = overlap_x + sign * (field_e * magnetic[h_axis]).sum() * area
-            overlap_y = overlap_y + sign * (electric[e_axis] * field_h).sum() * area
-        return (overlap_x + overlap_y) / 4, (overlap_x - overlap_y) / 4
+        fields = torch.zeros((2,) + tuple(electric.shape), dtype=torch.complex128)
+        for name, value in transforms.items():
+            value = value[frequency_index].to(torch.complex128)
+            if name[0] == "E":  # the mean of the two E planes, carried to the half plane
+                fields[0, "xyz".index(name[1])] = (
+                    0.5 * (value[0] + value[1]).reshape(fields.shape[2:]) * correction
+                )
+            else:
+                fields[1, "xyz".index(name[1])] = value[0].reshape(fields.shape[2:])
+        return mode_amplitudes(fields[0], fields[1], electric, magnetic, area)
 
     def finish(self, samples):
         transforms = self.transforms()

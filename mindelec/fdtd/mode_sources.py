@@ -39,7 +39,7 @@ from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
 from .materials import Medium
 from .sources import CurrentSource
 
-__all__ = ["CrossSection", "ModeSource"]
+__all__ = ["CrossSection", "ModeSource", "mode_amplitudes"]
 
 
 class CrossSection:
@@ -157,6 +157,22 @@ class CrossSection:
         return f"CrossSection(x={self.position:g} m, index={self.index}, grid={tuple(self.grid.shape)})"
 
 
+def mode_amplitudes(electric, magnetic, mode_electric, mode_magnetic, area):
+    """``(forward, backward)``: the amplitudes of a mode (1 W, real transverse fields) in a field on
+    the same plane, ``(X + Y) / 4`` and ``(X - Y) / 4`` with ``X = sum (E x H_m) . x dA`` and
+    ``Y = sum (E_m x H) . x dA``.
+
+    Args:
+        electric, magnetic: (3, ...) complex tensors, the field's (E_x, E_y, E_z) and (H_x, H_y, H_z)
+            on the plane's nodes (V/m, A/m); the x components are not used.
+        mode_electric, mode_magnetic: the mode's, of the same shape.
+        area: the area (m^2; m in 2D) of one node of the plane.
+    """
+    overlap_x = (electric[1] * mode_magnetic[2] - electric[2] * mode_magnetic[1]).sum() * area
+    overlap_y = (mode_electric[1] * magnetic[2] - mode_electric[2] * magnetic[1]).sum() * area
+    return (overlap_x + overlap_y) / 4, (overlap_x - overlap_y) / 4
+
+
 class _Shifted:
     """``waveform(t + delay)``, keeping the waveform's spectrum limit for the simulation's checks."""
 
@@ -245,6 +261,7 @@ class ModeSource:
         self.cross_section, self.waveform = cross_section, waveform
         self.direction, self.mode_index, self.frequency = direction, int(mode_index), float(frequency)
         electric, magnetic, kappa = cross_section.mode(self.frequency, self.mode_index)
+        self._electric, self._magnetic = electric, magnetic
         dx = cross_section.spacing
         delayed = _Shifted(waveform, kappa * dx / (2 * 2 * math.pi * self.frequency))
         e_plane = cross_section.index
@@ -262,13 +279,27 @@ class ModeSource:
         )
 
     def spectrum(self, frequencies, dt, steps):
-        """(F,) complex128: the forward mode amplitude on the source plane per frequency, the DFT
-        ``sum_n f(t_n) exp(-i omega t_n) dt`` over the E sample times ``t_n = (n + 1) dt`` of a run of
-        ``steps`` steps (as :class:`~mindelec.fdtd.DFTMonitor` transforms fields)."""
+        """(F,) complex128: the forward amplitude of the mode (as solved at each frequency) that the source
+        launches on its plane, per frequency: the DFT ``sum_n f(t_n) exp(-i omega t_n) dt`` over the E
+        sample times ``t_n = (n + 1) dt`` of a run of ``steps`` steps (as
+        :class:`~mindelec.fdtd.DFTMonitor` transforms fields), times the forward overlap of the injected
+        centre-frequency profile with the mode at that frequency (1 where the profile does not change).
+        Divide a :class:`~mindelec.fdtd.ModeMonitor`'s amplitudes by it for the response to a unit
+        incident mode."""
         times = (torch.arange(steps, dtype=torch.float64) + 1.0) * dt
-        omega = 2 * math.pi * torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1, 1)
+        frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
+        omega = 2 * math.pi * frequencies.reshape(-1, 1)
         values = self.waveform(times).to(torch.float64)
-        return (values * torch.exp(-1j * omega * times)).sum(-1) * dt
+        transform = (values * torch.exp(-1j * omega * times)).sum(-1) * dt
+        area = math.prod(self.cross_section.grid.spacing[1 : self.cross_section.grid.ndim])
+        overlaps = []
+        for frequency in frequencies.tolist():
+            numerical = math.sin(math.pi * frequency * dt) / (math.pi * dt)
+            mode_electric, mode_magnetic, _ = self.cross_section.mode(numerical, self.mode_index)
+            overlaps.append(
+                mode_amplitudes(self._electric, self._magnetic, mode_electric, mode_magnetic, area)[0]
+            )
+        return transform * torch.stack(overlaps)
 
     def __repr__(self):
         sign = "+" if self.direction == 1 else "-"
