@@ -8,7 +8,9 @@ the polarization carries). The **reference plane** is that half plane, ``x_i + d
 divided by ``cos(kappa dx / 2)``, exact for any sum of forward and backward waves of the mode. This is
 the line :meth:`mindelec.fdfd.Simulation.mode_amplitudes` reads for the same position, so FDTD and
 FDFD S-parameters share their reference planes (with E read on the integer plane the phase would be
-off by ``kappa dx / 2`` per port).
+off by ``kappa dx / 2`` per port). In 2D TE, whose FDFD main field ``H_z`` lives on the half nodes,
+the roles swap: the reference is the E plane ``x_i`` and H is the mean of the half planes ``i - 1``
+and ``i``.
 
 Per frequency ``f`` the mode ``(E_m, H_m)`` (1 W, real transverse fields) is solved at the Yee
 scheme's numerical frequency ``sin(pi f dt) / (pi dt)`` (the FDTD phasors obey Maxwell's equations at
@@ -62,8 +64,15 @@ class ModeMonitor(DFTMonitor):
             )
         components = tuple(c for c in _TRANSVERSE if c in cross_section.active)
         super().__init__(name, frequencies, components)
-        reference = cross_section.position + cross_section.spacing / 2
-        self._set(cross_section=cross_section, mode_index=int(mode_index), reference_position=reference)
+        # 2D TE: FDFD's main field is H_z (half nodes), so its reference line is the E plane itself
+        averaged = "H" if cross_section.polarization == "TE" else "E"
+        reference = cross_section.position + (0.0 if averaged == "H" else cross_section.spacing / 2)
+        self._set(
+            cross_section=cross_section,
+            mode_index=int(mode_index),
+            reference_position=reference,
+            averaged=averaged,
+        )
 
     def recorder(self, grid, polarization, dt, dtype, device):
         if (
@@ -74,7 +83,9 @@ class ModeMonitor(DFTMonitor):
         index = self.cross_section.index
         slices = {
             component: (
-                slice(index, index + (2 if component[0] == "E" else 1)),
+                slice(index - 1, index + 1)
+                if component[0] == self.averaged == "H"
+                else slice(index, index + (2 if component[0] == self.averaged else 1)),
                 slice(0, grid.shape[1]),
                 slice(0, grid.shape[2]),
             )
@@ -102,12 +113,12 @@ class _ModeRecorder(_DFTRecorder):
         fields = torch.zeros((2,) + tuple(electric.shape), dtype=torch.complex128)
         for name, value in transforms.items():
             value = value[frequency_index].to(torch.complex128)
-            if name[0] == "E":  # the mean of the two E planes, carried to the half plane
-                fields[0, "xyz".index(name[1])] = (
-                    0.5 * (value[0] + value[1]).reshape(fields.shape[2:]) * correction
-                )
+            kind = 0 if name[0] == "E" else 1
+            if name[0] == self.monitor.averaged:  # the mean of two planes, carried to the one between
+                value = 0.5 * (value[0] + value[1]) * correction
             else:
-                fields[1, "xyz".index(name[1])] = value[0].reshape(fields.shape[2:])
+                value = value[0]
+            fields[kind, "xyz".index(name[1])] = value.reshape(fields.shape[2:])
         return mode_amplitudes(fields[0], fields[1], electric, magnetic, area)
 
     def finish(self, samples):

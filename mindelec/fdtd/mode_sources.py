@@ -46,7 +46,7 @@ class CrossSection:
     """The plane (3D) or line (2D) ``x = position`` of a simulation, with the FDTD's permittivity on it.
 
     Args:
-        position: x (m); snapped to the nearest integer node ``index``.
+        position: x (m); snapped to the nearest integer node ``index`` (attribute ``position``).
         size, cell_size, structures, default_medium, polarization: as for
             :class:`~mindelec.fdtd.Simulation` (the same values as the simulation the mode serves).
 
@@ -85,6 +85,7 @@ class CrossSection:
                 "at least one cell from its ends"
             )
         self.index = index
+        self.position = -half + index * self.grid.spacing[0]  # snapped to the node
         self.active = ACTIVE_COMPONENTS[(self.grid.ndim, self.polarization)]
         medium = Medium() if default_medium is None else default_medium
         electric, _ = update_coefficients(
