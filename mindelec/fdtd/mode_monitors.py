@@ -37,7 +37,7 @@ from .monitors import DFTMonitor, _DFTRecorder
 
 __all__ = ["ModeMonitor"]
 
-#: per simulation kind, the transverse (E_y, E_z, H_y, H_z) components it carries
+#: the transverse components a monitor reads (those the simulation carries)
 _TRANSVERSE = ("Ey", "Ez", "Hy", "Hz")
 
 
@@ -49,6 +49,9 @@ class ModeMonitor(DFTMonitor):
         cross_section: a :class:`~mindelec.fdtd.mode_sources.CrossSection` of the simulation's grid.
         frequencies: (F,) Hz; the mode must be guided at each.
         mode_index: 0 for the fundamental mode, ...
+
+    A backward amplitude is that of the mode ``(E_m, -H_m)``: ratios of backward to forward amplitudes
+    are reflection coefficients of E (FDFD's TE amplitudes, of its main field ``H_z``, have the other sign).
 
     The result holds ``"frequencies"`` (F,), ``"forward"`` and ``"backward"`` ((F,) complex amplitudes,
     sqrt(W) s, or sqrt(W/m) s in 2D) and ``"reference_position"`` (m).
@@ -80,6 +83,11 @@ class ModeMonitor(DFTMonitor):
             or grid.size != self.cross_section.grid.size
         ):
             raise ValueError(f"{self!r}: its cross-section belongs to another grid")
+        if polarization != self.cross_section.polarization:
+            raise ValueError(
+                f"{self!r}: its cross-section is for polarization {self.cross_section.polarization!r}, "
+                f"the simulation's is {polarization!r}"
+            )
         index = self.cross_section.index
         slices = {
             component: (

@@ -184,3 +184,6 @@ def test_mode_source_refuses_bad_input():
         fdtd.CrossSection(0.05, size, cell)
     with pytest.raises(ConfigurationError, match="run once per excited port"):
         ports.mode_s_matrix([], [ports.ModePort("1", section)])
+    line = fdtd.CrossSection(0.0, size[:2], cell, polarization="TE")
+    with pytest.raises(ValueError, match="polarization 'TE'"):
+        fdtd.Simulation(size[:2], cell, monitors=[fdtd.ModeMonitor("m", line, [11.5e9])])
