@@ -110,7 +110,7 @@ class Modes:
 
 def _permittivity_array(permittivity, ndim: int) -> np.ndarray:
     """``permittivity`` as a complex numpy array of shape (3, n1, n2) per E component or (n1, n2)."""
-    expected = "(ny, nz) or (3, ny, nz)" if ndim == 2 else "(n,)"
+    expected = "(ny, nz) or (3, ny, nz)" if ndim == 2 else "(n,) or (3, n)"
     if isinstance(permittivity, np.ndarray):
         permittivity = torch.from_numpy(permittivity)
     if not isinstance(permittivity, torch.Tensor):
@@ -118,11 +118,12 @@ def _permittivity_array(permittivity, ndim: int) -> np.ndarray:
             f"permittivity must be a tensor or numpy array of shape {expected}, "
             f"got {type(permittivity).__name__}"
         )
-    if permittivity.dim() not in ((ndim, ndim + 1) if ndim == 2 else (1,)):
+    if permittivity.dim() not in (ndim, ndim + 1):
         raise ConfigurationError(f"permittivity must have shape {expected}, got {tuple(permittivity.shape)}")
-    if permittivity.dim() == 3 and permittivity.shape[0] != 3:
+    if permittivity.dim() == ndim + 1 and permittivity.shape[0] != 3:
         raise ConfigurationError(
-            f"permittivity per component must have shape (3, ny, nz), got {tuple(permittivity.shape)}"
+            f"permittivity per component must have shape {expected.split(' or ')[1]}, "
+            f"got {tuple(permittivity.shape)}"
         )
     if min(permittivity.shape[-ndim:]) < 3:
         raise ConfigurationError(
@@ -485,8 +486,8 @@ def line_modes(
     TE (E parallel to the layers); ``"TE"`` carries ``(E_x, E_y, H_z)``, their TM modes.
 
     Args:
-        permittivity: relative permittivity per cell, shape (n,), a tensor or numpy array (see
-            :func:`cross_section_modes`).
+        permittivity: relative permittivity per cell, shape (n,), or (3, n) already at the
+            (E_x, E_y, E_z) nodes, a tensor or numpy array (see :func:`cross_section_modes`).
         cell_size: the cell size along the line (m).
         frequency: Hz (at least :data:`MIN_CELLS_PER_WAVELENGTH` cells per wavelength in the material).
         polarization: ``"TM"`` or ``"TE"``.
@@ -506,7 +507,7 @@ def line_modes(
         raise ConfigurationError(
             f"polarization must be 'TM' or 'TE' and axis 'x' or 'y', got {polarization!r} and {axis!r}"
         )
-    values = _permittivity_array(permittivity, ndim=1)[:, None]  # (along the line, along z)
+    values = _permittivity_array(permittivity, ndim=1)[..., None]  # (along the line, along z)
     step = _cell_sizes(cell_size, 1)[0]
     frequency = _positive(frequency, "frequency")
     pml = (_pml_cells(pml_cells, values.shape[:1])[0], 0)

@@ -39,9 +39,17 @@ S11/S21 over a band (differences are the FDTD's numerical dispersion: 0.02-0.04 
 vacuum wavelength), ``|S11|^2 + |S21|^2 = 1`` to 1e-5; a gap in a 2D slab waveguide against the
 FDFD with the same ports, to 2e-5.
 
-A port reads one field component only: directions are told apart by the reference-run subtraction,
-so each run must carry one direction of travel at each non-source port and only the incident wave
-at the source port in the reference run. Lumped (circuit) ports are not provided.
+Mode ports (:class:`ModePort`, 2D and 3D, cross-sections normal to x) need no reference run: a
+:class:`~mindelec.fdtd.ModeMonitor` separates forward and backward waves of the mode, so one run per
+excited port gives a column of the S-matrix (:func:`mode_s_matrix`), reference planes at the
+monitors' half nodes (those of :meth:`mindelec.fdfd.Simulation.mode_amplitudes`). Validation
+(tests/mindelec/test_mode_ports.py): a straight 3D metallic guide, |S21| >= 0.99 and |S11| <= 0.01;
+a width step in a 2D slab guide against the FDFD, complex S11 and S21 to 0.01.
+
+A :class:`WaveguidePort` reads one field component only: directions are told apart by the
+reference-run subtraction, so each run must carry one direction of travel at each non-source port
+and only the incident wave at the source port in the reference run. Lumped (circuit) ports are not
+provided.
 """
 
 from __future__ import annotations
@@ -51,7 +59,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["WaveguidePort", "s_parameters", "scattering_column", "to_network", "write_touchstone"]
+from common.errors import ConfigurationError
+
+__all__ = [
+    "WaveguidePort",
+    "ModePort",
+    "mode_s_matrix",
+    "s_parameters",
+    "scattering_column",
+    "to_network",
+    "write_touchstone",
+]
 
 
 class WaveguidePort:
@@ -235,3 +253,91 @@ def write_touchstone(path, frequencies, s_matrix, z0=50.0) -> Path:
         )
     network.write_touchstone(filename=path.stem, dir=str(path.parent), form="ri")
     return path
+
+
+class ModePort:
+    """A waveguide port of a 2D or 3D FDTD simulation built on one mode of a cross-section normal to x.
+
+    The port measures on ``cross_section`` (a :class:`~mindelec.fdtd.ModeMonitor`, reference plane
+    half a cell after its node, as the FDFD's) and, when excited, launches the mode towards the device
+    from ``source_offset`` cells behind that plane (a :class:`~mindelec.fdtd.ModeSource`), so the
+    monitor sees the incident wave and what the device sends back, and nothing of the source's own
+    small backward wave.
+
+    Args:
+        name: the port's name; its monitor is called ``"port:<name>"``.
+        cross_section: a :class:`~mindelec.fdtd.CrossSection` of the simulation.
+        direction: where the device lies: ``+1`` (towards +x: a port on the left end) or ``-1``.
+        mode_index: 0 for the fundamental mode, ...
+        source_offset: cells between the source plane and the monitor's node (>= 2).
+    """
+
+    def __init__(self, name, cross_section, direction=1, mode_index=0, source_offset=3):
+        from mindelec.fdtd import CrossSection
+
+        if not isinstance(cross_section, CrossSection):
+            raise ConfigurationError(
+                f"ModePort {name!r}: cross_section must be a CrossSection, got {cross_section!r}"
+            )
+        if direction not in (1, -1):
+            raise ConfigurationError(f"ModePort {name!r}: direction must be +1 or -1, got {direction!r}")
+        if int(source_offset) < 2:
+            raise ConfigurationError(
+                f"ModePort {name!r}: source_offset must be at least 2 cells, got {source_offset!r}"
+            )
+        self.name, self.cross_section = str(name), cross_section
+        self.direction, self.mode_index, self.source_offset = direction, int(mode_index), int(source_offset)
+
+    @property
+    def monitor_name(self) -> str:
+        """The name of the port's monitor in a run's result."""
+        return f"port:{self.name}"
+
+    def monitor(self, frequencies):
+        """The port's :class:`~mindelec.fdtd.ModeMonitor` at ``frequencies`` (Hz)."""
+        from mindelec.fdtd import ModeMonitor
+
+        return ModeMonitor(self.monitor_name, self.cross_section, frequencies, self.mode_index)
+
+    def source(self, waveform, frequency=None):
+        """The :class:`~mindelec.fdtd.ModeSource` exciting this port (its ``currents`` are sources)."""
+        from mindelec.fdtd import ModeSource
+
+        section = self.cross_section.shifted(-self.direction * self.source_offset)
+        return ModeSource(section, waveform, self.direction, self.mode_index, frequency)
+
+    def waves(self, result):
+        """``(incoming, outgoing)``: (F,) complex mode amplitudes at this port in a run's result."""
+        amplitudes = result[self.monitor_name]
+        forward, backward = amplitudes["forward"], amplitudes["backward"]
+        return (forward, backward) if self.direction == 1 else (backward, forward)
+
+    def __repr__(self):
+        return f"ModePort({self.name!r}, {self.cross_section!r}, direction={self.direction:+d})"
+
+
+def mode_s_matrix(results, port_list) -> torch.Tensor:
+    """The S-matrix of a device from one run per excited port: ``S_pq = outgoing_p / incoming_q`` in
+    the run exciting port ``q`` (reference planes at the ports' monitors).
+
+    Args:
+        results: one :class:`~mindelec.fdtd.Result` per port, ``results[q]`` from the run whose only
+            source is ``port_list[q].source(...)``; every run carries all the ports' monitors.
+        port_list: the :class:`ModePort` objects, in S-matrix order.
+
+    Returns:
+        (F, P, P) complex tensor, ``S[f, p, q] = S_pq``.
+
+    Raises:
+        ConfigurationError: a result count that does not match the ports.
+    """
+    port_list = list(port_list)
+    if len(results) != len(port_list):
+        raise ConfigurationError(
+            f"mode_s_matrix: {len(results)} results for {len(port_list)} ports; run once per excited port"
+        )
+    columns = []
+    for excited, result in zip(port_list, results):
+        incoming = excited.waves(result)[0]
+        columns.append(torch.stack([port.waves(result)[1] / incoming for port in port_list], dim=-1))
+    return torch.stack(columns, dim=-1)

@@ -27,6 +27,8 @@ from .boundaries import PML, Periodic
 from .grid import Grid
 from .lumped import LumpedPort, lumped_resistor
 from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Medium, Structure, pec_sheet
+from .mode_monitors import ModeMonitor
+from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
 from .simulation import FieldBlowUpError, Simulation
@@ -62,4 +64,7 @@ __all__ = [
     "pec_sheet",
     "LumpedPort",
     "lumped_resistor",
+    "CrossSection",
+    "ModeSource",
+    "ModeMonitor",
 ]
