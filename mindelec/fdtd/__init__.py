@@ -28,6 +28,8 @@ from .grid import Grid
 from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
+from .flux_box import FluxBox
+from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
@@ -53,6 +55,8 @@ __all__ = [
     "FieldProbe",
     "DFTMonitor",
     "FluxMonitor",
+    "FluxBox",
+    "Decay",
     "Snapshots",
     "Monitor",
     "Recorder",

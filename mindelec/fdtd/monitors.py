@@ -96,6 +96,10 @@ class Recorder:
         """Bytes of the run's buffers and samples (``steps=None``: what does not depend on the run length)."""
         return 0
 
+    def set_band(self, band):
+        """Told by the simulation before :meth:`start`: the fields carry nothing above ``band`` (Hz), or
+        ``None`` when that is unknown. Recorders that can use it (running DFTs sample less often) do."""
+
 
 class Monitor:
     """Base class of the monitors: an immutable specification with a ``name``.
@@ -218,23 +222,44 @@ class DFTMonitor(Monitor):
 
 
 class _DFTRecorder(Recorder):
-    """Running DFTs of components on index boxes: one complex accumulator per component."""
+    """Running DFTs of components on index boxes: one complex accumulator per entry of ``slices``.
 
-    def __init__(self, name, frequencies, slices, grid, dt, dtype, device):
+    ``slices`` maps a key to an index box; ``components`` maps the key to the field component read there
+    (default: the key is the component). With :meth:`set_band`, the DFT samples only every ``stride``-th
+    step, as Meep does: a field that carries no frequency above the band needs no more samples for the
+    monitored frequencies (each sample then weighs ``stride * dt``).
+    """
+
+    def __init__(self, name, frequencies, slices, grid, dt, dtype, device, components=None):
         super().__init__(name)
         self.frequencies = frequencies
-        self.slices = slices  # component -> its index box
+        self.slices = slices  # key -> its index box
+        self.components = components or {key: key for key in slices}  # key -> the component read
         self.grid, self.dt, self.dtype, self.device = grid, dt, dtype, device
         self.complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+        self.stride = 1
+
+    def set_band(self, band):
+        """Sample every ``stride``-th step when the fields carry nothing above ``band`` (Hz; None: unknown).
+
+        An alias of a field frequency ``f'`` lands at ``f' +- m / (stride dt)``; none reaches a monitored
+        frequency ``f`` while ``1 / (stride dt) > f + band``, kept with a margin of 25 %.
+        """
+        if band is None:
+            self.stride = 1
+            return
+        highest = float(self.frequencies.max())
+        self.stride = max(1, math.floor(1 / (1.25 * self.dt * (highest + float(band)))))
 
     def start(self, steps):
-        # exp(-i omega t) dt at every step's E and H sample times, computed in float64: (steps, F, 1, 1, 1)
+        # exp(-i omega t) stride dt at the sampled steps' E and H times, in float64: (samples, F, 1, 1, 1)
         omega = 2 * math.pi * self.frequencies.to(self.device)
+        sampled = torch.arange(0, steps, self.stride, dtype=torch.float64, device=self.device)
+        weight = torch.full_like(omega, self.stride * self.dt).expand(len(sampled), -1)
         self.phases = {}
         for kind, shift in (("E", 1.0), ("H", 0.5)):
-            times = (torch.arange(steps, dtype=torch.float64, device=self.device) + shift) * self.dt
-            phases = torch.polar(torch.full_like(omega, self.dt).expand(steps, -1), -times[:, None] * omega)
-            self.phases[kind] = phases.to(self.complex_dtype).reshape(steps, -1, 1, 1, 1)
+            phases = torch.polar(weight, -((sampled + shift) * self.dt)[:, None] * omega)
+            self.phases[kind] = phases.to(self.complex_dtype).reshape(len(sampled), -1, 1, 1, 1)
         self.accumulators = tuple(
             torch.zeros(self._shape(slices), dtype=self.complex_dtype, device=self.device)
             for slices in self.slices.values()
@@ -244,10 +269,19 @@ class _DFTRecorder(Recorder):
         return (len(self.frequencies),) + tuple(s.stop - s.start for s in slices)
 
     def record(self, fields, step, inplace):
+        if step % self.stride:
+            return []
+        row = step // self.stride
         updated = []
-        for (component, slices), total in zip(self.slices.items(), self.accumulators):
-            increment = fields[component][slices].unsqueeze(0) * self.phases[component[0]][step]
-            updated.append(total.add_(increment) if inplace else total + increment)
+        for (key, slices), total in zip(self.slices.items(), self.accumulators):
+            component = self.components[key]
+            values = fields[component][slices].unsqueeze(0)
+            phase = self.phases[component[0]][row]
+            if inplace:  # real field times complex phase, into the complex total: one fused pass
+                torch.view_as_real(total).addcmul_(values.unsqueeze(-1), torch.view_as_real(phase))
+                updated.append(total)
+            else:
+                updated.append(total + values * phase)
         self.accumulators = tuple(updated)
         return []
 
