@@ -29,6 +29,7 @@ from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .result import Result
 from .flux_box import FluxBox
+from .near_to_far import NearToFarMonitor, NearToFarResult
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
@@ -57,6 +58,8 @@ __all__ = [
     "FluxMonitor",
     "FluxBox",
     "Decay",
+    "NearToFarMonitor",
+    "NearToFarResult",
     "Snapshots",
     "Monitor",
     "Recorder",
