@@ -23,6 +23,10 @@ The machine's bandwidth drifts when other jobs run: the triad is measured before
 the measurements of each grid, and the highest value is used (the conservative choice).
 
 The ratios (ours / fdtd package, ours / roofline, compiled and pure torch) are printed last.
+
+Monitor cost (3D, 128^3, compiled): the same run bare, with a ``FluxBox`` and with a ``FluxBox`` plus a
+``NearToFarMonitor``, both boxes 100 cells wide around the source and 20 frequencies over the pulse's
+band: Mcells/s, the ratio to the bare run and to the roofline.
 """
 
 import argparse
@@ -50,7 +54,7 @@ def bandwidth(elements=2**25, repeats=10):
     return 3 * 4 * elements / best
 
 
-def ours(shape, steps, compiled):
+def ours(shape, steps, compiled, monitors=()):
     """Cell updates per second of mindelec.fdtd on ``shape`` (cells), float32: ``(per step, whole run)``.
 
     Each ``run`` starts from new zero fields, whose allocation and first touch (page faults) cost about
@@ -66,7 +70,8 @@ def ours(shape, steps, compiled):
     size = tuple(n * spacing for n in shape)
     sim = fdtd.Simulation(size=size, cell_size=spacing, boundary=fdtd.PEC(), dtype=torch.float32,
                           sources=[fdtd.PointDipole((0.0,) * len(shape), "Ez",
-                                                    fdtd.GaussianPulse(3e13, 2e13))], compiled=compiled)
+                                                    fdtd.GaussianPulse(3e13, 2e13))], compiled=compiled,
+                          monitors=monitors)
     sim.run(steps=2, progress=False)  # warm-up
 
     def seconds(count):
@@ -98,10 +103,29 @@ def peer(shape, steps, backend):
     return math.prod(shape) * steps / (time.perf_counter() - start)
 
 
+def monitor_cost(steps, shape=(128, 128, 128)):
+    """Per-step rates (cells/s) of a compiled 3D run: bare, with a flux box, with a flux box and an NTFF."""
+    import mindelec as me
+
+    fdtd = me.fdtd
+    frequencies = torch.linspace(2e13, 4e13, 20)
+    box = dict(center=(0.0, 0.0, 0.0), size=(100e-6,) * 3)
+    cases = {
+        "bare": (),
+        "flux box": (fdtd.FluxBox("flux", frequencies, **box),),
+        "flux box + NTFF": (
+            fdtd.FluxBox("flux", frequencies, **box),
+            fdtd.NearToFarMonitor("far", frequencies, **box),
+        ),
+    }
+    return {label: ours(shape, steps, True, monitors)[0] for label, monitors in cases.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--backend", default="torch", choices=("torch", "numpy"), help="fdtd package backend")
+    parser.add_argument("--monitors-only", action="store_true", help="only the monitor-cost runs")
     arguments = parser.parse_args()
     steps = 5 if arguments.quick else 20
     peer_steps = 3 if arguments.quick else 10
@@ -112,7 +136,7 @@ def main():
         print("the compiled kernel is unavailable: both mindelec.fdtd rows use pure torch")
     print(f"threads: {torch.get_num_threads()}")
     ratios = []
-    for shape in [(128, 128, 128), (2048, 2048)]:
+    for shape in [] if arguments.monitors_only else [(128, 128, 128), (2048, 2048)]:
         name = "x".join(map(str, shape))
         triads = [bandwidth()]
         rates = {}
@@ -133,6 +157,13 @@ def main():
     for name, label, versus_peer, versus_roofline in ratios:
         print(f"{name} {label}: mindelec.fdtd / fdtd package = {versus_peer:.2f}x, "
               f"mindelec.fdtd / roofline = {100 * versus_roofline:.0f} %")
+    triads = [bandwidth()]
+    rates = monitor_cost(steps)
+    roofline = max(*triads, bandwidth()) / bytes_per_cell[3]
+    for label, rate in rates.items():
+        print(f"128x128x128 monitors, {label}: {rate / 1e6:.1f} Mcells/s, "
+              f"{100 * rate / rates['bare']:.0f} % of the bare run, "
+              f"{100 * rate / roofline:.0f} % of the roofline")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ hands the fields to the recorders after every step, and collects their outputs i
 """
 
 from .boundaries import PML, Periodic
+from .flux_box import FluxBox
 from .grid import Grid
 from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
-from .result import Result
-from .flux_box import FluxBox
 from .near_to_far import NearToFarMonitor, NearToFarResult
+from .result import Result
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole

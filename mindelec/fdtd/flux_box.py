@@ -105,9 +105,7 @@ class BoxSurface:
         self.grid = grid
         self.nodes = _box_nodes(grid, center, size, owner)
         active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
-        self.faces = [
-            Face(a, sign, self.nodes[a][sign > 0]) for a in range(grid.ndim) for sign in (-1, 1)
-        ]
+        self.faces = [Face(a, sign, self.nodes[a][sign > 0]) for a in range(grid.ndim) for sign in (-1, 1)]
         self.entries = {}
         for face in self.faces:
             for b in face.tangential:
@@ -171,9 +169,10 @@ def face_flux(surface, face, fields):
     for value in fields.values():
         zero = torch.zeros_like(value)
     get = fields.get
-    normal = get("E" + AXES[b], zero) * get("H" + AXES[c], zero).conj() - get("E" + AXES[c], zero) * get(
-        "H" + AXES[b], zero
-    ).conj()
+    normal = (
+        get("E" + AXES[b], zero) * get("H" + AXES[c], zero).conj()
+        - get("E" + AXES[c], zero) * get("H" + AXES[b], zero).conj()
+    )
     return face.sign * normal.real.sum(dim=(1, 2, 3)) * surface.cell_area(face)
 
 
@@ -198,7 +197,7 @@ class FluxBox(DFTMonitor):
         super().__init__(name, frequencies, components=(), center=center, size=size)
 
     def surface(self, grid, polarization):
-        """The :class:`BoxSurface` of this monitor on ``grid`` (raises ConfigurationError if it does not fit)."""
+        """The :class:`BoxSurface` of this monitor on ``grid`` (ConfigurationError if it does not fit)."""
         if grid.ndim < 2:
             raise ConfigurationError(f"{self!r}: a closed box needs a 2D or 3D simulation; use FluxMonitor")
         return BoxSurface(grid, polarization, self.center, self.size, repr(self))

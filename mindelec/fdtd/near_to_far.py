@@ -75,7 +75,9 @@ class NearToFarMonitor(FluxBox):
             currents_j.append(torch.linalg.cross(normal.expand_as(vectors["H"]), vectors["H"]))
             currents_m.append(-torch.linalg.cross(normal.expand_as(vectors["E"]), vectors["E"]))
             positions.append(centres)
-            areas.append(torch.full((len(centres),), surface.cell_area(face), dtype=centres.dtype, device=device))
+            areas.append(
+                torch.full((len(centres),), surface.cell_area(face), dtype=centres.dtype, device=device)
+            )
         return NearToFarResult(
             frequencies=frequencies,
             positions=torch.cat(positions),
@@ -141,7 +143,8 @@ class NearToFarResult(dict):
             directions = r_hat[start : start + chunk]
             projection = directions @ self["positions"].T  # (A, P) m
             phase = torch.polar(
-                torch.ones_like(projection)[None], wavenumbers.to(projection.dtype)[:, None, None] * projection[None]
+                torch.ones_like(projection)[None],
+                wavenumbers.to(projection.dtype)[:, None, None] * projection[None],
             ).to(complex_dtype)  # (F, A, P)
             radiation_n = phase @ weighted_j  # (F, A, 3)
             radiation_l = phase @ weighted_m
@@ -190,7 +193,9 @@ class NearToFarResult(dict):
         self._check_power(power, "the radiated power")
         if theta is None and phi is None:
             return 4 * math.pi * self._maximum_intensity() / power
-        intensity = self.intensity(theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0)
+        intensity = self.intensity(
+            theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0
+        )
         return 4 * math.pi * intensity / power.reshape(-1, *([1] * (intensity.dim() - 1)))
 
     def _check_power(self, power, what):
@@ -198,7 +203,9 @@ class NearToFarResult(dict):
             raise DataError(f"NearToFarResult: {what} is not positive at every frequency: {power.tolist()}")
 
     def _accepted(self, accepted_power):
-        accepted = torch.as_tensor(accepted_power, dtype=self["positions"].dtype, device=self["positions"].device)
+        accepted = torch.as_tensor(
+            accepted_power, dtype=self["positions"].dtype, device=self["positions"].device
+        )
         accepted = accepted.expand(len(self["frequencies"])) if accepted.dim() == 0 else accepted
         if accepted.shape != self["frequencies"].shape:
             raise ConfigurationError(
@@ -218,7 +225,9 @@ class NearToFarResult(dict):
         accepted = self._accepted(accepted_power)
         if theta is None and phi is None:
             return 4 * math.pi * self._maximum_intensity() / accepted
-        intensity = self.intensity(theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0)
+        intensity = self.intensity(
+            theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0
+        )
         return 4 * math.pi * intensity / accepted.reshape(-1, *([1] * (intensity.dim() - 1)))
 
     def plot_polar(self, phi=None, theta=None, frequency_index=0, decibels=True, points=361, ax=None):
@@ -231,7 +240,9 @@ class NearToFarResult(dict):
         import matplotlib.pyplot as plt
 
         if phi is not None and theta is not None:
-            raise ConfigurationError("NearToFarResult.plot_polar: give phi (elevation cut) or theta, not both")
+            raise ConfigurationError(
+                "NearToFarResult.plot_polar: give phi (elevation cut) or theta, not both"
+            )
         sweep = torch.linspace(0, 2 * math.pi, points, dtype=self["positions"].dtype)
         if theta is None:
             phi = 0.0 if phi is None else float(phi)

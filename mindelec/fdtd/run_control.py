@@ -53,7 +53,9 @@ class Decay:
         if not 0 < threshold < 1:
             raise ConfigurationError(f"Decay: threshold must lie in (0, 1), got {threshold}")
         if not (isinstance(check_every, int) and check_every >= 1):
-            raise ConfigurationError(f"Decay: check_every must be a positive number of steps, got {check_every!r}")
+            raise ConfigurationError(
+                f"Decay: check_every must be a positive number of steps, got {check_every!r}"
+            )
         if probe is not None and not isinstance(probe, str):
             raise ConfigurationError(f"Decay: probe must be a FieldProbe's name, got {probe!r}")
         self.threshold, self.probe, self.check_every = threshold, probe, check_every

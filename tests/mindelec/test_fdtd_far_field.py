@@ -29,7 +29,9 @@ WAVELENGTH = 25 * SPACING
 def _analytic_power(waveform, frequencies, dt, steps):
     """``eta0 k^2 |I l(f)|^2 / (6 pi)`` for the unit-amplitude dipole (W/Hz^2)."""
     times = (torch.arange(steps, dtype=torch.float64) + 0.5) * dt  # E sources act at (n + 1/2) dt
-    moment = (waveform(times)[:, None] * torch.exp(-2j * math.pi * frequencies[None] * times[:, None])).sum(0) * dt
+    moment = (waveform(times)[:, None] * torch.exp(-2j * math.pi * frequencies[None] * times[:, None])).sum(
+        0
+    ) * dt
     k = 2 * math.pi * frequencies / SPEED_OF_LIGHT
     return VACUUM_IMPEDANCE * k**2 * moment.abs() ** 2 / (6 * math.pi)
 
@@ -42,8 +44,12 @@ def dipole_run():
     box = dict(center=(0, 0, 0), size=(2 * HALF_SIDE * SPACING,) * 3)
     half = HALF_SIDE * SPACING
     planes = [
-        fdtd.FluxMonitor(f"plane{axis}{sign}", frequencies, center=tuple(sign * half if a == axis else 0 for a in range(3)),
-                         size=tuple(0 if a == axis else 2 * half for a in range(3)))
+        fdtd.FluxMonitor(
+            f"plane{axis}{sign}",
+            frequencies,
+            center=tuple(sign * half if a == axis else 0 for a in range(3)),
+            size=tuple(0 if a == axis else 2 * half for a in range(3)),
+        )
         for axis in range(3)
         for sign in (-1, 1)
     ]
@@ -55,7 +61,8 @@ def dipole_run():
         dtype=torch.float64,
         # Ez lives half a cell up along z: the dipole sits on its node, centred in the box
         sources=[fdtd.PointDipole((0, 0, 0.5 * SPACING), "Ez", waveform)],
-        monitors=[fdtd.FluxBox("box", frequencies, **box), fdtd.NearToFarMonitor("far", frequencies, **box)] + planes,
+        monitors=[fdtd.FluxBox("box", frequencies, **box), fdtd.NearToFarMonitor("far", frequencies, **box)]
+        + planes,
     )
     result = sim.run(until=waveform.duration + 3 * length / SPEED_OF_LIGHT, progress=False)
     power = _analytic_power(waveform, frequencies, sim.dt, 2 * result.steps)
@@ -109,12 +116,19 @@ def test_pattern_plots_draw(dipole_run):
 def test_flux_box_and_near_to_far_refuse_bad_set_ups():
     sim_args = dict(size=(20e-3,) * 3, cell_size=SPACING, boundary=fdtd.PML(4))
     with pytest.raises(ConfigurationError, match="FluxBox\\('box'.*inside the domain"):
-        fdtd.Simulation(**sim_args, monitors=[fdtd.FluxBox("box", [1e9], center=(0, 0, 0), size=(20e-3, 4e-3, 4e-3))])
+        fdtd.Simulation(
+            **sim_args, monitors=[fdtd.FluxBox("box", [1e9], center=(0, 0, 0), size=(20e-3, 4e-3, 4e-3))]
+        )
     with pytest.raises(ConfigurationError, match="3D simulation"):
-        fdtd.Simulation(size=(20e-3,) * 2, cell_size=SPACING,
-                        monitors=[fdtd.NearToFarMonitor("far", [1e9], center=(0, 0), size=(8e-3, 8e-3))])
+        fdtd.Simulation(
+            size=(20e-3,) * 2,
+            cell_size=SPACING,
+            monitors=[fdtd.NearToFarMonitor("far", [1e9], center=(0, 0), size=(8e-3, 8e-3))],
+        )
     with pytest.raises(ConfigurationError, match="positive extents"):
-        fdtd.Simulation(**sim_args, monitors=[fdtd.FluxBox("box", [1e9], center=(0, 0, 0), size=(4e-3, 0, 4e-3))])
+        fdtd.Simulation(
+            **sim_args, monitors=[fdtd.FluxBox("box", [1e9], center=(0, 0, 0), size=(4e-3, 0, 4e-3))]
+        )
 
 
 def test_flux_box_in_2d_gives_the_line_source_power():
@@ -125,13 +139,18 @@ def test_flux_box_in_2d_gives_the_line_source_power():
     frequencies = torch.tensor([0.9, 1.1], dtype=torch.float64) * frequency
     length = 80 * SPACING
     sim = fdtd.Simulation(
-        size=(length, length), cell_size=SPACING, boundary=fdtd.PML(15), dtype=torch.float64,
+        size=(length, length),
+        cell_size=SPACING,
+        boundary=fdtd.PML(15),
+        dtype=torch.float64,
         sources=[fdtd.PointDipole((0, 0), "Ez", waveform)],
         monitors=[fdtd.FluxBox("box", frequencies, center=(0, 0), size=(20 * SPACING, 20 * SPACING))],
     )
     result = sim.run(until=waveform.duration + 4 * length / SPEED_OF_LIGHT, progress=False)
     times = (torch.arange(2 * result.steps, dtype=torch.float64) + 0.5) * sim.dt
-    current = (waveform(times)[:, None] * torch.exp(-2j * math.pi * frequencies * times[:, None])).sum(0) * sim.dt
+    current = (waveform(times)[:, None] * torch.exp(-2j * math.pi * frequencies * times[:, None])).sum(
+        0
+    ) * sim.dt
     k = 2 * math.pi * frequencies / SPEED_OF_LIGHT
     expected = VACUUM_IMPEDANCE * k * current.abs() ** 2 / 4
     assert torch.allclose(result["box"]["flux"] / expected, torch.ones_like(expected), atol=0.02)

@@ -14,9 +14,12 @@ FREQUENCY = SPEED_OF_LIGHT / (20 * SPACING)
 
 def _simulation(boundary, waveform, monitors=(), **overrides):
     return fdtd.Simulation(
-        size=(60 * SPACING, 50 * SPACING), cell_size=SPACING, boundary=boundary,
+        size=(60 * SPACING, 50 * SPACING),
+        cell_size=SPACING,
+        boundary=boundary,
         sources=[fdtd.PointDipole((3 * SPACING, 2 * SPACING), "Ez", waveform)],
-        monitors=list(monitors), **overrides,
+        monitors=list(monitors),
+        **overrides,
     )
 
 
@@ -62,8 +65,11 @@ def test_until_decayed_refusals():
         fdtd.Decay(threshold=2.0)
     with pytest.raises(ConfigurationError, match="no FieldProbe named 'q'"):
         _simulation(fdtd.PML(10), waveform).run(steps=10, until_decayed=fdtd.Decay(probe="q"), progress=False)
-    design = fdtd.DesignRegion(center=(0, 0), size=(4 * SPACING, 4 * SPACING),
-                               permittivity=torch.full((5, 5), 2.0, requires_grad=True))
+    design = fdtd.DesignRegion(
+        center=(0, 0),
+        size=(4 * SPACING, 4 * SPACING),
+        permittivity=torch.full((5, 5), 2.0, requires_grad=True),
+    )
     sim = _simulation(fdtd.PML(10), waveform, design_regions=[design])
     with pytest.raises(ConfigurationError, match="differentiable"):
         sim.run(steps=10, until_decayed=1e-3, progress=False)
