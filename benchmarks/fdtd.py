@@ -108,7 +108,7 @@ def monitor_cost(steps, shape=(128, 128, 128)):
     import mindelec as me
 
     fdtd = me.fdtd
-    frequencies = torch.linspace(2e13, 4e13, 20)
+    frequencies = torch.linspace(1.5e13, 3e13, 20)
     box = dict(center=(0.0, 0.0, 0.0), size=(100e-6,) * 3)
     cases = {
         "bare": (),

@@ -153,7 +153,7 @@ class SurfaceRecorder(_DFTRecorder):
     def face_fields(self):
         """``{face label: {component: (F, n1, n2, n3) complex}}`` on the face cell centres."""
         faces = {face.label: {} for face in self.surface.faces}
-        for (label, component), value in zip(self.slices, self.accumulators):
+        for (label, component), value in self.transforms().items():
             averaged = self.surface.entries[(label, component)][1]
             faces[label][component] = _colocate(value, averaged)
         return faces

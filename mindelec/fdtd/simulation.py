@@ -110,8 +110,8 @@ class Simulation:
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
             axis. A PML lies inside the domain. Default: PEC walls.
         sources: :class:`PointDipole`, :class:`CurrentSource` (line, area) and :class:`PlaneWave` (TF/SF).
-        monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`Snapshots` objects,
-            with distinct names.
+        monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`FluxBox`,
+            :class:`NearToFarMonitor`, :class:`Snapshots` objects, with distinct names.
         structures: :class:`Structure` objects; later ones override earlier ones.
         design_regions: :class:`DesignRegion` objects (per-cell permittivity, applied after the structures).
         default_medium: the medium filling the rest of the domain (default vacuum).
