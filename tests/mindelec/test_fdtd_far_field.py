@@ -131,7 +131,8 @@ def test_flux_box_and_near_to_far_refuse_bad_set_ups():
         )
 
 
-def test_flux_box_in_2d_gives_the_line_source_power():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_flux_box_in_2d_gives_the_line_source_power(dtype):
     """TM line current ``I`` along z: radiated power per unit length ``eta0 k |I(f)|^2 / 4`` in the
     monitors' convention (twice the time average ``eta0 k |I|^2 / 8`` of a peak phasor)."""
     frequency = SPEED_OF_LIGHT / WAVELENGTH
@@ -142,7 +143,7 @@ def test_flux_box_in_2d_gives_the_line_source_power():
         size=(length, length),
         cell_size=SPACING,
         boundary=fdtd.PML(15),
-        dtype=torch.float64,
+        dtype=dtype,
         sources=[fdtd.PointDipole((0, 0), "Ez", waveform)],
         monitors=[fdtd.FluxBox("box", frequencies, center=(0, 0), size=(20 * SPACING, 20 * SPACING))],
     )
@@ -153,4 +154,6 @@ def test_flux_box_in_2d_gives_the_line_source_power():
     ) * sim.dt
     k = 2 * math.pi * frequencies / SPEED_OF_LIGHT
     expected = VACUUM_IMPEDANCE * k * current.abs() ** 2 / 4
-    assert torch.allclose(result["box"]["flux"] / expected, torch.ones_like(expected), atol=0.02)
+    flux = result["box"]["flux"]
+    assert flux.dtype == dtype
+    assert torch.allclose(flux.double() / expected, torch.ones_like(expected), atol=0.02)
