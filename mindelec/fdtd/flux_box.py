@@ -165,9 +165,7 @@ class SurfaceRecorder(_DFTRecorder):
 def face_flux(surface, face, fields):
     """Outward ``Re sum (E x conj H) . n dA`` over ``face``: (F,) from its colocated ``fields``."""
     b, c = face.tangential
-    zero = None
-    for value in fields.values():
-        zero = torch.zeros_like(value)
+    zero = torch.zeros_like(next(iter(fields.values())))
     get = fields.get
     normal = (
         get("E" + AXES[b], zero) * get("H" + AXES[c], zero).conj()

@@ -47,6 +47,18 @@ class NearToFarMonitor(FluxBox):
         size: (m), 3 positive extents.
     """
 
+    def check_medium(self, medium):
+        """Refuse a default medium other than vacuum (the transform assumes vacuum outside the box)."""
+        values = [getattr(medium, name) for name in ("permittivity", "conductivity", "permeability")]
+        if medium._pole() is not None or [v if isinstance(v, float) else None for v in values] != [
+            1.0,
+            0.0,
+            1.0,
+        ]:
+            raise ConfigurationError(
+                f"{self!r}: the simulation's default medium must be vacuum, got {medium!r}"
+            )
+
     def surface(self, grid, polarization):
         if grid.ndim != 3:
             raise ConfigurationError(f"{self!r}: the near-to-far-field transform needs a 3D simulation")

@@ -51,6 +51,7 @@ from .coefficients import update_coefficients
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
+from .near_to_far import NearToFarMonitor
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
@@ -264,6 +265,8 @@ class Simulation:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
             monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)  # checks it
+            if isinstance(monitor, NearToFarMonitor):
+                monitor.check_medium(self.default_medium)
         return monitors
 
     def _recorders(self):

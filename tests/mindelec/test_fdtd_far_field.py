@@ -125,6 +125,12 @@ def test_flux_box_and_near_to_far_refuse_bad_set_ups():
             cell_size=SPACING,
             monitors=[fdtd.NearToFarMonitor("far", [1e9], center=(0, 0), size=(8e-3, 8e-3))],
         )
+    with pytest.raises(ConfigurationError, match="default medium must be vacuum"):
+        fdtd.Simulation(
+            **sim_args,
+            default_medium=fdtd.Medium(permittivity=2.0),
+            monitors=[fdtd.NearToFarMonitor("far", [1e9], center=(0, 0, 0), size=(8e-3,) * 3)],
+        )
     with pytest.raises(ConfigurationError, match="positive extents"):
         fdtd.Simulation(
             **sim_args, monitors=[fdtd.FluxBox("box", [1e9], center=(0, 0, 0), size=(4e-3, 0, 4e-3))]
