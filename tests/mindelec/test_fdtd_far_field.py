@@ -163,3 +163,35 @@ def test_flux_box_in_2d_gives_the_line_source_power(dtype):
     flux = result["box"]["flux"]
     assert flux.dtype == dtype
     assert torch.allclose(flux.double() / expected, torch.ones_like(expected), atol=0.02)
+
+
+def test_decimated_dft_matches_the_every_step_dft():
+    """Within the sources' band the DFTs sample every stride-th step; a waveform that does not state its
+    spectrum (a plain function) gets every step. Both give the same DFT fields and flux."""
+    frequency = SPEED_OF_LIGHT / WAVELENGTH
+    pulse = fdtd.GaussianPulse(frequency, 0.5 * frequency)
+    frequencies = torch.tensor([0.7, 1.0, 1.3], dtype=torch.float64) * frequency
+    length = 40 * SPACING
+    results = []
+    for waveform in (pulse, lambda times: pulse(times)):
+        sim = fdtd.Simulation(
+            size=(length, length),
+            cell_size=SPACING,
+            boundary=fdtd.PML(10),
+            dtype=torch.float64,
+            sources=[fdtd.PointDipole((0, 0), "Ez", waveform)],
+            monitors=[
+                fdtd.DFTMonitor(
+                    "dft", frequencies, ("Ez", "Hx"), center=(0, 0), size=(10 * SPACING, 10 * SPACING)
+                ),
+                fdtd.FluxBox("box", frequencies, center=(0, 0), size=(10 * SPACING, 10 * SPACING)),
+            ],
+        )
+        strides = [recorder.stride for recorder in sim._recorders()]
+        results.append((strides, sim.run(until=pulse.duration + 3 * length / SPEED_OF_LIGHT, progress=False)))
+    (decimated_strides, decimated), (full_strides, full) = results
+    assert min(decimated_strides) >= 4 and full_strides == [1, 1]
+    for component in ("Ez", "Hx"):
+        scale = full["dft"][component].abs().max()
+        assert float((decimated["dft"][component] - full["dft"][component]).abs().max() / scale) < 1e-4
+    assert torch.allclose(decimated["box"]["flux"], full["box"]["flux"], rtol=1e-4)
