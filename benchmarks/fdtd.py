@@ -23,6 +23,12 @@ The machine's bandwidth drifts when other jobs run: the triad is measured before
 the measurements of each grid, and the highest value is used (the conservative choice).
 
 The ratios (ours / fdtd package, ours / roofline, compiled and pure torch) are printed last.
+
+Monitor cost (3D, 128^3, compiled): the same run bare, with a ``FluxBox`` and with a ``FluxBox`` plus a
+``NearToFarMonitor``, both boxes 100 cells wide around the source and 20 frequencies over the pulse's
+band, runs of 4x the steps above (the DFTs sample every 3rd step here and fold 16 samples at a time),
+the three cases alternating over three rounds (best of each): Mcells/s, the ratio to the bare run and to
+the roofline.
 """
 
 import argparse
@@ -50,7 +56,7 @@ def bandwidth(elements=2**25, repeats=10):
     return 3 * 4 * elements / best
 
 
-def ours(shape, steps, compiled):
+def ours(shape, steps, compiled, monitors=()):
     """Cell updates per second of mindelec.fdtd on ``shape`` (cells), float32: ``(per step, whole run)``.
 
     Each ``run`` starts from new zero fields, whose allocation and first touch (page faults) cost about
@@ -59,6 +65,11 @@ def ours(shape, steps, compiled):
     fields between runs); the whole-run rate ``cells x 2 steps / t(2 steps)`` includes it, and replaces
     the per-step rate when the difference is implausibly small (other jobs disturbed the timing).
     """
+    return rates(simulation(shape, compiled, monitors), steps)
+
+
+def simulation(shape, compiled, monitors=()):
+    """The benchmark run on ``shape`` cells of 1 um (float32, PEC walls, a point source), warmed up."""
     import mindelec as me
 
     fdtd = me.fdtd
@@ -66,8 +77,14 @@ def ours(shape, steps, compiled):
     size = tuple(n * spacing for n in shape)
     sim = fdtd.Simulation(size=size, cell_size=spacing, boundary=fdtd.PEC(), dtype=torch.float32,
                           sources=[fdtd.PointDipole((0.0,) * len(shape), "Ez",
-                                                    fdtd.GaussianPulse(3e13, 2e13))], compiled=compiled)
+                                                    fdtd.GaussianPulse(3e13, 2e13))], compiled=compiled,
+                          monitors=monitors)
     sim.run(steps=2, progress=False)  # warm-up
+    return sim
+
+
+def rates(sim, steps):
+    """``(per step, whole run)`` cell updates per second of ``sim`` (see :func:`ours`)."""
 
     def seconds(count):
         start = time.perf_counter()
@@ -75,7 +92,7 @@ def ours(shape, steps, compiled):
         return time.perf_counter() - start
 
     times = {count: min(seconds(count) for _ in range(2)) for count in (steps, 2 * steps)}
-    cells = math.prod(shape)
+    cells = math.prod(sim.grid.shape)
     whole_run = cells * 2 * steps / times[2 * steps]
     difference = times[2 * steps] - times[steps]
     if difference < times[steps] / 2:  # noise from other jobs swamped the difference: whole-run rate
@@ -98,10 +115,36 @@ def peer(shape, steps, backend):
     return math.prod(shape) * steps / (time.perf_counter() - start)
 
 
+def monitor_cost(steps, shape=(128, 128, 128), rounds=3):
+    """Per-step rates (cells/s) of a compiled 3D run: bare, with a flux box, with a flux box and an NTFF.
+
+    The three cases are measured in turn ``rounds`` times; each keeps its best rate."""
+    import mindelec as me
+
+    fdtd = me.fdtd
+    frequencies = torch.linspace(1.5e13, 3e13, 20)
+    box = dict(center=(0.0, 0.0, 0.0), size=(100e-6,) * 3)
+    cases = {
+        "bare": (),
+        "flux box": (fdtd.FluxBox("flux", frequencies, **box),),
+        "flux box + NTFF": (
+            fdtd.FluxBox("flux", frequencies, **box),
+            fdtd.NearToFarMonitor("far", frequencies, **box),
+        ),
+    }
+    sims = {label: simulation(shape, True, monitors) for label, monitors in cases.items()}
+    best = dict.fromkeys(cases, 0.0)
+    for _ in range(rounds):  # the cases alternate, so that the machine's drifting load hits them alike
+        for label, sim in sims.items():
+            best[label] = max(best[label], rates(sim, steps)[0])
+    return best
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps")
     parser.add_argument("--backend", default="torch", choices=("torch", "numpy"), help="fdtd package backend")
+    parser.add_argument("--monitors-only", action="store_true", help="only the monitor-cost runs")
     arguments = parser.parse_args()
     steps = 5 if arguments.quick else 20
     peer_steps = 3 if arguments.quick else 10
@@ -112,7 +155,7 @@ def main():
         print("the compiled kernel is unavailable: both mindelec.fdtd rows use pure torch")
     print(f"threads: {torch.get_num_threads()}")
     ratios = []
-    for shape in [(128, 128, 128), (2048, 2048)]:
+    for shape in [] if arguments.monitors_only else [(128, 128, 128), (2048, 2048)]:
         name = "x".join(map(str, shape))
         triads = [bandwidth()]
         rates = {}
@@ -133,6 +176,13 @@ def main():
     for name, label, versus_peer, versus_roofline in ratios:
         print(f"{name} {label}: mindelec.fdtd / fdtd package = {versus_peer:.2f}x, "
               f"mindelec.fdtd / roofline = {100 * versus_roofline:.0f} %")
+    triads = [bandwidth()]
+    rates = monitor_cost(4 * steps)  # enough steps that the DFTs sample and fold several times
+    roofline = max(*triads, bandwidth()) / bytes_per_cell[3]
+    for label, rate in rates.items():
+        print(f"128x128x128 monitors, {label}: {rate / 1e6:.1f} Mcells/s, "
+              f"{100 * rate / rates['bare']:.0f} % of the bare run, "
+              f"{100 * rate / roofline:.0f} % of the roofline")
 
 
 if __name__ == "__main__":

@@ -24,13 +24,16 @@ hands the fields to the recorders after every step, and collects their outputs i
 """
 
 from .boundaries import PML, Periodic
+from .flux_box import FluxBox
 from .grid import Grid
 from .lumped import LumpedPort, lumped_resistor
 from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Medium, Structure, pec_sheet
 from .mode_monitors import ModeMonitor
 from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
+from .near_to_far import NearToFarMonitor, NearToFarResult
 from .result import Result
+from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
@@ -56,6 +59,10 @@ __all__ = [
     "FieldProbe",
     "DFTMonitor",
     "FluxMonitor",
+    "FluxBox",
+    "Decay",
+    "NearToFarMonitor",
+    "NearToFarResult",
     "Snapshots",
     "Monitor",
     "Recorder",

@@ -51,7 +51,9 @@ from .coefficients import update_coefficients
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
+from .near_to_far import NearToFarMonitor
 from .result import Result
+from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
 from .updates import YeeStepper
 
@@ -110,8 +112,8 @@ class Simulation:
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
             axis. A PML lies inside the domain. Default: PEC walls.
         sources: :class:`PointDipole`, :class:`CurrentSource` (line, area) and :class:`PlaneWave` (TF/SF).
-        monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`Snapshots` objects,
-            with distinct names.
+        monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`FluxBox`,
+            :class:`NearToFarMonitor`, :class:`Snapshots` objects, with distinct names.
         structures: :class:`Structure` objects; later ones override earlier ones.
         design_regions: :class:`DesignRegion` objects (per-cell permittivity, applied after the structures).
         default_medium: the medium filling the rest of the domain (default vacuum).
@@ -264,14 +266,20 @@ class Simulation:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
             monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)  # checks it
+            if isinstance(monitor, NearToFarMonitor):
+                monitor.check_medium(self.default_medium)
         return monitors
 
     def _recorders(self):
-        """A new :class:`~mindelec.fdtd.monitors.Recorder` per monitor (one set per run)."""
-        return [
+        """A new :class:`~mindelec.fdtd.monitors.Recorder` per monitor (one set per run), told the band."""
+        band = field_band([bound[0] for bound in self._bound_sources] + self._plane_waves)
+        recorders = [
             monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
             for monitor in self.monitors
         ]
+        for recorder in recorders:
+            recorder.set_band(band)
+        return recorders
 
     def _check_boundaries(self, boundary):
         grid = self.grid
@@ -496,7 +504,7 @@ class Simulation:
             compiled=self.compiled,
         )
 
-    def run(self, until=None, steps=None, progress=True):
+    def run(self, until=None, steps=None, progress=True, until_decayed=None):
         """Run from zero fields for a duration or a number of steps.
 
         Every call starts afresh: zero fields at ``t = 0``, the sources from their waveforms' start,
@@ -509,6 +517,11 @@ class Simulation:
             until: simulated time (s); the number of steps is ``ceil(until / dt)``.
             steps: number of steps (instead of ``until``).
             progress: show a tqdm progress bar.
+            until_decayed: a :class:`Decay` or a number (its threshold, relative to the peak): stop once
+                the field energy (or a named probe's ``|F|^2``) has decayed below it, checked every
+                ``check_every`` steps after the sources have turned off (:mod:`~mindelec.fdtd.run_control`);
+                ``until``/``steps`` is then the maximum. ``result.steps`` tells where the run stopped,
+                ``result.metadata["decayed"]`` whether it decayed. Not for differentiable runs.
 
         Returns:
             :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
@@ -525,6 +538,7 @@ class Simulation:
         stepper = self._stepper(steps)
         state = stepper.initial_state()
         recorders = self._recorders()
+        watcher = decay_watcher(until_decayed, self.differentiable, stepper, self.monitors, recorders)
         for recorder in recorders:
             recorder.start(steps)
         bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
@@ -538,7 +552,7 @@ class Simulation:
                 _, samples = run_checkpointed(stepper, state, recorders, steps, after_segment)
             else:
                 with torch.no_grad():
-                    samples = self._run_inplace(stepper, state, recorders, steps, bar)
+                    samples, steps = self._run_inplace(stepper, state, recorders, steps, bar, watcher)
         finally:
             bar.close()
         outputs = {recorder.name: recorder.finish(s) for recorder, s in zip(recorders, samples)}
@@ -549,6 +563,7 @@ class Simulation:
             "ndim": self.grid.ndim,
             "polarization": self.polarization or "",
             "steps": steps,
+            "decayed": bool(watcher is not None and watcher.decayed),
         }
         return Result(outputs, times.to(self.dtype), self.dt, metadata)
 
@@ -561,13 +576,16 @@ class Simulation:
                 step=step,
             )
 
-    def _run_inplace(self, stepper, state, recorders, steps, bar):
+    def _run_inplace(self, stepper, state, recorders, steps, bar, watcher):
         samples = [[] for _ in recorders]
         for step in range(steps):
             state = stepper.step(state, step, inplace=True)
             for recorder, recorded in zip(recorders, samples):
                 recorded.append(recorder.record(state.fields, step, inplace=True))
-            if (step + 1) % 256 == 0 or step + 1 == steps:
+            stop = watcher is not None and watcher.stop(state.fields, step)
+            if (step + 1) % 256 == 0 or step + 1 == steps or stop:
                 self._check_finite(state, step + 1)
-                bar.update(bar.total - bar.n if step + 1 == steps else 256)
-        return samples
+                bar.update(step + 1 - bar.n)
+            if stop:
+                return samples, step + 1
+        return samples, steps
