@@ -451,6 +451,20 @@ class Simulation:
             self.dtype, self.device,
         )
 
+    def plot(self, normal="z", position=0.0, ax=None):
+        """Draw the set-up (permittivity, sources, monitors, ports, PML); see :mod:`mindelec.fdtd.plotting`.
+
+        Args:
+            normal, position: 3D only: the section ``normal = position`` (m); 2D draws the domain, 1D a line.
+            ax: a matplotlib Axes (default: a new figure's).
+
+        Returns:
+            the matplotlib Axes.
+        """
+        from .plotting import plot_simulation
+
+        return plot_simulation(self, normal, position, ax)
+
     # ------------------------------------------------------------------ running
 
     def _steps(self, until, steps):
