@@ -65,9 +65,7 @@ class _Section:
     def extent(self):
         """``[left, right, bottom, top]`` of the drawn plane, in the display unit."""
         return [
-            bound / self.scale
-            for a in self.axes
-            for bound in (-self.grid.size[a] / 2, self.grid.size[a] / 2)
+            bound / self.scale for a in self.axes for bound in (-self.grid.size[a] / 2, self.grid.size[a] / 2)
         ]
 
     def cuts(self, center, size):
@@ -99,7 +97,9 @@ def permittivity_section(sim, section, fills):
     def value(medium):
         return float(torch.as_tensor(medium.permittivity).detach().mean())
 
-    permittivity = torch.full(fills[0].shape if fills else (1,), value(sim.default_medium), dtype=torch.float64)
+    permittivity = torch.full(
+        fills[0].shape if fills else (1,), value(sim.default_medium), dtype=torch.float64
+    )
     conductor = torch.zeros_like(permittivity)
     for structure, fill in zip(sim.structures, fills):
         medium = sim.default_medium if isinstance(structure.medium, PEC) else structure.medium
@@ -131,8 +131,12 @@ def outline_structures(sim, ax, fills=None, section=None, colors="white"):
         if float(fill.min()) >= 0.5 or float(fill.max()) <= 0.5:
             continue
         contour = ax.contour(
-            coordinates[0].numpy(), coordinates[1].numpy(), fill.T.numpy(), levels=[0.5],
-            colors=colors, linewidths=1.0,
+            coordinates[0].numpy(),
+            coordinates[1].numpy(),
+            fill.T.numpy(),
+            levels=[0.5],
+            colors=colors,
+            linewidths=1.0,
         )
         contour.set_label(f"structure {index}")
         drawn.append(contour)
@@ -164,7 +168,9 @@ def _draw_box(ax, section, center, size, colour, label, hatch=None):
     if width == 0 and height == 0:
         (artist,) = ax.plot([low[0]], [low[1]], "*", color=colour, markersize=11, label=label)
         return artist
-    artist = Rectangle(low, width, height, fill=False, edgecolor=colour, linewidth=2, hatch=hatch, label=label)
+    artist = Rectangle(
+        low, width, height, fill=False, edgecolor=colour, linewidth=2, hatch=hatch, label=label
+    )
     ax.add_patch(artist)
     return artist
 
@@ -185,7 +191,9 @@ def _draw_object(ax, section, obj, colour, label):
         return ax.axvline(center[0] / section.scale, color=colour, label=label)
     if size == (0.0, 0.0, 0.0) and colour != _SOURCE_COLOUR:  # probes: dots, not stars
         (a, b) = section.axes
-        (artist,) = ax.plot([center[a] / section.scale], [center[b] / section.scale], "o", color=colour, label=label)
+        (artist,) = ax.plot(
+            [center[a] / section.scale], [center[b] / section.scale], "o", color=colour, label=label
+        )
         return artist
     return _draw_box(ax, section, center, size, colour, label)
 
@@ -218,8 +226,13 @@ def _draw_medium(ax, sim, section, fills):
         return
     low, high = float(permittivity.min()), float(permittivity.max())
     image = ax.imshow(
-        permittivity.T.numpy(), origin="lower", extent=section.extent(), cmap="Greys",
-        vmin=low, vmax=high if high > low else low + 1, interpolation="nearest",
+        permittivity.T.numpy(),
+        origin="lower",
+        extent=section.extent(),
+        cmap="Greys",
+        vmin=low,
+        vmax=high if high > low else low + 1,
+        interpolation="nearest",
     )
     ax.figure.colorbar(image, ax=ax, label="relative permittivity")
     if float(conductor.max()) > 0.5:

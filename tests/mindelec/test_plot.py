@@ -22,18 +22,39 @@ def _labels(ax):
 def test_2d_picture_draws_every_object():
     port = WaveguidePort("in", position=(-0.5e-3, 0.0), axis="x", span=1e-3)
     sim = fdtd.Simulation(
-        size=(2e-3, 2e-3), cell_size=40e-6, boundary=fdtd.PML(thickness=5),
-        sources=[fdtd.PointDipole((0, 0), "Ez", PULSE),
-                 fdtd.CurrentSource("Ez", PULSE, center=(-0.6e-3, 0), size=(0, 0.8e-3))],
-        structures=[fdtd.Structure(geometry.Disk((0.4e-3, 0), 0.3e-3), fdtd.Medium(4.0)),
-                    fdtd.Structure(geometry.Rectangle((-0.8e-3, -0.5e-3), (-0.7e-3, 0.5e-3)), fdtd.PEC())],
-        monitors=[fdtd.FieldProbe("p", (2e-4, 0)), port.monitor([150e9]),
-                  fdtd.FluxMonitor("flux", [150e9], center=(0.7e-3, 0), size=(0, 1e-3))],
+        size=(2e-3, 2e-3),
+        cell_size=40e-6,
+        boundary=fdtd.PML(thickness=5),
+        sources=[
+            fdtd.PointDipole((0, 0), "Ez", PULSE),
+            fdtd.CurrentSource("Ez", PULSE, center=(-0.6e-3, 0), size=(0, 0.8e-3)),
+        ],
+        structures=[
+            fdtd.Structure(geometry.Disk((0.4e-3, 0), 0.3e-3), fdtd.Medium(4.0)),
+            fdtd.Structure(geometry.Rectangle((-0.8e-3, -0.5e-3), (-0.7e-3, 0.5e-3)), fdtd.PEC()),
+        ],
+        monitors=[
+            fdtd.FieldProbe("p", (2e-4, 0)),
+            port.monitor([150e9]),
+            fdtd.FluxMonitor("flux", [150e9], center=(0.7e-3, 0), size=(0, 1e-3)),
+        ],
     )
     ax = sim.plot()
     labels = _labels(ax)
-    expected = {"source 0: PointDipole", "source 1: CurrentSource", "monitor p", "port in", "monitor flux",
-                "PML x-", "PML x+", "PML y-", "PML y+", "structure 0", "structure 1", "PEC"}
+    expected = {
+        "source 0: PointDipole",
+        "source 1: CurrentSource",
+        "monitor p",
+        "port in",
+        "monitor flux",
+        "PML x-",
+        "PML x+",
+        "PML y-",
+        "PML y+",
+        "structure 0",
+        "structure 1",
+        "PEC",
+    }
     assert expected <= labels, expected - labels
     assert sum(isinstance(a, ContourSet) for a in ax.get_children()) == 2
     assert ax.get_xlabel() == "x (mm)"
@@ -45,9 +66,13 @@ def test_2d_picture_draws_every_object():
 
 def test_3d_section_and_refusal():
     sim = fdtd.Simulation(
-        size=(1e-3, 1e-3, 1e-3), cell_size=100e-6, boundary=fdtd.PML(thickness=2),
+        size=(1e-3, 1e-3, 1e-3),
+        cell_size=100e-6,
+        boundary=fdtd.PML(thickness=2),
         sources=[fdtd.PointDipole((0, 0, 0), "Ez", PULSE)],
-        structures=[fdtd.Structure(geometry.Box((-2e-4, -2e-4, -1e-4), (2e-4, 2e-4, 1e-4)), fdtd.Medium(3.0))],
+        structures=[
+            fdtd.Structure(geometry.Box((-2e-4, -2e-4, -1e-4), (2e-4, 2e-4, 1e-4)), fdtd.Medium(3.0))
+        ],
         monitors=[fdtd.FluxMonitor("top", [150e9], center=(0, 0, 3e-4), size=(6e-4, 6e-4, 0))],
     )
     ax = sim.plot(normal="y", position=0.0)
@@ -69,7 +94,9 @@ def test_3d_section_and_refusal():
 
 def test_1d_line_plot():
     sim = fdtd.Simulation(
-        size=(1e-3,), cell_size=10e-6, boundary=fdtd.PML(thickness=10),
+        size=(1e-3,),
+        cell_size=10e-6,
+        boundary=fdtd.PML(thickness=10),
         sources=[fdtd.PointDipole((-3e-4,), "Ez", PULSE)],
         structures=[fdtd.Structure(geometry.Interval(0.0, 2e-4), fdtd.Medium(2.5))],
         monitors=[fdtd.FieldProbe("p", (3e-4,))],
