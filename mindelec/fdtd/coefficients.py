@@ -10,7 +10,9 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
   ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
-the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node.
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node. With
+``subpixel=True`` the E components' permittivity is the anisotropic subpixel average of
+:mod:`mindelec.fdtd.smoothing` instead of the arithmetic fill-fraction mean.
 """
 
 import torch
@@ -19,9 +21,10 @@ from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
 from .materials import PEC, Medium
+from .smoothing import smoothed_permittivity
 
 
-def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device):
+def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device, subpixel=False):
     """``(electric, magnetic)``: ``electric[c] = (ca, cb, poles)``, ``magnetic[c] = dt / mu`` (see above).
 
     Args:
@@ -32,6 +35,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         structures: :class:`Structure` objects, later ones overriding earlier ones.
         design: ``[(DesignRegion, its index slices)]``, applied after the structures.
         dtype, device: of the coefficient tensors.
+        subpixel: smooth the permittivity at dielectric interfaces anisotropically
+            (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
     """
     mixer = _Mixer(grid, default_medium, structures, dtype, device)
     electric, magnetic = {}, {}
@@ -40,7 +45,10 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         if component in H_COMPONENTS:
             magnetic[component] = dt / (VACUUM_PERMEABILITY * mixer.mix(weights, "permeability"))
             continue
-        permittivity = mixer.mix(weights, "permittivity")
+        if subpixel:
+            permittivity = smoothed_permittivity(mixer, weights, component)
+        else:
+            permittivity = mixer.mix(weights, "permittivity")
         for region, slices in design:
             permittivity = mixer.with_design(permittivity, region, slices)
         ca, cb = _lossy_coefficients(dt, permittivity, mixer.mix(weights, "conductivity"))
