@@ -17,6 +17,7 @@ design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
+Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing`.
 
 An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a
 ``YeeStepper``, asks each monitor for a fresh ``Recorder``, steps a ``YeeState`` from zero fields,
@@ -27,6 +28,7 @@ from .boundaries import PML, Periodic
 from .grid import Grid
 from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
+from .plotting import outline_structures, plot_simulation
 from .result import Result
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
@@ -57,4 +59,6 @@ __all__ = [
     "Monitor",
     "Recorder",
     "FieldBlowUpError",
+    "plot_simulation",
+    "outline_structures",
 ]
