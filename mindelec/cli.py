@@ -27,6 +27,8 @@ from common.deprecation import warn_deprecated
 class GridConfig:
     """The domain: ``size`` (m) per axis (1 to 3 values), ``cell_size`` (m), PML cells.
 
+    ``subpixel = true`` smooths dielectric interfaces (``Simulation(subpixel=True)``).
+
     ``resolution``, the old name of ``cell_size``, is still read for one release, with a
     ``DeprecationWarning``.
     """
@@ -38,6 +40,7 @@ class GridConfig:
     dtype: Literal["float32", "float64"] = "float32"
     courant: float = 0.99
     resolution: float | None = None
+    subpixel: bool = False
 
     def __post_init__(self):
         if self.resolution is not None:
@@ -165,6 +168,7 @@ def build_simulation(run):
         monitors=monitors,
         polarization=grid.polarization,
         courant=grid.courant,
+        subpixel=grid.subpixel,
         dtype=torch.float32 if grid.dtype == "float32" else torch.float64,
     )
 

@@ -33,3 +33,11 @@ def test_field_picture_outlines_the_disk():
         assert np.abs(radii - disk.radius * 1e3).max() < cell / 2
         assert axis.get_xlabel() == "x (mm)"
     plt.close(figure)
+
+
+def test_subpixel_key_reaches_the_simulation(tmp_path):
+    text = EXAMPLE.read_text().replace("[grid]\n", "[grid]\nsubpixel = true\n")
+    (tmp_path / "smooth.toml").write_text(text)
+    run = configuration.load(tmp_path / "smooth.toml", cli.RunConfig)
+    assert cli.build_simulation(run).subpixel is True
+    assert cli.build_simulation(configuration.load(EXAMPLE, cli.RunConfig)).subpixel is False
