@@ -50,6 +50,8 @@ from .materials import Medium
 #: normal components (in cell units) are floored at this fraction of the largest one, so that the
 #: closed-form cut volume never divides by zero (the plane tilts by at most this, in radians)
 _TILT_FLOOR = 1e-4
+#: nodes whose distances are evaluated at once (bounds the memory, as ``rasterize`` does)
+_CHUNK = 2**18
 
 
 def smoothed_permittivity(mixer, weights, component):
@@ -98,18 +100,19 @@ def _planar_fill(structure, index, points, spacing):
     half a cell diagonal) get the planar-cut volume; the others 1 inside, 0 outside.
     """
     geometry = structure.geometry
-    margin = geometry._margin(points)
+    margin = torch.cat([geometry._margin(chunk) for chunk in points.split(_CHUNK)])
     fill = (margin > 0).to(torch.float64)
     cut = margin.abs() < 0.5 * float(spacing.norm())
     if not bool(cut.any()):
         return fill, cut, points[:0]
     try:
-        normals = geometry._normal(points[cut]).to(torch.float64)
+        normals = torch.cat([geometry._normal(chunk) for chunk in points[cut].split(_CHUNK)])
     except NotImplementedError:
         raise ConfigurationError(
             f"structure {index} ({structure!r}): subpixel smoothing needs the boundary normals of its "
             "shape, which it does not give; use subpixel=False"
         ) from None
+    normals = normals.to(torch.float64)
     normals = normals / normals.norm(dim=1, keepdim=True).clamp_min(1e-300)
     fill[cut] = _cut_volume(normals * spacing, margin[cut])
     partial = (fill[cut] > 0) & (fill[cut] < 1)
