@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.contour import ContourSet  # noqa: E402
 
 from common import geometry  # noqa: E402
@@ -39,9 +40,20 @@ def test_2d_picture_draws_every_object():
             fdtd.FluxMonitor("flux", [150e9], center=(0.7e-3, 0), size=(0, 1e-3)),
         ],
     )
+    region = fdtd.DesignRegion((0.0, 0.6e-3), (0.4e-3, 0.2e-3), torch.full((11, 5), 2.0))
+    sim = fdtd.Simulation(
+        size=(2e-3, 2e-3),
+        cell_size=40e-6,
+        boundary=fdtd.PML(thickness=5),
+        sources=sim.sources,
+        structures=sim.structures,
+        monitors=sim.monitors,
+        design_regions=[region],
+    )
     ax = sim.plot()
     labels = _labels(ax)
     expected = {
+        "design region 0",
         "source 0: PointDipole",
         "source 1: CurrentSource",
         "monitor p",
