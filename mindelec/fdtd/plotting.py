@@ -1,7 +1,8 @@
 """Pictures of an FDTD set-up: :func:`plot_simulation` (``Simulation.plot``) and :func:`outline_structures`.
 
 ``plot_simulation`` draws a cross-section of the relative permittivity (the fill-fraction mean of the
-media over each cell, as the run sees it; PEC in black) with, on top:
+media over each cell, as the run sees it, ``eps_inf`` for dispersive media; PEC in a metal colour;
+each structure's boundary outlined) with, on top:
 
 * sources: point sources as stars, extended sources as outlines (a line or a box), plane waves as a
   dashed line at their TF/SF plane;

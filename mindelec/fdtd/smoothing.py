@@ -17,8 +17,11 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
 
 * each E component ``E_c`` gets the diagonal element of that tensor at its Yee node,
   ``1 / eps_c = n_c^2 <eps^-1> + (1 - n_c^2) / <eps>``; the off-diagonal elements (which couple
-  ``E_c`` to the other components at tilted interfaces) are neglected, as in many FDTD codes: for
-  interfaces along the grid axes this is exact, for tilted and curved ones it keeps most of the gain;
+  ``E_c`` to the other components at tilted interfaces) are neglected, as in many FDTD codes. For
+  interfaces along the grid axes nothing is lost (second order, tested); for curved ones the error
+  drops but the order does not reach 2: the lowest TE resonance of a dielectric disk (eps 6, radius
+  0.3 of a PEC box) converges at order 1.3 with smoothing against 1.0 without, with errors 4-5x
+  smaller at 12-40 cells per side (against a smoothed run at 120 cells; measured, not a test);
 * the means run over the component's own Yee cell; the normal is the outward normal of the last
   structure that only partly covers the cell (``_normal`` of its ``common.geometry`` shape at the node:
   the nearest face, edge or arc). Each structure's fill fraction of a cut cell is the exact volume of
