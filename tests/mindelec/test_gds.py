@@ -2,15 +2,14 @@
 
 import math
 
+import gdstk  # the cad extra, part of all: installed by make install
 import pytest
 import torch
 
-gdstk = pytest.importorskip("gdstk")
-
-from common.errors import ConfigurationError  # noqa: E402
-from common.geometry import rasterize  # noqa: E402
-from mindelec import fdtd  # noqa: E402
-from mindelec.gds import Prism, structures_from_gds  # noqa: E402
+from common.errors import ConfigurationError
+from common.geometry import rasterize
+from mindelec import fdtd
+from mindelec.gds import Prism, structures_from_gds
 
 
 @pytest.fixture
