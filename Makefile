@@ -8,7 +8,7 @@ TORCH_PIN := torch==2.13.0
 DEMO_DIR ?= demo_output
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint benchmarks clean
+.PHONY: install demo test lint docs benchmarks clean
 
 install: $(VENV)/.installed
 
@@ -28,11 +28,19 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The tests keep the notebooks they execute and the figures the validation tests measured under build/,
+# where `make docs` finds them.
 test: install lint
-	NOTEBOOK_SIZE=small OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
+	rm -rf build/validation
+	NOTEBOOK_SIZE=small OMP_NUM_THREADS=1 MINDSCIENCE_EXECUTED_NOTEBOOKS=build/notebooks \
+		MINDSCIENCE_VALIDATION_RECORD=build/validation $(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
+
+# The documentation site, into docs/_build/html (warnings are errors).
+docs: install
+	OMP_NUM_THREADS=1 $(PY) docs/build.py
 
 benchmarks: install
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache build docs/_build docs/_generated

@@ -96,6 +96,7 @@ def run(output: Path, n_interior: int = 4096, n_boundary: int = 512) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the demo: write the geometry samples, the autodiff check and their figures under ``--output``."""
     parser = argparse.ArgumentParser(prog="python -m common.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("demo_output/core"), help="output folder")
     args = parser.parse_args(argv)

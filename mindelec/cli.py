@@ -25,12 +25,17 @@ from common.deprecation import warn_deprecated
 
 @dataclass
 class GridConfig:
-    """The domain: ``size`` (m) per axis (1 to 3 values), ``cell_size`` (m), PML cells.
+    """``[grid]``: the domain and its discretisation.
 
-    ``subpixel = true`` smooths dielectric interfaces (``Simulation(subpixel=True)``).
-
-    ``resolution``, the old name of ``cell_size``, is still read for one release, with a
-    ``DeprecationWarning``.
+    Attributes:
+        size: domain extent per axis (m); 1, 2 or 3 values give a 1D, 2D or 3D simulation.
+        cell_size: the edge of a Yee cell (m).
+        pml_thickness: PML thickness on every side (cells).
+        polarization: ``"TM"`` (Ez, Hx, Hy) or ``"TE"`` (Hz, Ex, Ey), in 2D.
+        dtype: the floating-point precision of the fields.
+        courant: the time step as a fraction of the stability limit (0 < courant <= 1).
+        subpixel: anisotropic smoothing at dielectric interfaces (``Simulation(subpixel=True)``).
+        resolution: the old name of ``cell_size``, still read for one release with a ``DeprecationWarning``.
     """
 
     size: list[float]
@@ -54,7 +59,16 @@ class GridConfig:
 
 @dataclass
 class SourceConfig:
-    """A point dipole: ``position`` (m), ``component``, waveform and its frequencies (Hz)."""
+    """``[[sources]]``: a point dipole.
+
+    Attributes:
+        position: where it sits (m), one value per axis.
+        component: the current's field component (``"Ez"``, ``"Hz"``, ``"Ex"``...).
+        waveform: a Gaussian pulse, a Ricker wavelet or a continuous wave (with a smooth start).
+        frequency: the centre frequency (Hz).
+        fwidth: the pulse's frequency width (Hz), for ``gaussian``.
+        amplitude: the current moment: A m in 3D, A in 2D, A/m in 1D (:class:`mindelec.fdtd.CurrentSource`).
+    """
 
     position: list[float]
     component: str = "Ez"
@@ -66,10 +80,16 @@ class SourceConfig:
 
 @dataclass
 class StructureConfig:
-    """A shape and its medium.
+    """``[[structures]]``: a shape and its medium (later structures override earlier ones).
 
-    ``rectangle``/``box``/``interval``: corners ``lower``, ``upper``;
-    ``disk``/``sphere``: ``center``, ``radius``.
+    Attributes:
+        shape: the shape's kind.
+        lower, upper: opposite corners (m) of a ``rectangle``, ``box`` or ``interval``.
+        center: the centre (m) of a ``disk`` or ``sphere``.
+        radius: the radius (m) of a ``disk`` or ``sphere``.
+        permittivity: relative permittivity.
+        conductivity: electric conductivity (S/m).
+        permeability: relative permeability.
     """
 
     shape: Literal["rectangle", "box", "disk", "sphere", "interval"]
@@ -84,7 +104,13 @@ class StructureConfig:
 
 @dataclass
 class ProbeConfig:
-    """A field probe: ``name``, ``position`` (m), ``components``."""
+    """``[[probes]]``: a field probe, recorded at every step.
+
+    Attributes:
+        name: the probe's name in ``result.h5`` and on the spectrum plot.
+        position: where it sits (m), one value per axis.
+        components: the field components it records.
+    """
 
     name: str
     position: list[float]
@@ -93,7 +119,15 @@ class ProbeConfig:
 
 @dataclass
 class OutputConfig:
-    """What to record: snapshots every ``snapshot_every`` steps of ``component``; spectrum band (Hz)."""
+    """``[output]``: what to record and plot.
+
+    Attributes:
+        component: the field component of the snapshots and of ``field.png``.
+        snapshot_every: steps between snapshots.
+        spectrum_min, spectrum_max: the band of ``spectrum.png`` (Hz); 0 picks the first source's band
+            (``frequency`` -/+ ``fwidth``, at least a tenth of ``frequency``).
+        spectrum_points: number of frequencies in the band.
+    """
 
     component: str = "Ez"
     snapshot_every: int = 100
@@ -104,7 +138,16 @@ class OutputConfig:
 
 @dataclass
 class RunConfig:
-    """A complete FDTD run: grid, duration ``until`` (s), sources, structures, probes, output."""
+    """A complete FDTD run (the top level of the file).
+
+    Attributes:
+        grid: the ``[grid]`` table.
+        until: the simulated time (s).
+        sources: the ``[[sources]]`` array (at least one).
+        structures: the ``[[structures]]`` array.
+        probes: the ``[[probes]]`` array.
+        output: the ``[output]`` table.
+    """
 
     grid: GridConfig
     until: float

@@ -66,7 +66,16 @@ __all__ = ["RunConfig", "main", "run"]
 
 @dataclass
 class WaterBoxConfig:
-    """A cubic box of rigid water (:func:`mindsponge.build.water_box`)."""
+    """``[system.water_box]``: a cubic box of rigid water (:func:`mindsponge.build.water_box`).
+
+    Attributes:
+        n_molecules: number of water molecules (give two of ``n_molecules``, ``box_size``, ``density``;
+            ``density`` defaults to 0.997 g/cm^3, so one of the others suffices).
+        box_size: edge of the cubic box (nm).
+        model: ``"tip3p"``, ``"spce"`` or ``"tip4pew"`` (:data:`mindsponge.build.WATER_MODELS`).
+        density: mass density (g/cm^3).
+        seed: seed of the random placement and orientations.
+    """
 
     n_molecules: int | None = None
     box_size: float | None = None
@@ -77,7 +86,15 @@ class WaterBoxConfig:
 
 @dataclass
 class SystemConfig:
-    """Where the system comes from: a PDB (with ``[forcefield]``), a water box, or OpenMM XML + PDB."""
+    """``[system]``: where the system comes from: a PDB (with ``[forcefield]``), a water box, or OpenMM
+    XML + PDB.
+
+    Attributes:
+        pdb: the structure (path relative to the configuration file); its box is read from CRYST1.
+        openmm_xml: a serialized OpenMM System for ``pdb`` (then ``[forcefield]`` is not used): its
+            forces, constraints and masses are read as OpenMM would run them.
+        water_box: a ``[system.water_box]`` table instead of ``pdb``.
+    """
 
     pdb: pathlib.Path | None = None
     openmm_xml: pathlib.Path | None = None
@@ -92,7 +109,16 @@ class SystemConfig:
 
 @dataclass
 class ForceFieldConfig:
-    """OpenMM force-field files and non-bonded settings (nm)."""
+    """``[forcefield]``: OpenMM force-field files and non-bonded settings.
+
+    Attributes:
+        files: force-field XML files, found next to the configuration first, then among OpenMM's own.
+        nonbonded_method: OpenMM's non-bonded method.
+        cutoff: non-bonded cutoff (nm).
+        switch_distance: where the Lennard-Jones switching function starts (nm); not set: no switch.
+        ewald_tolerance: OpenMM's ``ewaldErrorTolerance`` (sets the PME grid and splitting).
+        hydrogen_mass: hydrogen mass repartitioning (amu), OpenMM's ``hydrogenMass``; not set: none.
+    """
 
     files: list[str] = field(default_factory=lambda: ["amber14-all.xml", "amber14/tip3pfb.xml"])
     nonbonded_method: Literal["PME", "Ewald", "CutoffPeriodic", "CutoffNonPeriodic", "NoCutoff"] = "PME"
@@ -110,7 +136,14 @@ class ForceFieldConfig:
 
 @dataclass
 class IntegratorConfig:
-    """Integrator: Langevin (BAOAB) or velocity Verlet; dt in ps, temperature in K, friction in 1/ps."""
+    """``[integrator]``: Langevin (BAOAB, OpenMM's LangevinMiddle) or velocity Verlet.
+
+    Attributes:
+        type: ``"langevin"`` (NVT) or ``"verlet"`` (NVE, or NVT with a ``[thermostat]``).
+        dt: time step (ps).
+        temperature: Langevin bath temperature (K); also the initial velocities' temperature.
+        friction: Langevin friction coefficient (1/ps).
+    """
 
     type: Literal["langevin", "verlet"] = "langevin"
     dt: float = 0.002
@@ -126,7 +159,13 @@ class IntegratorConfig:
 
 @dataclass
 class ThermostatConfig:
-    """Thermostat for the Verlet integrator."""
+    """``[thermostat]``: a thermostat for the Verlet integrator.
+
+    Attributes:
+        type: Bussi's stochastic velocity rescaling, Berendsen (equilibration only) or Nose-Hoover chains.
+        temperature: target temperature (K).
+        time_constant: coupling time (ps).
+    """
 
     type: Literal["bussi", "berendsen", "nose_hoover"] = "bussi"
     temperature: float = 300.0
@@ -139,7 +178,18 @@ class BarostatConfig:
     ``monte_carlo_anisotropic``), temperature in K (not used by ``berendsen``), ``every`` in
     steps (``frequency``: its deprecated name); C-rescale and Berendsen also take the
     compressibility (1/bar) and time constant (ps); the anisotropic Monte Carlo barostat the
-    axes it may scale."""
+    axes it may scale.
+
+    Attributes:
+        type: the barostat (``berendsen`` for equilibration only: it does not sample the NPT ensemble).
+        pressure: target pressure (bar); ``[P_x, P_y, P_z]`` for ``monte_carlo_anisotropic``.
+        temperature: the temperature the Monte Carlo acceptance and C-rescale noise use (K).
+        every: steps between barostat moves (default 25).
+        frequency: deprecated name of ``every`` (warns).
+        compressibility: isothermal compressibility (1/bar), for ``c_rescale`` and ``berendsen``.
+        time_constant: pressure coupling time (ps), for ``c_rescale`` and ``berendsen``.
+        scale_x, scale_y, scale_z: the axes ``monte_carlo_anisotropic`` may scale.
+    """
 
     type: Literal["monte_carlo", "monte_carlo_anisotropic", "c_rescale", "berendsen"] = "monte_carlo"
     pressure: float | tuple[float, float, float] = 1.0
@@ -181,7 +231,18 @@ _BAROSTATS = {
 @dataclass
 class OutputConfig:
     """Output files, relative to ``directory`` and inside it (``trajectory`` and
-    ``final_structure`` may be ``""``: not written)."""
+    ``final_structure`` may be ``""``: not written).
+
+    Attributes:
+        directory: the output folder (relative to the configuration file; ``--output`` replaces it).
+        log: CSV log of step, time, energies, temperature, volume and density.
+        trajectory: H5MD trajectory (``""``: none).
+        checkpoint: the checkpoint ``--resume`` continues from.
+        final_structure: PDB of the final positions and box (``""``: none).
+        report_every: steps between log rows.
+        trajectory_every: steps between trajectory frames.
+        checkpoint_every: steps between checkpoints.
+    """
 
     directory: pathlib.Path = pathlib.Path(".")
     log: str = "log.csv"
@@ -208,7 +269,22 @@ class OutputConfig:
 
 @dataclass
 class RunConfig:
-    """A complete simulation."""
+    """A complete simulation (the top level of the file).
+
+    Attributes:
+        system: the ``[system]`` table.
+        steps: number of MD steps (a resumed run continues up to this step).
+        constraints: which bonds are rigid: water (SETTLE), bonds to hydrogen (SHAKE/RATTLE), both, or none.
+        precision: ``"mixed"`` (float32 forces, float64 positions and sums), ``"single"`` or ``"double"``.
+        minimize: minimise the energy before the dynamics.
+        minimize_tolerance: the minimiser stops when the largest force is below this (kJ/mol/nm).
+        seed: seed of the initial velocities and the integrator's random numbers.
+        forcefield: the ``[forcefield]`` table.
+        integrator: the ``[integrator]`` table.
+        thermostat: an optional ``[thermostat]`` table (with ``type = "verlet"``).
+        barostat: an optional ``[barostat]`` table (NPT).
+        output: the ``[output]`` table.
+    """
 
     system: SystemConfig
     steps: int = 10_000

@@ -21,3 +21,28 @@ def require_compiled():
         return module
 
     return require
+
+
+@pytest.fixture
+def validation_figure(request):
+    """``validation_figure(text)``: store the figure a validation test measured (e.g. ``"max |dR| = 2.1e-3"``)
+    for the documentation's validation record (``tests/validation_record.py``).
+
+    Written as one JSON line per call to ``$MINDSCIENCE_VALIDATION_RECORD/<worker>.jsonl`` when that
+    variable is set (``make test`` sets it to ``build/validation``); otherwise nothing is written.
+    """
+    import json
+
+    folder = os.environ.get("MINDSCIENCE_VALIDATION_RECORD")
+    path, _, name = request.node.nodeid.partition("::")
+    test = f"{path}::{name.split('[')[0]}"
+
+    def record(text):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            with open(os.path.join(folder, f"{worker}.jsonl"), "a") as handle:
+                entry = {"test": test, "case": request.node.nodeid, "measured": str(text)}
+                handle.write(json.dumps(entry) + "\n")
+
+    return record

@@ -222,6 +222,7 @@ class HessianJet:
         return list(itertools.combinations_with_replacement(range(variables), 2))
 
     def linear(self, weight, bias=None):
+        """The jet of ``x @ weight.T + bias``: value, gradient and Hessian map linearly."""
         return HessianJet(
             nn.functional.linear(self.value, weight, bias),
             self.first @ weight.T,
@@ -229,6 +230,7 @@ class HessianJet:
         )
 
     def affine(self, factor, shift=0.0):
+        """The jet of ``factor * x + shift`` (scalars or broadcastable tensors)."""
         return HessianJet(
             self.value * factor + shift,
             self.first * factor,
@@ -236,6 +238,10 @@ class HessianJet:
         )
 
     def elementwise(self, derivatives):
+        """The jet of an elementwise function ``s`` given ``(s(v), s'(v), s''(v))`` at the value ``v``.
+
+        The Hessian picks up ``s''(v) g g^T`` from the chain rule, ``g`` the gradient.
+        """
         value, slope = derivatives[0], derivatives[1]
         second = None
         if self.second is not None:
@@ -245,6 +251,7 @@ class HessianJet:
 
     @staticmethod
     def combine(jets, how):
+        """The jet of ``how`` (a linear map: ``torch.cat``, a sum) applied to several jets, part by part."""
         second = None if jets[0].second is None else how([jet.second for jet in jets])
         return HessianJet(how([jet.value for jet in jets]), how([jet.first for jet in jets]), second)
 

@@ -215,7 +215,11 @@ class Sampling:
 
 @dataclasses.dataclass
 class Output:
-    """``[output]``: the HDF5 file (a relative path is relative to the working directory)."""
+    """``[output]``: where the dataset goes.
+
+    Attributes:
+        path: the HDF5 file (a relative path is relative to the working directory).
+    """
 
     path: pathlib.Path
 

@@ -42,6 +42,7 @@ class CheckReport:
     records: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def damaged(self, line: str) -> None:
+        """Record a damaged part (one line of the report) and mark the file as not intact."""
         self.intact = False
         self.lines.append(f"DAMAGED: {line}")
 

@@ -149,6 +149,7 @@ def call(fn: Callable[[Any], Any], job: Any, timeout: float | None = None, retri
 
 
 def lost_worker(error: BaseException, host: str = "", worker: str = "") -> JobFailure:
+    """The :class:`JobFailure` of a job whose worker process died (killed, out of memory) while running it."""
     return JobFailure(
         type(error).__name__,
         f"the worker process running this job died ({error}); it is not known whether the job or the "

@@ -34,6 +34,7 @@ class CsvLog:
         self._rewrite()
 
     def write(self, record: dict) -> None:
+        """Append one record (column name -> value); new keys become new columns of the whole file."""
         self.rows.append(dict(record))
         if any(key not in self.columns for key in record):
             self.columns += [key for key in record if key not in self.columns]
@@ -73,12 +74,14 @@ class TensorBoardLog:
         """A resumed run's earlier records are already in the event files: nothing to do."""
 
     def write(self, record: dict) -> None:
+        """Write each real-valued entry of the record as a scalar at the record's ``step``."""
         step = record.get("step")
         for key, value in record.items():
             if key != "step" and isinstance(value, numbers.Real) and not isinstance(value, bool):
                 self.writer.add_scalar(key, float(value), global_step=step)
 
     def close(self) -> None:
+        """Flush and close the TensorBoard event file."""
         self.writer.close()
 
 

@@ -43,6 +43,7 @@ def complex_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A complex128 NumPy copy of ``tensor`` on the host, for scipy's sparse solvers."""
     # scipy's sparse LU runs on the host; this is the one place fields leave the device.
     return tensor.detach().to("cpu").numpy().astype(np.complex128)
 

@@ -26,7 +26,8 @@ hands the fields to the recorders after every step, and collects their outputs i
 
 from .boundaries import PML, Periodic
 from .grid import Grid
-from .materials import PEC, DesignRegion, Drude, Lorentz, Medium, Structure
+from .lumped import LumpedPort, lumped_resistor
+from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Medium, Structure, pec_sheet
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .plotting import outline_structures, plot_simulation
 from .result import Result
@@ -59,6 +60,10 @@ __all__ = [
     "Monitor",
     "Recorder",
     "FieldBlowUpError",
+    "AxialConductivity",
+    "pec_sheet",
+    "LumpedPort",
+    "lumped_resistor",
     "plot_simulation",
     "outline_structures",
 ]

@@ -10,9 +10,11 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
   ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
-the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node. With
-``subpixel=True`` the E components' permittivity is the anisotropic subpixel average of
-:mod:`mindelec.fdtd.smoothing` instead of the arithmetic fill-fraction mean.
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node.
+:class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
+their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
+components' permittivity is the anisotropic subpixel average of :mod:`mindelec.fdtd.smoothing` instead
+of the arithmetic fill-fraction mean.
 """
 
 import torch
@@ -20,7 +22,7 @@ import torch
 from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
-from .materials import PEC, Medium
+from .materials import PEC, AxialConductivity, Medium, PECSheet
 from .smoothing import smoothed_permittivity
 
 
@@ -38,7 +40,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         subpixel: smooth the permittivity at dielectric interfaces anisotropically
             (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
     """
-    mixer = _Mixer(grid, default_medium, structures, dtype, device)
+    axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
+    mixer = _Mixer(grid, default_medium, [s for s in structures if s not in axial], dtype, device)
     electric, magnetic = {}, {}
     for component in active:
         weights = mixer.weights(component)
@@ -51,7 +54,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
             permittivity = mixer.mix(weights, "permittivity")
         for region, slices in design:
             permittivity = mixer.with_design(permittivity, region, slices)
-        ca, cb = _lossy_coefficients(dt, permittivity, mixer.mix(weights, "conductivity"))
+        conductivity = mixer.mix(weights, "conductivity") + mixer.axial_conductivity(component, axial)
+        ca, cb = _lossy_coefficients(dt, permittivity, conductivity)
         poles = mixer.poles(weights, dt)
         conductor = sum((w for w, m in zip(weights, mixer.media) if isinstance(m, PEC)), 0.0)
         if isinstance(conductor, torch.Tensor):
@@ -79,7 +83,7 @@ class _Mixer:
         self.media = [default_medium] + [s.medium for s in structures]
         self.dtype, self.device = dtype, device
 
-    def _fill_fractions(self, component):
+    def _fill_fractions(self, component, structures):
         """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
         from common.geometry import rasterize
 
@@ -87,17 +91,24 @@ class _Mixer:
         centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
         spacing = list(grid.spacing[: grid.ndim])
         fractions = []
-        for structure in self.structures:
-            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=4))
+        for structure in structures:
+            supersample = 1 if isinstance(structure.medium, PECSheet) else 4  # sheets: in or out
+            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=supersample))
             fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
         return fractions
+
+    def axial_conductivity(self, component, axial):
+        """``sum fill * conductivity`` (S/m) of the ``AxialConductivity`` structures along ``component``."""
+        along = [s for s in axial if s.medium.axis == component[1]]
+        fills = self._fill_fractions(component, along)
+        return sum((fill * s.medium.conductivity for fill, s in zip(fills, along)), 0.0)
 
     def weights(self, component):
         """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
         weights = [1.0]
         if not self.structures:
             return weights
-        for fill in self._fill_fractions(component):
+        for fill in self._fill_fractions(component, self.structures):
             weights = [w * (1 - fill) for w in weights] + [fill]
         return weights
 

@@ -38,14 +38,30 @@ def component_axis(component: str) -> int:
     return AXES.index(component[1])
 
 
+def _cell_sizes(cell_size, ndim) -> tuple[float, ...]:
+    """``cell_size`` (one length, or one per axis; m) as ``ndim`` positive floats, else a ValueError."""
+    if isinstance(cell_size, (tuple, list)):
+        if len(cell_size) != ndim:
+            raise ValueError(
+                f"Simulation cell_size: expected one length or {ndim} (one per axis, m), got {cell_size!r}"
+            )
+        cell_sizes = tuple(float(edge) for edge in cell_size)
+    else:
+        cell_sizes = (float(cell_size),) * ndim
+    if not all(math.isfinite(edge) and edge > 0 for edge in cell_sizes):
+        raise ValueError(f"Simulation cell_size: expected positive cell sizes (m), got {cell_size!r}")
+    return cell_sizes
+
+
 class Grid:
-    """A uniform Yee grid over ``[-size/2, size/2]``.
+    """A Yee grid over ``[-size/2, size/2]``, uniform along each axis (the spacing may differ per axis).
 
     Args:
         size: domain extent per axis (m); ``len(size)`` (1, 2 or 3) is the dimension.
-        cell_size: the edge of a cell (m). The number of cells along an axis is
-            ``round(size / cell_size)``; the actual spacing ``size / n`` (attribute
-            ``spacing``) differs from ``cell_size`` by less than half a cell over the
+        cell_size: the edge of a cell (m): one length for cubic cells, or one per axis (e.g.
+            ``(dx, dy, dz)``, as many as ``size`` has) for cells of different edges. The number of
+            cells along an axis is ``round(size_a / cell_size_a)``; the actual spacing ``size_a / n_a``
+            (attribute ``spacing``) differs from ``cell_size_a`` by less than half a cell over the
             whole domain. (``resolution=``, the old name, warns and still works for one release.)
 
     Attributes:
@@ -62,10 +78,8 @@ class Grid:
             raise ValueError(f"Simulation size: expected 1 to 3 extents (m), got {len(size)}: {size}")
         if not all(math.isfinite(value) and value > 0 for value in size):
             raise ValueError(f"Simulation size: every extent must be a positive length (m), got {size}")
-        cell_size = float(cell_size)
-        if not (math.isfinite(cell_size) and cell_size > 0):
-            raise ValueError(f"Simulation cell_size: expected a positive cell size (m), got {cell_size}")
-        counts = [max(1, round(length / cell_size)) for length in size]
+        cell_sizes = _cell_sizes(cell_size, len(size))
+        counts = [max(1, round(length / edge)) for length, edge in zip(size, cell_sizes)]
         if min(counts) < 2:
             raise ValueError(
                 f"Simulation cell_size {cell_size} m is coarser than the domain size {size}; "

@@ -6,6 +6,10 @@
 * :class:`PEC` - a perfect electric conductor (as a structure's medium or as a boundary).
 * :class:`Structure` - a ``common.geometry`` shape filled with a medium; later structures override
   earlier ones.
+* :class:`AxialConductivity` - a conductivity acting on one E component only and added to the media
+  already there: the resistive part of a lumped element (:mod:`mindelec.fdtd.lumped`).
+* :func:`pec_sheet` - a zero-thickness PEC plate (or a one-cell wire) on the grid's node planes
+  (:class:`PECSheet`: no sub-cell fill).
 * :class:`DesignRegion` - an axis-aligned box whose cells take their permittivity from a tensor
   (one value per cell), typically one that requires grad for inverse design.
 
@@ -194,13 +198,102 @@ class PEC:
         return "PEC()"
 
 
+class PECSheet(PEC):
+    """The PEC of :func:`pec_sheet`: a node is covered when its own position lies in the shape.
+
+    No sub-cell fill: the normal E nodes half a cell off a sheet stay untouched however many sheets meet
+    near them (partly covered cells of several sheets would otherwise add up to a short).
+    """
+
+    def __repr__(self):
+        return "PECSheet()"
+
+
+class AxialConductivity:
+    """A conductivity along one axis only, added to whatever medium fills the cells.
+
+    As a :class:`Structure`'s medium it adds ``fill * conductivity`` to the conductivity of the E
+    component along ``axis`` (``fill`` the structure's fill fraction at that component's nodes) and
+    leaves the other components, the permittivity and the permeability as the structures below made
+    them. A box of length ``L`` along ``axis`` and cross-section ``A`` whose faces lie on the Yee cells of
+    its edges is then a resistor of ``L / (conductivity A)`` ohm (:func:`mindelec.fdtd.lumped_resistor`).
+
+    Args:
+        axis: ``"x"``, ``"y"`` or ``"z"``.
+        conductivity: (S/m, >= 0, finite).
+    """
+
+    def __init__(self, axis, conductivity):
+        if axis not in ("x", "y", "z"):
+            raise ValueError(f"AxialConductivity: axis must be 'x', 'y' or 'z', got {axis!r}")
+        self.axis = axis
+        conductivity = _parameter(conductivity, "conductivity", "AxialConductivity", allow_zero=True)
+        self.conductivity = float(conductivity)
+
+    def __repr__(self):
+        return f"AxialConductivity(axis={self.axis!r}, conductivity={self.conductivity:g})"
+
+
+#: a thin axis of a PEC sheet becomes this many cells thick: the tangential E nodes on the sheet's node
+#: plane lie inside, the normal E nodes half a cell away outside
+SHEET_THICKNESS = 0.8
+#: a sheet's in-plane edges move out by this many cells, so that the tangential E nodes on its rim (on
+#: the boundary node lines) lie inside, and the nodes half a cell outside do not
+SHEET_MARGIN = 0.25
+
+
+def pec_sheet(center, size, cell_size):
+    """A zero-thickness PEC plate (one zero extent) or a one-cell wire (two zero extents) as a structure.
+
+    The plate lies on the integer-node plane through ``center`` (put it on one: ``-size_a/2 + i dx_a``),
+    its rim on integer-node lines. It zeroes the tangential E components on its node plane, rim included,
+    and leaves the normal component alone, as the classic FDTD models of microstrip do (Sheen et al.,
+    IEEE MTT 38, 849, 1990). A wire (zero extent along two axes) zeroes the E edges along it. The shape is
+    a box :data:`SHEET_THICKNESS` cells thick along the zero axes and :data:`SHEET_MARGIN` cells wider
+    on each side along the others, filled with :class:`PECSheet` (a node is in or out by its position).
+
+    Args:
+        center: (m), 3 coordinates.
+        size: (m), 3 extents, one or two of them 0.
+        cell_size: the simulation's cell size (m), one length or ``(dx, dy, dz)``.
+
+    Returns:
+        a :class:`Structure` of a ``common.geometry.Box`` filled with :class:`PECSheet`.
+
+    Raises:
+        ValueError: for a size without a zero extent or with three, or extents of the wrong length.
+    """
+    from common.geometry import Box
+
+    center = tuple(float(value) for value in center)
+    size = tuple(float(value) for value in size)
+    cells = tuple(cell_size) if isinstance(cell_size, (tuple, list)) else (cell_size,) * 3
+    if not len(center) == len(size) == len(cells) == 3:
+        raise ValueError(
+            f"pec_sheet: center, size and cell_size need 3 values each, got {center}, {size}, {cells}"
+        )
+    zero_axes = sum(1 for extent in size if extent == 0)
+    if zero_axes not in (1, 2) or any(extent < 0 for extent in size):
+        raise ValueError(
+            f"pec_sheet: size {size} must have one zero extent (a plate) or two (a wire), the others positive"
+        )
+    half = [
+        SHEET_THICKNESS * float(edge) / 2 if extent == 0 else extent / 2 + SHEET_MARGIN * float(edge)
+        for extent, edge in zip(size, cells)
+    ]
+    lo = [c - h for c, h in zip(center, half)]
+    hi = [c + h for c, h in zip(center, half)]
+    return Structure(Box(lo, hi), PECSheet())
+
+
 class Structure:
     """A shape filled with a medium.
 
     Args:
         geometry: a ``common.geometry`` shape (``Interval``, ``Rectangle``, ``Disk``, ``Box``, ``Sphere``,
             ``Cylinder``, ``Polygon`` or a CSG combination) of the simulation's dimension, in m.
-        medium: a :class:`Medium` (or :class:`Drude`, :class:`Lorentz`) or :class:`PEC`.
+        medium: a :class:`Medium` (or :class:`Drude`, :class:`Lorentz`), :class:`PEC` or
+            :class:`AxialConductivity`.
     """
 
     def __init__(self, geometry, medium):
@@ -208,8 +301,11 @@ class Structure:
             raise TypeError(
                 f"Structure: geometry must be a common.geometry shape, got {type(geometry).__name__}"
             )
-        if not isinstance(medium, (Medium, PEC)):
-            raise TypeError(f"Structure: medium must be a Medium, Drude, Lorentz or PEC, got {medium!r}")
+        if not isinstance(medium, (Medium, PEC, AxialConductivity)):
+            raise TypeError(
+                "Structure: medium must be a Medium, Drude, Lorentz, PEC or AxialConductivity, "
+                f"got {medium!r}"
+            )
         self.geometry = geometry
         self.medium = medium
 

@@ -103,7 +103,8 @@ class Simulation:
 
     Args:
         size: domain extent per axis (m); the domain is ``[-size/2, size/2]`` and ``len(size)`` its dimension.
-        cell_size: the edge of a grid cell (m); each axis gets ``round(size / cell_size)`` cells (see
+        cell_size: the edge of a grid cell (m), one length or one per axis (``(dx, dy, dz)``); each axis
+            gets ``round(size / cell_size)`` cells (see
             :class:`Grid`). (Meep's ``resolution`` is the inverse, cells per unit length.) The old keyword
             ``resolution=`` still works for one release, with a ``DeprecationWarning``.
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per

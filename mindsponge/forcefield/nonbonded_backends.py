@@ -118,12 +118,17 @@ class TorchBackend:
         self._direct_pairs = _DirectPairs(cached=self.keeps_factors)
 
     def direct(self, term, positions: Tensor, box: Tensor | None):
+        """Direct-space (energy, forces, virial) of the non-bonded ``term``.
+
+        ``positions`` (N, 3) nm; ``box`` (3, 3) nm or None.
+        """
         pair_set, unwrapped = self._direct_pairs(term, positions, box)
         return pair_kernel(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
                             term.switch_distance, self.keeps_factors)
 
     def pairs(self, positions: Tensor, box: Tensor | None, pair_set: PairSet, coulomb, cutoff,
               switch_distance):
+        """Energy, forces and virial of an explicit :class:`PairSet` (exceptions, exclusion corrections)."""
         return pair_kernel(positions, box, pair_set, coulomb, cutoff, switch_distance, self.keeps_factors)
 
 
@@ -143,6 +148,7 @@ class CompiledBackend:
         self._atom_parameters: tuple | None = None  # (key, f^1/2 q, sigma / 2, 2 eps^1/2)
 
     def direct(self, term, positions: Tensor, box: Tensor | None):
+        """Direct-space (energy, forces, virial) of ``term``; the compiled neighbour-row kernel if it can."""
         if term.neighbors is not None and len(positions) < 2**31:
             return self._neighbor_rows(term, positions, box)
         pair_set, unwrapped = self._direct_pairs(term, positions, box)
@@ -151,6 +157,7 @@ class CompiledBackend:
 
     def pairs(self, positions: Tensor, box: Tensor | None, pair_set: PairSet, coulomb, cutoff,
               switch_distance):
+        """Energy, forces and virial of an explicit :class:`PairSet`, with the compiled pair kernel."""
         return compiled_pair_kernel(self.kernels, positions, box, pair_set, coulomb, cutoff, switch_distance)
 
     def _neighbor_rows(self, term, positions: Tensor, box: Tensor | None) -> CompiledPairResult:

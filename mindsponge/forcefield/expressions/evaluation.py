@@ -37,6 +37,7 @@ class Environment:
         self.static_cache = static_cache
 
     def tensor(self, value) -> Tensor:
+        """``value`` as a tensor of the environment's dtype and device (floating tensors are kept)."""
         if isinstance(value, Tensor):
             return value if value.is_floating_point() else value.to(self.dtype)
         return torch.as_tensor(value, dtype=self.dtype, device=self.device)

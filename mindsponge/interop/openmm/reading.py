@@ -33,6 +33,7 @@ class UnsupportedOpenMMForceError(ConfigurationError):
 
 
 def unsupported(index: int, force, what: str) -> UnsupportedOpenMMForceError:
+    """The error for OpenMM force number ``index`` that cannot be read: ``what``, and what is supported."""
     return UnsupportedOpenMMForceError(
         f"OpenMM force {index} ({type(force).__name__}, name {force.getName()!r}): {what}. "
         f"mindsponge supports {', '.join(SUPPORTED_FORCES)}"
@@ -81,6 +82,7 @@ def tabulated_functions(index: int, force) -> dict:
 
 
 def global_parameters(force) -> dict[str, float]:
+    """The default values of a Custom force's global parameters, by name (OpenMM's units: nm, kJ/mol, ps)."""
     return {
         force.getGlobalParameterName(number): md(force.getGlobalParameterDefaultValue(number))
         for number in range(force.getNumGlobalParameters())
@@ -88,6 +90,7 @@ def global_parameters(force) -> dict[str, float]:
 
 
 def parameter_rows(rows: list, count: int, width: int) -> torch.Tensor:
+    """Per-item parameter lists as a float64 tensor of shape (``count``, ``width``)."""
     values = torch.tensor([[md(value) for value in row] for row in rows], dtype=torch.float64)
     return values.reshape(count, width)
 

@@ -31,16 +31,19 @@ _PI_DEFINITION = re.compile(r";pi=([0-9.eE+-]+)(?=;|$)")
 
 
 def bond_term(index, force, dtype):
+    """A :class:`HarmonicBond` term from OpenMM's HarmonicBondForce number ``index``."""
     atoms, (length, k) = table([force.getBondParameters(i) for i in range(force.getNumBonds())], 2, 2)
     return HarmonicBond(atoms, length.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
 
 
 def angle_term(index, force, dtype):
+    """A :class:`HarmonicAngle` term from OpenMM's HarmonicAngleForce number ``index``."""
     atoms, (angle, k) = table([force.getAngleParameters(i) for i in range(force.getNumAngles())], 3, 2)
     return HarmonicAngle(atoms, angle.to(dtype), k.to(dtype), periodic=force.usesPeriodicBoundaryConditions())
 
 
 def torsion_term(index, force, dtype):
+    """A :class:`PeriodicTorsion` term from OpenMM's PeriodicTorsionForce number ``index``."""
     atoms, (periodicity, phase, k) = table(
         [force.getTorsionParameters(i) for i in range(force.getNumTorsions())], 4, 3
     )
@@ -80,6 +83,7 @@ def custom_torsion_term(index, force, dtype):
 
 
 def cmap_term(index, force, dtype):
+    """A :class:`CMAPTorsion` term from OpenMM's CMAPTorsionForce number ``index`` (maps, torsion pairs)."""
     maps = []
     for number in range(force.getNumMaps()):
         size, energy = force.getMapParameters(number)

@@ -1,0 +1,265 @@
+"""The Claisen rearrangement of allyl vinyl ether to pent-4-enal, along d(C-O breaking) - d(C-C forming).
+
+Allyl vinyl ether, ``C=COCC=C`` embedded by RDKit (:mod:`mindsponge.molecules`), numbers its heavy
+atoms C0=C1-O2-C3-C4=C5: the O2-C3 bond breaks and the C0-C5 bond forms. The reaction coordinate
+is ``s = d(O2, C3) - d(C0, C5)`` (nm): about -0.2 to -0.45 in the reactant (the C0...C5 distance
+depends on the conformer), near 0 at the chair transition state, about +0.15 in the product.
+
+- :func:`reaction_coordinate`: the CV (a :class:`~mindsponge.colvar.LinearCombination`);
+- :func:`pulled_sample`: a dataset generator (``common.datasets``): a GFN2-xTB Langevin run that
+  pulls an umbrella restraint from the reactant to ``params["center"]`` and holds it there, then
+  the last frame with its (unbiased) GFN2-xTB energy and forces;
+- :func:`umbrella_profile`: umbrella sampling with any potential, the windows run one after the
+  other from reactant to product (each starts where the previous ended), MBAR profile (pymbar);
+- :func:`barrier_and_reaction`: barrier and reaction free energy of a profile;
+- :func:`draw_molecule`: a 2D drawing of a configuration (matplotlib).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from mindsponge import bias as bias_module
+from mindsponge.active.exploration import distance_combination
+
+__all__ = [
+    "SMILES",
+    "BREAKING",
+    "FORMING",
+    "reaction_coordinate",
+    "reactant",
+    "pulled_sample",
+    "umbrella_profile",
+    "barrier_and_reaction",
+    "draw_molecule",
+    "SIZES",
+]
+
+SMILES = "smiles:C=COCC=C"
+BREAKING = (2, 3)  # O2-C3
+FORMING = (0, 5)  # C0...C5
+_TIMESTEP, _FRICTION = 0.0005, 5.0  # ps, 1/ps
+
+
+def reaction_coordinate():
+    """``s = d(O2, C3) - d(C0, C5)`` in nm."""
+    return distance_combination([BREAKING, FORMING], [1.0, -1.0])
+
+
+def reactant():
+    """The reactant as a :class:`~mindsponge.system.System` (RDKit geometry, positions as embedded)."""
+    from mindsponge.molecules import load_molecule
+    from mindsponge.system import System
+
+    structure = load_molecule(SMILES)
+    return System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
+
+
+def _simulation(system, potential, temperature, seed, reporters=()):
+    from mindsponge.integrators import LangevinMiddle
+    from mindsponge.simulation import Simulation
+
+    return Simulation(
+        system,
+        potential,
+        LangevinMiddle(_TIMESTEP, temperature, _FRICTION),
+        reporters=list(reporters),
+        seed=seed,
+        progress=False,
+        overlap_distance=None,
+    )
+
+
+def _restrained(system, potential, force_constant, temperature, seed):
+    """A Langevin simulation of ``potential`` plus a harmonic restraint on the reaction coordinate
+    (centred at the system's value), velocities drawn; returns it and the restraint."""
+    from mindsponge.potentials import SumPotential
+
+    colvar = reaction_coordinate()
+    restraint = bias_module.HarmonicRestraint(colvar, float(colvar(system.positions, None)), force_constant)
+    simulation = _simulation(system, SumPotential(potential, restraint), temperature, seed)
+    simulation.set_velocities(temperature, seed=seed)
+    return simulation, restraint
+
+
+def _pull(simulation, restraint, stop, steps, chunk=10):
+    """Move the restraint's centre linearly from where it is to ``stop`` (nm) over ``steps`` steps."""
+    start = float(restraint.centers[0])
+    for index in range(0, steps, chunk):
+        restraint.centers.fill_(start + (stop - start) * min(1.0, (index + chunk) / steps))
+        simulation.run(min(chunk, steps - index))
+
+
+def pulled_sample(
+    params: dict,
+    seed: int,
+    force_constant: float = 20000.0,
+    pull_steps: int = 300,
+    md_steps: int = 40,
+    temperature: float = 300.0,
+) -> dict[str, np.ndarray]:
+    """Generator: a configuration at ``s ~ params["center"]`` (nm) with its GFN2-xTB energy and forces.
+
+    A Langevin run (0.5 fs steps, ``temperature`` K) under GFN2-xTB plus a harmonic restraint
+    ``force_constant / 2 (s - c)^2`` (kJ/mol/nm^2) whose centre ``c`` moves linearly from the
+    reactant's ``s`` to ``params["center"]`` over ``pull_steps`` steps, then stays for
+    ``md_steps`` steps. The labels are those of GFN2-xTB alone (no restraint).
+
+    Returns:
+        ``positions`` (14, 3) nm, ``atomic_numbers`` (14,), ``energy`` () kJ/mol, ``forces``
+        (14, 3) kJ/mol/nm, ``reaction_coordinate`` () nm.
+    """
+    from mindsponge.labels import XTB, label
+
+    system = reactant()
+    xtb, colvar = XTB(system.atomic_numbers), reaction_coordinate()
+    simulation, restraint = _restrained(system, xtb, force_constant, temperature, int(seed))
+    _pull(simulation, restraint, float(params["center"]), pull_steps)
+    simulation.run(md_steps)
+    positions = simulation.state.positions.detach()
+    labels = label(xtb, positions)
+    return {
+        "positions": positions.numpy(),
+        "atomic_numbers": system.atomic_numbers.numpy().astype(np.int64),
+        "energy": np.asarray(labels["energy"]),
+        "forces": labels["forces"],
+        "reaction_coordinate": np.asarray(float(colvar(positions, None))),
+    }
+
+
+def umbrella_profile(
+    potential,
+    centers,
+    force_constant: float,
+    temperature: float,
+    steps: int,
+    equilibration: int,
+    every: int = 10,
+    pull_steps: int = 200,
+    seed: int = 0,
+    progress: bool = True,
+):
+    """Umbrella sampling along :func:`reaction_coordinate` with a ``(positions, box) -> energy`` potential.
+
+    The first window starts from the reactant after ``pull_steps`` steps pulling the restraint to
+    its centre; every later window starts from the last frame of the previous one (centres in
+    increasing order). Each window runs ``equilibration`` steps, then ``steps`` steps sampled
+    every ``every`` steps.
+
+    Returns:
+        ``(umbrella, frames, seconds_per_step)``: the :class:`~mindsponge.bias.UmbrellaSampling`
+        (call ``free_energy(edges)``), the last frame ``(N, 3)`` nm of every window as an array
+        ``(K, N, 3)``, and the measured wall time per MD step (s) over the production runs.
+    """
+    from tqdm.auto import tqdm
+
+    colvar = reaction_coordinate()
+    centers = sorted(float(center) for center in centers)
+    umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
+    simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
+    _pull(simulation, restraint, centers[0], pull_steps)
+    frames, seconds = [], 0.0
+    for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
+        restraint.centers.fill_(centers[window])
+        simulation.run(equilibration)
+        recorder = bias_module.ColvarReporter(colvar, every=every)
+        simulation.reporters.append(recorder)
+        began = time.perf_counter()
+        simulation.run(steps)
+        seconds += time.perf_counter() - began
+        simulation.reporters.remove(recorder)
+        umbrella.add_samples(window, recorder.values[:, 0])
+        frames.append(simulation.state.positions.detach().cpu().numpy())
+    return umbrella, np.stack(frames), seconds / (steps * len(centers))
+
+
+def barrier_and_reaction(centers, free_energy, reactant_below: float = -0.1, product_above: float = 0.1):
+    """Barrier and reaction free energy (kJ/mol) of a profile ``free_energy`` ``(B,)`` at ``centers`` (nm).
+
+    The reactant basin is the minimum over ``s < reactant_below``, the product basin over
+    ``s > product_above``, the transition state the maximum between them.
+
+    Returns:
+        ``(barrier, reaction, s_reactant, s_transition, s_product)``: ``G(TS) - G(R)``,
+        ``G(P) - G(R)`` in kJ/mol and the three positions in nm.
+
+    Raises:
+        ValueError: a basin with no finite value.
+    """
+    centers, free_energy = np.asarray(centers), np.asarray(free_energy)
+    finite = np.isfinite(free_energy)
+    left, right = finite & (centers < reactant_below), finite & (centers > product_above)
+    if not left.any() or not right.any():
+        raise ValueError(
+            "barrier_and_reaction: the profile has no finite value in the reactant or product range"
+        )
+    r = np.flatnonzero(left)[np.argmin(free_energy[left])]
+    p = np.flatnonzero(right)[np.argmin(free_energy[right])]
+    between = np.arange(r, p + 1)
+    between = between[finite[between]]
+    t = between[np.argmax(free_energy[between])]
+    return (
+        float(free_energy[t] - free_energy[r]),
+        float(free_energy[p] - free_energy[r]),
+        float(centers[r]),
+        float(centers[t]),
+        float(centers[p]),
+    )
+
+
+_COLORS = {1: "lightgray", 6: "dimgray", 8: "red"}
+
+
+def draw_molecule(ax, positions, atomic_numbers, title: str = ""):
+    """Draw a configuration ``(N, 3)`` nm projected on its two main axes: atoms as discs, bonds
+    (< 0.16 nm) as lines, the breaking and forming C-O/C-C pairs dashed with their distance."""
+    positions = np.asarray(positions) - np.mean(positions, axis=0)
+    _, _, axes = np.linalg.svd(positions, full_matrices=False)
+    flat = positions @ axes[:2].T
+    numbers = np.asarray(atomic_numbers)
+    for i in range(len(flat)):
+        for j in range(i + 1, len(flat)):
+            distance = np.linalg.norm(positions[i] - positions[j])
+            if (i, j) in (BREAKING, FORMING):
+                ax.plot(*flat[[i, j]].T, "b--", lw=1)
+                ax.annotate(f"{distance:.2f}", flat[[i, j]].mean(0), color="b", fontsize=8)
+            elif distance < 0.16:
+                ax.plot(*flat[[i, j]].T, "k-", lw=1.5)
+    ax.scatter(
+        *flat.T,
+        s=[60 if z == 1 else 200 for z in numbers],
+        c=[_COLORS.get(int(z), "green") for z in numbers],
+        edgecolors="k",
+        zorder=3,
+    )
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.set_title(title)
+
+
+SIZES = {
+    "small": {
+        "centers": (-0.30, 0.20, 17),
+        "force_constant": 20000.0,
+        "equilibration": 20,
+        "steps": 60,
+        "every": 4,
+        "bins": 25,
+        "active": "claisen_active_small.toml",
+    },
+    "full": {
+        "centers": (-0.30, 0.20, 21),
+        "force_constant": 20000.0,
+        "equilibration": 1000,
+        "steps": 8000,
+        "every": 10,
+        "bins": 50,
+        "active": "claisen_active.toml",
+    },
+}
+"""Sizes of ``notebooks/reactive_claisen.ipynb``: umbrella windows ``(first, last, count)`` in nm,
+force constant kJ/mol/nm^2, equilibration and production steps (0.5 fs) per window, steps between
+samples, histogram bins of the profile, and the active-learning configuration in ``datasets/``."""

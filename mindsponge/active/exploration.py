@@ -1,0 +1,230 @@
+"""Exploration: MD with the committee mean as the potential, recording the committee's uncertainty.
+
+Every trajectory starts from a labelled configuration. Plain exploration runs Langevin NVT at a
+temperature; umbrella exploration adds a harmonic restraint on a collective variable per
+trajectory (one window per centre, started from the labelled frame whose CV is nearest the
+centre), which drives the learned potential through regions such as a transition state that
+unbiased MD would not visit. Every ``every`` steps the frame and its force disagreement are
+recorded. A trajectory whose disagreement exceeds ``stop_above`` is stopped there (the model has
+left the region it knows; the frames after would be meaningless), as is one that blows up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from common.errors import SimulationError
+from mindsponge import bias as bias_module
+from mindsponge import colvar as colvar_module
+
+__all__ = ["Umbrella", "Exploration", "UncertaintyReporter", "explore", "distance_combination"]
+
+
+def distance_combination(distances, coefficients) -> colvar_module.Colvar:
+    """The CV ``sum_i c_i d(a_i, b_i)`` (nm) of atom pairs ``distances`` ``[(a, b), ...]``."""
+    pairs = [tuple(int(atom) for atom in pair) for pair in distances]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(
+            f"distance_combination: every entry of distances must be an atom pair, got {distances!r}"
+        )
+    return colvar_module.LinearCombination([colvar_module.Distance(pair) for pair in pairs], coefficients)
+
+
+@dataclasses.dataclass
+class Umbrella:
+    """Umbrella windows on ``sum_i coefficients[i] * d(distances[i])`` (nm).
+
+    Attributes:
+        distances: atom pairs (0-based).
+        coefficients: one per pair.
+        centers: window centres, nm (one trajectory each per round).
+        force_constant: kJ/mol/nm^2.
+    """
+
+    distances: list[tuple[int, int]]
+    coefficients: list[float]
+    centers: list[float]
+    force_constant: float
+
+    def __post_init__(self):
+        if len(self.distances) != len(self.coefficients) or not self.distances:
+            raise ValueError("give one coefficient per distance (and at least one distance)")
+        if not self.centers:
+            raise ValueError("centers must list at least one window centre")
+        if not self.force_constant > 0:
+            raise ValueError(f"force_constant must be positive (kJ/mol/nm^2), got {self.force_constant}")
+
+    def colvar(self) -> colvar_module.Colvar:
+        """The CV (a :class:`~mindsponge.colvar.LinearCombination` of distances)."""
+        return distance_combination(self.distances, self.coefficients)
+
+
+@dataclasses.dataclass
+class Exploration:
+    """``[exploration]``: the MD that looks for uncertain configurations each round.
+
+    Attributes:
+        temperature: K.
+        steps: MD steps per trajectory.
+        every: steps between recorded frames.
+        trajectories: trajectories per round without umbrella windows.
+        timestep: ps.
+        friction: Langevin friction, 1/ps.
+        stop_factor: a trajectory stops once its disagreement exceeds ``stop_factor * threshold``.
+        umbrella: optional umbrella windows (then one trajectory per centre).
+    """
+
+    temperature: float = 300.0
+    steps: int = 1000
+    every: int = 10
+    trajectories: int = 2
+    timestep: float = 0.0005
+    friction: float = 5.0
+    stop_factor: float = 5.0
+    umbrella: Umbrella | None = None
+
+    def __post_init__(self):
+        for name in ("temperature", "timestep", "friction", "stop_factor"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("steps", "every", "trajectories"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class _Runaway(Exception):
+    """Raised by :class:`UncertaintyReporter` to stop a trajectory that left the known region."""
+
+
+class UncertaintyReporter:
+    """A reporter recording positions ``(N, 3)`` nm and the committee's force disagreement (kJ/mol/nm).
+
+    Args:
+        committee: a :class:`~mindsponge.active.Committee`.
+        atomic_numbers: ``(N,)``.
+        every: steps between records.
+        stop_above: stop the run (by an exception :func:`explore` catches) above this disagreement.
+    """
+
+    def __init__(self, committee, atomic_numbers, every: int, stop_above: float | None = None):
+        self.committee, self.atomic_numbers = committee, torch.as_tensor(atomic_numbers)
+        self.every, self.stop_above = every, stop_above
+        self.positions: list[np.ndarray] = []
+        self.disagreement: list[float] = []
+
+    def report(self, simulation, state) -> None:
+        """Record the frame; raise if its disagreement is above ``stop_above``."""
+        positions = state.positions.detach().cpu().double()
+        value = float(self.committee.force_disagreement(positions[None], self.atomic_numbers)[0])
+        self.positions.append(positions.numpy())
+        self.disagreement.append(value)
+        if self.stop_above is not None and value > self.stop_above:
+            raise _Runaway
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _starts(settings: Exploration, data_positions: np.ndarray, seed: int) -> tuple[np.ndarray, list]:
+    """Starting frames ``(T, N, 3)`` and the restraint of every trajectory (``None``: plain MD)."""
+    if settings.umbrella is None:
+        chosen = np.random.default_rng(seed).choice(len(data_positions), settings.trajectories)
+        return data_positions[chosen], [None] * settings.trajectories
+    umbrella = settings.umbrella
+    colvar = umbrella.colvar()
+    values = colvar(torch.as_tensor(data_positions), None).numpy()
+    starts = np.stack(
+        [data_positions[int(np.argmin(np.abs(values - center)))] for center in umbrella.centers]
+    )
+    restraints = [
+        bias_module.HarmonicRestraint(colvar, center, umbrella.force_constant, name=f"window{index}")
+        for index, center in enumerate(umbrella.centers)
+    ]
+    return starts, restraints
+
+
+def _trajectory(committee, atomic_numbers, start, restraint, settings, seed, stop_above):
+    """One trajectory: ``(positions (F, N, 3), disagreement (F,), stopped early)``."""
+    import ase
+
+    from mindsponge.integrators import LangevinMiddle
+    from mindsponge.potentials import SumPotential
+    from mindsponge.simulation import Simulation
+    from mindsponge.system import System
+
+    system = System.from_ase(ase.Atoms(numbers=np.asarray(atomic_numbers), positions=10.0 * start))
+    system = system.replace(positions=torch.as_tensor(start))
+    potential = committee.bind(atomic_numbers)
+    if restraint is not None:
+        potential = SumPotential(potential, restraint)
+    reporter = UncertaintyReporter(committee, atomic_numbers, settings.every, stop_above)
+    simulation = Simulation(
+        system,
+        potential,
+        LangevinMiddle(settings.timestep, settings.temperature, settings.friction),
+        reporters=[reporter],
+        seed=seed,
+        progress=False,
+        overlap_distance=None,
+    )
+    simulation.set_velocities(settings.temperature, seed=seed)
+    stopped = False
+    try:
+        simulation.run(settings.steps)
+    except (_Runaway, SimulationError):
+        stopped = True
+    if not reporter.positions:  # stopped before the first record: keep the start
+        reporter.positions.append(np.asarray(start, dtype=np.float64))
+        reporter.disagreement.append(float(committee.force_disagreement(start[None], atomic_numbers)[0]))
+    return np.stack(reporter.positions), np.asarray(reporter.disagreement), stopped
+
+
+def explore(
+    committee,
+    atomic_numbers,
+    data_positions,
+    settings: Exploration,
+    threshold: float,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Run the exploration trajectories of one round.
+
+    Args:
+        committee: the :class:`~mindsponge.active.Committee` (its mean is the potential).
+        atomic_numbers: ``(N,)``.
+        data_positions: ``(S, N, 3)`` nm labelled frames to start from.
+        settings: an :class:`Exploration`.
+        threshold: the disagreement (kJ/mol/nm) above which a frame is uncertain.
+        seed: seeds the choice of starts and the dynamics.
+        progress: a progress bar over trajectories.
+
+    Returns:
+        ``positions`` (F, N, 3) nm, ``disagreement`` (F,) kJ/mol/nm, ``trajectory`` (F,) index of
+        the trajectory of every frame, ``stopped`` (T,) bool (stopped early).
+    """
+    from tqdm.auto import tqdm
+
+    starts, restraints = _starts(settings, np.asarray(data_positions, dtype=np.float64), seed)
+    parts = []
+    for index in tqdm(range(len(starts)), desc="exploration", disable=not progress):
+        parts.append(
+            _trajectory(
+                committee,
+                atomic_numbers,
+                starts[index],
+                restraints[index],
+                settings,
+                seed + index,
+                settings.stop_factor * threshold,
+            )
+        )
+    return {
+        "positions": np.concatenate([part[0] for part in parts]),
+        "disagreement": np.concatenate([part[1] for part in parts]),
+        "trajectory": np.concatenate([np.full(len(part[1]), index) for index, part in enumerate(parts)]),
+        "stopped": np.array([part[2] for part in parts]),
+    }

@@ -1,0 +1,231 @@
+"""mindsponge.active: the committee flags frames only outside the region it was trained on, the
+labelling resumes without relabelling, and the command line runs.
+
+The tiny case is H2 (GFN2-xTB labels from tblite): the initial data are Gaussian displacements at
+50-150 K, so the H-H distance stays within about 0.067-0.087 nm. The exploration has two umbrella
+windows on the H-H distance, one at the equilibrium 0.074 nm (inside the data) and one pulling
+towards 0.15 nm (outside). The threshold is the largest disagreement of the round-0 committee on
+its own training frames. Every frame flagged and labelled must then lie outside the training
+range of H-H distances, and the window inside must give none.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("tblite")
+
+from mindsponge import active  # noqa: E402
+from mindsponge import labels as labels_module  # noqa: E402
+from mindsponge.active.__main__ import main  # noqa: E402
+
+INITIAL = """
+name = "h2_displaced"
+[generator]
+function = "mindsponge.labels:xtb_sample"
+options = { molecule = "H2", sampling = "displace" }
+labels = ["positions", "atomic_numbers", "energy", "forces"]
+[parameters]
+temperature = { low = 50.0, high = 150.0 }
+[sampling]
+method = "sobol"
+n = 32
+seed = 0
+[output]
+path = "unused.h5"
+"""
+
+CONFIG = """
+initial = "initial.toml"
+directory = "run"
+max_rounds = 1
+[selection]
+threshold = {threshold}
+max_frames = 6
+[committee]
+size = 3
+features = 16
+interactions = 1
+cutoff = 0.4
+dtype = "float64"
+epochs = 60
+retrain_epochs = 3
+batch_size = 8
+learning_rate = 0.01
+[exploration]
+temperature = 300.0
+steps = 200
+every = 10
+stop_factor = 100.0
+[exploration.umbrella]
+distances = [[0, 1]]
+coefficients = [1.0]
+centers = [0.074, 0.15]
+force_constant = 200000.0
+"""
+
+
+def _bond_lengths(positions) -> np.ndarray:
+    positions = np.asarray(positions)
+    return np.linalg.norm(positions[:, 0] - positions[:, 1], axis=-1)
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_resumed(tmp_path_factory):
+    """Round 0, then round 1 interrupted after two labels, then resumed; what each step did."""
+    folder = tmp_path_factory.mktemp("active")
+    (folder / "initial.toml").write_text(INITIAL)
+    (folder / "config.toml").write_text(CONFIG.format(threshold=1.0))
+    config, base = active.load_config(folder / "config.toml")
+    run = active.ActiveLearning(config, base, progress=False)
+    run.run(max_rounds=0)
+    data = run.training_data(0)
+    known = data.positions.reshape(len(data), -1, 3)
+    round0 = run.load_committee(0)
+    threshold = float(round0.force_disagreement(known, data.atomic_numbers[:2]).max())
+    (folder / "config.toml").write_text(CONFIG.format(threshold=threshold))
+
+    original, calls = labels_module.label, []
+
+    def counted(potential, positions, *args, **kwargs):
+        calls.append(np.asarray(positions).copy())
+        if len(calls) == 3 and interrupt:
+            raise KeyboardInterrupt
+        return original(potential, positions, *args, **kwargs)
+
+    labels_module.label = counted
+    try:
+        interrupt = True
+        config, base = active.load_config(folder / "config.toml")
+        with pytest.raises(KeyboardInterrupt):
+            active.ActiveLearning(config, base, progress=False).run()
+        first = len(calls) - 1  # the third call was interrupted
+        interrupt = False
+        run = active.ActiveLearning(config, base, progress=False)
+        records = run.run()
+    finally:
+        labels_module.label = original
+    return {
+        "run": run,
+        "records": records,
+        "threshold": threshold,
+        "round0": round0,
+        "known": known.numpy(),
+        "first_calls": first,
+        "resumed_calls": len(calls) - first - 1,
+        "folder": folder,
+    }
+
+
+def test_flagged_frames_lie_outside_the_training_region(interrupted_then_resumed):
+    result = interrupted_then_resumed
+    run, threshold = result["run"], result["threshold"]
+    known = _bond_lengths(result["known"])
+    explored = run.exploration(1)
+    lengths = _bond_lengths(explored["positions"])
+    flagged = explored["disagreement"] > threshold
+    assert flagged.any(), "the window outside the data should make the committee disagree"
+    inside = (lengths >= known.min()) & (lengths <= known.max())
+    assert inside.any() and not (flagged & inside).any(), (
+        lengths[flagged & inside],
+        known.min(),
+        known.max(),
+    )
+    assert not flagged[explored["trajectory"] == 0].any()  # the window at equilibrium, within the data
+    with h5py.File(run.round_directory(1) / "labels.h5") as handle:
+        labelled = handle["positions"][: int(handle.attrs.get("_committed", len(handle["positions"])))]
+    candidates = np.load(run.round_directory(1) / "candidates.npz")["positions"]
+    assert len(labelled) == len(candidates) == result["records"][1]["added_frames"] > 0
+    outside = _bond_lengths(labelled)
+    assert np.all((outside < known.min()) | (outside > known.max())), outside
+    disagreement = result["round0"].force_disagreement(candidates, [1, 1]).numpy()
+    assert np.all(disagreement > threshold)
+
+
+def test_resumed_labelling_does_not_relabel(interrupted_then_resumed):
+    result = interrupted_then_resumed
+    candidates = np.load(result["run"].round_directory(1) / "candidates.npz")["positions"]
+    assert result["first_calls"] == 2
+    assert result["resumed_calls"] == len(candidates) - 2
+    table = result["run"].round_directory(1) / "labels.h5"
+    with h5py.File(table) as handle:
+        ids = handle["sample_id"][:]
+    assert sorted(ids.tolist()) == list(range(len(candidates)))
+
+
+def test_log_has_a_row_per_round(interrupted_then_resumed):
+    run = interrupted_then_resumed["run"]
+    lines = (run.directory / "rounds.csv").read_text().splitlines()
+    assert lines[0].split(",") == list(active.LOG_COLUMNS)
+    assert len(lines) == 3  # header, round 0, round 1
+    assert interrupted_then_resumed["records"][1]["training_frames"] == 32 + len(
+        np.load(run.round_directory(1) / "candidates.npz")["positions"]
+    )
+
+
+def test_command_line_resumes_and_plots(interrupted_then_resumed, tmp_path, capsys):
+    folder = tmp_path / "copy"
+    shutil.copytree(interrupted_then_resumed["folder"], folder)
+    status = main([str(folder / "config.toml"), "--quiet", "--plot", str(tmp_path / "rounds.png")])
+    assert status == 1  # one round, not converged
+    assert "round=1" in capsys.readouterr().out
+    assert (tmp_path / "rounds.png").stat().st_size > 0
+
+
+def test_command_line_refuses_a_bad_configuration(tmp_path, capsys):
+    (tmp_path / "bad.toml").write_text('initial = "x.h5"\n[selection]\nthreshold = -1.0\n')
+    assert main([str(tmp_path / "bad.toml")]) == 2
+    assert "threshold" in capsys.readouterr().err
+
+
+def test_force_disagreement_is_the_largest_per_atom_rms_deviation():
+    from mindsponge.potentials import SchNet
+
+    torch.manual_seed(0)
+    committee = active.Committee([SchNet(cutoff=0.5, features=8, interactions=1).double() for _ in range(2)])
+    positions = torch.tensor([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0], [0.0, 0.12, 0.03]], dtype=torch.float64)
+    numbers = torch.tensor([8, 1, 1])
+    forces = []
+    for model in committee.models:  # each model on its own, by autograd
+        x = positions.clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(model(x, numbers), x)
+        forces.append(-gradient)
+    mean = (forces[0] + forces[1]) / 2
+    expected = torch.sqrt(((forces[0] - mean) ** 2 + (forces[1] - mean) ** 2).sum(-1) / 2).max()
+    assert torch.allclose(committee.force_disagreement(positions[None], numbers)[0], expected, rtol=1e-12)
+    energy = committee.bind(numbers)(positions)
+    assert torch.allclose(
+        energy, (committee.models[0](positions, numbers) + committee.models[1](positions, numbers)) / 2
+    )
+
+
+def test_select_frames_takes_only_flagged_frames_at_most_max():
+    disagreement = np.array([1.0, 50.0, 2.0, 80.0, 60.0, 3.0, 99.0])
+    assert active.select_frames(disagreement, 10.0, 10).tolist() == [1, 3, 4, 6]
+    chosen = active.select_frames(disagreement, 10.0, 2)
+    assert chosen.tolist() == [1, 6]  # the least and the most uncertain of the flagged
+    assert active.select_frames(disagreement, 100.0, 5).size == 0
+
+
+def test_committee_refuses_a_single_model():
+    from mindsponge.potentials import SchNet
+
+    with pytest.raises(ValueError, match="at least 2"):
+        active.Committee([SchNet(cutoff=0.5, features=8, interactions=1)])
+
+
+def test_a_frame_gfn2_cannot_label_is_recorded_as_failed_and_left_out(tmp_path):
+    frames = np.array([[[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0], [0.0, 0.0, 0.074]]])  # nm
+    active.write_frames(tmp_path / "frames.npz", frames, [1, 1])
+    summary = active.label_frames(tmp_path / "frames.npz", 2, tmp_path / "labels.h5", progress=False)
+    assert summary.unresolved == [0]  # two H at one point: tblite refuses
+    with h5py.File(tmp_path / "labels.h5") as handle:
+        assert handle["sample_id"][:].tolist() == [1]
+        energy = float(handle["energy"][0])
+    reference = labels_module.label(labels_module.XTB(torch.tensor([1, 1])), torch.tensor(frames[1]))
+    assert energy == pytest.approx(float(reference["energy"]), abs=1e-6)

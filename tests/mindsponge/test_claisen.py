@@ -1,0 +1,78 @@
+"""mindsponge.active.claisen: the atoms of the reaction coordinate, the profile analysis, and the
+pulled GFN2-xTB samples of the initial-data recipe (against tblite called directly)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("tblite")
+pytest.importorskip("rdkit")
+
+from common import datasets, units  # noqa: E402
+from mindsponge.active import claisen  # noqa: E402
+
+
+def test_reaction_coordinate_names_the_breaking_and_forming_pairs():
+    system = claisen.reactant()
+    numbers = system.atomic_numbers.tolist()
+    assert [numbers[i] for i in (0, 1, 2, 3, 4, 5)] == [6, 6, 8, 6, 6, 6]  # C0=C1-O2-C3-C4=C5
+    positions = system.positions.numpy()
+    distance = lambda i, j: float(np.linalg.norm(positions[i] - positions[j]))  # noqa: E731
+    assert distance(*claisen.BREAKING) < 0.16  # the O-C bond that breaks exists in the reactant
+    assert distance(*claisen.FORMING) > 0.25  # the C-C bond that forms does not
+    expected = distance(*claisen.BREAKING) - distance(*claisen.FORMING)
+    assert float(claisen.reaction_coordinate()(system.positions, None)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_barrier_and_reaction_of_an_analytic_profile():
+    s = np.linspace(-0.3, 0.2, 501)
+    # minima at -0.2 (0) and +0.15 (-30 kJ/mol), maximum at 0 (+100 kJ/mol): a piecewise cosine profile
+    profile = np.where(
+        s < 0.0,
+        50.0 * (1 - np.cos(np.pi * (s + 0.2) / 0.2)),
+        -30.0 + 130.0 / 2 * (1 + np.cos(np.pi * s / 0.15)),
+    )
+    profile = np.where(s < -0.2, 0.0, np.where(s > 0.15, -30.0, profile))
+    profile[::7] = np.nan  # empty bins are skipped
+    barrier, reaction, s_reactant, s_transition, s_product = claisen.barrier_and_reaction(s, profile)
+    assert barrier == pytest.approx(100.0, abs=0.01)
+    assert reaction == pytest.approx(-30.0, abs=1e-9)
+    assert s_transition == pytest.approx(0.0, abs=0.002)
+    assert s_reactant <= -0.2 + 1e-9 and s_product >= 0.15 - 1e-9
+    with pytest.raises(ValueError, match="reactant or product"):
+        claisen.barrier_and_reaction(s[s < 0], profile[s < 0])
+
+
+def test_pulled_sample_labels_are_tblite_gfn2_of_its_frame():
+    from tblite.interface import Calculator
+
+    sample = claisen.pulled_sample({"center": 0.0}, seed=3, pull_steps=40, md_steps=4)
+    positions = sample["positions"]
+    reference = Calculator("GFN2-xTB", sample["atomic_numbers"], positions / units.BOHR_TO_NM)
+    reference.set("verbosity", 0)
+    result = reference.singlepoint()
+    energy = float(result.get("energy")) * units.HARTREE_TO_KJ_PER_MOL
+    forces = -result.get("gradient") * units.HARTREE_PER_BOHR_TO_KJ_PER_MOL_NM
+    assert float(sample["energy"]) == pytest.approx(energy, abs=1e-4)
+    # the MD restarts each SCF from the previous wavefunction: converged to tblite's tolerance, not bits
+    np.testing.assert_allclose(sample["forces"], forces, atol=1e-4 * np.abs(forces).max())
+    s = float(claisen.reaction_coordinate()(torch.as_tensor(positions), None))
+    assert float(sample["reaction_coordinate"]) == pytest.approx(s, abs=1e-12)
+    start = float(claisen.reaction_coordinate()(claisen.reactant().positions, None))
+    assert s > start + 0.05  # the restraint pulled the reactant towards s = 0
+
+
+def test_claisen_recipes_are_valid():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "datasets"
+    for name in ("claisen_xtb_small.toml", "claisen_xtb.toml"):
+        recipe = datasets.load_recipe(folder / name)
+        assert recipe.generator.function == "mindsponge.active.claisen:pulled_sample"
+    from mindsponge.active import load_config
+
+    for name in ("claisen_active_small.toml", "claisen_active.toml"):
+        config, _ = load_config(folder / name)
+        assert config.exploration.umbrella.distances == [claisen.BREAKING, claisen.FORMING]

@@ -1,0 +1,274 @@
+"""The validation record: every comparison of the suite with an independent reference, its tolerance,
+and the test that makes it.
+
+Each entry names a test (``path::function``; every parametrisation of it counts). The test fails when its
+comparison leaves the stated tolerance, so a green test suite is the record. Tests that call the
+``validation_figure`` fixture (``tests/conftest.py``) also store the figure they measured; ``make test``
+writes those to ``build/validation/`` and the documentation site (``make docs``) shows them in its
+"Validation record" page. ``tests/test_validation_record.py`` checks that every entry names an existing
+test.
+"""
+
+import dataclasses
+from collections import defaultdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """One comparison: the ``area`` it belongs to, ``what`` is compared, against which ``reference``,
+    within which ``tolerance``, in which ``test`` (``tests/...py::test_name``)."""
+
+    area: str
+    what: str
+    reference: str
+    tolerance: str
+    test: str
+
+
+_D = "Derivatives, geometry and units"
+_EM = "Electromagnetics (mindelec)"
+_MD = "Molecular dynamics (mindsponge)"
+_ML = "Learned potentials and labels"
+
+RECORD = [
+    Validation(
+        _D,
+        'Laplacian and higher derivatives of networks (forward and reverse paths)',
+        'the analytic derivatives of the same network',
+        '1e-10 relative and absolute (float64)',
+        "tests/common/test_autodiff.py::"
+        "test_forward_paths_against_analytic_network",
+    ),
+    Validation(
+        _D,
+        'Monte Carlo volumes of CSG shapes',
+        'analytic volumes',
+        '4 standard errors',
+        "tests/common/test_geometry.py::"
+        "test_monte_carlo_volume_matches_analytic_value",
+    ),
+    Validation(
+        _D,
+        'Boundary samples and normals',
+        'analytic boundaries',
+        '1e-12',
+        "tests/common/test_geometry.py::"
+        "test_boundary_points_and_normals_match_the_analytic_boundary",
+    ),
+    Validation(
+        _D,
+        'Unit conversions and constants',
+        'scipy.constants (CODATA) and ASE',
+        '1e-14 to 1e-15 relative',
+        "tests/common/test_units.py::"
+        "test_conversions_against_scipy_and_ase",
+    ),
+    Validation(
+        _EM,
+        'Dielectric slab reflection and transmission (FDTD)',
+        'transfer-matrix solution',
+        '5e-3 in |r|^2 and |t|^2',
+        "tests/mindelec/test_fdtd_validation.py::"
+        "test_dielectric_slab_reflection_transmission_matches_transfer_matrix",
+    ),
+    Validation(
+        _EM,
+        '2D line source field (FDTD)',
+        "Hankel-function Green's function",
+        '1.5 % in amplitude, 0.03 rad in phase',
+        "tests/mindelec/test_fdtd_validation.py::"
+        "test_line_source_matches_hankel_green_function",
+    ),
+    Validation(
+        _EM,
+        'PEC cavity resonances (FDTD)',
+        "analytic mode frequencies (and the grid's discrete ones)",
+        '5e-3 relative (1e-5 from the discrete ones)',
+        "tests/mindelec/test_fdtd_validation.py::"
+        "test_pec_cavity_resonances",
+    ),
+    Validation(
+        _EM,
+        'TF/SF plane wave on a slab (TE and TM)',
+        'transfer-matrix solution',
+        '2e-2 in |r|^2; field leaking out of the total-field region < 1e-5',
+        "tests/mindelec/test_fdtd_validation.py::"
+        "test_plane_wave_tfsf_slab_reflection",
+    ),
+    Validation(
+        _EM,
+        '2D FDFD point source',
+        "Hankel-function Green's function",
+        '1 % in amplitude, 0.025 rad in phase',
+        "tests/mindelec/test_fdfd.py::"
+        "test_point_source_matches_hankel_green_function",
+    ),
+    Validation(
+        _EM,
+        'FDFD error order',
+        "second-order convergence of the Green's-function error",
+        'error ratio 3.5-4.5 on halving the cell',
+        "tests/mindelec/test_fdfd.py::"
+        "test_green_function_error_is_second_order",
+    ),
+    Validation(
+        _EM,
+        'Two-port S-parameters of a slab',
+        'transfer-matrix solution',
+        '0.03 in S11, 0.05 in S21; unitarity to 1e-4',
+        "tests/mindelec/test_ports.py::"
+        "test_slab_two_port_matches_transfer_matrix",
+    ),
+    Validation(
+        _EM,
+        '2D waveguide ports (FDTD)',
+        'FDFD mode decomposition',
+        '1e-4',
+        "tests/mindelec/test_ports.py::"
+        "test_waveguide_ports_in_2d_match_fdfd",
+    ),
+    Validation(
+        _EM,
+        'Rectangular metal waveguide TE_m0 cutoffs and propagation constants',
+        'analytic values',
+        "1.5 x the grid's own error estimate",
+        "tests/mindelec/test_modes.py::"
+        "test_rectangular_waveguide_te_m0_cutoff_and_beta",
+    ),
+    Validation(
+        _EM,
+        'Dielectric slab effective index (mode solver)',
+        'the transcendental dispersion equation',
+        '1e-3 (TM), 3e-3 (TE); error ratio 3.5-4.5 on halving the cell',
+        "tests/mindelec/test_modes.py::"
+        "test_slab_effective_index_matches_transcendental_equation",
+    ),
+    Validation(
+        _EM,
+        'Cavity modes through the PINN residuals (TE and TM)',
+        'analytic Maxwell solutions',
+        '1e-13 of the field scale',
+        "tests/mindelec/test_pinn.py::"
+        "test_te_cavity_mode_has_zero_residual",
+    ),
+    Validation(
+        _MD,
+        'Per-term energies and forces of water boxes (PME, Ewald, cutoffs)',
+        'OpenMM Reference platform',
+        'energy 1e-6 relative, forces 1e-5',
+        "tests/mindsponge/test_nonbonded.py::"
+        "test_water_box_matches_openmm",
+    ),
+    Validation(
+        _MD,
+        'Small triclinic (rhombic dodecahedron) boxes',
+        'OpenMM CPU platform (single precision)',
+        'energy 2e-6 relative, forces 2e-5',
+        "tests/mindsponge/test_nonbonded.py::"
+        "test_small_dodecahedron_matches_openmm_cpu",
+    ),
+    Validation(
+        _MD,
+        'PME parameters from the error tolerance',
+        "OpenMM's choice of grid and splitting",
+        'same grid, alpha to 1e-12',
+        "tests/mindsponge/test_nonbonded.py::"
+        "test_pme_parameters_from_tolerance_match_openmm",
+    ),
+    Validation(
+        _MD,
+        'Energies and pressure of a running simulation',
+        'OpenMM Reference platform',
+        'kinetic 1e-12 relative; pressure 1 % (2 bar)',
+        "tests/mindsponge/test_simulation.py::"
+        "test_energies_and_pressure_match_openmm",
+    ),
+    Validation(
+        _MD,
+        'SETTLE step',
+        "OpenMM's SETTLE",
+        '1e-9 nm positions, 1e-10 nm bond lengths',
+        "tests/mindsponge/test_constraints.py::"
+        "test_settle_one_step_matches_openmm",
+    ),
+    Validation(
+        _MD,
+        'Canonical kinetic-energy distribution (Langevin, Bussi, Nose-Hoover)',
+        'the analytic distribution (physical-validation)',
+        'mean within 3 standard errors; width within 3 sigma',
+        "tests/mindsponge/test_thermostats.py::"
+        "test_canonical_kinetic_energy",
+    ),
+    Validation(
+        _MD,
+        'Ideal-gas volume distribution (Monte Carlo barostat)',
+        'the analytic gamma distribution',
+        'mean 1 %; Kolmogorov-Smirnov p > 1e-3',
+        "tests/mindsponge/test_simulation.py::"
+        "test_monte_carlo_barostat_ideal_gas_volume_distribution",
+    ),
+    Validation(
+        _MD,
+        'HMR + HBonds at 4 fs: temperatures and constraints',
+        'OpenMM LangevinMiddleIntegrator',
+        'statistical',
+        "tests/mindsponge/test_openmm_system_truth.py::"
+        "test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm",
+    ),
+    Validation(
+        _MD,
+        'Triclinic minimum image and volumes',
+        'brute force and ASE',
+        '1e-10 nm (float64), 2e-5 (float32)',
+        "tests/mindsponge/test_space.py::"
+        "test_minimum_image_triclinic_matches_brute_force_and_ase",
+    ),
+    Validation(
+        _MD,
+        'H5MD trajectories',
+        'MDAnalysis reader',
+        '1e-4 Angstrom positions, 1e-6 box',
+        "tests/mindsponge/test_simulation.py::"
+        "test_h5md_reporter_read_by_mdanalysis",
+    ),
+    Validation(
+        _ML,
+        'GFN2-xTB energies and forces',
+        "tblite's own ASE calculator",
+        'energy 1e-5 relative, forces 1e-3 of the largest',
+        "tests/mindsponge/test_labels.py::"
+        "test_xtb_energy_and_forces_match_tblite_ase_calculator",
+    ),
+    Validation(
+        _ML,
+        'GFN2-xTB forces',
+        'finite differences of the energy',
+        '2e-3 of the largest force',
+        "tests/mindsponge/test_labels.py::"
+        "test_xtb_forces_are_minus_finite_differences",
+    ),
+    Validation(
+        _ML,
+        'Normal-mode samples',
+        'the classical harmonic distribution',
+        'mean energy 5 %; no rigid-body motion to 1e-12',
+        "tests/mindsponge/test_labels_normal_modes.py::"
+        "test_samples_follow_the_classical_harmonic_distribution",
+    ),
+    Validation(
+        _ML,
+        'extxyz and ASE database exports',
+        "ASE's readers (eV, Angstrom)",
+        '1e-7',
+        "tests/mindsponge/test_labels_io.py::"
+        "test_ase_reads_our_extxyz_and_db_in_ev_and_angstrom",
+    ),
+]
+
+
+def by_area() -> dict[str, list[Validation]]:
+    """The record grouped by area, in the order above."""
+    groups = defaultdict(list)
+    for entry in RECORD:
+        groups[entry.area].append(entry)
+    return dict(groups)
