@@ -59,12 +59,14 @@ class Prism(Geometry):
 
     @property
     def bounds_float64(self):
+        """Bounding box ``(lo, hi)``: ``(3,)`` float64 tensors, the polygon's box and the two heights."""
         low, high = self.polygon.bounds_float64
         z = torch.tensor([self.z_min, self.z_max], dtype=torch.float64)
         return torch.cat([low, z[:1]]), torch.cat([high, z[1:]])
 
     @property
     def volume(self) -> float:
+        """The polygon's area times the height (length unit cubed)."""
         return self.polygon.area * (self.z_max - self.z_min)
 
     def _distances(self, points):
