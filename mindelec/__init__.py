@@ -15,6 +15,7 @@ _SUBMODULES = {
     "modes",
     "pinn",
     "cad",
+    "gds",
     "voxels",
     "point_clouds",
     "devices",

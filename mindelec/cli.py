@@ -5,7 +5,7 @@ FDTD simulation it describes, and writes into the output folder (printed at the 
 
 * ``result.h5`` - every monitor's tensors (``Result.save``) and the resolved configuration;
 * ``field.png`` - the field snapshot half-way through the run and the magnitude of the DFT field at the
-  first source's centre frequency;
+  first source's centre frequency (3D: the z = 0 plane), with the structures outlined;
 * ``spectrum.png`` - the amplitude spectrum at each probe, normalised by the source spectrum.
 
 See ``mindelec/examples/dipole2d.toml`` for a complete configuration.
@@ -34,6 +34,7 @@ class GridConfig:
         polarization: ``"TM"`` (Ez, Hx, Hy) or ``"TE"`` (Hz, Ex, Ey), in 2D.
         dtype: the floating-point precision of the fields.
         courant: the time step as a fraction of the stability limit (0 < courant <= 1).
+        subpixel: anisotropic smoothing at dielectric interfaces (``Simulation(subpixel=True)``).
         resolution: the old name of ``cell_size``, still read for one release with a ``DeprecationWarning``.
     """
 
@@ -44,6 +45,7 @@ class GridConfig:
     dtype: Literal["float32", "float64"] = "float32"
     courant: float = 0.99
     resolution: float | None = None
+    subpixel: bool = False
 
     def __post_init__(self):
         if self.resolution is not None:
@@ -209,23 +211,27 @@ def build_simulation(run):
         monitors=monitors,
         polarization=grid.polarization,
         courant=grid.courant,
+        subpixel=grid.subpixel,
         dtype=torch.float32 if grid.dtype == "float32" else torch.float64,
     )
 
 
-def _plot(run, sim, result, folder):
-    import matplotlib
+def field_figure(run, sim, result):
+    """The figure of ``field.png``: the mid-run snapshot and the DFT magnitude, structures outlined.
 
-    matplotlib.use("Agg")
+    Returns:
+        the matplotlib Figure (two Axes; 2D and 3D fields carry one contour set per structure cut by
+        the picture's plane).
+    """
     import matplotlib.pyplot as plt
     import numpy as np
-    import torch
+
+    from mindelec.fdtd.plotting import length_unit, outline_structures
 
     component = run.output.component
-    extent = None
-    if sim.grid.ndim == 2:
-        half = [s / 2 for s in sim.grid.size[:2]]
-        extent = [-half[0] * 1e3, half[0] * 1e3, -half[1] * 1e3, half[1] * 1e3]
+    scale, unit = length_unit(sim.grid.size[: sim.grid.ndim])
+    half = [s / 2 / scale for s in sim.grid.size[:2]]
+    extent = [-half[0], half[0], -half[1], half[1]]
     snapshots = result["snapshots"][component]
     dft = result["dft"][component][0].abs()
     figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -243,19 +249,31 @@ def _plot(run, sim, result, folder):
             continue
         data = image.detach().cpu().numpy()
         if data.ndim == 1:
-            axis.plot(np.linspace(-sim.grid.size[0] / 2, sim.grid.size[0] / 2, len(data)) * 1e3, data)
-            axis.set_xlabel("x (mm)")
+            axis.plot(np.linspace(-half[0], half[0], len(data)), data)
+            axis.set_xlabel(f"x ({unit})")
         else:
             if data.ndim == 3:
                 data = data[:, :, data.shape[2] // 2]
             limit = float(np.abs(data).max()) or 1.0
-            cmap, low = ("RdBu_r", -limit) if image is not dft else ("magma", 0.0)
+            cmap, low, edges = ("RdBu_r", -limit, "black") if image is not dft else ("magma", 0.0, "white")
             shown = axis.imshow(data.T, origin="lower", extent=extent, cmap=cmap, vmin=low, vmax=limit)
             figure.colorbar(shown, ax=axis)
-            axis.set_xlabel("x (mm)")
-            axis.set_ylabel("y (mm)")
+            outline_structures(sim, axis, colors=edges)
+            axis.set_xlabel(f"x ({unit})")
+            axis.set_ylabel(f"y ({unit})")
         axis.set_title(title)
     figure.tight_layout()
+    return figure
+
+
+def _plot(run, sim, result, folder):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    figure = field_figure(run, sim, result)
     figure.savefig(folder / "field.png", dpi=110)
     plt.close(figure)
 

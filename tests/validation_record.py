@@ -152,6 +152,22 @@ RECORD = [
         "test_te_cavity_mode_has_zero_residual",
     ),
     Validation(
+        _EM,
+        'Convergence order of a partly filled PEC cavity resonance (2D TE), with and without smoothing',
+        'the transverse-resonance equation of the layered cavity',
+        'fitted order 1.7-2.4 with smoothing, 0.8-1.4 without; smoothed errors below 1/20 of the plain ones',
+        "tests/mindelec/test_smoothing.py::"
+        "test_cavity_resonance_converges_at_second_order_with_smoothing",
+    ),
+    Validation(
+        _EM,
+        'GDS layer areas as FDTD structures (2D polygons, 3D prisms)',
+        "gdstk's polygon areas",
+        '2e-3 relative (rasterised), 1e-9 (prism volume)',
+        "tests/mindelec/test_gds.py::"
+        "test_2d_layers_keep_the_layout_areas",
+    ),
+    Validation(
         _MD,
         'Per-term energies and forces of water boxes (PME, Ewald, cutoffs)',
         'OpenMM Reference platform',

@@ -17,6 +17,7 @@ design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
+Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing`.
 
 An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a
 ``YeeStepper``, asks each monitor for a fresh ``Recorder``, steps a ``YeeState`` from zero fields,
@@ -32,6 +33,7 @@ from .mode_monitors import ModeMonitor
 from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .near_to_far import NearToFarMonitor, NearToFarResult
+from .plotting import outline_structures, plot_simulation
 from .result import Result
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
@@ -74,4 +76,6 @@ __all__ = [
     "CrossSection",
     "ModeSource",
     "ModeMonitor",
+    "plot_simulation",
+    "outline_structures",
 ]

@@ -12,7 +12,9 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
 the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node.
 :class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
-their fill, is added to that of the one E component along their axis.
+their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
+components' permittivity is the anisotropic subpixel average of :mod:`mindelec.fdtd.smoothing` instead
+of the arithmetic fill-fraction mean.
 """
 
 import torch
@@ -21,9 +23,10 @@ from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
 from .materials import PEC, AxialConductivity, Medium, PECSheet
+from .smoothing import smoothed_permittivity
 
 
-def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device):
+def update_coefficients(grid, active, dt, default_medium, structures, design, dtype, device, subpixel=False):
     """``(electric, magnetic)``: ``electric[c] = (ca, cb, poles)``, ``magnetic[c] = dt / mu`` (see above).
 
     Args:
@@ -34,6 +37,8 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         structures: :class:`Structure` objects, later ones overriding earlier ones.
         design: ``[(DesignRegion, its index slices)]``, applied after the structures.
         dtype, device: of the coefficient tensors.
+        subpixel: smooth the permittivity at dielectric interfaces anisotropically
+            (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
     """
     axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
     mixer = _Mixer(grid, default_medium, [s for s in structures if s not in axial], dtype, device)
@@ -43,7 +48,10 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
         if component in H_COMPONENTS:
             magnetic[component] = dt / (VACUUM_PERMEABILITY * mixer.mix(weights, "permeability"))
             continue
-        permittivity = mixer.mix(weights, "permittivity")
+        if subpixel:
+            permittivity = smoothed_permittivity(mixer, weights, component)
+        else:
+            permittivity = mixer.mix(weights, "permittivity")
         for region, slices in design:
             permittivity = mixer.with_design(permittivity, region, slices)
         conductivity = mixer.mix(weights, "conductivity") + mixer.axial_conductivity(component, axial)

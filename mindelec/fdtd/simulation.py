@@ -132,6 +132,9 @@ class Simulation:
             int sets it, ``"free"`` sets it to the cores not busy with other processes now. Grids below
             about a million cells gain little from several threads, and on a busy machine threads that
             spin-wait for each other can make them slower: ``threads=1`` suits them.
+        subpixel: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
+            (:mod:`mindelec.fdtd.smoothing`, Farjadpour et al. 2006): second-order accurate interfaces
+            instead of first-order ones. Default ``False`` (the arithmetic fill-fraction mean).
 
     Attributes:
         grid: the :class:`Grid`.
@@ -175,8 +178,10 @@ class Simulation:
         device="cpu",
         compiled=True,
         threads=None,
+        subpixel=False,
     ):
         self.grid = Grid(size, cell_size)
+        self.subpixel = bool(subpixel)
         self.compiled = bool(compiled)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
@@ -457,8 +462,22 @@ class Simulation:
         design = list(zip(self.design_regions, self._design_slices))
         return update_coefficients(
             self.grid, self.active, self.dt, self.default_medium, self.structures, design,
-            self.dtype, self.device,
+            self.dtype, self.device, subpixel=self.subpixel,
         )
+
+    def plot(self, normal="z", position=0.0, ax=None):
+        """Draw the set-up (permittivity, sources, monitors, ports, PML); see :mod:`mindelec.fdtd.plotting`.
+
+        Args:
+            normal, position: 3D only: the section ``normal = position`` (m); 2D draws the domain, 1D a line.
+            ax: a matplotlib Axes (default: a new figure's).
+
+        Returns:
+            the matplotlib Axes.
+        """
+        from .plotting import plot_simulation
+
+        return plot_simulation(self, normal, position, ax)
 
     # ------------------------------------------------------------------ running
 
