@@ -22,7 +22,8 @@ Modules (every public name is re-exported here: ``from mindelec import pinn; pin
 - :mod:`~mindelec.pinn.sources`: :class:`Scales`, :class:`PointSource`, :class:`PointSourceSetup`;
 - :mod:`~mindelec.pinn.residuals`, :mod:`~mindelec.pinn.problems`, :mod:`~mindelec.pinn.models`,
   :mod:`~mindelec.pinn.potential`, :mod:`~mindelec.pinn.reference` (FDTD reference solutions,
-  :func:`fdtd_reference`), :mod:`~mindelec.pinn.schedule`, as follows.
+  :func:`fdtd_reference`; :func:`fdfd_reference` for the Helmholtz problem),
+  :mod:`~mindelec.pinn.schedule`, as follows.
 
 Contents:
 
@@ -68,7 +69,7 @@ from mindelec.pinn.potential import (
     wave_potential_residual,
 )
 from mindelec.pinn.problems import helmholtz_problem, point_source_problem
-from mindelec.pinn.reference import FDTDReference, fdtd_reference
+from mindelec.pinn.reference import FDFDReference, FDTDReference, fdfd_reference, fdtd_reference
 from mindelec.pinn.residuals import (
     helmholtz_residual,
     maxwell_3d_residual,
@@ -90,8 +91,10 @@ __all__ = [
     "Scales",
     "Schedule",
     "ZeroInitialFields",
+    "FDFDReference",
     "FDTDReference",
     "default_model",
+    "fdfd_reference",
     "fdtd_reference",
     "fine_tune",
     "freeze_early_layers",
