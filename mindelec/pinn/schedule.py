@@ -157,9 +157,10 @@ def train_schedule(
         trainer_options: further :class:`common.pde.Trainer` arguments (e.g. ``balance``, ``threads``).
 
     Returns:
-        ``{"history", "evaluations", "seconds", "errors"}``: ``history`` holds ``monitor_step``,
+        ``{"history", "evaluations", "seconds", "errors", "trainer"}``: ``history`` holds ``monitor_step``,
         ``monitor_evaluations`` and ``monitor/<name>`` over the run; ``errors`` the last monitor values
-        (``{}`` without a monitor); ``evaluations`` the collocation-point evaluations spent.
+        (``{}`` without a monitor); ``evaluations`` the collocation-point evaluations spent; ``trainer`` the
+        last phase's :class:`common.pde.Trainer` (its optimiser holds the state of the whole run).
     """
     options = dict(problem_options or {})
     every = max(1, schedule.steps // max(monitors, 1))
@@ -192,6 +193,7 @@ def train_schedule(
         "evaluations": evaluations,
         "seconds": time.perf_counter() - start,
         "errors": errors,
+        "trainer": previous,
     }
 
 
