@@ -284,8 +284,13 @@ def main(argv=None):
         f"largest component error / MindElec's largest: {largest / 0.0356:.3f} with "
         f"{main_run['evaluations'] / MINDELEC['evaluations']:.3f} of its point evaluations"
     )
-    if args.output:
-        with open(args.output, "w") as handle:
+    return write_results(args.output, results)
+
+
+def write_results(path, results):
+    """Write ``results`` as JSON to ``path`` (None: nowhere); return them."""
+    if path:
+        with open(path, "w") as handle:
             json.dump(results, handle, indent=1)
     return results
 

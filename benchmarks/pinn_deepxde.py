@@ -50,7 +50,6 @@ import pinn as pinn_benchmark  # noqa: E402 - benchmarks/pinn.py, the sibling be
 import torch  # noqa: E402
 
 import mindelec as me  # noqa: E402
-from common import pde  # noqa: E402
 
 pinn = me.pinn
 COMPONENTS = ("Ex", "Ey", "Hz")
@@ -324,13 +323,9 @@ def train_deepxde(problem, scales, model, reference, schedule, monitor_every):
 def train_ours(problem, scales, model, reference, schedule, monitor_every):
     """Train ``model`` on ``problem`` by ``schedule`` (:class:`common.pde.Trainer`, points redrawn every step,
     the learning rate of :meth:`mindelec.pinn.Schedule.factor`); same record as :func:`train_deepxde`."""
-    trainer = pde.Trainer(
+    trainer = schedule.trainer(
         problem,
         model,
-        steps=schedule.steps,
-        lr=schedule.lr,
-        lr_schedule=schedule.factor,
-        resample_every=1,
         monitor=pinn.reference_monitor(reference, scales),
         monitor_every=monitor_every,
         progress=False,

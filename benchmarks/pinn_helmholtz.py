@@ -23,7 +23,6 @@ import time
 import torch
 
 import mindelec as me
-from common import pde
 from mindelec.fdtd import GaussianPulse
 
 pinn = me.pinn
@@ -69,16 +68,11 @@ def main(argv=None):
     torch.manual_seed(0)
     model = pinn.default_model(problem, zero_initial=False)
     schedule = pinn.Schedule(args.steps, args.lr, windows=1, whole_fraction=1.0)
-    trainer = pde.Trainer(
+    trainer = schedule.trainer(
         problem,
         model,
-        steps=args.steps,
-        lr=args.lr,
-        lr_schedule=schedule.factor,
-        resample_every=1,
         monitor=lambda network: {"error": reference.relative_error(network, scales)},
         monitor_every=max(args.steps // args.monitors, 1),
-        progress=True,
     )
     start = time.perf_counter()
     history = trainer.train()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -145,10 +144,7 @@ def main(argv=None):
         f"{results['scratch']:.4f}, from scratch {args.scratch_factor * steps} steps "
         f"{results['scratch_long']:.4f}"
     )
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump(results, handle, indent=1)
-    return results
+    return pinn_benchmark.write_results(args.output, results)
 
 
 if __name__ == "__main__":

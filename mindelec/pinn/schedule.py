@@ -85,6 +85,13 @@ class Schedule:
         progress = min(step - self.warmup, self.steps) / max(self.steps - self.warmup, 1)
         return self.final_factor + (1 - self.final_factor) * 0.5 * (1 + math.cos(math.pi * progress))
 
+    def trainer(self, problem: pde.Problem, model: nn.Module, **options) -> pde.Trainer:
+        """A one-phase :class:`common.pde.Trainer` of this schedule: :attr:`steps` Adam steps at
+        ``lr * factor(step)``, points redrawn every step; ``options``: further trainer arguments."""
+        return pde.Trainer(
+            problem, model, steps=self.steps, lr=self.lr, lr_schedule=self.factor, resample_every=1, **options
+        )
+
 
 def field_model(model: nn.Module) -> nn.Module:
     """The ``(B, inputs) -> (B, 3)`` Ex, Ey, Hz view of a model of either formulation."""
