@@ -249,6 +249,7 @@ def run(args, setup, reference, network):
         monitors=args.monitors,
         **SETTINGS[args.formulation][1],
     )
+    del result["trainer"]  # not part of the record
     errors = result["errors"]
     name = "MultiScaleMLP" if network == "multiscale" else "plain sine MLP"
     print(
