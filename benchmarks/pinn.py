@@ -160,8 +160,7 @@ def wall_floor(setup, order, cell_size, frames=20):
 
 def parse_arguments(argv=None) -> argparse.Namespace:
     """The command line, with the defaults that depend on other options filled in."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run (a few minutes)")
+    parser = base_parser(__doc__, "CI-sized run (a few minutes)")
     parser.add_argument("--steps", type=int, default=None, help="Adam steps in all (36000; quick 200)")
     parser.add_argument(
         "--batch", type=int, default=None, help="collocation points per step (1024; quick 256)"
@@ -171,9 +170,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--windows", type=int, default=6, help="phases: n - 1 growing windows, then [0, T]")
     parser.add_argument("--whole-fraction", type=float, default=0.5, help="fraction of steps on [0, T]")
     parser.add_argument("--radius", type=float, default=0.02, help="source smoothing radius (m)")
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--compare", action="store_true", help="also train the other network, same budget")
-    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
     parser.add_argument("--save", default=None, help="write the trained model's state_dict to this file")
     parser.add_argument("--initial", default=None, help="start from this state_dict (of --save)")
     parser.add_argument("--formulation", choices=("potential", "fields"), default="potential")
@@ -286,6 +283,16 @@ def main(argv=None):
         f"{main_run['evaluations'] / MINDELEC['evaluations']:.3f} of its point evaluations"
     )
     return write_results(args.output, results)
+
+
+def base_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """The PINN benchmarks' parser, described by ``doc``'s first line, with ``--quick`` (help ``quick``),
+    ``--threads`` and ``--output``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
+    return parser
 
 
 def write_results(path, results):

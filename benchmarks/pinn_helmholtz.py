@@ -16,22 +16,25 @@ Usage: ``python benchmarks/pinn_helmholtz.py [--quick] [--steps N] [--frequency 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import mindelec as me
 from mindelec.fdtd import GaussianPulse
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pinn as pinn_benchmark  # noqa: E402 - benchmarks/pinn.py, the sibling benchmark
+
 pinn = me.pinn
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:
     """The command line, with the size-dependent defaults filled in."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run (0.3 GHz, 300 steps)")
+    parser = pinn_benchmark.base_parser(__doc__, "CI-sized run (0.3 GHz, 300 steps)")
     parser.add_argument("--steps", type=int, default=None, help="Adam steps (10000; quick 300)")
     parser.add_argument("--batch", type=int, default=None, help="points per step (2048; quick 512)")
     parser.add_argument("--frequency", type=float, default=None, help="Hz (1e9; quick 3e8)")
@@ -41,8 +44,6 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (cosine decay to 1/100)")
     parser.add_argument("--monitors", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     args.steps = args.steps or (300 if args.quick else 10000)
     args.batch = args.batch or (512 if args.quick else 2048)
@@ -92,10 +93,7 @@ def main(argv=None):
         "evaluations": trainer.evaluations,
         "seconds": seconds,
     }
-    if args.output:
-        with open(args.output, "w") as handle:
-            json.dump(results, handle, indent=1)
-    return results
+    return pinn_benchmark.write_results(args.output, results)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,7 @@ pinn = me.pinn
 
 def parse_arguments(argv=None) -> argparse.Namespace:
     """The command line, with the size-dependent defaults filled in."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="reduced problem (minutes)")
+    parser = pinn_benchmark.base_parser(__doc__, "reduced problem (minutes)")
     parser.add_argument("--pretrain-steps", type=int, default=None, help="(20000; quick 1500)")
     parser.add_argument("--finetune-steps", type=int, default=None, help="(2000; quick 300)")
     parser.add_argument(
@@ -57,8 +56,6 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "--range", type=float, nargs=2, default=(1.0, 4.0), help="pre-training permittivities"
     )
     parser.add_argument("--unseen", type=float, default=2.5, help="the fine-tuning permittivity")
-    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     args.pretrain_steps = args.pretrain_steps or (1500 if args.quick else 20000)
     args.finetune_steps = args.finetune_steps or (300 if args.quick else 2000)
