@@ -6,10 +6,9 @@ Set-up (MindElec's ``time_domain_maxwell`` example): domain [0, 1]^2 m, a magnet
 (same smoothed source as a distributed current, 2.5 mm cells, CPML outside the domain: the open
 domain). Printed: how far the exact solution with the chosen sides is from that reference (the error an
 exact solver of the posed problem would have), then the PINN's relative L2 errors of Ex, Ey, Hz over 20
-frames and the number of collocation-point evaluations (points per step x steps) spent; MindElec reports
-0.0356 / 0.0343 / 0.0230 after ~4e8 point evaluations. Then the other network (MultiScaleMLP) with the
-same budget, and incremental training: pre-train on a permittivity range, fine-tune for an unseen value,
-and count steps to a target error against training from scratch (ratio printed last).
+frames, the number of collocation-point evaluations (points per step x steps) spent and the wall time;
+MindElec reports 0.0356 / 0.0343 / 0.0230 after ~4e8 point evaluations. With ``--compare``, the other
+network (MultiScaleMLP) on the same budget. Incremental training is ``benchmarks/pinn_incremental.py``.
 
 Sides: MindElec's first-order Mur condition (``--absorbing-order 1``) puts the exact solution 4% (relative
 L2) from the open domain, twice the 2% goal, since it reflects waves that meet a side obliquely (17% at 45
@@ -19,21 +18,28 @@ Method (``--formulation potential``, the default): the network gives a potential
 ``Ex = psi_y``, ``Ey = -psi_x``, ``Hz = eps_r psi_t`` (:class:`mindelec.pinn.PotentialTE`), so two of
 the three TE equations hold exactly and the loss is the scalar wave equation plus the absorbing
 condition; the source's quasi-static potential (:class:`mindelec.pinn.PointSourcePotential`) carries the
-steep near field; all derivatives come from one forward-mode pass; training marches over growing time
-windows ``[0, k T / n]`` (``--windows``). The default network is one sine MLP (128 x 4) whose normalised
-inputs are multiplied by 4 (``--input-frequency``: a unit factor starts the first layer far below the
-pulse's frequencies) and which also takes the distance to the source (``--radial``, softened by 5 cm).
+steep near field; all derivatives come from one forward-mode pass. Training is one
+:class:`mindelec.pinn.Schedule` run by :func:`mindelec.pinn.train_schedule`: growing time windows
+``[0, k T / n]`` (``--windows``), then the whole interval (``--whole-fraction`` of the steps), one Adam
+carried over, warm-up-free cosine decay of the learning rate from ``--lr`` to ``--final-factor`` of it over
+the whole run; the defaults (36000 steps x 1024 points = 3.7e7 evaluations) are the one-command run.
+The default network is one sine MLP (128 x 4) whose normalised inputs are multiplied by 4
+(``--input-frequency``: a unit factor starts the first layer far below the pulse's frequencies) and which also
+takes the distance to the source (``--radial``, softened by 5 cm).
 ``--formulation fields`` is the direct three-field PINN (MindElec's formulation) with causal weighting
 and gradient-norm balancing.
 
-Usage: ``python benchmarks/pinn.py [--quick] [--steps N] [--batch N] [--output results.json]``.
+Cost (cProfile of 40 steps, 128 x 4 network, 1024 points, one core): the backward pass takes 58% of a step,
+the forward-mode jet's layers 25%, the source potential 8% (0.24 s of CPU per step, under load). Stacking the
+jet's ten rows into one matrix product per layer was tried and was slower (0.27-0.30 s), so the jets stay
+:mod:`common.autodiff`'s; the model is float32 already.
+
+Usage: ``python benchmarks/pinn.py [--quick] [--steps N] [--batch N] [--save model.pt] [--output r.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import functools
 import json
 import math
 import os
@@ -43,8 +49,6 @@ import torch
 
 import mindelec as me
 from common import nn as cnn
-from common import pde
-from common.io import load_checkpoint
 from common.units import SPEED_OF_LIGHT
 
 pinn = me.pinn
@@ -53,20 +57,20 @@ MINDELEC = {"Ex": 0.0356, "Ey": 0.0343, "Hz": 0.0230, "evaluations": 6000 * 8 * 
 
 # per formulation: problem options and trainer options
 SETTINGS = {
-    "potential": ({"boundary_weight": 1.0}, {"balance": None, "lr_decay": 0.1}),
+    "potential": ({"boundary_weight": 1.0}, {"balance": None}),
     "fields": (
         {"boundary_weight": 10.0, "causal_bins": 16, "causal_epsilon": 0.01},
-        {"balance": "gradnorm", "lr_decay": 0.05},
+        {"balance": "gradnorm", "balance_every": 100},
     ),
 }
 
 
-def build(setup, batch, formulation, absorbing_order=1, source_fraction=0.25, boundary_fraction=0.25):
-    """Problem and scales with ``batch`` points per step split between domain, source region and boundary
-    (``absorbing_order`` 2: second-order Engquist-Majda walls, potential formulation only)."""
+def problem_options(batch, formulation, absorbing_order=1, source_fraction=0.25, boundary_fraction=0.25):
+    """Keyword arguments of :func:`mindelec.pinn.point_source_problem`: ``batch`` points per step split
+    between domain, source region and boundary (``absorbing_order`` 2: second-order Engquist-Majda walls,
+    potential formulation only), and the formulation's loss weights."""
     n_source, n_boundary = int(batch * source_fraction), int(batch * boundary_fraction)
-    return pinn.point_source_problem(
-        setup,
+    return dict(
         n_domain=batch - n_source - n_boundary,
         n_source=n_source,
         n_boundary=n_boundary,
@@ -74,6 +78,11 @@ def build(setup, batch, formulation, absorbing_order=1, source_fraction=0.25, bo
         absorbing_order=absorbing_order,
         **SETTINGS[formulation][0],
     )
+
+
+def build(setup, batch, formulation, absorbing_order=1):
+    """Problem and scales of ``setup`` with :func:`problem_options`."""
+    return pinn.point_source_problem(setup, **problem_options(batch, formulation, absorbing_order))
 
 
 def wall_floor(setup, order, cell_size, frames=20):
@@ -154,149 +163,27 @@ def wall_floor(setup, order, cell_size, frames=20):
     return dict(zip(("Ex", "Ey", "Hz"), (difference / open_domain.pow(2).sum((0, 2, 3)).sqrt()).tolist()))
 
 
-def field_model(model):
-    """The (B, inputs) -> (B, 3) Ex, Ey, Hz view of a model of either formulation."""
-    return model.field_model() if isinstance(model, pinn.PotentialTE) else model
-
-
-def train(
-    problem,
-    scales,
-    model,
-    reference,
-    steps,
-    lr,
-    monitor_every,
-    parameters=(),
-    target=None,
-    progress=True,
-    lbfgs_steps=0,
-    checkpoint=None,
-    lr_decay=None,
-):
-    """Train ``model`` with Adam (exponential decay, by default the formulation's) and its loss weighting.
-
-    Returns the trainer; ``trainer.history['monitor/max']`` holds the largest component error every
-    ``monitor_every`` steps, and training stops early once it falls below ``target``.
-    """
-    components = ("Ex", "Ey", "Hz")
-    fields = field_model(model)
-    options = dict(SETTINGS["potential" if isinstance(model, pinn.PotentialTE) else "fields"][1])
-    if lr_decay is not None:
-        options["lr_decay"] = lr_decay
-
-    def monitor(network):
-        errors = reference.relative_errors(fields, scales, components, parameters)
-        return {**errors, "max": max(errors.values())}
-
-    def reached(history):
-        return target is not None and history["monitor/max"][-1] < target
-
-    trainer = pde.Trainer(
-        problem,
-        model,
-        steps=steps,
-        lr=lr,
-        lr_schedule="exponential",
-        resample_every=1,
-        balance_every=100,
-        **options,
-        monitor=monitor,
-        monitor_every=monitor_every,
-        lbfgs_steps=lbfgs_steps,
-        checkpoint=checkpoint,
-        checkpoint_every=max(monitor_every, 50),
-        progress=progress,
-        log_every=50,
-    )
-    start = time.perf_counter()
-    trainer.train(stop=reached)
-    trainer.seconds = time.perf_counter() - start
-    return trainer
-
-
-def train_windows(
-    setup,
-    batch,
-    formulation,
-    model,
-    reference,
-    steps,
-    lr,
-    monitor_every,
-    windows,
-    checkpoint=None,
-    parameters=(),
-    absorbing_order=1,
-):
-    """Time-marching curriculum: train on ``[0, k T / windows]``, k = 1 .. windows, ``steps / windows`` each
-    (learning rate decaying to 1/2 within the early windows, to the formulation's final factor in the last).
-
-    Returns ``{"errors", "evaluations", "seconds", "history"}`` (errors over the whole ``[0, T]``).
-    """
-    evaluations, seconds, history = 0, 0.0, {"monitor_step": [], "monitor/max": []}
-    # every window ends on a monitor call (its final error): whole monitor intervals per window
-    count = max(1, round(steps / windows / monitor_every))
-    every = max(1, steps // windows // count)
-    window_steps = every * count
-    for window in range(1, windows + 1):
-        part = dataclasses.replace(setup, duration=setup.duration * window / windows)
-        problem, scales = build(part, batch, formulation, absorbing_order)
-        last = window == windows
-        trainer = train(
-            problem,
-            scales,
-            model,
-            reference,
-            window_steps,
-            lr,
-            every,
-            parameters=parameters,
-            checkpoint=checkpoint,
-            lr_decay=None if last else 0.5,
-        )
-        offset = (window - 1) * window_steps
-        history["monitor_step"] += [offset + step for step in trainer.history["monitor_step"]]
-        history["monitor/max"] += trainer.history["monitor/max"]
-        evaluations, seconds = evaluations + trainer.evaluations, seconds + trainer.seconds
-    errors = {name: trainer.history[f"monitor/{name}"][-1] for name in ("Ex", "Ey", "Hz")}
-    return {"errors": errors, "evaluations": evaluations, "seconds": seconds, "history": history}
-
-
-def steps_to(history, target):
-    """First monitored step of a training ``history`` whose largest component error is below ``target``
-    (None if never)."""
-    for step, error in zip(history["monitor_step"], history["monitor/max"]):
-        if error < target:
-            return step
-    return None
-
-
 def parse_arguments(argv=None) -> argparse.Namespace:
     """The command line, with the defaults that depend on other options filled in."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CI-sized run (a few minutes)")
-    parser.add_argument("--steps", type=int, default=None, help="Adam steps of the main run")
-    parser.add_argument("--batch", type=int, default=None, help="collocation points per step")
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--radius", type=float, default=0.02, help="source smoothing radius (m)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: main,mlp,incremental")
-    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--checkpoint", default=None, help="checkpoint file of the main run")
+    parser = base_parser(__doc__, "CI-sized run (a few minutes)")
+    parser.add_argument("--steps", type=int, default=None, help="Adam steps in all (36000; quick 200)")
     parser.add_argument(
-        "--initial",
-        default=None,
-        help="start the main run from this checkpoint's model (to continue a run: --windows 1, a lower --lr)",
+        "--batch", type=int, default=None, help="collocation points per step (1024; quick 256)"
     )
-    parser.add_argument("--fourier", type=int, default=0, help="random Fourier features in front (0: none)")
-    parser.add_argument("--fourier-scale", type=float, default=2.0, help="their std (cycles per unit input)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    parser.add_argument("--final-factor", type=float, default=0.01, help="last learning rate / --lr (cosine)")
+    parser.add_argument("--windows", type=int, default=6, help="phases: n - 1 growing windows, then [0, T]")
+    parser.add_argument("--whole-fraction", type=float, default=0.5, help="fraction of steps on [0, T]")
+    parser.add_argument("--radius", type=float, default=0.02, help="source smoothing radius (m)")
+    parser.add_argument("--compare", action="store_true", help="also train the other network, same budget")
+    parser.add_argument("--save", default=None, help="write the trained model's state_dict to this file")
+    parser.add_argument("--initial", default=None, help="start from this state_dict (of --save)")
     parser.add_argument("--formulation", choices=("potential", "fields"), default="potential")
     parser.add_argument(
         "--network",
         choices=("multiscale", "plain"),
         default="plain",
-        help="main run: sine MultiScaleMLP (4 x 64) or one sine MLP (128 x 4); the other is compared",
+        help="sine MultiScaleMLP (4 x 64) or one sine MLP (128 x 4); --compare trains the other",
     )
     parser.add_argument(
         "--absorbing-order",
@@ -319,15 +206,14 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         help="plain network: factor on its normalised inputs (first-layer frequencies up to this / 3)",
     )
     parser.add_argument("--cell-size", type=float, default=None, help="FDTD reference cell size (m)")
-    parser.add_argument(
-        "--incremental-duration", type=float, default=None, help="ns simulated in the incremental part (4)"
-    )
-    parser.add_argument("--windows", type=int, default=6, help="time windows of the curriculum (1: none)")
     parser.add_argument("--monitors", type=int, default=None, help="error evaluations per run (20; quick 5)")
     args = parser.parse_args(argv)
     if args.absorbing_order is None:
         args.absorbing_order = 2 if args.formulation == "potential" else 1
     args.monitors = args.monitors or (5 if args.quick else 20)
+    args.steps = args.steps or (200 if args.quick else 36000)
+    args.batch = args.batch or (256 if args.quick else 1024)
+    args.cell_size = args.cell_size or (1e-2 if args.quick else 2.5e-3)
     return args
 
 
@@ -336,137 +222,90 @@ def softening(args, problem):
     return args.radial / problem.scales.length if args.radial else None
 
 
-def make_model(args, problem):
-    """The main run's network for ``problem``: a plain sine MLP or the default MultiScaleMLP."""
-    if args.network == "plain":
+def make_model(args, problem, network=None):
+    """The network (``args.network`` by default) for ``problem``: a plain sine MLP or a MultiScaleMLP."""
+    if (network or args.network) == "plain":
         return plain_model(problem, args.formulation, softening(args, problem), args.input_frequency)
-    return pinn.default_model(
-        problem,
-        fourier_features=args.fourier,
-        fourier_scale=args.fourier_scale,
-        radial_softening=softening(args, problem),
+    return pinn.default_model(problem, radial_softening=softening(args, problem))
+
+
+def schedule(args) -> pinn.Schedule:
+    """The command line's :class:`mindelec.pinn.Schedule`."""
+    whole = 1.0 if args.windows == 1 else args.whole_fraction
+    return pinn.Schedule(args.steps, args.lr, args.windows, whole, args.final_factor)
+
+
+def run(args, setup, reference, network):
+    """Train ``network`` ("plain" or "multiscale") by the command line's schedule; the run's record."""
+    torch.manual_seed(0)
+    problem, scales = build(setup, args.batch, args.formulation, args.absorbing_order)
+    model = make_model(args, problem, network)
+    if args.initial and network == args.network:
+        model.load_state_dict(torch.load(args.initial))
+    result = pinn.train_schedule(
+        setup,
+        model,
+        schedule(args),
+        problem_options(args.batch, args.formulation, args.absorbing_order),
+        monitor=pinn.reference_monitor(reference, scales),
+        monitors=args.monitors,
+        **SETTINGS[args.formulation][1],
     )
-
-
-def run_main(args, results, skip, batch, cell_size, stride, steps, monitor_every):
-    """The main run against the FDTD reference (and, unless skipped, the other network on the same budget)."""
-    setup = pinn.PointSourceSetup(source_radius=args.radius)
-    start = time.perf_counter()
-    reference = pinn.fdtd_reference(setup, cell_size=cell_size, frames=20, stride=stride)
-    results["fdtd_seconds"] = time.perf_counter() - start
-    samples = sum(len(values) for values in reference.values.values())
+    del result["trainer"]  # not part of the record
+    errors = result["errors"]
+    name = "MultiScaleMLP" if network == "multiscale" else "plain sine MLP"
     print(
-        f"FDTD reference ({cell_size * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s, {samples} samples"
+        f"{name} PINN ({args.formulation}, {args.windows} phases, one command): Ex {errors['Ex']:.4f}  "
+        f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after {result['evaluations']:.3g} point evaluations "
+        f"({result['seconds']:.0f} s); MindElec: 0.0356 0.0343 0.0230 after {MINDELEC['evaluations']:.3g}"
     )
-    floor = wall_floor(setup, args.absorbing_order, cell_size)
-    results["floor"] = floor
+    if args.save and network == args.network:
+        torch.save(model.state_dict(), args.save)
+    return result
+
+
+def main(argv=None):
+    args = parse_arguments(argv)
+    torch.set_num_threads(args.threads)
+    setup = pinn.PointSourceSetup(source_radius=args.radius)
+    results = {key: value for key, value in vars(args).items()}
+    start = time.perf_counter()
+    reference = pinn.fdtd_reference(setup, cell_size=args.cell_size, frames=20, stride=4)
+    results["fdtd_seconds"] = time.perf_counter() - start
+    print(f"FDTD reference ({args.cell_size * 1e3:g} mm cells): {results['fdtd_seconds']:.1f} s")
+    floor = results["floor"] = wall_floor(setup, args.absorbing_order, args.cell_size)
     print(
         f"exact solution with order-{args.absorbing_order} sides vs the open-domain reference (an exact "
         f"solver's error): Ex {floor['Ex']:.4f}  Ey {floor['Ey']:.4f}  Hz {floor['Hz']:.4f}"
     )
-    torch.manual_seed(0)
-    problem, scales = build(setup, batch, args.formulation, args.absorbing_order)
-    model = make_model(args, problem)
-    if args.initial:
-        model.load_state_dict(load_checkpoint(args.initial)["model"])
-    run = (setup, batch, args.formulation)
-    main_run = train_windows(
-        *run,
-        model,
-        reference,
-        steps,
-        args.lr,
-        monitor_every,
-        args.windows,
-        args.checkpoint,
-        absorbing_order=args.absorbing_order,
-    )
-    errors, evaluations = main_run["errors"], main_run["evaluations"]
-    results[args.network] = main_run
-    name = "MultiScaleMLP" if args.network == "multiscale" else "plain sine MLP"
+    main_run = results[args.network] = run(args, setup, reference, args.network)
+    if args.compare:
+        other = "multiscale" if args.network == "plain" else "plain"
+        results[other] = run(args, setup, reference, other)
+    largest = max(main_run["errors"][name] for name in ("Ex", "Ey", "Hz"))
     print(
-        f"{name} PINN ({args.formulation}, {args.windows} time windows): Ex {errors['Ex']:.4f}  "
-        f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f}  after {evaluations:.3g} point evaluations "
-        f"({main_run['seconds']:.0f} s); MindElec: 0.0356 0.0343 0.0230 after "
-        f"{MINDELEC['evaluations']:.3g}"
+        f"largest component error / MindElec's largest: {largest / 0.0356:.3f} with "
+        f"{main_run['evaluations'] / MINDELEC['evaluations']:.3f} of its point evaluations"
     )
-    if "mlp" not in skip:
-        results["mlp"] = run_other_network(args, problem, run, reference, steps, monitor_every)
+    return write_results(args.output, results)
 
 
-def run_other_network(args, problem, run, reference, steps, monitor_every):
-    """The network the main run did not use, trained on the same budget."""
-    torch.manual_seed(0)
-    if args.network == "plain":
-        other = pinn.default_model(problem, radial_softening=softening(args, problem))
-        kind = "MultiScaleMLP"
-    else:
-        other = plain_model(problem, args.formulation, softening(args, problem))
-        kind = "plain sine MLP (one scale)" if args.formulation == "potential" else "plain tanh MLP"
-    result = train_windows(
-        *run,
-        other,
-        reference,
-        steps,
-        args.lr,
-        monitor_every,
-        args.windows,
-        absorbing_order=args.absorbing_order,
-    )
-    mlp_errors = result["errors"]
-    print(
-        f"{kind}, same budget: Ex {mlp_errors['Ex']:.4f}  Ey {mlp_errors['Ey']:.4f}  "
-        f"Hz {mlp_errors['Hz']:.4f} ({result['seconds']:.0f} s)"
-    )
-    return result
+def base_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """The PINN benchmarks' parser, described by ``doc``'s first line, with ``--quick`` (help ``quick``),
+    ``--threads`` and ``--output``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", default=None, help="write the figures to this JSON file")
+    return parser
 
 
-def report(args, results, skip):
-    """The closing comparison with MindElec's published run and the incremental-training ratio."""
-    if "main" not in skip:
-        main_run = results[args.network]
-        errors, evaluations = main_run["errors"], main_run["evaluations"]
-        print(
-            f"largest component error / MindElec's largest: {max(errors.values()) / 0.0356:.3f} with "
-            f"{evaluations / MINDELEC['evaluations']:.3f} of its point evaluations"
-        )
-    if "incremental" in results and results["incremental"]["ratio"] is not None:
-        ratio = results["incremental"]["ratio"]
-        print(f"incremental training: steps to target, scratch / fine-tune = {ratio:.2f}")
-
-
-def main():
-    args = parse_arguments()
-    torch.set_num_threads(args.threads)
-    steps = args.steps or (100 if args.quick else 18000)
-    batch = args.batch or (512 if args.quick else 1024)
-    cell_size, stride = args.cell_size or (5e-3 if args.quick else 2.5e-3), 4
-    monitor_every = max(steps // args.monitors, 10)
-    skip = set(filter(None, args.skip.split(",")))
-    results = {
-        "steps": steps,
-        "batch": batch,
-        "radius": args.radius,
-        "fourier": args.fourier,
-        "fourier_scale": args.fourier_scale,
-        "formulation": args.formulation,
-        "windows": args.windows,
-        "cell_size": cell_size,
-        "absorbing_order": args.absorbing_order,
-        "radial": args.radial,
-        "input_frequency": args.input_frequency,
-        "initial": args.initial,
-    }
-    if "main" not in skip:
-        run_main(args, results, skip, batch, cell_size, stride, steps, monitor_every)
-    if "incremental" not in skip:
-        results["incremental"] = incremental(
-            args, batch, cell_size, stride, functools.partial(make_model, args)
-        )
-    if args.output:
-        with open(args.output, "w") as handle:
+def write_results(path, results):
+    """Write ``results`` as JSON to ``path`` (None: nowhere); return them."""
+    if path:
+        with open(path, "w") as handle:
             json.dump(results, handle, indent=1)
-    report(args, results, skip)
+    return results
 
 
 def plain_model(problem, formulation, radial_softening=None, input_frequency=1.0):
@@ -499,86 +338,6 @@ def _centred_mlp(problem):
         input_center=((lo + hi) / 2).tolist(),
         input_scale=(2 / (hi - lo)).tolist(),
     )
-
-
-def incremental(args, batch, cell_size, stride, make_model):
-    """Pre-train on permittivity in [1, 4] with time windows as the main run; then at 2.5 (unseen) train a new
-    model from scratch (windows, half the steps) and fine-tune the pre-trained one over the whole duration,
-    and count the steps each needs to reach the from-scratch run's final error."""
-    pretrain_steps = args.steps or (100 if args.quick else 10000)
-    finetune_steps = max(pretrain_steps // 2, 50)
-    unseen = 2.5
-    duration = {"duration": args.incremental_duration * 1e-9} if args.incremental_duration else {}
-    pretrain_setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(1.0, 4.0), **duration)
-    problem, scales = build(pretrain_setup, batch, args.formulation, args.absorbing_order)
-    setup = pinn.PointSourceSetup(source_radius=args.radius, permittivity=unseen, **duration)
-    reference = pinn.fdtd_reference(setup, cell_size=cell_size, frames=20, stride=stride)
-    every = max(finetune_steps // args.monitors, 5)
-    torch.manual_seed(1)
-    model = make_model(problem)
-    pre = train_windows(
-        pretrain_setup,
-        batch,
-        args.formulation,
-        model,
-        reference,
-        pretrain_steps,
-        args.lr,
-        every,
-        args.windows,
-        parameters=(unseen,),
-        absorbing_order=args.absorbing_order,
-    )
-    pretrain_error = pre["history"]["monitor/max"][-1]
-    print(
-        f"pre-trained on permittivity [1, 4] ({pre['seconds']:.0f} s): largest error at {unseen} before "
-        f"fine-tuning {pretrain_error:.4f}"
-    )
-    fixed = pinn.PointSourceSetup(source_radius=args.radius, permittivity=(unseen, unseen), **duration)
-    fine_problem, _ = build(fixed, batch, args.formulation, args.absorbing_order)
-    scratch = train_windows(
-        fixed,
-        batch,
-        args.formulation,
-        make_model(fine_problem),
-        reference,
-        finetune_steps,
-        args.lr,
-        every,
-        args.windows,
-        parameters=(unseen,),
-        absorbing_order=args.absorbing_order,
-    )
-    target = max(scratch["history"]["monitor/max"][-1], 1e-6) * 1.0001
-    tuned = train(
-        fine_problem,
-        scales,
-        model,
-        reference,
-        finetune_steps,
-        args.lr / 4,
-        every,
-        parameters=(unseen,),
-        target=target,
-    )
-    scratch_steps, tuned_steps = steps_to(scratch["history"], target), steps_to(tuned.history, target)
-    ratio = scratch_steps / tuned_steps if tuned_steps else None
-    print(
-        f"fine-tune at permittivity {unseen}: target {target:.4f} (scratch's final error) reached in "
-        f"{tuned_steps} steps fine-tuning vs {scratch_steps} from scratch; fine-tuned final "
-        f"{tuned.history['monitor/max'][-1]:.4f}"
-    )
-    return {
-        "unseen": unseen,
-        "duration": pretrain_setup.duration,
-        "pretrain_steps": pretrain_steps,
-        "pretrain_error": pretrain_error,
-        "target": target,
-        "scratch_steps": scratch_steps,
-        "finetune_steps": tuned_steps,
-        "ratio": ratio,
-        "finetune_final": tuned.history["monitor/max"][-1],
-    }
 
 
 if __name__ == "__main__":

@@ -2,15 +2,18 @@
 
 The same problem on both sides: MindElec's 2D TE point source (:func:`mindelec.pinn.point_source_problem`,
 ``formulation="potential"``) over ``[0, T]`` (1 ns with ``--quick``, 2 ns by default), one time window.
-The same network: one sine MLP 3 -> 128 x 4 -> 1 (:func:`benchmarks/pinn.plain_model`, a DeepXDE
-``FNN([3] + [128] * 4 + [1], "sin", ...)``) starting from the same weights (ours copied into DeepXDE's),
+The same network: one sine MLP 4 -> 128 x 4 -> 1 (:func:`benchmarks/pinn.plain_model`, a DeepXDE
+``FNN([4] + [128] * 4 + [1], "sin", ...)``) starting from the same weights (ours copied into DeepXDE's),
 with the same input normalisation (DeepXDE ``apply_feature_transform``), the same hard zero initial
 condition ``psi = amplitude (1 - exp(-t / tau))^2 net`` (``apply_output_transform``) and the same
 source potential :class:`mindelec.pinn.PointSourcePotential` added to the network's. The same loss:
 ``mean(domain residual^2) + mean(source-disk residual^2) + mean(Mur residual^2)`` of the wave equation
 ``eps mu psi_tt - psi_xx - psi_yy + Mz`` and the first-order Mur condition on Ex, Ey, Hz. The same
 budget: points per step (50 % domain, 25 % source disk, 25 % boundary, all redrawn every step),
-Adam with the same learning rate and exponential decay, the same number of steps.
+Adam with the same learning rate and cosine decay (:class:`mindelec.pinn.Schedule`), the same steps.
+The network is the main benchmark's: inputs normalised and multiplied by 4, the softened distance to the
+source as a fourth input, both folded into DeepXDE's feature transform. ``--seeds`` initial weights, each
+shared by both sides.
 
 What differs is the method: ours takes value, gradient and Hessian of the potential in one forward-mode
 pass (:class:`mindelec.pinn.PotentialTE`); DeepXDE takes them by reverse-mode autograd
@@ -26,7 +29,7 @@ Both runs are monitored every ``--monitors``-th of the steps against the FDTD re
 (:func:`mindelec.pinn.fdtd_reference`, relative L2 errors of Ex, Ey, Hz), with the monitoring time
 excluded from the training times. Printed: seconds per step of each, both final errors, and last the
 ratio "DeepXDE's training time to reach E / ours", E the larger of the two final largest-component
-errors (so both runs reach it).
+errors (so both runs reach it), per seed, then the median and range over the seeds.
 
 Usage: ``python benchmarks/pinn_deepxde.py [--quick] [--steps N] [--batch N] [--output results.json]``.
 """
@@ -173,19 +176,20 @@ class DeepXDEFields(torch.nn.Module):
 
 
 def deepxde_network(model: pinn.PotentialTE) -> torch.nn.Module:
-    """DeepXDE ``FNN`` with the same layers, weights, input normalisation and initial ramp as ``model``.
+    """DeepXDE ``FNN`` with the same layers, weights, input features and initial ramp as ``model``.
 
     Args:
         model: a :class:`mindelec.pinn.PotentialTE` on a one-scale sine MultiScaleMLP of unit ``w0``
-            (``FNN``'s ``"sin"`` is ``sin(x)``).
+            (``FNN``'s ``"sin"`` is ``sin(x)``), with or without the radial input.
 
     Returns:
         ``dde.nn.FNN`` ``(B, 3) -> (B, 1)``: the potential ``psi`` without the source's, in the dtype of
-        ``model``.
+        ``model``. Its feature transform is ours: the softened distance to the source appended (if the
+        model takes it), then the input normalisation times the sub-network's scale (``--input-frequency``).
     """
     network = model.network
-    if len(network.subnetworks) != 1 or network.scales != (1.0,):
-        raise ValueError(f"deepxde_network: model must have one sub-network of scale 1, got {network.scales}")
+    if len(network.subnetworks) != 1:
+        raise ValueError(f"deepxde_network: model must have one sub-network, got scales {network.scales}")
     mlp = network.subnetworks[0]
     if mlp.activation.w0 != 1.0:
         raise ValueError(
@@ -198,9 +202,18 @@ def deepxde_network(model: pinn.PotentialTE) -> torch.nn.Module:
         for target, layer in zip(net.linears, layers):
             target.weight.copy_(layer.weight)
             target.bias.copy_(layer.bias)
-    center, scale = network.input_center.clone(), network.input_scale.clone()
+    center, scale = network.input_center.clone(), network.input_scale.clone() * network.scales[0]
+    radial_center, softening = model.radial_center, model.radial_softening
     tau, amplitude = model.tau, model.amplitude
-    net.apply_feature_transform(lambda inputs: (inputs - center) * scale)
+
+    def features(inputs):
+        if radial_center is not None:
+            offset = inputs[:, :2] - torch.tensor(radial_center, dtype=inputs.dtype)
+            distance = torch.sqrt(offset.pow(2).sum(1, keepdim=True) + softening**2)
+            inputs = torch.cat([inputs, distance], 1)
+        return (inputs - center) * scale
+
+    net.apply_feature_transform(features)
     net.apply_output_transform(
         lambda inputs, psi: amplitude * (1 - torch.exp(-inputs[:, 2:3] / tau)) ** 2 * psi
     )
@@ -235,14 +248,14 @@ class _Monitor(dde.callbacks.Callback):
             self.reference.relative_errors(self.fields, self.scales, COMPONENTS)
 
 
-def train_deepxde(problem, scales, model, reference, batch, steps, lr, lr_decay, monitor_every):
+def train_deepxde(problem, scales, model, reference, schedule, monitor_every):
     """Train DeepXDE's copy of ``model`` (:func:`deepxde_network`) on the same problem and budget.
 
     Args:
         problem, scales: from :func:`benchmarks/pinn.build` (``batch`` points per step).
         model: the untrained :class:`mindelec.pinn.PotentialTE` whose weights DeepXDE starts from.
         reference: a :class:`TimedReference`.
-        batch, steps, lr, lr_decay: points per step, Adam steps, learning rate, final decay factor.
+        schedule: a :class:`mindelec.pinn.Schedule` of one phase (steps, learning rate per step).
         monitor_every: steps between error evaluations.
 
     Returns:
@@ -290,7 +303,8 @@ def train_deepxde(problem, scales, model, reference, batch, steps, lr, lr_decay,
     state["data"] = data
     net = deepxde_network(model)
     dde_model = dde.Model(data, net)
-    dde_model.compile("adam", lr=lr, decay=("lambda", lambda step: lr_decay ** (min(step, steps) / steps)))
+    steps = schedule.steps
+    dde_model.compile("adam", lr=schedule.lr, decay=("lambda", schedule.factor))
     monitor = _Monitor(reference, DeepXDEFields(net, formulation), scales, monitor_every)
     reference.start()
     dde_model.train(
@@ -306,17 +320,24 @@ def train_deepxde(problem, scales, model, reference, batch, steps, lr, lr_decay,
     }
 
 
-def train_ours(problem, scales, model, reference, steps, lr, monitor_every):
-    """Train ``model`` with :func:`benchmarks/pinn.train` (one time window); same record as
-    :func:`train_deepxde`."""
+def train_ours(problem, scales, model, reference, schedule, monitor_every):
+    """Train ``model`` on ``problem`` by ``schedule`` (:class:`common.pde.Trainer`, points redrawn every step,
+    the learning rate of :meth:`mindelec.pinn.Schedule.factor`); same record as :func:`train_deepxde`."""
+    trainer = schedule.trainer(
+        problem,
+        model,
+        monitor=pinn.reference_monitor(reference, scales),
+        monitor_every=monitor_every,
+        progress=False,
+    )
     reference.start()
-    trainer = pinn_benchmark.train(problem, scales, model, reference, steps, lr, monitor_every)
+    trainer.train()
     return {
         "steps": trainer.history["monitor_step"],
         "seconds": reference.seconds,
         "largest": reference.largest,
         "errors": dict(reference.errors),
-        "seconds_per_step": reference.elapsed() / steps,
+        "seconds_per_step": reference.elapsed() / schedule.steps,
     }
 
 
@@ -328,17 +349,19 @@ def time_to(run, target):
     return None
 
 
-def main():
+def parse_arguments(argv=None) -> argparse.Namespace:
+    """The command line, with the size-dependent defaults filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--quick", action="store_true", help="CI-sized run (1 ns, 200 steps; a minute or two)"
+        "--quick", action="store_true", help="CI-sized run (1 ns, 200 steps, one seed; a minute or two)"
     )
     parser.add_argument("--steps", type=int, default=None, help="Adam steps of each run (2000; quick 200)")
     parser.add_argument(
         "--batch", type=int, default=None, help="collocation points per step (1024; quick 512)"
     )
     parser.add_argument("--duration", type=float, default=None, help="simulated time (s; 2e-9, quick 1e-9)")
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (cosine decay to 1/100)")
+    parser.add_argument("--seeds", type=int, default=None, help="initial weights drawn per side (3; quick 1)")
     parser.add_argument("--monitors", type=int, default=10, help="error evaluations per run")
     parser.add_argument(
         "--sampler",
@@ -347,53 +370,66 @@ def main():
         help="our collocation points: scrambled Sobol (the suite's default) or pseudo-random (as DeepXDE's)",
     )
     parser.add_argument("--output", default=None, help="write the figures to this JSON file")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dde.config.set_default_float("float32")  # as our model
-    steps = args.steps or (200 if args.quick else 2000)
-    batch = args.batch or (512 if args.quick else 1024)
-    duration = args.duration or (1e-9 if args.quick else 2e-9)
-    monitor_every = max(steps // args.monitors, 1)
-    lr_decay = pinn_benchmark.SETTINGS["potential"][1]["lr_decay"]
+    args = parser.parse_args(argv)
+    args.steps = args.steps or (200 if args.quick else 2000)
+    args.batch = args.batch or (512 if args.quick else 1024)
+    args.duration = args.duration or (1e-9 if args.quick else 2e-9)
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    return args
 
-    setup = dataclasses.replace(pinn.PointSourceSetup(), duration=duration)
-    start = time.perf_counter()
-    reference = TimedReference(pinn.fdtd_reference(setup, cell_size=5e-3, frames=10, stride=4))
-    print(f"FDTD reference (5 mm cells, [0, {duration * 1e9:g} ns]): {time.perf_counter() - start:.1f} s")
-    problem, scales = pinn_benchmark.build(setup, batch, "potential")
-    for constraint in problem.constraints.values():
-        constraint.sampler = args.sampler
-    torch.manual_seed(0)
-    np.random.seed(0)
-    model = pinn_benchmark.plain_model(problem, "potential")
-    deepxde_run = train_deepxde(
-        problem, scales, model, reference, batch, steps, args.lr, lr_decay, monitor_every
-    )
-    ours = train_ours(problem, scales, model, reference, steps, args.lr, monitor_every)
 
+def compare(args, problem, scales, reference, seed):
+    """Both sides from the same initial weights (drawn with ``seed``); the record of each and the ratio."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    softening = 0.05 / scales.length  # the main benchmark's network: radial input, inputs times 4
+    model = pinn_benchmark.plain_model(problem, "potential", softening, 4.0)
+    schedule = pinn.Schedule(args.steps, args.lr, windows=1, whole_fraction=1.0)
+    monitor_every = max(args.steps // args.monitors, 1)
+    deepxde_run = train_deepxde(problem, scales, model, reference, schedule, monitor_every)
+    ours = train_ours(problem, scales, model, reference, schedule, monitor_every)
     target = max(max(ours["errors"].values()), max(deepxde_run["errors"].values()))
     ratio = time_to(deepxde_run, target) / time_to(ours, target)
-    results = {
-        "steps": steps,
-        "batch": batch,
-        "sampler": args.sampler,
-        "duration": duration,
-        "evaluations": steps * batch,
-        "ours": ours,
-        "deepxde": deepxde_run,
-        "target": target,
-        "ratio": ratio,
-    }
     for name, run in (("ours (forward-mode jet)", ours), ("DeepXDE (reverse-mode autograd)", deepxde_run)):
         errors = run["errors"]
         print(
-            f"{name}: {run['seconds_per_step'] * 1e3:.1f} ms/step, final Ex {errors['Ex']:.4f}  "
-            f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f} after {steps} steps x {batch} points"
+            f"seed {seed}, {name}: {run['seconds_per_step'] * 1e3:.1f} ms/step, final Ex {errors['Ex']:.4f}  "
+            f"Ey {errors['Ey']:.4f}  Hz {errors['Hz']:.4f} after {args.steps} steps x {args.batch} points"
         )
+    print(f"seed {seed}: time to largest component error {target:.4f}, DeepXDE / ours = {ratio:.2f}")
+    return {"ours": ours, "deepxde": deepxde_run, "target": target, "ratio": ratio}
+
+
+def main(argv=None):
+    args = parse_arguments(argv)
+    torch.set_num_threads(1)
+    dde.config.set_default_float("float32")  # as our model
+    setup = dataclasses.replace(pinn.PointSourceSetup(), duration=args.duration)
+    start = time.perf_counter()
+    reference = TimedReference(pinn.fdtd_reference(setup, cell_size=5e-3, frames=10, stride=4))
+    print(
+        f"FDTD reference (5 mm cells, [0, {args.duration * 1e9:g} ns]): {time.perf_counter() - start:.1f} s"
+    )
+    problem, scales = pinn_benchmark.build(setup, args.batch, "potential")
+    for constraint in problem.constraints.values():
+        constraint.sampler = args.sampler
+    runs = [compare(args, problem, scales, reference, seed) for seed in range(args.seeds)]
+    ratios = sorted(run["ratio"] for run in runs)
+    results = {
+        "arguments": vars(args),
+        "evaluations": args.steps * args.batch,
+        "runs": runs,
+        "ratios": ratios,
+    }
     if args.output:
         with open(args.output, "w") as handle:
             json.dump(results, handle, indent=1)
-    print(f"time to largest component error {target:.4f}, DeepXDE / ours = {ratio:.2f}")
+    median = ratios[len(ratios) // 2]
+    print(
+        f"time to equal error, DeepXDE / ours over {len(ratios)} seeds: median {median:.2f} "
+        f"(range {ratios[0]:.2f}-{ratios[-1]:.2f})"
+    )
+    return results
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ Modules (every public name is re-exported here: ``from mindelec import pinn; pin
 - :mod:`~mindelec.pinn.sources`: :class:`Scales`, :class:`PointSource`, :class:`PointSourceSetup`;
 - :mod:`~mindelec.pinn.residuals`, :mod:`~mindelec.pinn.problems`, :mod:`~mindelec.pinn.models`,
   :mod:`~mindelec.pinn.potential`, :mod:`~mindelec.pinn.reference` (FDTD reference solutions,
-  :func:`fdtd_reference`), as follows.
+  :func:`fdtd_reference`; :func:`fdfd_reference` for the Helmholtz problem),
+  :mod:`~mindelec.pinn.schedule`, as follows.
 
 Contents:
 
@@ -38,6 +39,9 @@ Contents:
   ranges are given, for pre-training and incremental fine-tuning), :func:`helmholtz_problem`;
 - models: :func:`default_model` (multi-scale sine network, :class:`common.nn.MultiScaleMLP`, on
   optional Fourier features), :class:`ZeroInitialFields` (zero fields at ``t = 0`` by construction);
+- schedule: :class:`Schedule` (time windows then the whole interval, warm-up and cosine decay over the
+  run), :func:`train_schedule` (the whole schedule in one call, one Adam carried over the phases),
+  :func:`fine_tune` (incremental training, :func:`freeze_early_layers`), :func:`reference_monitor`;
 - 2D TE potential formulation (``formulation="potential"``): :class:`PotentialTE` (``Ex = psi_y``,
   ``Ey = -psi_x``, ``Hz = eps_r psi_t``: two of the three equations hold exactly, derivatives in one
   forward-mode pass), :class:`PointSourcePotential` (the source's quasi-static near field, added to the
@@ -65,7 +69,7 @@ from mindelec.pinn.potential import (
     wave_potential_residual,
 )
 from mindelec.pinn.problems import helmholtz_problem, point_source_problem
-from mindelec.pinn.reference import FDTDReference, fdtd_reference
+from mindelec.pinn.reference import FDFDReference, FDTDReference, fdfd_reference, fdtd_reference
 from mindelec.pinn.residuals import (
     helmholtz_residual,
     maxwell_3d_residual,
@@ -74,6 +78,7 @@ from mindelec.pinn.residuals import (
     mur_residual,
     sommerfeld_residual,
 )
+from mindelec.pinn.schedule import Schedule, fine_tune, freeze_early_layers, reference_monitor, train_schedule
 from mindelec.pinn.sources import FIELDS, PointSource, PointSourceSetup, Scales
 
 __all__ = [
@@ -84,10 +89,15 @@ __all__ = [
     "PointSourceSetup",
     "PotentialTE",
     "Scales",
+    "Schedule",
     "ZeroInitialFields",
+    "FDFDReference",
     "FDTDReference",
     "default_model",
+    "fdfd_reference",
     "fdtd_reference",
+    "fine_tune",
+    "freeze_early_layers",
     "helmholtz_problem",
     "helmholtz_residual",
     "maxwell_3d_residual",
@@ -98,6 +108,8 @@ __all__ = [
     "mur_residual",
     "point_source_problem",
     "potential_fields",
+    "reference_monitor",
     "sommerfeld_residual",
+    "train_schedule",
     "wave_potential_residual",
 ]

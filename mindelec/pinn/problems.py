@@ -239,7 +239,9 @@ def helmholtz_problem(
         n_domain, n_boundary, boundary_weight, sampler: as :func:`point_source_problem`.
 
     Returns:
-        ``(problem, scales)``; the problem's variables are ``("x", "y")``.
+        ``(problem, scales)``; the problem's variables are ``("x", "y")`` (dimensionless, ``(x - lower) / L``
+        with ``L`` the longer side); ``problem.domain`` is that rectangle, ``problem.wavenumber`` ``k L``.
+        :func:`~mindelec.pinn.fdfd_reference` is the open-domain solution to compare with.
     """
     length = max(u - lo for lo, u in zip(lower, upper))
     scales = Scales(length, abs(source.amplitude) * VACUUM_IMPEDANCE / length, tuple(lower))
@@ -249,14 +251,15 @@ def helmholtz_problem(
     def helmholtz(points, fields):
         origin = torch.as_tensor(scales.origin, dtype=points.dtype, device=points.device)
         density = source.amplitude * source.profile(points * length + origin) * length**2
-        # s = -i omega mu_0 J in field units: k (J L^2 / amplitude) in the imaginary part
+        # s = i omega mu_0 J in field units: k (J L^2 / amplitude) in the imaginary part (the sign checked
+        # against the outgoing Hankel field of a line current, through mindelec.fdfd, in the tests)
         zeros = torch.zeros_like(density)
         return helmholtz_residual(
             points,
             fields,
             wavenumber,
             permittivity,
-            torch.stack([zeros, -wavenumber * density / abs(source.amplitude)], 1),
+            torch.stack([zeros, wavenumber * density / abs(source.amplitude)], 1),
         )
 
     def absorbing(points, fields, normals):
@@ -272,4 +275,6 @@ def helmholtz_problem(
             ),
         ],
     )
+    problem.domain, problem.point_source, problem.scales = rectangle, source, scales
+    problem.wavenumber = wavenumber
     return problem, scales

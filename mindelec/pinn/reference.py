@@ -1,6 +1,8 @@
 """FDTD reference solutions of a point-source set-up, and the PINN's relative errors against them.
 
-:func:`fdtd_reference` solves a :class:`mindelec.pinn.PointSourceSetup` with :mod:`mindelec.fdtd` (the
+:func:`fdfd_reference` is the frequency-domain counterpart (:mod:`mindelec.fdfd`) for
+:func:`~mindelec.pinn.helmholtz_problem`. :func:`fdtd_reference` solves a
+:class:`mindelec.pinn.PointSourceSetup` with :mod:`mindelec.fdtd` (the
 same smoothed source as a distributed current, the domain surrounded by a CPML, i.e. the open-domain
 solution) and samples it; :meth:`FDTDReference.relative_errors` compares a network with the samples.
 """
@@ -16,9 +18,10 @@ from torch import nn
 
 from common import pde
 from common.deprecation import renamed_arguments
+from common.units import VACUUM_IMPEDANCE
 from mindelec.pinn.sources import PointSourceSetup, Scales
 
-__all__ = ["FDTDReference", "fdtd_reference"]
+__all__ = ["FDFDReference", "FDTDReference", "fdfd_reference", "fdtd_reference"]
 
 
 @dataclasses.dataclass
@@ -143,3 +146,81 @@ def fdtd_reference(
         points[name] = torch.stack([xx.flatten(), yy.flatten(), tt.flatten()], 1)
         values[name] = frames_kept.flatten()
     return FDTDReference(points, values)
+
+
+@dataclasses.dataclass
+class FDFDReference:
+    """The FDFD field of a :func:`~mindelec.pinn.helmholtz_problem`: SI points ``(N, 2)`` and ``Ez`` phasors
+    ``(N,)`` (complex) in the problem's dimensionless units and its ``exp(-i omega t)`` convention."""
+
+    points: torch.Tensor
+    values: torch.Tensor
+
+    def relative_error(self, model: nn.Module, scales: Scales, chunk: int = 65536) -> float:
+        """Relative L2 error of ``model`` ((B, 2) dimensionless points -> (B, 2) Re, Im Ez) against the
+        samples."""
+        dtype = next(model.parameters()).dtype
+        origin = torch.tensor(scales.origin, dtype=torch.float64)
+        with torch.no_grad():
+            predicted = torch.cat(
+                [
+                    model(((part - origin) / scales.length).to(dtype)).double()
+                    for part in self.points.split(chunk)
+                ]
+            )
+        return float(pde.relative_l2(torch.view_as_complex(predicted.contiguous()), self.values))
+
+
+def fdfd_reference(
+    lower: Sequence[float],
+    upper: Sequence[float],
+    frequency: float,
+    source,
+    permittivity: float = 1.0,
+    cell_size: float = 5e-3,
+    pml_cells: int = 20,
+    stride: int = 2,
+) -> FDFDReference:
+    """Solve :func:`~mindelec.pinn.helmholtz_problem`'s set-up with :mod:`mindelec.fdfd` in the open domain.
+
+    The same smoothed source as a current density ``amplitude * g`` on the Ez nodes, a PML of ``pml_cells``
+    outside the rectangle (so the reference is the open-domain field, which the problem's Sommerfeld sides
+    approximate); FDFD's ``exp(+j omega t)`` phasor is conjugated to the problem's ``exp(-i omega t)`` and
+    divided by the problem's field unit ``|amplitude| eta_0 / L`` (:class:`Scales` of the problem).
+
+    Args:
+        lower, upper: corners of the rectangle (m); frequency: (Hz); source: a :class:`PointSource`
+            (``Jz``, amplitude in A); permittivity: relative, of the whole medium.
+        cell_size: FDFD cell size (m); pml_cells: PML thickness (cells); stride: keep every
+            ``stride``-th node.
+
+    Returns:
+        :class:`FDFDReference` on the nodes inside the rectangle.
+    """
+    from mindelec import fdfd
+
+    extent = [u - lo for lo, u in zip(lower, upper)]
+    center = [(lo + u) / 2 for lo, u in zip(lower, upper)]
+    size = [e + 2 * pml_cells * cell_size for e in extent]
+    shape = [round(s / cell_size) for s in size]
+    simulation = fdfd.Simulation(
+        size,
+        cell_size,
+        frequency,
+        torch.full(shape, float(permittivity), dtype=torch.float64),
+        pml_cells,
+        "TM",
+    )
+    axes = [axis.double() + c for axis, c in zip(simulation.coordinates, center)]
+    xx, yy = torch.meshgrid(*axes, indexing="ij")
+    nodes = torch.stack([xx.flatten(), yy.flatten()], 1)
+    density = (source.amplitude * source.profile(nodes)).reshape(xx.shape)
+    field = simulation.solve(density.to(torch.complex128))
+    keep = [
+        ((axis >= lo - 1e-12) & (axis <= u + 1e-12)).nonzero()[:, 0][::stride]
+        for axis, lo, u in zip(axes, lower, upper)
+    ]
+    inside = field[keep[0]][:, keep[1]]
+    kx, ky = torch.meshgrid(axes[0][keep[0]], axes[1][keep[1]], indexing="ij")
+    unit = abs(source.amplitude) * VACUUM_IMPEDANCE / max(extent)
+    return FDFDReference(torch.stack([kx.flatten(), ky.flatten()], 1), inside.flatten().conj() / unit)

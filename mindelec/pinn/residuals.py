@@ -164,8 +164,8 @@ def mur_residual(points, fields, normals, speed=1.0, components: Sequence[int] |
 def helmholtz_residual(points, fields, wavenumber, permittivity=1.0, source=None):
     """Frequency-domain scalar Helmholtz residual ``laplace u + k^2 eps_r u + s`` for complex ``u``.
 
-    For 2D TM (``E = Ez(x, y) exp(-i omega t)``) ``u = Ez`` and ``s = -i omega mu J``; the residual
-    is split into real and imaginary parts.
+    For 2D TM (``E = Ez(x, y) exp(-i omega t)``, so ``laplace Ez + k^2 eps_r Ez = -i omega mu J``)
+    ``u = Ez`` and ``s = i omega mu J``; the residual is split into real and imaginary parts.
 
     Args:
         points: (B, d) spatial points with ``requires_grad`` (dimensionless).

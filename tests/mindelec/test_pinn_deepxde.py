@@ -25,13 +25,15 @@ import pinn_deepxde  # noqa: E402 - benchmarks/pinn_deepxde.py
 pinn = me.pinn
 
 
-@pytest.fixture(scope="module")
-def potential():
-    """(problem, our float64 model, DeepXDE copy, points (B, 3), outward normals (B, 2))."""
+@pytest.fixture(scope="module", params=[(None, 1.0), (0.05, 4.0)], ids=["plain", "radial-input-times-4"])
+def potential(request):
+    """(problem, our float64 model, DeepXDE copy, points (B, 3), outward normals (B, 2)); the network with
+    unit inputs, and the benchmark's (radial input softened by 5 cm, inputs times 4: DeepXDE's feature
+    transform)."""
     setup = dataclasses.replace(pinn.PointSourceSetup(), duration=2e-9)
     problem, _ = pinn_deepxde.pinn_benchmark.build(setup, 64, "potential")
     torch.manual_seed(3)
-    model = pinn_deepxde.pinn_benchmark.plain_model(problem, "potential").double()
+    model = pinn_deepxde.pinn_benchmark.plain_model(problem, "potential", *request.param).double()
     with torch.no_grad():  # larger, non-zero biases everywhere, so every term of the jet matters
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
