@@ -83,19 +83,20 @@ class _Mixer:
         self.media = [default_medium] + [s.medium for s in structures]
         self.dtype, self.device = dtype, device
 
-    def _fill_fractions(self, component, structures):
-        """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
+    def _rasterize(self, component, geometry, supersample):
+        """Fill fraction (tensor of the grid shape) of ``geometry`` at ``component``'s nodes."""
         from common.geometry import rasterize
 
         grid = self.grid
         centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
         spacing = list(grid.spacing[: grid.ndim])
-        fractions = []
-        for structure in structures:
-            supersample = 1 if isinstance(structure.medium, PECSheet) else 4  # sheets: in or out
-            fill = torch.as_tensor(rasterize(structure.geometry, centers, spacing, supersample=supersample))
-            fractions.append(fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape))
-        return fractions
+        fill = torch.as_tensor(rasterize(geometry, centers, spacing, supersample=supersample))
+        return fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape)
+
+    def _fill_fractions(self, component, structures):
+        """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
+        return [self._rasterize(component, s.geometry, 1 if isinstance(s.medium, PECSheet) else 4)
+                for s in structures]
 
     def axial_conductivity(self, component, axial):
         """``sum fill * conductivity`` (S/m) of the ``AxialConductivity`` structures along ``component``."""
@@ -104,13 +105,28 @@ class _Mixer:
         return sum((fill * s.medium.conductivity for fill, s in zip(fills, along)), 0.0)
 
     def weights(self, component):
-        """Effective weight of each medium (default, then structures) at ``component``'s nodes."""
-        weights = [1.0]
+        """Effective weight of each medium (default, then structures) at ``component``'s nodes.
+
+        Later structures override earlier ones on the part of a cell they cover. Structure ``k`` keeps
+        what the union of structures ``k..n`` covers minus what the union of ``k+1..n`` covers, so
+        structures that abut or overlap within a cell share it as their geometry does. (Multiplying
+        ``1 - fill`` factors would treat their coverages as independent: two boxes meeting on a node plane
+        would leave a quarter of it to the default medium.) PEC sheets cover a node or not, so their
+        union is the largest of their fills.
+        """
         if not self.structures:
-            return weights
-        for fill in self._fill_fractions(component, self.structures):
-            weights = [w * (1 - fill) for w in weights] + [fill]
-        return weights
+            return [1.0]
+        empty = torch.zeros(self.grid.shape, dtype=self.dtype, device=self.device)
+        covered, solids, sheets = [empty], None, empty  # covered[j]: by the last j structures
+        for structure in reversed(self.structures):
+            if isinstance(structure.medium, PECSheet):
+                sheets = torch.maximum(sheets, self._rasterize(component, structure.geometry, 1))
+            else:
+                solids = structure.geometry if solids is None else structure.geometry | solids
+            solid_fill = empty if solids is None else self._rasterize(component, solids, 4)
+            covered.append(torch.maximum(solid_fill, sheets))
+        covered = covered[::-1]  # covered[k]: by structures k..n-1; covered[-1] = 0
+        return [1 - covered[0]] + [covered[k] - covered[k + 1] for k in range(len(self.structures))]
 
     def mix(self, weights, name):
         """``sum_k weight_k * medium_k.name``; a float when uniform, else a full tensor.
