@@ -94,14 +94,16 @@ def test_port_off_the_yee_cells_is_refused():
         me.fdtd.LumpedPort("feed", (0, 0, 0), (CELL,) * 3, waveform, [1e9], impedance=-50)
 
 
-def _dipole(cells):
-    """Input impedance ``(frequencies / f_half, Z)`` of a ``cells``-long wire dipole fed at its centre."""
+def _dipole_run(cells, ratios, monitors=lambda frequencies, box: []):
+    """Run a ``cells``-long wire dipole fed at its centre by a 50 ohm port, at ``ratios`` x the frequency of
+    L = lambda/2; ``monitors(frequencies, box)`` adds monitors on a closed box 2 cells inside the PML.
+    Returns ``(frequencies, result)``."""
     margin, pml = max(8, cells // 3), 8
     lower, upper = cells // 2, cells - 1 - cells // 2  # arm lengths in cells around the one-cell gap
     across = 2 * (margin + pml + 1)
     along = 2 * (max(lower, upper + 1) + margin + pml)
     half_wave = SPEED_OF_LIGHT / (2 * cells * CELL)
-    frequencies = torch.linspace(0.7, 1.2, 26) * half_wave
+    frequencies = torch.as_tensor(ratios, dtype=torch.float64) * half_wave
     waveform = me.fdtd.GaussianPulse(f0=half_wave, fwidth=1.2 * half_wave)
     port = me.fdtd.LumpedPort(
         "feed", center=(0, 0, CELL / 2), size=(CELL,) * 3, waveform=waveform, frequencies=frequencies
@@ -110,17 +112,48 @@ def _dipole(cells):
         me.fdtd.pec_sheet(center=(0, 0, -lower * CELL / 2), size=(0, 0, lower * CELL), cell_size=CELL),
         me.fdtd.pec_sheet(center=(0, 0, (1 + upper / 2) * CELL), size=(0, 0, upper * CELL), cell_size=CELL),
     ]
+    box = ((across - 2 * pml - 4) * CELL, (across - 2 * pml - 4) * CELL, (along - 2 * pml - 4) * CELL)
     sim = me.fdtd.Simulation(
         size=(across * CELL, across * CELL, along * CELL),
         cell_size=CELL,
         boundary=me.fdtd.PML(thickness=pml),
         structures=[*arms, port.resistor],
         sources=[port.source],
-        monitors=[port],
+        monitors=[port, *monitors(frequencies, box)],
         threads=1,
     )
-    result = sim.run(until=40 * cells * CELL / SPEED_OF_LIGHT, progress=False)
-    return (frequencies / half_wave).numpy(), result["feed"]["impedance"].numpy()
+    return frequencies / half_wave, sim.run(until=40 * cells * CELL / SPEED_OF_LIGHT, progress=False)
+
+
+def _dipole(cells):
+    """Input impedance ``(frequencies / f_half, Z)`` of a ``cells``-long wire dipole fed at its centre."""
+    ratio, result = _dipole_run(cells, torch.linspace(0.7, 1.2, 26))
+    return ratio.numpy(), result["feed"]["impedance"].numpy()
+
+
+def test_half_wave_dipole_power_balance_pattern_and_directivity():
+    """What the port accepts leaves through a closed flux box and reaches the far field (lossless wire in
+    vacuum); at L = lambda/2 the pattern is the half-wave dipole's cos(pi/2 cos theta)/sin theta and the
+    directivity 1.64 (thin-wire theory), within 2 % (measured 1.67)."""
+    ratio, result = _dipole_run(
+        21, [0.9, 1.0],
+        lambda frequencies, box: [me.fdtd.FluxBox("box", frequencies, (0, 0, 0), box),
+                                  me.fdtd.NearToFarMonitor("far", frequencies, (0, 0, 0), box)],
+    )
+    accepted = result["feed"]["accepted_power"]
+    far = result["far"]
+    assert torch.allclose(result["box"]["flux"].double(), accepted, rtol=5e-3)
+    assert torch.allclose(far.radiated_power.double(), accepted, rtol=5e-3)
+    assert torch.allclose(far.efficiency(accepted).double(), torch.ones(2, dtype=torch.float64), rtol=5e-3)
+    assert float(far.directivity()[1]) == pytest.approx(1.64, rel=0.02)
+    theta = torch.linspace(0.2, math.pi - 0.2, 41, dtype=torch.float64)
+    intensity = far.intensity(theta, torch.zeros_like(theta))[1].double()
+    half_wave = (torch.cos(math.pi / 2 * torch.cos(theta)) / torch.sin(theta)) ** 2
+    normalised = intensity / intensity.max()
+    # within 3 % of the peak (measured 2.3 %: the wire's current is not exactly sinusoidal), and clearly
+    # not a short dipole's sin^2 theta (13 % away)
+    assert (normalised - half_wave / half_wave.max()).abs().max() < 0.03
+    assert (normalised - torch.sin(theta) ** 2).abs().max() > 0.1
 
 
 def test_half_wave_dipole_resonates_at_the_thin_wire_resistance():
