@@ -221,6 +221,7 @@ def benchmark_page(target: Path) -> None:
         figure.savefig(figures / f"{name}.png", dpi=90)
         plt.close(figure)
         lines += ["", f"![{benchmark['title']}](figures/{name}.png)", ""]
+    lines += ["```{include} ../benchmarks-measured.md", "```", ""]
     (target / "benchmarks.md").write_text("\n".join(lines))
 
 

@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "mindelec", "mindsponge")
-MAX_LINES = 600  # "no file in the packages over about 600 lines" (the architecture section of the README)
+MAX_LINES = 600  # "no file in the packages over about 600 lines" (docs/guide/architecture.md)
 # what each package may import from the suite
 ALLOWED = {"common": {"common"}, "mindelec": {"common", "mindelec"}, "mindsponge": {"common", "mindsponge"}}
 

@@ -1,4 +1,6 @@
-"""The README's Python examples run as written, and give what the README says they give.
+"""The Python examples of the README and of the user guide (``docs/guide/*.md``) run as written, and give
+what the text says they give (a block that appears in both runs once; illustrative fragments in the guide
+use the ``{code-block}`` directive and are not run).
 
 Each example runs in a fresh interpreter; after it, a check keyed by a string the example contains asserts
 the shapes, units and numbers the README states for it, against something independent where there is one:
@@ -24,7 +26,12 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+GUIDES = sorted((README.parent / "docs" / "guide").glob("*.md"))
+BLOCKS = list(dict.fromkeys(
+    block
+    for path in [README, *GUIDES]
+    for block in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+))
 
 # key (a string the example contains) -> statements run after it, in the same interpreter
 CHECKS = {
