@@ -1,4 +1,4 @@
-"""Learned potentials (SchNet, PaiNN, MolCT) and hybrid potentials (sums, ML/MM).
+"""Learned potentials (SchNet, PaiNN, MolCT, ACENet; MACE from mace-torch) and hybrid potentials.
 
 All learned potentials share one call::
 
@@ -10,7 +10,8 @@ All learned potentials share one call::
 - :mod:`~mindsponge.potentials.base`: :class:`LearnedPotential` (elements, pairs, energy
   statistics, batches), :class:`BoundPotential`;
 - :mod:`~mindsponge.potentials.schnet`, :mod:`~mindsponge.potentials.painn`,
-  :mod:`~mindsponge.potentials.molct`: the networks;
+  :mod:`~mindsponge.potentials.molct`, :mod:`~mindsponge.potentials.ace` (equivariant,
+  many-body, MACE-style): the networks;
 - :mod:`~mindsponge.potentials.hybrid`: :class:`SumPotential`, :class:`MechanicalEmbedding`;
 - :func:`save` / :func:`load`: a model with its hyperparameters and weights in one file.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 
 from common import io
+from mindsponge.potentials.ace import ACENet
 from mindsponge.potentials.base import BoundPotential, LearnedPotential, UnknownElementError
 from mindsponge.potentials.hybrid import MechanicalEmbedding, SumPotential
 from mindsponge.potentials.molct import MolCT
@@ -27,12 +29,12 @@ from mindsponge.potentials.painn import PaiNN
 from mindsponge.potentials.schnet import SchNet
 
 __all__ = [
-    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT",
+    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT", "ACENet",
     "SumPotential", "MechanicalEmbedding", "MODELS", "save", "load", "model_state",
     "model_from_state",
 ]
 
-MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT}
+MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT, "ACENet": ACENet}
 _FORMAT = "mindsponge.potentials/1"
 
 
