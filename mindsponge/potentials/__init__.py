@@ -11,7 +11,7 @@ All learned potentials share one call::
   statistics, batches), :class:`BoundPotential`;
 - :mod:`~mindsponge.potentials.schnet`, :mod:`~mindsponge.potentials.painn`,
   :mod:`~mindsponge.potentials.molct`, :mod:`~mindsponge.potentials.ace` (equivariant,
-  many-body, MACE-style): the networks;
+  many-body, MACE-style): the networks; :mod:`~mindsponge.potentials.mace`: mace-torch's MACE;
 - :mod:`~mindsponge.potentials.hybrid`: :class:`SumPotential`, :class:`MechanicalEmbedding`;
 - :func:`save` / :func:`load`: a model with its hyperparameters and weights in one file.
 """
@@ -24,17 +24,18 @@ from common import io
 from mindsponge.potentials.ace import ACENet
 from mindsponge.potentials.base import BoundPotential, LearnedPotential, UnknownElementError
 from mindsponge.potentials.hybrid import MechanicalEmbedding, SumPotential
+from mindsponge.potentials.mace import MACE
 from mindsponge.potentials.molct import MolCT
 from mindsponge.potentials.painn import PaiNN
 from mindsponge.potentials.schnet import SchNet
 
 __all__ = [
-    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT", "ACENet",
+    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT", "ACENet", "MACE",
     "SumPotential", "MechanicalEmbedding", "MODELS", "save", "load", "model_state",
     "model_from_state",
 ]
 
-MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT, "ACENet": ACENet}
+MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT, "ACENet": ACENet, "MACE": MACE}
 _FORMAT = "mindsponge.potentials/1"
 
 
@@ -42,6 +43,9 @@ def model_state(model: LearnedPotential) -> dict:
     """The class name, hyperparameters and weights of a learned potential (a plain dict)."""
     if type(model).__name__ not in MODELS:
         raise TypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
+    if model.hyperparameters is None:
+        raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from hyperparameters: "
+                        f"save that module itself (torch.save(model.mace_model, path))")
     return {"format": _FORMAT, "class": type(model).__name__, "hyperparameters": dict(model.hyperparameters),
             "state_dict": model.state_dict()}
 
