@@ -44,8 +44,8 @@ def model_state(model: LearnedPotential) -> dict:
     if type(model).__name__ not in MODELS:
         raise TypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
     if model.hyperparameters is None:
-        raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from hyperparameters: "
-                        f"save that module itself (torch.save(model.mace_model, path))")
+        raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from "
+                        f"hyperparameters: save that module itself (torch.save(model.mace_model, path))")
     return {"format": _FORMAT, "class": type(model).__name__, "hyperparameters": dict(model.hyperparameters),
             "state_dict": model.state_dict()}
 

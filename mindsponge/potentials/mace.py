@@ -40,8 +40,8 @@ def _import_mace():
             from e3nn import o3
             from mace import modules
     except ImportError as error:
-        raise ImportError(f"ms.potentials.MACE needs the mace-torch package ({error}); pip install mace-torch "
-                          f"(it is in the dev extra and keeps the installed torch)") from error
+        raise ImportError(f"ms.potentials.MACE needs the mace-torch package ({error}); pip install "
+                          f"mace-torch (it is in the dev extra and keeps the installed torch)") from error
     return modules, o3
 
 
@@ -51,7 +51,7 @@ def build_mace_model(cutoff: float, features: int, interactions: int, max_l: int
     to degree ``hidden_l``, spherical harmonics up to ``max_l``, ``correlation`` order, ``n_basis``
     Bessel functions, zero ``E0`` references) with the standard residual interaction blocks."""
     modules, o3 = _import_mace()
-    hidden = "+".join(f"{features}x{degree}{'e' if degree % 2 == 0 else 'o'}" for degree in range(hidden_l + 1))
+    hidden = "+".join(f"{features}x{degree}{'eo'[degree % 2]}" for degree in range(hidden_l + 1))
     blocks = modules.interaction_classes
     return modules.MACE(
         r_max=cutoff * _ANGSTROM_PER_NM, num_bessel=n_basis, num_polynomial_cutoff=6, max_ell=max_l,

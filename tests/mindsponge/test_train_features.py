@@ -57,7 +57,8 @@ def test_energy_references_reproduce_additive_energies():
     compositions = [rng.choice([1, 6, 8], size=rng.integers(2, 7)) for _ in range(30)]
     numbers = torch.tensor(np.concatenate(compositions))
     batch = torch.repeat_interleave(torch.arange(30), torch.tensor([len(c) for c in compositions]))
-    energies = torch.tensor([sum(ELEMENT_ENERGY[int(z)] for z in c) for c in compositions], dtype=torch.float64)
+    energies = torch.tensor([sum(ELEMENT_ENERGY[int(z)] for z in c) for c in compositions],
+                            dtype=torch.float64)
     model = small_model()
     model.fit_statistics(energies, numbers, batch)
     references = {z: float(model.element_shift[model.elements.index(z)]) for z in ELEMENT_ENERGY}
@@ -73,7 +74,8 @@ def test_splits_random_grouped_and_stored(tmp_path):
     assert sorted(sum(random.values(), [])) == list(range(40))
     assert [len(random[k]) for k in ("train_indices", "validation_indices", "test_indices")] == [24, 8, 8]
     grouped = make_split(data, 0.25, 0.25, by="group", seed=1)
-    parts = [set(data.groups[grouped[k]].tolist()) for k in ("train_indices", "validation_indices", "test_indices")]
+    names = ("train_indices", "validation_indices", "test_indices")
+    parts = [set(data.groups[grouped[k]].tolist()) for k in names]
     assert len(parts[1]) == 2 and len(parts[2]) == 2 and len(parts[0]) == 4
     assert not (parts[0] & parts[1]) and not (parts[0] & parts[2]) and not (parts[1] & parts[2])
     with pytest.raises(DatasetError, match="'group' column"):
@@ -139,7 +141,7 @@ def test_moving_average_is_what_is_validated_and_saved(tmp_path):
     averaged.fit(epochs=2)
     state = load_checkpoint(checkpoint, kind="mindsponge.train")
     saved = [state["model"]["state_dict"][name] for name, _ in averaged.model.named_parameters()]
-    for value, expected, raw in zip(saved, average, steps[-1], strict=True):
+    for value, expected in zip(saved, average, strict=True):
         torch.testing.assert_close(value, expected, atol=1e-12, rtol=1e-10)
     for raw_saved, raw in zip(state["extra"]["training_weights"], steps[-1], strict=True):
         torch.testing.assert_close(raw_saved, raw, atol=0, rtol=0)
