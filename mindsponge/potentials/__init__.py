@@ -1,4 +1,4 @@
-"""Learned potentials (SchNet, PaiNN, MolCT) and hybrid potentials (sums, ML/MM).
+"""Learned potentials (SchNet, PaiNN, MolCT, ACENet; MACE from mace-torch) and hybrid potentials.
 
 All learned potentials share one call::
 
@@ -10,7 +10,8 @@ All learned potentials share one call::
 - :mod:`~mindsponge.potentials.base`: :class:`LearnedPotential` (elements, pairs, energy
   statistics, batches), :class:`BoundPotential`;
 - :mod:`~mindsponge.potentials.schnet`, :mod:`~mindsponge.potentials.painn`,
-  :mod:`~mindsponge.potentials.molct`: the networks;
+  :mod:`~mindsponge.potentials.molct`, :mod:`~mindsponge.potentials.ace` (equivariant,
+  many-body, MACE-style): the networks; :mod:`~mindsponge.potentials.mace`: mace-torch's MACE;
 - :mod:`~mindsponge.potentials.hybrid`: :class:`SumPotential`, :class:`MechanicalEmbedding`;
 - :func:`save` / :func:`load`: a model with its hyperparameters and weights in one file.
 """
@@ -20,19 +21,21 @@ from __future__ import annotations
 import os
 
 from common import io
+from mindsponge.potentials.ace import ACENet
 from mindsponge.potentials.base import BoundPotential, LearnedPotential, UnknownElementError
 from mindsponge.potentials.hybrid import MechanicalEmbedding, SumPotential
+from mindsponge.potentials.mace import MACE
 from mindsponge.potentials.molct import MolCT
 from mindsponge.potentials.painn import PaiNN
 from mindsponge.potentials.schnet import SchNet
 
 __all__ = [
-    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT",
+    "LearnedPotential", "BoundPotential", "UnknownElementError", "SchNet", "PaiNN", "MolCT", "ACENet", "MACE",
     "SumPotential", "MechanicalEmbedding", "MODELS", "save", "load", "model_state",
     "model_from_state",
 ]
 
-MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT}
+MODELS = {"SchNet": SchNet, "PaiNN": PaiNN, "MolCT": MolCT, "ACENet": ACENet, "MACE": MACE}
 _FORMAT = "mindsponge.potentials/1"
 
 
@@ -40,6 +43,9 @@ def model_state(model: LearnedPotential) -> dict:
     """The class name, hyperparameters and weights of a learned potential (a plain dict)."""
     if type(model).__name__ not in MODELS:
         raise TypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
+    if model.hyperparameters is None:
+        raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from "
+                        f"hyperparameters: save that module itself (torch.save(model.mace_model, path))")
     return {"format": _FORMAT, "class": type(model).__name__, "hyperparameters": dict(model.hyperparameters),
             "state_dict": model.state_dict()}
 

@@ -8,7 +8,7 @@ import torch
 import mindsponge as ms
 from mindsponge.potentials import MODELS, MechanicalEmbedding, SumPotential, UnknownElementError
 
-MODEL_NAMES = sorted(MODELS)
+MODEL_NAMES = sorted(set(MODELS) - {"MACE"})  # mace-torch: tests/mindsponge/test_potentials_mace.py
 
 
 def ethanol():
@@ -100,7 +100,7 @@ def test_periodic_images(name):
     assert model.neighbors.n_builds > 0
     torch.testing.assert_close(supercell_energy, 8 * cell_energy, atol=1e-8, rtol=1e-10)
     # the periodic cell is not the same atoms in vacuum: images really interact
-    assert abs(float((cell_energy - model(crystal, numbers)).detach())) > 1e-2
+    assert abs(float((cell_energy - model(crystal, numbers)).detach())) > 1e-3  # round-off: 1e-9
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
