@@ -37,10 +37,12 @@ class Face:
 
     @property
     def tangential(self):
+        """The two axes (0, 1, 2) along the face, in cyclic order after its normal."""
         return (self.axis + 1) % 3, (self.axis + 2) % 3
 
     @property
     def label(self):
+        """``"+x"``, ``"-y"``...: the side of the box and the axis of its outward normal."""
         return ("+" if self.sign > 0 else "-") + AXES[self.axis]
 
 

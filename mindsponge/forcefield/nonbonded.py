@@ -83,7 +83,7 @@ in float64. The backends are built once per term; each call only picks the analy
 differentiable one and whether the kernels apply (``compiled=False``,
 ``MINDSCIENCE_NO_EXTENSIONS=1``, no compiler, CUDA select torch). All give the same values to
 round-off; the tests compare them with each other and with OpenMM's Reference platform.
-Measured speeds are in ``benchmarks/md_energy.py``, ``benchmarks/md_dynamics.py`` and the documentation's benchmark page.
+Measured speeds: ``benchmarks/md_energy.py``, ``benchmarks/md_dynamics.py`` and the docs' benchmark page.
 
 The net PME force is not exactly zero (B-spline interpolation is not translation invariant
 on the grid); OpenMM has the same small net force.

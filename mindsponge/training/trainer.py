@@ -159,9 +159,9 @@ class Trainer:
         self.test = self.data.subset(torch.as_tensor(split.get("test_indices", []), dtype=torch.long))
 
     # the loop's state, under the names this class always had
-    optimizer = property(lambda self: self.loop.optimizer)
-    scheduler = property(lambda self: self.loop.scheduler)
-    threads = property(lambda self: self.loop.threads)
+    optimizer = property(lambda self: self.loop.optimizer, doc="The Adam optimiser (``torch.optim.Adam``).")
+    scheduler = property(lambda self: self.loop.scheduler, doc="The reduce-on-plateau learning-rate schedule")
+    threads = property(lambda self: self.loop.threads, doc="CPU threads :meth:`fit` uses.")
     history = property(lambda self: self.loop.history, doc="The :class:`common.training.History`.")
     epoch = property(lambda self: self.loop.done, doc="Epochs done.")
     best_loss = property(lambda self: self.loop.best_score, doc="The lowest validation loss so far.")
