@@ -185,7 +185,8 @@ def patch_antenna(params: dict, setup: PatchSetup | None = None, threads: int | 
 
     Returns:
         ``(simulation, port)``: a 3D :class:`mindelec.fdtd.Simulation` and its
-        :class:`~mindelec.fdtd.LumpedPort` named ``"feed"`` (``simulation.run(until=setup.duration)["feed"]["s11"]`` is the complex S11).
+        :class:`~mindelec.fdtd.LumpedPort` named ``"feed"``
+        (``simulation.run(until=setup.duration)["feed"]["s11"]`` is the complex S11).
 
     Raises:
         ConfigurationError: for a missing or non-physical parameter, or a feed line off the patch.
