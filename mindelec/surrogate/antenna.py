@@ -148,6 +148,7 @@ def train_ensemble(
     members: int = 3,
     model_options: dict | None = None,
     split_options: dict | None = None,
+    train_limit: int | None = None,
     **fit_options,
 ) -> tuple[Ensemble, list]:
     """Train ``members`` surrogates of complex S11 on the training designs of a sweep, resumably.
@@ -160,6 +161,8 @@ def train_ensemble(
         members: ensemble size; member ``k`` uses seed ``k`` (initial weights, validation split, shuffling).
         model_options: :class:`SParameterSurrogate` options (``frequency_features``, ``conditioning``...).
         split_options: :func:`design_split` options.
+        train_limit: train on the first ``train_limit`` training designs only (a learning curve at a
+            fixed held-out set); the returned ensemble's ``split["train"]`` lists those.
         **fit_options: :func:`fit` options (``epochs``, ``lr``, ``progress``...).
 
     Returns:
@@ -174,6 +177,12 @@ def train_ensemble(
     split = _stored_split(
         folder, design_split(sweep["sample_id"], sweep["parameters"], **(split_options or {}))
     )
+    if train_limit is not None:
+        if not 2 <= train_limit <= len(split["train"]):
+            raise ValueError(
+                f"train_ensemble: train_limit must be in [2, {len(split['train'])}], got {train_limit}"
+            )
+        split = {**split, "train": split["train"][:train_limit]}
     rows = _rows(sweep, split["train"])
     parameters, s = sweep["parameters"][rows], sweep["s"][rows]
     models, histories = [], []
