@@ -308,7 +308,12 @@ def _layers(voxels: torch.Tensor) -> torch.Tensor:
 
 
 def voxel_autoencoder(
-    voxels: torch.Tensor, held_out: torch.Tensor, latent_channels: int = 4, levels: int = 3, **fit_options
+    voxels: torch.Tensor,
+    held_out: torch.Tensor,
+    latent_channels: int = 4,
+    levels: int = 3,
+    seed: int = 0,
+    **fit_options,
 ) -> tuple[ConvAutoencoder, dict[str, float]]:
     """Train a :class:`ConvAutoencoder` on voxel tensors and score it on voxels it never saw.
 
@@ -317,6 +322,7 @@ def voxel_autoencoder(
             ``nx`` and ``ny`` multiples of ``2^levels``.
         held_out: ``(M, C, nx, ny, nz)`` geometries for the score.
         latent_channels, levels: of the autoencoder.
+        seed: of the initial weights (``torch.manual_seed``) and of :func:`fit`'s split and shuffling.
         **fit_options: :func:`fit` options.
 
     Returns:
@@ -325,9 +331,10 @@ def voxel_autoencoder(
         ``train_relative_error``. ``model.encode(_layers(v))`` is the latent code.
     """
     train, test = _layers(voxels).float(), _layers(held_out).float()
+    torch.manual_seed(seed)
     model = ConvAutoencoder(train.shape[1], latent_channels, levels=levels)
     model.set_normalization(train)
-    fit(model, train, train, **fit_options)
+    fit(model, train, train, seed=seed, **fit_options)
     with torch.no_grad():
         report = {
             "compression_ratio": model.compression_ratio,
