@@ -208,3 +208,20 @@ def test_voxel_autoencoder_round_trip_on_unseen_patch_geometries():
     )
     assert report["compression_ratio"] == pytest.approx(2 * 4 * 16 / 2)
     assert report["relative_error"] < 0.6 * mean_error
+
+
+def test_patch_antenna_cells_follow_the_design_and_bad_designs_are_refused():
+    from common.errors import ConfigurationError
+
+    setup = antennas.PatchSetup(n_length=8, n_width=8, n_height=1, line_cells=4, margin=3, air_cells=6, pml=5)
+    design = {"length": 12e-3, "width": 16e-3, "feed_offset": 0.2, "permittivity": 3.0, "height": 0.8e-3}
+    simulation, port = antennas.patch_antenna(design, setup)
+    assert simulation.grid.spacing == pytest.approx((16e-3 / 8, 12e-3 / 8, 0.8e-3))
+    assert simulation.grid.shape == (2 * (5 + 3) + 8, 2 * 5 + 2 + 4 + 8 + 3, 2 * 5 + 1 + 1 + 6)
+    assert port.impedance == 50.0
+    with pytest.raises(ConfigurationError, match="feed_offset"):
+        antennas.patch_antenna({**design, "feed_offset": 0.45}, setup)
+    with pytest.raises(ConfigurationError, match="missing"):
+        antennas.patch_antenna({"length": 12e-3}, setup)
+    with pytest.raises(ConfigurationError, match="even"):
+        antennas.PatchSetup(n_width=7)
