@@ -277,8 +277,9 @@ def _plot(run, sim, result, folder):
     figure.savefig(folder / "field.png", dpi=110)
     plt.close(figure)
 
-    low = run.output.spectrum_min or max(0.1 * run.sources[0].frequency,
-                                         run.sources[0].frequency - run.sources[0].fwidth)
+    low = run.output.spectrum_min or max(
+        0.1 * run.sources[0].frequency, run.sources[0].frequency - run.sources[0].fwidth
+    )
     high = run.output.spectrum_max or run.sources[0].frequency + run.sources[0].fwidth
     frequencies = torch.linspace(low, high, run.output.spectrum_points, dtype=torch.float64)
     times = result.times.to(torch.float64)
@@ -330,7 +331,12 @@ def main(argv=None):
     run.add_argument("config", help="path of the TOML configuration (see mindelec/examples/dipole2d.toml)")
     run.add_argument("--output", help="output folder (default: <config name>_output)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    from mindelec.surrogate.cli import add_surrogate_commands, surrogate_command
+
+    add_surrogate_commands(commands)
     arguments = parser.parse_args(argv)
+    if arguments.command == "surrogate":
+        return surrogate_command(arguments)
     try:
         folder = run_command(arguments.config, arguments.output, progress=not arguments.quiet)
     except (ValueError, TypeError, FileNotFoundError) as error:

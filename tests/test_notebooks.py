@@ -16,7 +16,9 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
 - ``em_fdtd_basics``: the FDTD field along the axis against the Hankel-function solution it plots (median
   amplitude ratio within 5 % of 1 beyond one wavelength from the source).
 - ``em_antenna``: "the first deep |S11| dip near 7.5 GHz" of Sheen et al.'s patch antenna: within 4 % of
-  7.5 GHz on the small (coarse) grid, which narrows the feed line and moves it by 0.4 mm.
+  7.5 GHz on the small (coarse) grid, which narrows the feed line and moves it by 0.4 mm; and "everything
+  the port accepts is radiated": the far field's radiated power within 10 % of the port's accepted power
+  at every pattern frequency.
 
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
@@ -54,6 +56,8 @@ assert float(error_db) < float(baseline_db), (float(error_db), float(baseline_db
 """,
     "em_antenna": """
 assert abs(resonance - 7.5e9) <= 0.04 * 7.5e9, resonance
+efficiency = far.efficiency(feed["accepted_power"][::10])
+assert ((efficiency - 1).abs() < 0.1).all(), efficiency  # lossless board: radiated = accepted
 """,
     "em_fdtd_basics": """
 beyond = np.abs(x) > wavelength

@@ -17,6 +17,9 @@
   weights kept, atomic checkpoints from which a killed run resumes bit for bit, a
   :class:`common.training.History`, and data-parallel training under ``torchrun`` through
   ``common.parallel.DistributedContext``.
+* :mod:`~mindelec.surrogate.antenna`: the 3D antenna workflow: a stored held-out and extrapolation
+  design split, resumable ensembles (:func:`train_ensemble`, :class:`Ensemble`), held-out scores that refuse
+  training designs (:func:`evaluate`), :func:`inverse_design`, and :func:`voxel_autoencoder`.
 * :func:`export_touchstone` and :func:`plot_comparison`: predicted and simulated S-parameters as
   Touchstone files (scikit-rf, via :mod:`mindelec.ports`) and a comparison plot.
 
@@ -33,6 +36,7 @@ autoencoder) and :mod:`~mindelec.surrogate.export` (Touchstone files and plots).
 """
 
 from common.training import CHECKPOINT_FORMAT
+from mindelec.surrogate.antenna import Ensemble, evaluate, inverse_design, train_ensemble, voxel_autoencoder
 from mindelec.surrogate.export import export_touchstone, plot_comparison
 from mindelec.surrogate.fields import ConvAutoencoder, FieldSurrogate, load_field_dataset
 from mindelec.surrogate.sparameters import SParameterSurrogate, load_sweep, train_sparameter_surrogate
@@ -51,4 +55,9 @@ __all__ = [
     "export_touchstone",
     "plot_comparison",
     "db",
+    "Ensemble",
+    "train_ensemble",
+    "evaluate",
+    "inverse_design",
+    "voxel_autoencoder",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -93,6 +94,11 @@ class SParameterSurrogate(nn.Module):
         frequencies: ``(F,)`` the frequency axis (Hz) the model predicts on.
         outputs: names of the ``K`` S-parameters (e.g. ``("s11", "s21")``).
         hidden_features, hidden_layers, activation: of the MLP.
+        frequency_features: ``k`` adds multi-scale Fourier features of the scaled frequency ``u``,
+            ``sin(2^j pi u), cos(2^j pi u)`` for ``j < k``, to the network's input (the "multi-frequency"
+            conditioning: sharp resonances need more than a linear frequency input); ``0``: ``u`` only.
+        conditioning: ``"frequency"`` (the above, one network evaluated at every frequency) or
+            ``"none"``: a plain MLP from the parameters to all ``F K`` outputs at once (the baseline).
 
     Shapes:
         :meth:`forward`: ``(B, P)`` parameters (SI units) -> ``(B, F, K, 2)`` standardised features
@@ -107,8 +113,17 @@ class SParameterSurrogate(nn.Module):
         hidden_features: int = 128,
         hidden_layers: int = 4,
         activation: str = "silu",
+        frequency_features: int = 0,
+        conditioning: str = "frequency",
     ):
         super().__init__()
+        if conditioning not in ("frequency", "none") or not (
+            isinstance(frequency_features, int) and frequency_features >= 0
+        ):
+            raise ValueError(
+                "SParameterSurrogate: conditioning must be 'frequency' or 'none' and frequency_features a "
+                f"non-negative integer, got {conditioning!r}, {frequency_features!r}"
+            )
         self.parameter_names, self.outputs = tuple(parameter_names), tuple(outputs)
         if not self.parameter_names or not self.outputs:
             raise ValueError("SParameterSurrogate: parameter_names and outputs must not be empty")
@@ -119,12 +134,25 @@ class SParameterSurrogate(nn.Module):
             "hidden_features": hidden_features,
             "hidden_layers": hidden_layers,
             "activation": activation,
+            "frequency_features": frequency_features,
+            "conditioning": conditioning,
         }
         parameters, outputs_count = len(self.parameter_names), len(self.outputs)
-        self.network = MLP(parameters + 1, 2 * outputs_count, hidden_features, hidden_layers, activation)
         self.register_buffer("frequencies", frequencies)
         span = (frequencies[-1] - frequencies[0]).clamp(min=1.0)
-        self.register_buffer("scaled_frequencies", ((frequencies - frequencies[0]) / span * 2 - 1).float())
+        scaled = ((frequencies - frequencies[0]) / span * 2 - 1).float()
+        octaves = (2.0 ** torch.arange(frequency_features, dtype=torch.float32)) * math.pi * scaled[:, None]
+        # (F, 1 + 2 k): the frequency inputs of the network
+        self.register_buffer(
+            "scaled_frequencies", torch.cat([scaled[:, None], octaves.sin(), octaves.cos()], 1)
+        )
+        if conditioning == "frequency":
+            width = parameters + self.scaled_frequencies.shape[1]
+            self.network = MLP(width, 2 * outputs_count, hidden_features, hidden_layers, activation)
+        else:
+            self.network = MLP(
+                parameters, 2 * outputs_count * len(frequencies), hidden_features, hidden_layers, activation
+            )
         self.register_buffer("input_shift", torch.zeros(parameters))
         self.register_buffer("input_scale", torch.ones(parameters))
         self.register_buffer("output_shift", torch.zeros(outputs_count, 2))  # one per S-parameter and part,
@@ -170,10 +198,12 @@ class SParameterSurrogate(nn.Module):
             self.scaled_frequencies
         )
         count, frequencies = len(scaled), len(self.scaled_frequencies)
+        if self.options["conditioning"] == "none":
+            return self.network(scaled).reshape(count, frequencies, len(self.outputs), 2)
         inputs = torch.cat(
             [
                 scaled[:, None, :].expand(-1, frequencies, -1),
-                self.scaled_frequencies[None, :, None].expand(count, -1, -1),
+                self.scaled_frequencies[None].expand(count, -1, -1),
             ],
             -1,
         )

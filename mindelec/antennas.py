@@ -1,0 +1,334 @@
+"""A parametric microstrip patch antenna with an offset microstrip feed, simulated by 3D FDTD.
+
+The family (the Sheen et al. 1990 patch, parameterised): a PEC ground plane under a substrate of
+relative ``permittivity`` and thickness ``height``, a rectangular PEC patch ``length`` (along y, the
+resonant dimension, the direction of the feed) by ``width`` (along x) on top, fed by a microstrip line
+running along y into the patch's lower edge, its centre ``feed_offset * width`` off the patch's centre
+line; a 50 ohm :class:`mindelec.fdtd.LumpedPort` between ground and line at the line's start gives the
+complex S11 over a wide band.
+
+Every design is drawn on the same number of cells: the cell edges are ``(width / n_width,
+length / n_length, height / n_height)``, so the patch's length, width and the substrate's height are
+exact for every value (S11 moves smoothly with them, not in steps of a fixed grid) while the feed
+offset takes whole cells (``round(feed_offset * n_width)``; the sample records the value used). The
+feed line is ``strip_cells`` cells wide (a fixed fraction of the width), the margins, air and PML
+a fixed number of cells. The time step follows the smallest cell edge (``dz``).
+
+* :func:`patch_antenna` - the :class:`mindelec.fdtd.Simulation` and its port for one design;
+* :func:`patch_antenna_sample` - the ``common.datasets`` generator
+  (``"mindelec.antennas:patch_antenna_sample"``): one FDTD run -> ``frequencies``, ``s11_real``,
+  ``s11_imag``, ``s11_db``, ``resonance``, ``feed_offset_used``;
+* :func:`patch_voxels` - the design as voxels on a fixed reference Yee grid, for geometry encoders.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from common.errors import ConfigurationError
+
+__all__ = ["PARAMETERS", "SAMPLE_KEYS", "PatchSetup", "patch_antenna", "patch_antenna_sample", "patch_voxels"]
+
+#: the design parameters (SI units; ``feed_offset`` is a fraction of the width)
+PARAMETERS = ("length", "width", "feed_offset", "permittivity", "height")
+#: the keys of every :func:`patch_antenna_sample` result
+SAMPLE_KEYS = ("frequencies", "s11_real", "s11_imag", "s11_db", "resonance", "feed_offset_used")
+
+
+@dataclass(frozen=True)
+class PatchSetup:
+    """The fixed part of the family: cell counts, band, excitation and run length.
+
+    Args:
+        n_length, n_width, n_height: cells along the patch's length, width and the substrate's height
+            (``n_width`` and ``strip_cells`` even, so that the feed line sits on whole cells).
+        strip_cells: width of the feed line (cells along x).
+        line_cells: length of the feed line from the port to the patch (cells along y).
+        margin: cells of substrate and ground around the patch (x and beyond its far edge).
+        air_cells: cells of air above the substrate.
+        pml: PML thickness (cells).
+        f_min, f_max, n_frequencies: the linear frequency axis (Hz).
+        duration: simulated time (s).
+    """
+
+    n_length: int = 12
+    n_width: int = 12
+    n_height: int = 2
+    strip_cells: int = 2
+    line_cells: int = 6
+    margin: int = 4
+    air_cells: int = 8
+    pml: int = 6
+    f_min: float = 3e9
+    f_max: float = 12e9
+    n_frequencies: int = 91
+    duration: float = 3e-9
+
+    def __post_init__(self):
+        counts = {
+            k: v
+            for k, v in asdict(self).items()
+            if k.startswith(("n_", "strip", "line", "margin", "air", "pml"))
+        }
+        for key, value in counts.items():
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigurationError(f"PatchSetup: {key} must be a positive integer, got {value!r}")
+        if self.n_width % 2 or self.strip_cells % 2:
+            raise ConfigurationError(
+                f"PatchSetup: n_width ({self.n_width}) and strip_cells ({self.strip_cells}) must be even"
+            )
+        if not 0 < self.f_min < self.f_max or self.n_frequencies < 2 or self.duration <= 0:
+            raise ConfigurationError(
+                f"PatchSetup: need 0 < f_min < f_max (Hz), n_frequencies >= 2 and duration > 0 (s), got "
+                f"{self.f_min}, {self.f_max}, {self.n_frequencies}, {self.duration}"
+            )
+
+    @property
+    def frequencies(self) -> torch.Tensor:
+        """``(n_frequencies,)`` float64, Hz."""
+        return torch.linspace(self.f_min, self.f_max, self.n_frequencies, dtype=torch.float64)
+
+
+def _design(params) -> dict[str, float]:
+    missing = [name for name in PARAMETERS if name not in params]
+    if missing:
+        raise ConfigurationError(f"patch antenna: parameters {missing} missing (needs {list(PARAMETERS)})")
+    values = {name: float(params[name]) for name in PARAMETERS}
+    for name in ("length", "width", "height"):
+        if not (math.isfinite(values[name]) and 0 < values[name] < 1.0):
+            raise ConfigurationError(
+                f"patch antenna: {name} must be a length in (0, 1) m, got {values[name]}"
+            )
+    if not (math.isfinite(values["permittivity"]) and values["permittivity"] >= 1):
+        raise ConfigurationError(f"patch antenna: permittivity must be >= 1, got {values['permittivity']}")
+    return values
+
+
+def _feed_cells(offset: float, setup: PatchSetup) -> int:
+    cells = round(offset * setup.n_width)
+    if not (math.isfinite(offset) and abs(cells) + setup.strip_cells // 2 <= setup.n_width // 2):
+        raise ConfigurationError(
+            f"patch antenna: feed_offset {offset} (fraction of the width) puts the feed line "
+            f"({setup.strip_cells} of {setup.n_width} cells) off the patch; keep |feed_offset| <= "
+            f"{(setup.n_width - setup.strip_cells) / (2 * setup.n_width):.3f}"
+        )
+    return cells
+
+
+def _layout(values, setup: PatchSetup) -> dict:
+    """Node indices of every part and the domain (cells, m)."""
+    cell = (
+        values["width"] / setup.n_width,
+        values["length"] / setup.n_length,
+        values["height"] / setup.n_height,
+    )
+    counts = (
+        2 * (setup.pml + setup.margin) + setup.n_width,
+        2 * setup.pml + 2 + setup.line_cells + setup.n_length + setup.margin,
+        2 * setup.pml + 1 + setup.n_height + setup.air_cells,
+    )
+    i_patch = setup.pml + setup.margin
+    i_line = i_patch + setup.n_width // 2 + _feed_cells(values["feed_offset"], setup) - setup.strip_cells // 2
+    j_port = setup.pml + 2
+    k_ground = setup.pml + 1
+    return {
+        "cell": cell,
+        "counts": counts,
+        "size": tuple(n * d for n, d in zip(counts, cell)),
+        "i_patch": i_patch,
+        "i_line": i_line,
+        "j_port": j_port,
+        "j_patch": j_port + setup.line_cells,
+        "k_ground": k_ground,
+        "k_top": k_ground + setup.n_height,
+    }
+
+
+def _node(layout, axis, index) -> float:
+    return -layout["size"][axis] / 2 + index * layout["cell"][axis]
+
+
+def _metal(layout, setup: PatchSetup, fdtd):
+    """Ground, patch and feed line as zero-thickness PEC sheets."""
+
+    def sheet(i0, i1, j0, j1, k):
+        center = (
+            (_node(layout, 0, i0) + _node(layout, 0, i1)) / 2,
+            (_node(layout, 1, j0) + _node(layout, 1, j1)) / 2,
+            _node(layout, 2, k),
+        )
+        size = ((i1 - i0) * layout["cell"][0], (j1 - j0) * layout["cell"][1], 0.0)
+        return fdtd.pec_sheet(center, size, cell_size=layout["cell"])
+
+    size = layout["size"]
+    ground = fdtd.pec_sheet(
+        (0, 0, _node(layout, 2, layout["k_ground"])), (size[0], size[1], 0), layout["cell"]
+    )
+    i, j, k = layout["i_patch"], layout["j_patch"], layout["k_top"]
+    patch = sheet(i, i + setup.n_width, j, j + setup.n_length, k)
+    line = sheet(layout["i_line"], layout["i_line"] + setup.strip_cells, layout["j_port"], j, k)
+    return [ground, patch, line]
+
+
+def patch_antenna(params: dict, setup: PatchSetup | None = None, threads: int | None = 1):
+    """The FDTD model of one design.
+
+    Args:
+        params: ``length``, ``width``, ``height`` (m), ``permittivity``, ``feed_offset`` (fraction of
+            the width).
+        setup: the fixed part (default :class:`PatchSetup()`).
+        threads: CPU threads of the run.
+
+    Returns:
+        ``(simulation, port)``: a 3D :class:`mindelec.fdtd.Simulation` and its
+        :class:`~mindelec.fdtd.LumpedPort` named ``"feed"``
+        (``simulation.run(until=setup.duration)["feed"]["s11"]`` is the complex S11).
+
+    Raises:
+        ConfigurationError: for a missing or non-physical parameter, or a feed line off the patch.
+    """
+    from common.geometry import Box
+    from mindelec import fdtd
+
+    setup = setup or PatchSetup()
+    values = _design(params)
+    layout = _layout(values, setup)
+    size, (dx, dy, dz) = layout["size"], layout["cell"]
+    substrate = fdtd.Structure(
+        Box(
+            (-size[0], -size[1], _node(layout, 2, layout["k_ground"])),
+            (size[0], size[1], _node(layout, 2, layout["k_top"])),
+        ),
+        fdtd.Medium(permittivity=values["permittivity"]),
+    )
+    i_line = layout["i_line"]
+    port = fdtd.LumpedPort(
+        "feed",
+        center=(
+            (_node(layout, 0, i_line) + _node(layout, 0, i_line + setup.strip_cells)) / 2,
+            _node(layout, 1, layout["j_port"]),
+            (_node(layout, 2, layout["k_ground"]) + _node(layout, 2, layout["k_top"])) / 2,
+        ),
+        size=((setup.strip_cells + 1) * dx, dy, setup.n_height * dz),
+        waveform=fdtd.GaussianPulse(f0=(setup.f_min + setup.f_max) / 2, fwidth=setup.f_max - setup.f_min),
+        frequencies=setup.frequencies,
+        impedance=50.0,
+    )
+    simulation = fdtd.Simulation(
+        size=size,
+        cell_size=layout["cell"],
+        boundary=fdtd.PML(thickness=setup.pml),
+        structures=[substrate, *_metal(layout, setup, fdtd), port.resistor],
+        sources=[port.source],
+        monitors=[port],
+        threads=threads,
+    )
+    return simulation, port
+
+
+def patch_antenna_sample(
+    params: dict, seed: int, threads: int | None = 1, **options
+) -> dict[str, np.ndarray]:
+    """Dataset generator: S11 of one patch antenna design by 3D FDTD (``common.datasets`` contract).
+
+    Args:
+        params: the design (see :func:`patch_antenna`).
+        seed: unused (the FDTD is deterministic); part of the generator contract.
+        threads: CPU threads of the run.
+        **options: :class:`PatchSetup` fields (``n_length``, ``duration``, ``f_min``...).
+
+    Returns:
+        ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``resonance`` (Hz, the
+        frequency of the lowest |S11|, refined by a parabola through the three lowest points) and
+        ``feed_offset_used`` (the feed offset on the grid, fraction of the width).
+    """
+    del seed
+    setup = PatchSetup(**options)
+    simulation, _ = patch_antenna(params, setup, threads=threads)
+    result = simulation.run(until=setup.duration, progress=False)
+    s11 = result["feed"]["s11"].to(torch.complex128)
+    if not bool(torch.isfinite(torch.view_as_real(s11)).all()):
+        raise FloatingPointError(f"patch_antenna_sample: the FDTD run of {params} gave a non-finite S11")
+    frequencies = setup.frequencies
+    s11_db = 20 * torch.log10(s11.abs().clamp(min=1e-12))
+    return {
+        "frequencies": frequencies.numpy(),
+        "s11_real": s11.real.numpy(),
+        "s11_imag": s11.imag.numpy(),
+        "s11_db": s11_db.numpy(),
+        "resonance": np.float64(resonance_frequency(frequencies, s11_db[None])[0]),
+        "feed_offset_used": np.float64(_feed_cells(float(params["feed_offset"]), setup) / setup.n_width),
+    }
+
+
+def resonance_frequency(frequencies: torch.Tensor, s11_db: torch.Tensor) -> torch.Tensor:
+    """Frequency (Hz) of the lowest |S11| per design: the grid minimum refined by a parabola.
+
+    Args:
+        frequencies: ``(F,)`` uniform axis (Hz).
+        s11_db: ``(B, F)`` |S11| in dB.
+
+    Returns:
+        ``(B,)`` float64, Hz.
+    """
+    frequencies = torch.as_tensor(frequencies, dtype=torch.float64)
+    s11_db = torch.as_tensor(s11_db, dtype=torch.float64)
+    index = s11_db.argmin(-1).clamp(1, s11_db.shape[-1] - 2)
+    rows = torch.arange(len(s11_db))
+    left, middle, right = s11_db[rows, index - 1], s11_db[rows, index], s11_db[rows, index + 1]
+    curvature = left - 2 * middle + right
+    shift = torch.where(
+        curvature > 0, 0.5 * (left - right) / curvature.clamp(min=1e-30), torch.zeros_like(left)
+    )
+    step = frequencies[1] - frequencies[0]
+    return frequencies[index] + shift.clamp(-1, 1) * step
+
+
+def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tensor:
+    """The design on a fixed reference Yee grid: substrate permittivity and metal, ``(2, nx, ny, nz)``.
+
+    The reference grid has cubic cells of ``cell`` (m) over ``shape`` cells, the ground plane on its
+    bottom node plane and the patch centred in x, its feed line starting at y's first node. Channel 0 is
+    the relative permittivity on the Ez nodes (sub-cell averaged, :func:`mindelec.voxels.permittivity_grid`;
+    the substrate's height shows as a fractional top layer), channel 1 the metal fill fraction of the
+    top sheets on the Ex nodes (:func:`mindelec.voxels.fill_fractions` of the patch and line one cell thick).
+
+    Raises:
+        ConfigurationError: if the design does not fit the reference grid.
+    """
+    from common.geometry import Box
+    from mindelec import fdtd
+    from mindelec.voxels import fill_fractions, permittivity_grid
+
+    values = _design(params)
+    grid = fdtd.Grid(tuple(n * cell for n in shape), cell)
+    size = grid.size
+    x0, y0, z0 = (-s / 2 for s in size)
+    top = z0 + values["height"]
+    line_length = 6 * cell
+    if (
+        values["width"] > size[0]
+        or line_length + values["length"] > size[1]
+        or values["height"] + cell > size[2]
+    ):
+        raise ConfigurationError(
+            f"patch_voxels: design {values} does not fit the {shape} grid of {cell} m cells"
+        )
+    substrate = fdtd.Structure(
+        Box((x0 - 1, y0 - 1, z0 - 1), (-x0 + 1, -y0 + 1, top)),
+        fdtd.Medium(permittivity=values["permittivity"]),
+    )
+    permittivity = permittivity_grid([substrate], grid, "Ez")
+    strip = 2 * values["width"] / PatchSetup().n_width
+    center = values["feed_offset"] * values["width"]
+    patch = Box(
+        (-values["width"] / 2, y0 + line_length, top),
+        (values["width"] / 2, y0 + line_length + values["length"], top + cell),
+    )
+    line = Box((center - strip / 2, y0, top), (center + strip / 2, y0 + line_length, top + cell))
+    metal = torch.maximum(fill_fractions(patch, grid, "Ex"), fill_fractions(line, grid, "Ex"))
+    return torch.stack([permittivity, metal])

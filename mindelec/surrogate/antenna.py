@@ -1,0 +1,344 @@
+"""The antenna surrogate workflow: a stored held-out split, an ensemble of S11 surrogates, held-out scores,
+inverse design, and a geometry autoencoder (:mod:`mindelec.surrogate`).
+
+* :func:`design_split` - which designs train, which are held out (``test``: inside the training
+  ranges) and which are extrapolation (``extrapolation``: above a quantile of one parameter, so outside
+  the range any training design covers). Stored as JSON in the run folder and reused on resume.
+* :func:`train_ensemble` - ``members`` :class:`SParameterSurrogate` of one configuration trained on
+  the training designs only (different seeds), each resumable after a kill (its checkpoint in the run
+  folder); :class:`Ensemble` gives the mean prediction and the spread (the uncertainty).
+* :func:`evaluate` - relative L2 error of complex S11, mean |S11| error in dB, resonance-frequency
+  error (% of the band centre), and the same for the mean predictor, on designs the models never saw
+  (it refuses training designs).
+* :func:`inverse_design` - the design whose predicted |S11| minimum sits at a target frequency.
+* :func:`voxel_autoencoder` - a :class:`ConvAutoencoder` over voxel tensors ``(N, C, nx, ny, nz)``
+  (the z layers as channels), with its compression ratio and held-out reconstruction error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Sequence
+
+import torch
+
+from mindelec.surrogate.fields import ConvAutoencoder
+from mindelec.surrogate.sparameters import SParameterSurrogate, load_sweep
+from mindelec.surrogate.training import db, fit, relative_error
+
+__all__ = ["design_split", "train_ensemble", "Ensemble", "evaluate", "inverse_design", "voxel_autoencoder"]
+
+SPLIT_FILE = "split.json"
+
+
+def design_split(
+    sample_ids: Sequence[int],
+    parameters: torch.Tensor,
+    test_fraction: float = 0.2,
+    extrapolation_parameter: int | None = 0,
+    extrapolation_quantile: float = 0.9,
+    seed: int = 0,
+) -> dict[str, list[int]]:
+    """Split designs into ``train``, ``test`` (held out, inside the ranges) and ``extrapolation``.
+
+    Args:
+        sample_ids: ``(N,)`` the designs' ids (``sample_id`` of the dataset).
+        parameters: ``(N, P)``.
+        test_fraction: share of the non-extrapolation designs held out.
+        extrapolation_parameter: index of the parameter whose top ``1 - extrapolation_quantile`` share of
+            designs is set apart (``None``: no extrapolation set).
+        seed: of the random test draw.
+
+    Returns:
+        ``{"train": [...], "test": [...], "extrapolation": [...]}`` lists of sample ids, disjoint.
+
+    Raises:
+        ValueError: for fractions outside ``[0, 1)`` or a split leaving fewer than 2 training designs.
+    """
+    ids = torch.as_tensor(list(sample_ids), dtype=torch.long)
+    if not (0 <= test_fraction < 1 and 0 < extrapolation_quantile <= 1) or len(ids) != len(parameters):
+        raise ValueError(
+            "design_split: need 0 <= test_fraction < 1, 0 < extrapolation_quantile <= 1 and one id per "
+            f"design; got {test_fraction}, {extrapolation_quantile}, {len(ids)} ids for {len(parameters)} "
+            "designs"
+        )
+    outside = torch.zeros(len(ids), dtype=torch.bool)
+    if extrapolation_parameter is not None:
+        column = parameters[:, extrapolation_parameter].to(torch.float64)
+        outside = column > torch.quantile(column, extrapolation_quantile)
+    inside = torch.nonzero(~outside).reshape(-1)
+    order = inside[torch.randperm(len(inside), generator=torch.Generator().manual_seed(seed))]
+    tested = round(test_fraction * len(inside))
+    if len(inside) - tested < 2:
+        raise ValueError(
+            f"design_split: {len(ids)} designs leave {len(inside) - tested} for training; need 2"
+        )
+    return {
+        "train": sorted(ids[order[tested:]].tolist()),
+        "test": sorted(ids[order[:tested]].tolist()),
+        "extrapolation": sorted(ids[outside].tolist()),
+    }
+
+
+def _stored_split(folder: pathlib.Path, split: dict) -> dict:
+    """The split stored in ``folder`` (written now if absent); refuses a different one."""
+    path = folder / SPLIT_FILE
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored != split:
+            raise ValueError(
+                f"{path}: the stored split differs from this run's (other data or split options); "
+                "use a new run folder"
+            )
+        return stored
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(split))
+    os.replace(temporary, path)
+    return split
+
+
+def _rows(sweep, ids) -> torch.Tensor:
+    """Row indices of the sample ids ``ids`` in ``sweep``."""
+    position = {int(sample): row for row, sample in enumerate(sweep["sample_id"].tolist())}
+    return torch.as_tensor([position[int(sample)] for sample in ids], dtype=torch.long)
+
+
+class Ensemble:
+    """Surrogates trained alike from different seeds: mean prediction and spread.
+
+    Attributes:
+        members: the :class:`SParameterSurrogate` models.
+        split: the design split they were trained on (``train`` ids only).
+    """
+
+    def __init__(self, members: Sequence[SParameterSurrogate], split: dict):
+        if not members:
+            raise ValueError("Ensemble: needs at least one member")
+        self.members, self.split = list(members), split
+
+    @property
+    def frequencies(self) -> torch.Tensor:
+        """``(F,)`` Hz."""
+        return self.members[0].frequencies
+
+    def predict(self, parameters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, P)`` -> mean complex S11 ``(B, F)`` and the members' standard deviation of it ``(B, F)``."""
+        with torch.no_grad():
+            predictions = torch.stack([member.predict(parameters)[..., 0] for member in self.members])
+        spread = predictions.std(0) if len(self.members) > 1 else torch.zeros(predictions.shape[1:])
+        return predictions.mean(0), spread.abs()
+
+    @classmethod
+    def load(cls, folder) -> Ensemble:
+        """The ensemble :func:`train_ensemble` saved in ``folder``."""
+        folder = pathlib.Path(folder)
+        paths = sorted(folder.glob("member_*.model.pt"))
+        if not paths:
+            raise FileNotFoundError(f"{folder}: no trained member (member_*.model.pt)")
+        split = json.loads((folder / SPLIT_FILE).read_text())
+        return cls([SParameterSurrogate.load(path) for path in paths], split)
+
+
+def train_ensemble(
+    path,
+    parameter_names: Sequence[str],
+    folder,
+    members: int = 3,
+    model_options: dict | None = None,
+    split_options: dict | None = None,
+    train_limit: int | None = None,
+    **fit_options,
+) -> tuple[Ensemble, list]:
+    """Train ``members`` surrogates of complex S11 on the training designs of a sweep, resumably.
+
+    Args:
+        path: the HDF5 sweep (``s11_real``, ``s11_imag``, ``frequencies`` and the parameter columns).
+        parameter_names: the model inputs, in order.
+        folder: the run folder: ``split.json`` (the design split), ``member_<k>.pt`` (each member's
+            :func:`fit` checkpoint, resumed after a kill) and ``member_<k>.model.pt`` (the trained model).
+        members: ensemble size; member ``k`` uses seed ``k`` (initial weights, validation split, shuffling).
+        model_options: :class:`SParameterSurrogate` options (``frequency_features``, ``conditioning``...).
+        split_options: :func:`design_split` options.
+        train_limit: train on the first ``train_limit`` training designs only (a learning curve at a
+            fixed held-out set); the returned ensemble's ``split["train"]`` lists those.
+        **fit_options: :func:`fit` options (``epochs``, ``lr``, ``progress``...).
+
+    Returns:
+        ``(ensemble, histories)``.
+
+    Raises:
+        ValueError: if ``folder`` holds the split of other data.
+    """
+    sweep = load_sweep(path, parameter_names, ("s11",))
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    split = _stored_split(
+        folder, design_split(sweep["sample_id"], sweep["parameters"], **(split_options or {}))
+    )
+    if train_limit is not None:
+        if not 2 <= train_limit <= len(split["train"]):
+            raise ValueError(
+                f"train_ensemble: train_limit must be in [2, {len(split['train'])}], got {train_limit}"
+            )
+        split = {**split, "train": split["train"][:train_limit]}
+    rows = _rows(sweep, split["train"])
+    parameters, s = sweep["parameters"][rows], sweep["s"][rows]
+    models, histories = [], []
+    for member in range(members):
+        torch.manual_seed(member)
+        model = SParameterSurrogate(parameter_names, sweep["frequencies"], ("s11",), **(model_options or {}))
+        model.set_normalization(parameters, s)
+        history = fit(
+            model,
+            parameters.to(model.input_shift),
+            model.encode_targets(s),
+            seed=member,
+            checkpoint=folder / f"member_{member}.pt",
+            **fit_options,
+        )
+        model.save(folder / f"member_{member}.model.pt")
+        models.append(model)
+        histories.append(history)
+    return Ensemble(models, split), histories
+
+
+def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]:
+    """Scores of ``ensemble`` on the designs of ``subset`` of its split, read from the sweep at ``path``.
+
+    Returns:
+        ``relative_l2`` (mean over designs of ``||S_pred - S|| / ||S||`` over the band, complex S11),
+        ``db_error`` (mean |S11| error, dB), ``resonance_error`` (mean |f_res,pred - f_res| / band centre, %),
+        ``uncertainty`` (mean ensemble spread of S11 / mean |S11|), the same three for the mean predictor
+        (the mean training S11: ``mean_*``), and ``designs`` (count).
+
+    Raises:
+        ValueError: if ``subset`` is ``"train"``, empty, or shares a design with the training set.
+    """
+    from mindelec.antennas import resonance_frequency
+
+    split = ensemble.split
+    ids, train = split.get(subset, []), set(split["train"])
+    if subset == "train" or not ids or train.intersection(ids):
+        raise ValueError(
+            f"evaluate: subset {subset!r} must be a non-empty held-out set of the split "
+            "(never training designs)"
+        )
+    names = ensemble.members[0].parameter_names
+    sweep = load_sweep(path, names, ("s11",))
+    truth = sweep["s"][_rows(sweep, ids), :, 0]
+    prediction, spread = ensemble.predict(sweep["parameters"][_rows(sweep, ids)])
+    mean = sweep["s"][_rows(sweep, split["train"]), :, 0].mean(0).expand_as(truth)
+    frequencies = sweep["frequencies"]
+    centre = float(frequencies[0] + frequencies[-1]) / 2
+    resonance = resonance_frequency(frequencies, db(truth))
+
+    def scores(guess):
+        return {
+            "relative_l2": float(relative_error(guess, truth).mean()),
+            "db_error": float((db(guess) - db(truth)).abs().mean()),
+            "resonance_error": float(
+                (resonance_frequency(frequencies, db(guess)) - resonance).abs().mean() / centre * 100
+            ),
+        }
+
+    result = scores(prediction)
+    result.update({f"mean_{key}": value for key, value in scores(mean).items()})
+    result.update(uncertainty=float(spread.mean() / truth.abs().mean()), designs=len(ids))
+    return result
+
+
+def inverse_design(
+    ensemble: Ensemble,
+    target: float,
+    bounds: dict[str, tuple[float, float]],
+    candidates: int = 4096,
+    seed: int = 0,
+) -> dict:
+    """The design whose predicted |S11| minimum is closest to ``target`` (Hz), deepest among ties.
+
+    A Sobol search of ``candidates`` designs inside ``bounds`` (one ``(low, high)`` per parameter name);
+    the score is the distance of the predicted resonance from the target in frequency steps plus a
+    tenth of the predicted |S11| in dB at the target (deeper dips win among designs on the target).
+
+    Returns:
+        ``parameters`` (dict), ``resonance`` (predicted, Hz), ``s11`` ((F,) predicted complex S11),
+        ``spread`` ((F,) ensemble spread).
+
+    Raises:
+        ValueError: for bounds that do not name every parameter, or a target outside the band.
+    """
+    from mindelec.antennas import resonance_frequency
+
+    names = ensemble.members[0].parameter_names
+    frequencies = ensemble.frequencies
+    if set(bounds) != set(names) or not float(frequencies[0]) <= target <= float(frequencies[-1]):
+        raise ValueError(
+            f"inverse_design: bounds must name exactly {names} and the target {target} Hz lie in the band "
+            f"{float(frequencies[0]):.4g} .. {float(frequencies[-1]):.4g} Hz"
+        )
+    low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
+    high = torch.tensor([bounds[name][1] for name in names], dtype=torch.float64)
+    draws = torch.quasirandom.SobolEngine(len(names), scramble=True, seed=seed).draw(
+        candidates, dtype=torch.float64
+    )
+    designs = low + draws * (high - low)
+    prediction, spread = ensemble.predict(designs)
+    levels = db(prediction)
+    step = float(frequencies[1] - frequencies[0])
+    at_target = int(torch.argmin((frequencies - target).abs()))
+    resonance = resonance_frequency(frequencies, levels)
+    score = (resonance - target).abs() / step + 0.1 * levels[:, at_target]
+    best = int(torch.argmin(score))
+    return {
+        "parameters": {name: float(value) for name, value in zip(names, designs[best])},
+        "resonance": float(resonance[best]),
+        "s11": prediction[best],
+        "spread": spread[best],
+    }
+
+
+def _layers(voxels: torch.Tensor) -> torch.Tensor:
+    """``(N, C, nx, ny, nz)`` -> ``(N, C nz, nx, ny)``: the z layers of every channel as 2D channels."""
+    if voxels.dim() != 5:
+        raise ValueError(f"voxel_autoencoder: voxels must be (N, C, nx, ny, nz), got {tuple(voxels.shape)}")
+    count, channels, nx, ny, nz = voxels.shape
+    return voxels.permute(0, 1, 4, 2, 3).reshape(count, channels * nz, nx, ny)
+
+
+def voxel_autoencoder(
+    voxels: torch.Tensor,
+    held_out: torch.Tensor,
+    latent_channels: int = 4,
+    levels: int = 3,
+    seed: int = 0,
+    **fit_options,
+) -> tuple[ConvAutoencoder, dict[str, float]]:
+    """Train a :class:`ConvAutoencoder` on voxel tensors and score it on voxels it never saw.
+
+    Args:
+        voxels: ``(N, C, nx, ny, nz)`` training geometries (e.g. :func:`mindelec.antennas.patch_voxels`);
+            ``nx`` and ``ny`` multiples of ``2^levels``.
+        held_out: ``(M, C, nx, ny, nz)`` geometries for the score.
+        latent_channels, levels: of the autoencoder.
+        seed: of the initial weights (``torch.manual_seed``) and of :func:`fit`'s split and shuffling.
+        **fit_options: :func:`fit` options.
+
+    Returns:
+        ``(model, report)``: ``report`` holds ``compression_ratio`` (input values per latent value),
+        ``relative_error`` (mean relative L2 reconstruction error of the held-out voxels) and
+        ``train_relative_error``. ``model.encode(_layers(v))`` is the latent code.
+    """
+    train, test = _layers(voxels).float(), _layers(held_out).float()
+    torch.manual_seed(seed)
+    model = ConvAutoencoder(train.shape[1], latent_channels, levels=levels)
+    model.set_normalization(train)
+    fit(model, train, train, seed=seed, **fit_options)
+    with torch.no_grad():
+        report = {
+            "compression_ratio": model.compression_ratio,
+            "relative_error": float(relative_error(model(test), test).mean()),
+            "train_relative_error": float(relative_error(model(train), train).mean()),
+        }
+    return model, report
