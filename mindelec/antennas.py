@@ -243,7 +243,7 @@ def patch_antenna_sample(
 
     Returns:
         ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``resonance`` (Hz, the
-        frequency of the lowest |S11|, refined by a parabola through the three lowest points) and
+        frequency of the lowest ``|S11|``, refined by a parabola through the three lowest points) and
         ``feed_offset_used`` (the feed offset on the grid, fraction of the width).
     """
     del seed
@@ -266,11 +266,11 @@ def patch_antenna_sample(
 
 
 def resonance_frequency(frequencies: torch.Tensor, s11_db: torch.Tensor) -> torch.Tensor:
-    """Frequency (Hz) of the lowest |S11| per design: the grid minimum refined by a parabola.
+    """Frequency (Hz) of the lowest ``|S11|`` per design: the grid minimum refined by a parabola.
 
     Args:
         frequencies: ``(F,)`` uniform axis (Hz).
-        s11_db: ``(B, F)`` |S11| in dB.
+        s11_db: ``(B, F)`` ``|S11|`` in dB.
 
     Returns:
         ``(B,)`` float64, Hz.

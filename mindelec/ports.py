@@ -43,7 +43,7 @@ Mode ports (:class:`ModePort`, 2D and 3D, cross-sections normal to x) need no re
 :class:`~mindelec.fdtd.ModeMonitor` separates forward and backward waves of the mode, so one run per
 excited port gives a column of the S-matrix (:func:`mode_s_matrix`), reference planes at the
 monitors' half nodes (those of :meth:`mindelec.fdfd.Simulation.mode_amplitudes`). Validation
-(tests/mindelec/test_mode_ports.py): a straight 3D metallic guide, |S21| >= 0.99 and |S11| <= 0.01;
+(tests/mindelec/test_mode_ports.py): a straight 3D metallic guide, ``|S21|`` >= 0.99 and ``|S11|`` <= 0.01;
 a width step in a 2D slab guide against the FDFD, complex S11 and S21 to 0.01.
 
 A :class:`WaveguidePort` reads one field component only: directions are told apart by the

@@ -141,7 +141,7 @@ class NearToFarResult(dict):
         return theta, phi
 
     def pattern(self, theta, phi):
-        """The far field ``r E`` (V; per Hz for a pulse) as ``(E_theta, E_phi)``, each (F, *S) complex."""
+        """The far field ``r E`` (V; per Hz for a pulse) as ``(E_theta, E_phi)``, each ``(F, *S)`` complex."""
         theta, phi = self._angles(theta, phi)
         shape = theta.shape
         r_hat, theta_hat, phi_hat = _directions(theta.reshape(-1), phi.reshape(-1))
@@ -171,7 +171,7 @@ class NearToFarResult(dict):
         return torch.cat(e_theta, 1).reshape(count, *shape), torch.cat(e_phi, 1).reshape(count, *shape)
 
     def intensity(self, theta, phi):
-        """Radiation intensity ``U = |r E|^2 / eta0`` (W/sr; per Hz^2 for a pulse), (F, *S)."""
+        """Radiation intensity ``U = |r E|^2 / eta0`` (W/sr; per Hz^2 for a pulse), ``(F, *S)``."""
         e_theta, e_phi = self.pattern(theta, phi)
         return (e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE
 
@@ -199,7 +199,7 @@ class NearToFarResult(dict):
         return self.intensity(theta, phi).amax(dim=(1, 2))
 
     def directivity(self, theta=None, phi=None):
-        """``D = 4 pi U / P_rad``: (F, *S) at the angles, or (F,) its maximum when no angles are given
+        """``D = 4 pi U / P_rad``: ``(F, *S)`` at the angles, or (F,) its maximum when no angles are given
         (found on the radiated-power quadrature grid, refined by nothing: within its angular step)."""
         power = self.radiated_power
         self._check_power(power, "the radiated power")
@@ -233,7 +233,7 @@ class NearToFarResult(dict):
         return self.radiated_power / self._accepted(accepted_power)
 
     def gain(self, accepted_power, theta=None, phi=None):
-        """``G = 4 pi U / P_accepted = efficiency * D``: (F, *S) at the angles, or (F,) its maximum."""
+        """``G = 4 pi U / P_accepted = efficiency * D``: ``(F, *S)`` at the angles, or (F,) its maximum."""
         accepted = self._accepted(accepted_power)
         if theta is None and phi is None:
             return 4 * math.pi * self._maximum_intensity() / accepted

@@ -7,10 +7,10 @@ inverse design, and a geometry autoencoder (:mod:`mindelec.surrogate`).
 * :func:`train_ensemble` - ``members`` :class:`SParameterSurrogate` of one configuration trained on
   the training designs only (different seeds), each resumable after a kill (its checkpoint in the run
   folder); :class:`Ensemble` gives the mean prediction and the spread (the uncertainty).
-* :func:`evaluate` - relative L2 error of complex S11, mean |S11| error in dB, resonance-frequency
+* :func:`evaluate` - relative L2 error of complex S11, mean ``|S11|`` error in dB, resonance-frequency
   error (% of the band centre), and the same for the mean predictor, on designs the models never saw
   (it refuses training designs).
-* :func:`inverse_design` - the design whose predicted |S11| minimum sits at a target frequency.
+* :func:`inverse_design` - the design whose predicted ``|S11|`` minimum sits at a target frequency.
 * :func:`voxel_autoencoder` - a :class:`ConvAutoencoder` over voxel tensors ``(N, C, nx, ny, nz)``
   (the z layers as channels), with its compression ratio and held-out reconstruction error.
 """
@@ -209,8 +209,9 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]
 
     Returns:
         ``relative_l2`` (mean over designs of ``||S_pred - S|| / ||S||`` over the band, complex S11),
-        ``db_error`` (mean |S11| error, dB), ``resonance_error`` (mean |f_res,pred - f_res| / band centre, %),
-        ``uncertainty`` (mean ensemble spread of S11 / mean |S11|), the same three for the mean predictor
+        ``db_error`` (mean ``|S11|`` error, dB), ``resonance_error`` (mean ``|f_res,pred - f_res|`` / band
+        centre, %),
+        ``uncertainty`` (mean ensemble spread of S11 / mean ``|S11|``), the same three for the mean predictor
         (the mean training S11: ``mean_*``), and ``designs`` (count).
 
     Raises:
@@ -256,11 +257,11 @@ def inverse_design(
     candidates: int = 4096,
     seed: int = 0,
 ) -> dict:
-    """The design whose predicted |S11| minimum is closest to ``target`` (Hz), deepest among ties.
+    """The design whose predicted ``|S11|`` minimum is closest to ``target`` (Hz), deepest among ties.
 
     A Sobol search of ``candidates`` designs inside ``bounds`` (one ``(low, high)`` per parameter name);
     the score is the distance of the predicted resonance from the target in frequency steps plus a
-    tenth of the predicted |S11| in dB at the target (deeper dips win among designs on the target).
+    tenth of the predicted ``|S11|`` in dB at the target (deeper dips win among designs on the target).
 
     Returns:
         ``parameters`` (dict), ``resonance`` (predicted, Hz), ``s11`` ((F,) predicted complex S11),
