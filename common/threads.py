@@ -1,4 +1,5 @@
-"""Thread budgets: how many threads each worker process, and each trainer, may use.
+"""Thread budgets: how many threads each worker process, and each trainer, may use (and the memory a
+simulation may take: :func:`available_memory`).
 
 torch, OpenMP codes (tblite's GFN2-xTB), OpenBLAS and MKL each start one thread per core by
 default. ``W`` worker processes on ``C`` cores then run ``W x C`` threads that fight over
@@ -45,6 +46,7 @@ __all__ = [
     "set_thread_budget",
     "set_threads",
     "thread_budget",
+    "available_memory",
 ]
 
 THREAD_VARIABLES = (
@@ -206,3 +208,24 @@ def thread_budget(threads: int) -> Iterator[int]:
                     os.environ[name] = value
             if saved_torch is not None:
                 torch.set_num_threads(saved_torch)
+
+
+def available_memory(device) -> int | None:
+    """Bytes of memory free for new tensors on ``device`` (a ``torch.device``), or ``None`` when it cannot
+    be told (psutil's available memory on the CPU, else the free physical pages; CUDA's free memory)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available
+    except ImportError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None

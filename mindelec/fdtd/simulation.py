@@ -34,7 +34,6 @@ extra forward pass. Otherwise the fields are updated in place under ``torch.no_g
 """
 
 import math
-import os
 import warnings
 
 import torch
@@ -72,24 +71,6 @@ class FieldBlowUpError(SimulationError, FloatingPointError):
 
 def _maximum(value):
     return float(value.detach().max()) if isinstance(value, torch.Tensor) else float(value)
-
-
-def _available_memory(device):
-    """Bytes of memory free for new tensors on ``device``, or ``None`` when it cannot be told."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu":
-        return None
-    try:
-        import psutil
-
-        return psutil.virtual_memory().available
-    except ImportError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def _is_tensor_requiring_grad(value):
@@ -417,7 +398,7 @@ class Simulation:
         return int(total)
 
     def _check_memory(self, steps=None):
-        available = _available_memory(self.device)
+        available = threads_module.available_memory(self.device)
         needed = self.memory_estimate(steps)
         if available is not None and needed > available:
             shape = " x ".join(str(n) for n in self.grid.shape[: self.grid.ndim])

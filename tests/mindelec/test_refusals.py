@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import mindelec as me
+from common import threads as threads_module
 from common.errors import ConfigurationError, DataError
 from common.geometry import Rectangle
 from common.units import SPEED_OF_LIGHT
-from mindelec.fdtd import simulation as simulation_module
 
 fdtd = me.fdtd
 SIZE, CELL_SIZE = (1e-3, 1e-3), 2e-5  # 50 x 50 cells: the spatial limit is c / (2 dx) = 7.49 THz
@@ -201,11 +201,11 @@ def test_memory_refusal_counts_fields_and_snapshots(monkeypatch):
     assert base == 50 * 50 * 4 * 4
     # 1000 snapshots of Ez add 1000 frames of 50 x 50 float32 values
     assert sim.memory_estimate(steps=1000) == base + 1000 * 50 * 50 * 4
-    monkeypatch.setattr(simulation_module, "_available_memory", lambda device: base + 100 * 50 * 50 * 4)
+    monkeypatch.setattr(threads_module, "available_memory", lambda device: base + 100 * 50 * 50 * 4)
     sim.run(steps=50, progress=False)
     with pytest.raises(ConfigurationError, match="GiB, more than the"):
         sim.run(steps=1000, progress=False)
-    monkeypatch.setattr(simulation_module, "_available_memory", lambda device: base - 1)
+    monkeypatch.setattr(threads_module, "available_memory", lambda device: base - 1)
     with pytest.raises(ConfigurationError, match="50 x 50 cells"):
         _simulation()
 
