@@ -225,9 +225,9 @@ RECORD = [
     ),
     Validation(
         _MD,
-        'HMR + HBonds at 4 fs: temperatures and constraints',
-        'OpenMM LangevinMiddleIntegrator',
-        'statistical',
+        'HMR + HBonds at 4 fs: temperature, potential and heavy-atom bond energy',
+        'OpenMM LangevinMiddleIntegrator (its velocities projected on the constraints)',
+        '4 standard errors (statistical inefficiency from pymbar)',
         "tests/mindsponge/test_openmm_system_truth.py::"
         "test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm",
     ),
@@ -278,6 +278,94 @@ RECORD = [
         '1e-7',
         "tests/mindsponge/test_labels_io.py::"
         "test_ase_reads_our_extxyz_and_db_in_ev_and_angstrom",
+    ),
+    Validation(
+        _EM,
+        'Hertzian dipole power through a closed flux box (edges counted once)',
+        'eta0 k^2 |I l|^2 / (6 pi)',
+        '2 %',
+        "tests/mindelec/test_fdtd_far_field.py::"
+        "test_flux_box_gives_the_dipole_power_where_six_planes_over_count",
+    ),
+    Validation(
+        _EM,
+        'Near-to-far-field pattern of a Hertzian dipole',
+        'sin^2 theta',
+        '1 %',
+        "tests/mindelec/test_fdtd_far_field.py::"
+        "test_near_to_far_pattern_follows_sin_squared",
+    ),
+    Validation(
+        _EM,
+        'Hertzian dipole directivity',
+        '1.5',
+        '1 %',
+        "tests/mindelec/test_fdtd_far_field.py::"
+        "test_near_to_far_directivity_and_power",
+    ),
+    Validation(
+        _EM,
+        'Half-wave dipole with a lumped port: power balance, pattern, directivity',
+        'accepted = flux = far-field power; cos(pi/2 cos theta)/sin theta; 1.64',
+        '0.5 %; 3 % of the peak; 2 %',
+        "tests/mindelec/test_lumped.py::"
+        "test_half_wave_dipole_power_balance_pattern_and_directivity",
+    ),
+    Validation(
+        _EM,
+        'Thin-wire dipole series resonance',
+        '73 ohm (thin-wire theory)',
+        '10 %',
+        "tests/mindelec/test_lumped.py::"
+        "test_half_wave_dipole_resonates_at_the_thin_wire_resistance",
+    ),
+    Validation(
+        _EM,
+        'Lumped port closing a wire loop through a resistor',
+        'the 100 ohm resistor in series with the loop inductance',
+        'Re Z within 1 % of 100 ohm; Im Z / omega constant within 2 %',
+        "tests/mindelec/test_lumped.py::"
+        "test_port_into_a_resistor_loop_sees_the_series_circuit",
+    ),
+    Validation(
+        _EM,
+        'Straight 3D metallic waveguide with mode ports',
+        'a lossless matched line (|S21| = 1, S11 = 0; TE10 phase delay)',
+        '|S21| >= 0.99, |S11| <= 0.01, 0.05 rad',
+        "tests/mindelec/test_mode_ports.py::"
+        "test_straight_metallic_waveguide_is_transparent",
+    ),
+    Validation(
+        _EM,
+        'Dielectric step in a metallic waveguide',
+        'single-mode mode matching',
+        '0.01 in |S11| and |S21|',
+        "tests/mindelec/test_mode_ports.py::"
+        "test_dielectric_step_in_metallic_waveguide_matches_mode_matching",
+    ),
+    Validation(
+        _EM,
+        'Width step in a 2D slab waveguide (TE and TM)',
+        'FDFD on the same lines',
+        '0.01 in complex S11 and S21',
+        "tests/mindelec/test_mode_ports.py::"
+        "test_width_step_in_2d_matches_fdfd",
+    ),
+    Validation(
+        _MD,
+        'HMR + HBonds LangevinMiddle steps at negligible friction',
+        'OpenMM Reference platform',
+        '5e-5 nm positions',
+        "tests/mindsponge/test_openmm_system_truth.py::"
+        "test_langevin_middle_steps_as_openmm_with_hmr_and_hbonds",
+    ),
+    Validation(
+        _ML,
+        'MACE wrapper energies and forces',
+        "mace-torch's own MACECalculator",
+        '1e-10 relative',
+        "tests/mindsponge/test_potentials_mace.py::"
+        "test_energies_and_forces_equal_mace_calculator",
     ),
 ]
 
