@@ -13,7 +13,7 @@ Command line: ``python -m mindsponge.active CONFIG.toml [--max-rounds N] [--plot
 
 Example::
 
-    config, base = load_config("datasets/claisen_active_small.toml")
+    config, base = load_config("datasets/active/claisen_active_small.toml")
     run = ActiveLearning(config, base)
     records = run.run()              # one dict per round; also <directory>/rounds.csv
     run.committee.bind(numbers)      # the final committee as a (positions, box) -> energy potential

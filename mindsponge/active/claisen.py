@@ -262,4 +262,4 @@ SIZES = {
 }
 """Sizes of ``notebooks/reactive_claisen.ipynb``: umbrella windows ``(first, last, count)`` in nm,
 force constant kJ/mol/nm^2, equilibration and production steps (0.5 fs) per window, steps between
-samples, histogram bins of the profile, and the active-learning configuration in ``datasets/``."""
+samples, histogram bins of the profile, and the active-learning configuration in ``datasets/active/``."""

@@ -117,7 +117,7 @@ class Labels:
 
 @dataclasses.dataclass
 class ActiveLearningConfig:
-    """An active-learning run (TOML; see ``datasets/claisen_active_small.toml``).
+    """An active-learning run (TOML; see ``datasets/active/claisen_active_small.toml``).
 
     Attributes:
         initial: a ``common.datasets`` recipe (``.toml``, relative to the configuration file) or an

@@ -74,5 +74,5 @@ def test_claisen_recipes_are_valid():
     from mindsponge.active import load_config
 
     for name in ("claisen_active_small.toml", "claisen_active.toml"):
-        config, _ = load_config(folder / name)
+        config, _ = load_config(folder / "active" / name)
         assert config.exploration.umbrella.distances == [claisen.BREAKING, claisen.FORMING]
