@@ -18,10 +18,10 @@ import time
 import h5py
 import numpy as np
 import pytest
+from test_io import ROOT, _environment  # tests/common is on the path; mace-torch owns "tests"
 
 from common import io
 from common.errors import DataError
-from tests.common.test_io import ROOT, _environment
 
 RECORDS, WIDTH = 300, 512  # 64 records per 256 KiB chunk: 5 chunks per column
 FAILED_EVERY = 7

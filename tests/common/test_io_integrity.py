@@ -15,11 +15,11 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from test_io import _environment  # tests/common is on the path; mace-torch owns "tests"
 
 from common import io
 from common.errors import DataError
 from common.io import recovery
-from tests.common.test_io import _environment
 
 LIVE_WRITER = textwrap.dedent(
     """

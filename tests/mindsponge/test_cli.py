@@ -92,7 +92,7 @@ def killed_and_resumed(tmp_path_factory):
     runs = {name: root / name / "out" for name in ("straight", "resumed")}
     killed = _command(root / "resumed" / "run.toml", cwd=root)
     log = runs["resumed"] / "log.csv"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600  # a loaded machine may first build the compiled kernels
     # kill once the log and the trajectory hold steps past the first checkpoint (and before the end)
     while time.monotonic() < deadline and killed.poll() is None:
         if log.is_file() and any(step > CHECKPOINT_EVERY + TRAJECTORY_EVERY for step in _logged_steps(log)):
