@@ -74,7 +74,8 @@ def executed_notebooks(target: Path, execute: bool = True) -> list[Path]:
             print(f"executing {path.name} (small size)", flush=True)
             start = time.perf_counter()
             notebook = nbformat.read(path, as_version=4)
-            os.environ.update(NOTEBOOK_SIZE="small", MPLBACKEND="Agg")
+            os.environ["NOTEBOOK_SIZE"] = "small"
+            os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend: figures become outputs
             client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
                                              resources={"metadata": {"path": str(path.parent)}})
             client.execute()
