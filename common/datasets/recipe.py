@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from common import config
+from common import checks, config
 
 __all__ = [
     "Recipe",
@@ -107,8 +107,7 @@ class GeneratorTable:
     def __post_init__(self):
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
-        if self.retries < 0:
-            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        checks.non_negative_int(self.retries, "retries")
 
 
 @dataclasses.dataclass
@@ -160,8 +159,8 @@ class Parameter:
             raise ValueError(f"high must be finite and above the lower bound {self.low}, got {self.high}")
         if self.scale == "log" and self.low <= 0:
             raise ValueError(f"low must be > 0 for a log scale, got {self.low}")
-        if self.points is not None and self.points < 1:
-            raise ValueError(f"points must be >= 1, got {self.points}")
+        if self.points is not None:
+            checks.positive_int(self.points, "points")
 
     @property
     def is_range(self) -> bool:
@@ -207,10 +206,9 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self):
-        if self.n is not None and self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.n is not None:
+            checks.positive_int(self.n, "n")
+        checks.non_negative_int(self.seed, "seed")
 
 
 @dataclasses.dataclass
