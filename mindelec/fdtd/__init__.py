@@ -11,7 +11,7 @@ The entry point is :class:`Simulation`::
     result = sim.run(until=50e-12)
     result["p"]["Ez"]     # (steps,) time series; result.times the matching times (s); sim.dt the step (s)
 
-Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
+Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures, thin wires in :mod:`~mindelec.fdtd.thin_wire`,
 design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
 :mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
@@ -38,6 +38,7 @@ from .result import Result
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
+from .thin_wire import ThinWire
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "FieldBlowUpError",
     "AxialConductivity",
     "pec_sheet",
+    "ThinWire",
     "LumpedPort",
     "lumped_resistor",
     "CrossSection",
