@@ -11,8 +11,9 @@ The entry point is :class:`Simulation`::
     result = sim.run(until=50e-12)
     result["p"]["Ez"]     # (steps,) time series; result.times the matching times (s); sim.dt the step (s)
 
-Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures, thin wires in :mod:`~mindelec.fdtd.thin_wire`,
-design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
+Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
+design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindelec.fdtd.boundaries`
+(CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
 :mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
