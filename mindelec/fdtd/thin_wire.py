@@ -37,8 +37,11 @@ from .grid import AXES, E_COMPONENTS
 from .materials import PECSheet, Structure, pec_sheet
 from .updates import curl_terms
 
-#: how far (in cells) a wire's ends and line may sit from their planes and lines of the grid
+#: how far (in cells) a wire's length and gaps may sit from whole and half cells
 ALIGNMENT_TOLERANCE = 1e-6
+#: how far (in cells) a wire may sit from the grid's node lines and planes when a simulation takes it (the
+#: grid's spacing, a whole fraction of the domain, may differ slightly from the wire's ``cell_size``)
+GRID_TOLERANCE = 1e-3
 
 
 def _cells(cell_size):
@@ -69,7 +72,9 @@ class ThinWire(Structure):
             gap of a lumped port; the near-field correction still applies around them.
 
     Attributes:
-        axis: index (0-2) of the wire's axis; ``radius``, ``start``, ``end``, ``gaps`` as given.
+        axis: index (0-2) of the wire's axis; ``radius``, ``start``, ``end`` as given (ends in order).
+        edges: the number of edges between the end nodes, gaps included.
+        gaps: the gaps' edge indices (0 the first edge after ``start``).
 
     Raises:
         ConfigurationError: for a wire not along one axis, a radius outside ``(0, cell / 2)``, or a gap
@@ -105,7 +110,6 @@ class ThinWire(Structure):
                 f"{owner}: its length {end[axis] - start[axis]:.6g} m must be a whole number of cells, at "
                 f"least 2 (cell {cells[axis]:.6g} m along {AXES[axis]}): the ends lie on half-node planes"
             )
-        #: the number of edges between the end nodes, half a cell inside the ends
         self.edges = round(span) - 1
         self.first = list(start)
         self.first[axis] += cells[axis] / 2  # the node half a cell inside the start
@@ -154,9 +158,9 @@ class ThinWire(Structure):
 
 
 def _node_index(grid, position, a, owner, what):
-    """The integer-node index of ``position`` along axis ``a``, checked to lie on a node inside the domain."""
+    """The integer-node index of ``position`` (m) along axis ``a``, checked to be on a node."""
     cells = (position + grid.size[a] / 2) / grid.spacing[a]
-    if abs(cells - round(cells)) > ALIGNMENT_TOLERANCE * 1e3:
+    if abs(cells - round(cells)) > GRID_TOLERANCE:
         raise ConfigurationError(
             f"{owner}: its {what} {AXES[a]} = {position:.6g} m is not on an integer node of the grid "
             f"(spacing {grid.spacing[a]:.6g} m); thin wires run along the grid's node lines"
