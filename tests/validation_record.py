@@ -321,6 +321,30 @@ RECORD = [
     ),
     Validation(
         _EM,
+        'Moment-method thin-wire dipole (the reference of the thin-wire tests)',
+        "its own convergence in segments; King's 73 + j42.5 ohm for a vanishing radius",
+        '0.5 % between 100 and 200 segments; 10 % of King at a = 1e-5 lambda',
+        "tests/mindelec/test_thin_wire.py::"
+        "test_moment_method_converges_and_approaches_king_for_a_vanishing_radius",
+    ),
+    Validation(
+        _EM,
+        'Thin-wire (sub-cell radius) dipole: series resonance, its resistance, reactance slope',
+        'moment-method dipole of the same length and radius (L/a = 500, 5000)',
+        '2.5 %; 3 %; 20 %',
+        "tests/mindelec/test_thin_wire.py::"
+        "test_thin_wire_dipole_against_the_moment_method",
+    ),
+    Validation(
+        _EM,
+        'Thin wire at the radius exp(-2) cells; compiled, torch and differentiable paths',
+        'the bare line of zeroed edges (Taflove and Hagness equivalent radius); each other',
+        '1e-9 relative',
+        "tests/mindelec/test_thin_wire.py::"
+        "test_thin_wire_at_the_bare_line_radius_is_the_bare_line_and_paths_agree",
+    ),
+    Validation(
+        _EM,
         'Lumped port closing a wire loop through a resistor',
         'the 100 ohm resistor in series with the loop inductance',
         'Re Z within 1 % of 100 ohm; Im Z / omega constant within 2 %',

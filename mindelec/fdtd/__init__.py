@@ -12,7 +12,8 @@ The entry point is :class:`Simulation`::
     result["p"]["Ez"]     # (steps,) time series; result.times the matching times (s); sim.dt the step (s)
 
 Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
-design regions), :mod:`~mindelec.fdtd.boundaries` (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
+design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindelec.fdtd.boundaries`
+(CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
 :mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
@@ -38,6 +39,7 @@ from .result import Result
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
+from .thin_wire import ThinWire
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "FieldBlowUpError",
     "AxialConductivity",
     "pec_sheet",
+    "ThinWire",
     "LumpedPort",
     "lumped_resistor",
     "CrossSection",

@@ -54,6 +54,7 @@ from .near_to_far import NearToFarMonitor
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
+from .thin_wire import WireCorrections
 from .updates import YeeStepper
 
 #: below this many cells per wavelength (in the densest medium) a monitor frequency draws a warning: the
@@ -199,6 +200,7 @@ class Simulation:
                 raise TypeError(f"Simulation structures: expected Structure objects, got {structure!r}")
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
+        self._wires = WireCorrections(self.grid, self.structures)
         self._check_material_values()
 
     @property
@@ -501,7 +503,7 @@ class Simulation:
             lines,
             self.dtype,
             self.device,
-            compiled=self.compiled,
+            compiled=self.compiled, wires=self._wires,
         )
 
     def run(self, until=None, steps=None, progress=True, until_decayed=None):

@@ -138,13 +138,15 @@ class YeeStepper:
         dtype, device: of the fields.
         compiled: in forward-only steps on CPU, let the compiled kernel (:mod:`mindelec._kernels`) do the bulk
             curl updates; False, or the kernel unavailable, selects the pure torch path.
+        wires: the thin wires' H corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or None.
     """
 
     def __init__(
         self, grid, active, periodic, pml, dt, electric, magnetic, sources, plane_waves, dtype, device,
-        compiled=True,
+        compiled=True, wires=None,
     ):
         self.grid = grid
+        self.wires = wires
         self.active = active
         self.periodic = periodic
         self.dt = dt
@@ -367,6 +369,8 @@ class YeeStepper:
         field = state.fields[component] if inplace else state.fields[component].clone()
         coefficient = self.magnetic[component]
         self._apply_curl(state, component, field, coefficient, inplace, bulk=bulk)
+        if self.wires:
+            self.wires.apply(field, component, coefficient, state.fields)
         self._inject(field, component, coefficient, step)
         for line, incident_e in zip(self.plane_waves, state.incident_e):
             if line.magnetic == component:  # H at i0 - 1 is scattered: remove the incident E it sees

@@ -11,9 +11,10 @@
   resistance of 65-73 ohm). At L = lambda/2 itself this model reads 108 + j75 ohm (21 cells) and
   97 + j65 ohm (41 cells), not 73 + j42.5: its resonance sits at L = 0.445 and 0.46 lambda, as if the
   wire were about 1.3 cells longer than its zeroed edges, so the test compares at the resonance. (For
-  the same radius, L/a = 156 and 304, a Hallen moment-method solution with a delta gap, run outside
-  the suite, gives 113 + j37 and 92.5 + j50 ohm at L = lambda/2 and resonances at 0.471 lambda with 78
-  and 73 ohm: King's 73 + j42.5 belongs to a vanishing radius.)
+  the same radius, L/a = 156 and 304, the moment-method dipole of ``tests/mindelec/test_thin_wire.py``
+  gives 94 + j44 and 89 + j46 ohm at L = lambda/2 and resonances at 0.469 and 0.473 lambda with 72.7 and
+  72.2 ohm: King's 73 + j42.5 belongs to a vanishing radius. ``me.fdtd.ThinWire`` models a wire of a given
+  radius, ends half a cell beyond its zeroed edges; that file tests it.)
   ``MINDELEC_DIPOLE_CELLS`` selects the wire length in cells (default 21; 41 for the finer validation).
 """
 

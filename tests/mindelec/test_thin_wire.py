@@ -1,0 +1,233 @@
+"""Thin wires of a given radius in 3D FDTD (``me.fdtd.ThinWire``), against a moment-method dipole.
+
+Reference: a centre-fed dipole of length ``L`` and radius ``a`` with a delta-gap source, solved here by the
+method of moments (the electric-field integral equation in mixed-potential form, reduced kernel
+``exp(-jkR) / (4 pi R)`` with ``R = sqrt((z - z')^2 + a^2)``, piecewise-linear current, Galerkin testing; the
+``1/R`` part of the inner integrals analytic, the rest by Gauss-Legendre quadrature). It converges in the
+number of segments while the segments stay longer than a few radii (at ``a = 1e-5 lambda``: 78.05 + j44.38,
+78.09 + j44.55, 78.11 + j44.65 ohm at 100, 200, 400 segments) and approaches King's thin-wire value
+73 + j42.5 ohm only slowly as the radius vanishes (``L = lambda/2``: 78.1 + j44.6 ohm at ``a = 1e-5 lambda``,
+80.4 + j45.5 at ``1e-4 lambda``, 86.6 + j46.8 at ``1e-3 lambda``).
+
+Moment-method accuracy, 40 to 120 segments at L/a = 500 and 5000: the series resonance and the reactance
+slope there change by less than 0.1 %, Z at L = lambda/2 by about 1 % (the delta gap's susceptance grows
+slowly with refinement); the dipole tests use 60 segments.
+
+Measured (dipole of 22 cells fed by a one-cell gap, ends half a cell beyond its zeroed edges; a loaded
+machine; FDTD against the moment method at the same length and radius):
+
+* L/a = 500 (a = lambda/1000 at L = lambda/2, 0.044 cells): resonance at L = 0.4700 lambda (0.4757), 71.7
+  ohm (72.0), reactance slope ``dX/d(L/lambda)`` there 1670 ohm (1892); Z(L = lambda/2) = 87.8 + j49.9 ohm
+  (86.1 + j46.2).
+* L/a = 5000: 0.4747 lambda (0.4838), 71.9 ohm (72.1), 2387 ohm (2769); 84.7 + j60.3 ohm
+  (80.2 + j45.0).
+
+At 42 cells (``MINDELEC_THIN_WIRE_CELLS=42``): resonances 0.4724 and 0.4783 lambda, 71.9 ohm, slopes 1713
+and 2419 ohm, Z(L = lambda/2) = 87.1 + j47.2 and 83.0 + j52.6 ohm: closer, slowly.
+The tolerances (resonance 2.5 %, resistance 3 %, slope 20 %) hold those with some room: the resistance is
+the model's strength, the reactance its weakness (too shallow, more so the thinner the wire: 15 % at
+L/a = 50000, run outside the suite). King's 73 + j42.5 ohm is not reached: the model's Z(L = lambda/2) is
+19 % (L/a = 500) and 25 % (L/a = 5000) from it; the moment method's own values are 16 % and 9 % away.
+``MINDELEC_THIN_WIRE_CELLS`` selects the dipole's length in cells (even, default 22; 42 for a finer run).
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import mindelec as me
+from common.errors import ConfigurationError
+from common.units import SPEED_OF_LIGHT
+
+CELL = 1e-3
+FREE_SPACE_IMPEDANCE = 376.730313668
+
+
+def _segment_integrals(points, starts, delta, radius, k):
+    """``int_segment G`` and ``int_segment (z' - start) / delta G`` (times 4 pi), per point and segment."""
+    gauss, weights = np.polynomial.legendre.leggauss(8)
+    z = points[:, None]
+    u0, u1 = starts[None, :] - z, starts[None, :] + delta - z
+    logarithm = np.arcsinh(u1 / radius) - np.arcsinh(u0 / radius)  # int dz'/R, analytic
+    root = np.sqrt(u1**2 + radius**2) - np.sqrt(u0**2 + radius**2)
+    flat = logarithm.astype(complex)
+    rising = (((z - starts[None, :]) * logarithm + root) / delta).astype(complex)
+    for node, weight in zip(gauss, weights):  # the smooth rest (exp(-jkR) - 1) / R
+        distance = np.sqrt((z - starts[None, :] - delta * (1 + node) / 2) ** 2 + radius**2)
+        smooth = (np.exp(-1j * k * distance) - 1) / distance * weight * delta / 2
+        flat += smooth
+        rising += smooth * (1 + node) / 2
+    return flat, rising
+
+
+def moment_method_impedance(length, radius, wavelength, segments=100):
+    """Input impedance (ohm, ``exp(+j omega t)``) of a centre-fed dipole with a delta gap (see the module
+    docstring): ``length`` and ``radius`` in the unit of ``wavelength``; ``segments`` even."""
+    k = 2 * math.pi / wavelength
+    delta = length / segments
+    starts = -length / 2 + delta * np.arange(segments)
+    gauss, weights = np.polynomial.legendre.leggauss(8)
+    points = (starts[:, None] + delta * (1 + gauss[None, :]) / 2).reshape(-1)
+    point_weights = np.tile(weights * delta / 2, segments)
+    rising_shape = np.tile((1 + gauss) / 2, segments)
+    segment = np.repeat(np.arange(segments), len(gauss))
+    flat, rising = _segment_integrals(points, starts, delta, radius, k)
+    nodes = np.arange(1, segments)  # the triangles, node n spanning segments n - 1 and n
+    inner = rising[:, nodes - 1] + (flat - rising)[:, nodes]
+    inner_slope = (flat[:, nodes - 1] - flat[:, nodes]) / delta
+    on_rise = segment[:, None] == nodes[None, :] - 1
+    on_fall = segment[:, None] == nodes[None, :]
+    test = np.where(on_rise, rising_shape[:, None], 0.0) + np.where(on_fall, 1 - rising_shape[:, None], 0.0)
+    test_slope = (on_rise.astype(float) - on_fall) / delta
+    vector = (test * point_weights[:, None]).T @ inner
+    scalar = (test_slope * point_weights[:, None]).T @ inner_slope
+    matrix = 1j * FREE_SPACE_IMPEDANCE * (k * vector - scalar / k) / (4 * math.pi)
+    drive = np.zeros(segments - 1, dtype=complex)
+    drive[segments // 2 - 1] = 1.0  # 1 V across the gap at the centre node
+    return 1.0 / np.linalg.solve(matrix, drive)[segments // 2 - 1]
+
+
+def _resonance(half_lengths, impedance):
+    """``(L/lambda, R, dX/d(L/lambda))`` at the first series resonance (X from - to +), interpolated."""
+    crossing = np.nonzero((impedance.imag[:-1] < 0) & (impedance.imag[1:] >= 0))[0]
+    assert len(crossing) == 1, impedance
+    k = crossing[0]
+    weight = -impedance.imag[k] / (impedance.imag[k + 1] - impedance.imag[k])
+    step = half_lengths[k + 1] - half_lengths[k]
+    resistance = impedance.real[k] + weight * (impedance.real[k + 1] - impedance.real[k])
+    return half_lengths[k] + weight * step, resistance, (impedance.imag[k + 1] - impedance.imag[k]) / step
+
+
+def test_moment_method_converges_and_approaches_king_for_a_vanishing_radius():
+    coarse, fine = (moment_method_impedance(0.5, 1e-5, 1.0, n) for n in (100, 200))
+    assert abs(fine - coarse) < 5e-3 * abs(fine)
+    king = 73.13 + 42.54j
+    assert abs(fine - king) < 0.10 * abs(king)
+    thicker = moment_method_impedance(0.5, 1e-3, 1.0, 100)
+    assert thicker.real > fine.real + 5  # a thicker wire: more resistance at L = lambda/2
+
+
+def _dipole(cells, radius, half_lengths):
+    """Input impedance (ohm) of a thin-wire dipole of ``cells`` cells and ``radius`` (m) fed by a 50 ohm port
+    in a one-cell gap at its centre, at the frequencies where ``L / lambda`` is ``half_lengths``."""
+    span = cells - 1  # the zeroed edges and the gap, half a cell inside each end
+    margin, pml = max(8, span // 3), 8
+    lower, upper = span // 2, span - 1 - span // 2  # edges below and above the gap
+    across = 2 * (margin + pml + 1)
+    along = 2 * (max(lower, upper + 1) + margin + pml)
+    half_wave = SPEED_OF_LIGHT / (2 * cells * CELL)
+    waveform = me.fdtd.GaussianPulse(f0=half_wave, fwidth=1.2 * half_wave)
+    frequencies = 2 * torch.as_tensor(half_lengths, dtype=torch.float64) * half_wave
+    port = me.fdtd.LumpedPort(
+        "feed", center=(0, 0, CELL / 2), size=(CELL,) * 3, waveform=waveform, frequencies=frequencies
+    )
+    start, end = (0, 0, -(lower + 0.5) * CELL), (0, 0, (upper + 1.5) * CELL)
+    sim = me.fdtd.Simulation(
+        size=(across * CELL, across * CELL, along * CELL),
+        cell_size=CELL,
+        boundary=me.fdtd.PML(thickness=pml),
+        structures=[me.fdtd.ThinWire(start, end, radius, CELL, gaps=[port.center]), port.resistor],
+        sources=[port.source],
+        monitors=[port],
+        threads=1,
+    )
+    result = sim.run(until=40 * cells * CELL / SPEED_OF_LIGHT, progress=False)
+    return result["feed"]["impedance"].numpy()
+
+
+@pytest.mark.parametrize("slenderness", [500, 5000])
+def test_thin_wire_dipole_against_the_moment_method(slenderness, validation_figure):
+    """L/a = 500 and 5000 (a = lambda/1000 and lambda/10000 at L = lambda/2, 0.044 and 0.0044 cells at
+    22 cells): the resonance within 2.5 % of the moment method's (measured 1.2 and 2.0 % low), its
+    resistance within 3 % (0.3 and 0.2 %), the reactance slope there within 20 % (12 and 14 % low)."""
+    cells = int(os.environ.get("MINDELEC_THIN_WIRE_CELLS", "22"))
+    if cells % 2:
+        pytest.fail(f"MINDELEC_THIN_WIRE_CELLS={cells}: a centre-fed dipole needs an even number of cells")
+    half_lengths = np.linspace(0.40, 0.55, 13)
+    fdtd = _dipole(cells, cells * CELL / slenderness, half_lengths)
+    # the same dipole by the moment method: L = 1, lambda = 1 / (L / lambda)
+    reference = np.array([moment_method_impedance(1.0, 1 / slenderness, 1 / h, 60) for h in half_lengths])
+    (f_length, f_resistance, f_slope), (m_length, m_resistance, m_slope) = (
+        _resonance(half_lengths, z) for z in (fdtd, reference)
+    )
+    half = int(np.argmin(abs(half_lengths - 0.5)))
+    validation_figure(
+        f"{cells} cells, L/a = {slenderness}: resonance at L = {f_length:.4f} lambda (MoM {m_length:.4f}), "
+        f"R = {f_resistance:.1f} ohm (MoM {m_resistance:.1f}), dX/d(L/lambda) = {f_slope:.0f} ohm (MoM "
+        f"{m_slope:.0f}); Z(L = lambda/2) = {fdtd[half]:.1f} ohm (MoM {reference[half]:.1f}, King 73.1+42.5j)"
+    )
+    assert f_length == pytest.approx(m_length, rel=0.025)
+    assert f_resistance == pytest.approx(m_resistance, rel=0.03)
+    assert f_slope == pytest.approx(m_slope, rel=0.20)
+
+
+def _small_run(structures, port, differentiable=False, compiled=True):
+    """A short run of a small grid; returns the port's gap-voltage DFT."""
+    medium = me.fdtd.Medium(permittivity=torch.tensor(1.0, dtype=torch.float64, requires_grad=differentiable))
+    from common.geometry import Box
+
+    block = me.fdtd.Structure(Box((4 * CELL,) * 3, (6 * CELL,) * 3), medium)
+    sim = me.fdtd.Simulation(
+        size=(14 * CELL,) * 3,
+        cell_size=CELL,
+        structures=[block, *structures, port.resistor],
+        sources=[port.source],
+        monitors=[port],
+        dtype=torch.float64,
+        compiled=compiled,
+    )
+    with pytest.warns(UserWarning, match="truncated record"):
+        result = sim.run(steps=40, progress=False)
+    return medium, result["feed"]["voltage"]
+
+
+def _port():
+    waveform = me.fdtd.GaussianPulse(f0=25e9, fwidth=25e9)
+    return me.fdtd.LumpedPort("feed", (0, 0, CELL / 2), (CELL,) * 3, waveform, [20e9, 25e9])
+
+
+def test_thin_wire_at_the_bare_line_radius_is_the_bare_line_and_paths_agree():
+    """f = 2 / ln(d / a) = 1 at a = d exp(-2): the correction vanishes and the run is the pec_sheet wire's;
+    at another radius the compiled, torch and differentiable paths give one answer, and gradients flow."""
+    port = _port()
+    arms = [
+        me.fdtd.pec_sheet(center=(0, 0, -2 * CELL), size=(0, 0, 4 * CELL), cell_size=CELL),
+        me.fdtd.pec_sheet(center=(0, 0, 3 * CELL), size=(0, 0, 4 * CELL), cell_size=CELL),
+    ]
+    start, end = (0, 0, -4.5 * CELL), (0, 0, 5.5 * CELL)
+    equivalent = me.fdtd.ThinWire(start, end, CELL * math.exp(-2), CELL, gaps=[port.center])
+    _, bare = _small_run(arms, port)
+    _, same = _small_run([equivalent], port)
+    assert torch.allclose(same, bare, rtol=1e-9, atol=0)
+    thin = me.fdtd.ThinWire(start, end, CELL / 100, CELL, gaps=[port.center])
+    _, compiled = _small_run([thin], port)
+    _, plain = _small_run([thin], port, compiled=False)
+    medium, graph = _small_run([thin], port, differentiable=True)
+    assert not torch.allclose(compiled, bare, rtol=1e-2, atol=0)
+    assert torch.allclose(plain, compiled, rtol=1e-9, atol=0)
+    assert torch.allclose(graph.detach(), compiled, rtol=1e-9, atol=0)
+    (gradient,) = torch.autograd.grad(graph.abs().sum(), medium.permittivity)
+    assert torch.isfinite(gradient) and gradient != 0
+
+
+def test_thin_wire_refuses_thick_skew_and_off_grid_wires():
+    with pytest.raises(ConfigurationError, match="half a cell"):
+        me.fdtd.ThinWire((0, 0, 0), (0, 0, 4 * CELL), CELL / 2, CELL)
+    with pytest.raises(ConfigurationError, match="exactly one axis"):
+        me.fdtd.ThinWire((0, 0, 0), (CELL, 0, 4 * CELL), CELL / 10, CELL)
+    with pytest.raises(ConfigurationError, match="not the centre of one of the wire's edges"):
+        me.fdtd.ThinWire((0, 0, 0), (0, 0, 4 * CELL), CELL / 10, CELL, gaps=[(0, 0, 1.5 * CELL)])
+    with pytest.raises(ConfigurationError, match="whole number of cells"):
+        me.fdtd.ThinWire((0, 0, 0), (0, 0, 4.5 * CELL), CELL / 10, CELL)
+    off_grid = me.fdtd.ThinWire((CELL / 2, 0, -CELL / 2), (CELL / 2, 0, 3.5 * CELL), CELL / 10, CELL)
+    with pytest.raises(ConfigurationError, match="x = 0.0005 m is not on an integer node"):
+        me.fdtd.Simulation(size=(12 * CELL,) * 3, cell_size=CELL, structures=[off_grid])
+    on_nodes = me.fdtd.ThinWire((0, 0, 0), (0, 0, 4 * CELL), CELL / 10, CELL)  # its ends must be half nodes
+    with pytest.raises(ConfigurationError, match="start \\+ half a cell"):
+        me.fdtd.Simulation(size=(12 * CELL,) * 3, cell_size=CELL, structures=[on_nodes])
+    wires = [me.fdtd.ThinWire((x, 0, -CELL / 2), (x, 0, 3.5 * CELL), CELL / 10, CELL) for x in (0, CELL)]
+    with pytest.raises(ConfigurationError, match="two cells apart"):
+        me.fdtd.Simulation(size=(12 * CELL,) * 3, cell_size=CELL, structures=wires)
