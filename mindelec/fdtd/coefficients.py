@@ -41,7 +41,7 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
             (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
     """
     axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
-    mixer = _Mixer(grid, default_medium, [s for s in structures if s not in axial], dtype, device)
+    mixer = media_mixer(grid, default_medium, structures, dtype, device)
     electric, magnetic = {}, {}
     for component in active:
         weights = mixer.weights(component)
@@ -65,6 +65,12 @@ def update_coefficients(grid, active, dt, default_medium, structures, design, dt
             )
         electric[component] = (ca, cb, poles)
     return electric, magnetic
+
+
+def media_mixer(grid, default_medium, structures, dtype, device):
+    """The mixer of the default medium and the structures' media (``AxialConductivity`` ones left out)."""
+    mixed = [s for s in structures if not isinstance(s.medium, AxialConductivity)]
+    return _Mixer(grid, default_medium, mixed, dtype, device)
 
 
 def _lossy_coefficients(dt, permittivity, conductivity):

@@ -51,6 +51,7 @@ from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
 from .near_to_far import NearToFarMonitor
+from .offdiagonal import check_subpixel, off_diagonal_update
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
@@ -114,9 +115,10 @@ class Simulation:
             int sets it, ``"free"`` sets it to the cores not busy with other processes now. Grids below
             about a million cells gain little from several threads, and on a busy machine threads that
             spin-wait for each other can make them slower: ``threads=1`` suits them.
-        subpixel: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
-            (:mod:`mindelec.fdtd.smoothing`, Farjadpour et al. 2006): second-order accurate interfaces
-            instead of first-order ones. Default ``False`` (the arithmetic fill-fraction mean).
+        subpixel: ``True``: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
+            (:mod:`~mindelec.fdtd.smoothing`, Farjadpour et al. 2006, with the off-diagonal terms of
+            :mod:`~mindelec.fdtd.offdiagonal`): second-order interfaces instead of first-order ones;
+            ``"diagonal"``: its diagonal only. Default ``False`` (the arithmetic fill-fraction mean).
 
     Attributes:
         grid: the :class:`Grid`.
@@ -163,7 +165,7 @@ class Simulation:
         subpixel=False,
     ):
         self.grid = Grid(size, cell_size)
-        self.subpixel = bool(subpixel)
+        self.subpixel = check_subpixel(subpixel)
         self.compiled = bool(compiled)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
@@ -504,6 +506,7 @@ class Simulation:
             self.dtype,
             self.device,
             compiled=self.compiled, wires=self._wires,
+            off_diagonal=off_diagonal_update(self, electric),
         )
 
     def run(self, until=None, steps=None, progress=True, until_decayed=None):

@@ -73,27 +73,43 @@ def smoothed_permittivity(mixer, weights, component):
     Raises:
         ConfigurationError: naming the structure if its shape gives no boundary normals.
     """
-    grid = mixer.grid
     axis = component_axis(component)
-    if axis >= grid.ndim or not mixer.structures:
+    if axis >= mixer.grid.ndim or not mixer.structures:
         return mixer.mix(weights, "permittivity")
-    coordinates = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
-    points = torch.stack(torch.meshgrid(*coordinates, indexing="ij"), dim=-1).reshape(-1, grid.ndim)
+    mean, inverse_mean, normals = cell_means(mixer, component)
+    normal_squared = normals[..., axis] ** 2
+    return 1 / (normal_squared * inverse_mean + (1 - normal_squared) / mean)
+
+
+def cell_means(mixer, component):
+    """``(<eps>, <1/eps>, n)`` over the cells centred on ``component``'s nodes (``None``: the integer nodes).
+
+    The means are tensors of the grid shape ``(nx, ny, nz)`` (float when uniform), from the planar-cut
+    fill fractions; ``n`` ``(nx, ny, nz, d)`` is the unit normal of the last structure that only partly
+    covers the cell, zero where none does. At least one structure is expected (``mixer.structures``).
+    """
+    grid = mixer.grid
+    points = node_points(grid, component)
     spacing = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
     planar = [1.0]
-    normal_squared = torch.zeros(points.shape[0], dtype=torch.float64)
+    normals = torch.zeros_like(points)
     for index, structure in enumerate(mixer.structures):
-        fill, cut, normals = _planar_fill(structure, index, points, spacing)
+        fill, cut, cut_normals = _planar_fill(structure, index, points, spacing)
         planar = [w * (1 - fill) for w in planar] + [fill]
-        normal_squared[cut] = normals[:, axis] ** 2  # later structures override
+        normals[cut] = cut_normals  # later structures override
     planar = [w.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device) for w in planar]
-    mean = mixer.mix(planar, "permittivity")
     inverse_mean = 0.0
     for weight, medium in zip(planar, mixer.media):
         medium = medium if isinstance(medium, Medium) else mixer.default_medium
         inverse_mean = inverse_mean + weight / medium.permittivity
-    normal_squared = normal_squared.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device)
-    return 1 / (normal_squared * inverse_mean + (1 - normal_squared) / mean)
+    normals = normals.reshape(*grid.shape, grid.ndim).to(dtype=mixer.dtype, device=mixer.device)
+    return mixer.mix(planar, "permittivity"), inverse_mean, normals
+
+
+def node_points(grid, component):
+    """The positions (m) of ``component``'s nodes (``None``: the integer nodes), ``(n_nodes, d)`` float64."""
+    coordinates = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
+    return torch.stack(torch.meshgrid(*coordinates, indexing="ij"), dim=-1).reshape(-1, grid.ndim)
 
 
 def _planar_fill(structure, index, points, spacing):

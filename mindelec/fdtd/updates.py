@@ -143,7 +143,7 @@ class YeeStepper:
 
     def __init__(
         self, grid, active, periodic, pml, dt, electric, magnetic, sources, plane_waves, dtype, device,
-        compiled=True, wires=None,
+        compiled=True, wires=None, off_diagonal=None,
     ):
         self.grid = grid
         self.wires = wires
@@ -154,6 +154,7 @@ class YeeStepper:
         self.magnetic = magnetic
         self.sources = sources
         self.plane_waves = plane_waves
+        self.off_diagonal = off_diagonal  # the smoothed tensor's off-diagonal terms (.offdiagonal)
         self.dtype, self.device = dtype, device
         self.terms = {}
         for component in active:
@@ -210,13 +211,20 @@ class YeeStepper:
             return value
 
         self._map_coefficients(collect)
+        if self.off_diagonal is not None:
+            self.off_diagonal.map_tensors(collect)
         return list(found.values())
 
     def with_coefficients(self, originals, replacements):
         """A copy of this stepper with the coefficient tensors ``originals`` replaced by ``replacements``."""
         lookup = {id(original): new for original, new in zip(originals, replacements)}
         stepper = copy.copy(self)
-        stepper.electric, stepper.magnetic = self._map_coefficients(lambda old: lookup.get(id(old), old))
+        def replace(old):
+            return lookup.get(id(old), old)
+
+        stepper.electric, stepper.magnetic = self._map_coefficients(replace)
+        if self.off_diagonal is not None:
+            stepper.off_diagonal = self.off_diagonal.map_tensors(replace)
         return stepper
 
     def initial_state(self):
@@ -354,6 +362,7 @@ class YeeStepper:
         for component in magnetic:
             self._update_magnetic(state, component, step, inplace, bulk=kernel is None)
         self._advance_incident_h(state)
+        before = self.off_diagonal.gather(state.fields) if self.off_diagonal is not None else None
         # the polarisations read E^n: all of them first, then the E updates
         currents = {component: self._polarization_currents(state, component) for component in electric}
         if kernel is not None:
@@ -361,6 +370,8 @@ class YeeStepper:
             self._compiled_curls(kernel, state, coefficients)
         for component in electric:
             self._update_electric(state, component, currents[component], step, inplace, bulk=kernel is None)
+        if before is not None:  # the off-diagonal terms, from the increments of the diagonal update
+            self.off_diagonal.apply(state.fields, before, inplace)
         self._advance_incident_e(state, step)
         return state
 
