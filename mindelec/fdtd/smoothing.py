@@ -11,17 +11,22 @@ default, use instead the effective inverse-permittivity tensor of each cell
 
 with ``n`` the unit normal of the interface in the cell and ``<.>`` the fill-fraction mean over the cell:
 the harmonic mean across the interface, the arithmetic mean along it. This restores second-order
-convergence of resonant frequencies, transmission phases and effective indices.
+convergence of resonant frequencies, transmission phases and effective indices at interfaces along the
+grid axes, and cuts the error at tilted and curved ones (below).
 
 What this module does (``Simulation(subpixel=True)``), once at set-up:
 
 * each E component ``E_c`` gets the diagonal element of that tensor at its Yee node,
-  ``1 / eps_c = n_c^2 <eps^-1> + (1 - n_c^2) / <eps>``; the off-diagonal elements (which couple
-  ``E_c`` to the other components at tilted interfaces) are neglected, as in many FDTD codes. For
-  interfaces along the grid axes nothing is lost (second order, tested); for curved ones the error
-  drops but the order does not reach 2: the lowest TE resonance of a dielectric disk (eps 6, radius
-  0.3 of a PEC box) converges at order 1.3 with smoothing against 1.0 without, with errors 4-5x
-  smaller at 12-40 cells per side (against a smoothed run at 120 cells; measured, not a test);
+  ``1 / eps_c = n_c^2 <eps^-1> + (1 - n_c^2) / <eps>``; the off-diagonal elements, which couple ``E_c`` to
+  the other components at tilted and curved interfaces, are added by :mod:`mindelec.fdtd.offdiagonal`
+  (``subpixel=True``) or left out (``subpixel="diagonal"``). For interfaces along the grid axes they vanish
+  (second order, tested). For curved ones, measured on the lowest TE resonance of a dielectric disk (eps 6,
+  radius 0.3 of a square PEC cavity) against a particular-solutions reference at 12-64 cells per side: the
+  arithmetic mean converges at order 1.3 (errors 4.4e-2 .. 8.9e-3 at 12-40 cells), the diagonal at order
+  1.0 (8.8e-3 .. 1.8e-3), the full tensor at order 1.25 with errors 3.6-13x smaller than the diagonal's
+  (2.4e-3 .. 2.2e-4). Second order is not reached on the Yee grid: the off-diagonal terms need the other
+  components averaged across the interface, where they jump, which keeps a first-order error (Werner and
+  Cary, J. Comput. Phys. 226, 1085 (2007), find first-order errors at sharp interfaces for their scheme too);
 * the means run over the component's own Yee cell; the normal is the outward normal of the last
   structure that only partly covers the cell (``_normal`` of its ``common.geometry`` shape at the node:
   the nearest face, edge or arc). Each structure's fill fraction of a cut cell is the exact volume of
