@@ -18,7 +18,8 @@ design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindel
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
-Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing`.
+Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and
+:mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms).
 
 An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a
 ``YeeStepper``, asks each monitor for a fresh ``Recorder``, steps a ``YeeState`` from zero fields,

@@ -89,7 +89,7 @@ class OffDiagonalUpdate:
     """The sparse off-diagonal correction of the E update (module docstring), applied by the Yee stepper.
 
     Args:
-        pairs: per pair of E components with coupled corners, a :class:`_Pair`.
+        pairs: per pair of E components with coupled corners, a ``_Pair`` (nodes, couplings, scales).
     """
 
     def __init__(self, pairs):
