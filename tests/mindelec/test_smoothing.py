@@ -395,3 +395,27 @@ def test_subpixel_accepts_only_its_three_settings():
         with pytest.raises(ValueError, match="subpixel"):
             fdtd.Simulation(size=(SIDE, SIDE), cell_size=SIDE / 10, subpixel=value)
     assert fdtd.Simulation(size=(SIDE, SIDE), cell_size=SIDE / 10, subpixel="diagonal").subpixel == "diagonal"
+
+
+@pytest.mark.parametrize(
+    "medium",
+    [fdtd.Medium(6.0, conductivity=0.1), fdtd.Lorentz(2.0, 300e9, permittivity=4.0), fdtd.PEC()],
+    ids=["lossy", "dispersive", "pec"],
+)
+def test_off_diagonal_terms_leave_out_lossy_dispersive_and_pec_cells(medium):
+    """The documented fallback: a disk of such a medium keeps the diagonal smoothing only (no coupling at
+    its edge), while a lossless disk next to it still couples."""
+    lossless = fdtd.Structure(geometry.Disk((0.25 * SIDE, 0.0), 0.2 * SIDE), fdtd.Medium(6.0))
+    other = fdtd.Structure(geometry.Disk((-0.25 * SIDE, 0.0), 0.2 * SIDE), medium)
+    corners = {}
+    for name, structures in (("both", [lossless, other]), ("other", [other])):
+        sim = fdtd.Simulation(
+            size=(SIDE, SIDE), cell_size=SIDE / 20, polarization="TE", structures=structures, subpixel=True
+        )
+        update = sim._stepper(1).off_diagonal
+        corners[name] = 0 if update is None else update.corners
+    lone = fdtd.Simulation(
+        size=(SIDE, SIDE), cell_size=SIDE / 20, polarization="TE", structures=[lossless], subpixel=True
+    )
+    assert corners["other"] == 0
+    assert corners["both"] == lone._stepper(1).off_diagonal.corners > 0
