@@ -16,6 +16,7 @@ The FDTD frequency comes from a matrix-pencil fit of a probe's ringing after the
 import functools
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -304,7 +305,7 @@ def _inverse_permittivity_matrix(sim, stepper):
     return matrix
 
 
-def _off_centre_disk(permittivity):
+def _off_centre_disk(permittivity, **options):
     disk = fdtd.Structure(geometry.Disk((0.1 * SIDE, 0.05 * SIDE), 0.27 * SIDE), fdtd.Medium(permittivity))
     return fdtd.Simulation(
         size=(SIDE, SIDE),
@@ -313,7 +314,26 @@ def _off_centre_disk(permittivity):
         structures=[disk],
         dtype=torch.float64,
         subpixel=True,
+        **options,
     )
+
+
+def test_a_time_step_above_the_guaranteed_limit_warns():
+    """The warning's limit rests on Gershgorin's bound (the largest row sum of K), which must be at least
+    K's largest eigenvalue; the default step (0.99) exceeds it on the eps 50 disk and warns, a step at
+    the limit does not."""
+    import warnings
+
+    sim = _off_centre_disk(50.0)
+    with pytest.warns(UserWarning, match="stable for certain up to courant=") as record:
+        stepper = sim._stepper(1)
+    message = next(str(w.message) for w in record if "stable for certain" in str(w.message))
+    limit = float(re.search(r"courant=([0-9.]+)", message).group(1))
+    largest = np.linalg.eigvalsh(_inverse_permittivity_matrix(sim, stepper))[-1]
+    assert 1.0 < largest <= 1.001 / limit**2, (largest, limit)  # the bound holds the true eigenvalue
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _off_centre_disk(50.0, courant=0.999 * limit)._stepper(1)
 
 
 def test_smoothed_tensor_is_positive_definite_and_the_leapfrog_conserves_energy(monkeypatch):
