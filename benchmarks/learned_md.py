@@ -19,20 +19,26 @@ The molecule is the reactant of the Claisen rearrangement (allyl vinyl ether, 14
 
 The learned models have random weights (the cost does not depend on them). Each potential's
 simulation runs ``--steps`` steps per round; the rounds alternate between the potentials so that
-all see the same machine load, and the best round counts. Printed: ms per MD step and steps/s,
-ms per energy+forces call at a fixed configuration, then the ratios last: GFN2-xTB's step time over
-each learned potential's (the speed-up of learned MD; the goal of the reactive example is 20x),
-and ours over the peers' (above 1: ours is faster).
+all see the same machine load, and the best round counts. Times are the process's CPU time
+(``time.process_time``; one thread, so the time it ran): on a machine shared with other jobs the
+wall-clock time of the same run varied by 2x between runs, the CPU time much less. Printed: ms
+per MD step and steps/s, ms per energy+forces call at a fixed configuration, then the ratios last:
+GFN2-xTB's step time over each learned potential's (the speed-up of learned MD; the goal of the
+reactive example is 20x), and ours over the peers' (above 1: ours is faster).
 
-    python benchmarks/learned_md.py [--quick] [--steps 50] [--rounds 5] [--threads 1]
+    OMP_NUM_THREADS=1 python benchmarks/learned_md.py [--quick] [--steps 25] [--rounds 8] [--threads 1]
+
+(with more than one thread the CPU time adds up the threads' times: compare those with care).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import time
 
 import torch
-from md_common import best_of_rounds, print_load_average
+from md_common import print_load_average
 
 import mindsponge as ms
 from mindsponge.active import Committee, claisen
@@ -115,6 +121,20 @@ def potentials(atomic_numbers) -> dict:
     return table
 
 
+def cpu_best_of_rounds(functions: dict, repeats: int, rounds: int) -> dict:
+    """Best CPU seconds per call of each function (after one warm-up call), timed in alternating rounds."""
+    for function in functions.values():
+        function()
+    best = dict.fromkeys(functions, math.inf)
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.process_time()
+            for _ in range(repeats):
+                function()
+            best[name] = min(best[name], (time.process_time() - start) / repeats)
+    return best
+
+
 def simulation(system, potential):
     """The reactive example's Langevin run of ``potential`` (velocities at 300 K)."""
     sim = ms.Simulation(system, potential, LangevinMiddle(0.0005, 300.0, 5.0), seed=0, progress=False,
@@ -126,8 +146,8 @@ def simulation(system, potential):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
-    parser.add_argument("--steps", type=int, default=50, help="MD steps per round")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=25, help="MD steps per round")
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     steps, rounds = (10, 2) if args.quick else (args.steps, args.rounds)
@@ -137,12 +157,12 @@ def main():
     table = potentials(system.atomic_numbers)
     simulations = {name: simulation(system, potential) for name, potential in table.items()}
     positions = next(iter(simulations.values())).state.positions
-    step = best_of_rounds({name: (lambda sim=sim: sim.run(steps)) for name, sim in simulations.items()},
-                          repeats=1, rounds=rounds, warmup=1)
-    force = best_of_rounds({name: (lambda sim=sim: sim.energy_and_forces(positions, None))
-                            for name, sim in simulations.items()}, repeats=steps, rounds=rounds)
-    print(f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), best of {rounds} rounds "
-          f"of {steps} steps (measured on a machine shared with other jobs: see the load average)")
+    step = cpu_best_of_rounds({name: (lambda sim=sim: sim.run(steps)) for name, sim in simulations.items()},
+                              repeats=1, rounds=rounds)
+    force = cpu_best_of_rounds({name: (lambda sim=sim: sim.energy_and_forces(positions, None))
+                                for name, sim in simulations.items()}, repeats=steps, rounds=rounds)
+    print(f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), CPU time, best of {rounds} "
+          f"rounds of {steps} steps (see the load average: the machine may be shared)")
     for name in table:
         ms_step = step[name] / steps * 1e3
         print(f"{name:20s} {ms_step:8.2f} ms per MD step ({1e3 / ms_step:7.1f} steps/s), "
