@@ -82,13 +82,28 @@ def torchmdnet_schnet(atomic_numbers):
         print(f"torchmd-net is not installed ({error}): skipped")
         return None
     args = {
-        "model": "graph-network", "precision": 32, "embedding_dimension": FEATURES,
-        "num_layers": INTERACTIONS, "num_rbf": N_RBF, "rbf_type": "gauss", "trainable_rbf": False,
+        "model": "graph-network",
+        "precision": 32,
+        "embedding_dimension": FEATURES,
+        "num_layers": INTERACTIONS,
+        "num_rbf": N_RBF,
+        "rbf_type": "gauss",
+        "trainable_rbf": False,
         "activation": "ssp",
-        "neighbor_embedding": False, "cutoff_lower": 0.0, "cutoff_upper": CUTOFF * 10.0, "max_z": 100,
-        "max_num_neighbors": len(atomic_numbers), "aggr": "add", "derivative": False, "atom_filter": -1,
-        "prior_model": None, "output_model": "Scalar", "reduce_op": "add", "box_vecs": None,
-        "static_shapes": False, "check_errors": False,
+        "neighbor_embedding": False,
+        "cutoff_lower": 0.0,
+        "cutoff_upper": CUTOFF * 10.0,
+        "max_z": 100,
+        "max_num_neighbors": len(atomic_numbers),
+        "aggr": "add",
+        "derivative": False,
+        "atom_filter": -1,
+        "prior_model": None,
+        "output_model": "Scalar",
+        "reduce_op": "add",
+        "box_vecs": None,
+        "static_shapes": False,
+        "check_errors": False,
     }
     return TorchMDNetPotential(create_model(args), atomic_numbers)
 
@@ -116,8 +131,13 @@ def potentials(atomic_numbers) -> dict:
         "committee (loop)": LoopCommittee(committee, atomic_numbers),
     }
     peers = {"torchmd-net SchNet": torchmdnet_schnet(atomic_numbers), "mace-torch MACE": mace_model()}
-    table.update({name: (peer if name.startswith("torchmd") else peer.bind(atomic_numbers))
-                  for name, peer in peers.items() if peer is not None})
+    table.update(
+        {
+            name: (peer if name.startswith("torchmd") else peer.bind(atomic_numbers))
+            for name, peer in peers.items()
+            if peer is not None
+        }
+    )
     return table
 
 
@@ -137,8 +157,9 @@ def cpu_best_of_rounds(functions: dict, repeats: int, rounds: int) -> dict:
 
 def simulation(system, potential):
     """The reactive example's Langevin run of ``potential`` (velocities at 300 K)."""
-    sim = ms.Simulation(system, potential, LangevinMiddle(0.0005, 300.0, 5.0), seed=0, progress=False,
-                        overlap_distance=None)
+    sim = ms.Simulation(
+        system, potential, LangevinMiddle(0.0005, 300.0, 5.0), seed=0, progress=False, overlap_distance=None
+    )
     sim.set_velocities(300.0, seed=0)
     return sim
 
@@ -157,23 +178,35 @@ def main():
     table = potentials(system.atomic_numbers)
     simulations = {name: simulation(system, potential) for name, potential in table.items()}
     positions = next(iter(simulations.values())).state.positions
-    step = cpu_best_of_rounds({name: (lambda sim=sim: sim.run(steps)) for name, sim in simulations.items()},
-                              repeats=1, rounds=rounds)
-    force = cpu_best_of_rounds({name: (lambda sim=sim: sim.energy_and_forces(positions, None))
-                                for name, sim in simulations.items()}, repeats=steps, rounds=rounds)
-    print(f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), CPU time, best of {rounds} "
-          f"rounds of {steps} steps (see the load average: the machine may be shared)")
+    step = cpu_best_of_rounds(
+        {name: (lambda sim=sim: sim.run(steps)) for name, sim in simulations.items()},
+        repeats=1,
+        rounds=rounds,
+    )
+    force = cpu_best_of_rounds(
+        {name: (lambda sim=sim: sim.energy_and_forces(positions, None)) for name, sim in simulations.items()},
+        repeats=steps,
+        rounds=rounds,
+    )
+    print(
+        f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), CPU time, best of {rounds} "
+        f"rounds of {steps} steps (see the load average: the machine may be shared)"
+    )
     for name in table:
         ms_step = step[name] / steps * 1e3
-        print(f"{name:20s} {ms_step:8.2f} ms per MD step ({1e3 / ms_step:7.1f} steps/s), "
-              f"{force[name] * 1e3:8.2f} ms per energy+forces call")
+        print(
+            f"{name:20s} {ms_step:8.2f} ms per MD step ({1e3 / ms_step:7.1f} steps/s), "
+            f"{force[name] * 1e3:8.2f} ms per energy+forces call"
+        )
     print_load_average("end")
     xtb = step["GFN2-xTB"]
     for name in table:
         if name != "GFN2-xTB":
             print(f"ratio GFN2-xTB/{name} MD step time (learned MD speed-up): {xtb / step[name]:.2f}")
-    print(f"ratio committee (loop)/committee step time (vectorisation): "
-          f"{step['committee (loop)'] / step['committee']:.2f}")
+    print(
+        f"ratio committee (loop)/committee step time (vectorisation): "
+        f"{step['committee (loop)'] / step['committee']:.2f}"
+    )
     for ours, peer in (("SchNet", "torchmd-net SchNet"), ("ACENet", "mace-torch MACE")):
         if peer in step:
             print(f"ratio {peer}/{ours} MD step time (above 1: ours faster): {step[peer] / step[ours]:.2f}")

@@ -118,9 +118,13 @@ class _PairEnergy(nn.Module):
 def _vectorisable(models) -> bool:
     """Models of one class with the same hyperparameters (and so the same pairs and weight shapes)."""
     first = models[0]
-    return (first.hyperparameters is not None and first.vectorisable
-            and all(type(model) is type(first) and model.hyperparameters == first.hyperparameters
-                    for model in models))
+    return (
+        first.hyperparameters is not None
+        and first.vectorisable
+        and all(
+            type(model) is type(first) and model.hyperparameters == first.hyperparameters for model in models
+        )
+    )
 
 
 class CommitteePotential(nn.Module):
@@ -145,8 +149,9 @@ class CommitteePotential(nn.Module):
 
     def _stacked(self) -> tuple[dict, dict]:
         """The models' weights stacked along a first axis ``(K, ...)``, remade when any changed."""
-        tensors = [tensor for model in self.committee.models
-                   for tensor in (*model.parameters(), *model.buffers())]
+        tensors = [
+            tensor for model in self.committee.models for tensor in (*model.parameters(), *model.buffers())
+        ]
         key = [(id(tensor), tensor._version) for tensor in tensors]
         if self._stack is None or self._stack[0] != key:
             parameters, buffers = stack_module_state(list(self.committee.models))
