@@ -8,14 +8,24 @@ DP-GEN)::
     sigma = max_i sqrt( mean_k |F_ik - <F_i>|^2 )        kJ/mol/nm
 
 with ``F_ik`` the force on atom ``i`` under model ``k`` and ``<F_i>`` the committee mean.
+
+Bound to atomic numbers (:meth:`Committee.bind`, what MD runs), a committee of models of one class
+and the same hyperparameters is evaluated as one vectorised model (``torch.func.vmap`` over the
+models' stacked weights) on one shared graph (pairs and displacement vectors found once): the
+same operations as one model, each on ``k`` models' worth of numbers, instead of ``k`` times as
+many small operations. The stacked weights are copies, remade when a model's weights change (in
+place or replaced); gradients flow to the positions, not to the weights, so train the models
+themselves (or :class:`Committee` unbound). Committees of mixed models run model by model.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
 
 from mindsponge import potentials as potentials_module
+from mindsponge import space
 
 __all__ = ["Committee", "CommitteePotential"]
 
@@ -93,17 +103,76 @@ class Committee(nn.Module):
         return torch.cat(values) if values else torch.zeros(0)
 
 
+class _PairEnergy(nn.Module):
+    """A learned potential's energy ``()`` kJ/mol from element indices and a graph (what
+    :func:`torch.func.functional_call` calls with one model's weights)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, species: Tensor, pairs: Tensor, vectors: Tensor) -> Tensor:
+        return self.model.pair_energy(species, pairs, vectors)
+
+
+def _vectorisable(models) -> bool:
+    """Models of one class with the same hyperparameters (and so the same pairs and weight shapes)."""
+    first = models[0]
+    return (
+        first.hyperparameters is not None
+        and first.vectorisable
+        and all(
+            type(model) is type(first) and model.hyperparameters == first.hyperparameters for model in models
+        )
+    )
+
+
 class CommitteePotential(nn.Module):
-    """A :class:`Committee` with bound atomic numbers: ``forward(positions, box) -> mean energy``."""
+    """A :class:`Committee` with bound atomic numbers: ``forward(positions, box) -> mean energy``.
+
+    Models of one class and hyperparameters are evaluated together (see the module docstring);
+    ``vectorised`` says whether they are.
+
+    Forward: positions ``(N, 3)`` nm, box ``(3, 3)`` nm or ``None`` -> the committee-mean energy
+    ``()`` kJ/mol, in the dtype of the positions.
+    """
 
     def __init__(self, committee: Committee, atomic_numbers):
         super().__init__()
         atomic_numbers = torch.as_tensor(atomic_numbers).long()
-        for model in committee.models:
-            model.species(atomic_numbers)  # raises now for an element a model does not accept
+        species = [model.species(atomic_numbers) for model in committee.models]  # raises now if unknown
         self.committee = committee
         self.register_buffer("atomic_numbers", atomic_numbers, persistent=False)
+        self.register_buffer("species", species[0], persistent=False)
+        self.vectorised = _vectorisable(list(committee.models))
+        self._stack = None  # (the weights' identities and versions, stacked parameters, stacked buffers)
+
+    def _stacked(self) -> tuple[dict, dict]:
+        """The models' weights stacked along a first axis ``(K, ...)``, remade when any changed."""
+        tensors = [
+            tensor for model in self.committee.models for tensor in (*model.parameters(), *model.buffers())
+        ]
+        key = [(id(tensor), tensor._version) for tensor in tensors]
+        if self._stack is None or self._stack[0] != key:
+            parameters, buffers = stack_module_state(list(self.committee.models))
+            parameters = {f"model.{name}": value.detach() for name, value in parameters.items()}
+            buffers = {f"model.{name}": value for name, value in buffers.items()}
+            self._stack = (key, parameters, buffers)
+        return self._stack[1], self._stack[2]
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         """Committee-mean energy ``()`` kJ/mol of positions ``(N, 3)`` nm."""
-        return self.committee(positions, self.atomic_numbers, box)
+        if not self.vectorised:
+            return self.committee(positions, self.atomic_numbers, box)
+        first = self.committee.models[0]
+        if box is not None:
+            space.check_box(box)
+        dtype = first.energy_scale.dtype
+        pairs, vectors = first.graph(positions.to(dtype), None if box is None else box.to(dtype))
+        parameters, buffers = self._stacked()
+        module = _PairEnergy(first)
+
+        def energy(parameters, buffers):
+            return functional_call(module, (parameters, buffers), (self.species, pairs, vectors))
+
+        return vmap(energy)(parameters, buffers).mean(0).to(positions.dtype)

@@ -24,7 +24,8 @@ depend on the central atom's element, is the message; the features are updated w
 skip connection, and every layer adds its readout to the atomic output (a linear readout, a
 small MLP for the last layer), as in MACE. The energy is invariant under rotations,
 translations and permutations of like atoms by construction, and the forces (``-dE/dx`` by
-autograd) equivariant.
+autograd) equivariant. The atomic basis is stored with the channels last (``A1`` ``(N, 3, F)``,
+``A2`` ``(N, 3, 3, F)``), so that products with per-channel weights run over contiguous channels.
 """
 
 from __future__ import annotations
@@ -79,24 +80,24 @@ class PolynomialEnvelope(nn.Module):
 def _invariants(a0: Tensor, a1: Tensor, a2: Tensor | None, correlation: int) -> list[Tensor]:
     """The rotation invariants of the atomic basis up to ``correlation`` factors, each ``(N, F)``.
 
-    ``a0`` ``(N, F)``, ``a1`` ``(N, F, 3)``, ``a2`` ``(N, F, 3, 3)`` or ``None`` (``max_l = 1``).
+    ``a0`` ``(N, F)``, ``a1`` ``(N, 3, F)``, ``a2`` ``(N, 3, 3, F)`` or ``None`` (``max_l = 1``).
     """
     invariants = [a0]
-    square1 = (a1 * a1).sum(-1)
-    square2 = None if a2 is None else (a2 * a2).sum((-1, -2))
+    square1 = (a1 * a1).sum(1)
+    square2 = None if a2 is None else (a2 * a2).sum((1, 2))
     if correlation >= 2:
         invariants += [a0 * a0, square1] + ([] if a2 is None else [square2])
     if correlation >= 3:
         invariants += [a0 * a0 * a0, a0 * square1]
         if a2 is not None:
-            invariants += [a0 * square2, torch.einsum("nfa,nfab,nfb->nf", a1, a2, a1),
-                           torch.einsum("nfab,nfbc,nfca->nf", a2, a2, a2)]
+            invariants += [a0 * square2, torch.einsum("naf,nabf,nbf->nf", a1, a2, a1),
+                           torch.einsum("nabf,nbcf,ncaf->nf", a2, a2, a2)]
     return invariants
 
 
 def _n_invariants(max_l: int, correlation: int) -> int:
-    return len(_invariants(torch.zeros(1, 1), torch.zeros(1, 1, 3),
-                           torch.zeros(1, 1, 3, 3) if max_l == 2 else None, correlation))
+    return len(_invariants(torch.zeros(1, 1), torch.zeros(1, 3, 1),
+                           torch.zeros(1, 3, 3, 1) if max_l == 2 else None, correlation))
 
 
 class _Layer(nn.Module):
@@ -117,25 +118,22 @@ class _Layer(nn.Module):
         self.message = nn.Linear(features, features, bias=False)
         self.skip = nn.Linear(features, features, bias=False)
 
-    def _mix(self, index: int, values: Tensor) -> Tensor:
-        """Mix the channels (dim 1) of ``values`` ``(N, F, ...)``, leaving the Cartesian axes alone."""
-        moved = values.movedim(1, -1)
-        return self.mix[index](moved).movedim(-1, 1)
-
     def forward(self, features: Tensor, species: Tensor, pairs: Tensor, basis: Tensor, envelope: Tensor,
                 directions: Tensor) -> Tensor:
         target, source = pairs[:, 0], pairs[:, 1]
         n_atoms = len(features)
         radial = self.radial(basis) * envelope.unsqueeze(-1)
-        weighted = radial.view(len(pairs), self.max_l + 1, self.features) * self.neighbour_features(
-            features)[source].unsqueeze(1) / self.neighbours
-        a0 = self._mix(0, scatter_sum(weighted[:, 0], target, n_atoms))
-        a1 = self._mix(1, scatter_sum(weighted[:, 1, :, None] * directions[:, None, :], target, n_atoms))
+        neighbours = self.neighbour_features(features).index_select(0, source)
+        weighted = (radial.view(len(pairs), self.max_l + 1, self.features) * neighbours.unsqueeze(1)
+                    / self.neighbours)
+        # the channels (last axis) are mixed linearly, the Cartesian axes left alone
+        a0 = self.mix[0](scatter_sum(weighted[:, 0], target, n_atoms))
+        a1 = self.mix[1](scatter_sum(weighted[:, 1, None, :] * directions[:, :, None], target, n_atoms))
         a2 = None
         if self.max_l == 2:
             eye = torch.eye(3, dtype=directions.dtype, device=directions.device)
             harmonic = directions[:, :, None] * directions[:, None, :] - eye / 3.0
-            a2 = self._mix(2, scatter_sum(weighted[:, 2, :, None, None] * harmonic[:, None], target, n_atoms))
+            a2 = self.mix[2](scatter_sum(weighted[:, 2, None, None] * harmonic[..., None], target, n_atoms))
         products = torch.stack(_invariants(a0, a1, a2, self.correlation), dim=1)  # (N, I, F)
         message = (products * self.product_weights[species]).sum(1)
         return self.skip(features) + self.message(message)
@@ -158,6 +156,8 @@ class ACENet(LearnedPotential):
     Call: ``model(positions (N, 3) nm, atomic_numbers (N,), box=None, batch=None) -> energy``
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
     """
+
+    vanishes_beyond_cutoff = True  # the polynomial envelope multiplies every radial function
 
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 2, n_basis: int = 8,
                  max_l: int = 2, correlation: int = 3, neighbours: float = 10.0, elements=DEFAULT_ELEMENTS,

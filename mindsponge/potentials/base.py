@@ -9,7 +9,12 @@ kJ/mol. :class:`LearnedPotential` does everything that is not the network itself
 - **pairs**: the atom pairs closer than ``cutoff`` with their displacement vectors. Molecules
   without a box use all pairs of each molecule of a batch; a periodic box (or a large system)
   uses a :class:`~mindsponge.neighbors.NeighborList` kept across calls (cell list, Verlet skin)
-  and the minimum image, so periodic images of an atom see the same environment;
+  and the minimum image, so periodic images of an atom see the same environment. A network
+  whose pair terms vanish with their derivatives beyond the cutoff (``vanishes_beyond_cutoff``:
+  an envelope multiplies every pair's contribution; SchNet, PaiNN, ACENet) gets every pair of a
+  single molecule of at most ``STATIC_PAIRS_UP_TO`` atoms without a box, a list fixed for that
+  atom count and made once (no search, no filter, fixed shapes): the pairs beyond the cutoff add
+  exact zeros, so the energy and forces are those of the filtered pairs to rounding;
 - **energy statistics**: the network's per-atom outputs ``y_i`` become
   ``E = scale * sum_i y_i + sum_i shift[Z_i]``, with per-element shifts fitted by least squares
   on the reference energies and ``scale`` from the spread of the reference forces
@@ -42,13 +47,16 @@ from mindsponge.neighbors import NeighborList
 
 __all__ = [
     "LearnedPotential", "BoundPotential", "UnknownElementError", "GaussianRBF", "CosineCutoff",
-    "ShiftedSoftplus", "scatter_sum", "atom_readout", "DEFAULT_ELEMENTS",
+    "ShiftedSoftplus", "scatter_sum", "atom_readout", "DEFAULT_ELEMENTS", "STATIC_PAIRS_UP_TO",
 ]
 
 # H, C, N, O, F, P, S, Cl: organic molecules and their usual heteroatoms
 DEFAULT_ELEMENTS = (1, 6, 7, 8, 9, 15, 16, 17)
 # systems with at least this many atoms use the cell-list neighbour list even without a box
 ALL_PAIRS_BELOW = 256
+# a single molecule of at most this many atoms without a box uses all its pairs, unfiltered, when the
+# network's pair terms vanish beyond the cutoff (at most 2x the pairs of a compact molecule this size)
+STATIC_PAIRS_UP_TO = 64
 
 
 def _symbol(number: int) -> str:
@@ -142,7 +150,15 @@ class LearnedPotential(nn.Module):
     Attributes:
         hyperparameters: the constructor arguments (used by :func:`mindsponge.potentials.load`).
         neighbors: the :class:`~mindsponge.neighbors.NeighborList` (periodic or large systems).
+        vanishes_beyond_cutoff: class attribute, ``True`` when every pair's contribution to the
+            energy and its derivatives are exactly zero beyond the cutoff (see the module
+            docstring); subclasses that guarantee it set it.
+        vectorisable: class attribute, ``True`` when models of the class run under
+            :func:`torch.func.vmap` over stacked weights (a committee's vectorised evaluation).
     """
+
+    vanishes_beyond_cutoff = False
+    vectorisable = True  # models of this class can be evaluated together by torch.func.vmap
 
     def __init__(self, cutoff: float, elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__()
@@ -161,6 +177,7 @@ class LearnedPotential(nn.Module):
         self.register_buffer("energy_scale", torch.ones(()))
         self.register_buffer("trained", torch.ones(len(numbers), dtype=torch.bool))
         self.neighbors = NeighborList(cutoff, skin=skin)
+        self._all_pairs_cache: dict = {}  # (atom count, device) -> directed pairs of one molecule
         self.hyperparameters = {"cutoff": self.cutoff, "elements": self.elements, "skin": skin}
 
     @property
@@ -219,14 +236,38 @@ class LearnedPotential(nn.Module):
             )
         return species
 
-    def _pairs(self, positions: Tensor, box: Tensor | None, batch: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Directed pairs within the cutoff ``(P, 2)`` and their displacement vectors ``(P, 3)``."""
+    def _all_pairs(self, n_atoms: int, device) -> Tensor:
+        """Every directed pair of ``n_atoms`` atoms ``(n (n - 1), 2)``: the pairs ``i < j`` in row
+        order, then the same pairs reversed (made once per atom count and device)."""
+        key = (n_atoms, str(device))
+        pairs = self._all_pairs_cache.get(key)
+        if pairs is None:
+            upper = torch.triu_indices(n_atoms, n_atoms, 1, device=device).T
+            pairs = self._all_pairs_cache[key] = torch.cat([upper, upper.flip(1)])
+        return pairs
+
+    def graph(self, positions: Tensor, box: Tensor | None = None,
+              batch: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Directed pairs within the cutoff ``(P, 2)`` long and their displacement vectors
+        ``x_j - x_i`` ``(P, 3)`` nm (minimum image in a box), what :meth:`atomic_outputs` takes;
+        for a small molecule and a network with ``vanishes_beyond_cutoff``: all pairs.
+
+        Args:
+            positions: ``(N, 3)`` nm, in the model's dtype; box: ``(3, 3)`` nm or ``None``;
+            batch: ``(N,)`` sorted molecule indices or ``None`` (see :meth:`forward`).
+        """
+        n_atoms = len(positions)
+        if batch is None and box is None and n_atoms < ALL_PAIRS_BELOW:
+            pairs = self._all_pairs(n_atoms, positions.device)
+            vectors = positions.index_select(0, pairs[:, 1]) - positions.index_select(0, pairs[:, 0])
+            if self.vanishes_beyond_cutoff and n_atoms <= STATIC_PAIRS_UP_TO:
+                return pairs, vectors
+            keep = (vectors * vectors).sum(-1) < self.cutoff**2
+            return pairs[keep], vectors[keep]
         if batch is not None:
             pairs = _molecule_pairs(batch)
-        elif box is not None or len(positions) >= ALL_PAIRS_BELOW:
-            pairs = self.neighbors.update(positions, box)
         else:
-            pairs = torch.triu_indices(len(positions), len(positions), 1, device=positions.device).T
+            pairs = self.neighbors.update(positions, box)
         vectors = space.minimum_image(positions[pairs[:, 1]] - positions[pairs[:, 0]], box)
         keep = (vectors * vectors).sum(-1) < self.cutoff**2
         pairs, vectors = pairs[keep], vectors[keep]
@@ -269,16 +310,40 @@ class LearnedPotential(nn.Module):
                     f"batch must be an (N,) tensor with N={len(positions)}, got {tuple(batch.shape)}")
             if len(batch) and (bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0):
                 raise ValueError("batch must hold non-negative molecule indices sorted in ascending order")
+        return self.species_energy(positions, species, box, batch)
+
+    def species_energy(self, positions: Tensor, species: Tensor, box: Tensor | None = None,
+                       batch: Tensor | None = None) -> Tensor:
+        """:meth:`forward` for checked inputs: element indices ``species`` ``(N,)`` from
+        :meth:`species` instead of atomic numbers, nothing validated (what a
+        :class:`BoundPotential` calls at every step).
+
+        Returns:
+            ``()`` tensor in kJ/mol, or ``(M,)`` with ``batch``; in the dtype of ``positions``.
+        """
         dtype = self.energy_scale.dtype
         compute_positions = positions.to(dtype)
         compute_box = None if box is None else box.to(dtype)
-        pairs, vectors = self._pairs(compute_positions, compute_box, batch)
-        outputs = self.atomic_outputs(species, pairs, vectors)
-        atomic_energies = self.energy_scale * outputs + self.element_shift[species]
+        pairs, vectors = self.graph(compute_positions, compute_box, batch)
         if batch is None:
-            return atomic_energies.sum().to(positions.dtype)
+            return self.pair_energy(species, pairs, vectors).to(positions.dtype)
         n_molecules = int(batch[-1]) + 1 if len(batch) else 0
+        atomic_energies = self._atomic_energies(species, pairs, vectors)
         return scatter_sum(atomic_energies, batch, n_molecules).to(positions.dtype)
+
+    def _atomic_energies(self, species: Tensor, pairs: Tensor, vectors: Tensor) -> Tensor:
+        """``scale * y_i + shift[Z_i]`` ``(N,)`` kJ/mol."""
+        return self.energy_scale * self.atomic_outputs(species, pairs, vectors) + self.element_shift[species]
+
+    def pair_energy(self, species: Tensor, pairs: Tensor, vectors: Tensor) -> Tensor:
+        """The energy ``()`` kJ/mol of one molecule given its graph (in the model's dtype).
+
+        Args:
+            species: ``(N,)`` element indices (:meth:`species`).
+            pairs: ``(P, 2)`` directed pairs, ``vectors``: ``(P, 3)`` displacements ``x_j - x_i``,
+                nm, as :meth:`atomic_outputs` takes them.
+        """
+        return self._atomic_energies(species, pairs, vectors).sum()
 
     # --- statistics ------------------------------------------------------------------------------
     @torch.no_grad()
@@ -358,14 +423,28 @@ class BoundPotential(nn.Module):
         if not isinstance(model, LearnedPotential):
             raise TypeError(f"model must be a LearnedPotential, got {type(model).__name__}")
         atomic_numbers = torch.as_tensor(atomic_numbers)
-        model.species(atomic_numbers)  # raises now for an element the model does not accept
+        species = model.species(atomic_numbers)  # raises now for an element the model does not accept
         self.model = model
         self.name = name if name is not None else type(model).__name__
         self.register_buffer("atomic_numbers", atomic_numbers.long(), persistent=False)
+        self.register_buffer("species", species, persistent=False)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
-        """Energy ``()`` in kJ/mol of positions ``(N, 3)`` nm in ``box`` ``(3, 3)`` nm or ``None``."""
-        return self.model(positions, self.atomic_numbers, box)
+        """Energy ``()`` in kJ/mol of positions ``(N, 3)`` nm in ``box`` ``(3, 3)`` nm or ``None``.
+
+        The atomic numbers were checked when bound: a call checks the shapes and goes straight to
+        :meth:`LearnedPotential.species_energy`.
+
+        Raises:
+            ValueError: positions that are not ``(N, 3)`` for the bound atoms (or a bad box).
+        """
+        if not isinstance(positions, Tensor) or positions.shape != (len(self.species), 3):
+            shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"{self.name}: positions must be ({len(self.species)}, 3) nm for the bound "
+                             f"atoms, got {shape}")
+        if box is not None:
+            space.check_box(box)
+        return self.model.species_energy(positions, self.species, box)
 
     def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
         """``{name: energy}`` (kJ/mol), as :meth:`ForceField.energy_terms`."""

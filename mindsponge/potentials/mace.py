@@ -86,6 +86,8 @@ class MACE(LearnedPotential):
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
     """
 
+    vectorisable = False  # mace-torch calls requires_grad_ inside its forward, which torch.func.vmap refuses
+
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 2, max_l: int = 2,
                  correlation: int = 3, n_basis: int = 8, hidden_l: int = 0, neighbours: float = 10.0,
                  elements=DEFAULT_ELEMENTS, skin: float = 0.1, dtype: str = "float32", *,

@@ -8,7 +8,9 @@ filters of the distance, along the unit vector ``u_ij`` for the vector channel::
     dv_i = sum_j  v_j phi_vv(s_j) W_vv(r_ij) + u_ij phi_vs(s_j) W_vs(r_ij)
 
 and an update block couples the channels through ``U v_i``, ``V v_i`` and their norms and
-scalar product (rotation invariant), so energies are invariant and forces equivariant.
+scalar product (rotation invariant), so energies are invariant and forces equivariant. The
+vector features are stored ``(N, 3, F)``, the channels last, so that the products with the
+per-channel gates run over contiguous channels.
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ class _Message(nn.Module):
 
     def forward(self, scalars, vectors, pairs, expanded, envelope, directions):
         target, source = pairs[:, 0], pairs[:, 1]
-        mixed = self.scalar_network(scalars)[source] * self.filter(expanded) * envelope.unsqueeze(-1)
+        neighbours = self.scalar_network(scalars).index_select(0, source)
+        mixed = neighbours * self.filter(expanded) * envelope.unsqueeze(-1)
         gate_vv, delta_s, gate_vs = torch.split(mixed, self.features, dim=-1)
-        delta_v = vectors[source] * gate_vv.unsqueeze(-1) + directions.unsqueeze(1) * gate_vs.unsqueeze(-1)
+        delta_v = (vectors.index_select(0, source) * gate_vv.unsqueeze(1)
+                   + directions.unsqueeze(-1) * gate_vs.unsqueeze(1))
         n_atoms = len(scalars)
         scalars = scalars + scatter_sum(delta_s, target, n_atoms)
         return scalars, vectors + scatter_sum(delta_v, target, n_atoms)
@@ -71,14 +75,14 @@ class _Update(nn.Module):
                                      nn.Linear(features, 3 * features))
 
     def forward(self, scalars: Tensor, vectors: Tensor):
-        # vectors (N, F, 3): mix the F channels, keep the Cartesian axis
-        u_vectors = self.mix_u(vectors.transpose(1, 2)).transpose(1, 2)
-        v_vectors = self.mix_v(vectors.transpose(1, 2)).transpose(1, 2)
-        v_norm = torch.sqrt((v_vectors * v_vectors).sum(-1) + _EPSILON)
+        # vectors (N, 3, F): mix the F channels, keep the Cartesian axis
+        u_vectors = self.mix_u(vectors)
+        v_vectors = self.mix_v(vectors)
+        v_norm = torch.sqrt((v_vectors * v_vectors).sum(1) + _EPSILON)
         gates = self.network(torch.cat([scalars, v_norm], dim=-1))
         a_vv, a_sv, a_ss = torch.split(gates, self.features, dim=-1)
-        scalar_product = (u_vectors * v_vectors).sum(-1)
-        return scalars + a_ss + a_sv * scalar_product, vectors + a_vv.unsqueeze(-1) * u_vectors
+        scalar_product = (u_vectors * v_vectors).sum(1)
+        return scalars + a_ss + a_sv * scalar_product, vectors + a_vv.unsqueeze(1) * u_vectors
 
 
 class PaiNN(LearnedPotential):
@@ -95,6 +99,8 @@ class PaiNN(LearnedPotential):
     Call: ``model(positions (N, 3) nm, atomic_numbers (N,), box=None, batch=None) -> energy``
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
     """
+
+    vanishes_beyond_cutoff = True  # the cosine cutoff multiplies every message
 
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 3, n_rbf: int = 20,
                  elements=DEFAULT_ELEMENTS, skin: float = 0.1):
@@ -113,7 +119,7 @@ class PaiNN(LearnedPotential):
         directions = vectors / distances.unsqueeze(-1)
         expanded, envelope = self.rbf(distances), self.envelope(distances)
         scalars = self.embedding(species)
-        vector_features = scalars.new_zeros((len(species), self.features, 3))
+        vector_features = scalars.new_zeros((len(species), 3, self.features))
         for message, update in zip(self.messages, self.updates, strict=True):
             scalars, vector_features = message(
                 scalars, vector_features, pairs, expanded, envelope, directions)

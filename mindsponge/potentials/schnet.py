@@ -46,7 +46,7 @@ class _Interaction(nn.Module):
 
     def forward(self, features: Tensor, pairs: Tensor, expanded: Tensor, envelope: Tensor) -> Tensor:
         weights = self.filter_network(expanded) * envelope.unsqueeze(-1)
-        messages = self.in_to_filter(features)[pairs[:, 1]] * weights
+        messages = self.in_to_filter(features).index_select(0, pairs[:, 1]) * weights
         return features + self.update(scatter_sum(messages, pairs[:, 0], len(features)))
 
 
@@ -65,6 +65,8 @@ class SchNet(LearnedPotential):
     Call: ``model(positions (N, 3) nm, atomic_numbers (N,), box=None, batch=None) -> energy``
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
     """
+
+    vanishes_beyond_cutoff = True  # the cosine cutoff multiplies every filter
 
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 3, n_rbf: int = 20,
                  filters: int | None = None, elements=DEFAULT_ELEMENTS, skin: float = 0.1):

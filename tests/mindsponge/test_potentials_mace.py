@@ -84,6 +84,20 @@ def test_runs_in_simulation_sum_potential_and_ase_calculator(model_file):
     reference = model(simulation.state.positions, system.atomic_numbers)
     assert abs(simulation.energies()["potential"] - float(reference)) < 1e-8
 
+def test_a_committee_of_mace_models_runs_model_by_model():
+    from mindsponge.active import Committee
+
+    atoms = ase.build.molecule("CH3CH2OH")
+    positions, numbers = torch.tensor(atoms.positions) * 0.1, torch.tensor(atoms.numbers)
+    torch.manual_seed(0)
+    committee = Committee([ms.potentials.MACE(features=8, max_l=1, correlation=2, dtype="float64")
+                           for _ in range(2)])
+    bound = committee.bind(numbers)
+    assert not bound.vectorised  # mace-torch's forward cannot run under torch.func.vmap
+    expected = (committee.models[0](positions, numbers) + committee.models[1](positions, numbers)) / 2
+    assert abs(float(bound(positions) - expected)) < 1e-10
+
+
 def test_mindsponge_ase_calculator_equals_mace_calculator(model_file, float64_default):
     """Both in eV and eV/Angstrom (the unit constants of common.units and ASE agree to 1e-8)."""
     _import_mace()
