@@ -170,10 +170,10 @@ class CompiledBackend:
                                      (0.5 * term.sigma).to(dtype), (2.0 * torch.sqrt(term.epsilon)).to(dtype))
         _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
         coulomb = term.direct_coulomb()
-        arguments = (positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
-                     half_sigma, epsilon_root2, term.cutoff,
-                     -1.0 if term.switch_distance is None else term.switch_distance, _COULOMB_KINDS[coulomb.kind],
-                     coulomb.alpha, coulomb.krf, coulomb.crf)
+        switch_distance = -1.0 if term.switch_distance is None else term.switch_distance
+        arguments = (positions, positions.new_zeros(0) if box is None else box, starts, neighbors,
+                     scaled_charges, half_sigma, epsilon_root2, term.cutoff, switch_distance,
+                     _COULOMB_KINDS[coulomb.kind], coulomb.alpha, coulomb.krf, coulomb.crf)
         # the gradient of E_LJ + E_Coulomb (what forces need); the two apart only if a gradient asks for them
         energies, gradients = self.kernels.neighbor_forces(*arguments, True)
         energies = energies.to(dtype)
