@@ -45,6 +45,16 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
     for (int64_t a = 0; a < n_atoms; ++a) order[next[cell[a]]++] = a;  // stable counting sort
   }
   // sorted coordinates as three contiguous columns (x, y, z): the distance loop below vectorises
+  // the range of atom indices [low, high] that holds an atom and all its excluded partners: a partner outside it
+  // (nearly all of them) needs no look-up in the exclusion table
+  std::vector<std::array<int64_t, 2>> excluded_span(n_atoms);
+  for (int64_t a = 0; a < n_atoms; ++a) excluded_span[a] = {a, a};
+  for (int64_t a = 0; a < n_atoms; ++a)
+    for (int64_t e = exclusion_starts[a]; e < exclusion_starts[a + 1]; ++e) {
+      const int64_t b = exclusion_partners[e];
+      excluded_span[a] = {std::min(excluded_span[a][0], b), std::max(excluded_span[a][1], b)};
+      excluded_span[b] = {std::min(excluded_span[b][0], a), std::max(excluded_span[b][1], a)};
+    }
   std::vector<T> sorted(3 * n_atoms);
   T* sorted_x = sorted.data();
   T* sorted_y = sorted_x + n_atoms;
@@ -115,6 +125,7 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
       // one row per atom: its partners in the cell itself (later in the cell order) and the half shell
       for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
         const int64_t atom = order[a];
+        const int64_t span_low = excluded_span[atom][0], span_high = excluded_span[atom][1];
         for (const Range& range : ranges) {
           const T x = sorted_x[a] - range.shift[0], y = sorted_y[a] - range.shift[1];
           const T z = sorted_z[a] - range.shift[2];
@@ -140,10 +151,13 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
             }
             for (int64_t m = 0; m < count; ++m) {
               const int64_t partner = order[block + within[m]];
-              const int64_t low = std::min(atom, partner), high = std::max(atom, partner);
-              bool excluded = low == high;  // an atom's own image: only when the list cutoff exceeds a box width
-              for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
-                excluded |= exclusion_partners[e] == high;
+              bool excluded = false;
+              if (partner >= span_low && partner <= span_high) {
+                const int64_t low = std::min(atom, partner), high = std::max(atom, partner);
+                excluded = low == high;  // an atom's own image: only when the list cutoff exceeds a box width
+                for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
+                  excluded |= exclusion_partners[e] == high;
+              }
               if (!excluded) rows.partners.push_back(int32_t(partner));  // int32: checked N < 2^31
             }
           }
