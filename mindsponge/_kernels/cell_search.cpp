@@ -44,7 +44,6 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
     std::vector<int64_t> next(starts.begin(), starts.end() - 1);
     for (int64_t a = 0; a < n_atoms; ++a) order[next[cell[a]]++] = a;  // stable counting sort
   }
-  // sorted coordinates as three contiguous columns (x, y, z): the distance loop below vectorises
   // the range of atom indices [low, high] that holds an atom and all its excluded partners: a partner outside it
   // (nearly all of them) needs no look-up in the exclusion table
   std::vector<std::array<int64_t, 2>> excluded_span(n_atoms);
@@ -55,6 +54,7 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
       excluded_span[a] = {std::min(excluded_span[a][0], b), std::max(excluded_span[a][1], b)};
       excluded_span[b] = {std::min(excluded_span[b][0], a), std::max(excluded_span[b][1], a)};
     }
+  // sorted coordinates as three contiguous columns (x, y, z): the distance loop below vectorises
   std::vector<T> sorted(3 * n_atoms);
   T* sorted_x = sorted.data();
   T* sorted_y = sorted_x + n_atoms;
