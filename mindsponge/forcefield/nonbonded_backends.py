@@ -136,8 +136,10 @@ class CompiledBackend:
     """The compiled kernels (:mod:`mindsponge._kernels`), analytic forces, CPU float32/float64.
 
     The direct sum runs over the neighbour list in compressed rows (``neighbor_forces``: per-atom
-    parameters combined in the kernel, minimum image on the fly, vectorised); without a neighbour
-    list (``"nocutoff"``) over the cached all-pairs set (``pair_forces``).
+    parameters combined in the kernel, minimum image on the fly, vectorised; it scatters the gradient
+    of E_LJ + E_Coulomb, and the two apart are recomputed only for a gradient that weights them
+    differently); without a neighbour list (``"nocutoff"``) over the cached all-pairs set
+    (``pair_forces``).
     """
 
     keeps_factors = True
