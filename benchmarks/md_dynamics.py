@@ -31,6 +31,33 @@ threads of torch's OpenMP pool spin and wait for each other at every parallel re
 with two busy-loop processes on the 2 cores: energy+forces of the 3k box took several times
 longer with 2 torch threads than with 1; see ``threads`` of :class:`mindsponge.Simulation`).
 
+Where mindsponge's time goes (one thread, CPU time of the process thread, so less sensitive to
+other processes than wall time; measured on the shared 2-core machine under a load average of 2-6,
+so the figures are indicative only; the lead re-measures on an idle machine):
+
+- 3k TIP3P (625k listed pairs within cutoff + skin = 1.0 nm, PME grid 28^3): the direct-space
+  pair kernel 6.0-6.2 ms (9.2 ms before it gathered packed per-atom data and scattered one
+  combined gradient), PME 3.1-3.5 ms (spreading 1.0-1.2, gathering 1.1-1.3, the two FFTs 0.6,
+  the rest Python), exclusion corrections 0.3-0.5 ms, the Python and small torch operations
+  around the kernels (autograd Function, casts, energy sums) about 1.5-3 ms. Per step on top of
+  that: the neighbour-list build, 11-13 ms (19 ms before the SIMD distance loop and the cheap
+  exclusion test) once every 5-6 steps (skin 0.1 nm), so about 2 ms a step, and the integrator,
+  SETTLE, centre-of-mass removal and the loop of ``Simulation.run`` about 1.5 ms.
+- dodecahedron (1,659 atoms, 300k listed pairs, grid 27 x 27 x 19): pair kernel 2.9-4.3 ms,
+  PME 2.0-3.2 ms, the bonded terms (bonds, angles, torsions of the peptide; forces by torch
+  autograd, so mostly per-operation overhead) about 3 ms, exclusions and exceptions 0.4-0.5 ms;
+  per step, RATTLE of the bonds to hydrogen about 2 ms (two velocity projections and one
+  position pass, iterating torch operations; SETTLE of the waters 0.3 ms), the list build
+  8 ms every 5-6 steps.
+- Ratios of this benchmark in one run after these changes (load average 1.0 at the start, 2.1 at
+  the end; the lead's idle run before them in brackets): 3k energy+forces 1.05 (1.1) at 1 thread,
+  0.92 (0.75) at 2; 3k NVT 0.85 (0.69) and 0.71; dodecahedron energy+forces 0.67 (0.65-0.9) and
+  0.57, NVT 0.70 (0.45-0.6) and 0.46. The goals (1.5x energy+forces, 1.2x NVT) are not reached.
+- What is left to gain: a cluster-pair kernel (4-atom clusters, no per-pair gather, as GROMACS
+  and OpenMM) for the direct sum and the list build; analytic bonded forces in one compiled
+  pass; RATTLE in compiled code; fewer torch operations per step. Two threads only pay off on
+  an idle machine (see the paragraph above).
+
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
 constraints (no rigid water), so it cannot run this system with these settings.

@@ -268,6 +268,7 @@ class Rattle:
             raise ValueError(f"Rattle: tolerance must be positive, got {tolerance!r}")
         self.tolerance = float(tolerance)
         self.max_iterations = int(max_iterations)
+        self._local = None  # see _constrained_atoms
 
     @property
     def n_constraints(self):
@@ -281,43 +282,54 @@ class Rattle:
         update.index_add_(0, second, step * inverse_second[:, None])
         return target + update
 
+    def _constrained_atoms(self, device):
+        """``(atoms, local)``: the constrained atoms (sorted, each once) and the pairs as indices into them.
+
+        The iterations update only these atoms (a few per cent of a solvated protein), then write them back.
+        """
+        cached = self._local
+        if cached is None or cached[0] is not self.pairs or cached[1].device != device:
+            atoms, local = torch.unique(self.pairs, return_inverse=True)
+            cached = self._local = (self.pairs, atoms.to(device), local.reshape(-1, 2).to(device))
+        return cached[1], cached[2]
+
     def positions(self, reference, positions, masses):
         """Constrained positions by SHAKE along the reference bond directions (see :class:`Settle`)."""
         if len(self.pairs) == 0:
             return positions
-        first, second = self.pairs[:, 0], self.pairs[:, 1]
-        inverse = 1.0 / masses.to(positions.dtype)
+        atoms, local = self._constrained_atoms(positions.device)
+        first, second = local[:, 0], local[:, 1]
+        inverse = (1.0 / masses.to(positions.dtype))[atoms]
         inverse_first, inverse_second = inverse[first], inverse[second]
         squared = self.distances.to(positions) ** 2
-        old = reference[second] - reference[first]
-        for _ in range(self.max_iterations):
-            bond = positions[second] - positions[first]
+        moved = positions[atoms]
+        old = reference[atoms[second]] - reference[atoms[first]]
+        for iteration in range(self.max_iterations):
+            bond = moved[second] - moved[first]
             deficit = squared - (bond * bond).sum(-1)
             if float((deficit.abs() / squared).max()) < 2 * self.tolerance:
-                return positions
+                return positions if iteration == 0 else positions.index_copy(0, atoms, moved)
             multipliers = deficit / (2 * (old * bond).sum(-1) * (inverse_first + inverse_second))
-            positions = self._scatter(
-                positions, first, second, inverse_first, inverse_second, old, multipliers
-            )
-        raise ConstraintError(self._failure("SHAKE", positions))
+            moved = self._scatter(moved, first, second, inverse_first, inverse_second, old, multipliers)
+        raise ConstraintError(self._failure("SHAKE", positions.index_copy(0, atoms, moved)))
 
     def velocities(self, positions, velocities, masses):
         """Velocities with no relative component along any constrained pair (RATTLE)."""
         if len(self.pairs) == 0:
             return velocities
-        first, second = self.pairs[:, 0], self.pairs[:, 1]
-        inverse = 1.0 / masses.to(velocities.dtype)
+        atoms, local = self._constrained_atoms(velocities.device)
+        first, second = local[:, 0], local[:, 1]
+        inverse = (1.0 / masses.to(velocities.dtype))[atoms]
         inverse_first, inverse_second = inverse[first], inverse[second]
-        bond = positions[second] - positions[first]
+        bond = positions[atoms[second]] - positions[atoms[first]]
         squared = (bond * bond).sum(-1)
-        for _ in range(self.max_iterations):
-            along = (bond * (velocities[second] - velocities[first])).sum(-1)
+        moved = velocities[atoms]
+        for iteration in range(self.max_iterations):
+            along = (bond * (moved[second] - moved[first])).sum(-1)
             if float((along.abs() / squared).max()) < self.tolerance:
-                return velocities
+                return velocities if iteration == 0 else velocities.index_copy(0, atoms, moved)
             multipliers = -along / (squared * (inverse_first + inverse_second))
-            velocities = self._scatter(
-                velocities, first, second, inverse_first, inverse_second, bond, multipliers
-            )
+            moved = self._scatter(moved, first, second, inverse_first, inverse_second, bond, multipliers)
         raise ConstraintError(self._failure("RATTLE", positions))
 
     def _failure(self, which, positions):

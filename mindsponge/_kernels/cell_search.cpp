@@ -44,9 +44,26 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
     std::vector<int64_t> next(starts.begin(), starts.end() - 1);
     for (int64_t a = 0; a < n_atoms; ++a) order[next[cell[a]]++] = a;  // stable counting sort
   }
+  // the range of atom indices [low, high] that holds an atom and all its excluded partners: a partner outside it
+  // (nearly all of them) needs no look-up in the exclusion table
+  std::vector<std::array<int64_t, 2>> excluded_span(n_atoms);
+  for (int64_t a = 0; a < n_atoms; ++a) excluded_span[a] = {a, a};
+  for (int64_t a = 0; a < n_atoms; ++a)
+    for (int64_t e = exclusion_starts[a]; e < exclusion_starts[a + 1]; ++e) {
+      const int64_t b = exclusion_partners[e];
+      excluded_span[a] = {std::min(excluded_span[a][0], b), std::max(excluded_span[a][1], b)};
+      excluded_span[b] = {std::min(excluded_span[b][0], a), std::max(excluded_span[b][1], a)};
+    }
+  // sorted coordinates as three contiguous columns (x, y, z): the distance loop below vectorises
   std::vector<T> sorted(3 * n_atoms);
-  for (int64_t k = 0; k < n_atoms; ++k)
-    for (int d = 0; d < 3; ++d) sorted[3 * k + d] = wrapped[3 * order[k] + d];
+  T* sorted_x = sorted.data();
+  T* sorted_y = sorted_x + n_atoms;
+  T* sorted_z = sorted_y + n_atoms;
+  for (int64_t k = 0; k < n_atoms; ++k) {
+    sorted_x[k] = wrapped[3 * order[k]];
+    sorted_y[k] = wrapped[3 * order[k] + 1];
+    sorted_z[k] = wrapped[3 * order[k] + 2];
+  }
   // the half shell as columns along z: the cell itself and the cells above it, then the columns with a
   // lexicographically positive (x, y) offset, each over z offsets in [-reach_z, reach_z]. Cells of a
   // column are contiguous in the sorted order (cell index (x ny + y) nz + z), so each column is a few
@@ -107,27 +124,41 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
       }
       // one row per atom: its partners in the cell itself (later in the cell order) and the half shell
       for (int64_t a = starts[c]; a < starts[c + 1]; ++a) {
+        const int64_t atom = order[a];
+        const int64_t span_low = excluded_span[atom][0], span_high = excluded_span[atom][1];
         for (const Range& range : ranges) {
-          const T x = sorted[3 * a] - range.shift[0], y = sorted[3 * a + 1] - range.shift[1];
-          const T z = sorted[3 * a + 2] - range.shift[2];
+          const T x = sorted_x[a] - range.shift[0], y = sorted_y[a] - range.shift[1];
+          const T z = sorted_z[a] - range.shift[2];
           const int64_t begin_b = range.from_self ? a + 1 : range.begin, end_b = range.end;
           for (int64_t block = begin_b; block < end_b; block += kBlock) {
-            // branch-free compaction of the candidates within the cutoff, then the exclusion check
-            int64_t within[kBlock];
+            // squared distances of a block of candidates (SIMD), a branch-free compaction of those within
+            // the cutoff, then the exclusion check
+            const int64_t block_size = std::min(kBlock, end_b - block);
+            const T* bx = sorted_x + block;
+            const T* by = sorted_y + block;
+            const T* bz = sorted_z + block;
+            T distance2[kBlock];
+#pragma omp simd
+            for (int64_t m = 0; m < block_size; ++m) {
+              const T dx = bx[m] - x, dy = by[m] - y, dz = bz[m] - z;
+              distance2[m] = dx * dx + dy * dy + dz * dz;
+            }
+            int32_t within[kBlock];
             int64_t count = 0;
-            const int64_t block_end = std::min(block + kBlock, end_b);
-            for (int64_t b = block; b < block_end; ++b) {
-              const T dx = sorted[3 * b] - x, dy = sorted[3 * b + 1] - y, dz = sorted[3 * b + 2] - z;
-              within[count] = b;
-              count += (dx * dx + dy * dy + dz * dz < cutoff2) ? 1 : 0;
+            for (int64_t m = 0; m < block_size; ++m) {
+              within[count] = int32_t(m);
+              count += distance2[m] < cutoff2 ? 1 : 0;
             }
             for (int64_t m = 0; m < count; ++m) {
-              const int64_t b = within[m];
-              const int64_t low = std::min(order[a], order[b]), high = std::max(order[a], order[b]);
-              bool excluded = low == high;  // an atom's own image: only when the list cutoff exceeds a box width
-              for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
-                excluded |= exclusion_partners[e] == high;
-              if (!excluded) rows.partners.push_back(int32_t(order[b]));  // int32: checked N < 2^31
+              const int64_t partner = order[block + within[m]];
+              bool excluded = false;
+              if (partner >= span_low && partner <= span_high) {
+                const int64_t low = std::min(atom, partner), high = std::max(atom, partner);
+                excluded = low == high;  // an atom's own image: only when the list cutoff exceeds a box width
+                for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
+                  excluded |= exclusion_partners[e] == high;
+              }
+              if (!excluded) rows.partners.push_back(int32_t(partner));  // int32: checked N < 2^31
             }
           }
         }

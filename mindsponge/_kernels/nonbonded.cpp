@@ -253,11 +253,26 @@ inline void erfc_and_gaussian(double x, double& value, double& gaussian) {
 // neighbors[starts[i]:starts[i + 1]], each pair listed once. Parameters are per atom (Lorentz-Berthelot: sigma_ij = h_i + h_j,
 // 4 eps_ij = e_i e_j, f q_i q_j = c_i c_j), displacements take the minimum image of a reduced box on the fly.
 // Each row is processed in three passes so that the arithmetic vectorises: gather the neighbours into
-// contiguous buffers, compute all pair terms (SIMD), scatter the forces on the neighbours.
-template <typename T, bool periodic, int64_t kind, bool switching>
+// contiguous buffers (positions and parameters packed per atom, one cache line), compute all pair terms
+// (SIMD), scatter the forces on the neighbours. `combined`: one gradient of E_LJ + E_Coulomb (3 values per
+// atom, half the scattering); otherwise dE_LJ/dx and dE_Coulomb/dx apart (6 values per atom).
+template <typename T, bool periodic, int64_t kind, bool switching, bool combined>
 void neighbor_forces_impl(const T* positions, const T* box, const int64_t* starts, const int32_t* neighbors,
                           const T* scaled_charges, const T* half_sigma, const T* epsilon_root2, int64_t n_atoms,
                           PairOptions options, double* energies, T* gradients) {
+  constexpr int64_t kPacked = 8, kGradients = combined ? 3 : 6;
+  std::vector<T> packed(kPacked * n_atoms);  // x, y, z, f^1/2 q, sigma / 2, 2 eps^1/2 (and padding)
+  at::parallel_for(0, n_atoms, 2048, [&](int64_t begin, int64_t end) {
+    for (int64_t a = begin; a < end; ++a) {
+      T* atom = packed.data() + kPacked * a;
+      atom[0] = positions[3 * a];
+      atom[1] = positions[3 * a + 1];
+      atom[2] = positions[3 * a + 2];
+      atom[3] = scaled_charges[a];
+      atom[4] = half_sigma[a];
+      atom[5] = epsilon_root2[a];
+    }
+  });
   const T ax = periodic ? box[0] : T(0), bx = periodic ? box[3] : T(0), by = periodic ? box[4] : T(0);
   const T cx = periodic ? box[6] : T(0), cy = periodic ? box[7] : T(0), cz = periodic ? box[8] : T(0);
   const T inverse_ax = periodic ? T(1) / ax : T(0), inverse_by = periodic ? T(1) / by : T(0);
@@ -275,10 +290,11 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
   row_bounds[0] = 0;
   for (int64_t c = 1; c < n_chunks; ++c)
     row_bounds[c] = std::lower_bound(starts, starts + n_atoms, (n_pairs * c) / n_chunks) - starts;
-  const int64_t stride = 2 * 3 * n_atoms;
+  const int64_t stride = kGradients * n_atoms;
   at::parallel_for(0, n_chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
     const int thread = at::get_thread_num();
-    T* gradient = gradients + thread * stride;  // per atom: dE_LJ/dx (3 values) then dE_Coulomb/dx (3)
+    // per atom: dE/dx (combined), or dE_LJ/dx (3 values) then dE_Coulomb/dx (3)
+    T* gradient = gradients + thread * stride;
     double energy_lj = 0.0, energy_coulomb = 0.0;
     std::vector<T> buffer;
     for (int64_t row = row_bounds[chunk_begin]; row < row_bounds[chunk_end]; ++row) {
@@ -293,17 +309,18 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
       T* epsilon = sigma + count;
       T* force_lj = epsilon + count;  // -(dE/dr)/r of the pair
       T* force_coulomb = force_lj + count;
-      const T xi = positions[3 * row], yi = positions[3 * row + 1], zi = positions[3 * row + 2];
-      const T ci = scaled_charges[row], hi = half_sigma[row], ei = epsilon_root2[row];
+      const T* atom_i = packed.data() + kPacked * row;
+      const T xi = atom_i[0], yi = atom_i[1], zi = atom_i[2];
+      const T ci = atom_i[3], hi = atom_i[4], ei = atom_i[5];
       const int32_t* partners = neighbors + begin;
       for (int64_t k = 0; k < count; ++k) {
-        const int64_t j = partners[k];
-        dx[k] = positions[3 * j] - xi;
-        dy[k] = positions[3 * j + 1] - yi;
-        dz[k] = positions[3 * j + 2] - zi;
-        charge[k] = scaled_charges[j];
-        sigma[k] = half_sigma[j];
-        epsilon[k] = epsilon_root2[j];
+        const T* atom_j = packed.data() + kPacked * int64_t(partners[k]);
+        dx[k] = atom_j[0] - xi;
+        dy[k] = atom_j[1] - yi;
+        dz[k] = atom_j[2] - zi;
+        charge[k] = atom_j[3];
+        sigma[k] = atom_j[4];
+        epsilon[k] = atom_j[5];
       }
       // the geometry first (minimum image, distances): two SIMD loops of fewer live values than one
 #pragma omp simd
@@ -369,19 +386,26 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
           f_coulomb = e_coulomb * inverse_r2;
         }
         row_coulomb += e_coulomb;
-        force_coulomb[k] = f_coulomb;
+        force_coulomb[k] = combined ? f_coulomb + force_lj[k] : f_coulomb;
       }
       energy_lj += double(row_lj);
       energy_coulomb += double(row_coulomb);
-      T first_lj[3] = {0, 0, 0}, first_coulomb[3] = {0, 0, 0};
-      for (int64_t k = 0; k < count; ++k) {
-        T* gradient_j = gradient + 6 * int64_t(partners[k]);
-        add_pair_gradient(first_lj, gradient_j, dx[k], dy[k], dz[k], force_lj[k]);
-        add_pair_gradient(first_coulomb, gradient_j + 3, dx[k], dy[k], dz[k], force_coulomb[k]);
-      }
-      for (int d = 0; d < 3; ++d) {
-        gradient[6 * row + d] += first_lj[d];
-        gradient[6 * row + 3 + d] += first_coulomb[d];
+      if constexpr (combined) {
+        T first[3] = {0, 0, 0};
+        for (int64_t k = 0; k < count; ++k)
+          add_pair_gradient(first, gradient + 3 * int64_t(partners[k]), dx[k], dy[k], dz[k], force_coulomb[k]);
+        for (int d = 0; d < 3; ++d) gradient[3 * row + d] += first[d];
+      } else {
+        T first_lj[3] = {0, 0, 0}, first_coulomb[3] = {0, 0, 0};
+        for (int64_t k = 0; k < count; ++k) {
+          T* gradient_j = gradient + 6 * int64_t(partners[k]);
+          add_pair_gradient(first_lj, gradient_j, dx[k], dy[k], dz[k], force_lj[k]);
+          add_pair_gradient(first_coulomb, gradient_j + 3, dx[k], dy[k], dz[k], force_coulomb[k]);
+        }
+        for (int d = 0; d < 3; ++d) {
+          gradient[6 * row + d] += first_lj[d];
+          gradient[6 * row + 3 + d] += first_coulomb[d];
+        }
       }
     }
     energies[2 * thread] += energy_lj;
@@ -389,12 +413,13 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
   });
 }
 
-// (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx) as pair_forces
+// (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx) as pair_forces, or with
+// `combined` gradients (1, N, 3): d(E_LJ + E_Coulomb)/dx
 std::vector<torch::Tensor> neighbor_forces(torch::Tensor positions, torch::Tensor box, torch::Tensor starts,
                                            torch::Tensor neighbors, torch::Tensor scaled_charges,
                                            torch::Tensor half_sigma, torch::Tensor epsilon_root2, double cutoff,
                                            double switch_distance, int64_t kind, double alpha, double krf,
-                                           double crf) {
+                                           double crf, bool combined) {
   TORCH_CHECK(kind == kPlain || kind == kReactionField || kind == kEwald,
               "neighbor_forces: kind must be plain, reaction field or Ewald");
   positions = positions.contiguous();
@@ -406,18 +431,24 @@ std::vector<torch::Tensor> neighbor_forces(torch::Tensor positions, torch::Tenso
   neighbors = neighbors.contiguous();
   const int threads = at::get_num_threads();
   auto energies = torch::zeros({threads, 2}, positions.options().dtype(torch::kFloat64));
-  auto gradients = torch::zeros({threads, n_atoms, 2, 3}, positions.options());
+  auto gradients = torch::zeros({threads, n_atoms, combined ? 1 : 2, 3}, positions.options());
   const PairOptions options{cutoff, switch_distance, kind, alpha, krf, crf};
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "neighbor_forces", [&] {
     const scalar_t* charges_data = scaled_charges.contiguous().data_ptr<scalar_t>();
     const scalar_t* sigma_data = half_sigma.contiguous().data_ptr<scalar_t>();
     const scalar_t* epsilon_data = epsilon_root2.contiguous().data_ptr<scalar_t>();
-    auto run = [&](auto periodic_tag, auto kind_tag, auto switching_tag) {
+    auto run_combined = [&](auto periodic_tag, auto kind_tag, auto switching_tag, auto combined_tag) {
       neighbor_forces_impl<scalar_t, decltype(periodic_tag)::value, decltype(kind_tag)::value,
-                           decltype(switching_tag)::value>(
+                           decltype(switching_tag)::value, decltype(combined_tag)::value>(
           positions.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
           starts.data_ptr<int64_t>(), neighbors.data_ptr<int32_t>(), charges_data, sigma_data, epsilon_data,
           n_atoms, options, energies.data_ptr<double>(), gradients.data_ptr<scalar_t>());
+    };
+    auto run = [&](auto periodic_tag, auto kind_tag, auto switching_tag) {
+      if (combined)
+        run_combined(periodic_tag, kind_tag, switching_tag, std::true_type{});
+      else
+        run_combined(periodic_tag, kind_tag, switching_tag, std::false_type{});
     };
     auto with_switching = [&](auto periodic_tag, auto kind_tag) {
       if (switch_distance >= 0)

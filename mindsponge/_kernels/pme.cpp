@@ -45,6 +45,16 @@ inline void spline_setup(const T* scaled, const std::vector<int64_t>& sizes, int
   }
 }
 
+// runs body(order_tag) with the spline order as a compile-time constant for OpenMM's and mindsponge's default
+// order 5 (the loops over the p^3 grid points unroll), as a run-time value (tag value 0) otherwise
+template <typename Body>
+inline void with_order(int64_t order, Body&& body) {
+  if (order == 5)
+    body(std::integral_constant<int, 5>{});
+  else
+    body(std::integral_constant<int, 0>{});
+}
+
 torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vector<int64_t> sizes, int64_t order) {
   TORCH_CHECK(order >= 2 && order <= 15, "pme_spread: order must lie in [2, 15]");
   scaled = scaled.contiguous();
@@ -56,23 +66,25 @@ torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vecto
     const scalar_t* u = scaled.data_ptr<scalar_t>();
     const scalar_t* q = charges.data_ptr<scalar_t>();
     scalar_t* all_grids = grids.data_ptr<scalar_t>();
-    const int p = int(order);
-    at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
-      scalar_t* grid = all_grids + at::get_thread_num() * grid_size;
-      int64_t index[3 * 16];
-      scalar_t values[3 * 16];
-      for (int64_t a = begin; a < end; ++a) {
-        spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, nullptr);
-        for (int i = 0; i < p; ++i) {
-          const scalar_t qx = q[a] * values[i];
-          const int64_t row_x = index[i] * sizes[1];
-          for (int j = 0; j < p; ++j) {
-            const scalar_t qxy = qx * values[p + j];
-            const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
-            for (int k = 0; k < p; ++k) grid[row_xy + index[2 * p + k]] += qxy * values[2 * p + k];
+    with_order(order, [&](auto order_tag) {
+      const int p = decltype(order_tag)::value > 0 ? decltype(order_tag)::value : int(order);
+      at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
+        scalar_t* grid = all_grids + at::get_thread_num() * grid_size;
+        int64_t index[3 * 16];
+        scalar_t values[3 * 16];
+        for (int64_t a = begin; a < end; ++a) {
+          spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, nullptr);
+          for (int i = 0; i < p; ++i) {
+            const scalar_t qx = q[a] * values[i];
+            const int64_t row_x = index[i] * sizes[1];
+            for (int j = 0; j < p; ++j) {
+              const scalar_t qxy = qx * values[p + j];
+              const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
+              for (int k = 0; k < p; ++k) grid[row_xy + index[2 * p + k]] += qxy * values[2 * p + k];
+            }
           }
         }
-      }
+      });
     });
   });
   return grids.sum(0).view({sizes[0], sizes[1], sizes[2]});
@@ -92,32 +104,34 @@ torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::T
     const scalar_t* q = charges.data_ptr<scalar_t>();
     const scalar_t* phi = potential.data_ptr<scalar_t>();
     scalar_t* out = gradient.data_ptr<scalar_t>();
-    const int p = int(order);
-    at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
-      int64_t index[3 * 16];
-      scalar_t values[3 * 16], derivatives[3 * 16];
-      for (int64_t a = begin; a < end; ++a) {
-        spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, derivatives);
-        scalar_t gx = 0, gy = 0, gz = 0;
-        for (int i = 0; i < p; ++i) {
-          const int64_t row_x = index[i] * sizes[1];
-          for (int j = 0; j < p; ++j) {
-            const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
-            scalar_t along_z = 0, along_dz = 0;
-            for (int k = 0; k < p; ++k) {
-              const scalar_t value = phi[row_xy + index[2 * p + k]];
-              along_z += value * values[2 * p + k];
-              along_dz += value * derivatives[2 * p + k];
+    with_order(order, [&](auto order_tag) {
+      const int p = decltype(order_tag)::value > 0 ? decltype(order_tag)::value : int(order);
+      at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
+        int64_t index[3 * 16];
+        scalar_t values[3 * 16], derivatives[3 * 16];
+        for (int64_t a = begin; a < end; ++a) {
+          spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, derivatives);
+          scalar_t gx = 0, gy = 0, gz = 0;
+          for (int i = 0; i < p; ++i) {
+            const int64_t row_x = index[i] * sizes[1];
+            for (int j = 0; j < p; ++j) {
+              const int64_t row_xy = (row_x + index[p + j]) * sizes[2];
+              scalar_t along_z = 0, along_dz = 0;
+              for (int k = 0; k < p; ++k) {
+                const scalar_t value = phi[row_xy + index[2 * p + k]];
+                along_z += value * values[2 * p + k];
+                along_dz += value * derivatives[2 * p + k];
+              }
+              gx += derivatives[i] * values[p + j] * along_z;
+              gy += values[i] * derivatives[p + j] * along_z;
+              gz += values[i] * values[p + j] * along_dz;
             }
-            gx += derivatives[i] * values[p + j] * along_z;
-            gy += values[i] * derivatives[p + j] * along_z;
-            gz += values[i] * values[p + j] * along_dz;
           }
+          out[3 * a] = q[a] * gx;
+          out[3 * a + 1] = q[a] * gy;
+          out[3 * a + 2] = q[a] * gz;
         }
-        out[3 * a] = q[a] * gx;
-        out[3 * a + 1] = q[a] * gy;
-        out[3 * a + 2] = q[a] * gz;
-      }
+      });
     });
   });
   return gradient;

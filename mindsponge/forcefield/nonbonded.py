@@ -310,6 +310,7 @@ class Nonbonded(EnergyTerm):
         self._autograd_backend = TorchBackend(keeps_factors=False)
         self._torch_backend = TorchBackend(keeps_factors=True)
         self._compiled_backend: CompiledBackend | None = None
+        self._pair_sets: dict[str, tuple] = {}  # see _cached_pair_set
 
     def _register_exceptions(self, exclusions, exceptions, charge_products, sigma, epsilon) -> None:
         """Buffers of the exceptions, their parameters, and of every excluded pair (exclusions and
@@ -363,16 +364,35 @@ class Nonbonded(EnergyTerm):
 
     # --- pair sets -------------------------------------------------------------------------
 
+    def _cached_pair_set(self, kind: str, make, tensors: tuple) -> PairSet:
+        """``make()``, kept from call to call while ``tensors`` (the buffers it is made of) are the same
+        tensors, unchanged in place, and no graph is being built through them (parameter gradients)."""
+        if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors):
+            return make()
+        versions = tuple(tensor._version for tensor in tensors)
+        cached = self._pair_sets.get(kind)
+        if (cached is None or cached[1] != versions
+                or any(old is not new for old, new in zip(cached[0], tensors, strict=True))):
+            cached = self._pair_sets[kind] = (tensors, versions, make())
+        return cached[2]
+
     def _exception_pairs(self) -> PairSet:
-        first, second = self.exceptions[:, 0], self.exceptions[:, 1]
-        return lj_first(first, second, COULOMB_MD * self.exception_charge_products,
-                         self.exception_sigma, self.exception_epsilon)
+        def make():
+            first, second = self.exceptions[:, 0], self.exceptions[:, 1]
+            return lj_first(first, second, COULOMB_MD * self.exception_charge_products,
+                             self.exception_sigma, self.exception_epsilon)
+
+        return self._cached_pair_set("exceptions", make, (self.exceptions, self.exception_charge_products,
+                                                          self.exception_sigma, self.exception_epsilon))
 
     def _exclusion_pairs(self) -> PairSet:
-        first, second = self.excluded_pairs[:, 0], self.excluded_pairs[:, 1]
-        charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
-        empty = charge_products.new_zeros(0)
-        return PairSet(first, second, charge_products, empty, empty)
+        def make():
+            first, second = self.excluded_pairs[:, 0], self.excluded_pairs[:, 1]
+            charge_products = COULOMB_MD * self.charges[first] * self.charges[second]
+            empty = charge_products.new_zeros(0)
+            return PairSet(first, second, charge_products, empty, empty)
+
+        return self._cached_pair_set("exclusions", make, (self.excluded_pairs, self.charges))
 
     def _reciprocal(self, positions: Tensor, box: Tensor, compute_forces: bool):
         if self.method == "pme":

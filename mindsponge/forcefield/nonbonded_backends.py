@@ -136,8 +136,10 @@ class CompiledBackend:
     """The compiled kernels (:mod:`mindsponge._kernels`), analytic forces, CPU float32/float64.
 
     The direct sum runs over the neighbour list in compressed rows (``neighbor_forces``: per-atom
-    parameters combined in the kernel, minimum image on the fly, vectorised); without a neighbour
-    list (``"nocutoff"``) over the cached all-pairs set (``pair_forces``).
+    parameters combined in the kernel, minimum image on the fly, vectorised; it scatters the gradient
+    of E_LJ + E_Coulomb, and the two apart are recomputed only for a gradient that weights them
+    differently); without a neighbour list (``"nocutoff"``) over the cached all-pairs set
+    (``pair_forces``).
     """
 
     keeps_factors = True
@@ -170,10 +172,12 @@ class CompiledBackend:
                                      (0.5 * term.sigma).to(dtype), (2.0 * torch.sqrt(term.epsilon)).to(dtype))
         _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
         coulomb = term.direct_coulomb()
-        energies, gradients = self.kernels.neighbor_forces(
-            positions, positions.new_zeros(0) if box is None else box, starts, neighbors, scaled_charges,
-            half_sigma, epsilon_root2, term.cutoff,
-            -1.0 if term.switch_distance is None else term.switch_distance, _COULOMB_KINDS[coulomb.kind],
-            coulomb.alpha, coulomb.krf, coulomb.crf)
+        switch_distance = -1.0 if term.switch_distance is None else term.switch_distance
+        arguments = (positions, positions.new_zeros(0) if box is None else box, starts, neighbors,
+                     scaled_charges, half_sigma, epsilon_root2, term.cutoff, switch_distance,
+                     _COULOMB_KINDS[coulomb.kind], coulomb.alpha, coulomb.krf, coulomb.crf)
+        # the gradient of E_LJ + E_Coulomb (what forces need); the two apart only if a gradient asks for them
+        energies, gradients = self.kernels.neighbor_forces(*arguments, True)
         energies = energies.to(dtype)
-        return CompiledPairResult((energies[0], energies[1]), gradients)
+        return CompiledPairResult((energies[0], energies[1]), gradients,
+                                  lambda: self.kernels.neighbor_forces(*arguments, False)[1])

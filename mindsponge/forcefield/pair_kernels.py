@@ -122,14 +122,24 @@ class PairResult:
 
 class CompiledPairResult:
     """Energies and gradients of a pair kernel from the compiled kernel (same interface as
-    :class:`PairResult`)."""
+    :class:`PairResult`).
 
-    def __init__(self, energies, gradients: Tensor):
+    ``gradients`` is ``(2, N, 3)`` (dE_LJ/dx, dE_Coulomb/dx) or ``(1, N, 3)`` (d(E_LJ + E_Coulomb)/dx,
+    half the kernel's scattering); with the latter, ``separate()`` returns the ``(2, N, 3)`` ones, called
+    only when a gradient weights the two energies differently (e.g. the force of one named component).
+    """
+
+    def __init__(self, energies, gradients: Tensor, separate=None):
         self.energies = energies
-        self.gradients = gradients  # (2, N, 3): dE_LJ/dx, dE_Coulomb/dx
+        self.gradients = gradients
+        self._separate = separate
 
     def gradient(self, grad_lj: Tensor, grad_coulomb: Tensor, n_atoms: int) -> Tensor:
         """dE/dx for ``grad_lj * E_LJ + grad_coulomb * E_Coulomb``, ``(N, 3)``."""
+        if len(self.gradients) == 1:
+            if torch.equal(grad_lj, grad_coulomb):
+                return grad_lj * self.gradients[0]
+            self.gradients = self._separate()
         return torch.add(grad_lj * self.gradients[0], self.gradients[1], alpha=grad_coulomb)
 
 

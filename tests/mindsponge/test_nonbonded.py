@@ -405,6 +405,23 @@ def test_compiled_equals_pure_torch_and_openmm(kernels, large_water, dtype):
         assert force_error(forces_c, reference["forces"]) < 1e-3
 
 
+@pytest.mark.parametrize("component", ["lennard_jones", "coulomb_direct"])
+def test_compiled_component_forces_equal_pure_torch(kernels, large_water, component):
+    """The compiled direct sum scatters the gradient of E_LJ + E_Coulomb; the gradient of one named
+    component alone (LJ, or Coulomb weighted twice against LJ) still equals the pure torch one."""
+    force, reference = large_water
+    gradients = {}
+    for compiled in (True, False):
+        model = ours_from(force, "pme", pme_parameters=reference["pme"], compiled=compiled)
+        positions = torch.tensor(reference["positions"], requires_grad=True)
+        terms = model.energy_terms(positions, torch.tensor(reference["box"]))
+        energy = terms[component]
+        if component == "coulomb_direct":
+            energy = 2 * energy + terms["lennard_jones"]
+        (gradients[compiled],) = torch.autograd.grad(energy, positions)
+    assert force_error(gradients[True].numpy(), gradients[False].numpy()) < 1e-10
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_compiled_pme_equals_pure_torch(kernels, dtype):
     """Spreading and gathering of the compiled PME against the torch ones, triclinic box."""
