@@ -178,6 +178,62 @@ def test_kernel_matches_differences_on_every_axis(kernel, periodic, forward):
         assert float((field - reference).abs().max()) < 1e-13 * float(reference.abs().max())
 
 
+@pytest.mark.parametrize("periodic", [False, True], ids=["pec", "periodic"])
+@pytest.mark.parametrize("forward", [True, False], ids=["forward", "backward"])
+def test_cpml_kernel_matches_torch_on_every_axis_and_side(kernel, periodic, forward):
+    """Random slabs on both sides of all three axes, one field (overlapping corners, applied in order),
+    tensor and scalar coefficients: psi and the field against the CPML update written in torch."""
+    generator = torch.Generator().manual_seed(5)
+    shape, thickness = (6, 7, 9), 3
+
+    def random(*size):
+        return torch.randn(size, dtype=torch.float64, generator=generator)
+
+    field, source, coefficient = random(*shape), random(*shape), random(*shape)
+    slabs = []
+    for axis in range(3):
+        psi_shape = list(shape)
+        psi_shape[axis] = thickness
+        for start in (0, shape[axis] - thickness):
+            slabs.append((axis, start, random(*psi_shape), *(random(thickness) for _ in range(3))))
+    expected_field, expected_psi = field.clone(), []
+    for index, (axis, start, psi, b, a, kappa) in enumerate(slabs):
+        along = [1, 1, 1]
+        along[axis] = thickness
+        b, a, kappa = (profile.reshape(along) for profile in (b, a, kappa))
+        part = _difference(source, axis, forward, periodic).narrow(axis, start, thickness)
+        updated = b * psi + a * part
+        expected_psi.append(updated)
+        scale = coefficient.narrow(axis, start, thickness) if index % 2 else 0.7
+        expected_field.narrow(axis, start, thickness).add_(-1.5 * scale * (updated + kappa * part))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # rows split between threads must give the same result
+        kernel.cpml_update(
+            [field] * len(slabs), [source] * len(slabs), [slab[2] for slab in slabs],
+            *([slab[k] for slab in slabs] for k in (3, 4, 5)),
+            [coefficient if index % 2 else None for index in range(len(slabs))],
+            [0.0 if index % 2 else 0.7 for index in range(len(slabs))],
+            [slab[0] for slab in slabs], [slab[1] for slab in slabs], [-1.5] * len(slabs),
+            [periodic] * 3, forward,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    for slab, reference in zip(slabs, expected_psi):
+        assert float((slab[2] - reference).abs().max()) < 1e-13 * float(reference.abs().max())
+    assert float((field - expected_field).abs().max()) < 1e-13 * float(expected_field.abs().max())
+
+
+def test_cpml_kernel_rejects_a_psi_of_the_wrong_shape(kernel):
+    field, profile = torch.zeros(4, 5, 6), torch.zeros(2)
+    with pytest.raises(RuntimeError, match="psi has shape"):
+        kernel.cpml_update([field], [field.clone()], [torch.zeros(2, 5, 5)], [profile], [profile], [profile],
+                           [None], [1.0], [0], [0], [1.0], [False] * 3, True)
+    with pytest.raises(RuntimeError, match="one value per slab layer"):
+        kernel.cpml_update([field], [field.clone()], [torch.zeros(4, 5, 2)], [profile], [torch.zeros(3)],
+                           [profile], [None], [1.0], [2], [4], [1.0], [False] * 3, True)
+
+
 def test_kernel_rejects_mismatched_arrays(kernel):
     field = torch.zeros(4, 5, 6)
     with pytest.raises(RuntimeError, match="ca has dtype"):
