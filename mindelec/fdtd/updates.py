@@ -12,9 +12,10 @@ Two modes share the code. ``inplace=True`` (forward-only runs under ``torch.no_g
 the tensors in place, with scalar coefficients where the medium is uniform. On CPU the bulk of
 steps 1 and 3 (``F = ca F + cb curl`` for all H, then all E components) is then one pass of the
 compiled kernel of :mod:`mindelec._kernels` (about 72 B moved per cell and step in 3D float32, the
-memory-bandwidth limit); CPML slab corrections, sources, polarisation currents, plane waves and PEC
-walls follow in torch. Without the kernel (``compiled=False``, CUDA, or a failed build) the torch
-path does one pass per curl term (a difference into a buffer, then an add). ``inplace=False``
+memory-bandwidth limit), followed by one more kernel call for all the group's CPML slabs (auxiliary
+fields and corrections); sources, polarisation currents, plane waves and PEC walls follow in torch.
+Without the kernel (``compiled=False``, CUDA, or a failed build) the torch path does one pass per curl
+term (a difference into a buffer, then an add) and a few operations per CPML slab. ``inplace=False``
 (differentiable runs) starts each field from a new tensor (``E * ca`` or a clone), so that the
 autograd graph keeps every step's inputs intact.
 
@@ -27,8 +28,11 @@ measured in the same run (the triad moves 16 B per element with write-allocate b
 12, so the roofline is conservative), 20-106x the ``fdtd`` package; the pure torch path 2-10 %
 (128^3) and 25-47 % (2048^2). A profile of a
 forward-only step with PEC walls puts 77-84 % of a run in the kernel; the rest is the run's set-up
-(zeroing new fields) and, per step, microseconds of source injection and PEC-wall zeroing. A CPML of
-10 cells at 2048^2 adds about 15 % (slab differences, auxiliary fields and corrections in torch).
+(zeroing new fields) and, per step, microseconds of source injection and PEC-wall zeroing. With the
+CPML slabs in torch (about 50 small operations per step in 3D), a CPML of 10 cells at 2048^2 added
+about 15 %, and on the small 3D grid of the patch-antenna dataset (56x62x32 cells, CPML of 8 cells,
+float32, 1 thread) the slabs took most of a 4-7 ms step; with the slabs in the kernel that step takes
+1.4-2.6 ms, about half the pure torch path's (same loaded machine; ``benchmarks/fdtd.py``).
 """
 
 import copy
@@ -50,51 +54,37 @@ def _accumulate(out, axis, start, length, term, scale, coefficient):
         target.add_(term, alpha=scale * coefficient)
 
 
-def _difference(source, axis, forward, periodic, start=0, length=None, buffer=None):
+def _difference(source, axis, forward, periodic, buffer=None):
     """The forward (H update) or backward (E update) difference of ``source`` along ``axis``.
 
-    Returned at the indices ``start .. start + length - 1`` (default: all of them) along ``axis``.
     Beyond the last node the source is taken from the other end (periodic) or as zero (a PEC wall
     at ``+size/2``). The backward difference at index 0 of a non-periodic axis holds ``source[0]``;
     it only reaches E nodes on the PEC wall at ``-size/2``, which are zeroed. With a ``buffer`` (a tensor
-    of the field shape, forward-only runs) the result is written into its first ``length`` indices
-    along ``axis`` instead of a new tensor.
+    of the field shape, forward-only runs) the result is written into it instead of a new tensor.
     """
     count = source.shape[axis]
-    length = count - start if length is None else length
     shift = 1 if forward else -1
-    # the neighbours are at start + shift ... start + shift + length - 1: at most one lies outside
-    if start + shift < 0:
-        edge_at = 0
-    elif start + shift + length > count:
-        edge_at = length - 1
+    # the node beyond the grid's end is needed at the last (forward) or the first (backward) index
+    edge_at = count - 1 if forward else 0
+    inner_offset = 0 if forward else 1
+    here = source.narrow(axis, inner_offset, count - 1)
+    there = source.narrow(axis, inner_offset + shift, count - 1)
+    node = source.narrow(axis, edge_at, 1)
+    if periodic:
+        beyond = source.narrow(axis, 0 if forward else count - 1, 1)
+        edge = beyond - node if forward else node - beyond
     else:
-        edge_at = None
-    inner_offset = 1 if edge_at == 0 else 0
-    inner_length = length - (edge_at is not None)
-    here = source.narrow(axis, start + inner_offset, inner_length)
-    there = source.narrow(axis, start + inner_offset + shift, inner_length)
-    if edge_at is not None:
-        node = source.narrow(axis, start + edge_at, 1)
-        if periodic:
-            beyond = source.narrow(axis, 0 if forward else count - 1, 1)
-            edge = beyond - node if forward else node - beyond
-        else:
-            edge = -node if forward else node
+        edge = -node if forward else node
     if buffer is None:
         inner = there - here if forward else here - there
-        if edge_at is None:
-            return inner
-        return torch.cat([edge, inner] if edge_at == 0 else [inner, edge], axis)
-    result = buffer.narrow(axis, 0, length)
-    target = result.narrow(axis, inner_offset, inner_length)
+        return torch.cat([inner, edge] if forward else [edge, inner], axis)
+    target = buffer.narrow(axis, inner_offset, count - 1)
     if forward:
         torch.sub(there, here, out=target)
     else:
         torch.sub(here, there, out=target)
-    if edge_at is not None:
-        result.narrow(axis, edge_at, 1).copy_(edge)
-    return result
+    buffer.narrow(axis, edge_at, 1).copy_(edge)
+    return buffer
 
 
 class CurlTerm:
@@ -188,6 +178,7 @@ class YeeStepper:
         self._kernel_shape = (1,) * missing + tuple(grid.shape[: grid.ndim])
         self._kernel_periodic = [False] * missing + list(periodic[: grid.ndim])
         self._kernel_tensors = {}  # id(coefficient tensor) -> (the tensor, its contiguous kernel view)
+        self._kernel_cpml = {}  # components of a kernel group -> their CPML slabs' kernel arguments
 
     def _map_coefficients(self, function):
         """Apply ``function`` to every tensor coefficient; returns ``(electric, magnetic)`` dicts."""
@@ -255,30 +246,25 @@ class YeeStepper:
             },
         )
 
-    def _apply_curl(self, state, component, field, coefficient, inplace, bulk):
-        """Add ``coefficient * curl`` to ``field``: the bulk term (unless ``bulk`` is False, when the compiled
-        kernel did it) and the CPML corrections on the PML slabs."""
+    def _apply_curl(self, state, component, field, coefficient, inplace):
+        """Add ``coefficient * curl`` to ``field`` in torch: the bulk term and the CPML corrections on the PML
+        slabs (forward-only runs with the compiled kernel do both in :meth:`_compiled_curls` instead)."""
         forward = component[0] == "H"
         for term in self.terms[component]:
             source, periodic = state.fields[term.source], self.periodic[term.axis]
             length = field.shape[term.axis]
-            if bulk:
-                if inplace and self._buffer is None:
-                    self._buffer = torch.empty(self.grid.shape, dtype=self.dtype, device=self.device)
-                difference = _difference(
-                    source, term.axis, forward, periodic, buffer=self._buffer if inplace else None
-                )
-                _accumulate(field, term.axis, 0, length, difference, term.sign / term.spacing, coefficient)
+            if inplace and self._buffer is None:
+                self._buffer = torch.empty(self.grid.shape, dtype=self.dtype, device=self.device)
+            buffer = self._buffer if inplace else None
+            difference = _difference(source, term.axis, forward, periodic, buffer=buffer)
+            _accumulate(field, term.axis, 0, length, difference, term.sign / term.spacing, coefficient)
             if term.pml is None:
                 continue
             thickness = term.pml[0]
             for side, start in (("left", 0), ("right", length - thickness)):
                 b, a, kappa_term = term.pml[1][side]
                 key = CpmlKey(component, term.axis, side)
-                if bulk:
-                    part = difference.narrow(term.axis, start, thickness)
-                else:
-                    part = _difference(source, term.axis, forward, periodic, start, thickness)
+                part = difference.narrow(term.axis, start, thickness)
                 if inplace:
                     psi = state.psi[key].mul_(b).addcmul_(a, part)
                 else:
@@ -312,26 +298,81 @@ class YeeStepper:
 
     def _compiled_curls(self, kernel, state, coefficients):
         """``F = ca F + cb curl`` in place, in one pass of the compiled kernel, for every component in
-        ``coefficients`` (``{component: (ca, cb)}``, all H or all E); ``_apply_curl`` adds CPML corrections.
+        ``coefficients`` (``{component: (ca, cb)}``, all H or all E), then the CPML auxiliary fields and
+        corrections (one more kernel call, over the PML slabs).
         """
+        fields = state.fields
+        if self.grid.ndim < 3:  # (1, ..., n_x, ...) views; 3D fields are passed as they are
+            fields = {component: field.view(self._kernel_shape) for component, field in fields.items()}
         arguments = {name: [] for name in ("fields", "ca", "ca_scalar", "cb", "cb_scalar", "sources")}
         for component, (ca, cb) in coefficients.items():
-            arguments["fields"].append(state.fields[component].view(self._kernel_shape))
+            arguments["fields"].append(fields[component])
             for name, value in (("ca", ca), ("cb", cb)):
                 tensor, scalar = self._kernel_coefficient(value)
                 arguments[name].append(tensor)
                 arguments[name + "_scalar"].append(scalar)
-            arguments["sources"].append(
-                [state.fields[term.source].view(self._kernel_shape) for term in self.terms[component]]
-            )
+            arguments["sources"].append([fields[term.source] for term in self.terms[component]])
         components = list(coefficients)
+        forward = components[0][0] == "H"
         kernel.curl_update(
             *arguments.values(),
             [[term.axis + 3 - self.grid.ndim for term in self.terms[c]] for c in components],
             [[term.sign / term.spacing for term in self.terms[c]] for c in components],
             self._kernel_periodic,
-            components[0][0] == "H",
+            forward,
         )
+        slabs = self._kernel_slabs(coefficients)
+        psi = [state.psi[key] for key, _ in slabs["psi"]]
+        if self.grid.ndim < 3:
+            psi = [tensor.view(shape) for tensor, (_, shape) in zip(psi, slabs["psi"])]
+        kernel.cpml_update(
+            [fields[component] for component in slabs["fields"]],
+            [fields[source] for source in slabs["sources"]],
+            psi,
+            *(slabs[name] for name in ("b", "a", "kappa", "coefficient", "coefficient_scalar")),
+            slabs["axes"],
+            slabs["starts"],
+            slabs["signs"],
+            self._kernel_periodic,
+            forward,
+        )
+
+    def _kernel_slabs(self, coefficients):
+        """The CPML slabs of ``coefficients``' components, as :meth:`_compiled_curls` passes them to the
+        kernel: a dict of lists, one entry per (component, term, side) in the torch path's order (built once
+        per group of components).
+        """
+        group = tuple(coefficients)
+        if group in self._kernel_cpml:
+            return self._kernel_cpml[group]
+        missing = 3 - self.grid.ndim
+        slabs = {
+            name: []
+            for name in ("fields", "sources", "psi", "b", "a", "kappa", "coefficient", "coefficient_scalar")
+        }
+        slabs.update(axes=[], starts=[], signs=[])
+        for component, (_, cb) in coefficients.items():
+            for term in self.terms[component]:
+                if term.pml is None:
+                    continue
+                thickness, sides = term.pml
+                shape = list(self.grid.shape[: self.grid.ndim])
+                shape[term.axis] = thickness
+                for side, start in (("left", 0), ("right", self.grid.shape[term.axis] - thickness)):
+                    key = CpmlKey(component, term.axis, side)
+                    slabs["fields"].append(component)
+                    slabs["sources"].append(term.source)
+                    slabs["psi"].append((key, (1,) * missing + tuple(shape)))  # key, shape of its kernel view
+                    for name, profile in zip(("b", "a", "kappa"), sides[side]):
+                        slabs[name].append(profile.reshape(-1).contiguous())
+                    tensor, scalar = self._kernel_coefficient(cb)
+                    slabs["coefficient"].append(tensor)
+                    slabs["coefficient_scalar"].append(scalar)
+                    slabs["axes"].append(term.axis + missing)
+                    slabs["starts"].append(start)
+                    slabs["signs"].append(term.sign)
+        self._kernel_cpml[group] = slabs
+        return slabs
 
     def _polarization_currents(self, state, component):
         """Advance the polarisations of ``component`` to ``P^{n+1}``; returns the list of ``P^{n+1} - P^n``.
@@ -376,10 +417,11 @@ class YeeStepper:
         return state
 
     def _update_magnetic(self, state, component, step, inplace, bulk):
-        """H^{n+1/2} of one component (after the compiled kernel's bulk update unless ``bulk``)."""
+        """H^{n+1/2} of one component (after the compiled kernel's curl and CPML update unless ``bulk``)."""
         field = state.fields[component] if inplace else state.fields[component].clone()
         coefficient = self.magnetic[component]
-        self._apply_curl(state, component, field, coefficient, inplace, bulk=bulk)
+        if bulk:
+            self._apply_curl(state, component, field, coefficient, inplace)
         if self.wires:
             self.wires.apply(field, component, coefficient, state.fields)
         self._inject(field, component, coefficient, step)
@@ -391,7 +433,8 @@ class YeeStepper:
         state.fields[component] = field
 
     def _update_electric(self, state, component, currents, step, inplace, bulk):
-        """E^{n+1} of one component (after the compiled kernel's bulk update unless ``bulk``), PEC walls."""
+        """E^{n+1} of one component (after the compiled kernel's curl and CPML update unless ``bulk``), PEC
+        walls."""
         ca, cb, _ = self.electric[component]
         field = state.fields[component]
         if bulk:
@@ -400,7 +443,7 @@ class YeeStepper:
                 field = field if unit else field.mul_(ca)
             else:
                 field = field.clone() if unit else field * ca
-        self._apply_curl(state, component, field, cb, inplace, bulk=bulk)
+            self._apply_curl(state, component, field, cb, inplace)
         for current in currents:
             _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
         self._inject(field, component, cb, step)

@@ -1,7 +1,8 @@
 """The compiled Yee kernel (mindelec._kernels) against the pure torch update path.
 
-The kernel only replaces the bulk ``F = ca F + cb curl`` of forward-only CPU steps; everything else
-(CPML, sources, dispersive currents, plane waves, PEC walls) stays in torch. So a compiled run and a
+The kernel replaces the bulk ``F = ca F + cb curl`` and the CPML auxiliary fields and corrections of
+forward-only CPU steps; everything else (sources, dispersive currents, plane waves, PEC walls) stays in
+torch. So a compiled run and a
 ``compiled=False`` run of the same set-up must agree to round-off in every field component, for every
 dimension, polarisation, boundary and kind of coefficient (scalar or per-cell tensor). The physics
 validations in test_fdtd_validation.py run with the default ``compiled=True``, so they check the
@@ -61,6 +62,14 @@ CASES = {
              structures=[fdtd.Structure(Rectangle((1.1e-5, -3.1e-5), (5.3e-5, 2.9e-5)), _lorentz())]),
         ("Ex", "Ey", "Hz"),
     ),
+    "2d-te-pml-magnetic-lossy": (
+        dict(size=(1.4e-4, 1.2e-4), boundary=fdtd.PML(6), polarization="TE",
+             sources=[fdtd.PointDipole((-3e-5, 1e-5), "Hz", PULSE),
+                      fdtd.PointDipole((2e-5, -1e-5), "Ex", PULSE)],
+             structures=[fdtd.Structure(Disk((1e-5, 2e-5), 2.7e-5),
+                                        fdtd.Medium(permittivity=2.5, conductivity=1e3, permeability=2.0))]),
+        ("Ex", "Ey", "Hz"),
+    ),
     "2d-tm-plane-wave-pec-object": (
         dict(size=(1.6e-4, 1.2e-4), boundary=(fdtd.PML(6), fdtd.Periodic()),
              sources=[fdtd.PlaneWave(PULSE, x0=-5e-5)],
@@ -73,6 +82,14 @@ CASES = {
                       fdtd.PointDipole((4e-6, -2e-6, 3e-6), "Hx", PULSE)],
              structures=[fdtd.Structure(Box((1e-6, -9e-6, -7e-6), (1.3e-5, 9e-6, 9e-6)),
                                         fdtd.Medium(permittivity=3.0, conductivity=1e3))]),
+        ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz"),
+    ),
+    "3d-pml-all-sides-lossy": (
+        dict(size=(4e-5, 3.6e-5, 3.2e-5), boundary=fdtd.PML(4),
+             sources=[fdtd.PointDipole((-4e-6, 2e-6, 1e-6), "Ey", PULSE),
+                      fdtd.PointDipole((4e-6, -2e-6, 3e-6), "Hz", PULSE)],
+             structures=[fdtd.Structure(Box((-9e-6, -9e-6, -7e-6), (1.1e-5, 9e-6, 9e-6)),
+                                        fdtd.Medium(permittivity=2.0, conductivity=2e3, permeability=1.5))]),
         ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz"),
     ),
     "3d-periodic-drude": (
@@ -103,18 +120,26 @@ def _relative_differences(first, second):
 @pytest.mark.parametrize("case", list(CASES))
 def test_compiled_equals_pure_torch(kernel, case, dtype, monkeypatch):
     arguments, components = CASES[case]
-    calls = []
+    calls = {"curl_update": [], "cpml_update": []}
 
     class Counting:
         def curl_update(self, *arguments):
-            calls.append(1)
+            calls["curl_update"].append(1)
             return kernel.curl_update(*arguments)
+
+        def cpml_update(self, fields, *arguments):
+            calls["cpml_update"].append(len(fields))
+            return kernel.cpml_update(fields, *arguments)
 
     monkeypatch.setattr(_kernels, "yee", Counting)
     compiled = _final_fields(arguments, components, dtype, compiled=True)
-    assert len(calls) == 2 * STEPS  # the compiled path updated H and E on every step
+    # the compiled path updated H and E on every step, and all the PML slabs (none without PML)
+    assert len(calls["curl_update"]) == len(calls["cpml_update"]) == 2 * STEPS
+    boundary = arguments["boundary"]
+    has_pml = any(isinstance(b, fdtd.PML) for b in (boundary if isinstance(boundary, tuple) else (boundary,)))
+    assert (sum(calls["cpml_update"]) > 0) == has_pml
     reference = _final_fields(arguments, components, dtype, compiled=False)
-    assert len(calls) == 2 * STEPS  # and the torch run did not use it
+    assert len(calls["curl_update"]) == 2 * STEPS  # and the torch run did not use it
     for component in components:
         assert reference[component].abs().max() > 0, component
     differences = _relative_differences(compiled, reference)
@@ -151,6 +176,62 @@ def test_kernel_matches_differences_on_every_axis(kernel, periodic, forward):
         torch.set_num_threads(threads)
     for field, reference in zip(fields, expected):
         assert float((field - reference).abs().max()) < 1e-13 * float(reference.abs().max())
+
+
+@pytest.mark.parametrize("periodic", [False, True], ids=["pec", "periodic"])
+@pytest.mark.parametrize("forward", [True, False], ids=["forward", "backward"])
+def test_cpml_kernel_matches_torch_on_every_axis_and_side(kernel, periodic, forward):
+    """Random slabs on both sides of all three axes, one field (overlapping corners, applied in order),
+    tensor and scalar coefficients: psi and the field against the CPML update written in torch."""
+    generator = torch.Generator().manual_seed(5)
+    shape, thickness = (6, 7, 9), 3
+
+    def random(*size):
+        return torch.randn(size, dtype=torch.float64, generator=generator)
+
+    field, source, coefficient = random(*shape), random(*shape), random(*shape)
+    slabs = []
+    for axis in range(3):
+        psi_shape = list(shape)
+        psi_shape[axis] = thickness
+        for start in (0, shape[axis] - thickness):
+            slabs.append((axis, start, random(*psi_shape), *(random(thickness) for _ in range(3))))
+    expected_field, expected_psi = field.clone(), []
+    for index, (axis, start, psi, b, a, kappa) in enumerate(slabs):
+        along = [1, 1, 1]
+        along[axis] = thickness
+        b, a, kappa = (profile.reshape(along) for profile in (b, a, kappa))
+        part = _difference(source, axis, forward, periodic).narrow(axis, start, thickness)
+        updated = b * psi + a * part
+        expected_psi.append(updated)
+        scale = coefficient.narrow(axis, start, thickness) if index % 2 else 0.7
+        expected_field.narrow(axis, start, thickness).add_(-1.5 * scale * (updated + kappa * part))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # rows split between threads must give the same result
+        kernel.cpml_update(
+            [field] * len(slabs), [source] * len(slabs), [slab[2] for slab in slabs],
+            *([slab[k] for slab in slabs] for k in (3, 4, 5)),
+            [coefficient if index % 2 else None for index in range(len(slabs))],
+            [0.0 if index % 2 else 0.7 for index in range(len(slabs))],
+            [slab[0] for slab in slabs], [slab[1] for slab in slabs], [-1.5] * len(slabs),
+            [periodic] * 3, forward,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    for slab, reference in zip(slabs, expected_psi):
+        assert float((slab[2] - reference).abs().max()) < 1e-13 * float(reference.abs().max())
+    assert float((field - expected_field).abs().max()) < 1e-13 * float(expected_field.abs().max())
+
+
+def test_cpml_kernel_rejects_a_psi_of_the_wrong_shape(kernel):
+    field, profile = torch.zeros(4, 5, 6), torch.zeros(2)
+    with pytest.raises(RuntimeError, match="psi has shape"):
+        kernel.cpml_update([field], [field.clone()], [torch.zeros(2, 5, 5)], [profile], [profile], [profile],
+                           [None], [1.0], [0], [0], [1.0], [False] * 3, True)
+    with pytest.raises(RuntimeError, match="one value per slab layer"):
+        kernel.cpml_update([field], [field.clone()], [torch.zeros(4, 5, 2)], [profile], [torch.zeros(3)],
+                           [profile], [None], [1.0], [2], [4], [1.0], [False] * 3, True)
 
 
 def test_kernel_rejects_mismatched_arrays(kernel):
