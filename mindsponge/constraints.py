@@ -12,6 +12,10 @@ steps. Two algorithms, both vectorised over all constraints (no Python loop over
   bonds to hydrogen. Converged when every distance is within ``tolerance`` relative error
   (OpenMM's definition, default 1e-5).
 
+On CPU without autograd both use compiled kernels (:func:`mindsponge._kernels.constraints`) that
+repeat the torch code's operations (same results to round-off); ``compiled=False`` always uses the
+torch code, which also serves CUDA and differentiable updates.
+
 :mod:`mindsponge.constraint_sets` builds them for a system (its topology, or an OpenMM System's
 own constraints) and checks them against the System's. Both classes share one interface:
 ``positions(reference, positions, masses)`` and ``velocities(positions, velocities, masses)``
@@ -46,7 +50,29 @@ def _single(distance):
     return torch.as_tensor(distance, dtype=torch.float64).to(torch.float32).to(torch.float64)
 
 
-class Settle:
+class _CompiledKernels:
+    """Finds the compiled constraint kernels once (looking them up costs more than a small call)."""
+
+    compiled = True
+    _kernels = None
+
+    def _compiled_kernels(self, *tensors):
+        """The compiled constraint kernels for these tensors (:func:`mindsponge._kernels.constraints`) or
+        ``None`` (``compiled=False``, CUDA, other dtypes, tensors that require grad)."""
+        if not self.compiled:
+            return None
+        plain = all(
+            t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not t.requires_grad
+            for t in tensors
+        )
+        if not plain:
+            return None
+        if self._kernels is None:
+            self._kernels = _kernels.constraints(*tensors)
+        return self._kernels
+
+
+class Settle(_CompiledKernels):
     """Analytic constraints of three-site rigid water molecules (SETTLE).
 
     Args:
@@ -76,21 +102,6 @@ class Settle:
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
             raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
         self.compiled = bool(compiled)
-        self._kernels = None  # the compiled module once found (looking it up costs more than a small call)
-
-    def _compiled_kernels(self, *tensors):
-        """The compiled SETTLE kernels for these tensors (:func:`mindsponge._kernels.settle`) or ``None``."""
-        if not self.compiled:
-            return None
-        plain = all(
-            t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not t.requires_grad
-            for t in tensors
-        )
-        if not plain:
-            return None
-        if self._kernels is None:
-            self._kernels = _kernels.settle(*tensors)
-        return self._kernels
 
     @property
     def n_constraints(self):
@@ -248,7 +259,7 @@ def _solve3(matrix, rhs):
     return (cofactors * rhs[:, None, :]).sum(-1) / determinant
 
 
-class Rattle:
+class Rattle(_CompiledKernels):
     """Distance constraints by SHAKE (positions) and RATTLE (velocities), all updated at once.
 
     Args:
@@ -257,9 +268,11 @@ class Rattle:
         tolerance: relative tolerance on each distance (OpenMM's default 1e-5); velocities are
             converged until ``|r . v_rel| / d^2 < tolerance`` (1/ps).
         max_iterations: iterations before :class:`ConstraintError`.
+        compiled: on CPU without autograd, use the compiled kernels (the same iterations) when
+            available; ``False`` always uses the torch code.
     """
 
-    def __init__(self, pairs, distances, tolerance=1e-5, max_iterations=1000):
+    def __init__(self, pairs, distances, tolerance=1e-5, max_iterations=1000, compiled=True):
         self.pairs = torch.as_tensor(pairs, dtype=torch.long).reshape(-1, 2)
         self.distances = torch.as_tensor(distances, dtype=torch.float64).reshape(-1)
         if len(self.distances) != len(self.pairs):
@@ -268,6 +281,7 @@ class Rattle:
             raise ValueError(f"Rattle: tolerance must be positive, got {tolerance!r}")
         self.tolerance = float(tolerance)
         self.max_iterations = int(max_iterations)
+        self.compiled = bool(compiled)
         self._local = None  # see _constrained_atoms
 
     @property
@@ -297,6 +311,15 @@ class Rattle:
         """Constrained positions by SHAKE along the reference bond directions (see :class:`Settle`)."""
         if len(self.pairs) == 0:
             return positions
+        kernels = self._compiled_kernels(reference, positions, masses)
+        if kernels is not None:
+            constrained, used = kernels.shake_positions(
+                reference, positions, self.pairs, self.distances, 1.0 / masses.to(positions.dtype),
+                self.tolerance, self.max_iterations,
+            )
+            if used < 0:
+                raise ConstraintError(self._failure("SHAKE", constrained))
+            return positions if used == 0 else constrained
         atoms, local = self._constrained_atoms(positions.device)
         first, second = local[:, 0], local[:, 1]
         inverse = (1.0 / masses.to(positions.dtype))[atoms]
@@ -317,6 +340,15 @@ class Rattle:
         """Velocities with no relative component along any constrained pair (RATTLE)."""
         if len(self.pairs) == 0:
             return velocities
+        kernels = self._compiled_kernels(positions, velocities, masses)
+        if kernels is not None:
+            constrained, used = kernels.rattle_velocities(
+                positions, velocities, self.pairs, 1.0 / masses.to(velocities.dtype),
+                self.tolerance, self.max_iterations,
+            )
+            if used < 0:
+                raise ConstraintError(self._failure("RATTLE", positions))
+            return velocities if used == 0 else constrained
         atoms, local = self._constrained_atoms(velocities.device)
         first, second = local[:, 0], local[:, 1]
         inverse = (1.0 / masses.to(velocities.dtype))[atoms]

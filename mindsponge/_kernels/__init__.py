@@ -1,10 +1,12 @@
-"""Compiled CPU kernels of the non-bonded forces and of SETTLE, built on first use by
+"""Compiled CPU kernels of the non-bonded and bonded forces and of the constraints, built on first use by
 :mod:`common.extensions`.
 
 :func:`nonbonded` returns the module compiled from ``nonbonded.cpp``, ``cell_search.cpp`` and
 ``pme.cpp`` (``pair_forces``, ``neighbor_forces``, ``cell_neighbors``, ``rows_to_pairs``,
-``prepare_pairs``, ``pme_spread``, ``pme_gather``) and :func:`settle` the one from ``settle.cpp``,
-or ``None`` when they cannot be built or
+``prepare_pairs``, ``pme_spread``, ``pme_gather``), :func:`bonded` the one from ``bonded.cpp``
+(``bond_forces``, ``angle_forces``, ``torsion_forces``, ``improper_forces``) and :func:`constraints`
+the one from ``constraints.cpp`` (``settle_positions``, ``settle_velocities``, ``shake_positions``,
+``rattle_velocities``), or ``None`` when they cannot be built or
 ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in forward-only
 computations (or the forward of a custom autograd Function with an analytic backward) and
 keep a complete pure torch path for everything else.
@@ -20,11 +22,12 @@ from torch import Tensor
 
 from common import extensions
 
-__all__ = ["nonbonded", "settle", "usable"]
+__all__ = ["bonded", "constraints", "nonbonded", "usable"]
 
 # one module from three translation units: the pair kernels (and the bindings), the cell search, PME
 _SOURCES = [Path(__file__).with_name(name) for name in ("nonbonded.cpp", "cell_search.cpp", "pme.cpp")]
-_SETTLE_SOURCE = Path(__file__).with_name("settle.cpp")
+_CONSTRAINTS_SOURCE = Path(__file__).with_name("constraints.cpp")
+_BONDED_SOURCE = Path(__file__).with_name("bonded.cpp")
 # no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged
 _CFLAGS = ("-fno-math-errno", "-fno-trapping-math")
 
@@ -34,12 +37,19 @@ def nonbonded() -> ModuleType | None:
     return extensions.load("mindsponge_nonbonded", _SOURCES, extra_cflags=_CFLAGS)
 
 
-def settle(*tensors: Tensor) -> ModuleType | None:
-    """The compiled SETTLE kernels (``settle_positions``, ``settle_velocities``) if every tensor is a
-    float32/float64 CPU tensor that does not require grad, else ``None``."""
+def bonded(*tensors: Tensor) -> ModuleType | None:
+    """The compiled bonded-force kernels if every tensor is a float32/float64 CPU tensor, else ``None``."""
+    if not _plain_cpu(*tensors):
+        return None
+    return extensions.load("mindsponge_bonded", [_BONDED_SOURCE], extra_cflags=_CFLAGS)
+
+
+def constraints(*tensors: Tensor) -> ModuleType | None:
+    """The compiled constraint kernels (SETTLE, SHAKE, RATTLE) if every tensor is a float32/float64 CPU
+    tensor that does not require grad, else ``None``."""
     if any(t.requires_grad for t in tensors) or not _plain_cpu(*tensors):
         return None
-    return extensions.load("mindsponge_settle", [_SETTLE_SOURCE], extra_cflags=_CFLAGS)
+    return extensions.load("mindsponge_constraints", [_CONSTRAINTS_SOURCE], extra_cflags=_CFLAGS)
 
 
 def _plain_cpu(*tensors: Tensor) -> bool:

@@ -25,7 +25,15 @@ Parameters are buffers, or :class:`torch.nn.Parameter` objects with ``trainable=
 (for force-field parameter fitting); given as tensors they keep their dtype, given as
 Python numbers or integer tensors they are stored in float64. Energies are computed in the
 dtype of the positions (call ``term.to(torch.float32)`` to store float32 parameters too).
-Forces come from autograd.
+
+Forces: on CPU, for terms that are not periodic and whose parameters need no gradient, the
+compiled kernels of :mod:`mindsponge._kernels` (``bonded.cpp``) compute the energy and the
+analytic forces in one pass (parameters read in float64, energy summed in float64), and a custom
+autograd Function hands those forces to :func:`~mindsponge.forcefield.energy_and_forces`; the
+torch code, differentiated by autograd, is used otherwise (CUDA, ``compiled=False``, trainable
+parameters, periodic terms) and whenever the gradient itself must be differentiable
+(``create_graph=True``). Both give the same energies and forces to round-off. :class:`CMAPTorsion`
+always uses the torch code.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from mindsponge import _kernels
 from mindsponge.forcefield.base import EnergyTerm
+from mindsponge.forcefield.pair_kernels import AnalyticEnergies
 
 __all__ = [
     "HarmonicBond",
@@ -52,9 +62,16 @@ class _BondedTerm(EnergyTerm):
     atoms_per_term: int = 2
 
     def __init__(
-        self, atoms, parameters: dict[str, object], periodic: bool, trainable: bool, name: str | None
+        self,
+        atoms,
+        parameters: dict[str, object],
+        periodic: bool,
+        trainable: bool,
+        name: str | None,
+        compiled: bool = True,
     ):
         super().__init__(name)
+        self.compiled = bool(compiled)
         atoms = torch.as_tensor(atoms)
         if atoms.ndim == 1 and atoms.numel() == 0:
             atoms = atoms.reshape(0, self.atoms_per_term)
@@ -124,6 +141,32 @@ class _BondedTerm(EnergyTerm):
     def _parameter(self, key: str, positions: Tensor) -> Tensor:
         return getattr(self, key).to(positions.dtype)
 
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        """Energy of all interactions, ``()`` kJ/mol, for ``(N, 3)`` positions in nm."""
+        self._check_atoms(positions)
+        kernels = self._kernels(positions)
+        if kernels is None:
+            return self._torch_energy(positions, box)
+        energy, forces = self._compiled_energy(kernels, positions.detach())
+        if not (torch.is_grad_enabled() and positions.requires_grad):
+            return energy
+        return AnalyticEnergies.apply(
+            positions, [("forces", (energy, forces))], lambda again: (self._torch_energy(again, box),)
+        )[0]
+
+    def _kernels(self, positions: Tensor):
+        """The compiled kernels when they apply to this term and these positions, else ``None``."""
+        if not self.compiled or self.periodic or self._compiled_energy is None:
+            return None
+        if any(parameter.requires_grad for parameter in self.parameters()):
+            return None
+        return _kernels.bonded(positions)
+
+    _compiled_energy = None  # (kernels, positions) -> (energy, forces), set by terms with a kernel
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
 
 def _norm(vectors: Tensor) -> Tensor:
     """Euclidean norm over the last axis with a finite gradient at zero."""
@@ -145,17 +188,27 @@ class HarmonicBond(_BondedTerm):
         periodic: apply the minimum image to the bond vectors (needs a box).
         trainable: make ``length`` and ``k`` :class:`torch.nn.Parameter` objects.
         name: term name (default ``"HarmonicBond"``).
+        compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
     atoms_per_term = 2
 
     def __init__(
-        self, atoms, length, k, periodic: bool = False, trainable: bool = False, name: str | None = None
+        self,
+        atoms,
+        length,
+        k,
+        periodic: bool = False,
+        trainable: bool = False,
+        name: str | None = None,
+        compiled: bool = True,
     ):
-        super().__init__(atoms, {"length": length, "k": k}, periodic, trainable, name)
+        super().__init__(atoms, {"length": length, "k": k}, periodic, trainable, name, compiled)
 
-    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
-        self._check_atoms(positions)
+    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return kernels.bond_forces(positions, self.atoms, self.length, self.k)
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         distance = _norm(self._displacement(positions, box, 0, 1))
         stretch = distance - self._parameter("length", positions)
         return 0.5 * (self._parameter("k", positions) * stretch * stretch).sum()
@@ -179,17 +232,27 @@ class HarmonicAngle(_BondedTerm):
         periodic: apply the minimum image to the bond vectors (needs a box).
         trainable: make ``angle`` and ``k`` :class:`torch.nn.Parameter` objects.
         name: term name (default ``"HarmonicAngle"``).
+        compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
     atoms_per_term = 3
 
     def __init__(
-        self, atoms, angle, k, periodic: bool = False, trainable: bool = False, name: str | None = None
+        self,
+        atoms,
+        angle,
+        k,
+        periodic: bool = False,
+        trainable: bool = False,
+        name: str | None = None,
+        compiled: bool = True,
     ):
-        super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name)
+        super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name, compiled)
 
-    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
-        self._check_atoms(positions)
+    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return kernels.angle_forces(positions, self.atoms, self.angle, self.k)
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         first = self._displacement(positions, box, 1, 0)
         second = self._displacement(positions, box, 1, 2)
         theta = _angle(first, second)
@@ -210,7 +273,6 @@ class _TorsionTerm(_BondedTerm):
     atoms_per_term = 4
 
     def _dihedrals(self, positions: Tensor, box: Tensor | None) -> Tensor:
-        self._check_atoms(positions)
         return _dihedral(*(self._displacement(positions, box, start, start + 1) for start in range(3)))
 
 
@@ -227,6 +289,7 @@ class PeriodicTorsion(_TorsionTerm):
         periodic: apply the minimum image to the bond vectors (needs a box).
         trainable: make ``phase`` and ``k`` :class:`torch.nn.Parameter` objects.
         name: term name (default ``"PeriodicTorsion"``).
+        compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
     def __init__(
@@ -238,8 +301,9 @@ class PeriodicTorsion(_TorsionTerm):
         periodic: bool = False,
         trainable: bool = False,
         name: str | None = None,
+        compiled: bool = True,
     ):
-        super().__init__(atoms, {"phase": phase, "k": k}, periodic, trainable, name)
+        super().__init__(atoms, {"phase": phase, "k": k}, periodic, trainable, name, compiled)
         periodicity = torch.as_tensor(periodicity)
         if periodicity.ndim == 0:
             periodicity = periodicity.expand(len(self)).clone()
@@ -250,7 +314,10 @@ class PeriodicTorsion(_TorsionTerm):
             )
         self.register_buffer("periodicity", periodicity.to(self.phase.dtype))
 
-    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return kernels.torsion_forces(positions, self.atoms, self.periodicity, self.phase, self.k)
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         phi = self._dihedrals(positions, box)
         argument = self._parameter("periodicity", positions) * phi - self._parameter("phase", positions)
         return (self._parameter("k", positions) * (1.0 + torch.cos(argument))).sum()
@@ -271,6 +338,7 @@ class HarmonicImproper(_TorsionTerm):
         periodic: apply the minimum image to the bond vectors (needs a box).
         trainable: make ``angle`` and ``k`` :class:`torch.nn.Parameter` objects.
         name: term name (default ``"HarmonicImproper"``).
+        compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
     def __init__(
@@ -282,11 +350,20 @@ class HarmonicImproper(_TorsionTerm):
         periodic: bool = False,
         trainable: bool = False,
         name: str | None = None,
+        compiled: bool = True,
     ):
-        super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name)
+        super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name, compiled)
+        if period is not None and not float(period) > 0:
+            raise ValueError(
+                f"HarmonicImproper: period must be positive (normally 2 pi) or None, got {period!r}"
+            )
         self.period = None if period is None else float(period)
 
-    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
+        period = 0.0 if self.period is None else self.period
+        return kernels.improper_forces(positions, self.atoms, self.angle, self.k, period)
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         deviation = self._dihedrals(positions, box) - self._parameter("angle", positions)
         if self.period is not None:
             deviation = deviation.abs()
@@ -378,7 +455,7 @@ class CMAPTorsion(_BondedTerm):
     atoms_per_term = 8
 
     def __init__(self, atoms, map_index, maps, periodic: bool = False, name: str | None = None):
-        super().__init__(atoms, {}, periodic, False, name)
+        super().__init__(atoms, {}, periodic, False, name, compiled=False)
         map_index = torch.as_tensor(map_index, dtype=torch.long).reshape(-1)
         if tuple(map_index.shape) != (len(self),):
             raise ValueError(
@@ -402,8 +479,7 @@ class CMAPTorsion(_BondedTerm):
         self.register_buffer("map_size", torch.as_tensor(sizes, dtype=torch.long)[map_index])
         self.register_buffer("map_offset", torch.as_tensor(offsets, dtype=torch.long)[map_index])
 
-    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
-        self._check_atoms(positions)
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         two_pi = 2.0 * np.pi
         size = self.map_size.to(positions.dtype)
         delta = two_pi / size

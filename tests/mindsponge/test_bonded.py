@@ -63,14 +63,19 @@ def _bonded_system(periodic, seed=0):
     return system
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("periodic", [False, True], ids=["whole", "periodic"])
-def test_every_bonded_term_matches_openmm(periodic, reference):
+def test_every_bonded_term_matches_openmm(periodic, compiled, reference):
+    """Energies and forces of every bonded kind against OpenMM's Reference platform, by the compiled
+    kernels (used for terms that are not periodic) and by the torch code."""
     system = _bonded_system(periodic)
     positions = _chain_positions(12)
     if periodic:  # wrap every atom into the box, breaking the chain across the faces
         positions = positions - np.floor(positions / np.diag(BOX)) * np.diag(BOX)
     expected = reference(system, positions, BOX)
     ff = from_openmm(system, dtype=torch.float64)
+    for term in ff:
+        term.compiled = compiled
     assert [type(term) for term in ff] == [
         HarmonicBond,
         HarmonicAngle,
@@ -195,6 +200,32 @@ def test_cmap_impropers_and_protein_bonded_terms_match_openmm(forcefield_file, v
         )
     forces = ms.forces(ff, x).numpy()
     assert np.sqrt(((forces - expected.forces) ** 2).sum() / (expected.forces**2).sum()) < 1e-10
+
+
+def test_compiled_forces_differentiate_again_and_fall_back_for_trainable_terms(require_compiled):
+    """With the compiled kernels, create_graph=True still gives the torch code's second derivatives (a
+    Hessian-vector product), energies without autograd are the same, and trainable terms use torch."""
+    from mindsponge import _kernels
+
+    require_compiled(lambda: _kernels.bonded(torch.zeros(1)))
+    system = _bonded_system(periodic=False, seed=5)
+    x = torch.tensor(_chain_positions(12, seed=5))
+    direction = torch.randn(12, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    products = {}
+    for compiled in (True, False):
+        ff = from_openmm(system, dtype=torch.float64)
+        for term in ff:
+            term.compiled = compiled
+        positions = x.clone().requires_grad_(True)
+        forces = ms.forces(ff, positions, create_graph=True)
+        (products[compiled],) = torch.autograd.grad((forces * direction).sum(), positions)
+        with torch.no_grad():
+            products[compiled, "energy"] = ff(x)
+    torch.testing.assert_close(products[True], products[False], rtol=1e-10, atol=1e-8)
+    torch.testing.assert_close(products[True, "energy"], products[False, "energy"], rtol=1e-12, atol=0)
+    trainable = HarmonicAngle([[0, 1, 2]], [1.9], [300.0], trainable=True)
+    assert trainable._kernels(x) is None
+    assert HarmonicAngle([[0, 1, 2]], [1.9], [300.0])._kernels(x) is not None
 
 
 def test_forces_can_be_differentiated_again_for_force_matching():

@@ -44,7 +44,7 @@ def _water_constraints(system, ff, compiled):
     if compiled and os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
         pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
     if compiled:
-        assert _kernels.settle(system.positions) is not None, "the compiled SETTLE kernels failed to build"
+        assert _kernels.constraints(system.positions) is not None, "the constraint kernels failed to build"
     return constraints
 
 
@@ -100,7 +100,7 @@ def test_settle_velocities_rigid_and_momentum_conserving(rigid_water, compiled):
 def test_settle_compiled_equals_torch_in_float32_and_names_a_failed_water(rigid_water, require_compiled):
     """The compiled SETTLE follows the torch code: same float32 results to round-off; a water moved too
     far is named by its oxygen in both."""
-    require_compiled(lambda: _kernels.settle(torch.zeros(1)))
+    require_compiled(lambda: _kernels.constraints(torch.zeros(1)))
     system, _, ff = rigid_water
     generator = torch.Generator().manual_seed(11)
     reference = system.positions.float()
@@ -131,10 +131,19 @@ def peptide(villin_vacuum):
     return ms.System(positions, torch.tensor(masses, dtype=torch.float64), topology=topology), villin_vacuum
 
 
-def test_rattle_hbonds_on_peptide(peptide, amber14):
+def _rattle_constraints(system, ff, compiled, tolerance):
+    """``from_system(system, "hbonds", ff)`` with the compiled SHAKE/RATTLE on or off."""
+    constraints = constraint_sets.from_system(system, "hbonds", ff, tolerance=tolerance)
+    for part in constraints.parts:
+        part.compiled = compiled
+    return constraints
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
+def test_rattle_hbonds_on_peptide(peptide, amber14, compiled):
     system, case = peptide
     ff = ms.interop.openmm.from_openmm(case.system)
-    constraints = constraint_sets.from_system(system, "hbonds", ff, tolerance=1e-5)
+    constraints = _rattle_constraints(system, ff, compiled, 1e-5)
     pairs = constraints.pairs()
     n_hbonds = sum("H" in (a1.element.symbol, a2.element.symbol) for a1, a2 in case.topology.bonds())
     assert len(pairs) == n_hbonds == constraints.n_constraints
@@ -164,10 +173,45 @@ def test_rattle_hbonds_on_peptide(peptide, amber14):
     context.setPositions(moved.numpy())
     context.applyConstraints(1e-8)
     reference = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.nanometer)
-    tight = constraint_sets.from_system(system, "hbonds", ff, tolerance=1e-10)
+    tight = _rattle_constraints(system, ff, compiled, 1e-10)
     ours = tight.positions(moved, moved, system.masses)
     # both project along the same bond directions to the same distances (OpenMM uses the current ones)
     assert np.abs(ours.numpy() - reference).max() < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_rattle_compiled_equals_torch_and_names_the_worst_bond(peptide, dtype, require_compiled):
+    """The compiled SHAKE/RATTLE repeat the torch iterations: the same positions and velocities to
+    round-off in float64 and float32; a bond stretched beyond repair is named by both."""
+    require_compiled(lambda: _kernels.constraints(torch.zeros(1)))
+    system, case = peptide
+    ff = ms.interop.openmm.from_openmm(case.system)
+    generator = torch.Generator().manual_seed(4)
+    reference = system.positions.to(dtype)
+    masses = system.masses.to(dtype)
+    velocities = 2 * torch.randn(reference.shape, generator=generator, dtype=dtype)
+    moved = reference + 0.002 * velocities
+    results = {}
+    for compiled in (True, False):
+        constraints = _rattle_constraints(system, ff, compiled, 1e-5 if dtype == torch.float64 else 1e-4)
+        placed = constraints.positions(reference, moved, masses)
+        results[compiled] = (placed, constraints.velocities(placed, velocities, masses))
+    atol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=0, atol=atol)
+    torch.testing.assert_close(results[True][1], results[False][1], rtol=0, atol=1e3 * atol)
+    assert results[True][0].dtype == dtype and results[True][1].dtype == dtype
+    pairs = _rattle_constraints(system, ff, True, 1e-5).pairs()
+    shared = torch.bincount(pairs.reshape(-1))
+    i, j = next(pair for pair in pairs.tolist() if shared[pair[0]] == shared[pair[1]] == 1)  # e.g. C-H
+    old = reference[j] - reference[i]
+    sideways = torch.linalg.cross(old, torch.tensor([1.0, 2.0, 3.0], dtype=dtype))
+    broken = moved.clone()
+    # the hydrogen 0.5 nm from its heavy atom across the old bond: no move along it restores the length
+    broken[j] = broken[i] + 0.5 * sideways / torch.linalg.vector_norm(sideways)
+    for compiled in (True, False):
+        constraints = _rattle_constraints(system, ff, compiled, 1e-5)
+        with pytest.raises(cons.ConstraintError, match=rf"SHAKE did not converge.*atoms \({i}, {j}\)"):
+            constraints.positions(reference, broken, masses)
 
 
 def test_from_system_errors():

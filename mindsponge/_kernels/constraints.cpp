@@ -1,16 +1,22 @@
-// Compiled CPU kernels of SETTLE (rigid three-site water), see mindsponge/constraints.py for the method.
+// Compiled CPU kernels of the constraints, see mindsponge/constraints.py for the methods.
 //
 // settle_positions : the analytic SETTLE position update of every water (Miyamoto & Kollman 1992)
 // settle_velocities: the rigid-body velocity projection (RATTLE condition solved per water by Cramer's rule)
+// shake_positions  : SHAKE of distance constraints, all multipliers of an iteration from the same positions
+// rattle_velocities: the RATTLE velocity projection, iterated the same way
 //
-// Both follow the pure torch code of mindsponge.constraints.Settle operation by operation, one water per
-// iteration, parallelised over waters with at::parallel_for. They return updated copies.
+// All follow the pure torch code of mindsponge.constraints (Settle, Rattle) operation by operation. The
+// SETTLE kernels take one water per iteration, parallelised over waters with at::parallel_for; SHAKE and
+// RATTLE are serial loops over the constraints (a few hundred bonds to hydrogen: microseconds per
+// iteration, where the torch code spends tens of microseconds per operation). They return updated copies.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <vector>
 
 namespace {
 
@@ -183,9 +189,101 @@ torch::Tensor settle_velocities(torch::Tensor positions, torch::Tensor velocitie
   return result;
 }
 
+// One iterative projection shared by SHAKE and RATTLE: each iteration computes every constraint's
+// multiplier from the same values (as the torch code's vectorised update), then applies them all.
+// `measure(c, multiplier)` returns the constraint's relative error and sets its multiplier; `direction`
+// is the (C, 3) vector each multiplier moves along. Returns the iterations used, or -1 (not converged).
+template <typename T, typename Measure>
+int64_t iterate(T* values, const int64_t* pairs, const T* inverse_mass, const T* direction, int64_t count,
+                double limit, int64_t max_iterations, std::vector<T>& multipliers, Measure measure) {
+  for (int64_t iteration = 0; iteration < max_iterations; ++iteration) {
+    double worst = 0.0;
+    for (int64_t c = 0; c < count; ++c) worst = std::max(worst, measure(c, multipliers[c]));
+    if (worst < limit) return iteration;
+    for (int64_t c = 0; c < count; ++c) {
+      const int64_t i = pairs[2 * c], j = pairs[2 * c + 1];
+      for (int d = 0; d < 3; ++d) {
+        const T step = multipliers[c] * direction[3 * c + d];
+        values[3 * i + d] -= step * inverse_mass[i];
+        values[3 * j + d] += step * inverse_mass[j];
+      }
+    }
+  }
+  return -1;
+}
+
+// (constrained copy of positions, iterations used or -1): SHAKE along the reference bond directions
+std::tuple<torch::Tensor, int64_t> shake_positions(torch::Tensor reference, torch::Tensor positions,
+                                                   torch::Tensor pairs, torch::Tensor distances,
+                                                   torch::Tensor inverse_masses, double tolerance,
+                                                   int64_t max_iterations) {
+  auto result = positions.contiguous().clone();
+  reference = reference.to(positions.scalar_type()).contiguous();
+  pairs = pairs.contiguous();
+  const int64_t count = pairs.size(0);
+  int64_t used = 0;
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "shake_positions", [&] {
+    auto inverse = inverse_masses.to(positions.scalar_type()).contiguous();
+    auto squared = distances.to(positions.scalar_type()).pow(2).contiguous();
+    const int64_t* index = pairs.data_ptr<int64_t>();
+    const scalar_t* ref = reference.data_ptr<scalar_t>();
+    const scalar_t* w = inverse.data_ptr<scalar_t>();
+    const scalar_t* d2 = squared.data_ptr<scalar_t>();
+    scalar_t* x = result.data_ptr<scalar_t>();
+    std::vector<scalar_t> old(3 * count), multipliers(count);
+    for (int64_t c = 0; c < count; ++c)
+      for (int d = 0; d < 3; ++d) old[3 * c + d] = ref[3 * index[2 * c + 1] + d] - ref[3 * index[2 * c] + d];
+    used = iterate(x, index, w, old.data(), count, 2.0 * tolerance, max_iterations, multipliers,
+                   [&](int64_t c, scalar_t& multiplier) {
+                     const int64_t i = index[2 * c], j = index[2 * c + 1];
+                     scalar_t bond[3];
+                     for (int d = 0; d < 3; ++d) bond[d] = x[3 * j + d] - x[3 * i + d];
+                     const scalar_t deficit = d2[c] - dot(bond, bond);
+                     multiplier = deficit / (scalar_t(2) * dot(old.data() + 3 * c, bond) * (w[i] + w[j]));
+                     return double(std::abs(deficit) / d2[c]);
+                   });
+  });
+  return {result, used};
+}
+
+// (copy of velocities with no relative component along any constrained pair, iterations used or -1)
+std::tuple<torch::Tensor, int64_t> rattle_velocities(torch::Tensor positions, torch::Tensor velocities,
+                                                     torch::Tensor pairs, torch::Tensor inverse_masses,
+                                                     double tolerance, int64_t max_iterations) {
+  auto result = velocities.contiguous().clone();
+  positions = positions.to(velocities.scalar_type()).contiguous();
+  pairs = pairs.contiguous();
+  const int64_t count = pairs.size(0);
+  int64_t used = 0;
+  AT_DISPATCH_FLOATING_TYPES(velocities.scalar_type(), "rattle_velocities", [&] {
+    auto inverse = inverse_masses.to(velocities.scalar_type()).contiguous();
+    const int64_t* index = pairs.data_ptr<int64_t>();
+    const scalar_t* x = positions.data_ptr<scalar_t>();
+    const scalar_t* w = inverse.data_ptr<scalar_t>();
+    scalar_t* v = result.data_ptr<scalar_t>();
+    std::vector<scalar_t> bonds(3 * count), squared(count), multipliers(count);
+    for (int64_t c = 0; c < count; ++c) {
+      for (int d = 0; d < 3; ++d) bonds[3 * c + d] = x[3 * index[2 * c + 1] + d] - x[3 * index[2 * c] + d];
+      squared[c] = dot(bonds.data() + 3 * c, bonds.data() + 3 * c);
+    }
+    used = iterate(v, index, w, bonds.data(), count, tolerance, max_iterations, multipliers,
+                   [&](int64_t c, scalar_t& multiplier) {
+                     const int64_t i = index[2 * c], j = index[2 * c + 1];
+                     scalar_t relative[3];
+                     for (int d = 0; d < 3; ++d) relative[d] = v[3 * j + d] - v[3 * i + d];
+                     const scalar_t along = dot(bonds.data() + 3 * c, relative);
+                     multiplier = -along / (squared[c] * (w[i] + w[j]));
+                     return double(std::abs(along) / squared[c]);
+                   });
+  });
+  return {result, used};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("settle_positions", &settle_positions, "SETTLE position update of rigid three-site waters");
   module.def("settle_velocities", &settle_velocities, "rigid-body velocity projection of three-site waters");
+  module.def("shake_positions", &shake_positions, "SHAKE of distance constraints");
+  module.def("rattle_velocities", &rattle_velocities, "RATTLE velocity projection of distance constraints");
 }
