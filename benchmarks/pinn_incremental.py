@@ -15,7 +15,13 @@ schedule (:func:`mindelec.pinn.train_schedule`: windows, then the whole interval
 Printed: the four errors (largest of Ex, Ey, Hz) and the steps. Defaults: MindElec's set-up over 4 ns;
 ``--quick`` a reduced one (0.6 m square, 2 ns, a 64 x 3 network, a few minutes idle).
 
-Usage: ``python benchmarks/pinn_incremental.py [--quick] [--pretrain-steps N] [--finetune-steps N]``.
+The full size takes about two hours on one idle core, 60 % of it pre-training. ``--save-pretrained FILE``
+stores the pre-trained network (with the options that shaped it) and ``--pretrained FILE`` starts from
+it instead of pre-training, refusing a file made with other pre-training options, so the run can be
+split in two.
+
+Usage: ``python benchmarks/pinn_incremental.py [--quick] [--pretrain-steps N] [--finetune-steps N]
+[--save-pretrained FILE | --pretrained FILE]``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "--range", type=float, nargs=2, default=(1.0, 4.0), help="pre-training permittivities"
     )
     parser.add_argument("--unseen", type=float, default=2.5, help="the fine-tuning permittivity")
+    parser.add_argument("--save-pretrained", default=None, help="store the pre-trained network in this file")
+    parser.add_argument("--pretrained", default=None, help="start from this --save-pretrained file")
     args = parser.parse_args(argv)
     args.pretrain_steps = args.pretrain_steps or (1500 if args.quick else 20000)
     args.finetune_steps = args.finetune_steps or (300 if args.quick else 2000)
@@ -94,6 +102,26 @@ def train(args, setup, model, schedule, monitor, freeze=None):
     return result["errors"]["max"], result["seconds"]
 
 
+def pretraining_options(args) -> dict:
+    """The options that shape the pre-trained network."""
+    keys = ("quick", "pretrain_steps", "batch", "lr", "windows", "range", "threads")
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in vars(args).items()
+            if key in keys}
+
+
+def load_pretrained(args, model) -> float:
+    """Load ``--pretrained`` into ``model``; its pre-training seconds. Refuses a file made with other
+    pre-training options (naming them)."""
+    stored = torch.load(args.pretrained, weights_only=True)
+    expected = pretraining_options(args)
+    different = {key: (stored["options"].get(key), value) for key, value in expected.items()
+                 if key != "threads" and stored["options"].get(key) != value}
+    if different:
+        raise SystemExit(f"{args.pretrained}: pre-trained with other options (stored, asked): {different}")
+    model.load_state_dict(stored["state_dict"])
+    return float(stored["seconds"])
+
+
 def main(argv=None):
     args = parse_arguments(argv)
     torch.set_num_threads(args.threads)
@@ -112,7 +140,13 @@ def main(argv=None):
 
     torch.manual_seed(0)
     model = new_model(args, problem)
-    _, pretrain_seconds = train(args, pretraining, model, schedule(args.pretrain_steps, args.lr), monitor)
+    if args.pretrained:
+        pretrain_seconds = load_pretrained(args, model)
+    else:
+        _, pretrain_seconds = train(args, pretraining, model, schedule(args.pretrain_steps, args.lr), monitor)
+    if args.save_pretrained:
+        stored = {"state_dict": model.state_dict(), "seconds": pretrain_seconds}
+        torch.save(dict(stored, options=pretraining_options(args)), args.save_pretrained)
     results = {
         "arguments": vars(args),
         "pretrained": monitor(model)["max"],
