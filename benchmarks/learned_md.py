@@ -17,6 +17,11 @@ The molecule is the reactant of the Claisen rearrangement (allyl vinyl ether, 14
   against our ACENet. Both run in the same Simulation (torchmd-net's energy differentiated by
   the Simulation, as ours).
 
+- ``SchNet x21``, ``PaiNN x21``, ``committee x21``: the same models bound with ``replicas=21``
+  (:mod:`mindsponge.replicas`): the 21 umbrella windows of the full-size reactive example run as
+  copies of the molecule in one Simulation, one network call per step for all; their time per
+  step is divided by the copies (the cost of one window's step), ``--replicas`` sets the count.
+
 The learned models have random weights (the cost does not depend on them). Each potential's
 simulation runs ``--steps`` steps per round; the rounds alternate between the potentials so that
 all see the same machine load, and the best round counts. Times are the process's CPU time
@@ -44,6 +49,7 @@ import mindsponge as ms
 from mindsponge.active import Committee, claisen
 from mindsponge.integrators import LangevinMiddle
 from mindsponge.labels import XTB
+from mindsponge.replicas import replicate
 
 FEATURES, INTERACTIONS, N_RBF, CUTOFF = 64, 3, 20, 0.5  # nm
 
@@ -170,6 +176,7 @@ def main():
     parser.add_argument("--steps", type=int, default=25, help="MD steps per round")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=21, help="copies of the replicated cases (windows)")
     args = parser.parse_args()
     steps, rounds = (10, 2) if args.quick else (args.steps, args.rounds)
     torch.set_num_threads(args.threads)
@@ -177,21 +184,33 @@ def main():
     system = claisen.reactant()
     table = potentials(system.atomic_numbers)
     simulations = {name: simulation(system, potential) for name, potential in table.items()}
-    positions = next(iter(simulations.values())).state.positions
+    copies = dict.fromkeys(table, 1)
+    copied = replicate(system, args.replicas)
+    for name in ("SchNet", "PaiNN", "committee"):
+        label = f"{name} x{args.replicas}"
+        table[label], copies[label] = table[name].replicated(args.replicas), args.replicas
+        simulations[label] = simulation(copied, table[label])
     step = cpu_best_of_rounds(
         {name: (lambda sim=sim: sim.run(steps)) for name, sim in simulations.items()},
         repeats=1,
         rounds=rounds,
     )
     force = cpu_best_of_rounds(
-        {name: (lambda sim=sim: sim.energy_and_forces(positions, None)) for name, sim in simulations.items()},
+        {
+            name: (lambda sim=sim: sim.energy_and_forces(sim.state.positions, None))
+            for name, sim in simulations.items()
+        },
         repeats=steps,
         rounds=rounds,
     )
+    # replicated cases: the cost of one copy's (one window's) step and energy+forces
+    step = {name: seconds / copies[name] for name, seconds in step.items()}
+    force = {name: seconds / copies[name] for name, seconds in force.items()}
     print(
         f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), CPU time, best of {rounds} "
         f"rounds of {steps} steps (see the load average: the machine may be shared)"
     )
+    print(f"(x{args.replicas}: {args.replicas} copies in one Simulation, times per copy)")
     for name in table:
         ms_step = step[name] / steps * 1e3
         print(

@@ -11,6 +11,8 @@ depends on the conformer), near 0 at the chair transition state, about +0.15 in 
   the last frame with its (unbiased) GFN2-xTB energy and forces;
 - :func:`umbrella_profile`: umbrella sampling with any potential, the windows run one after the
   other from reactant to product (each starts where the previous ended), MBAR profile (pymbar);
+  with ``replicas=True`` (learned potentials) all windows run at once as copies of the molecule
+  (:mod:`mindsponge.replicas`), one network call per step for all of them;
 - :func:`barrier_and_reaction`: barrier and reaction free energy of a profile;
 - :func:`draw_molecule`: a 2D drawing of a configuration (matplotlib).
 """
@@ -141,6 +143,7 @@ def umbrella_profile(
     pull_steps: int = 200,
     seed: int = 0,
     progress: bool = True,
+    replicas: bool = False,
 ):
     """Umbrella sampling along :func:`reaction_coordinate` with a ``(positions, box) -> energy`` potential.
 
@@ -149,17 +152,35 @@ def umbrella_profile(
     increasing order). Each window runs ``equilibration`` steps, then ``steps`` steps sampled
     every ``every`` steps.
 
+    With ``replicas=True`` (a potential with a ``replicated(count)`` method: a bound learned
+    potential or committee) the restraint is pulled through the centres one after the other,
+    ``pull_steps`` steps to each, and the configuration reached at each centre starts its window;
+    then all windows run together as copies of the molecule (:mod:`mindsponge.replicas`), each
+    ``equilibration`` then ``steps`` steps, sampled every ``every`` steps.
+
     Returns:
         ``(umbrella, frames, seconds_per_step)``: the :class:`~mindsponge.bias.UmbrellaSampling`
         (call ``free_energy(edges)``), the last frame ``(N, 3)`` nm of every window as an array
-        ``(K, N, 3)``, and the measured wall time per MD step (s) over the production runs.
+        ``(K, N, 3)``, and the measured wall time per MD step of one window (s) over the
+        production runs (with replicas: the time of a step of all windows over their number).
+
+    Raises:
+        TypeError: ``replicas=True`` with a potential that cannot be replicated.
     """
     from tqdm.auto import tqdm
 
     colvar = reaction_coordinate()
     centers = sorted(float(center) for center in centers)
     umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
+    if replicas and not hasattr(potential, "replicated"):
+        raise TypeError(
+            f"umbrella_profile: replicas=True needs a potential with replicated(count) (a bound learned "
+            f"potential or committee), got {type(potential).__name__}"
+        )
     simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
+    if replicas:
+        return _replica_windows(simulation, restraint, potential, umbrella, temperature, steps, equilibration,
+                                every, pull_steps, seed)
     _pull(simulation, restraint, centers[0], pull_steps)
     frames, seconds = [], 0.0
     for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
@@ -174,6 +195,33 @@ def umbrella_profile(
         umbrella.add_samples(window, recorder.values[:, 0])
         frames.append(simulation.state.positions.detach().cpu().numpy())
     return umbrella, np.stack(frames), seconds / (steps * len(centers))
+
+
+def _replica_windows(simulation, restraint, potential, umbrella, temperature, steps, equilibration, every,
+                     pull_steps, seed):
+    """:func:`umbrella_profile` with the windows run together as copies of the molecule."""
+    from mindsponge.potentials import SumPotential
+    from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
+
+    starts = []
+    for center in umbrella.centers:
+        _pull(simulation, restraint, center, pull_steps)
+        starts.append(simulation.state.positions.detach().clone())
+    count = len(starts)
+    windows = WindowRestraints(umbrella.colvar, umbrella.centers, umbrella.force_constant)
+    system = replicate(reactant(), count, positions=torch.stack(starts))
+    together = _simulation(system, SumPotential(potential.replicated(count), windows), temperature, seed)
+    together.set_velocities(temperature, seed=seed)
+    together.run(equilibration)
+    recorder = ReplicaColvarReporter(umbrella.colvar, count, every=every)
+    together.reporters.append(recorder)
+    began = time.perf_counter()
+    together.run(steps)
+    seconds = time.perf_counter() - began
+    for window in range(count):
+        umbrella.add_samples(window, recorder.values[:, window])
+    frames = split(together.state.positions.detach().cpu(), count).numpy()
+    return umbrella, frames, seconds / (steps * count)
 
 
 def barrier_and_reaction(centers, free_energy, reactant_below: float = -0.1, product_above: float = 0.1):

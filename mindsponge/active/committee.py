@@ -59,9 +59,11 @@ class Committee(nn.Module):
         """Committee-mean energy ``()`` kJ/mol."""
         return torch.stack([model(positions, atomic_numbers, box) for model in self.models]).mean(0)
 
-    def bind(self, atomic_numbers) -> CommitteePotential:
-        """The committee mean as a potential ``(positions, box) -> energy`` for a Simulation."""
-        return CommitteePotential(self, atomic_numbers)
+    def bind(self, atomic_numbers, replicas: int = 1) -> CommitteePotential:
+        """The committee mean as a potential ``(positions, box) -> energy`` for a Simulation
+        (``replicas`` copies of the molecule, as :meth:`LearnedPotential.bind
+        <mindsponge.potentials.LearnedPotential.bind>`)."""
+        return CommitteePotential(self, atomic_numbers, replicas)
 
     def predict(self, positions, atomic_numbers) -> tuple[Tensor, Tensor]:
         """Energies and forces of every model on frames.
@@ -134,16 +136,20 @@ class CommitteePotential(nn.Module):
     ``vectorised`` says whether they are.
 
     Forward: positions ``(N, 3)`` nm, box ``(3, 3)`` nm or ``None`` -> the committee-mean energy
-    ``()`` kJ/mol, in the dtype of the positions.
+    ``()`` kJ/mol, in the dtype of the positions. With ``replicas``, positions ``(replicas N, 3)``
+    hold independent copies of the molecule (no box) and the energy is their sum.
     """
 
-    def __init__(self, committee: Committee, atomic_numbers):
+    def __init__(self, committee: Committee, atomic_numbers, replicas: int = 1):
         super().__init__()
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive int, got {replicas!r}")
         atomic_numbers = torch.as_tensor(atomic_numbers).long()
         species = [model.species(atomic_numbers) for model in committee.models]  # raises now if unknown
         self.committee = committee
-        self.register_buffer("atomic_numbers", atomic_numbers, persistent=False)
-        self.register_buffer("species", species[0], persistent=False)
+        self.replicas = replicas
+        self.register_buffer("atomic_numbers", atomic_numbers.repeat(replicas), persistent=False)
+        self.register_buffer("species", species[0].repeat(replicas), persistent=False)
         self.vectorised = _vectorisable(list(committee.models))
         self._stack = None  # (the weights' identities and versions, stacked parameters, stacked buffers)
 
@@ -160,15 +166,28 @@ class CommitteePotential(nn.Module):
             self._stack = (key, parameters, buffers)
         return self._stack[1], self._stack[2]
 
+    def replicated(self, count: int) -> CommitteePotential:
+        """The committee bound to ``count`` copies of this potential's molecule."""
+        molecule = self.atomic_numbers[: len(self.atomic_numbers) // self.replicas]
+        return CommitteePotential(self.committee, molecule, count)
+
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         """Committee-mean energy ``()`` kJ/mol of positions ``(N, 3)`` nm."""
         if not self.vectorised:
-            return self.committee(positions, self.atomic_numbers, box)
+            if self.replicas == 1:
+                return self.committee(positions, self.atomic_numbers, box)
+            energies = [
+                model.species_energy(positions, model.species(self.atomic_numbers), box, None, self.replicas)
+                for model in self.committee.models
+            ]
+            return torch.stack(energies).mean(0)
         first = self.committee.models[0]
         if box is not None:
             space.check_box(box)
         dtype = first.energy_scale.dtype
-        pairs, vectors = first.graph(positions.to(dtype), None if box is None else box.to(dtype))
+        pairs, vectors = first.graph(
+            positions.to(dtype), None if box is None else box.to(dtype), replicas=self.replicas
+        )
         parameters, buffers = self._stacked()
         module = _PairEnergy(first)
 

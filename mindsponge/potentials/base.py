@@ -21,6 +21,11 @@ kJ/mol. :class:`LearnedPotential` does everything that is not the network itself
   (:meth:`LearnedPotential.fit_statistics`), so the network learns numbers of order one;
 - **batches**: ``batch`` gives the molecule index of every atom (sorted), the result is one
   energy per molecule;
+- **replicas**: ``model.bind(atomic_numbers, replicas=R)`` runs ``R`` independent copies of one
+  molecule as one system of ``R N`` atoms (positions ``(R N, 3)``, copy after copy, no box): the
+  pairs of one copy, offset for each, are made once, and the energy is the sum over the copies.
+  Replicas never interact, so a :class:`~mindsponge.simulation.Simulation` of them runs ``R``
+  trajectories (umbrella windows, say) with one network call per step;
 - **dtype**: positions are evaluated in the dtype of the model's parameters and the energy is
   returned in the dtype of the positions (``model.double()`` for float64 throughout).
 
@@ -236,29 +241,46 @@ class LearnedPotential(nn.Module):
             )
         return species
 
-    def _all_pairs(self, n_atoms: int, device) -> Tensor:
+    def _all_pairs(self, n_atoms: int, device, replicas: int = 1) -> Tensor:
         """Every directed pair of ``n_atoms`` atoms ``(n (n - 1), 2)``: the pairs ``i < j`` in row
-        order, then the same pairs reversed (made once per atom count and device)."""
-        key = (n_atoms, str(device))
+        order, then the same pairs reversed; with ``replicas``, those of each copy of the molecule
+        in turn, offset by ``n_atoms`` per copy (made once per atom count, copies and device)."""
+        key = (n_atoms, replicas, str(device))
         pairs = self._all_pairs_cache.get(key)
         if pairs is None:
             upper = torch.triu_indices(n_atoms, n_atoms, 1, device=device).T
-            pairs = self._all_pairs_cache[key] = torch.cat([upper, upper.flip(1)])
+            one = torch.cat([upper, upper.flip(1)])
+            offsets = n_atoms * torch.arange(replicas, device=device)
+            pairs = self._all_pairs_cache[key] = (one[None] + offsets[:, None, None]).reshape(-1, 2)
         return pairs
 
     def graph(self, positions: Tensor, box: Tensor | None = None,
-              batch: Tensor | None = None) -> tuple[Tensor, Tensor]:
+              batch: Tensor | None = None, replicas: int = 1) -> tuple[Tensor, Tensor]:
         """Directed pairs within the cutoff ``(P, 2)`` long and their displacement vectors
         ``x_j - x_i`` ``(P, 3)`` nm (minimum image in a box), what :meth:`atomic_outputs` takes;
         for a small molecule and a network with ``vanishes_beyond_cutoff``: all pairs.
 
         Args:
             positions: ``(N, 3)`` nm, in the model's dtype; box: ``(3, 3)`` nm or ``None``;
-            batch: ``(N,)`` sorted molecule indices or ``None`` (see :meth:`forward`).
+            batch: ``(N,)`` sorted molecule indices or ``None`` (see :meth:`forward`);
+            replicas: ``positions`` hold this many copies of one molecule, one after the other
+                (no box, no batch; fewer than ``ALL_PAIRS_BELOW`` atoms per copy).
+
+        Raises:
+            ValueError: ``replicas`` with a box or a batch, or that do not divide the atoms.
         """
         n_atoms = len(positions)
+        if replicas != 1:
+            if box is not None or batch is not None or replicas < 1 or n_atoms % replicas:
+                raise ValueError(
+                    f"replicas={replicas}: copies of one molecule without a box or batch, dividing the "
+                    f"{n_atoms} atoms"
+                )
+            n_atoms //= replicas
+            if n_atoms >= ALL_PAIRS_BELOW:
+                raise ValueError(f"replicas: molecules of fewer than {ALL_PAIRS_BELOW} atoms, got {n_atoms}")
         if batch is None and box is None and n_atoms < ALL_PAIRS_BELOW:
-            pairs = self._all_pairs(n_atoms, positions.device)
+            pairs = self._all_pairs(n_atoms, positions.device, replicas)
             vectors = positions.index_select(0, pairs[:, 1]) - positions.index_select(0, pairs[:, 0])
             if self.vanishes_beyond_cutoff and n_atoms <= STATIC_PAIRS_UP_TO:
                 return pairs, vectors
@@ -313,18 +335,19 @@ class LearnedPotential(nn.Module):
         return self.species_energy(positions, species, box, batch)
 
     def species_energy(self, positions: Tensor, species: Tensor, box: Tensor | None = None,
-                       batch: Tensor | None = None) -> Tensor:
+                       batch: Tensor | None = None, replicas: int = 1) -> Tensor:
         """:meth:`forward` for checked inputs: element indices ``species`` ``(N,)`` from
         :meth:`species` instead of atomic numbers, nothing validated (what a
-        :class:`BoundPotential` calls at every step).
+        :class:`BoundPotential` calls at every step); ``replicas`` as in :meth:`graph`.
 
         Returns:
-            ``()`` tensor in kJ/mol, or ``(M,)`` with ``batch``; in the dtype of ``positions``.
+            ``()`` tensor in kJ/mol (with ``replicas``: summed over the copies), or ``(M,)`` with
+            ``batch``; in the dtype of ``positions``.
         """
         dtype = self.energy_scale.dtype
         compute_positions = positions.to(dtype)
         compute_box = None if box is None else box.to(dtype)
-        pairs, vectors = self.graph(compute_positions, compute_box, batch)
+        pairs, vectors = self.graph(compute_positions, compute_box, batch, replicas)
         if batch is None:
             return self.pair_energy(species, pairs, vectors).to(positions.dtype)
         n_molecules = int(batch[-1]) + 1 if len(batch) else 0
@@ -390,13 +413,15 @@ class LearnedPotential(nn.Module):
         self.energy_scale.fill_(scale if scale > 0 else 1.0)
         self.trained.copy_(trained.to(self.trained.device))
 
-    def bind(self, atomic_numbers) -> BoundPotential:
+    def bind(self, atomic_numbers, replicas: int = 1) -> BoundPotential:
         """This potential with fixed atomic numbers, called as ``(positions, box) -> energy``.
 
         Args:
             atomic_numbers: ``(N,)`` integers, e.g. ``system.atomic_numbers``.
+            replicas: run this many independent copies of the molecule as one system (see the
+                module docstring; :func:`mindsponge.replicas.replicate` builds their System).
         """
-        return BoundPotential(self, atomic_numbers)
+        return BoundPotential(self, atomic_numbers, replicas=replicas)
 
     def extra_repr(self) -> str:
         return f"cutoff={self.cutoff}, elements={list(self.elements)}"
@@ -416,18 +441,29 @@ class BoundPotential(nn.Module):
         atomic_numbers: ``(N,)`` integers (checked against the model now).
         name: the name under which :meth:`energy_terms` reports the energy (default: the
             model's class name).
+        replicas: independent copies of the molecule, one after the other in the positions
+            (``(replicas N, 3)``, no box; the energy is their sum). ``atomic_numbers`` are then
+            those of all copies, ``replicas N``.
     """
 
-    def __init__(self, model: LearnedPotential, atomic_numbers, name: str | None = None):
+    def __init__(self, model: LearnedPotential, atomic_numbers, name: str | None = None, replicas: int = 1):
         super().__init__()
         if not isinstance(model, LearnedPotential):
             raise TypeError(f"model must be a LearnedPotential, got {type(model).__name__}")
-        atomic_numbers = torch.as_tensor(atomic_numbers)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive int, got {replicas!r}")
+        atomic_numbers = torch.as_tensor(atomic_numbers).long()
         species = model.species(atomic_numbers)  # raises now for an element the model does not accept
         self.model = model
         self.name = name if name is not None else type(model).__name__
-        self.register_buffer("atomic_numbers", atomic_numbers.long(), persistent=False)
-        self.register_buffer("species", species, persistent=False)
+        self.replicas = replicas
+        self.register_buffer("atomic_numbers", atomic_numbers.repeat(replicas), persistent=False)
+        self.register_buffer("species", species.repeat(replicas), persistent=False)
+
+    def replicated(self, count: int) -> BoundPotential:
+        """The same model bound to ``count`` copies of this potential's molecule (see ``replicas``)."""
+        molecule = self.atomic_numbers[: len(self.atomic_numbers) // self.replicas]
+        return BoundPotential(self.model, molecule, self.name, replicas=count)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         """Energy ``()`` in kJ/mol of positions ``(N, 3)`` nm in ``box`` ``(3, 3)`` nm or ``None``.
@@ -436,7 +472,8 @@ class BoundPotential(nn.Module):
         :meth:`LearnedPotential.species_energy`.
 
         Raises:
-            ValueError: positions that are not ``(N, 3)`` for the bound atoms (or a bad box).
+            ValueError: positions that are not ``(N, 3)`` for the bound atoms (or a bad box, or a
+                box with replicas).
         """
         if not isinstance(positions, Tensor) or positions.shape != (len(self.species), 3):
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
@@ -444,7 +481,7 @@ class BoundPotential(nn.Module):
                              f"atoms, got {shape}")
         if box is not None:
             space.check_box(box)
-        return self.model.species_energy(positions, self.species, box)
+        return self.model.species_energy(positions, self.species, box, replicas=self.replicas)
 
     def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
         """``{name: energy}`` (kJ/mol), as :meth:`ForceField.energy_terms`."""
