@@ -11,32 +11,16 @@
 import ase.build
 import pytest
 import torch
+from learned_networks import CUTOFF, energy_and_forces, model
 
 from mindsponge.active import Committee
 from mindsponge.potentials import ACENet, MolCT, PaiNN, SchNet
-
-CUTOFF = 0.3  # nm: butane has pairs farther apart than this
 
 
 def butane():
     """n-butane (ase's G2 geometry): positions (14, 3) nm float64 and atomic numbers (14,)."""
     atoms = ase.build.molecule("trans-butane")
     return torch.tensor(atoms.positions, dtype=torch.float64) * 0.1, torch.tensor(atoms.numbers)
-
-
-def model(cls, seed=0, **options):
-    torch.manual_seed(seed)
-    network = cls(cutoff=CUTOFF, features=16, interactions=2, **options).double()
-    network.element_shift.copy_(torch.linspace(-3.0, 3.0, network.n_elements, dtype=torch.float64))
-    network.energy_scale.fill_(5.0 + seed)
-    return network
-
-
-def energy_and_forces(potential, positions):
-    x = positions.clone().requires_grad_(True)
-    energy = potential(x)
-    (gradient,) = torch.autograd.grad(energy, x)
-    return energy.detach(), -gradient
 
 
 @pytest.mark.parametrize("cls", [SchNet, PaiNN, ACENet])

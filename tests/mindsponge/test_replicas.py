@@ -4,6 +4,7 @@ trajectories as the copies one by one, for single models (fixed and filtered pai
 import numpy as np
 import pytest
 import torch
+from learned_networks import energy_and_forces, model
 
 import mindsponge as ms
 from mindsponge.active import Committee, claisen
@@ -11,8 +12,6 @@ from mindsponge.bias import HarmonicRestraint
 from mindsponge.colvar import Distance
 from mindsponge.potentials import MolCT, PaiNN, SchNet, SumPotential
 from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
-
-CUTOFF = 0.3  # nm: butane has pairs farther apart than this
 
 
 def butane():
@@ -22,26 +21,11 @@ def butane():
     return ms.System.from_ase(ase.build.molecule("trans-butane"))
 
 
-def model(cls, seed=0, **options):
-    torch.manual_seed(seed)
-    network = cls(cutoff=CUTOFF, features=16, interactions=2, **options).double()
-    network.element_shift.copy_(torch.linspace(-3.0, 3.0, network.n_elements, dtype=torch.float64))
-    network.energy_scale.fill_(5.0 + seed)
-    return network
-
-
 def configurations(system, count, seed=0):
     """``(count, N, 3)`` nm: the molecule with a different random displacement for each copy."""
     generator = torch.Generator().manual_seed(seed)
     noise = 0.01 * torch.randn((count, system.n_atoms, 3), generator=generator, dtype=torch.float64)
     return system.positions + noise
-
-
-def energy_and_forces(potential, positions):
-    x = positions.clone().requires_grad_(True)
-    energy = potential(x)
-    (gradient,) = torch.autograd.grad(energy, x)
-    return energy.detach(), -gradient
 
 
 @pytest.mark.parametrize(
