@@ -44,19 +44,20 @@ so the figures are indicative only; the lead re-measures on an idle machine):
   exclusion test) once every 5-6 steps (skin 0.1 nm), so about 2 ms a step, and the integrator,
   SETTLE, centre-of-mass removal and the loop of ``Simulation.run`` about 1.5 ms.
 - dodecahedron (1,659 atoms, 300k listed pairs, grid 27 x 27 x 19): pair kernel 2.9-4.3 ms,
-  PME 2.0-3.2 ms, the bonded terms (bonds, angles, torsions of the peptide; forces by torch
-  autograd, so mostly per-operation overhead) about 3 ms, exclusions and exceptions 0.4-0.5 ms;
-  per step, RATTLE of the bonds to hydrogen about 2 ms (two velocity projections and one
-  position pass, iterating torch operations; SETTLE of the waters 0.3 ms), the list build
-  8 ms every 5-6 steps.
+  PME 2.0-3.2 ms, the bonded terms (bonds, angles, torsions of the peptide) about 3 ms while their
+  forces came from torch autograd (mostly per-operation overhead), exclusions and exceptions
+  0.4-0.5 ms; per step, RATTLE of the bonds to hydrogen about 2 ms while it iterated torch
+  operations (SETTLE of the waters 0.3 ms), the list build 8 ms every 5-6 steps. The bonded terms
+  and SHAKE/RATTLE now have compiled kernels (``mindsponge/_kernels/bonded.cpp``,
+  ``constraints.cpp``): on one core while the other ran a one-thread PINN, energy+forces 9.0 ms
+  against OpenMM's 7.3 (0.82x) and an NVT step 9.9 ms against 7.0 (0.71x; 0.51x idle before).
 - Ratios of this benchmark in one run after these changes (load average 1.0 at the start, 2.1 at
   the end; the lead's idle run before them in brackets): 3k energy+forces 1.05 (1.1) at 1 thread,
   0.92 (0.75) at 2; 3k NVT 0.85 (0.69) and 0.71; dodecahedron energy+forces 0.67 (0.65-0.9) and
   0.57, NVT 0.70 (0.45-0.6) and 0.46. The goals (1.5x energy+forces, 1.2x NVT) are not reached.
 - What is left to gain: a cluster-pair kernel (4-atom clusters, no per-pair gather, as GROMACS
-  and OpenMM) for the direct sum and the list build; analytic bonded forces in one compiled
-  pass; RATTLE in compiled code; fewer torch operations per step. Two threads only pay off on
-  an idle machine (see the paragraph above).
+  and OpenMM) for the direct sum and the list build; fewer torch operations per step. Two threads
+  only pay off on an idle machine (see the paragraph above).
 
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
