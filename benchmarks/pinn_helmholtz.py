@@ -73,6 +73,24 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     return args
 
 
+def train(args, problem, model, error, steps: int, monitor_every: int) -> dict:
+    """Adam with cosine decay for ``steps`` steps, ``error(model)`` monitored; the run's record."""
+    trainer = pinn.Schedule(steps, args.lr, windows=1, whole_fraction=1.0).trainer(
+        problem, model, monitor=lambda network: {"error": error(network)}, monitor_every=monitor_every
+    )
+    start = time.perf_counter()
+    history = trainer.train()
+    seconds = time.perf_counter() - start
+    return {
+        "arguments": vars(args),
+        "error": history["monitor/error"][-1],
+        "errors": history["monitor/error"],
+        "monitor_step": history["monitor_step"],
+        "evaluations": trainer.evaluations,
+        "seconds": seconds,
+    }
+
+
 def mindelec_case(args) -> dict:
     """MindElec's frequency-domain example (see the module docstring): error against ``sin(k x)``."""
     from common import autodiff, geometry, pde
@@ -108,26 +126,13 @@ def mindelec_case(args) -> dict:
                 torch.linalg.vector_norm(network(grid)[:, 0] - exact) / torch.linalg.vector_norm(exact)
             )
 
-    trainer = pinn.Schedule(steps, args.lr, windows=1, whole_fraction=1.0).trainer(
-        problem, model, monitor=lambda network: {"error": error(network)}, monitor_every=79
-    )
-    start = time.perf_counter()
-    history = trainer.train()
-    seconds = time.perf_counter() - start
-    result = history["monitor/error"][-1]
+    record = train(args, problem, model, error, steps, 79)
     print(
         f"MindElec's Helmholtz example (k = 2, u = sin(kx) on the boundary): relative L2 error "
-        f"{result:.2e} after {steps} steps, {trainer.evaluations:.3g} point evaluations ({seconds:.0f} s); "
-        "MindElec: 0.0173"
+        f"{record['error']:.2e} after {steps} steps, {record['evaluations']:.3g} point evaluations "
+        f"({record['seconds']:.0f} s); MindElec: 0.0173"
     )
-    return {
-        "arguments": vars(args),
-        "error": result,
-        "errors": history["monitor/error"],
-        "monitor_step": history["monitor_step"],
-        "evaluations": trainer.evaluations,
-        "seconds": seconds,
-    }
+    return record
 
 
 def main(argv=None):
@@ -148,31 +153,20 @@ def main(argv=None):
     )
     torch.manual_seed(0)
     model = pinn.default_model(problem, zero_initial=False)
-    schedule = pinn.Schedule(args.steps, args.lr, windows=1, whole_fraction=1.0)
-    trainer = schedule.trainer(
+    results = train(
+        args,
         problem,
         model,
-        monitor=lambda network: {"error": reference.relative_error(network, scales)},
-        monitor_every=max(args.steps // args.monitors, 1),
+        lambda network: reference.relative_error(network, scales),
+        args.steps,
+        max(args.steps // args.monitors, 1),
     )
-    start = time.perf_counter()
-    history = trainer.train()
-    seconds = time.perf_counter() - start
-    error = history["monitor/error"][-1]
+    results["fdfd_seconds"] = fdfd_seconds
     print(
-        f"Helmholtz PINN at {args.frequency / 1e9:g} GHz: relative L2 error of Ez vs FDFD {error:.4f} after "
-        f"{args.steps} steps, {trainer.evaluations:.3g} point evaluations ({seconds:.0f} s); MindElec's "
-        "frequency-domain example: 0.0173"
+        f"Helmholtz PINN at {args.frequency / 1e9:g} GHz: relative L2 error of Ez vs FDFD "
+        f"{results['error']:.4f} after {args.steps} steps, {results['evaluations']:.3g} point evaluations "
+        f"({results['seconds']:.0f} s); MindElec's frequency-domain example: 0.0173"
     )
-    results = {
-        "arguments": vars(args),
-        "fdfd_seconds": fdfd_seconds,
-        "error": error,
-        "errors": history["monitor/error"],
-        "monitor_step": history["monitor_step"],
-        "evaluations": trainer.evaluations,
-        "seconds": seconds,
-    }
     return pinn_benchmark.write_results(args.output, results)
 
 
