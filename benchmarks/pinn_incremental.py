@@ -18,10 +18,11 @@ Printed: the four errors (largest of Ex, Ey, Hz) and the steps. Defaults: MindEl
 The full size takes about two hours on one idle core, 60 % of it pre-training. ``--save-pretrained FILE``
 stores the pre-trained network (with the options that shaped it) and ``--pretrained FILE`` starts from
 it instead of pre-training, refusing a file made with other pre-training options, so the run can be
-split in two.
+split in two. ``--runs`` picks the parts: ``tuned`` (pre-training and fine-tune) and ``scratch`` (the two
+runs from scratch, which need no pre-training), so the two can run side by side on two cores.
 
 Usage: ``python benchmarks/pinn_incremental.py [--quick] [--pretrain-steps N] [--finetune-steps N]
-[--save-pretrained FILE | --pretrained FILE]``.
+[--save-pretrained FILE | --pretrained FILE] [--runs tuned scratch]``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--unseen", type=float, default=2.5, help="the fine-tuning permittivity")
     parser.add_argument("--save-pretrained", default=None, help="store the pre-trained network in this file")
     parser.add_argument("--pretrained", default=None, help="start from this --save-pretrained file")
+    parser.add_argument(
+        "--runs", nargs="+", choices=("tuned", "scratch"), default=("tuned", "scratch"),
+        help="parts to run: pre-training and fine-tune, the runs from scratch (both)",
+    )
     args = parser.parse_args(argv)
     args.pretrain_steps = args.pretrain_steps or (1500 if args.quick else 20000)
     args.finetune_steps = args.finetune_steps or (300 if args.quick else 2000)
@@ -138,43 +143,41 @@ def main(argv=None):
     def schedule(steps, lr, warmup=0):
         return pinn.Schedule(steps, lr, windows, 0.5 if windows > 1 else 1.0, warmup=warmup)
 
-    torch.manual_seed(0)
-    model = new_model(args, problem)
-    if args.pretrained:
-        pretrain_seconds = load_pretrained(args, model)
-    else:
-        _, pretrain_seconds = train(args, pretraining, model, schedule(args.pretrain_steps, args.lr), monitor)
-    if args.save_pretrained:
-        stored = {"state_dict": model.state_dict(), "seconds": pretrain_seconds}
-        torch.save(dict(stored, options=pretraining_options(args)), args.save_pretrained)
-    results = {
-        "arguments": vars(args),
-        "pretrained": monitor(model)["max"],
-        "pretrain_seconds": pretrain_seconds,
-    }
-    print(
-        f"pre-trained on permittivity {args.range} ({args.pretrain_steps} steps, {pretrain_seconds:.0f} s): "
-        f"largest error at {args.unseen} {results['pretrained']:.4f}"
-    )
+    results = {"arguments": vars(args)}
     steps = args.finetune_steps
-    tuned = copy.deepcopy(model)
-    results["finetuned"], _ = train(
-        args,
-        fixed,
-        tuned,
-        schedule(steps, args.finetune_lr, warmup=max(steps // 10, 1)),
-        monitor,
-        args.freeze,
-    )
-    for name, budget in (("scratch", steps), ("scratch_long", args.scratch_factor * steps)):
-        torch.manual_seed(1)
-        results[name], _ = train(args, fixed, new_model(args, problem), schedule(budget, args.lr), monitor)
-    print(
-        f"at permittivity {args.unseen}: pre-trained {results['pretrained']:.4f}, fine-tuned ({steps} steps, "
-        f"{args.freeze} layers frozen) {results['finetuned']:.4f}, from scratch {steps} steps "
-        f"{results['scratch']:.4f}, from scratch {args.scratch_factor * steps} steps "
-        f"{results['scratch_long']:.4f}"
-    )
+    if "tuned" in args.runs:
+        torch.manual_seed(0)
+        model = new_model(args, problem)
+        if args.pretrained:
+            pretrain_seconds = load_pretrained(args, model)
+        else:
+            _, pretrain_seconds = train(
+                args, pretraining, model, schedule(args.pretrain_steps, args.lr), monitor
+            )
+        if args.save_pretrained:
+            stored = {"state_dict": model.state_dict(), "seconds": pretrain_seconds}
+            torch.save(dict(stored, options=pretraining_options(args)), args.save_pretrained)
+        results.update(pretrained=monitor(model)["max"], pretrain_seconds=pretrain_seconds)
+        print(
+            f"pre-trained on permittivity {args.range} ({args.pretrain_steps} steps, "
+            f"{pretrain_seconds:.0f} s): largest error at {args.unseen} {results['pretrained']:.4f}"
+        )
+        results["finetuned"], _ = train(
+            args,
+            fixed,
+            copy.deepcopy(model),
+            schedule(steps, args.finetune_lr, warmup=max(steps // 10, 1)),
+            monitor,
+            args.freeze,
+        )
+        print(f"at permittivity {args.unseen}: fine-tuned ({steps} steps, {args.freeze} layers frozen) "
+              f"{results['finetuned']:.4f}")
+    if "scratch" in args.runs:
+        for name, budget in (("scratch", steps), ("scratch_long", args.scratch_factor * steps)):
+            torch.manual_seed(1)
+            scratch_model = new_model(args, problem)
+            results[name], _ = train(args, fixed, scratch_model, schedule(budget, args.lr), monitor)
+            print(f"at permittivity {args.unseen}: from scratch {budget} steps {results[name]:.4f}")
     return pinn_benchmark.write_results(args.output, results)
 
 
