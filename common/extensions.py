@@ -16,10 +16,12 @@ machine that runs it). Kernels should parallelise with ``at::parallel_for`` so t
 they follow ``torch.set_num_threads``. Builds land in torch's extension directory
 (``$TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``), one per
 name and source hash, so a machine compiles each kernel once. Two processes that
-build the same kernel at once (pytest-xdist workers) serialise on torch's lock file in
-that directory; the second one then loads the finished build. A lock left behind by a
-process killed while compiling (older than ``STALE_LOCK_SECONDS``) is removed, so later
-runs do not wait on it forever.
+build the same kernel at once (pytest-xdist workers) serialise on a lock of that
+directory; the second one then loads the finished build. The lock is an ``fcntl.flock``,
+which the operating system releases when its holder dies, so a process killed while
+compiling never makes later runs wait (torch's own lock file, which it would leave
+behind, is removed under the lock; without ``fcntl`` one older than
+``STALE_LOCK_SECONDS`` is).
 
 Example::
 
@@ -44,7 +46,8 @@ from types import ModuleType
 __all__ = ["ExtensionWarning", "build_seconds", "load"]
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
-# a build lock older than this was left by a killed build (a kernel compiles in a few minutes)
+# without fcntl: a torch build lock older than this was left by a killed build (a kernel compiles in
+# a few minutes)
 STALE_LOCK_SECONDS = 900.0
 
 # wall-clock seconds each kernel took to compile or load in this process, by name
@@ -116,12 +119,11 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
     except (ImportError, RuntimeError, OSError) as error:
         _warn_once(name, f"torch C++ extension build unavailable: {error}", stacklevel=3)
         return None
-    _remove_stale_lock(cpp_extension, name)
     output = io.StringIO()
     start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output), \
-                warnings.catch_warnings():
+        with _build_lock(cpp_extension, name), contextlib.redirect_stdout(output), \
+                contextlib.redirect_stderr(output), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = cpp_extension.load(name=name, sources=paths,
                                         extra_cflags=[*DEFAULT_CFLAGS, *extra_cflags],
@@ -134,11 +136,31 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
     return module
 
 
-def _remove_stale_lock(cpp_extension, name: str) -> None:
-    """Delete the build lock of ``name`` if it is older than ``STALE_LOCK_SECONDS``."""
+@contextlib.contextmanager
+def _build_lock(cpp_extension, name: str):
+    """Hold an exclusive lock on the build directory of ``name`` while it compiles or loads.
+
+    torch's own lock is a file whose existence is the lock: a build killed midway leaves it
+    behind, and every later build of the kernel waits on it forever. This lock is an
+    ``fcntl.flock`` on ``build.lock`` beside it, which the operating system releases when its
+    holder dies. Every build here takes it first, so under it torch's lock file can only be a
+    killed build's leftover, and it is removed. Without ``fcntl`` (Windows) a torch lock older
+    than ``STALE_LOCK_SECONDS`` is removed instead.
+    """
+    directory = Path(cpp_extension._get_build_directory(name, verbose=False))
+    torch_lock = directory / "lock"
     try:
-        lock = Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock"
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
-            lock.unlink()
-    except (AttributeError, OSError):  # no lock (the usual case), or torch's layout changed
-        pass
+        import fcntl
+    except ImportError:
+        with contextlib.suppress(OSError):
+            if time.time() - torch_lock.stat().st_mtime > STALE_LOCK_SECONDS:
+                torch_lock.unlink()
+        yield
+        return
+    with open(directory / "build.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            torch_lock.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
