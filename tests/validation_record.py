@@ -348,14 +348,14 @@ RECORD = [
         _EM,
         'Thin-wire (sub-cell radius) dipole: series resonance, its resistance, reactance slope',
         'moment-method dipole of the same length and radius (L/a = 500, 5000)',
-        '2.5 %; 3 %; 20 %',
+        '2 %; 2 %; 5 %',
         "tests/mindelec/test_thin_wire.py::"
         "test_thin_wire_dipole_against_the_moment_method",
     ),
     Validation(
         _EM,
-        'Thin wire at the radius exp(-2) cells; compiled, torch and differentiable paths',
-        'the bare line of zeroed edges (Taflove and Hagness equivalent radius); each other',
+        'Thin wire at the radius 0.1985 cells; compiled, torch and differentiable paths',
+        'the bare line of zeroed edges (the square lattice's equivalent radius); each other',
         '1e-9 relative',
         "tests/mindelec/test_thin_wire.py::"
         "test_thin_wire_at_the_bare_line_radius_is_the_bare_line_and_paths_agree",

@@ -1,30 +1,38 @@
 """Thin wires in 3D FDTD: a PEC wire of a given radius much smaller than a cell (the sub-cell model).
 
-A grid-aligned wire of radius ``a`` along an integer-node line (Umashankar, Taflove and Beker, IEEE Trans.
-Antennas Propag. 35, 1248, 1987; Taflove and Hagness, *Computational Electrodynamics*, 3rd ed., sec. 10.4):
+A grid-aligned wire of radius ``a`` along an integer-node line, modelled by local material parameters around
+it (the approach of Railton, Paul and Dumanli, IEEE Trans. Electromagn. Compat., 2006, and of Asada, Baba et
+al., who measured a bare line's equivalent radius as 0.199 cells; the factors are derived here from the
+square lattice's Green's function):
 
 * the E edges along the wire are zeroed (a :class:`~mindelec.fdtd.materials.PECSheet` line, as
   :func:`~mindelec.fdtd.pec_sheet` makes), except the feed gaps left open for a
   :class:`~mindelec.fdtd.LumpedPort`;
-* the four H components circulating around each wire edge (gap edges included), half a cell off the
-  wire, take the near field of a line current into account. Near the wire the circulating H and the radial
-  E fall off as ``1/r``; Faraday's law on the cell face between the wire's surface ``r = a`` and the next
-  E edge at ``r = d`` (the spacing across) then reads, for ``H_y`` beside a z wire,
-  ``dH_y/dt = (1/mu) [f (E_z(d) - E_z(wire)) / d - dE_x/dz]`` with ``f = 2 / ln(d / a)`` instead of the Yee
-  ``f = 1``. (A bare zeroed line of edges is this model with ``f = 1``: a wire of equivalent radius
-  ``a = d exp(-2) = 0.135 d``.) The step adds ``(dt / mu) (f - 1) (E_z(d) - E_z(wire)) / d`` to those H
-  components after the Yee update (:class:`WireCorrections`, a sparse step on the compiled and the torch
-  paths alike, differentiable); the radial E components need no change (their ``1/r`` cancels in their
-  own update).
+* around it, the fields fall off as ``1/r`` (a line charge ``q`` and current ``I``). On the grid, the charge
+  of a wire node leaves through its four radial E edges (the spokes) and the current is the circulation of
+  the four H components around a wire edge. The lattice's potential drop from a node to its four
+  neighbours is ``q / (4 eps)``; a coaxial region's from ``r = a`` to ``r`` is ``(q / 2 pi eps) ln(r / a)``;
+  with the lattice Green's function ``(1/2 pi)(ln r + gamma + 1.5 ln 2)`` far away, the two agree for the
+  spokes' region when the spokes' permittivity is ``eps / s`` and the circulating H's permeability
+  ``s mu``, with ``s = (2 / pi) ln(0.955 d / a)`` (:func:`radius_scale`, ``d`` the cell across). A bare
+  line of zeroed edges (``s = 1``) is a wire of radius ``0.1985 d`` (:data:`BARE_RADIUS`).
+* ``eps mu`` is unchanged, so waves along the wire keep the speed of light and its characteristic
+  impedance is that of radius ``a``. So that no update runs faster than the time step allows, the H
+  components along the wire at the four corners around each node (which see the spokes) take the
+  permeability ``s mu`` too (they vanish for fields symmetric about the wire).
+* The ends: the charge on the last node of the zeroed edges spreads over that node's dual cell, half a cell
+  beyond the edges, as if the wire went on for half a cell. So the wire's ends lie on half-node planes (the
+  centres of edges), its zeroed edges stop half a cell short of each end (a wire of ``n`` cells zeroes
+  ``n - 1`` edges), and the axial edge just beyond each end node, which carries part of its charge, takes
+  ``eps / s`` (with its circulating H at ``s mu``) as the spokes do.
 
-The wire's ends: the charge on the last node of the zeroed edges spreads over that node's dual cell, half a
-cell beyond the edges, as if the wire went on for half a cell. So the wire's ends lie on half-node planes
-(the centres of edges) and its zeroed edges stop half a cell short of each end: a wire of ``n`` cells zeroes
-``n - 1`` edges. Measured against a moment-method solution at the same radius and length
-(``tests/mindelec/test_thin_wire.py``, a dipole of 22 cells and radius ``L/500``), the model's dipole then
-still resonates about 1 % (a quarter of a cell) lower, its resistance at resonance within 0.5 % and its
-reactance slope there 12 % below the reference's; without the half-cell rule it would be 6 % (1.2 cells)
-longer.
+Each corrected component gets ``(factor - 1) * coefficient * curl`` added after its Yee update
+(:class:`WireCorrections`, a sparse step on the compiled and the torch paths alike, differentiable); the
+scaled ``eps`` acts on the curl's coefficient ``cb``, exact in a lossless medium around the wire.
+
+Measured against a moment-method solution at the same radius and length (``tests/mindelec/test_thin_wire.py``,
+a dipole of 22 cells): at ``L/a = 500`` and ``5000`` the resonance comes 0.7 and 1.3 % short, its resistance
+within 1 %, the reactance slope there within 2 %; at 42 cells 0.2 and 0.6 % short, the slope within 1 %.
 """
 
 import math
@@ -33,10 +41,16 @@ import torch
 
 from common.errors import ConfigurationError
 
-from .grid import AXES, E_COMPONENTS
+from .grid import AXES, E_COMPONENTS, H_COMPONENTS
 from .materials import PECSheet, Structure, pec_sheet
 from .updates import curl_terms
 
+#: the equivalent radius (in cells) of a bare line of zeroed edges: the square lattice's Green's function
+#: ``(1/2 pi)(ln r + gamma + 1.5 ln 2)`` far away, ``exp(-gamma) / 2^1.5``
+BARE_RADIUS = math.exp(-0.5772156649015329) / 2**1.5
+#: where (in cells) the four spokes' coaxial region ends: ``BARE_RADIUS exp(pi / 2)`` (the lattice's drop
+#: from a node to its neighbours is ``q / 4 eps``, a coaxial one's ``(q / 2 pi eps) ln(r / a)``)
+EDGE_RADIUS = BARE_RADIUS * math.exp(math.pi / 2)
 #: how far (in cells) a wire's length and gaps may sit from whole and half cells
 ALIGNMENT_TOLERANCE = 1e-6
 #: how far (in cells) a wire may sit from the grid's node lines and planes when a simulation takes it (the
@@ -157,6 +171,13 @@ class ThinWire(Structure):
         return f"ThinWire(start={self.start}, end={self.end}, radius={self.radius:g}, gaps={self.gaps})"
 
 
+def radius_scale(spacing, radius):
+    """``s = (2 / pi) ln(EDGE_RADIUS * spacing / radius)``: the factor on the permeability of the H
+    circulating around a wire of ``radius`` (m) and the divisor of its spokes' permittivity, ``spacing`` (m)
+    the cell across; 1 at the bare line's radius ``BARE_RADIUS * spacing``."""
+    return 2.0 / math.pi * math.log(EDGE_RADIUS * spacing / radius)
+
+
 def _node_index(grid, position, a, owner, what):
     """The integer-node index of ``position`` (m) along axis ``a``, checked to be on a node."""
     cells = (position + grid.size[a] / 2) / grid.spacing[a]
@@ -169,12 +190,12 @@ def _node_index(grid, position, a, owner, what):
 
 
 class WireCorrections:
-    """The near-field corrections of the H components around the thin wires of a simulation.
+    """The sub-cell corrections around the thin wires of a simulation (see the module docstring).
 
-    Built from the grid and the structures; per (H component, E component along a wire), index tensors of
-    the corrected H nodes and of the E edges one node ahead of them across the wire, and the factor
-    ``(f - 1) sign / d`` per node (float64). :meth:`apply` adds ``ch factor (E[ahead] - E[h])`` to an H field
-    after its Yee update (the E edge at the H node's own index is the one behind it).
+    Per corrected component, the indices of its corrected nodes, a factor per node and the curl terms of its
+    update: :meth:`apply` adds ``factor * coefficient * curl`` at those nodes after the Yee update, so that
+    the four H components circulating around each wire edge see the permeability ``s mu`` and the four
+    radial E edges (spokes) at each wire node the permittivity ``eps / s``.
 
     Raises:
         ConfigurationError: for a wire off the grid's node lines, too close to the domain's walls, in a
@@ -190,80 +211,107 @@ class WireCorrections:
             )
         rows = {}
         for wire in wires:
-            for key, row in self._wire_rows(grid, wire):
-                rows.setdefault(key, []).append(row)
-        for (component, source), parts in rows.items():
+            for component, row in self._wire_rows(grid, wire):
+                rows.setdefault(component, []).append(row)
+        for component, parts in rows.items():
             columns = [torch.cat(column) for column in zip(*parts)]
-            self.entries[component, source] = (tuple(columns[0:3]), tuple(columns[3:6]), columns[6])
-        self._check_overlaps(grid, wires)
+            index, factor = self._merged(grid, wires, component, columns)
+            active = H_COMPONENTS if component[0] == "E" else E_COMPONENTS
+            terms = [
+                (source, axis, sign / grid.spacing[axis])
+                for source, axis, sign in curl_terms(component, active, 3)
+            ]
+            self.entries[component] = (index, factor, terms)
 
-    def _check_overlaps(self, grid, wires):
-        """Refuse an H node corrected twice (two wires side by side)."""
-        for component in {component for component, _ in self.entries}:
-            nodes = torch.cat(
-                [
-                    (h[0] * grid.shape[1] + h[1]) * grid.shape[2] + h[2]
-                    for (name, _), (h, _, _) in self.entries.items()
-                    if name == component
-                ]
+    @staticmethod
+    def _merged(grid, wires, component, columns):
+        """The rows' indices and factors with a node two wires correct alike and from the same place (two
+        wires meeting end to end along one line: the edge between their ends) kept once; any other node
+        corrected twice is refused (two wires side by side)."""
+        *index, factor, role = columns
+        nodes = (index[0] * grid.shape[1] + index[1]) * grid.shape[2] + index[2]
+        unique, inverse = torch.unique(nodes, return_inverse=True)
+        first = torch.full(unique.shape, len(nodes), dtype=torch.long).scatter_reduce(
+            0, inverse, torch.arange(len(nodes)), "amin"
+        )
+        if not (torch.equal(factor, factor[first][inverse]) and torch.equal(role, role[first][inverse])):
+            raise ConfigurationError(
+                f"{wires!r}: two thin wires share an {component} node around them; keep wires at least "
+                "two cells apart (ends meeting along one line, of one radius, are fine)"
             )
-            if len(torch.unique(nodes)) != len(nodes):
-                raise ConfigurationError(
-                    f"{wires!r}: two thin wires share an {component} node around them; keep wires at least "
-                    "two cells apart (ends meeting along one line are fine)"
-                )
+        return tuple(column[first] for column in index), factor[first]
 
     def _wire_rows(self, grid, wire):
-        """Per H component circulating around ``wire``: ``((component, E source), row)``, ``row`` the 7
-        columns ``(H index x3, index x3 of the E edge ahead along the difference's axis, factor)``; the E
-        edge behind has the H node's index."""
+        """Per corrected component around ``wire``: ``(component, row)``, ``row`` the 5 columns ``(index x3,
+        factor, role)``: the circulating H at each edge (gaps included) and the spokes at each node, on both
+        sides of the wire across each of the two other axes."""
         owner, w = repr(wire), wire.axis
         line = [
             _node_index(grid, wire.first[a], a, owner, "line" if a != w else "start + half a cell")
             for a in range(3)
         ]
         last = line[w] + wire.edges
-        along = torch.arange(line[w], last)
-        if any(not 1 <= line[a] <= grid.shape[a] - 2 for a in range(3) if a != w) or last > grid.shape[w] - 1:
+        if any(not 1 <= line[a] <= grid.shape[a] - 2 for a in range(3)) or last > grid.shape[w] - 2:
             raise ConfigurationError(f"{owner}: keep the wire at least one cell away from the domain's walls")
-        source = "E" + AXES[w]
-        for d in (a for a in range(3) if a != w):
+        across = [a for a in range(3) if a != w]
+        scales = {}
+        for d in across:
             if not grid.spacing[d] / 2 > wire.radius:
                 raise ConfigurationError(
                     f"{owner}: radius {wire.radius:g} m is not below half the cell along {AXES[d]}"
                 )
-            radius_factor = 2.0 / math.log(grid.spacing[d] / wire.radius) - 1.0
-            component = "H" + AXES[3 - w - d]
-            sign = next(
-                s for src, axis, s in curl_terms(component, E_COMPONENTS, 3) if src == source and axis == d
-            )
-            factor = radius_factor * sign / grid.spacing[d]
-            for offset in (0, -1):  # the H node on the + side of the wire, then on the - side
-                index = [torch.full_like(along, line[a]) for a in range(3)]
-                index[w] = along
-                h = list(index)
-                h[d] = h[d] + offset
-                ahead = list(h)
-                ahead[d] = h[d] + 1
-                yield (component, source), (*h, *ahead, torch.full(along.shape, factor, dtype=torch.float64))
+            scales[d] = radius_scale(grid.spacing[d], wire.radius)
+        edges, nodes = torch.arange(line[w] - 1, last + 1), torch.arange(line[w], last + 1)
+        # the axial edges just beyond both ends: the end nodes' charge reaches into them as into the spokes
+        mean = (scales[across[0]] + scales[across[1]]) / 2
+        yield "E" + AXES[w], self._row(line, w, torch.tensor([line[w] - 1, last]), {}, mean - 1.0)
+        for d in across:
+            for component, along, factor in (
+                ("H" + AXES[3 - w - d], edges, 1.0 / scales[d] - 1.0),
+                ("E" + AXES[d], nodes, scales[d] - 1.0),
+            ):
+                for offset in (0, -1):  # the node on the + side of the wire, then on the - side
+                    yield component, self._row(line, w, along, {d: offset}, factor)
+        axial = 2.0 / (scales[across[0]] + scales[across[1]]) - 1.0
+        for first in (0, -1):
+            for second in (0, -1):
+                offsets = dict(zip(across, (first, second)))
+                yield "H" + AXES[w], self._row(line, w, nodes, offsets, axial)
+
+    @staticmethod
+    def _row(line, w, along, offsets, factor):
+        """``(index x3, factor, role)`` of the nodes ``along`` axis ``w`` on the wire's ``line``, shifted by
+        ``offsets`` ({axis: cells}) across it; ``role`` tells the node's place around a wire along ``w``."""
+        index = [torch.full_like(along, line[a] + offsets.get(a, 0)) for a in range(3)]
+        index[w] = along
+        role = 27 * w + sum((offsets.get(a, 0) + 1) * 3**a for a in range(3))
+        return (*index, torch.full(along.shape, factor, dtype=torch.float64), torch.full_like(along, role))
 
     def __bool__(self):
         return bool(self.entries)
 
-    def apply(self, field, component, coefficient, electric):
-        """Add the corrections of ``component`` to ``field`` (its H after the Yee update, in place).
+    def apply(self, field, component, coefficient, fields):
+        """Add the corrections of ``component`` to ``field`` (after its Yee update, in place).
 
         Args:
-            field: the H component's tensor (grid shape); modified in place (a clone in differentiable runs).
+            field: the component's tensor (grid shape); modified in place (a clone in differentiable runs).
             component: its name, e.g. ``"Hy"``.
-            coefficient: ``ch = dt / mu`` there, a float or a grid-shape tensor.
-            electric: ``{E component: tensor}``, the E fields the H update read (``E^n``).
+            coefficient: the curl's coefficient of its update, ``dt / mu`` (H) or ``cb`` (E; ``dt / eps``
+                in a lossless medium), a float or a grid-shape tensor.
+            fields: ``{component: tensor}``, the fields the update read (``E^n`` for H, ``H^{n+1/2}`` for E).
         """
-        for (name, source), (h, ahead, factor) in self.entries.items():
-            if name != component:
-                continue
-            h, ahead = (tuple(i.to(field.device) for i in index) for index in (h, ahead))
-            values = electric[source]
-            scale = factor.to(device=field.device, dtype=field.dtype)
-            scale = scale * (coefficient[h] if isinstance(coefficient, torch.Tensor) else coefficient)
-            field.index_put_(h, scale * (values[ahead] - values[h]), accumulate=True)
+        if component not in self.entries:
+            return
+        index, factor, terms = self.entries[component]
+        index = tuple(i.to(field.device) for i in index)
+        shift = 1 if component[0] == "H" else -1  # forward differences for H, backward for E
+        curl = 0.0
+        for source, axis, weight in terms:
+            values = fields[source]
+            neighbour = list(index)
+            neighbour[axis] = index[axis] + shift
+            difference = values[tuple(neighbour)] - values[index]
+            curl = curl + weight * (difference if shift == 1 else -difference)
+        scale = factor.to(device=field.device, dtype=field.dtype)
+        scale = scale * (coefficient[index] if isinstance(coefficient, torch.Tensor) else coefficient)
+        field.index_put_(index, scale * curl, accumulate=True)

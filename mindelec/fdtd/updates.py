@@ -128,7 +128,7 @@ class YeeStepper:
         dtype, device: of the fields.
         compiled: in forward-only steps on CPU, let the compiled kernel (:mod:`mindelec._kernels`) do the bulk
             curl updates; False, or the kernel unavailable, selects the pure torch path.
-        wires: the thin wires' H corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or None.
+        wires: the thin wires' H and E corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or None.
     """
 
     def __init__(
@@ -444,6 +444,8 @@ class YeeStepper:
             else:
                 field = field.clone() if unit else field * ca
             self._apply_curl(state, component, field, cb, inplace)
+        if self.wires:
+            self.wires.apply(field, component, cb, state.fields)
         for current in currents:
             _accumulate(field, 0, 0, field.shape[0], current, -1.0 / self.dt, cb)
         self._inject(field, component, cb, step)

@@ -4,14 +4,14 @@
   the loop is a series R-L circuit, so Re Z_in is the resistor's 100 ohm and Im Z_in / omega a constant
   positive inductance; the power the port delivers is what its source makes available times
   ``1 - |S11|^2`` (this checks the Norton source's normalisation against the waveform).
-* A thin half-wave dipole in free space, a wire of zeroed Ez edges (equivalent radius about 0.135 cells,
-  per Taflove and Hagness) fed by a one-cell gap: at its first series resonance the input
+* A thin half-wave dipole in free space, a wire of zeroed Ez edges (equivalent radius about 0.2 cells,
+  ``me.fdtd.thin_wire.BARE_RADIUS``) fed by a one-cell gap: at its first series resonance the input
   resistance is the classical thin-wire value, 73 ohm within 10 % (King's theory gives 73 + j42.5 ohm at
   L = lambda/2 for a vanishing radius; a wire of radius a resonates slightly below lambda/2, at a
   resistance of 65-73 ohm). At L = lambda/2 itself this model reads 108 + j75 ohm (21 cells) and
   97 + j65 ohm (41 cells), not 73 + j42.5: its resonance sits at L = 0.445 and 0.46 lambda, as if the
   wire were about 1.3 cells longer than its zeroed edges, so the test compares at the resonance. (For
-  the same radius, L/a = 156 and 304, the moment-method dipole of ``tests/mindelec/test_thin_wire.py``
+  a radius of 0.135 cells, L/a = 156 and 304, the moment-method dipole of ``tests/mindelec/test_thin_wire.py``
   gives 94 + j44 and 89 + j46 ohm at L = lambda/2 and resonances at 0.469 and 0.473 lambda with 72.7 and
   72.2 ohm: King's 73 + j42.5 belongs to a vanishing radius. ``me.fdtd.ThinWire`` models a wire of a given
   radius, ends half a cell beyond its zeroed edges; that file tests it.)
