@@ -8,9 +8,11 @@ The molecule is the reactant of the Claisen rearrangement (allyl vinyl ether, 14
 - ``GFN2-xTB``: tblite through :class:`mindsponge.labels.XTB` (the labels of the active learning);
 - ``SchNet``, ``PaiNN`` (64 features, 3 interactions), ``ACENet`` (64 channels, 2 layers, l <= 2,
   correlation 3): ``model.bind(atomic_numbers)``;
-- ``committee``: four PaiNN as in the full-size active learning (``Committee(...).bind``, the
-  models evaluated together by ``torch.func.vmap``), and ``committee (loop)`` the same four
-  models one after the other (the unbound ``Committee``), which is what the vectorisation saves;
+- ``committee``: four PaiNN as in the full-size active learning (``Committee(...).bind``: one
+  graph for all; on the molecule's 182 pairs the models are evaluated together by
+  ``torch.func.vmap``, on the 21 copies' 3,822 pairs one after the other on that graph, which is
+  faster there), and ``committee (loop)`` the same four models one after the other, each with its
+  own graph (the unbound ``Committee``), which is what the vectorisation saves;
 - peers of the same size, where installed: torchmd-net's SchNet (``graph-network``, 64
   features, 3 interactions, 20 Gaussians, 0.5 nm) against our SchNet, and mace-torch's MACE
   (64 channels, 2 layers, l <= 2, correlation 3, through :class:`mindsponge.potentials.MACE`)

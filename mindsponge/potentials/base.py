@@ -160,10 +160,15 @@ class LearnedPotential(nn.Module):
             docstring); subclasses that guarantee it set it.
         vectorisable: class attribute, ``True`` when models of the class run under
             :func:`torch.func.vmap` over stacked weights (a committee's vectorised evaluation).
+        vectorise_max_pairs: class attribute, the largest graph (pairs) on which a committee of the
+            class is evaluated by ``vmap``; on larger ones the models run one after the other on the
+            shared graph, which is faster there (vmap's batched gathers and products outgrow the saved
+            per-operation overhead; measured on CPU, see :mod:`mindsponge.active.committee`).
     """
 
     vanishes_beyond_cutoff = False
     vectorisable = True  # models of this class can be evaluated together by torch.func.vmap
+    vectorise_max_pairs = 256
 
     def __init__(self, cutoff: float, elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__()

@@ -66,6 +66,7 @@ class SchNet(LearnedPotential):
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
     """
 
+    vectorise_max_pairs = 1024  # scalar features: vmap pays off on larger graphs than PaiNN's
     vanishes_beyond_cutoff = True  # the cosine cutoff multiplies every filter
 
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 3, n_rbf: int = 20,

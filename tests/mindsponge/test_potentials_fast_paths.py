@@ -58,8 +58,12 @@ def committee_mean_by_model(committee, positions, numbers):
     return sum(r[0] for r in results) / len(results), sum(r[1] for r in results) / len(results)
 
 
+@pytest.mark.parametrize("max_pairs", [10**6, 0], ids=["vmap", "loop on the shared graph"])
 @pytest.mark.parametrize("cls", [PaiNN, ACENet])
-def test_vectorised_committee_equals_the_models_one_by_one(cls):
+def test_vectorised_committee_equals_the_models_one_by_one(cls, max_pairs, monkeypatch):
+    """By vmap over stacked weights, and (graphs above ``vectorise_max_pairs``) model by model on the
+    shared graph: the mean of the models' own energies and forces."""
+    monkeypatch.setattr(cls, "vectorise_max_pairs", max_pairs)
     positions, numbers = butane()
     committee = Committee([model(cls, seed) for seed in range(3)])
     bound = committee.bind(numbers)
