@@ -355,7 +355,7 @@ RECORD = [
     Validation(
         _EM,
         'Thin wire at the radius 0.1985 cells; compiled, torch and differentiable paths',
-        'the bare line of zeroed edges (the square lattice's equivalent radius); each other',
+        "the bare line of zeroed edges (the square lattice's equivalent radius); each other",
         '1e-9 relative',
         "tests/mindelec/test_thin_wire.py::"
         "test_thin_wire_at_the_bare_line_radius_is_the_bare_line_and_paths_agree",

@@ -128,7 +128,8 @@ class YeeStepper:
         dtype, device: of the fields.
         compiled: in forward-only steps on CPU, let the compiled kernel (:mod:`mindelec._kernels`) do the bulk
             curl updates; False, or the kernel unavailable, selects the pure torch path.
-        wires: the thin wires' H and E corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or None.
+        wires: the thin wires' H and E corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or
+            None.
     """
 
     def __init__(

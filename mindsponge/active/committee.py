@@ -17,9 +17,9 @@ many small operations. That pays off on small graphs only: beyond the models'
 ``vectorise_max_pairs`` the models run one after the other on the shared graph (four PaiNN, one
 thread of a loaded 2-core machine, vmap's time over the loop's: 0.95 at 182 pairs, 1.2 at 364, 1.5-1.8
 at 3,822, 21 copies of a 14-atom molecule; four SchNet: 0.75 at 182, 1.0 at 728, 1.3-1.5 at 3,822).
-The stacked weights are copies, remade when a model's
-weights change (in place or replaced); gradients flow to the positions, not to the weights, so train
-the models themselves (or :class:`Committee` unbound). Committees of mixed models run model by model.
+The stacked weights are copies, remade when a model's weights change (in place or replaced);
+gradients flow to the positions, not to the weights, so train the models themselves (or
+:class:`Committee` unbound). Committees of mixed models run model by model.
 """
 
 from __future__ import annotations
