@@ -1,24 +1,30 @@
-"""A parametric microstrip patch antenna with an offset microstrip feed, simulated by 3D FDTD.
+"""A parametric microstrip patch antenna with an inset (or offset) microstrip feed, simulated by 3D FDTD.
 
-The family (the Sheen et al. 1990 patch, parameterised): a PEC ground plane under a substrate of
-relative ``permittivity`` and thickness ``height``, a rectangular PEC patch ``length`` (along y, the
-resonant dimension, the direction of the feed) by ``width`` (along x) on top, fed by a microstrip line
-running along y into the patch's lower edge, its centre ``feed_offset * width`` off the patch's centre
-line; a 50 ohm :class:`mindelec.fdtd.LumpedPort` between ground and line at the line's start gives the
-complex S11 over a wide band.
+The family: a PEC ground plane under a substrate of relative ``permittivity`` and thickness
+``height``, a rectangular PEC patch ``length`` (along y, the resonant dimension, the direction of the
+feed) by ``width`` (along x) on top, fed by a microstrip line running along y into the patch: its
+centre ``feed_offset * width`` off the patch's centre line (the Sheen et al. 1990 patch is offset-fed)
+and its end ``inset * length`` inside the patch, in a notch with a slot of ``gap_cells`` on each side
+(the inset moves the feed point towards the patch's centre, where the input resistance of the
+fundamental mode is lower: the classic way to match a patch to 50 ohm). A 50 ohm
+:class:`mindelec.fdtd.LumpedPort` between ground and line at the line's start gives the complex S11
+over a wide band.
 
 Every design is drawn on the same number of cells: the cell edges are ``(width / n_width,
 length / n_length, height / n_height)``, so the patch's length, width and the substrate's height are
 exact for every value (S11 moves smoothly with them, not in steps of a fixed grid) while the feed
-offset takes whole cells (``round(feed_offset * n_width)``; the sample records the value used). The
-feed line is ``strip_cells`` cells wide (a fixed fraction of the width), the margins, air and PML
-a fixed number of cells. The time step follows the smallest cell edge (``dz``).
+offset and the inset take whole cells (``round(feed_offset * n_width)``, ``round(inset * n_length)``;
+the sample records the values used). The feed line is ``strip_cells`` cells wide (a fixed fraction of
+the width), the margins, air and PML a fixed number of cells. The time step follows the smallest cell
+edge (``dz``).
 
 * :func:`patch_antenna` - the :class:`mindelec.fdtd.Simulation` and its port for one design;
 * :func:`patch_antenna_sample` - the ``common.datasets`` generator
   (``"mindelec.antennas:patch_antenna_sample"``): one FDTD run -> ``frequencies``, ``s11_real``,
-  ``s11_imag``, ``s11_db``, ``resonance``, ``feed_offset_used``;
-* :func:`patch_voxels` - the design as voxels on a fixed reference Yee grid, for geometry encoders.
+  ``s11_imag``, ``s11_db``, ``resonance``, ``feed_offset_used``, ``inset_used``;
+* :func:`patch_voxels` - the design as voxels on a fixed reference Yee grid, for geometry encoders;
+* :func:`cavity_resonance` - the design's resonance by the transmission-line model (Balanis), the
+  physical frequency scale a surrogate can condition on.
 """
 
 from __future__ import annotations
@@ -30,13 +36,22 @@ import numpy as np
 import torch
 
 from common.errors import ConfigurationError
+from common.units import SPEED_OF_LIGHT
 
-__all__ = ["PARAMETERS", "SAMPLE_KEYS", "PatchSetup", "patch_antenna", "patch_antenna_sample", "patch_voxels"]
+__all__ = [
+    "PARAMETERS",
+    "SAMPLE_KEYS",
+    "PatchSetup",
+    "cavity_resonance",
+    "patch_antenna",
+    "patch_antenna_sample",
+    "patch_voxels",
+]
 
 #: the design parameters (SI units; ``feed_offset`` is a fraction of the width)
-PARAMETERS = ("length", "width", "feed_offset", "permittivity", "height")
+PARAMETERS = ("length", "width", "feed_offset", "inset", "permittivity", "height")
 #: the keys of every :func:`patch_antenna_sample` result
-SAMPLE_KEYS = ("frequencies", "s11_real", "s11_imag", "s11_db", "resonance", "feed_offset_used")
+SAMPLE_KEYS = ("frequencies", "s11_real", "s11_imag", "s11_db", "resonance", "feed_offset_used", "inset_used")
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,7 @@ class PatchSetup:
         n_length, n_width, n_height: cells along the patch's length, width and the substrate's height
             (``n_width`` and ``strip_cells`` even, so that the feed line sits on whole cells).
         strip_cells: width of the feed line (cells along x).
+        gap_cells: width of the inset notch's slots on either side of the line (cells along x).
         line_cells: length of the feed line from the port to the patch (cells along y).
         margin: cells of substrate and ground around the patch (x and beyond its far edge).
         air_cells: cells of air above the substrate.
@@ -59,6 +75,7 @@ class PatchSetup:
     n_width: int = 12
     n_height: int = 2
     strip_cells: int = 2
+    gap_cells: int = 1
     line_cells: int = 6
     margin: int = 4
     air_cells: int = 8
@@ -72,7 +89,7 @@ class PatchSetup:
         counts = {
             k: v
             for k, v in asdict(self).items()
-            if k.startswith(("n_", "strip", "line", "margin", "air", "pml"))
+            if k.startswith(("n_", "strip", "gap", "line", "margin", "air", "pml"))
         }
         for key, value in counts.items():
             if not (isinstance(value, int) and value >= 1):
@@ -93,11 +110,15 @@ class PatchSetup:
         return torch.linspace(self.f_min, self.f_max, self.n_frequencies, dtype=torch.float64)
 
 
+#: parameters a design may leave out (default 0: a feed on the centre line, no inset)
+OPTIONAL_PARAMETERS = ("feed_offset", "inset")
+
+
 def _design(params) -> dict[str, float]:
-    missing = [name for name in PARAMETERS if name not in params]
+    missing = [name for name in PARAMETERS if name not in params and name not in OPTIONAL_PARAMETERS]
     if missing:
         raise ConfigurationError(f"patch antenna: parameters {missing} missing (needs {list(PARAMETERS)})")
-    values = {name: float(params[name]) for name in PARAMETERS}
+    values = {name: float(params.get(name, 0.0)) for name in PARAMETERS}
     for name in ("length", "width", "height"):
         if not (math.isfinite(values[name]) and 0 < values[name] < 1.0):
             raise ConfigurationError(
@@ -108,15 +129,25 @@ def _design(params) -> dict[str, float]:
     return values
 
 
-def _feed_cells(offset: float, setup: PatchSetup) -> int:
-    cells = round(offset * setup.n_width)
-    if not (math.isfinite(offset) and abs(cells) + setup.strip_cells // 2 <= setup.n_width // 2):
+def _feed_cells(values, setup: PatchSetup) -> tuple[int, int]:
+    """The feed line's offset (cells along x) and the inset's depth (cells along y) on the grid."""
+    offset, inset = values["feed_offset"], values["inset"]
+    cells = round(offset * setup.n_width) if math.isfinite(offset) else setup.n_width
+    depth = round(inset * setup.n_length) if math.isfinite(inset) else setup.n_length
+    notch = setup.strip_cells // 2 + (setup.gap_cells if depth else 0)
+    if abs(cells) + notch > setup.n_width // 2 - (1 if depth else 0):
         raise ConfigurationError(
             f"patch antenna: feed_offset {offset} (fraction of the width) puts the feed line "
-            f"({setup.strip_cells} of {setup.n_width} cells) off the patch; keep |feed_offset| <= "
-            f"{(setup.n_width - setup.strip_cells) / (2 * setup.n_width):.3f}"
+            f"({setup.strip_cells} of {setup.n_width} cells"
+            + (f", its inset notch {setup.gap_cells} more on each side" if depth else "")
+            + ") off the patch; keep |feed_offset| <= "
+            f"{(setup.n_width - 2 * notch - (2 if depth else 0)) / (2 * setup.n_width):.3f}"
         )
-    return cells
+    if not 0 <= depth <= setup.n_length // 2:
+        raise ConfigurationError(
+            f"patch antenna: inset {inset} (fraction of the length) must lie in [0, 0.5]"
+        )
+    return cells, depth
 
 
 def _layout(values, setup: PatchSetup) -> dict:
@@ -132,7 +163,8 @@ def _layout(values, setup: PatchSetup) -> dict:
         2 * setup.pml + 1 + setup.n_height + setup.air_cells,
     )
     i_patch = setup.pml + setup.margin
-    i_line = i_patch + setup.n_width // 2 + _feed_cells(values["feed_offset"], setup) - setup.strip_cells // 2
+    offset, depth = _feed_cells(values, setup)
+    i_line = i_patch + setup.n_width // 2 + offset - setup.strip_cells // 2
     j_port = setup.pml + 2
     k_ground = setup.pml + 1
     return {
@@ -145,6 +177,7 @@ def _layout(values, setup: PatchSetup) -> dict:
         "j_patch": j_port + setup.line_cells,
         "k_ground": k_ground,
         "k_top": k_ground + setup.n_height,
+        "inset": depth,
     }
 
 
@@ -168,18 +201,24 @@ def _metal(layout, setup: PatchSetup, fdtd):
     ground = fdtd.pec_sheet(
         (0, 0, _node(layout, 2, layout["k_ground"])), (size[0], size[1], 0), layout["cell"]
     )
-    i, j, k = layout["i_patch"], layout["j_patch"], layout["k_top"]
-    patch = sheet(i, i + setup.n_width, j, j + setup.n_length, k)
-    line = sheet(layout["i_line"], layout["i_line"] + setup.strip_cells, layout["j_port"], j, k)
-    return [ground, patch, line]
+    i, j, k, depth = layout["i_patch"], layout["j_patch"], layout["k_top"], layout["inset"]
+    i_line, gap = layout["i_line"], setup.gap_cells
+    patch = [sheet(i, i + setup.n_width, j + depth, j + setup.n_length, k)]
+    if depth:  # the patch on both sides of the notch the line runs into
+        patch += [
+            sheet(i, i_line - gap, j, j + depth, k),
+            sheet(i_line + setup.strip_cells + gap, i + setup.n_width, j, j + depth, k),
+        ]
+    line = sheet(i_line, i_line + setup.strip_cells, layout["j_port"], j + depth, k)
+    return [ground, *patch, line]
 
 
 def patch_antenna(params: dict, setup: PatchSetup | None = None, threads: int | None = 1):
     """The FDTD model of one design.
 
     Args:
-        params: ``length``, ``width``, ``height`` (m), ``permittivity``, ``feed_offset`` (fraction of
-            the width).
+        params: ``length``, ``width``, ``height`` (m), ``permittivity``, and optionally ``feed_offset``
+            (fraction of the width) and ``inset`` (fraction of the length; default 0 both).
         setup: the fixed part (default :class:`PatchSetup()`).
         threads: CPU threads of the run.
 
@@ -244,7 +283,8 @@ def patch_antenna_sample(
     Returns:
         ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``resonance`` (Hz, the
         frequency of the lowest ``|S11|``, refined by a parabola through the three lowest points) and
-        ``feed_offset_used`` (the feed offset on the grid, fraction of the width).
+        ``feed_offset_used``, ``inset_used`` (the feed offset and the inset depth on the grid, fractions
+        of the width and of the length).
     """
     del seed
     setup = PatchSetup(**options)
@@ -254,6 +294,7 @@ def patch_antenna_sample(
     if not bool(torch.isfinite(torch.view_as_real(s11)).all()):
         raise FloatingPointError(f"patch_antenna_sample: the FDTD run of {params} gave a non-finite S11")
     frequencies = setup.frequencies
+    offset, depth = _feed_cells(_design(params), setup)
     s11_db = 20 * torch.log10(s11.abs().clamp(min=1e-12))
     return {
         "frequencies": frequencies.numpy(),
@@ -261,7 +302,8 @@ def patch_antenna_sample(
         "s11_imag": s11.imag.numpy(),
         "s11_db": s11_db.numpy(),
         "resonance": np.float64(resonance_frequency(frequencies, s11_db[None])[0]),
-        "feed_offset_used": np.float64(_feed_cells(float(params["feed_offset"]), setup) / setup.n_width),
+        "feed_offset_used": np.float64(offset / setup.n_width),
+        "inset_used": np.float64(depth / setup.n_length),
     }
 
 
@@ -288,6 +330,40 @@ def resonance_frequency(frequencies: torch.Tensor, s11_db: torch.Tensor) -> torc
     return frequencies[index] + shift.clamp(-1, 1) * step
 
 
+def cavity_resonance(length, width, permittivity, height) -> torch.Tensor:
+    """Resonance (Hz) of a rectangular patch by the transmission-line model (Balanis, *Antenna Theory*, 14.2).
+
+    ``f = c / (2 (length + 2 dL) sqrt(eps_eff))`` with Hammerstad's effective permittivity
+    ``eps_eff = (er + 1) / 2 + (er - 1) / 2 (1 + 12 h / W)^(-1/2)`` and the fringing extension
+    ``dL = 0.412 h (eps_eff + 0.3) (W / h + 0.264) / ((eps_eff - 0.258) (W / h + 0.8))``. It ignores the
+    feed and the finite ground plane, so a simulated patch resonates a few per cent away; as a frequency
+    scale it moves with the design the way the true resonance does.
+
+    Args:
+        length, width, height: patch length (resonant dimension), width and substrate thickness (m);
+            tensors of one shape ``(B,)`` (or scalars).
+        permittivity: substrate relative permittivity, same shape.
+
+    Returns:
+        float64 tensor of the broadcast shape, Hz.
+
+    Raises:
+        ValueError: for non-positive lengths or a permittivity below 1 (naming the value).
+    """
+    length, width, permittivity, height = (
+        torch.as_tensor(value, dtype=torch.float64) for value in (length, width, permittivity, height)
+    )
+    for name, value, low in (("length", length, 0), ("width", width, 0), ("height", height, 0)):
+        if not bool((value > low).all()):
+            raise ValueError(f"cavity_resonance: {name} must be positive (m), got {value}")
+    if not bool((permittivity >= 1).all()):
+        raise ValueError(f"cavity_resonance: permittivity must be >= 1, got {permittivity}")
+    aspect = width / height
+    effective = (permittivity + 1) / 2 + (permittivity - 1) / 2 / torch.sqrt(1 + 12 / aspect)
+    extension = 0.412 * height * (effective + 0.3) * (aspect + 0.264) / ((effective - 0.258) * (aspect + 0.8))
+    return SPEED_OF_LIGHT / (2 * (length + 2 * extension) * torch.sqrt(effective))
+
+
 def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tensor:
     """The design on a fixed reference Yee grid: substrate permittivity and metal, ``(2, nx, ny, nz)``.
 
@@ -295,7 +371,8 @@ def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tenso
     bottom node plane and the patch centred in x, its feed line starting at y's first node. Channel 0 is
     the relative permittivity on the Ez nodes (sub-cell averaged, :func:`mindelec.voxels.permittivity_grid`;
     the substrate's height shows as a fractional top layer), channel 1 the metal fill fraction of the
-    top sheets on the Ex nodes (:func:`mindelec.voxels.fill_fractions` of the patch and line one cell thick).
+    top sheets on the Ex nodes (:func:`mindelec.voxels.fill_fractions` of the patch, less its inset notch,
+    and of the line, one cell thick).
 
     Raises:
         ConfigurationError: if the design does not fit the reference grid.
@@ -323,12 +400,18 @@ def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tenso
         fdtd.Medium(permittivity=values["permittivity"]),
     )
     permittivity = permittivity_grid([substrate], grid, "Ez")
-    strip = 2 * values["width"] / PatchSetup().n_width
+    setup = PatchSetup()
+    strip = setup.strip_cells * values["width"] / setup.n_width
+    gap = setup.gap_cells * values["width"] / setup.n_width
     center = values["feed_offset"] * values["width"]
-    patch = Box(
-        (-values["width"] / 2, y0 + line_length, top),
-        (values["width"] / 2, y0 + line_length + values["length"], top + cell),
-    )
-    line = Box((center - strip / 2, y0, top), (center + strip / 2, y0 + line_length, top + cell))
-    metal = torch.maximum(fill_fractions(patch, grid, "Ex"), fill_fractions(line, grid, "Ex"))
+    start = y0 + line_length
+    depth = values["inset"] * values["length"]
+    half = values["width"] / 2
+    patch = Box((-half, start, top), (half, start + values["length"], top + cell))
+    notch = Box((center - strip / 2 - gap, start, top), (center + strip / 2 + gap, start + depth, top + cell))
+    line = Box((center - strip / 2, y0, top), (center + strip / 2, start + depth, top + cell))
+    fill = fill_fractions(patch, grid, "Ex")
+    if depth > 0:
+        fill = (fill - fill_fractions(notch, grid, "Ex")).clamp(min=0)
+    metal = torch.maximum(fill, fill_fractions(line, grid, "Ex"))
     return torch.stack([permittivity, metal])

@@ -23,8 +23,9 @@ def add_surrogate_commands(commands) -> None:
     train.add_argument(
         "--parameters",
         nargs="+",
-        default=["length", "width", "feed_offset", "permittivity", "height"],
-        help="parameter columns, in the model's input order (default: the patch antenna's)",
+        default=["length", "width", "inset_used", "permittivity", "height"],
+        help="parameter columns, in the model's input order (default: the patch antenna's, its inset as "
+        "simulated on the grid)",
     )
     train.add_argument("--output", help="run folder (default: <sweep name>_surrogate)")
     train.add_argument("--members", type=int, default=3, help="ensemble size (default 3)")
@@ -32,6 +33,11 @@ def add_surrogate_commands(commands) -> None:
     train.add_argument("--lr", type=float, default=3e-3)
     train.add_argument(
         "--frequency-features", type=int, default=4, help="Fourier octaves of the frequency input"
+    )
+    train.add_argument(
+        "--frequency-reference",
+        help="'package.module:function' giving each design's frequency scale (Hz) from its parameters, "
+        "e.g. mindelec.antennas:cavity_resonance (the network also sees f / f_ref)",
     )
     train.add_argument("--plain", action="store_true", help="a plain parameters -> S11 MLP instead")
     train.add_argument("--test-fraction", type=float, default=0.2)
@@ -46,7 +52,12 @@ def surrogate_command(arguments) -> int:
         arguments.output or pathlib.Path(arguments.sweep).with_suffix("").name + "_surrogate"
     )
     options = (
-        {"conditioning": "none"} if arguments.plain else {"frequency_features": arguments.frequency_features}
+        {"conditioning": "none"}
+        if arguments.plain
+        else {
+            "frequency_features": arguments.frequency_features,
+            "frequency_reference": arguments.frequency_reference,
+        }
     )
     try:
         ensemble, _ = train_ensemble(

@@ -80,6 +80,32 @@ def load_sweep(path, parameter_names: Sequence[str], outputs: Sequence[str] = ("
     }
 
 
+def _frequency_reference(reference: str | None, parameter_names: tuple, conditioning: str):
+    """The frequency-scale function named ``reference`` and the parameter column of each of its arguments."""
+    if reference is None:
+        return None, {}
+    import inspect
+
+    from common.datasets.recipe import resolve_function
+
+    if conditioning != "frequency":
+        raise ValueError("SParameterSurrogate: frequency_reference needs conditioning='frequency'")
+    function = resolve_function(reference)
+    arguments = [
+        name
+        for name, argument in inspect.signature(function).parameters.items()
+        if argument.default is inspect.Parameter.empty
+        and argument.kind in (argument.POSITIONAL_OR_KEYWORD, argument.KEYWORD_ONLY)
+    ]
+    missing = [name for name in arguments if name not in parameter_names]
+    if missing:
+        raise ValueError(
+            f"SParameterSurrogate: frequency_reference {reference!r} needs the parameters {missing}, "
+            f"which are not among the model's inputs {parameter_names}"
+        )
+    return function, {name: parameter_names.index(name) for name in arguments}
+
+
 class SParameterSurrogate(nn.Module):
     """Geometry parameters -> complex S-parameters over a fixed band.
 
@@ -99,6 +125,12 @@ class SParameterSurrogate(nn.Module):
             conditioning: sharp resonances need more than a linear frequency input); ``0``: ``u`` only.
         conditioning: ``"frequency"`` (the above, one network evaluated at every frequency) or
             ``"none"``: a plain MLP from the parameters to all ``F K`` outputs at once (the baseline).
+        frequency_reference: ``"package.module:function"`` giving each design's physical frequency scale
+            (Hz, ``(B,)``) from the parameter columns it names as arguments (e.g.
+            ``"mindelec.antennas:cavity_resonance"``, the patch's transmission-line resonance); the
+            network then also sees ``f / f_ref - 1`` and its Fourier features, a frequency axis on which
+            the resonances of different designs line up (``"frequency"`` conditioning only; stored by
+            name, so a saved model reloads it).
 
     Shapes:
         :meth:`forward`: ``(B, P)`` parameters (SI units) -> ``(B, F, K, 2)`` standardised features
@@ -115,6 +147,7 @@ class SParameterSurrogate(nn.Module):
         activation: str = "silu",
         frequency_features: int = 0,
         conditioning: str = "frequency",
+        frequency_reference: str | None = None,
     ):
         super().__init__()
         if conditioning not in ("frequency", "none") or not (
@@ -127,6 +160,9 @@ class SParameterSurrogate(nn.Module):
         self.parameter_names, self.outputs = tuple(parameter_names), tuple(outputs)
         if not self.parameter_names or not self.outputs:
             raise ValueError("SParameterSurrogate: parameter_names and outputs must not be empty")
+        self.reference, self.reference_columns = _frequency_reference(
+            frequency_reference, self.parameter_names, conditioning
+        )
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
         if len(frequencies) > 1 and not bool((frequencies.diff() > 0).all()):
             raise ValueError("SParameterSurrogate: frequencies must be strictly increasing (Hz)")
@@ -136,6 +172,7 @@ class SParameterSurrogate(nn.Module):
             "activation": activation,
             "frequency_features": frequency_features,
             "conditioning": conditioning,
+            "frequency_reference": frequency_reference,
         }
         parameters, outputs_count = len(self.parameter_names), len(self.outputs)
         self.register_buffer("frequencies", frequencies)
@@ -147,7 +184,7 @@ class SParameterSurrogate(nn.Module):
             "scaled_frequencies", torch.cat([scaled[:, None], octaves.sin(), octaves.cos()], 1)
         )
         if conditioning == "frequency":
-            width = parameters + self.scaled_frequencies.shape[1]
+            width = parameters + self.scaled_frequencies.shape[1] * (2 if self.reference else 1)
             self.network = MLP(width, 2 * outputs_count, hidden_features, hidden_layers, activation)
         else:
             self.network = MLP(
@@ -200,14 +237,29 @@ class SParameterSurrogate(nn.Module):
         count, frequencies = len(scaled), len(self.scaled_frequencies)
         if self.options["conditioning"] == "none":
             return self.network(scaled).reshape(count, frequencies, len(self.outputs), 2)
-        inputs = torch.cat(
-            [
-                scaled[:, None, :].expand(-1, frequencies, -1),
-                self.scaled_frequencies[None].expand(count, -1, -1),
-            ],
-            -1,
-        )
-        return self.network(inputs).reshape(count, frequencies, len(self.outputs), 2)
+        features = [
+            scaled[:, None, :].expand(-1, frequencies, -1),
+            self.scaled_frequencies[None].expand(count, -1, -1),
+        ]
+        if self.reference is not None:
+            features.append(self._reference_features(parameters))
+        return self.network(torch.cat(features, -1)).reshape(count, frequencies, len(self.outputs), 2)
+
+    def _reference_features(self, parameters: torch.Tensor) -> torch.Tensor:
+        """``(B, F, 1 + 2 k)``: ``f / f_ref - 1`` of every design and frequency, and its Fourier features."""
+        columns = {
+            name: parameters[:, index].to(torch.float64) for name, index in self.reference_columns.items()
+        }
+        reference = torch.as_tensor(self.reference(**columns), dtype=torch.float64).reshape(-1, 1)
+        if not bool((torch.isfinite(reference) & (reference > 0)).all()):
+            raise ValueError(
+                f"SParameterSurrogate: {self.options['frequency_reference']} gave a non-positive "
+                "or non-finite frequency scale for some designs"
+            )
+        detuning = (self.frequencies[None, :].to(reference) / reference - 1).to(self.scaled_frequencies)
+        octaves = (self.scaled_frequencies.shape[1] - 1) // 2
+        angles = detuning[..., None] * math.pi * 2.0 ** torch.arange(octaves).to(detuning)
+        return torch.cat([detuning[..., None], angles.sin(), angles.cos()], -1)
 
     def predict(self, parameters: torch.Tensor) -> torch.Tensor:
         """Complex S-parameters ``(B, F, K)`` for parameters ``(B, P)`` (SI units)."""

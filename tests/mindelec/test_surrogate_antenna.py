@@ -125,6 +125,55 @@ def test_train_ensemble_refuses_another_split_in_its_folder(trained):
         train_ensemble(path, NAMES, run, members=1, split_options={"test_fraction": 0.5}, **FIT)
 
 
+def test_frequency_reference_lines_resonances_up_and_survives_a_reload(tmp_path):
+    # designs whose true resonance sits 4 % below the transmission-line estimate, a sharper dip (Q 25)
+    unit = qmc.Sobol(4, seed=2).random(128)
+    low, high = np.array([10e-3, 12e-3, 2.2, 0.6e-3]), np.array([16e-3, 20e-3, 4.4, 1.6e-3])
+    designs = low + unit * (high - low)
+    names = ["length", "width", "permittivity", "height"]
+    path = tmp_path / "sweep.h5"
+    with H5Writer(path, mode="w") as writer:
+        for index, design in enumerate(designs):
+            resonance = 0.96 * float(antennas.cavity_resonance(*design[[0, 1, 2, 3]]))
+            impedance = 120.0 / (1 + 25j * (FREQUENCIES / resonance - resonance / FREQUENCIES))
+            s11 = (impedance - 50) / (impedance + 50)
+            columns = dict(zip(names, design))
+            writer.append(
+                {
+                    "sample_id": index,
+                    **columns,
+                    "frequencies": FREQUENCIES,
+                    "s11_real": s11.real,
+                    "s11_imag": s11.imag,
+                }
+            )
+    scores = {}
+    for label, reference in (("plain", None), ("referenced", "mindelec.antennas:cavity_resonance")):
+        ensemble, _ = train_ensemble(
+            path,
+            names,
+            tmp_path / label,
+            members=1,
+            model_options={**MODEL, "frequency_reference": reference},
+            **FIT,
+        )
+        scores[label] = evaluate(ensemble, path, "test")["relative_l2"]
+    assert scores["referenced"] < 0.5 * scores["plain"]
+    model = ensemble.members[0]
+    reloaded = Ensemble.load(tmp_path / "referenced").members[0]
+    probe = torch.tensor(designs[:4])
+    assert torch.equal(model.predict(probe), reloaded.predict(probe))
+    with pytest.raises(ValueError, match="width"):
+        train_ensemble(
+            path,
+            ["length", "permittivity"],
+            tmp_path / "missing",
+            members=1,
+            model_options={"frequency_reference": "mindelec.antennas:cavity_resonance"},
+            **FIT,
+        )
+
+
 SCRIPT = """
 import sys
 from mindelec.surrogate.antenna import train_ensemble
@@ -180,18 +229,27 @@ def test_cli_trains_and_writes_held_out_metrics(tmp_path, capsys):
 
 
 def test_voxel_autoencoder_round_trip_on_unseen_patch_geometries():
+    names = ("length", "width", "inset", "permittivity", "height")
     unit = qmc.Sobol(5, seed=0).random(40)
-    low = np.array([10e-3, 12e-3, 0.0, 2.2, 0.6e-3])
-    high = np.array([16e-3, 20e-3, 0.3, 4.4, 1.6e-3])
-    designs = [dict(zip(antennas.PARAMETERS, low + u * (high - low))) for u in unit]
+    low = np.array([10e-3, 12e-3, 0.1, 2.2, 0.6e-3])
+    high = np.array([16e-3, 20e-3, 0.4, 4.4, 1.6e-3])
+    designs = [dict(zip(names, low + u * (high - low))) for u in unit]
     voxels = torch.stack([antennas.patch_voxels(d, cell=1e-3, shape=(24, 24, 4)) for d in designs])
     # the voxels are the geometry: (eps - 1) x substrate height and the patch's area come back out
     column = (voxels[:, 0, 0, 0, :] - 1).sum(-1) * 1e-3
     expected = torch.tensor([(d["permittivity"] - 1) * d["height"] for d in designs], dtype=torch.float64)
     assert torch.allclose(column, expected, rtol=0.25)  # fill fractions in quarters of a 1 mm cell
     areas = voxels[:, 1].sum((1, 2, 3)) * 1e-6
-    expected = torch.tensor([d["length"] * d["width"] for d in designs], dtype=torch.float64)
-    assert torch.allclose(areas, expected, rtol=0.25)
+    # the patch less the two slots of its inset notch (each a twelfth of the width, PatchSetup's gap, as
+    # deep as the inset), and the 6 mm of line before the patch (a sixth of the width)
+    expected = torch.tensor(
+        [
+            d["length"] * d["width"] - d["inset"] * d["length"] * d["width"] / 6 + 6e-3 * d["width"] / 6
+            for d in designs
+        ],
+        dtype=torch.float64,
+    )
+    assert torch.allclose(areas, expected, rtol=0.03)
     model, report = voxel_autoencoder(
         voxels[:32],
         voxels[32:],
@@ -210,6 +268,17 @@ def test_voxel_autoencoder_round_trip_on_unseen_patch_geometries():
     assert report["relative_error"] < 0.6 * mean_error
 
 
+def test_cavity_resonance_matches_balanis_design_example():
+    # Balanis, Antenna Theory (3rd ed.), example 14.1: er = 2.2, h = 0.1588 cm, designed for 10 GHz
+    # gives W = 1.186 cm and L = 0.906 cm
+    frequency = antennas.cavity_resonance(0.906e-2, 1.186e-2, 2.2, 0.1588e-2)
+    assert float(frequency) == pytest.approx(10e9, rel=2e-3)
+    lengths = torch.tensor([8e-3, 12e-3, 16e-3])
+    assert bool((antennas.cavity_resonance(lengths, 16e-3, 3.0, 1e-3).diff() < 0).all())
+    with pytest.raises(ValueError, match="permittivity"):
+        antennas.cavity_resonance(1e-2, 1e-2, 0.5, 1e-3)
+
+
 def test_patch_antenna_cells_follow_the_design_and_bad_designs_are_refused():
     from common.errors import ConfigurationError
 
@@ -221,6 +290,16 @@ def test_patch_antenna_cells_follow_the_design_and_bad_designs_are_refused():
     assert port.impedance == 50.0
     with pytest.raises(ConfigurationError, match="feed_offset"):
         antennas.patch_antenna({**design, "feed_offset": 0.45}, setup)
+    # an inset feed: the line runs 3 of the 8 cells into the patch, in a notch of one-cell slots
+    inset = {**design, "feed_offset": 0.0, "inset": 0.4}
+    simulation, _ = antennas.patch_antenna(inset, setup)
+    metal = antennas.patch_voxels(inset, cell=1e-3, shape=(24, 32, 4))[1].amax(-1)
+    row = metal[:, 6 + 1]  # across the notch, one cell past the patch's edge (the line starts at y = 0)
+    assert int((row > 0.5).sum()) < int((metal[:, 6 + 9] > 0.5).sum())  # the slots are open
+    with pytest.raises(ConfigurationError, match="notch"):
+        antennas.patch_antenna({**inset, "feed_offset": 0.2}, setup)
+    with pytest.raises(ConfigurationError, match="inset"):
+        antennas.patch_antenna({**inset, "inset": 0.6}, setup)
     with pytest.raises(ConfigurationError, match="missing"):
         antennas.patch_antenna({"length": 12e-3}, setup)
     with pytest.raises(ConfigurationError, match="even"):
