@@ -1,0 +1,141 @@
+"""The patch-antenna S11 surrogate: held-out accuracy, learning curve, and speed against the 3D FDTD.
+
+Usage::
+
+    .venv/bin/python -m common.datasets generate datasets/patch_antenna.toml --output patch_antenna.h5
+    .venv/bin/python benchmarks/antenna_surrogate.py --data patch_antenna.h5 [--run FOLDER]
+    .venv/bin/python benchmarks/antenna_surrogate.py --quick     # the small recipe, generated here
+
+On designs the models never saw (``mindelec.surrogate.antenna.evaluate``: the stored split's ``test``
+designs, inside the training ranges, and its ``extrapolation`` designs, the longest patches):
+
+* the frequency-conditioned ensemble (Fourier features of the frequency and of ``f / f_ref - 1``, with
+  ``f_ref`` the transmission-line resonance ``mindelec.antennas:cavity_resonance``), the same without
+  ``f_ref``, and the plain parameters -> S11 MLP, each against the mean predictor;
+* the learning curve: the conditioned model (one member) on the first 1/8, 1/4, 1/2 and all training
+  designs, scored on the same held-out set;
+* speed: the ensemble's prediction per design (a batch of 1024 designs, one thread) against one FDTD run
+  of a mid-range design of the data's recipe (one thread). The ratio is printed last.
+
+Every run folder is resumable (a killed benchmark started again continues); results go to
+``<run>/results.json``.
+"""
+
+import argparse
+import json
+import pathlib
+import time
+
+import torch
+
+import common.datasets as datasets
+from mindelec import antennas
+from mindelec.surrogate.antenna import evaluate, train_ensemble
+
+NAMES = ["length", "width", "inset_used", "permittivity", "height"]
+REFERENCE = "mindelec.antennas:cavity_resonance"
+SUBSETS = ("test", "extrapolation")
+
+
+def scores_line(label: str, scores: dict) -> str:
+    return (
+        f"{label:34s} {scores['designs']:4d} designs: relative L2 {scores['relative_l2']:.4f} "
+        f"(mean predictor {scores['mean_relative_l2']:.3f}), |S11| {scores['db_error']:.3f} dB "
+        f"({scores['mean_db_error']:.2f}), "
+        f"resonance {scores['resonance_error']:.2f} % (median {scores['resonance_error_median']:.2f} %; mean "
+        f"predictor {scores['mean_resonance_error']:.2f} %), spread {scores['uncertainty']:.3f}"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help="HDF5 dataset of datasets/patch_antenna.toml")
+    parser.add_argument("--quick", action="store_true", help="generate and use the small recipe")
+    parser.add_argument("--run", default="antenna_surrogate_run", help="run folder (resumable)")
+    parser.add_argument("--members", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2000)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "unreferenced", "curve"])
+    arguments = parser.parse_args()
+    torch.set_num_threads(1)
+    run = pathlib.Path(arguments.run)
+    run.mkdir(parents=True, exist_ok=True)
+    root = pathlib.Path(__file__).resolve().parent.parent
+    recipe = datasets.load_recipe(
+        root / "datasets" / ("patch_antenna_small.toml" if arguments.quick else "patch_antenna.toml")
+    )
+    data = pathlib.Path(arguments.data or run / f"{recipe.name}.h5")
+    if arguments.quick and arguments.data is None:
+        datasets.generate(recipe, output=data, workers=1, threads=1, progress=False)
+    epochs = 300 if arguments.quick else arguments.epochs
+    fit = {"epochs": epochs, "progress": not arguments.quick, "threads": 1}
+    configurations = {
+        "conditioned (f and f / f_ref)": {"frequency_features": 4, "frequency_reference": REFERENCE}
+    }
+    if "unreferenced" not in arguments.skip:
+        configurations["conditioned (f only)"] = {"frequency_features": 4}
+    if "plain" not in arguments.skip:
+        configurations["plain MLP"] = {"conditioning": "none"}
+    results = {"data": str(data), "epochs": epochs, "members": arguments.members, "models": {}}
+    ensembles = {}
+    for index, (label, options) in enumerate(configurations.items()):
+        started = time.perf_counter()
+        ensemble, _ = train_ensemble(
+            data, NAMES, run / f"model_{index}", members=arguments.members, model_options=options, **fit
+        )
+        ensembles[label] = ensemble
+        results["models"][label] = {
+            subset: evaluate(ensemble, data, subset) for subset in SUBSETS if ensemble.split[subset]
+        }
+        results["models"][label]["training_seconds"] = time.perf_counter() - started
+        for subset, scores in results["models"][label].items():
+            if subset in SUBSETS:
+                print(scores_line(f"{label}, {subset}", scores), flush=True)
+
+    best = ensembles["conditioned (f and f / f_ref)"]
+    if "curve" not in arguments.skip:
+        total = len(best.split["train"])
+        results["learning_curve"] = []
+        for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2), total}):
+            member, _ = train_ensemble(
+                data,
+                NAMES,
+                run / f"curve_{size}",
+                members=1,
+                train_limit=size,
+                model_options=configurations["conditioned (f and f / f_ref)"],
+                **fit,
+            )
+            scores = evaluate(member, data, "test")
+            results["learning_curve"].append({"training_designs": size, **scores})
+            print(scores_line(f"learning curve, {size} training designs", scores), flush=True)
+
+    table = datasets.read_dataset(data)
+    design = {
+        "length": 13e-3,
+        "width": 16e-3,
+        "inset": 0.25,
+        "permittivity": 3.3,
+        "height": 1.1e-3,
+    }
+    started = time.perf_counter()
+    antennas.patch_antenna_sample(design, 0, **recipe.generator.options)
+    fdtd_seconds = time.perf_counter() - started
+    batch = torch.as_tensor(
+        [[float(table[name][row % len(table[name])]) for name in NAMES] for row in range(1024)],
+        dtype=torch.float64,
+    )
+    best.predict(batch)
+    started = time.perf_counter()
+    best.predict(batch)
+    surrogate_seconds = (time.perf_counter() - started) / len(batch)
+    results["speed"] = {"fdtd_seconds": fdtd_seconds, "surrogate_seconds_per_design": surrogate_seconds}
+    (run / "results.json").write_text(json.dumps(results, indent=2))
+    print(
+        f"FDTD {fdtd_seconds:.2f} s per design, surrogate ensemble ({arguments.members} members) "
+        f"{surrogate_seconds * 1e6:.0f} us per design in a batch of 1024"
+    )
+    print(f"speed-up (FDTD / surrogate): {fdtd_seconds / surrogate_seconds:.3g}")
+
+
+if __name__ == "__main__":
+    main()
