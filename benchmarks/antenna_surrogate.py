@@ -12,13 +12,14 @@ designs, inside the training ranges, and its ``extrapolation`` designs, the long
 * the frequency-conditioned ensemble (Fourier features of the frequency and of ``f / f_ref - 1``, with
   ``f_ref`` the transmission-line resonance ``mindelec.antennas:cavity_resonance``), the same without
   ``f_ref``, and the plain parameters -> S11 MLP, each against the mean predictor;
-* the learning curve: the conditioned model (one member) on the first 1/8, 1/4, 1/2 and all training
-  designs, scored on the same held-out set;
+* the learning curve: the conditioned model (one member) on the first 1/8, 1/4 and 1/2 of the training
+  designs, and the ensemble's first member (all of them), scored on the same held-out set;
 * speed: the ensemble's prediction per design (a batch of 1024 designs, one thread) against one FDTD run
   of a mid-range design of the data's recipe (one thread). The ratio is printed last.
 
-Every run folder is resumable (a killed benchmark started again continues); results go to
-``<run>/results.json``.
+Every run folder is resumable (a killed benchmark started again continues); ``--parts`` runs some of
+the parts (two processes on two cores can share a run folder with different parts); results are merged
+into ``<run>/results.json``.
 """
 
 import argparse
@@ -30,11 +31,18 @@ import torch
 
 import common.datasets as datasets
 from mindelec import antennas
-from mindelec.surrogate.antenna import evaluate, train_ensemble
+from mindelec.surrogate import load_sweep
+from mindelec.surrogate.antenna import Ensemble, design_split, evaluate, train_ensemble
 
 NAMES = ["length", "width", "inset_used", "permittivity", "height"]
 REFERENCE = "mindelec.antennas:cavity_resonance"
 SUBSETS = ("test", "extrapolation")
+CONFIGURATIONS = {
+    "conditioned": {"frequency_features": 4, "frequency_reference": REFERENCE},
+    "unreferenced": {"frequency_features": 4},
+    "plain": {"conditioning": "none"},
+}
+PARTS = (*CONFIGURATIONS, "curve", "speed")
 
 
 def scores_line(label: str, scores: dict) -> str:
@@ -54,7 +62,9 @@ def main():
     parser.add_argument("--run", default="antenna_surrogate_run", help="run folder (resumable)")
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["plain", "unreferenced", "curve"])
+    parser.add_argument(
+        "--parts", nargs="+", default=list(PARTS), choices=PARTS, help="what to run (default: everything)"
+    )
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     run = pathlib.Path(arguments.run)
@@ -68,47 +78,49 @@ def main():
         datasets.generate(recipe, output=data, workers=1, threads=1, progress=False)
     epochs = 300 if arguments.quick else arguments.epochs
     fit = {"epochs": epochs, "progress": not arguments.quick, "threads": 1}
-    configurations = {
-        "conditioned (f and f / f_ref)": {"frequency_features": 4, "frequency_reference": REFERENCE}
-    }
-    if "unreferenced" not in arguments.skip:
-        configurations["conditioned (f only)"] = {"frequency_features": 4}
-    if "plain" not in arguments.skip:
-        configurations["plain MLP"] = {"conditioning": "none"}
-    results = {"data": str(data), "epochs": epochs, "members": arguments.members, "models": {}}
-    ensembles = {}
-    for index, (label, options) in enumerate(configurations.items()):
-        started = time.perf_counter()
-        ensemble, _ = train_ensemble(
-            data, NAMES, run / f"model_{index}", members=arguments.members, model_options=options, **fit
-        )
-        ensembles[label] = ensemble
-        results["models"][label] = {
-            subset: evaluate(ensemble, data, subset) for subset in SUBSETS if ensemble.split[subset]
-        }
-        results["models"][label]["training_seconds"] = time.perf_counter() - started
-        for subset, scores in results["models"][label].items():
-            if subset in SUBSETS:
-                print(scores_line(f"{label}, {subset}", scores), flush=True)
+    path = run / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {"models": {}}
+    results.update(data=str(data), epochs=epochs)
 
-    best = ensembles["conditioned (f and f / f_ref)"]
-    if "curve" not in arguments.skip:
-        total = len(best.split["train"])
+    def ensemble(part: str, folder: str | None = None, members: int = arguments.members, **options):
+        return train_ensemble(
+            data,
+            NAMES,
+            run / (folder or part),
+            members=members,
+            model_options=CONFIGURATIONS[part],
+            **options,
+            **fit,
+        )[0]
+
+    for part in [part for part in CONFIGURATIONS if part in arguments.parts]:
+        started = time.perf_counter()
+        model = ensemble(part)
+        entry = {subset: evaluate(model, data, subset) for subset in SUBSETS if model.split[subset]}
+        results["models"][part] = {
+            **entry,
+            "members": arguments.members,
+            "training_seconds": time.perf_counter() - started,
+        }
+        for subset, scores in entry.items():
+            print(scores_line(f"{part}, {subset}", scores), flush=True)
+
+    if "curve" in arguments.parts:
+        sweep = load_sweep(data, NAMES, ("s11",))
+        total = len(design_split(sweep["sample_id"], sweep["parameters"])["train"])
         results["learning_curve"] = []
-        for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2), total}):
-            member, _ = train_ensemble(
-                data,
-                NAMES,
-                run / f"curve_{size}",
-                members=1,
-                train_limit=size,
-                model_options=configurations["conditioned (f and f / f_ref)"],
-                **fit,
-            )
-            scores = evaluate(member, data, "test")
+        for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2)}):
+            scores = evaluate(ensemble("conditioned", f"curve_{size}", members=1, train_limit=size), data)
             results["learning_curve"].append({"training_designs": size, **scores})
             print(scores_line(f"learning curve, {size} training designs", scores), flush=True)
 
+    if "speed" not in arguments.parts:
+        path.write_text(json.dumps(results, indent=2))
+        return
+    best = ensemble("conditioned")
+    scores = evaluate(Ensemble(best.members[:1], best.split), data)
+    results.setdefault("learning_curve", []).append({"training_designs": len(best.split["train"]), **scores})
+    print(scores_line(f"learning curve, {len(best.split['train'])} training designs", scores), flush=True)
     table = datasets.read_dataset(data)
     design = {
         "length": 13e-3,
@@ -129,7 +141,7 @@ def main():
     best.predict(batch)
     surrogate_seconds = (time.perf_counter() - started) / len(batch)
     results["speed"] = {"fdtd_seconds": fdtd_seconds, "surrogate_seconds_per_design": surrogate_seconds}
-    (run / "results.json").write_text(json.dumps(results, indent=2))
+    path.write_text(json.dumps(results, indent=2))
     print(
         f"FDTD {fdtd_seconds:.2f} s per design, surrogate ensemble ({arguments.members} members) "
         f"{surrogate_seconds * 1e6:.0f} us per design in a batch of 1024"
