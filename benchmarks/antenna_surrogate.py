@@ -79,8 +79,14 @@ def main():
     epochs = 300 if arguments.quick else arguments.epochs
     fit = {"epochs": epochs, "progress": not arguments.quick, "threads": 1}
     path = run / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {"models": {}}
-    results.update(data=str(data), epochs=epochs)
+    results = {"data": str(data), "epochs": epochs, "models": {}, "learning_curve": {}}
+
+    def save():
+        """Merge into the results file (another process may have written other parts meanwhile)."""
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        for key in ("models", "learning_curve"):
+            results[key] = {**stored.get(key, {}), **results[key]}
+        path.write_text(json.dumps({**stored, **results}, indent=2))
 
     def ensemble(part: str, folder: str | None = None, members: int = arguments.members, **options):
         return train_ensemble(
@@ -104,22 +110,22 @@ def main():
         }
         for subset, scores in entry.items():
             print(scores_line(f"{part}, {subset}", scores), flush=True)
+        save()
 
     if "curve" in arguments.parts:
         sweep = load_sweep(data, NAMES, ("s11",))
         total = len(design_split(sweep["sample_id"], sweep["parameters"])["train"])
-        results["learning_curve"] = []
         for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2)}):
             scores = evaluate(ensemble("conditioned", f"curve_{size}", members=1, train_limit=size), data)
-            results["learning_curve"].append({"training_designs": size, **scores})
+            results["learning_curve"][str(size)] = scores
             print(scores_line(f"learning curve, {size} training designs", scores), flush=True)
 
+    save()
     if "speed" not in arguments.parts:
-        path.write_text(json.dumps(results, indent=2))
         return
     best = ensemble("conditioned")
     scores = evaluate(Ensemble(best.members[:1], best.split), data)
-    results.setdefault("learning_curve", []).append({"training_designs": len(best.split["train"]), **scores})
+    results["learning_curve"][str(len(best.split["train"]))] = scores
     print(scores_line(f"learning curve, {len(best.split['train'])} training designs", scores), flush=True)
     table = datasets.read_dataset(data)
     design = {
@@ -141,7 +147,7 @@ def main():
     best.predict(batch)
     surrogate_seconds = (time.perf_counter() - started) / len(batch)
     results["speed"] = {"fdtd_seconds": fdtd_seconds, "surrogate_seconds_per_design": surrogate_seconds}
-    path.write_text(json.dumps(results, indent=2))
+    save()
     print(
         f"FDTD {fdtd_seconds:.2f} s per design, surrogate ensemble ({arguments.members} members) "
         f"{surrogate_seconds * 1e6:.0f} us per design in a batch of 1024"
