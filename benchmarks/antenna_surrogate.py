@@ -93,7 +93,7 @@ def main():
     parser.add_argument("--run", default="antenna_surrogate_run", help="run folder (resumable)")
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2000)
-    parser.add_argument("--hidden-features", type=int, default=128, help="width of every network")
+    parser.add_argument("--hidden-features", type=int, default=64, help="width of every network")
     parser.add_argument(
         "--parts", nargs="+", default=list(PARTS), choices=PARTS, help="what to run (default: everything)"
     )
