@@ -9,9 +9,10 @@ Usage::
 On designs the models never saw (``mindelec.surrogate.antenna.evaluate``: the stored split's ``test``
 designs, inside the training ranges, and its ``extrapolation`` designs, the longest patches):
 
-* the frequency-conditioned ensemble (Fourier features of the frequency and of ``f / f_ref - 1``, with
-  ``f_ref`` the transmission-line resonance ``mindelec.antennas:cavity_resonance``), the same without
-  ``f_ref``, and the plain parameters -> S11 MLP, each against the mean predictor;
+* the frequency-conditioned ensemble (Fourier features of the frequency and of ``f / f_ref - 1`` for each
+  ``f_ref`` of the patch's first cavity modes, ``mindelec.antennas:cavity_modes``), the same with the
+  transmission-line resonance alone (``one_scale``: ``mindelec.antennas:cavity_resonance``) and without
+  any ``f_ref`` (``unreferenced``), and the plain parameters -> S11 MLP, each against the mean predictor;
 * the learning curve: the conditioned model (one member) on the first 1/8, 1/4 and 1/2 of the training
   designs, and the ensemble's first member (all of them), scored on the same held-out set;
 * speed: the prediction per design (a batch of 1024 designs, one thread) of the ensemble (its spread is
@@ -36,10 +37,11 @@ from mindelec.surrogate import load_sweep
 from mindelec.surrogate.antenna import Ensemble, design_split, evaluate, train_ensemble
 
 NAMES = ["length", "width", "inset_used", "permittivity", "height"]
-REFERENCE = "mindelec.antennas:cavity_resonance"
+REFERENCE = "mindelec.antennas:cavity_modes"
 SUBSETS = ("test", "extrapolation")
 CONFIGURATIONS = {
     "conditioned": {"frequency_features": 4, "frequency_reference": REFERENCE},
+    "one_scale": {"frequency_features": 4, "frequency_reference": "mindelec.antennas:cavity_resonance"},
     "unreferenced": {"frequency_features": 4},
     "plain": {"conditioning": "none"},
 }

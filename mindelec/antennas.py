@@ -24,7 +24,8 @@ edge (``dz``).
   ``s11_imag``, ``s11_db``, ``resonance``, ``feed_offset_used``, ``inset_used``;
 * :func:`patch_voxels` - the design as voxels on a fixed reference Yee grid, for geometry encoders;
 * :func:`cavity_resonance` - the design's resonance by the transmission-line model (Balanis), the
-  physical frequency scale a surrogate can condition on.
+  physical frequency scale a surrogate can condition on; :func:`cavity_modes` - the first modes of the
+  same cavity (``CAVITY_MODES``), the scales of its higher resonances.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from common.units import SPEED_OF_LIGHT
 __all__ = [
     "PARAMETERS",
     "SAMPLE_KEYS",
+    "CAVITY_MODES",
     "PatchSetup",
+    "cavity_modes",
     "cavity_resonance",
     "patch_antenna",
     "patch_antenna_sample",
@@ -330,6 +333,27 @@ def resonance_frequency(frequencies: torch.Tensor, s11_db: torch.Tensor) -> torc
     return frequencies[index] + shift.clamp(-1, 1) * step
 
 
+def _cavity(length, width, permittivity, height):
+    """The checked inputs as float64 tensors (naming a bad value)."""
+    length, width, permittivity, height = (
+        torch.as_tensor(value, dtype=torch.float64) for value in (length, width, permittivity, height)
+    )
+    for name, value in (("length", length), ("width", width), ("height", height)):
+        if not bool((value > 0).all()):
+            raise ValueError(f"patch cavity: {name} must be positive (m), got {value}")
+    if not bool((permittivity >= 1).all()):
+        raise ValueError(f"patch cavity: permittivity must be >= 1, got {permittivity}")
+    return length, width, permittivity, height
+
+
+def _effective_length(length, width, permittivity, height):
+    """``(length + 2 dL, eps_eff)`` of a patch edge of ``length`` radiating across ``width``."""
+    aspect = width / height
+    effective = (permittivity + 1) / 2 + (permittivity - 1) / 2 / torch.sqrt(1 + 12 / aspect)
+    extension = 0.412 * height * (effective + 0.3) * (aspect + 0.264) / ((effective - 0.258) * (aspect + 0.8))
+    return length + 2 * extension, effective
+
+
 def cavity_resonance(length, width, permittivity, height) -> torch.Tensor:
     """Resonance (Hz) of a rectangular patch by the transmission-line model (Balanis, *Antenna Theory*, 14.2).
 
@@ -350,18 +374,48 @@ def cavity_resonance(length, width, permittivity, height) -> torch.Tensor:
     Raises:
         ValueError: for non-positive lengths or a permittivity below 1 (naming the value).
     """
-    length, width, permittivity, height = (
-        torch.as_tensor(value, dtype=torch.float64) for value in (length, width, permittivity, height)
-    )
-    for name, value, low in (("length", length, 0), ("width", width, 0), ("height", height, 0)):
-        if not bool((value > low).all()):
-            raise ValueError(f"cavity_resonance: {name} must be positive (m), got {value}")
-    if not bool((permittivity >= 1).all()):
-        raise ValueError(f"cavity_resonance: permittivity must be >= 1, got {permittivity}")
-    aspect = width / height
-    effective = (permittivity + 1) / 2 + (permittivity - 1) / 2 / torch.sqrt(1 + 12 / aspect)
-    extension = 0.412 * height * (effective + 0.3) * (aspect + 0.264) / ((effective - 0.258) * (aspect + 0.8))
-    return SPEED_OF_LIGHT / (2 * (length + 2 * extension) * torch.sqrt(effective))
+    length, width, permittivity, height = _cavity(length, width, permittivity, height)
+    effective_length, effective = _effective_length(length, width, permittivity, height)
+    return SPEED_OF_LIGHT / (2 * effective_length * torch.sqrt(effective))
+
+
+#: the ``(m, n)`` of the TM_mn cavity modes :func:`cavity_modes` returns, in its column order (``m``
+#: half-waves along the length, ``n`` along the width). A feed centred in the width does not excite the
+#: modes odd in ``n``; an offset feed does.
+CAVITY_MODES = ((1, 0), (2, 0), (0, 2), (1, 2), (0, 1), (1, 1))
+
+
+def cavity_modes(length, width, permittivity, height) -> torch.Tensor:
+    """Resonances (Hz) of the first TM_mn modes of a rectangular patch's cavity (``CAVITY_MODES``).
+
+    The cavity model (Balanis, *Antenna Theory*, 14.2.2) with each side lengthened by its fringing field
+    and its own effective permittivity, as in :func:`cavity_resonance`:
+    ``f_mn = c / 2 sqrt((m / (L_e sqrt(eps_L)))^2 + (n / (W_e sqrt(eps_W)))^2)``, where ``L_e, eps_L``
+    are :func:`cavity_resonance`'s and ``W_e, eps_W`` the same with length and width swapped. The
+    ``(1, 0)`` column is :func:`cavity_resonance`; on a vanishingly thin substrate the columns tend to
+    the ideal cavity's ``c / (2 sqrt(er)) sqrt((m / L)^2 + (n / W)^2)``. Frequency scales for the higher
+    resonances of a surrogate's band (a few per cent from a simulated patch's).
+
+    Args:
+        length, width, height: patch length, width and substrate thickness (m); tensors of one shape
+            ``(B,)`` (or scalars).
+        permittivity: substrate relative permittivity, same shape.
+
+    Returns:
+        float64 tensor ``(B, len(CAVITY_MODES))`` (``(len(CAVITY_MODES),)`` for scalars), Hz.
+
+    Raises:
+        ValueError: for non-positive lengths or a permittivity below 1 (naming the value).
+    """
+    length, width, permittivity, height = _cavity(length, width, permittivity, height)
+    along_length = _effective_length(length, width, permittivity, height)
+    along_width = _effective_length(width, length, permittivity, height)
+    modes = torch.as_tensor(CAVITY_MODES, dtype=torch.float64)
+    wavenumbers = [
+        (modes[:, column] / (side * torch.sqrt(effective))[..., None]) ** 2
+        for column, (side, effective) in enumerate((along_length, along_width))
+    ]
+    return SPEED_OF_LIGHT / 2 * torch.sqrt(wavenumbers[0] + wavenumbers[1])
 
 
 def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tensor:

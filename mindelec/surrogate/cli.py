@@ -36,8 +36,8 @@ def add_surrogate_commands(commands) -> None:
     )
     train.add_argument(
         "--frequency-reference",
-        help="'package.module:function' giving each design's frequency scale (Hz) from its parameters, "
-        "e.g. mindelec.antennas:cavity_resonance (the network also sees f / f_ref)",
+        help="'package.module:function' giving each design's frequency scales (Hz) from its parameters, "
+        "e.g. mindelec.antennas:cavity_modes (the network also sees f / f_ref of each)",
     )
     train.add_argument("--plain", action="store_true", help="a plain parameters -> S11 MLP instead")
     train.add_argument("--test-fraction", type=float, default=0.2)

@@ -83,7 +83,7 @@ def load_sweep(path, parameter_names: Sequence[str], outputs: Sequence[str] = ("
 def _frequency_reference(reference: str | None, parameter_names: tuple, conditioning: str):
     """The frequency-scale function named ``reference`` and the parameter column of each of its arguments."""
     if reference is None:
-        return None, {}
+        return None, {}, 0
     import inspect
 
     from common.datasets.recipe import resolve_function
@@ -103,7 +103,16 @@ def _frequency_reference(reference: str | None, parameter_names: tuple, conditio
             f"SParameterSurrogate: frequency_reference {reference!r} needs the parameters {missing}, "
             f"which are not among the model's inputs {parameter_names}"
         )
-    return function, {name: parameter_names.index(name) for name in arguments}
+    columns = {name: parameter_names.index(name) for name in arguments}
+    try:  # the number of scales it returns, from one call on unit values
+        probe = function(**{name: torch.ones(1, dtype=torch.float64) for name in columns})
+        count = torch.as_tensor(probe).reshape(1, -1).shape[1]
+    except Exception as error:
+        raise ValueError(
+            f"SParameterSurrogate: frequency_reference {reference!r} failed on unit inputs ({error}); it "
+            "must map (B,) parameter columns to (B,) or (B, M) frequencies (Hz)"
+        ) from error
+    return function, columns, count
 
 
 class SParameterSurrogate(nn.Module):
@@ -125,10 +134,11 @@ class SParameterSurrogate(nn.Module):
             conditioning: sharp resonances need more than a linear frequency input); ``0``: ``u`` only.
         conditioning: ``"frequency"`` (the above, one network evaluated at every frequency) or
             ``"none"``: a plain MLP from the parameters to all ``F K`` outputs at once (the baseline).
-        frequency_reference: ``"package.module:function"`` giving each design's physical frequency scale
-            (Hz, ``(B,)``) from the parameter columns it names as arguments (e.g.
-            ``"mindelec.antennas:cavity_resonance"``, the patch's transmission-line resonance); the
-            network then also sees ``f / f_ref - 1`` and its Fourier features, a frequency axis on which
+        frequency_reference: ``"package.module:function"`` giving each design's physical frequency scales
+            (Hz, ``(B,)`` or ``(B, M)``) from the parameter columns it names as arguments (e.g.
+            ``"mindelec.antennas:cavity_resonance"``, the patch's transmission-line resonance, or
+            ``"mindelec.antennas:cavity_modes"``, its first cavity modes); the network then also sees
+            ``f / f_ref - 1`` of each scale and its Fourier features, frequency axes on which
             the resonances of different designs line up (``"frequency"`` conditioning only; stored by
             name, so a saved model reloads it).
 
@@ -160,7 +170,7 @@ class SParameterSurrogate(nn.Module):
         self.parameter_names, self.outputs = tuple(parameter_names), tuple(outputs)
         if not self.parameter_names or not self.outputs:
             raise ValueError("SParameterSurrogate: parameter_names and outputs must not be empty")
-        self.reference, self.reference_columns = _frequency_reference(
+        self.reference, self.reference_columns, references = _frequency_reference(
             frequency_reference, self.parameter_names, conditioning
         )
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
@@ -184,7 +194,7 @@ class SParameterSurrogate(nn.Module):
             "scaled_frequencies", torch.cat([scaled[:, None], octaves.sin(), octaves.cos()], 1)
         )
         if conditioning == "frequency":
-            width = parameters + self.scaled_frequencies.shape[1] * (2 if self.reference else 1)
+            width = parameters + self.scaled_frequencies.shape[1] * (1 + references)
             self.network = MLP(width, 2 * outputs_count, hidden_features, hidden_layers, activation)
         else:
             self.network = MLP(
@@ -246,20 +256,26 @@ class SParameterSurrogate(nn.Module):
         return self.network(torch.cat(features, -1)).reshape(count, frequencies, len(self.outputs), 2)
 
     def _reference_features(self, parameters: torch.Tensor) -> torch.Tensor:
-        """``(B, F, 1 + 2 k)``: ``f / f_ref - 1`` of every design and frequency, and its Fourier features."""
+        """``(B, F, M (1 + 2 k))``: ``f / f_ref - 1`` of every design, frequency and scale, with its Fourier
+        features."""
         columns = {
             name: parameters[:, index].to(torch.float64) for name, index in self.reference_columns.items()
         }
-        reference = torch.as_tensor(self.reference(**columns), dtype=torch.float64).reshape(-1, 1)
+        reference = torch.as_tensor(self.reference(**columns), dtype=torch.float64).reshape(
+            len(parameters), -1
+        )
         if not bool((torch.isfinite(reference) & (reference > 0)).all()):
             raise ValueError(
                 f"SParameterSurrogate: {self.options['frequency_reference']} gave a non-positive "
                 "or non-finite frequency scale for some designs"
             )
-        detuning = (self.frequencies[None, :].to(reference) / reference - 1).to(self.scaled_frequencies)
+        # (B, F, M): the detuning from each of the M scales
+        detuning = (self.frequencies[None, :, None].to(reference) / reference[:, None, :] - 1).to(
+            self.scaled_frequencies
+        )
         octaves = (self.scaled_frequencies.shape[1] - 1) // 2
         angles = detuning[..., None] * math.pi * 2.0 ** torch.arange(octaves).to(detuning)
-        return torch.cat([detuning[..., None], angles.sin(), angles.cos()], -1)
+        return torch.cat([detuning[..., None], angles.sin(), angles.cos()], -1).flatten(2)
 
     def predict(self, parameters: torch.Tensor) -> torch.Tensor:
         """Complex S-parameters ``(B, F, K)`` for parameters ``(B, P)`` (SI units)."""

@@ -174,6 +174,70 @@ def test_frequency_reference_lines_resonances_up_and_survives_a_reload(tmp_path)
         )
 
 
+def test_cavity_mode_references_line_up_a_second_resonance(tmp_path):
+    # two resonances, 4 % below the cavity model's TM10 and 3 % above its TM02, over 3-12 GHz: one
+    # reference (TM10) lines up the first dip only, the cavity modes line up both
+    frequencies = np.linspace(3e9, 12e9, 61)
+    unit = qmc.Sobol(4, seed=3).random(128)
+    low, high = np.array([10e-3, 12e-3, 2.2, 0.6e-3]), np.array([16e-3, 20e-3, 4.4, 1.6e-3])
+    designs = low + unit * (high - low)
+    names = ["length", "width", "permittivity", "height"]
+    modes = antennas.cavity_modes(*torch.tensor(designs).T)
+    second = antennas.CAVITY_MODES.index((0, 2))
+    path = tmp_path / "sweep.h5"
+    with H5Writer(path, mode="w") as writer:
+        for index, design in enumerate(designs):
+            impedance = sum(
+                resistance / (1 + 1j * quality * (frequencies / resonance - resonance / frequencies))
+                for resistance, quality, resonance in (
+                    (120.0, 25.0, 0.96 * float(modes[index, 0])),
+                    (80.0, 40.0, 1.03 * float(modes[index, second])),
+                )
+            )
+            s11 = (impedance - 50) / (impedance + 50)
+            writer.append(
+                {"sample_id": index, **dict(zip(names, design)), "frequencies": frequencies}
+                | {"s11_real": s11.real, "s11_imag": s11.imag}
+            )
+    scores = {}
+    for label in ("cavity_resonance", "cavity_modes"):
+        ensemble, _ = train_ensemble(
+            path,
+            names,
+            tmp_path / label,
+            members=1,
+            model_options={**MODEL, "frequency_reference": f"mindelec.antennas:{label}"},
+            **FIT,
+        )
+        scores[label] = evaluate(ensemble, path, "test")["relative_l2"]
+    assert scores["cavity_modes"] < 0.7 * scores["cavity_resonance"], scores
+    reloaded = Ensemble.load(tmp_path / "cavity_modes").members[0]
+    assert torch.equal(
+        ensemble.members[0].predict(torch.tensor(designs[:4])), reloaded.predict(torch.tensor(designs[:4]))
+    )
+
+
+def test_cavity_modes_reduce_to_the_ideal_cavity_and_the_transmission_line_resonance():
+    lengths, widths = torch.tensor([10e-3, 14e-3]), torch.tensor([18e-3, 12e-3])
+    modes = antennas.cavity_modes(lengths, widths, torch.tensor([2.2, 4.4]), torch.tensor([0.8e-3, 1.5e-3]))
+    assert modes.shape == (2, len(antennas.CAVITY_MODES))
+    first = antennas.CAVITY_MODES.index((1, 0))
+    resonance = antennas.cavity_resonance(
+        lengths, widths, torch.tensor([2.2, 4.4]), torch.tensor([0.8e-3, 1.5e-3])
+    )
+    torch.testing.assert_close(modes[:, first], resonance, rtol=1e-12, atol=0.0)
+    # a vanishing substrate: no fringing, eps_eff = eps_r, the ideal magnetic-wall cavity
+    thin = antennas.cavity_modes(14e-3, 18e-3, 3.0, 1e-12)
+    ideal = [C0 / (2 * np.sqrt(3.0)) * np.hypot(m / 14e-3, n / 18e-3) for m, n in antennas.CAVITY_MODES]
+    np.testing.assert_allclose(thin.numpy(), ideal, rtol=1e-6)
+    square = antennas.cavity_modes(15e-3, 15e-3, 3.0, 1e-3)
+    column = antennas.CAVITY_MODES.index
+    assert float(square[column((2, 0))]) == pytest.approx(float(square[column((0, 2))]), rel=1e-12)
+    assert float(square[column((2, 0))]) == pytest.approx(2 * float(square[column((1, 0))]), rel=1e-12)
+    with pytest.raises(ValueError, match="height"):
+        antennas.cavity_modes(14e-3, 18e-3, 3.0, 0.0)
+
+
 SCRIPT = """
 import sys
 from mindelec.surrogate.antenna import train_ensemble
