@@ -34,7 +34,7 @@ import torch
 import common.datasets as datasets
 from mindelec import antennas
 from mindelec.surrogate import load_sweep
-from mindelec.surrogate.antenna import Ensemble, design_split, evaluate, train_ensemble
+from mindelec.surrogate.antenna import Ensemble, describe_scores, design_split, evaluate, train_ensemble
 
 NAMES = ["length", "width", "inset_used", "permittivity", "height"]
 REFERENCE = "mindelec.antennas:cavity_modes"
@@ -49,13 +49,7 @@ PARTS = (*CONFIGURATIONS, "curve", "speed")
 
 
 def scores_line(label: str, scores: dict) -> str:
-    return (
-        f"{label:34s} {scores['designs']:4d} designs: relative L2 {scores['relative_l2']:.4f} "
-        f"(mean predictor {scores['mean_relative_l2']:.3f}), |S11| {scores['db_error']:.3f} dB "
-        f"({scores['mean_db_error']:.2f}), "
-        f"resonance {scores['resonance_error']:.2f} % (median {scores['resonance_error_median']:.2f} %; mean "
-        f"predictor {scores['mean_resonance_error']:.2f} %), spread {scores['uncertainty']:.3f}"
-    )
+    return f"{label:34s} {describe_scores(scores)}"
 
 
 def speed(best: Ensemble, data, recipe) -> dict:

@@ -28,7 +28,15 @@ from mindelec.surrogate.fields import ConvAutoencoder
 from mindelec.surrogate.sparameters import SParameterSurrogate, load_sweep
 from mindelec.surrogate.training import db, fit, relative_error
 
-__all__ = ["design_split", "train_ensemble", "Ensemble", "evaluate", "inverse_design", "voxel_autoencoder"]
+__all__ = [
+    "design_split",
+    "train_ensemble",
+    "Ensemble",
+    "evaluate",
+    "describe_scores",
+    "inverse_design",
+    "voxel_autoencoder",
+]
 
 SPLIT_FILE = "split.json"
 
@@ -249,6 +257,18 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]
     result.update({f"mean_{key}": value for key, value in scores(mean).items()})
     result.update(uncertainty=float(spread.mean() / truth.abs().mean()), designs=len(ids))
     return result
+
+
+def describe_scores(scores: dict) -> str:
+    """One line of :func:`evaluate`'s scores, each next to the mean predictor's."""
+    return (
+        f"{scores['designs']} designs: relative L2 {scores['relative_l2']:.4f} (mean predictor "
+        f"{scores['mean_relative_l2']:.3f}), |S11| {scores['db_error']:.3f} dB "
+        f"({scores['mean_db_error']:.2f}), "
+        f"resonance {scores['resonance_error']:.2f} % of the band centre (median "
+        f"{scores['resonance_error_median']:.2f} %; mean predictor {scores['mean_resonance_error']:.2f} %), "
+        f"ensemble spread {scores['uncertainty']:.3f}"
+    )
 
 
 def inverse_design(

@@ -46,7 +46,7 @@ def add_surrogate_commands(commands) -> None:
 
 def surrogate_command(arguments) -> int:
     """Run ``mindelec surrogate train``; exit status 0, or 2 with the error on stderr."""
-    from mindelec.surrogate.antenna import evaluate, train_ensemble
+    from mindelec.surrogate.antenna import describe_scores, evaluate, train_ensemble
 
     folder = pathlib.Path(
         arguments.output or pathlib.Path(arguments.sweep).with_suffix("").name + "_surrogate"
@@ -81,10 +81,6 @@ def surrogate_command(arguments) -> int:
         return 2
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
     for subset, scores in metrics.items():
-        print(
-            f"{subset} ({scores['designs']} designs): relative L2 {scores['relative_l2']:.4f} "
-            f"(mean predictor {scores['mean_relative_l2']:.4f}), |S11| error {scores['db_error']:.3f} dB, "
-            f"resonance error {scores['resonance_error']:.3f} %"
-        )
+        print(f"{subset}, {describe_scores(scores)}")
     print(f"models and metrics written to {folder.resolve()}")
     return 0
