@@ -170,7 +170,7 @@ class SParameterSurrogate(nn.Module):
         self.parameter_names, self.outputs = tuple(parameter_names), tuple(outputs)
         if not self.parameter_names or not self.outputs:
             raise ValueError("SParameterSurrogate: parameter_names and outputs must not be empty")
-        self.reference, self.reference_columns, references = _frequency_reference(
+        self.reference, self.reference_columns, self.reference_count = _frequency_reference(
             frequency_reference, self.parameter_names, conditioning
         )
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
@@ -194,7 +194,7 @@ class SParameterSurrogate(nn.Module):
             "scaled_frequencies", torch.cat([scaled[:, None], octaves.sin(), octaves.cos()], 1)
         )
         if conditioning == "frequency":
-            width = parameters + self.scaled_frequencies.shape[1] * (1 + references)
+            width = parameters + self.scaled_frequencies.shape[1] * (1 + self.reference_count)
             self.network = MLP(width, 2 * outputs_count, hidden_features, hidden_layers, activation)
         else:
             self.network = MLP(
@@ -264,10 +264,13 @@ class SParameterSurrogate(nn.Module):
         reference = torch.as_tensor(self.reference(**columns), dtype=torch.float64).reshape(
             len(parameters), -1
         )
-        if not bool((torch.isfinite(reference) & (reference > 0)).all()):
+        if reference.shape[1] != self.reference_count or not bool(
+            (torch.isfinite(reference) & (reference > 0)).all()
+        ):
             raise ValueError(
-                f"SParameterSurrogate: {self.options['frequency_reference']} gave a non-positive "
-                "or non-finite frequency scale for some designs"
+                f"SParameterSurrogate: {self.options['frequency_reference']} gave {reference.shape[1]} "
+                f"frequency scales per design (the model was built for {self.reference_count}), or a "
+                "non-positive or non-finite one"
             )
         # (B, F, M): the detuning from each of the M scales
         detuning = (self.frequencies[None, :, None].to(reference) / reference[:, None, :] - 1).to(
