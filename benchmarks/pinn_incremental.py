@@ -63,6 +63,10 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "--range", type=float, nargs=2, default=(1.0, 4.0), help="pre-training permittivities"
     )
     parser.add_argument("--unseen", type=float, default=2.5, help="the fine-tuning permittivity")
+    parser.add_argument(
+        "--retarded-time", action="store_true",
+        help="give every network the retarded time t - sqrt(eps_r) s as an input (default_model)",
+    )
     parser.add_argument("--save-pretrained", default=None, help="store the pre-trained network in this file")
     parser.add_argument("--pretrained", default=None, help="start from this --save-pretrained file")
     parser.add_argument(
@@ -91,7 +95,12 @@ def new_model(args, problem):
     width, depth = (64, 3) if args.quick else (128, 4)
     softening = 0.05 / problem.scales.length
     return pinn.default_model(
-        problem, scales=(4.0,), hidden_features=width, hidden_layers=depth, radial_softening=softening
+        problem,
+        scales=(4.0,),
+        hidden_features=width,
+        hidden_layers=depth,
+        radial_softening=softening,
+        retarded_time=args.retarded_time,
     )
 
 
@@ -109,7 +118,7 @@ def train(args, setup, model, schedule, monitor, freeze=None):
 
 def pretraining_options(args) -> dict:
     """The options that shape the pre-trained network."""
-    keys = ("quick", "pretrain_steps", "batch", "lr", "windows", "range", "threads")
+    keys = ("quick", "pretrain_steps", "batch", "lr", "windows", "range", "threads", "retarded_time")
     return {key: list(value) if isinstance(value, tuple) else value for key, value in vars(args).items()
             if key in keys}
 
@@ -119,8 +128,9 @@ def load_pretrained(args, model) -> float:
     pre-training options (naming them)."""
     stored = torch.load(args.pretrained, weights_only=True)
     expected = pretraining_options(args)
-    different = {key: (stored["options"].get(key), value) for key, value in expected.items()
-                 if key != "threads" and stored["options"].get(key) != value}
+    options = {"retarded_time": False, **stored["options"]}  # files from before the option: without it
+    different = {key: (options.get(key), value) for key, value in expected.items()
+                 if key != "threads" and options.get(key) != value}
     if different:
         raise SystemExit(f"{args.pretrained}: pre-trained with other options (stored, asked): {different}")
     model.load_state_dict(stored["state_dict"])

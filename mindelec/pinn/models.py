@@ -54,6 +54,7 @@ def default_model(
     readout_gain: float = 0.1,
     source_cutoff: float | None = 0.1,
     radial_softening: float | None = None,
+    retarded_time: bool = False,
 ) -> nn.Module:
     """MultiScaleMLP with sine activations (MindElec's default) on the problem's inputs, optionally on
     Fourier features, wrapped in :class:`ZeroInitialFields` for time-domain problems.
@@ -77,6 +78,9 @@ def default_model(
         radial_softening: for a potential-formulation problem: give the network the softened distance to
             the source as an extra input (see :class:`PotentialTE`) with this softening (dimensionless;
             ``None``: no radial input).
+        retarded_time: with ``radial_softening``: give the network the retarded time
+            ``t - sqrt(eps_r mu_r) s`` as a further input (:class:`PotentialTE`), for a model over a
+            permittivity range.
 
     Returns:
         A module ``(B, len(problem.inputs)) -> (B, len(problem.outputs))`` in float32.
@@ -91,7 +95,10 @@ def default_model(
             readout_gain,
             source_cutoff,
             radial_softening,
+            retarded_time,
         )
+    if retarded_time:
+        raise ValueError("default_model: retarded_time needs the potential formulation and radial_softening")
     center, scale = _input_normalisation(problem)
     n_inputs, n_outputs = len(problem.inputs), len(problem.outputs)
     if fourier_features:
@@ -114,11 +121,15 @@ def default_model(
 
 
 def _potential_model(
-    problem, scales, hidden_features, hidden_layers, tau, amplitude, source_cutoff, softening
+    problem, scales, hidden_features, hidden_layers, tau, amplitude, source_cutoff, softening, retarded_time
 ):
     """:class:`PotentialTE` on a sine MultiScaleMLP, plus the source's quasi-static potential."""
     center, scale = _input_normalisation(problem)
     radial = {}
+    if retarded_time and softening is None:
+        raise ValueError("default_model: retarded_time needs radial_softening (the distance it is over)")
+    if retarded_time and problem.permeability is None:
+        raise ValueError("default_model: retarded_time needs a fixed permeability, got a permeability range")
     if softening is not None:
         source = problem.point_source
         radial_center = [
@@ -130,13 +141,20 @@ def _potential_model(
         longest = math.hypot(farthest, softening)
         center, scale = center + [(softening + longest) / 2], scale + [2 / (longest - softening)]
         radial = {"radial_center": radial_center, "radial_softening": softening}
+    column = problem.inputs.index("permittivity") if "permittivity" in problem.parameters else None
+    if retarded_time:  # t - n s over the box's times, distances and slownesses n
+        low, high = problem.parameters.get("permittivity", (problem.permittivity,) * 2)
+        slowest, fastest = (math.sqrt(value * problem.permeability) for value in (high, low))
+        times = float(lo[2]), float(hi[2])
+        earliest, latest = times[0] - slowest * longest, times[1] - fastest * softening
+        center, scale = center + [(earliest + latest) / 2], scale + [2 / (latest - earliest)]
+        radial.update(retarded_time=True, permeability=problem.permeability)
     network = cnn.MultiScaleMLP(
         len(center), 1, scales, hidden_features, hidden_layers, "sin", input_center=center, input_scale=scale
     )
     particular = None
     if source_cutoff != 0:
         particular = PointSourcePotential(problem.point_source, problem.scales, source_cutoff)
-    column = problem.inputs.index("permittivity") if "permittivity" in problem.parameters else None
     permittivity = 1.0 if column is not None else problem.permittivity
     return PotentialTE(network, tau, amplitude, permittivity, particular, column, **radial)
 

@@ -41,12 +41,16 @@ def _pair(a: int, b: int) -> int:
     return 4 + _PAIRS.index((min(a, b), max(a, b)))
 
 
-def _input_jet(inputs: torch.Tensor, second: bool, radial_center, softening: float) -> ad.HessianJet:
+def _input_jet(
+    inputs: torch.Tensor, second: bool, radial_center, softening: float, slowness: torch.Tensor | None = None
+) -> ad.HessianJet:
     """Jet (B, n) of the network inputs in the variables (x, y, t): the points' columns (parameter columns
-    constants) and, with ``radial_center``, a last column ``s = sqrt(|(x, y) - center|^2 + a^2)``."""
+    constants); with ``radial_center``, a column ``s = sqrt(|(x, y) - center|^2 + a^2)``; with ``slowness``
+    ``n`` (B,) too, a last column, the retarded time ``t - n s``."""
     count, columns = len(inputs), inputs.shape[1]
     rows = 10 if second else 4
-    jet = inputs.new_zeros(rows, count, columns + (radial_center is not None))
+    extra = (radial_center is not None) + (slowness is not None)
+    jet = inputs.new_zeros(rows, count, columns + extra)
     jet[0, :, :columns] = inputs
     for a in range(3):
         jet[1 + a, :, a] = 1.0
@@ -54,11 +58,17 @@ def _input_jet(inputs: torch.Tensor, second: bool, radial_center, softening: flo
         offset = inputs[:, :2] - inputs.new_tensor(radial_center)
         radius = torch.sqrt(offset.pow(2).sum(1) + softening**2)
         unit = offset / radius[:, None]
-        jet[0, :, -1] = radius
-        jet[1:3, :, -1] = unit.T
+        distance = inputs.new_zeros(rows, count)  # the jet of s
+        distance[0] = radius
+        distance[1:3] = unit.T
         for a, b in _PAIRS if second else ():
             if b < 2:  # d2 s / dxa dxb = (delta_ab - n_a n_b) / s
-                jet[_pair(a, b), :, -1] = (float(a == b) - unit[:, a] * unit[:, b]) / radius
+                distance[_pair(a, b)] = (float(a == b) - unit[:, a] * unit[:, b]) / radius
+        jet[:, :, columns] = distance
+        if slowness is not None:  # t - n s: linear in the jet of s, n constant (a parameter)
+            jet[:, :, columns + 1] = -slowness * distance
+            jet[0, :, columns + 1] += inputs[:, 2]
+            jet[3, :, columns + 1] += 1.0
     return ad.HessianJet(jet[0], jet[1:4], jet[4:] if second else None)
 
 
@@ -87,6 +97,12 @@ class PotentialTE(nn.Module):
             ``s = sqrt((x - x0)^2 + (y - y0)^2 + radial_softening^2)``, so that a cylindrical wave from
             there is a function of two inputs (s, t) instead of three.
         radial_softening: ``a`` in ``s`` (dimensionless), keeping its derivatives bounded (``1 / a``).
+        retarded_time: with ``radial_center``: one more input after ``s``, the retarded time
+            ``t - sqrt(eps_r mu_r) s`` of a wave leaving the centre. For a fixed permittivity it is a linear
+            combination of (s, t) that the first layer can form itself; with a permittivity column it is a
+            product it cannot, and it lets a network pre-trained over a permittivity range share one wave
+            shape across the range (incremental training).
+        permeability: relative permeability of the medium (for the retarded time only).
 
     Shapes:
         ``forward``: (B, 3) dimensionless (x, y, t) -> (B, 10) columns :data:`POTENTIAL_JET`.
@@ -103,15 +119,19 @@ class PotentialTE(nn.Module):
         permittivity_column: int | None = None,
         radial_center: Sequence[float] | None = None,
         radial_softening: float = 0.05,
+        retarded_time: bool = False,
+        permeability: float = 1.0,
     ):
         super().__init__()
-        extra = radial_center is not None
+        if retarded_time and radial_center is None:
+            raise ValueError("PotentialTE: retarded_time needs radial_center (the distance it is taken over)")
+        extra = (radial_center is not None) + bool(retarded_time)
         if (
             not isinstance(network, cnn.MultiScaleMLP)
             or network.in_features < 3 + extra
             or network.out_features != 1
         ):
-            radial = ", s" if extra else ""
+            radial = ", s" * (radial_center is not None) + ", t - n s" * bool(retarded_time)
             raise ValueError(
                 f"PotentialTE: network must be a MultiScaleMLP with inputs (x, y, t [, parameters]{radial}) "
                 f"and 1 output, got {network!r}"
@@ -135,7 +155,18 @@ class PotentialTE(nn.Module):
         self.permittivity_column = permittivity_column
         self.radial_center = None if radial_center is None else tuple(float(v) for v in radial_center)
         self.radial_softening = float(radial_softening)
+        self.retarded_time, self.permeability = bool(retarded_time), float(permeability)
         self.in_features = network.in_features - extra
+
+    def slowness(self, inputs: torch.Tensor) -> torch.Tensor | None:
+        """``sqrt(eps_r mu_r)`` per point ``(B,)`` (the permittivity column's, or the fixed one), or ``None``
+        without the retarded-time input."""
+        if not self.retarded_time:
+            return None
+        column = self.permittivity_column
+        if column is None:
+            return inputs.new_full((len(inputs),), math.sqrt(self.permittivity * self.permeability))
+        return torch.sqrt(inputs[:, column] * self.permeability)
 
     def forward(self, inputs: torch.Tensor, second: bool = True) -> torch.Tensor:
         """Columns :data:`POTENTIAL_JET` ``(B, 10)``; without ``second`` the first four (value, gradient)."""
@@ -145,7 +176,8 @@ class PotentialTE(nn.Module):
                 f"{tuple(inputs.shape)}"
             )
         output = ad.propagate(
-            self.network, _input_jet(inputs, second, self.radial_center, self.radial_softening)
+            self.network,
+            _input_jet(inputs, second, self.radial_center, self.radial_softening, self.slowness(inputs)),
         )
         parts = [output.value[None], output.first] + ([output.second] if second else [])
         jet = torch.cat(parts)[..., 0]  # (10 or 4, B)

@@ -212,6 +212,7 @@ def point_source_problem(
     problem = pde.Problem(("x", "y", "t"), outputs, constraints, parameters=parameters)
     problem.domain, problem.point_source, problem.scales = space_time, source, scales
     problem.permittivity = permittivity  # None when it is an input column
+    problem.permeability = permeability
     return problem, scales
 
 

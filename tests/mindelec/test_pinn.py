@@ -388,6 +388,43 @@ def test_parametric_potential_model_takes_the_permittivity_column():
     assert trainer.evaluations == 2 * 64
 
 
+@pytest.mark.parametrize("permittivity", [(1.0, 4.0), 2.5])
+def test_retarded_time_input_is_t_minus_slowness_times_distance_and_its_jet_is_exact(permittivity):
+    """With ``retarded_time`` the network's last input is ``t - sqrt(eps_r) s`` (the permittivity column's,
+    or the fixed one), and the forward-mode jet of psi still equals reverse-mode autodiff in (x, y, t)."""
+    setup = pinn.PointSourceSetup(duration=1e-9, permittivity=permittivity)
+    problem, _ = pinn.point_source_problem(setup, 32, 16, 16, formulation="potential")
+    model = pinn.default_model(
+        problem,
+        scales=(1, 3),
+        hidden_features=16,
+        hidden_layers=2,
+        radial_softening=0.03,
+        retarded_time=True,
+        source_cutoff=0,
+    ).double()
+    parametric = isinstance(permittivity, tuple)
+    assert model.network.in_features == model.in_features + 2 == 3 + parametric + 2
+    p = random_points(48, 3 + parametric, seed=11)
+    if parametric:
+        with torch.no_grad():
+            p[:, 3] = 1.0 + 3.0 * p[:, 3]
+    eps = p[:, 3].detach() if parametric else torch.full((48,), 2.5, **torch_f64)
+    jet = model(p)
+    distance = ((p[:, :2] - torch.tensor(model.radial_center, **torch_f64)).pow(2).sum(1) + 0.03**2).sqrt()
+    inputs = torch.cat([p, distance[:, None], (p[:, 2] - eps.sqrt() * distance)[:, None]], 1)
+    ramp = -torch.expm1(-p[:, 2] / model.tau)
+    torch.testing.assert_close(jet[:, 0], model.amplitude * ramp**2 * model.network(inputs)[:, 0])
+    psi = jet[:, 0]
+    gradient = ad.grad(psi, p)
+    hessian = torch.stack([ad.grad(gradient[:, a], p) for a in range(3)], 1)
+    expected = torch.cat([gradient[:, :3], torch.stack([hessian[:, a, b] for a, b in PAIRS], 1)], 1)
+    scale = float(expected.detach().abs().max())
+    torch.testing.assert_close(jet[:, 1:], expected, rtol=1e-10, atol=1e-10 * scale)
+    with pytest.raises(ValueError, match="retarded_time needs radial_softening"):
+        pinn.default_model(problem, retarded_time=True)
+
+
 def test_fdtd_reference_old_resolution_keyword_warns_and_is_passed_on():
     # a permittivity range is refused before any FDTD work: the warning comes first, then the refusal
     with pytest.warns(DeprecationWarning, match=r"resolution=.*cell_size="), pytest.raises(
