@@ -8,7 +8,8 @@ schedule (:func:`mindelec.pinn.train_schedule`: windows, then the whole interval
 
 - pre-trained: its error before any fine-tuning;
 - fine-tuned: :func:`mindelec.pinn.fine_tune` for ``--finetune-steps`` (early layers frozen, ``--freeze``; a
-  lower learning rate, ``--finetune-lr``, with a warm-up; the same windows as the main run);
+  lower learning rate, ``--finetune-lr``, with a warm-up; by default the same windows as the main run,
+  ``--finetune-windows 1`` the whole interval only);
 - from scratch, same budget: a new network trained for the same steps by the same schedule at full rate;
 - from scratch, ``--scratch-factor`` times the budget (5: the goal is the fine-tune at <= 1/5 of its steps).
 
@@ -60,6 +61,10 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--freeze", type=int, default=1, help="hidden layers frozen when fine-tuning")
     parser.add_argument("--windows", type=int, default=None, help="phases of every run (6; quick 3)")
     parser.add_argument(
+        "--finetune-windows", type=int, default=None, help="phases of the fine-tune (1: the whole interval "
+        "only; default: --windows)",
+    )
+    parser.add_argument(
         "--range", type=float, nargs=2, default=(1.0, 4.0), help="pre-training permittivities"
     )
     parser.add_argument("--unseen", type=float, default=2.5, help="the fine-tuning permittivity")
@@ -78,6 +83,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     args.finetune_steps = args.finetune_steps or (300 if args.quick else 2000)
     args.batch = args.batch or (256 if args.quick else 1024)
     args.windows = args.windows or (3 if args.quick else 6)
+    args.finetune_windows = args.finetune_windows or args.windows
     return args
 
 
@@ -104,15 +110,19 @@ def new_model(args, problem):
     )
 
 
-def train(args, setup, model, schedule, monitor, freeze=None):
+def train(args, setup, model, schedule, monitor, freeze=None, curves=None, name=None):
     """Train (``freeze`` given: fine-tune) ``model`` by ``schedule``; the largest component error at the end
-    and the seconds."""
+    and the seconds. With ``curves`` (a dict), store the error along the run there under ``name``:
+    ``{"steps": [...], "errors": [...]}`` (the largest component error, about 20 points)."""
     options = pinn_benchmark.problem_options(args.batch, "potential", 2)
-    common = dict(problem_options=options, monitor=monitor, monitors=5, threads=args.threads)
+    common = dict(problem_options=options, monitor=monitor, monitors=20, threads=args.threads)
     if freeze is None:
         result = pinn.train_schedule(setup, model, schedule, **common)
     else:
         result = pinn.fine_tune(model, setup, schedule, freeze=freeze, **common)
+    if curves is not None:
+        history = result["history"]
+        curves[name] = {"steps": history["monitor_step"], "errors": history["monitor/max"]}
     return result["errors"]["max"], result["seconds"]
 
 
@@ -148,12 +158,10 @@ def main(argv=None):
         pretraining, **pinn_benchmark.problem_options(args.batch, "potential", 2)
     )
     monitor = pinn.reference_monitor(reference, scales, parameters=(args.unseen,))
-    windows = args.windows
-
-    def schedule(steps, lr, warmup=0):
+    def schedule(steps, lr, warmup=0, windows=args.windows):
         return pinn.Schedule(steps, lr, windows, 0.5 if windows > 1 else 1.0, warmup=warmup)
 
-    results = {"arguments": vars(args)}
+    results = {"arguments": vars(args), "curves": {}}
     steps = args.finetune_steps
     if "tuned" in args.runs:
         torch.manual_seed(0)
@@ -176,18 +184,24 @@ def main(argv=None):
             args,
             fixed,
             copy.deepcopy(model),
-            schedule(steps, args.finetune_lr, warmup=max(steps // 10, 1)),
+            schedule(steps, args.finetune_lr, warmup=max(steps // 10, 1), windows=args.finetune_windows),
             monitor,
             args.freeze,
+            results["curves"],
+            "finetuned",
         )
         print(f"at permittivity {args.unseen}: fine-tuned ({steps} steps, {args.freeze} layers frozen) "
               f"{results['finetuned']:.4f}")
+        pinn_benchmark.write_results(args.output, results)  # each part as it ends: a long run may be cut
     if "scratch" in args.runs:
         for name, budget in (("scratch", steps), ("scratch_long", args.scratch_factor * steps)):
             torch.manual_seed(1)
             scratch_model = new_model(args, problem)
-            results[name], _ = train(args, fixed, scratch_model, schedule(budget, args.lr), monitor)
+            results[name], _ = train(
+                args, fixed, scratch_model, schedule(budget, args.lr), monitor, None, results["curves"], name
+            )
             print(f"at permittivity {args.unseen}: from scratch {budget} steps {results[name]:.4f}")
+            pinn_benchmark.write_results(args.output, results)
     return pinn_benchmark.write_results(args.output, results)
 
 
