@@ -16,11 +16,14 @@ schedule (:func:`mindelec.pinn.train_schedule`: windows, then the whole interval
 Printed: the four errors (largest of Ex, Ey, Hz) and the steps. Defaults: MindElec's set-up over 4 ns;
 ``--quick`` a reduced one (0.6 m square, 2 ns, a 64 x 3 network, a few minutes idle).
 
-The full size takes about two hours on one idle core, 60 % of it pre-training. ``--save-pretrained FILE``
-stores the pre-trained network (with the options that shaped it) and ``--pretrained FILE`` starts from
-it instead of pre-training, refusing a file made with other pre-training options, so the run can be
-split in two. ``--runs`` picks the parts: ``tuned`` (pre-training and fine-tune) and ``scratch`` (the two
-runs from scratch, which need no pre-training), so the two can run side by side on two cores.
+The full size fine-tunes for 7200 steps, a fifth of the 36000 that the one-command schedule
+(``benchmarks/pinn.py``) trains from scratch; the long run from scratch is then 36000 steps of the same
+schedule. It takes about two hours on one core (2026-11-26: about 10 steps a second), half of it that
+long run. ``--save-pretrained FILE`` stores the pre-trained network (with the options that shaped it)
+and ``--pretrained FILE`` starts from it instead of pre-training, refusing a file made with other
+pre-training options, so the run can be split in two. ``--runs`` picks the parts: ``tuned``
+(pre-training and fine-tune) and ``scratch`` (the two runs from scratch, which need no pre-training), so
+the two can run side by side on two cores.
 
 Usage: ``python benchmarks/pinn_incremental.py [--quick] [--pretrain-steps N] [--finetune-steps N]
 [--save-pretrained FILE | --pretrained FILE] [--runs tuned scratch]``.
@@ -49,7 +52,10 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     """The command line, with the size-dependent defaults filled in."""
     parser = pinn_benchmark.base_parser(__doc__, "reduced problem (minutes)")
     parser.add_argument("--pretrain-steps", type=int, default=None, help="(20000; quick 1500)")
-    parser.add_argument("--finetune-steps", type=int, default=None, help="(2000; quick 300)")
+    parser.add_argument(
+        "--finetune-steps", type=int, default=None,
+        help="(7200, a fifth of the one-command schedule's 36000 from scratch; quick 300)",
+    )
     parser.add_argument(
         "--scratch-factor", type=int, default=5, help="steps of the long scratch run / fine-tune"
     )
@@ -80,7 +86,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.pretrain_steps = args.pretrain_steps or (1500 if args.quick else 20000)
-    args.finetune_steps = args.finetune_steps or (300 if args.quick else 2000)
+    args.finetune_steps = args.finetune_steps or (300 if args.quick else 7200)
     args.batch = args.batch or (256 if args.quick else 1024)
     args.windows = args.windows or (3 if args.quick else 6)
     args.finetune_windows = args.finetune_windows or args.windows
