@@ -100,8 +100,8 @@ class PotentialTE(nn.Module):
         retarded_time: with ``radial_center``: one more input after ``s``, the retarded time
             ``t - sqrt(eps_r mu_r) s`` of a wave leaving the centre. For a fixed permittivity it is a linear
             combination of (s, t) that the first layer can form itself; with a permittivity column it is a
-            product it cannot, and it lets a network pre-trained over a permittivity range share one wave
-            shape across the range (incremental training).
+            product it cannot, meant to let a network pre-trained over a permittivity range share one wave
+            shape (measured: no gain at the full incremental benchmark, see the guide).
         permeability: relative permeability of the medium (for the retarded time only).
 
     Shapes:
