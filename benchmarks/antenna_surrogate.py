@@ -20,8 +20,9 @@ designs, inside the training ranges, and its ``extrapolation`` designs, the long
   (one thread). The ratios are printed last.
 
 Every run folder is resumable (a killed benchmark started again continues); ``--parts`` runs some of
-the parts (two processes on two cores can share a run folder with different parts); results are merged
-into ``<run>/results.json``.
+the parts; two processes on two cores can share a run folder, with different parts or the same ones (an
+ensemble's members are then shared between them, see ``train_ensemble``); results are merged into
+``<run>/results.json``.
 """
 
 import argparse

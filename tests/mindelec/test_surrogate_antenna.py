@@ -241,7 +241,7 @@ def test_cavity_modes_reduce_to_the_ideal_cavity_and_the_transmission_line_reson
 SCRIPT = """
 import sys
 from mindelec.surrogate.antenna import train_ensemble
-train_ensemble(sys.argv[1], ["length", "permittivity"], sys.argv[2], members=1,
+train_ensemble(sys.argv[1], ["length", "permittivity"], sys.argv[2], members=int(sys.argv[3]),
                model_options={"frequency_features": 2, "hidden_features": 32, "hidden_layers": 2},
                epochs=120, checkpoint_every=10, batch_size=16, progress=False, threads=1)
 """
@@ -252,17 +252,44 @@ def test_training_resumes_after_kill_with_the_same_weights(tmp_path):
     write_sweep(path, count=32)
     environment = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-c", SCRIPT, str(path)]
-    subprocess.run([*command, str(tmp_path / "whole")], check=True, env=environment)
-    process = subprocess.Popen([*command, str(tmp_path / "killed")], env=environment)
+    subprocess.run([*command, str(tmp_path / "whole"), "1"], check=True, env=environment)
+    process = subprocess.Popen([*command, str(tmp_path / "killed"), "1"], env=environment)
     checkpoint = tmp_path / "killed" / "member_0.pt"
     while not checkpoint.exists() and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (tmp_path / "killed" / "member_0.model.pt").exists()  # killed before the end
-    subprocess.run([*command, str(tmp_path / "killed")], check=True, env=environment)
+    subprocess.run([*command, str(tmp_path / "killed"), "1"], check=True, env=environment)
     whole, resumed = (Ensemble.load(tmp_path / name).members[0].state_dict() for name in ("whole", "killed"))
     assert all(torch.equal(whole[key], resumed[key]) for key in whole)
+
+
+def test_processes_sharing_a_run_folder_train_different_members_and_wait_for_the_others(tmp_path):
+    """A member whose lock another process holds is left to it: the process trains the free member,
+    waits, and then takes the held member over from its checkpoint; the ensemble equals one trained
+    alone."""
+    fcntl = pytest.importorskip("fcntl")  # member locks need flock (POSIX)
+    path = tmp_path / "sweep.h5"
+    write_sweep(path, count=32)
+    environment = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", SCRIPT, str(path)]
+    subprocess.run([*command, str(tmp_path / "alone"), "2"], check=True, env=environment)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with open(shared / "member_0.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # this test is the "other process" holding member 0
+        process = subprocess.Popen([*command, str(shared), "2"], env=environment)
+        while not (shared / "member_1.model.pt").exists() and process.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert process.poll() is None, "the process ended without member 0"
+        assert not (shared / "member_0.pt").exists(), "member 0 was trained while another process held it"
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    assert process.wait(timeout=120) == 0
+    for alone, both in zip(Ensemble.load(tmp_path / "alone").members, Ensemble.load(shared).members):
+        alone, both = alone.state_dict(), both.state_dict()
+        assert all(torch.equal(alone[key], both[key]) for key in alone)
 
 
 def test_cli_trains_and_writes_held_out_metrics(tmp_path, capsys):
