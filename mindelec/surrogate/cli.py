@@ -1,8 +1,9 @@
 """``mindelec surrogate train SWEEP.h5 ...``: train an S11 surrogate ensemble on a dataset, resumably.
 
 The run folder gets the stored design split (``split.json``), the members' checkpoints (a killed run,
-started again with the same command, resumes), the trained models and ``metrics.json`` (held-out and
-extrapolation scores against the mean predictor, :func:`mindelec.surrogate.antenna.evaluate`).
+started again with the same command, resumes; the same command started twice shares the members between
+the two processes), the trained models and ``metrics.json`` (held-out and extrapolation scores against the
+mean predictor, :func:`mindelec.surrogate.antenna.evaluate`).
 """
 
 from __future__ import annotations
