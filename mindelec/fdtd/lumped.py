@@ -209,6 +209,7 @@ class _PortRecorder(Recorder):
         c = port.axis_index
         self.a, self.b = (c + 1) % 3, (c + 2) % 3
         self.levels = slices[c].stop - slices[c].start
+        self._cached = None  # (the field tensors, views of them) of the last record
 
     def count(self, step):
         return 2
@@ -219,18 +220,30 @@ class _PortRecorder(Recorder):
         slices[along] = slice(slices[along].start - 1, slices[along].stop - 1)
         return tuple(slices)
 
+    def _views(self, fields):
+        """The gap's edges and the H nodes around them, as views made once while the run updates the
+        same field tensors in place."""
+        tensors = (fields["E" + self.port.axis], fields["H" + AXES[self.b]], fields["H" + AXES[self.a]])
+        if self._cached is None or any(x is not y for x, y in zip(self._cached[0], tensors)):
+            edges, field_b, field_a = tensors
+            views = (
+                edges[self.slices],
+                field_b[self.slices],
+                field_b[self._behind(self.a)],
+                field_a[self.slices],
+                field_a[self._behind(self.b)],
+            )
+            self._cached = (tensors, views)
+        return self._cached[1]
+
     def record(self, fields, step, inplace):
-        port, grid = self.port, self.grid
-        a, b = self.a, self.b
-        edges = fields["E" + port.axis][self.slices]
+        spacing = self.grid.spacing
+        edges, b_here, b_behind, a_here, a_behind = self._views(fields)
         # the line integral along the axis, averaged over the parallel lines of edges
-        voltage = -edges.sum() * grid.spacing[port.axis_index] * self.levels / edges.numel()
-        field_b, field_a = fields["H" + AXES[b]], fields["H" + AXES[a]]
+        voltage = -edges.sum() * spacing[self.port.axis_index] * self.levels / edges.numel()
         # Ampere's loop around each edge: (H_b[i] - H_b[i - 1 along a]) d_b - (H_a[j] - H_a[j - 1 along b])
         # d_a, summed over the gap's cross-section and averaged over its levels
-        loops = (field_b[self.slices] - field_b[self._behind(a)]).sum() * grid.spacing[b] - (
-            field_a[self.slices] - field_a[self._behind(b)]
-        ).sum() * grid.spacing[a]
+        loops = (b_here - b_behind).sum() * spacing[self.b] - (a_here - a_behind).sum() * spacing[self.a]
         return [voltage.clone(), loops / self.levels]
 
     def memory(self, steps=None):

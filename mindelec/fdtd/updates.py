@@ -180,6 +180,9 @@ class YeeStepper:
         self._kernel_periodic = [False] * missing + list(periodic[: grid.ndim])
         self._kernel_tensors = {}  # id(coefficient tensor) -> (the tensor, its contiguous kernel view)
         self._kernel_cpml = {}  # components of a kernel group -> their CPML slabs' kernel arguments
+        self._kernel_calls = {}  # components of a kernel group -> (the tensors seen, the kernels' arguments)
+        self._pec_walls = {}  # E component -> (its field tensor, views of its PEC wall layers)
+        self._source_views = {}  # source index -> (field, coefficient, views of the source's cells in them)
 
     def _map_coefficients(self, function):
         """Apply ``function`` to every tensor coefficient; returns ``(electric, magnetic)`` dicts."""
@@ -275,13 +278,18 @@ class YeeStepper:
                 _accumulate(field, term.axis, start, thickness, correction, term.sign, coefficient)
 
     def _inject(self, field, component, coefficient, step):
-        for source_component, slices, values in self.sources:
-            if source_component == component:
-                target = field[slices]
-                if isinstance(coefficient, torch.Tensor):
-                    target.sub_(coefficient[slices] * values[step])
-                else:
-                    target.sub_(values[step] * coefficient)
+        for index, (source_component, slices, values) in enumerate(self.sources):
+            if source_component != component:
+                continue
+            cached = self._source_views.get(index)
+            if cached is None or cached[0] is not field or cached[1] is not coefficient:
+                scale = coefficient[slices] if isinstance(coefficient, torch.Tensor) else None
+                cached = self._source_views[index] = (field, coefficient, field[slices], scale)
+            _, _, target, scale = cached
+            if scale is not None:
+                target.sub_(scale * values[step])
+            else:
+                target.sub_(values[step] * coefficient)
 
     @functools.cached_property
     def _kernel(self):
@@ -300,8 +308,22 @@ class YeeStepper:
     def _compiled_curls(self, kernel, state, coefficients):
         """``F = ca F + cb curl`` in place, in one pass of the compiled kernel, for every component in
         ``coefficients`` (``{component: (ca, cb)}``, all H or all E), then the CPML auxiliary fields and
-        corrections (one more kernel call, over the PML slabs).
+        corrections (one more kernel call, over the PML slabs). The kernels' arguments are built once per
+        group and reused while the state holds the same tensors (in-place runs update them in place).
         """
+        group = tuple(coefficients)
+        values = (value for pair in coefficients.values() for value in pair)
+        tensors = (*state.fields.values(), *state.psi.values(), *values)
+        cached = self._kernel_calls.get(group)
+        seen = () if cached is None else cached[0]
+        if len(seen) != len(tensors) or any(a is not b for a, b in zip(seen, tensors)):
+            cached = self._kernel_calls[group] = (tensors, self._kernel_arguments(state, coefficients))
+        curl_arguments, cpml_arguments = cached[1]
+        kernel.curl_update(*curl_arguments)
+        kernel.cpml_update(*cpml_arguments)
+
+    def _kernel_arguments(self, state, coefficients):
+        """The argument lists of ``curl_update`` and ``cpml_update`` for one group of components."""
         fields = state.fields
         if self.grid.ndim < 3:  # (1, ..., n_x, ...) views; 3D fields are passed as they are
             fields = {component: field.view(self._kernel_shape) for component, field in fields.items()}
@@ -315,7 +337,7 @@ class YeeStepper:
             arguments["sources"].append([fields[term.source] for term in self.terms[component]])
         components = list(coefficients)
         forward = components[0][0] == "H"
-        kernel.curl_update(
+        curl_arguments = (
             *arguments.values(),
             [[term.axis + 3 - self.grid.ndim for term in self.terms[c]] for c in components],
             [[term.sign / term.spacing for term in self.terms[c]] for c in components],
@@ -326,7 +348,7 @@ class YeeStepper:
         psi = [state.psi[key] for key, _ in slabs["psi"]]
         if self.grid.ndim < 3:
             psi = [tensor.view(shape) for tensor, (_, shape) in zip(psi, slabs["psi"])]
-        kernel.cpml_update(
+        cpml_arguments = (
             [fields[component] for component in slabs["fields"]],
             [fields[source] for source in slabs["sources"]],
             psi,
@@ -337,6 +359,7 @@ class YeeStepper:
             self._kernel_periodic,
             forward,
         )
+        return curl_arguments, cpml_arguments
 
     def _kernel_slabs(self, coefficients):
         """The CPML slabs of ``coefficients``' components, as :meth:`_compiled_curls` passes them to the
@@ -454,9 +477,14 @@ class YeeStepper:
             if line.electric == component:  # E at i0 is total: add the incident H its curl misses
                 incident = incident_h.narrow(0, line.index - 1, 1).reshape(1, 1, 1)
                 _accumulate(field, 0, line.index, 1, incident, -line.sign / self.grid.spacing[0], cb)
-        for axis in self.pec_axes:
-            if axis != AXES.index(component[1]):
-                field.narrow(axis, 0, 1).zero_()
+        cached = self._pec_walls.get(component)
+        if cached is None or cached[0] is not field:  # views made once while the field is updated in place
+            along = AXES.index(component[1])
+            cached = self._pec_walls[component] = (
+                field, [field.narrow(axis, 0, 1) for axis in self.pec_axes if axis != along]
+            )
+        for wall in cached[1]:
+            wall.zero_()
         state.fields[component] = field
 
     def _advance_incident_h(self, state):
