@@ -323,7 +323,37 @@ def resonance_frequency(frequencies: torch.Tensor, s11_db: torch.Tensor) -> torc
     frequencies = torch.as_tensor(frequencies, dtype=torch.float64)
     s11_db = torch.as_tensor(s11_db, dtype=torch.float64)
     index = s11_db.argmin(-1).clamp(1, s11_db.shape[-1] - 2)
-    rows = torch.arange(len(s11_db))
+    return _refined_minima(frequencies, s11_db, torch.arange(len(s11_db)), index)
+
+
+def dip_frequencies(
+    frequencies: torch.Tensor, s11_db: torch.Tensor, below: float = -10.0
+) -> list[torch.Tensor]:
+    """Frequencies (Hz) of every dip of ``|S11|`` deeper than ``below`` dB, per design.
+
+    A dip is an interior local minimum of the sampled curve (lower than its left neighbour, not higher
+    than its right one), refined by a parabola as in :func:`resonance_frequency`. The band edges are not
+    dips. A multi-resonant antenna has several; ``below=float("inf")`` keeps every local minimum.
+
+    Args:
+        frequencies: ``(F,)`` uniform axis (Hz).
+        s11_db: ``(B, F)`` ``|S11|`` in dB.
+        below: level (dB) a dip must go under.
+
+    Returns:
+        a list of ``B`` float64 tensors ``(D_b,)`` (Hz, ascending; empty when a design has no such dip).
+    """
+    frequencies = torch.as_tensor(frequencies, dtype=torch.float64)
+    s11_db = torch.as_tensor(s11_db, dtype=torch.float64)
+    middle = s11_db[:, 1:-1]
+    dips = (middle < s11_db[:, :-2]) & (middle <= s11_db[:, 2:]) & (middle < below)
+    rows, index = torch.nonzero(dips, as_tuple=True)
+    refined = _refined_minima(frequencies, s11_db, rows, index + 1)
+    return [refined[rows == row] for row in range(len(s11_db))]
+
+
+def _refined_minima(frequencies, s11_db, rows, index):
+    """``frequencies[index]`` moved to the vertex of the parabola through the three samples around it."""
     left, middle, right = s11_db[rows, index - 1], s11_db[rows, index], s11_db[rows, index + 1]
     curvature = left - 2 * middle + right
     shift = torch.where(

@@ -253,7 +253,7 @@ def _member_lock(path: pathlib.Path, wait: bool):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]:
+def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = -10.0) -> dict[str, float]:
     """Scores of ``ensemble`` on the designs of ``subset`` of its split, read from the sweep at ``path``.
 
     Returns:
@@ -261,13 +261,18 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]
         ``db_error`` (mean ``|S11|`` error, dB), ``resonance_error`` (mean ``|f_res,pred - f_res|`` / band
         centre, %; ``f_res`` the frequency of the lowest ``|S11|``, which jumps between dips of nearly equal
         depth, so a few designs can dominate the mean: ``resonance_error_median`` is its median),
-        ``uncertainty`` (mean ensemble spread of S11 / mean ``|S11|``), the same three for the mean predictor
-        (the mean training S11: ``mean_*``), and ``designs`` (count).
+        ``dip_error`` (each true dip deeper than ``dip_level`` dB, the usual -10 dB matching criterion, from
+        :func:`~mindelec.antennas.dip_frequencies`, against the nearest predicted dip of any depth or the
+        predicted lowest point: the mean distance over all those dips, % of the band centre; it follows
+        every resonance and does not jump with the dips' depth order; ``dips``: how many),
+        ``uncertainty`` (mean ensemble spread of S11 / mean ``|S11|``), the same scores for the mean
+        predictor (the mean training S11: ``mean_*``), and
+        ``designs`` (count).
 
     Raises:
         ValueError: if ``subset`` is ``"train"``, empty, or shares a design with the training set.
     """
-    from mindelec.antennas import resonance_frequency
+    from mindelec.antennas import dip_frequencies, resonance_frequency
 
     split = ensemble.split
     ids, train = split.get(subset, []), set(split["train"])
@@ -284,19 +289,35 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test") -> dict[str, float]
     frequencies = sweep["frequencies"]
     centre = float(frequencies[0] + frequencies[-1]) / 2
     resonance = resonance_frequency(frequencies, db(truth))
+    true_dips = dip_frequencies(frequencies, db(truth), dip_level)
 
     def scores(guess):
-        shift = (resonance_frequency(frequencies, db(guess)) - resonance).abs() / centre * 100
+        lowest = resonance_frequency(frequencies, db(guess))
+        shift = (lowest - resonance).abs() / centre * 100
+        dip_shifts = [  # candidates: every predicted local minimum and the predicted lowest point
+            (dips[:, None] - torch.cat([found, lowest[row : row + 1]])).abs().min(1).values
+            for row, (dips, found) in enumerate(
+                zip(true_dips, dip_frequencies(frequencies, db(guess), below=float("inf")))
+            )
+            if len(dips)
+        ]
+        dip_shifts = torch.cat(dip_shifts) / centre * 100 if dip_shifts else torch.zeros(0)
         return {
             "relative_l2": float(relative_error(guess, truth).mean()),
             "db_error": float((db(guess) - db(truth)).abs().mean()),
             "resonance_error": float(shift.mean()),
             "resonance_error_median": float(shift.median()),
+            "dip_error": float(dip_shifts.mean()) if len(dip_shifts) else float("nan"),
         }
 
     result = scores(prediction)
     result.update({f"mean_{key}": value for key, value in scores(mean).items()})
-    result.update(uncertainty=float(spread.mean() / truth.abs().mean()), designs=len(ids))
+    result.update(
+        uncertainty=float(spread.mean() / truth.abs().mean()),
+        designs=len(ids),
+        dips=sum(len(dips) for dips in true_dips),
+        dip_level=dip_level,
+    )
     return result
 
 
@@ -308,6 +329,8 @@ def describe_scores(scores: dict) -> str:
         f"({scores['mean_db_error']:.2f}), "
         f"resonance {scores['resonance_error']:.2f} % of the band centre (median "
         f"{scores['resonance_error_median']:.2f} %; mean predictor {scores['mean_resonance_error']:.2f} %), "
+        f"{scores['dips']} dips below {scores['dip_level']:g} dB {scores['dip_error']:.2f} % "
+        f"({scores['mean_dip_error']:.2f} %), "
         f"ensemble spread {scores['uncertainty']:.3f}"
     )
 

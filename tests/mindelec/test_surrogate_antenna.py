@@ -107,6 +107,36 @@ def test_ensemble_beats_the_mean_predictor_on_unseen_designs(trained):
     extrapolation = evaluate(ensemble, path, "extrapolation")
     assert extrapolation["designs"] > 0 and np.isfinite(extrapolation["relative_l2"])
     assert test["uncertainty"] > 0  # two members from different seeds disagree somewhat
+    # one dip per design (-7.7 dB: 120 ohm at resonance seen from 50 ohm): the nearest predicted dip is
+    # never farther than the predicted lowest one
+    dips = evaluate(ensemble, path, "test", dip_level=-5.0)
+    assert dips["dips"] == dips["designs"] and evaluate(ensemble, path, "test")["dips"] == 0
+    assert dips["dip_error"] <= dips["resonance_error"] + 1e-9 and dips["dip_error"] < dips["mean_dip_error"]
+
+
+def test_dip_frequencies_finds_every_dip_below_the_level_and_follows_them_when_their_depths_swap():
+    """Two Lorentzian dips in dB (near 3.2 GHz at -20 dB, 4.1 GHz at -19.9 dB) and a shallow one (-6 dB at
+    2.5 GHz) on a 10 MHz grid: the two deep ones within a tenth of a step of the curve's minima (found on
+    a 100x finer grid), not the shallow one nor the band edges; deepening the second by 0.2 dB moves the
+    lowest dip by 0.9 GHz but no dip."""
+
+    def curve(frequencies, second_depth):
+        dips = ((3.2e9, 20.0, 0.08e9), (4.1e9, second_depth, 0.1e9), (2.5e9, 6.0, 0.05e9))
+        return -sum(depth / (1 + ((frequencies - f0) / width) ** 2) for f0, depth, width in dips)[None]
+
+    frequencies = torch.linspace(2e9, 5e9, 301, dtype=torch.float64)
+    fine = torch.linspace(2e9, 5e9, 30001, dtype=torch.float64)
+    exact = torch.stack([fine[window][curve(fine[window], 19.9)[0].argmin()]
+                         for window in ((fine > 3e9) & (fine < 3.6e9), (fine > 3.8e9) & (fine < 4.4e9))])
+    found = antennas.dip_frequencies(frequencies, curve(frequencies, 19.9))
+    assert len(found) == 1
+    torch.testing.assert_close(found[0], exact, rtol=0, atol=1e6)
+    assert len(antennas.dip_frequencies(frequencies, curve(frequencies, 19.9), below=float("inf"))[0]) == 3
+    lowest = [antennas.resonance_frequency(frequencies, curve(frequencies, x)).item() for x in (19.9, 20.2)]
+    assert lowest == pytest.approx([3.2e9, 4.1e9], abs=5e6)
+    swapped = antennas.dip_frequencies(frequencies, curve(frequencies, 20.2))[0]
+    torch.testing.assert_close(swapped, found[0], rtol=0, atol=1e6)
+    assert antennas.dip_frequencies(frequencies, curve(frequencies, 19.9) + 25.0)[0].numel() == 0  # all > -10
 
 
 def test_inverse_design_puts_the_analytic_resonance_on_target(trained):
