@@ -256,6 +256,12 @@ def _member_lock(path: pathlib.Path, wait: bool):
 def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = -10.0) -> dict[str, float]:
     """Scores of ``ensemble`` on the designs of ``subset`` of its split, read from the sweep at ``path``.
 
+    Args:
+        ensemble: the trained :class:`Ensemble` (its split names the designs).
+        path: the HDF5 sweep.
+        subset: ``"test"`` or ``"extrapolation"``.
+        dip_level: the level (dB) a true ``|S11|`` dip must go under to count in ``dip_error``.
+
     Returns:
         ``relative_l2`` (mean over designs of ``||S_pred - S|| / ||S||`` over the band, complex S11),
         ``db_error`` (mean ``|S11|`` error, dB), ``resonance_error`` (mean ``|f_res,pred - f_res|`` / band
@@ -266,8 +272,7 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = 
         predicted lowest point: the mean distance over all those dips, % of the band centre; it follows
         every resonance and does not jump with the dips' depth order; ``dips``: how many),
         ``uncertainty`` (mean ensemble spread of S11 / mean ``|S11|``), the same scores for the mean
-        predictor (the mean training S11: ``mean_*``), and
-        ``designs`` (count).
+        predictor (the mean training S11: ``mean_*``), ``designs`` (count) and ``dip_level``.
 
     Raises:
         ValueError: if ``subset`` is ``"train"``, empty, or shares a design with the training set.
