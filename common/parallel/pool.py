@@ -2,6 +2,7 @@
 
 import collections
 import concurrent.futures
+import itertools
 import multiprocessing
 import os
 import socket
@@ -80,19 +81,43 @@ class _PoolRun:
         )
 
     def submit(self) -> bool:
-        """Submit the jobs due (a suspect alone, else up to the limit); whether any job is in flight."""
+        """Submit the jobs due (a suspect alone, else up to the limit); whether any job is in flight.
+
+        The pool can break between :meth:`collect` and here (a worker died after the last wait
+        returned): ``pool.submit`` then refuses, and the pool is restarted as in :meth:`collect`.
+        """
+        from concurrent.futures.process import BrokenProcessPool
+
+        while True:
+            try:
+                self._submit_due()
+                return bool(self.in_flight)
+            except BrokenProcessPool:
+                self._restart()
+
+    def _submit_due(self) -> None:
         if self.suspects:
             if not self.in_flight:
-                job = self.suspects.popleft()
-                self.in_flight[self.pool.submit(self.call, job)] = (job, True)
-        else:
-            room = min(self.limit, self.workers) if self.probing else self.limit
-            while len(self.in_flight) < room:
-                job = next(self.pending_jobs, NO_MORE_JOBS)
-                if job is NO_MORE_JOBS:
-                    break
+                self.in_flight[self.pool.submit(self.call, self.suspects[0])] = (self.suspects[0], True)
+                self.suspects.popleft()
+            return
+        room = min(self.limit, self.workers) if self.probing else self.limit
+        while len(self.in_flight) < room:
+            job = next(self.pending_jobs, NO_MORE_JOBS)
+            if job is NO_MORE_JOBS:
+                return
+            try:
                 self.in_flight[self.pool.submit(self.call, job)] = (job, False)
-        return bool(self.in_flight)
+            except BaseException:  # not submitted: it stays the next job due
+                self.pending_jobs = itertools.chain([job], self.pending_jobs)
+                raise
+
+    def _restart(self) -> None:
+        """The pool is unusable: start a new one; the jobs it held become suspects."""
+        self.suspects.extend(job for job, _ in self.in_flight.values())
+        self.in_flight.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
 
     def collect(self) -> Iterator[tuple]:
         """Wait for at least one job and yield ``(job, result)`` of those done; restart a broken pool."""
@@ -112,11 +137,8 @@ class _PoolRun:
                 result = lost_worker(error, socket.gethostname(), "a local pool worker")
             self.probing = self.probing and isinstance(result, JobFailure)
             yield job, result
-        if broken:  # the pool is unusable: restart it, rerun what it held
-            self.suspects.extend(job for job, _ in self.in_flight.values())
-            self.in_flight.clear()
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = self._new_pool()
+        if broken:  # rerun what the pool held
+            self._restart()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

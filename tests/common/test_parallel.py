@@ -278,3 +278,35 @@ def test_distributed_context_sets_the_thread_budget(monkeypatch):
         assert ctx.threads == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_pool_that_breaks_between_collect_and_submit_is_restarted(monkeypatch):
+    """A worker can die after the last wait returned: the next submit then meets a broken pool."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from common.parallel import pool as local_pool
+
+    new_pool, pools = local_pool._PoolRun._new_pool, []
+
+    def breaking_first_pool(run):
+        executor = new_pool(run)
+        if not pools:  # the first pool refuses its third submission, as a broken pool does
+            submit, calls = executor.submit, []
+
+            def submit_until_broken(*args, **kwargs):
+                calls.append(args)
+                if len(calls) == 3:
+                    raise BrokenProcessPool("a child process terminated abruptly")
+                return submit(*args, **kwargs)
+
+            executor.submit = submit_until_broken
+        pools.append(executor)
+        return executor
+
+    monkeypatch.setattr(local_pool._PoolRun, "_new_pool", breaking_first_pool)
+    values = [1, 2, 3, 4, 5, 6]
+    job = parallel_jobs.exit_worker_if_negative
+    results = list(parallel.run_jobs(job, values, workers=2, max_in_flight=3))
+    assert len(pools) == 2  # restarted once
+    assert sorted(job for job, _ in results) == values  # every job once: none lost, none twice
+    assert all(result == job * job for job, result in results)
