@@ -15,6 +15,8 @@ designs, inside the training ranges, and its ``extrapolation`` designs, the long
   any ``f_ref`` (``unreferenced``), and the plain parameters -> S11 MLP, each against the mean predictor;
 * the learning curve: the conditioned model (one member) on the first 1/8, 1/4 and 1/2 of the training
   designs, and the ensemble's first member (all of them), scored on the same held-out set;
+* inverse design (``inverse``): the design the ensemble puts at a 6 and at an 8 GHz dip (4096 Sobol
+  candidates), simulated by FDTD (``check_patch_design``: the prediction for the inset as drawn);
 * speed: the prediction per design (a batch of 1024 designs, one thread) of the ensemble (its spread is
   the uncertainty) and of one member, against one FDTD run of a mid-range design of the data's recipe
   (one thread). The ratios are printed last.
@@ -35,7 +37,15 @@ import torch
 import common.datasets as datasets
 from mindelec import antennas
 from mindelec.surrogate import load_sweep
-from mindelec.surrogate.antenna import Ensemble, describe_scores, design_split, evaluate, train_ensemble
+from mindelec.surrogate.antenna import (
+    Ensemble,
+    check_patch_design,
+    describe_scores,
+    design_split,
+    evaluate,
+    inverse_design,
+    train_ensemble,
+)
 
 NAMES = ["length", "width", "inset_used", "permittivity", "height"]
 REFERENCE = "mindelec.antennas:cavity_modes"
@@ -46,7 +56,8 @@ CONFIGURATIONS = {
     "unreferenced": {"frequency_features": 4},
     "plain": {"conditioning": "none"},
 }
-PARTS = (*CONFIGURATIONS, "curve", "speed")
+PARTS = (*CONFIGURATIONS, "curve", "inverse", "speed")
+TARGETS = (6e9, 8e9)
 
 
 def scores_line(label: str, scores: dict) -> str:
@@ -83,7 +94,64 @@ def speed(best: Ensemble, data, recipe) -> dict:
     }
 
 
-def main():
+def learning_curve(ensemble, data) -> dict:
+    """One conditioned member on the first 1/8, 1/4 and 1/2 of the training designs: scores by size."""
+    sweep = load_sweep(data, NAMES, ("s11",))
+    total = len(design_split(sweep["sample_id"], sweep["parameters"])["train"])
+    curve = {}
+    for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2)}):
+        curve[str(size)] = scores = evaluate(
+            ensemble("conditioned", f"curve_{size}", members=1, train_limit=size), data
+        )
+        print(scores_line(f"learning curve, {size} training designs", scores), flush=True)
+    return curve
+
+
+def inverse(best: Ensemble, recipe) -> dict:
+    """For each target (Hz): the design the ensemble picks, its FDTD resonance and S11 error."""
+    bounds = {
+        ("inset_used" if name == "inset" else name): (spec.low, spec.high)
+        for name, spec in recipe.parameters.items()
+        if name in NAMES or name == "inset"
+    }
+    found = {}
+    for target in TARGETS:
+        parameters = inverse_design(best, target, bounds, candidates=4096)["parameters"]
+        check = check_patch_design(best, parameters, recipe.generator.options)
+        found[f"{target / 1e9:g} GHz"] = entry = {
+            "design": check["design"],
+            "predicted_resonance": check["predicted_resonance"],
+            "fdtd_resonance": float(check["simulated"]["resonance"]),
+            "relative_l2": check["relative_l2"],
+        }
+        print(
+            f"inverse design for {target / 1e9:g} GHz: FDTD dip at {entry['fdtd_resonance'] / 1e9:.3f} GHz "
+            f"(predicted {entry['predicted_resonance'] / 1e9:.3f}), relative L2 of S11 against the "
+            f"prediction {entry['relative_l2']:.4f}; design {check['design']}",
+            flush=True,
+        )
+    return found
+
+
+def report_speed(best: Ensemble, data, recipe, results: dict, save) -> None:
+    """The speed part: the first member's learning-curve point at the full training set, and the timings."""
+    scores = evaluate(Ensemble(best.members[:1], best.split), data)
+    results["learning_curve"][str(len(best.split["train"]))] = scores
+    print(scores_line(f"learning curve, {len(best.split['train'])} training designs", scores), flush=True)
+    results["speed"] = timing = speed(best, data, recipe)
+    save()
+    print(
+        f"FDTD {timing['fdtd_seconds']:.2f} s per design; surrogate per design in a batch of 1024: ensemble "
+        f"of {len(best.members)} {timing['ensemble_seconds'] * 1e6:.0f} us, one member "
+        f"{timing['one_member_seconds'] * 1e6:.0f} us"
+    )
+    print(
+        f"speed-up (FDTD / surrogate): ensemble {timing['fdtd_seconds'] / timing['ensemble_seconds']:.3g}, "
+        f"one member {timing['fdtd_seconds'] / timing['one_member_seconds']:.3g}"
+    )
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="HDF5 dataset of datasets/patch_antenna.toml")
     parser.add_argument("--quick", action="store_true", help="generate and use the small recipe")
@@ -94,7 +162,11 @@ def main():
     parser.add_argument(
         "--parts", nargs="+", default=list(PARTS), choices=PARTS, help="what to run (default: everything)"
     )
-    arguments = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    arguments = parse_arguments()
     torch.set_num_threads(1)
     run = pathlib.Path(arguments.run)
     run.mkdir(parents=True, exist_ok=True)
@@ -148,31 +220,14 @@ def main():
         save()
 
     if "curve" in arguments.parts:
-        sweep = load_sweep(data, NAMES, ("s11",))
-        total = len(design_split(sweep["sample_id"], sweep["parameters"])["train"])
-        for size in sorted({max(2, total // 8), max(2, total // 4), max(2, total // 2)}):
-            scores = evaluate(ensemble("conditioned", f"curve_{size}", members=1, train_limit=size), data)
-            results["learning_curve"][str(size)] = scores
-            print(scores_line(f"learning curve, {size} training designs", scores), flush=True)
+        results["learning_curve"].update(learning_curve(ensemble, data))
+
+    if "inverse" in arguments.parts:
+        results["inverse_design"] = inverse(ensemble("conditioned"), recipe)
 
     save()
-    if "speed" not in arguments.parts:
-        return
-    best = ensemble("conditioned")
-    scores = evaluate(Ensemble(best.members[:1], best.split), data)
-    results["learning_curve"][str(len(best.split["train"]))] = scores
-    print(scores_line(f"learning curve, {len(best.split['train'])} training designs", scores), flush=True)
-    results["speed"] = timing = speed(best, data, recipe)
-    save()
-    print(
-        f"FDTD {timing['fdtd_seconds']:.2f} s per design; surrogate per design in a batch of 1024: ensemble "
-        f"of {len(best.members)} {timing['ensemble_seconds'] * 1e6:.0f} us, one member "
-        f"{timing['one_member_seconds'] * 1e6:.0f} us"
-    )
-    print(
-        f"speed-up (FDTD / surrogate): ensemble {timing['fdtd_seconds'] / timing['ensemble_seconds']:.3g}, "
-        f"one member {timing['fdtd_seconds'] / timing['one_member_seconds']:.3g}"
-    )
+    if "speed" in arguments.parts:
+        report_speed(ensemble("conditioned"), data, recipe, results, save)
 
 
 if __name__ == "__main__":

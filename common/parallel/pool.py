@@ -76,8 +76,10 @@ class _PoolRun:
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         return concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=self.context, initializer=_start_worker,
-            initargs=(self.threads, self.run_alive)
+            max_workers=self.workers,
+            mp_context=self.context,
+            initializer=_start_worker,
+            initargs=(self.threads, self.run_alive),
         )
 
     def submit(self) -> bool:

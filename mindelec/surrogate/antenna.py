@@ -10,7 +10,8 @@ inverse design, and a geometry autoencoder (:mod:`mindelec.surrogate`).
 * :func:`evaluate` - relative L2 error of complex S11, mean ``|S11|`` error in dB, resonance-frequency
   error (% of the band centre), and the same for the mean predictor, on designs the models never saw
   (it refuses training designs).
-* :func:`inverse_design` - the design whose predicted ``|S11|`` minimum sits at a target frequency.
+* :func:`inverse_design` - the design whose predicted ``|S11|`` minimum sits at a target frequency;
+  :func:`check_patch_design` simulates a proposed patch design by FDTD and scores the prediction.
 * :func:`voxel_autoencoder` - a :class:`ConvAutoencoder` over voxel tensors ``(N, C, nx, ny, nz)``
   (the z layers as channels), with its compression ratio and held-out reconstruction error.
 """
@@ -21,6 +22,7 @@ import contextlib
 import json
 import os
 import pathlib
+import time
 from collections.abc import Sequence
 
 try:
@@ -41,6 +43,7 @@ __all__ = [
     "evaluate",
     "describe_scores",
     "inverse_design",
+    "check_patch_design",
     "voxel_autoencoder",
 ]
 
@@ -387,6 +390,62 @@ def inverse_design(
         "resonance": float(resonance[best]),
         "s11": prediction[best],
         "spread": spread[best],
+    }
+
+
+def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: dict | None = None) -> dict:
+    """Simulate a patch antenna the ensemble proposed (e.g. :func:`inverse_design`) and score the prediction.
+
+    The FDTD draws the inset in whole cells, so the design is simulated first
+    (:func:`mindelec.antennas.patch_antenna_sample`) and the ensemble then predicts S11 for the design as
+    simulated: its ``inset_used`` column (or ``inset``, if the ensemble learned from that) is the inset
+    the FDTD drew.
+
+    Args:
+        ensemble: surrogates of a patch-antenna sweep; their parameter names are those of the
+            generator (``length``, ``width``, ``inset`` or ``inset_used``, ``permittivity``, ``height``).
+        parameters: the design, by the ensemble's parameter names (SI units).
+        generator_options: the recipe's ``[generator.options]`` (:class:`mindelec.antennas.PatchSetup`).
+
+    Returns:
+        ``design`` (the generator's parameters as simulated), ``simulated`` (the sample's dict:
+        ``s11_db``, ``resonance``...), ``predicted_s11`` ((F,) complex, for the design as simulated),
+        ``predicted_resonance`` (Hz), ``relative_l2`` (of complex S11, prediction against FDTD) and
+        ``fdtd_seconds``.
+
+    Raises:
+        KeyError: if ``parameters`` lacks one of the ensemble's parameter names.
+        ValueError: if the FDTD's frequencies (set by ``generator_options``) are not the ensemble's.
+    """
+    from mindelec.antennas import patch_antenna_sample, resonance_frequency
+
+    names = ensemble.members[0].parameter_names
+    missing = [name for name in names if name not in parameters]
+    if missing:
+        raise KeyError(f"check_patch_design: the design lacks {missing}; the ensemble takes {names}")
+    design = {("inset" if name == "inset_used" else name): float(parameters[name]) for name in names}
+    started = time.perf_counter()
+    simulated = patch_antenna_sample(design, 0, **(generator_options or {}))
+    seconds = time.perf_counter() - started
+    frequencies = torch.as_tensor(simulated["frequencies"], dtype=torch.float64)
+    if frequencies.shape != ensemble.frequencies.shape or not torch.allclose(
+        frequencies, ensemble.frequencies.to(frequencies), rtol=1e-9
+    ):
+        raise ValueError(
+            f"check_patch_design: the FDTD's {len(frequencies)} frequencies ({float(frequencies[0]):.4g} .. "
+            f"{float(frequencies[-1]):.4g} Hz) are not the ensemble's; pass the recipe's generator options"
+        )
+    design["inset"] = float(simulated["inset_used"])
+    simulated_inputs = [design["inset" if name == "inset_used" else name] for name in names]
+    prediction = ensemble.predict(torch.tensor([simulated_inputs], dtype=torch.float64))[0][0]
+    truth = torch.complex(torch.as_tensor(simulated["s11_real"]), torch.as_tensor(simulated["s11_imag"]))
+    return {
+        "design": design,
+        "simulated": simulated,
+        "predicted_s11": prediction,
+        "predicted_resonance": float(resonance_frequency(ensemble.frequencies, db(prediction)[None])[0]),
+        "relative_l2": float((prediction - truth).norm() / truth.norm()),
+        "fdtd_seconds": seconds,
     }
 
 

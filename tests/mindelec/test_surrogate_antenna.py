@@ -24,8 +24,10 @@ from scipy.stats import qmc
 from common.io import H5Writer
 from mindelec import antennas
 from mindelec.cli import main
+from mindelec.surrogate import SParameterSurrogate
 from mindelec.surrogate.antenna import (
     Ensemble,
+    check_patch_design,
     evaluate,
     inverse_design,
     train_ensemble,
@@ -126,8 +128,12 @@ def test_dip_frequencies_finds_every_dip_below_the_level_and_follows_them_when_t
 
     frequencies = torch.linspace(2e9, 5e9, 301, dtype=torch.float64)
     fine = torch.linspace(2e9, 5e9, 30001, dtype=torch.float64)
-    exact = torch.stack([fine[window][curve(fine[window], 19.9)[0].argmin()]
-                         for window in ((fine > 3e9) & (fine < 3.6e9), (fine > 3.8e9) & (fine < 4.4e9))])
+    exact = torch.stack(
+        [
+            fine[window][curve(fine[window], 19.9)[0].argmin()]
+            for window in ((fine > 3e9) & (fine < 3.6e9), (fine > 3.8e9) & (fine < 4.4e9))
+        ]
+    )
     found = antennas.dip_frequencies(frequencies, curve(frequencies, 19.9))
     assert len(found) == 1
     torch.testing.assert_close(found[0], exact, rtol=0, atol=1e6)
@@ -425,3 +431,41 @@ def test_patch_antenna_cells_follow_the_design_and_bad_designs_are_refused():
         antennas.patch_antenna({"length": 12e-3}, setup)
     with pytest.raises(ConfigurationError, match="even"):
         antennas.PatchSetup(n_width=7)
+
+
+@pytest.mark.filterwarnings("ignore:.*(cells per wavelength|gap voltage is still).*:UserWarning")
+def test_check_patch_design_predicts_the_design_the_fdtd_drew():
+    """The inset snaps to whole cells in the FDTD: the prediction is scored for the snapped design."""
+    options = {
+        "n_length": 8,
+        "n_width": 8,
+        "n_height": 1,
+        "line_cells": 4,
+        "margin": 3,
+        "air_cells": 6,
+        "pml": 5,
+        "n_frequencies": 46,
+        "duration": 1.5e-9,
+    }
+    names = ["length", "width", "inset_used", "permittivity", "height"]
+    torch.manual_seed(0)
+    frequencies = antennas.PatchSetup(**options).frequencies
+    model = SParameterSurrogate(names, frequencies, ("s11",), hidden_features=16)
+    member = Ensemble([model], {"train": []})
+    design = {"length": 13e-3, "width": 16e-3, "inset_used": 0.27, "permittivity": 3.3, "height": 1.1e-3}
+    checked = check_patch_design(member, design, options)
+    assert checked["design"]["inset"] == 2 / 8  # 0.27 of 8 cells: 2 cells drawn
+    assert checked["design"]["inset"] == checked["simulated"]["inset_used"]
+    snapped = torch.tensor([[13e-3, 16e-3, 0.25, 3.3, 1.1e-3]], dtype=torch.float64)
+    requested = torch.tensor([[13e-3, 16e-3, 0.27, 3.3, 1.1e-3]], dtype=torch.float64)
+    expected = model.predict(snapped)[0, :, 0].detach()
+    assert torch.allclose(checked["predicted_s11"], expected)
+    assert not torch.allclose(checked["predicted_s11"], model.predict(requested)[0, :, 0].detach())
+    truth = checked["simulated"]["s11_real"] + 1j * checked["simulated"]["s11_imag"]
+    assert checked["relative_l2"] == pytest.approx(
+        np.linalg.norm(expected.numpy() - truth) / np.linalg.norm(truth), rel=1e-9
+    )
+    with pytest.raises(KeyError, match="height"):
+        check_patch_design(member, {k: v for k, v in design.items() if k != "height"}, options)
+    with pytest.raises(ValueError, match="frequencies"):
+        check_patch_design(member, design, {**options, "n_frequencies": 31})
