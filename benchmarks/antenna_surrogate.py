@@ -16,7 +16,7 @@ designs, inside the training ranges, and its ``extrapolation`` designs, the long
 * the learning curve: the conditioned model (one member) on the first 1/8, 1/4 and 1/2 of the training
   designs, and the ensemble's first member (all of them), scored on the same held-out set;
 * inverse design (``inverse``): the design the ensemble puts at a 6 and at an 8 GHz dip (4096 Sobol
-  candidates), simulated by FDTD (``check_patch_design``: the prediction for the inset as drawn);
+  candidates, the inset on whole cells), simulated by FDTD (``check_patch_design``);
 * speed: the prediction per design (a batch of 1024 designs, one thread) of the ensemble (its spread is
   the uncertainty) and of one member, against one FDTD run of a mid-range design of the data's recipe
   (one thread). The ratios are printed last.
@@ -114,20 +114,23 @@ def inverse(best: Ensemble, recipe) -> dict:
         for name, spec in recipe.parameters.items()
         if name in NAMES or name == "inset"
     }
+    steps = {"inset_used": 1 / antennas.PatchSetup(**recipe.generator.options).n_length}  # whole cells
     found = {}
     for target in TARGETS:
-        parameters = inverse_design(best, target, bounds, candidates=4096)["parameters"]
-        check = check_patch_design(best, parameters, recipe.generator.options)
+        proposal = inverse_design(best, target, bounds, candidates=4096, steps=steps)
+        check = check_patch_design(best, proposal["parameters"], recipe.generator.options)
         found[f"{target / 1e9:g} GHz"] = entry = {
             "design": check["design"],
             "predicted_resonance": check["predicted_resonance"],
             "fdtd_resonance": float(check["simulated"]["resonance"]),
             "relative_l2": check["relative_l2"],
+            "relative_spread": proposal["relative_spread"],
         }
         print(
             f"inverse design for {target / 1e9:g} GHz: FDTD dip at {entry['fdtd_resonance'] / 1e9:.3f} GHz "
             f"(predicted {entry['predicted_resonance'] / 1e9:.3f}), relative L2 of S11 against the "
-            f"prediction {entry['relative_l2']:.4f}; design {check['design']}",
+            f"prediction {entry['relative_l2']:.4f} (ensemble spread {entry['relative_spread']:.4f}); "
+            f"design {check['design']}",
             flush=True,
         )
     return found

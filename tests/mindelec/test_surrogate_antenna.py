@@ -153,6 +153,22 @@ def test_inverse_design_puts_the_analytic_resonance_on_target(trained):
     assert abs(truth - target) / target < 0.03
     with pytest.raises(ValueError, match="bounds"):
         inverse_design(ensemble, 20e9, BOUNDS)
+    # a parameter the simulator draws on a grid: the winner sits on it, still on target
+    on_grid = inverse_design(ensemble, target, BOUNDS, candidates=1024, steps={"permittivity": 0.25})
+    permittivity = on_grid["parameters"]["permittivity"]
+    assert permittivity / 0.25 == pytest.approx(round(permittivity / 0.25), abs=1e-9)
+    assert 2.2 <= permittivity <= 4.4
+    truth = cavity_resonance(on_grid["parameters"]["length"], permittivity)
+    assert abs(truth - target) / target < 0.03
+    # the ensemble's spread steers the search: weighing it heavily never picks a less certain design
+    band_spread = float(found["spread"].norm() / found["s11"].abs().norm())
+    assert found["relative_spread"] == pytest.approx(band_spread)
+    blind = inverse_design(ensemble, target, BOUNDS, candidates=1024, uncertainty_weight=0.0)
+    wary = inverse_design(ensemble, target, BOUNDS, candidates=1024, uncertainty_weight=1e4)
+    assert wary["relative_spread"] <= blind["relative_spread"]
+    for steps in ({"permittivity": 0.0}, {"permittivity": 5.0}, {"thickness": 0.1}):
+        with pytest.raises(ValueError, match="steps"):
+            inverse_design(ensemble, target, BOUNDS, steps=steps)
 
 
 def test_train_ensemble_refuses_another_split_in_its_folder(trained):
