@@ -22,6 +22,7 @@ import os
 import pkgutil
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,7 +79,12 @@ def executed_notebooks(target: Path, execute: bool = True) -> list[Path]:
             os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend: figures become outputs
             client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
                                              resources={"metadata": {"path": str(path.parent)}})
-            client.execute()
+            # the files a notebook writes (datasets, run folders) go to a fresh folder, as in the tests:
+            # none is left in notebooks/, and none left by an earlier run is resumed
+            with tempfile.TemporaryDirectory(prefix=f"{path.stem}_") as output:
+                os.environ["NOTEBOOK_OUTPUT_DIR"] = output
+                client.execute()
+            del os.environ["NOTEBOOK_OUTPUT_DIR"]
             notebook.metadata["source_sha256"] = digest
             EXECUTED.mkdir(parents=True, exist_ok=True)
             nbformat.write(notebook, cached)  # the next build reuses it
