@@ -346,15 +346,17 @@ RECORD = [
     ),
     Validation(
         _EM,
-        'Thin-wire (sub-cell radius) dipole: series resonance, its resistance, reactance slope',
-        'moment-method dipole of the same length and radius (L/a = 500, 5000)',
-        '2 %; 2 %; 5 %',
+        "Thin-wire (sub-cell radius) dipole: series resonance, its resistance, reactance slope; "
+        "the half-wave impedance at a = lambda/100000",
+        "moment-method dipole of the same length and radius (L/a = 500, 5000, 50000); "
+        "King's 73.1 + j42.5 ohm",
+        '0.5 %; 2 %; 2 %; 10 %',
         "tests/mindelec/test_thin_wire.py::"
         "test_thin_wire_dipole_against_the_moment_method",
     ),
     Validation(
         _EM,
-        'Thin wire at the radius 0.1985 cells; compiled, torch and differentiable paths',
+        'Thin wire at the radius 0.1985 cells (end correction off); compiled, torch and differentiable paths',
         "the bare line of zeroed edges (the square lattice's equivalent radius); each other",
         '1e-9 relative',
         "tests/mindelec/test_thin_wire.py::"

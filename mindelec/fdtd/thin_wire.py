@@ -23,19 +23,27 @@ square lattice's Green's function):
 * The ends: the charge on the last node of the zeroed edges spreads over that node's dual cell, half a cell
   beyond the edges, as if the wire went on for half a cell. So the wire's ends lie on half-node planes (the
   centres of edges), its zeroed edges stop half a cell short of each end (a wire of ``n`` cells zeroes
-  ``n - 1`` edges), and the axial edge just beyond each end node, which carries part of its charge, takes
-  ``eps / s`` (with its circulating H at ``s mu``) as the spokes do.
+  ``n - 1`` edges), and the axial edge just beyond each end node carries part of its charge.
+* The lattice's fringe field around an end adds a capacitance that does not depend on the radius, so it
+  lengthens a thin wire electrically by about ``0.04 s`` cells per end (its line capacitance goes as
+  ``1 / s``): a dipole's resonance came 0.4-2.2 % short of the moment method's at 16-42 cells and
+  ``L/a`` 500-50000, more for thinner wires and coarser cells. The axial edge beyond each end removes it:
+  it takes the permittivity ``eps p / s`` and its circulating H the permeability ``s mu / p`` (``eps mu``
+  unchanged), with ``p = 1 - END_CORRECTION s``; a wire so thin that ``p`` would fall below
+  :data:`END_FLOOR` keeps the floor and warns (its resonance stays short).
 
 Each corrected component gets ``(factor - 1) * coefficient * curl`` added after its Yee update
 (:class:`WireCorrections`, a sparse step on the compiled and the torch paths alike, differentiable); the
 scaled ``eps`` acts on the curl's coefficient ``cb``, exact in a lossless medium around the wire.
 
-Measured against a moment-method solution at the same radius and length (``tests/mindelec/test_thin_wire.py``,
-a dipole of 22 cells): at ``L/a = 500`` and ``5000`` the resonance comes 0.7 and 1.3 % short, its resistance
-within 1 %, the reactance slope there within 2 %; at 42 cells 0.2 and 0.6 % short, the slope within 1 %.
+Measured against a moment-method solution at the same radius and length
+(``tests/mindelec/test_thin_wire.py``): the dipole's resonance within 0.25 % at 16, 22, 30 and 42 cells and
+``L/a`` = 500, 5000 and 50000 (0.4-2.2 % short without the end correction), its resistance within 2 %, the
+reactance slope there within 1 %.
 """
 
 import math
+import warnings
 
 import torch
 
@@ -51,6 +59,12 @@ BARE_RADIUS = math.exp(-0.5772156649015329) / 2**1.5
 #: where (in cells) the four spokes' coaxial region ends: ``BARE_RADIUS exp(pi / 2)`` (the lattice's drop
 #: from a node to its neighbours is ``q / 4 eps``, a coaxial one's ``(q / 2 pi eps) ln(r / a)``)
 EDGE_RADIUS = BARE_RADIUS * math.exp(math.pi / 2)
+#: the end correction ``p = 1 - END_CORRECTION s`` of the axial edge beyond each end (module docstring):
+#: the lattice's end capacitance, fitted to the moment method's resonances of dipoles of 22 cells at
+#: ``L/a`` = 500, 5000 and 50000 (0.146, 0.170, 0.145 each) and checked at 16, 30 and 42 cells
+END_CORRECTION = 0.15
+#: the smallest ``p``: below it (``s > 6``, radii under about 8e-5 cells) the end correction is partial
+END_FLOOR = 0.1
 #: how far (in cells) a wire's length and gaps may sit from whole and half cells
 ALIGNMENT_TOLERANCE = 1e-6
 #: how far (in cells) a wire may sit from the grid's node lines and planes when a simulation takes it (the
@@ -178,6 +192,20 @@ def radius_scale(spacing, radius):
     return 2.0 / math.pi * math.log(EDGE_RADIUS * spacing / radius)
 
 
+def end_factor(scale, owner="ThinWire"):
+    """``p = 1 - END_CORRECTION s`` of a wire end (module docstring), ``scale`` its :func:`radius_scale`;
+    at least :data:`END_FLOOR`, with a warning when the floor cuts the correction short."""
+    factor = 1.0 - END_CORRECTION * scale
+    if factor < END_FLOOR:
+        warnings.warn(
+            f"{owner}: so thin a wire (s = {scale:.3g}) needs an end correction p = {factor:.3g}, below the "
+            f"floor {END_FLOOR}: it lengthens each end electrically by about "
+            f"{0.25 * (END_FLOOR - factor):.2f} cells (a dipole's resonance comes short by that)",
+            stacklevel=3,
+        )
+    return max(factor, END_FLOOR)
+
+
 def _node_index(grid, position, a, owner, what):
     """The integer-node index of ``position`` (m) along axis ``a``, checked to be on a node."""
     cells = (position + grid.size[a] / 2) / grid.spacing[a]
@@ -261,13 +289,16 @@ class WireCorrections:
                     f"{owner}: radius {wire.radius:g} m is not below half the cell along {AXES[d]}"
                 )
             scales[d] = radius_scale(grid.spacing[d], wire.radius)
-        edges, nodes = torch.arange(line[w] - 1, last + 1), torch.arange(line[w], last + 1)
-        # the axial edges just beyond both ends: the end nodes' charge reaches into them as into the spokes
+        edges, nodes = torch.arange(line[w], last), torch.arange(line[w], last + 1)
+        ends = torch.tensor([line[w] - 1, last])
+        # the axial edges just beyond both ends: eps p / s, their circulating H s mu / p
         mean = (scales[across[0]] + scales[across[1]]) / 2
-        yield "E" + AXES[w], self._row(line, w, torch.tensor([line[w] - 1, last]), {}, mean - 1.0)
+        end = end_factor(mean, owner)
+        yield "E" + AXES[w], self._row(line, w, ends, {}, mean / end - 1.0)
         for d in across:
             for component, along, factor in (
                 ("H" + AXES[3 - w - d], edges, 1.0 / scales[d] - 1.0),
+                ("H" + AXES[3 - w - d], ends, end / scales[d] - 1.0),
                 ("E" + AXES[d], nodes, scales[d] - 1.0),
             ):
                 for offset in (0, -1):  # the node on the + side of the wire, then on the - side
