@@ -20,7 +20,7 @@ The molecule is the reactant of the Claisen rearrangement (allyl vinyl ether, 14
   the Simulation, as ours).
 
 - ``SchNet x21``, ``PaiNN x21``, ``committee x21``: the same models bound with ``replicas=21``
-  (:mod:`mindsponge.replicas`): the 21 umbrella windows of the full-size reactive example run as
+  (:mod:`mindsponge.replicas`): 21 umbrella windows of the reactive example run as
   copies of the molecule in one Simulation, one network call per step for all; their time per
   step is divided by the copies (the cost of one window's step), ``--replicas`` sets the count.
 
