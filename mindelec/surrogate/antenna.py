@@ -443,17 +443,13 @@ def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: 
         KeyError: if ``parameters`` lacks one of the ensemble's parameter names.
         ValueError: if the FDTD's frequencies (set by ``generator_options``) are not the ensemble's.
     """
-    from mindelec.antennas import patch_antenna_sample, resonance_frequency
+    from mindelec.antennas import PatchSetup, patch_antenna_sample, resonance_frequency
 
     names = ensemble.members[0].parameter_names
     missing = [name for name in names if name not in parameters]
     if missing:
         raise KeyError(f"check_patch_design: the design lacks {missing}; the ensemble takes {names}")
-    design = {("inset" if name == "inset_used" else name): float(parameters[name]) for name in names}
-    started = time.perf_counter()
-    simulated = patch_antenna_sample(design, 0, **(generator_options or {}))
-    seconds = time.perf_counter() - started
-    frequencies = torch.as_tensor(simulated["frequencies"], dtype=torch.float64)
+    frequencies = PatchSetup(**(generator_options or {})).frequencies  # refused before the FDTD runs
     if frequencies.shape != ensemble.frequencies.shape or not torch.allclose(
         frequencies, ensemble.frequencies.to(frequencies), rtol=1e-9
     ):
@@ -461,6 +457,10 @@ def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: 
             f"check_patch_design: the FDTD's {len(frequencies)} frequencies ({float(frequencies[0]):.4g} .. "
             f"{float(frequencies[-1]):.4g} Hz) are not the ensemble's; pass the recipe's generator options"
         )
+    design = {("inset" if name == "inset_used" else name): float(parameters[name]) for name in names}
+    started = time.perf_counter()
+    simulated = patch_antenna_sample(design, 0, **(generator_options or {}))
+    seconds = time.perf_counter() - started
     design["inset"] = float(simulated["inset_used"])
     simulated_inputs = [design["inset" if name == "inset_used" else name] for name in names]
     prediction = ensemble.predict(torch.tensor([simulated_inputs], dtype=torch.float64))[0][0]
@@ -470,7 +470,7 @@ def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: 
         "simulated": simulated,
         "predicted_s11": prediction,
         "predicted_resonance": float(resonance_frequency(ensemble.frequencies, db(prediction)[None])[0]),
-        "relative_l2": float((prediction - truth).norm() / truth.norm()),
+        "relative_l2": float(relative_error(prediction[None], truth[None])[0]),
         "fdtd_seconds": seconds,
     }
 
