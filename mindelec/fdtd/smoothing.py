@@ -26,7 +26,11 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   1.0 (8.8e-3 .. 1.8e-3), the full tensor at order 1.25 with errors 3.6-13x smaller than the diagonal's
   (2.4e-3 .. 2.2e-4). Second order is not reached on the Yee grid: the off-diagonal terms need the other
   components averaged across the interface, where they jump, which keeps a first-order error (Werner and
-  Cary, J. Comput. Phys. 226, 1085 (2007), find first-order errors at sharp interfaces for their scheme too);
+  Cary, J. Comput. Phys. 226, 1085 (2007), find first-order errors at sharp interfaces for their scheme too).
+  Up to 128 cells the error times N is 0.11 for the diagonal and fluctuates around 0.013 (0.0004-0.03) for
+  the full tensor: about 90 % of the first-order error removed. On Meep's own convergence test (air holes
+  in eps 12, MPB's frequency) the full tensor passes Meep's bound ``|f - f_MPB| a^2 < 0.4`` and the
+  diagonal does not (``tests/mindelec/test_smoothing.py``);
 * the means run over the component's own Yee cell; the normal is the outward normal of the last
   structure that only partly covers the cell (``_normal`` of its ``common.geometry`` shape at the node:
   the nearest face, edge or arc). Each structure's fill fraction of a cut cell is the exact volume of
