@@ -10,8 +10,9 @@ depends on the conformer), near 0 at the chair transition state, about +0.15 in 
   pulls an umbrella restraint from the reactant to ``params["center"]`` and holds it there, then
   the last frame with its (unbiased) GFN2-xTB energy and forces;
 - :func:`umbrella_profile`: umbrella sampling with any potential, the windows run one after the
-  other from reactant to product (each starts where the previous ended), MBAR profile (pymbar);
-  with ``replicas=True`` (learned potentials) all windows run at once as copies of the molecule
+  other from reactant to product (each starts where the previous ended, or from the configuration
+  a restraint pulled through the centres reached at its centre), MBAR profile (pymbar); with
+  ``replicas=True`` (learned potentials) all windows run at once as copies of the molecule
   (:mod:`mindsponge.replicas`), one network call per step for all of them;
 - :func:`barrier_and_reaction`: barrier and reaction free energy of a profile;
 - :func:`draw_molecule`: a 2D drawing of a configuration (matplotlib).
@@ -19,6 +20,7 @@ depends on the conformer), near 0 at the chair transition state, about +0.15 in 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -144,19 +146,26 @@ def umbrella_profile(
     seed: int = 0,
     progress: bool = True,
     replicas: bool = False,
+    starts: str | None = None,
 ):
     """Umbrella sampling along :func:`reaction_coordinate` with a ``(positions, box) -> energy`` potential.
 
-    The first window starts from the reactant after ``pull_steps`` steps pulling the restraint to
-    its centre; every later window starts from the last frame of the previous one (centres in
-    increasing order). Each window runs ``equilibration`` steps, then ``steps`` steps sampled
-    every ``every`` steps.
+    Where the windows start (``starts``):
 
-    With ``replicas=True`` (a potential with a ``replicated(count)`` method: a bound learned
-    potential or committee) the restraint is pulled through the centres one after the other,
-    ``pull_steps`` steps to each, and the configuration reached at each centre starts its window;
-    then all windows run together as copies of the molecule (:mod:`mindsponge.replicas`), each
-    ``equilibration`` then ``steps`` steps, sampled every ``every`` steps.
+    - ``"sequential"`` (the default without replicas): the first window starts from the reactant
+      after ``pull_steps`` steps pulling the restraint to its centre; every later window starts
+      from the last frame of the previous one (centres in increasing order);
+    - ``"pulled"`` (the default, and the only choice, with replicas): the restraint is pulled through
+      the centres one after the other, ``pull_steps`` steps to each, and the configuration reached
+      at each centre starts its window, with velocities drawn afresh.
+
+    Each window runs ``equilibration`` steps, then ``steps`` steps sampled every ``every`` steps.
+    The two protocols can give different profiles when the windows are too short to forget their
+    start, so compare two potentials with the same ``starts``. With ``replicas=True`` (a potential
+    with a ``replicated(count)`` method: a bound learned potential or committee) the windows run
+    together as copies of the molecule (:mod:`mindsponge.replicas`), one network call per step for
+    all; ``starts="pulled"`` without replicas runs the same protocol one window after the other
+    (e.g. GFN2-xTB as the reference of a replicated learned potential).
 
     Returns:
         ``(umbrella, frames, seconds_per_step)``: the :class:`~mindsponge.bias.UmbrellaSampling`
@@ -166,21 +175,34 @@ def umbrella_profile(
 
     Raises:
         TypeError: ``replicas=True`` with a potential that cannot be replicated.
+        ValueError: ``starts`` not ``"sequential"`` or ``"pulled"``, or ``"sequential"`` with replicas.
     """
     from tqdm.auto import tqdm
 
     colvar = reaction_coordinate()
     centers = sorted(float(center) for center in centers)
     umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
+    starts = ("pulled" if replicas else "sequential") if starts is None else starts
+    if starts not in ("sequential", "pulled") or (replicas and starts != "pulled"):
+        raise ValueError(
+            f"umbrella_profile: starts must be 'sequential' or 'pulled' ('pulled' with replicas=True), "
+            f"got {starts!r} with replicas={replicas}"
+        )
     if replicas and not hasattr(potential, "replicated"):
         raise TypeError(
             f"umbrella_profile: replicas=True needs a potential with replicated(count) (a bound learned "
             f"potential or committee), got {type(potential).__name__}"
         )
     simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
-    if replicas:
-        return _replica_windows(simulation, restraint, potential, umbrella, temperature, steps, equilibration,
-                                every, pull_steps, seed)
+    if starts == "pulled":
+        first_frames = []
+        for center in umbrella.centers:
+            _pull(simulation, restraint, center, pull_steps)
+            first_frames.append(simulation.state.positions.detach().clone())
+        run = _replica_windows if replicas else _pulled_windows
+        return run(
+            first_frames, potential, umbrella, temperature, steps, equilibration, every, seed, progress
+        )
     _pull(simulation, restraint, centers[0], pull_steps)
     frames, seconds = [], 0.0
     for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
@@ -197,16 +219,35 @@ def umbrella_profile(
     return umbrella, np.stack(frames), seconds / (steps * len(centers))
 
 
-def _replica_windows(simulation, restraint, potential, umbrella, temperature, steps, equilibration, every,
-                     pull_steps, seed):
-    """:func:`umbrella_profile` with the windows run together as copies of the molecule."""
+def _pulled_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress):
+    """:func:`umbrella_profile` from the pulled ``starts`` (one ``(N, 3)`` tensor per window), one window
+    after the other (window ``k`` with the seed ``seed + k``)."""
+    from tqdm.auto import tqdm
+
+    frames, seconds = [], 0.0
+    for window in tqdm(range(len(starts)), desc="umbrella windows", disable=not progress):
+        system = dataclasses.replace(reactant(), positions=starts[window])
+        simulation, restraint = _restrained(
+            system, potential, umbrella.force_constant, temperature, seed + window
+        )
+        restraint.centers.fill_(umbrella.centers[window])
+        simulation.run(equilibration)
+        recorder = bias_module.ColvarReporter(umbrella.colvar, every=every)
+        simulation.reporters.append(recorder)
+        began = time.perf_counter()
+        simulation.run(steps)
+        seconds += time.perf_counter() - began
+        umbrella.add_samples(window, recorder.values[:, 0])
+        frames.append(simulation.state.positions.detach().cpu().numpy())
+    return umbrella, np.stack(frames), seconds / (steps * len(starts))
+
+
+def _replica_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress):
+    """:func:`umbrella_profile` from the pulled ``starts``, the windows run together as copies of the
+    molecule (``progress`` is not shown: one run)."""
     from mindsponge.potentials import SumPotential
     from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
 
-    starts = []
-    for center in umbrella.centers:
-        _pull(simulation, restraint, center, pull_steps)
-        starts.append(simulation.state.positions.detach().clone())
     count = len(starts)
     windows = WindowRestraints(umbrella.colvar, umbrella.centers, umbrella.force_constant)
     system = replicate(reactant(), count, positions=torch.stack(starts))

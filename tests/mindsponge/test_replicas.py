@@ -181,3 +181,26 @@ def test_umbrella_windows_run_together_stay_at_their_centres():
             replicas=True,
             progress=False,
         )
+
+
+def test_pulled_starts_are_the_same_with_and_without_replicas():
+    """starts="pulled" runs the replicas' protocol one window at a time: after one step from the pulled
+    configurations the two runs' CV agree (to the step's motion) while the windows lie 0.1 nm apart; a
+    sequential start with replicas, or an unknown protocol, is refused."""
+    system = claisen.reactant()
+    torch.manual_seed(0)
+    bound = SchNet(cutoff=0.5, features=8, interactions=1).bind(system.atomic_numbers)
+    centers = [-0.30, -0.20, -0.10]
+    options = dict(steps=1, equilibration=0, every=1, pull_steps=200, progress=False, seed=3)
+    together, _, _ = claisen.umbrella_profile(bound, centers, 1e5, 300.0, replicas=True, **options)
+    alone, frames, _ = claisen.umbrella_profile(bound, centers, 1e5, 300.0, starts="pulled", **options)
+    first = np.array([samples[0] for samples in together.samples])
+    assert frames.shape == (3, system.n_atoms, 3)
+    assert np.abs(first - np.array([samples[0] for samples in alone.samples])).max() < 2e-3
+    assert np.abs(first - np.array(centers)).max() < 0.05
+    with pytest.raises(ValueError, match="'pulled' with replicas=True"):
+        claisen.umbrella_profile(
+            bound, centers, 20000.0, 300.0, replicas=True, starts="sequential", **options
+        )
+    with pytest.raises(ValueError, match="starts must be"):
+        claisen.umbrella_profile(bound, centers, 20000.0, 300.0, starts="random", **options)
