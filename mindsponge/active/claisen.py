@@ -15,6 +15,8 @@ depends on the conformer), near 0 at the chair transition state, about +0.15 in 
   ``replicas=True`` (learned potentials) all windows run at once as copies of the molecule
   (:mod:`mindsponge.replicas`), one network call per step for all of them;
 - :func:`barrier_and_reaction`: barrier and reaction free energy of a profile;
+- :func:`ring_conformation`: chair or boat, the ring a frame near the transition state forms
+  (profiles through different ones have different barriers);
 - :func:`draw_molecule`: a 2D drawing of a configuration (matplotlib).
 """
 
@@ -38,6 +40,7 @@ __all__ = [
     "pulled_sample",
     "umbrella_profile",
     "barrier_and_reaction",
+    "ring_conformation",
     "draw_molecule",
     "SIZES",
 ]
@@ -263,6 +266,47 @@ def _replica_windows(starts, potential, umbrella, temperature, steps, equilibrat
         umbrella.add_samples(window, recorder.values[:, window])
     frames = split(together.state.positions.detach().cpu(), count).numpy()
     return umbrella, frames, seconds / (steps * count)
+
+
+RING = (0, 1, 2, 3, 4, 5)  # C0-C1-O2-C3-C4-C5, closed by the breaking and the forming bond
+RING_CLOSED_BELOW = 0.27  # nm: both O2-C3 and C0-C5 shorter, the six atoms form a (partial) ring
+
+
+def ring_conformation(positions) -> list[str]:
+    """The conformation of the six-membered ring the transition region passes through, per frame.
+
+    Near the transition state the six atoms C0-C1-O2-C3-C4-C5 form a ring closed by the breaking
+    O2-C3 and the forming C0-C5 bond. It is a chair when the signs of its six ring torsions
+    alternate all around (as in cyclohexane's chair), else a boat or twist-boat. The boat
+    transition state lies higher than the chair, and a window restrained near the barrier keeps
+    the one it started in for picoseconds: two umbrella profiles whose transition-region windows
+    sampled different conformations have barriers that differ by that gap (GFN2-xTB: about
+    14 kJ/mol), not by the potentials.
+
+    Args:
+        positions: ``(N, 3)`` or ``(K, N, 3)`` nm (a tensor or an array).
+
+    Returns:
+        one of ``"chair"``, ``"boat"`` (boat or twist-boat) or ``"open"`` (O2-C3 or C0-C5 at least
+        ``RING_CLOSED_BELOW`` nm: no ring) per frame.
+    """
+    frames = torch.as_tensor(np.asarray(positions), dtype=torch.float64)
+    frames = frames[None] if frames.dim() == 2 else frames
+    ring = frames[:, list(RING)]
+    closed = torch.maximum(
+        (frames[:, BREAKING[0]] - frames[:, BREAKING[1]]).norm(dim=-1),
+        (frames[:, FORMING[0]] - frames[:, FORMING[1]]).norm(dim=-1),
+    ) < RING_CLOSED_BELOW
+    a, b, c, d = (torch.roll(ring, -shift, dims=1) for shift in range(4))
+    first, second, third = b - a, c - b, d - c
+    normal_1, normal_2 = torch.cross(first, second, dim=-1), torch.cross(second, third, dim=-1)
+    sines = (torch.cross(normal_1, normal_2, dim=-1) * second).sum(-1)
+    signs = torch.sign(sines)  # the sign of each ring torsion (K, 6)
+    alternating = (signs * torch.roll(signs, -1, dims=1) < 0).all(dim=1)
+    return [
+        ("chair" if chair else "boat") if ring_closed else "open"
+        for chair, ring_closed in zip(alternating.tolist(), closed.tolist())
+    ]
 
 
 def barrier_and_reaction(centers, free_energy, reactant_below: float = -0.1, product_above: float = 0.1):

@@ -76,3 +76,32 @@ def test_claisen_recipes_are_valid():
     for name in ("claisen_active_small.toml", "claisen_active.toml"):
         config, _ = load_config(folder / "active" / name)
         assert config.exploration.umbrella.distances == [claisen.BREAKING, claisen.FORMING]
+
+
+def _ring_frame(heights, radius=0.145):
+    """The reactant's atoms with the six ring atoms on a hexagon of ``radius`` nm, raised by ``heights``."""
+    positions = claisen.reactant().positions.clone().double()
+    angles = torch.arange(6, dtype=torch.float64) * (np.pi / 3)
+    ring = torch.stack([radius * torch.cos(angles), radius * torch.sin(angles), torch.as_tensor(heights)], 1)
+    positions[list(claisen.RING)] = ring
+    return positions
+
+
+def test_ring_conformation_tells_chair_from_boat_and_open_chains():
+    """Chair: ring heights alternating (+h, -h, ...), the ring torsions alternate in sign; boat (bow and
+    stern up) and twist-boat do not; a rotation, a mirror image or a batch changes nothing; with the
+    forming bond 0.4 nm long there is no ring."""
+    theta = np.arange(6) * np.pi / 3
+    h = 0.025
+    shapes = (np.cos(3 * theta), np.cos(2 * theta), np.sin(2 * theta))
+    chair, boat, twist = (_ring_frame(h * shape) for shape in shapes)
+    assert claisen.ring_conformation(chair) == ["chair"]
+    assert claisen.ring_conformation(torch.stack([boat, twist, chair])) == ["boat", "boat", "chair"]
+    generator = torch.Generator().manual_seed(0)
+    rotation = torch.linalg.qr(torch.randn(3, 3, dtype=torch.float64, generator=generator))[0]
+    mirror = torch.diag(torch.tensor([1.0, 1.0, -1.0], dtype=torch.float64))
+    moved = torch.stack([chair @ rotation.T, chair @ mirror, twist @ rotation.T])
+    assert claisen.ring_conformation(moved) == ["chair", "chair", "boat"]
+    opened = chair.clone()
+    opened[claisen.FORMING[1]] = opened[claisen.FORMING[0]] + torch.tensor([0.4, 0.0, 0.0]).double()
+    assert claisen.ring_conformation(opened.numpy()) == ["open"]
