@@ -289,9 +289,20 @@ def ring_conformation(positions) -> list[str]:
     Returns:
         one of ``"chair"``, ``"boat"`` (boat or twist-boat) or ``"open"`` (O2-C3 or C0-C5 at least
         ``RING_CLOSED_BELOW`` nm: no ring) per frame.
+
+    Raises:
+        ValueError: positions not of shape ``(N, 3)`` or ``(K, N, 3)`` with at least the six ring atoms.
     """
-    frames = torch.as_tensor(np.asarray(positions), dtype=torch.float64)
+    if isinstance(positions, torch.Tensor):
+        frames = positions.detach().to(torch.float64)
+    else:
+        frames = torch.as_tensor(np.asarray(positions, dtype=np.float64))
     frames = frames[None] if frames.dim() == 2 else frames
+    if frames.dim() != 3 or frames.shape[-1] != 3 or frames.shape[1] < len(RING):
+        raise ValueError(
+            f"ring_conformation: expected positions (N, 3) or (K, N, 3) in nm with N >= {len(RING)}, "
+            f"got shape {tuple(np.shape(positions))}"
+        )
     ring = frames[:, list(RING)]
     closed = torch.maximum(
         (frames[:, BREAKING[0]] - frames[:, BREAKING[1]]).norm(dim=-1),

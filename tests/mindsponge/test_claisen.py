@@ -105,3 +105,6 @@ def test_ring_conformation_tells_chair_from_boat_and_open_chains():
     opened = chair.clone()
     opened[claisen.FORMING[1]] = opened[claisen.FORMING[0]] + torch.tensor([0.4, 0.0, 0.0]).double()
     assert claisen.ring_conformation(opened.numpy()) == ["open"]
+    assert claisen.ring_conformation(chair.requires_grad_()) == ["chair"]
+    with pytest.raises(ValueError, match=r"got shape \(14, 2\)"):
+        claisen.ring_conformation(chair.detach()[:, :2])
