@@ -457,8 +457,8 @@ def test_off_diagonal_terms_leave_out_lossy_dispersive_and_pec_cells(medium):
 # Meep's bound (measured ``|f - f_MPB| a^2`` <= 0.29 over 5-30 pixels, <= 0.26 up to 50), the diagonal
 # alone does not (0.23 at 5 pixels growing to 1.0 at 30: a first-order error). The bound does not prove
 # second order on its own (the plain arithmetic mean, first order, stays within 0.35 over 5-30 pixels on
-# this lattice); the convergence order at a curved interface against an exact reference is measured in
-# ``test_smoothing.py``.
+# this lattice); the convergence order at a curved interface against an exact reference is measured
+# above (the disk cavity).
 
 PERIOD = 1e-6  # the lattice constant a (m)
 UNIT = SPEED_OF_LIGHT / PERIOD  # Hz per c/a
