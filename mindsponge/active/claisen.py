@@ -30,6 +30,7 @@ import torch
 
 from mindsponge import bias as bias_module
 from mindsponge.active.exploration import distance_combination
+from mindsponge.colvar import Distance, Torsion
 
 __all__ = [
     "SMILES",
@@ -209,17 +210,24 @@ def umbrella_profile(
     _pull(simulation, restraint, centers[0], pull_steps)
     frames, seconds = [], 0.0
     for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
-        restraint.centers.fill_(centers[window])
-        simulation.run(equilibration)
-        recorder = bias_module.ColvarReporter(colvar, every=every)
-        simulation.reporters.append(recorder)
-        began = time.perf_counter()
-        simulation.run(steps)
-        seconds += time.perf_counter() - began
-        simulation.reporters.remove(recorder)
-        umbrella.add_samples(window, recorder.values[:, 0])
+        seconds += _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every)
         frames.append(simulation.state.positions.detach().cpu().numpy())
     return umbrella, np.stack(frames), seconds / (steps * len(centers))
+
+
+def _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every):
+    """Move ``restraint`` to window ``window``'s centre, equilibrate, then run ``steps`` steps adding the
+    CV every ``every`` steps to ``umbrella``'s samples; returns the wall time of the sampled steps (s)."""
+    restraint.centers.fill_(umbrella.centers[window])
+    simulation.run(equilibration)
+    recorder = bias_module.ColvarReporter(umbrella.colvar, every=every)
+    simulation.reporters.append(recorder)
+    began = time.perf_counter()
+    simulation.run(steps)
+    seconds = time.perf_counter() - began
+    simulation.reporters.remove(recorder)
+    umbrella.add_samples(window, recorder.values[:, 0])
+    return seconds
 
 
 def _pulled_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress):
@@ -233,14 +241,7 @@ def _pulled_windows(starts, potential, umbrella, temperature, steps, equilibrati
         simulation, restraint = _restrained(
             system, potential, umbrella.force_constant, temperature, seed + window
         )
-        restraint.centers.fill_(umbrella.centers[window])
-        simulation.run(equilibration)
-        recorder = bias_module.ColvarReporter(umbrella.colvar, every=every)
-        simulation.reporters.append(recorder)
-        began = time.perf_counter()
-        simulation.run(steps)
-        seconds += time.perf_counter() - began
-        umbrella.add_samples(window, recorder.values[:, 0])
+        seconds += _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every)
         frames.append(simulation.state.positions.detach().cpu().numpy())
     return umbrella, np.stack(frames), seconds / (steps * len(starts))
 
@@ -303,16 +304,10 @@ def ring_conformation(positions) -> list[str]:
             f"ring_conformation: expected positions (N, 3) or (K, N, 3) in nm with N >= {len(RING)}, "
             f"got shape {tuple(np.shape(positions))}"
         )
-    ring = frames[:, list(RING)]
-    closed = torch.maximum(
-        (frames[:, BREAKING[0]] - frames[:, BREAKING[1]]).norm(dim=-1),
-        (frames[:, FORMING[0]] - frames[:, FORMING[1]]).norm(dim=-1),
-    ) < RING_CLOSED_BELOW
-    a, b, c, d = (torch.roll(ring, -shift, dims=1) for shift in range(4))
-    first, second, third = b - a, c - b, d - c
-    normal_1, normal_2 = torch.cross(first, second, dim=-1), torch.cross(second, third, dim=-1)
-    sines = (torch.cross(normal_1, normal_2, dim=-1) * second).sum(-1)
-    signs = torch.sign(sines)  # the sign of each ring torsion (K, 6)
+    longer = torch.maximum(Distance(BREAKING)(frames, None), Distance(FORMING)(frames, None))
+    closed = longer < RING_CLOSED_BELOW
+    torsions = [Torsion([RING[(start + k) % len(RING)] for k in range(4)]) for start in range(len(RING))]
+    signs = torch.sign(torch.stack([torsion(frames, None) for torsion in torsions], dim=-1))  # (K, 6)
     alternating = (signs * torch.roll(signs, -1, dims=1) < 0).all(dim=1)
     return [
         ("chair" if chair else "boat") if ring_closed else "open"
