@@ -4,6 +4,10 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,6 +24,64 @@ struct FoundRows {
   std::vector<int64_t> row_atoms, row_offsets{0};
   std::vector<int32_t> partners;
 };
+
+// The indices m < count (at most 128) of the candidates (bx[m], by[m], bz[m]) closer than sqrt(cutoff2) to
+// (x, y, z), in increasing order, into `within` (room for count + 16 entries: the tail may be overwritten);
+// returns how many. With AVX-512, 16 floats (8 doubles) are
+// compared and compressed at once (the scalar compaction was a third of the search's time).
+template <typename T>
+inline int64_t candidates_within(const T* bx, const T* by, const T* bz, int64_t count, T x, T y, T z, T cutoff2,
+                                 int32_t* within) {
+  int64_t found = 0;
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  using Vector = std::conditional_t<std::is_same_v<T, float>, __m512, __m512d>;
+  auto load = [](const T* data, int64_t lanes) -> Vector {
+    if constexpr (std::is_same_v<T, float>)
+      return _mm512_maskz_loadu_ps(__mmask16((1u << lanes) - 1u), data);
+    else
+      return _mm512_maskz_loadu_pd(__mmask8((1u << lanes) - 1u), data);
+  };
+  for (int64_t m = 0; m < count; m += kLanes) {
+    const int64_t lanes = std::min(kLanes, count - m);
+    if constexpr (std::is_same_v<T, float>) {
+      const __m512 dx = _mm512_sub_ps(load(bx + m, lanes), _mm512_set1_ps(x));
+      const __m512 dy = _mm512_sub_ps(load(by + m, lanes), _mm512_set1_ps(y));
+      const __m512 dz = _mm512_sub_ps(load(bz + m, lanes), _mm512_set1_ps(z));
+      const __m512 d2 = _mm512_fmadd_ps(dz, dz, _mm512_fmadd_ps(dy, dy, _mm512_mul_ps(dx, dx)));
+      const __mmask16 close = _mm512_cmp_ps_mask(d2, _mm512_set1_ps(cutoff2), _CMP_LT_OQ) &
+                              __mmask16((1u << lanes) - 1u);
+      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(int32_t(m)),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      // compressed in a register and stored whole (a compressing store to memory is microcoded on AMD Zen 4)
+      _mm512_storeu_si512(within + found, _mm512_maskz_compress_epi32(close, index));
+      found += __builtin_popcount(unsigned(close));
+    } else {
+      const __m512d dx = _mm512_sub_pd(load(bx + m, lanes), _mm512_set1_pd(x));
+      const __m512d dy = _mm512_sub_pd(load(by + m, lanes), _mm512_set1_pd(y));
+      const __m512d dz = _mm512_sub_pd(load(bz + m, lanes), _mm512_set1_pd(z));
+      const __m512d d2 = _mm512_fmadd_pd(dz, dz, _mm512_fmadd_pd(dy, dy, _mm512_mul_pd(dx, dx)));
+      const __mmask8 close = _mm512_cmp_pd_mask(d2, _mm512_set1_pd(cutoff2), _CMP_LT_OQ) &
+                             __mmask8((1u << lanes) - 1u);
+      const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(int32_t(m)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(within + found), _mm256_maskz_compress_epi32(close, index));
+      found += __builtin_popcount(unsigned(close));
+    }
+  }
+#else
+  T distance2[128];
+#pragma omp simd
+  for (int64_t m = 0; m < count; ++m) {
+    const T dx = bx[m] - x, dy = by[m] - y, dz = bz[m] - z;
+    distance2[m] = dx * dx + dy * dy + dz * dz;
+  }
+  for (int64_t m = 0; m < count; ++m) {
+    within[found] = int32_t(m);
+    found += distance2[m] < cutoff2 ? 1 : 0;
+  }
+#endif
+  return found;
+}
 
 // Cell search over a grid of n_cells[d] cells along each box vector (or bounding-box axis); the partners of an
 // atom lie within reach[d] cells along axis d. The half shell is the set of cell offsets o with |o_d| <= reach[d]
@@ -134,21 +196,12 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
             // squared distances of a block of candidates (SIMD), a branch-free compaction of those within
             // the cutoff, then the exclusion check
             const int64_t block_size = std::min(kBlock, end_b - block);
-            const T* bx = sorted_x + block;
-            const T* by = sorted_y + block;
-            const T* bz = sorted_z + block;
-            T distance2[kBlock];
-#pragma omp simd
-            for (int64_t m = 0; m < block_size; ++m) {
-              const T dx = bx[m] - x, dy = by[m] - y, dz = bz[m] - z;
-              distance2[m] = dx * dx + dy * dy + dz * dz;
-            }
-            int32_t within[kBlock];
-            int64_t count = 0;
-            for (int64_t m = 0; m < block_size; ++m) {
-              within[count] = int32_t(m);
-              count += distance2[m] < cutoff2 ? 1 : 0;
-            }
+            int32_t within[kBlock + 16];
+            const int64_t count = candidates_within(sorted_x + block, sorted_y + block, sorted_z + block,
+                                                    block_size, x, y, z, cutoff2, within);
+            // kept partners into `within` itself (entry m is read before entry kept <= m is written), then
+            // appended at once
+            int64_t kept = 0;
             for (int64_t m = 0; m < count; ++m) {
               const int64_t partner = order[block + within[m]];
               bool excluded = false;
@@ -158,8 +211,10 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
                 for (int64_t e = exclusion_starts[low]; e < exclusion_starts[low + 1]; ++e)
                   excluded |= exclusion_partners[e] == high;
               }
-              if (!excluded) rows.partners.push_back(int32_t(partner));  // int32: checked N < 2^31
+              within[kept] = int32_t(partner);  // int32: checked N < 2^31
+              kept += excluded ? 0 : 1;
             }
+            rows.partners.insert(rows.partners.end(), within, within + kept);
           }
         }
         rows.row_atoms.push_back(order[a]);
