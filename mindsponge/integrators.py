@@ -172,7 +172,12 @@ class LangevinMiddle(Integrator):
         scale = self._per_masses.get(
             masses, dtype, ("noise", thermal), lambda inverse: thermal * torch.sqrt(inverse)
         )
-        noise = torch.randn(velocities.shape, generator=generator, dtype=dtype, device=velocities.device)
+        # the Gaussians are drawn in float32 whatever the dtype: on CPU torch draws float64 ones about 5x
+        # slower (1.3 ms against 0.25 for 24,000 atoms, measured), and the 24-bit resolution of a unit
+        # Gaussian is far below anything the thermal noise resolves
+        noise = torch.randn(
+            velocities.shape, generator=generator, dtype=torch.float32, device=velocities.device
+        ).to(dtype)
         if _shares_memory(velocities, state.velocities):  # updated in place below: never the input state's
             velocities = velocities.clone()
         velocities.mul_(decay).add_(noise.mul_(scale))  # decay * v + (thermal * sqrt(1 / m)) * noise
