@@ -31,33 +31,23 @@ threads of torch's OpenMP pool spin and wait for each other at every parallel re
 with two busy-loop processes on the 2 cores: energy+forces of the 3k box took several times
 longer with 2 torch threads than with 1; see ``threads`` of :class:`mindsponge.Simulation`).
 
-Where mindsponge's time goes (one thread, CPU time of the process thread, so less sensitive to
-other processes than wall time; measured on the shared 2-core machine under a load average of 2-6,
-so the figures are indicative only; the lead re-measures on an idle machine):
+Where mindsponge's time goes (one thread, idle machine, 2026-11-27; cProfile of 200 steps (3k) and
+50 steps (24k) of ``Simulation.run``, perf for the kernels' insides):
 
-- 3k TIP3P (625k listed pairs within cutoff + skin = 1.0 nm, PME grid 28^3): the direct-space
-  pair kernel 6.0-6.2 ms (9.2 ms before it gathered packed per-atom data and scattered one
-  combined gradient), PME 3.1-3.5 ms (spreading 1.0-1.2, gathering 1.1-1.3, the two FFTs 0.6,
-  the rest Python), exclusion corrections 0.3-0.5 ms, the Python and small torch operations
-  around the kernels (autograd Function, casts, energy sums) about 1.5-3 ms. Per step on top of
-  that: the neighbour-list build, 11-13 ms (19 ms before the SIMD distance loop and the cheap
-  exclusion test) once every 5-6 steps (skin 0.1 nm), so about 2 ms a step, and the integrator,
-  SETTLE, centre-of-mass removal and the loop of ``Simulation.run`` about 1.5 ms.
-- dodecahedron (1,659 atoms, 300k listed pairs, grid 27 x 27 x 19): pair kernel 2.9-4.3 ms,
-  PME 2.0-3.2 ms, the bonded terms (bonds, angles, torsions of the peptide) about 3 ms while their
-  forces came from torch autograd (mostly per-operation overhead), exclusions and exceptions
-  0.4-0.5 ms; per step, RATTLE of the bonds to hydrogen about 2 ms while it iterated torch
-  operations (SETTLE of the waters 0.3 ms), the list build 8 ms every 5-6 steps. The bonded terms
-  and SHAKE/RATTLE now have compiled kernels (``mindsponge/_kernels/bonded.cpp``,
-  ``constraints.cpp``): on one core while the other ran a one-thread PINN, energy+forces 9.0 ms
-  against OpenMM's 7.3 (0.82x) and an NVT step 9.9 ms against 7.0 (0.71x; 0.51x idle before).
-- Ratios of this benchmark in one run after these changes (load average 1.0 at the start, 2.1 at
-  the end; the lead's idle run before them in brackets): 3k energy+forces 1.05 (1.1) at 1 thread,
-  0.92 (0.75) at 2; 3k NVT 0.85 (0.69) and 0.71; dodecahedron energy+forces 0.67 (0.65-0.9) and
-  0.57, NVT 0.70 (0.45-0.6) and 0.46. The goals (1.5x energy+forces, 1.2x NVT) are not reached.
-- What is left to gain: a cluster-pair kernel (4-atom clusters, no per-pair gather, as GROMACS
-  and OpenMM) for the direct sum and the list build; fewer torch operations per step. Two threads
-  only pay off on an idle machine (see the paragraph above).
+- 3k TIP3P (625k listed pairs within cutoff + skin = 1.0 nm, PME grid 28^3), about 10 ms a step
+  under the profiler: the direct-space pair kernel ``neighbor_forces`` 4.0 ms, PME spreading and
+  gathering 0.7 ms each and the two FFTs 0.35 ms, the exclusion corrections 0.2 ms, the list build
+  once every 5 steps (skin 0.1 nm) 6.9 ms before and 5.0 ms after the AVX-512 candidate compaction,
+  so 1.0-1.4 ms a step, the Gaussian noise 0.2 ms (float64) or 0.03 ms (float32, now), and about 1.5
+  ms of Python and small torch operations (autograd Function, casts, energy sums, SETTLE).
+- 24k TIP3P (5.0M listed pairs): ``neighbor_forces`` 41 ms (8 ns a pair: perf puts about 30 % of it
+  in the gather of the partners' packed data and 15 % in the scatter of their forces, the rest in the
+  SIMD pair arithmetic), PME 12.5 ms, the list build 46 ms before and 34 ms after, once every 5-6
+  steps, the noise 1.3 ms before and 0.25 ms after.
+- What is left to gain: a cluster-pair kernel (clusters of 4-8 atoms in cell order, positions loaded
+  contiguously instead of gathered pair by pair, as GROMACS and OpenMM) would remove most of the gather
+  and scatter, and the list would store clusters instead of 200 partners per atom (a cheaper build).
+  Two threads only pay off on an idle machine (see the paragraph above).
 
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
