@@ -17,6 +17,10 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -253,9 +257,11 @@ inline void erfc_and_gaussian(double x, double& value, double& gaussian) {
 // neighbors[starts[i]:starts[i + 1]], each pair listed once. Parameters are per atom (Lorentz-Berthelot: sigma_ij = h_i + h_j,
 // 4 eps_ij = e_i e_j, f q_i q_j = c_i c_j), displacements take the minimum image of a reduced box on the fly.
 // Each row is processed in three passes so that the arithmetic vectorises: gather the neighbours into
-// contiguous buffers (positions and parameters packed per atom, one cache line), compute all pair terms
-// (SIMD), scatter the forces on the neighbours. `combined`: one gradient of E_LJ + E_Coulomb (3 values per
-// atom, half the scattering); otherwise dE_LJ/dx and dE_Coulomb/dx apart (6 values per atom).
+// contiguous buffers (positions and parameters packed per atom, one cache line; in float with AVX, eight
+// records loaded whole and transposed in registers: 10-13 % faster energy+forces than element by element,
+// where AVX-512 gathers were 3-10 % slower on AMD Zen 4), compute all pair terms (SIMD), scatter the forces
+// on the neighbours. `combined`: one gradient of E_LJ + E_Coulomb (3 values per atom, half the scattering);
+// otherwise dE_LJ/dx and dE_Coulomb/dx apart (6 values per atom).
 template <typename T, bool periodic, int64_t kind, bool switching, bool combined>
 void neighbor_forces_impl(const T* positions, const T* box, const int64_t* starts, const int32_t* neighbors,
                           const T* scaled_charges, const T* half_sigma, const T* epsilon_root2, int64_t n_atoms,
@@ -313,7 +319,39 @@ void neighbor_forces_impl(const T* positions, const T* box, const int64_t* start
       const T xi = atom_i[0], yi = atom_i[1], zi = atom_i[2];
       const T ci = atom_i[3], hi = atom_i[4], ei = atom_i[5];
       const int32_t* partners = neighbors + begin;
-      for (int64_t k = 0; k < count; ++k) {
+      int64_t gathered = 0;
+#if defined(__AVX__)
+      if constexpr (std::is_same_v<T, float>) {  // 8 partners' packed records at a time, transposed 8 x 8
+        const __m256 xv = _mm256_set1_ps(xi), yv = _mm256_set1_ps(yi), zv = _mm256_set1_ps(zi);
+        const float* base = packed.data();
+        for (; gathered + 8 <= count; gathered += 8) {
+          const int32_t* p = partners + gathered;
+          const __m256 r0 = _mm256_loadu_ps(base + kPacked * int64_t(p[0]));
+          const __m256 r1 = _mm256_loadu_ps(base + kPacked * int64_t(p[1]));
+          const __m256 r2 = _mm256_loadu_ps(base + kPacked * int64_t(p[2]));
+          const __m256 r3 = _mm256_loadu_ps(base + kPacked * int64_t(p[3]));
+          const __m256 r4 = _mm256_loadu_ps(base + kPacked * int64_t(p[4]));
+          const __m256 r5 = _mm256_loadu_ps(base + kPacked * int64_t(p[5]));
+          const __m256 r6 = _mm256_loadu_ps(base + kPacked * int64_t(p[6]));
+          const __m256 r7 = _mm256_loadu_ps(base + kPacked * int64_t(p[7]));
+          const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+          const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+          const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+          const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+          const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+          const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+          const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+          const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+          _mm256_storeu_ps(dx + gathered, _mm256_sub_ps(_mm256_permute2f128_ps(u0, u4, 0x20), xv));
+          _mm256_storeu_ps(dy + gathered, _mm256_sub_ps(_mm256_permute2f128_ps(u1, u5, 0x20), yv));
+          _mm256_storeu_ps(dz + gathered, _mm256_sub_ps(_mm256_permute2f128_ps(u2, u6, 0x20), zv));
+          _mm256_storeu_ps(charge + gathered, _mm256_permute2f128_ps(u3, u7, 0x20));
+          _mm256_storeu_ps(sigma + gathered, _mm256_permute2f128_ps(u0, u4, 0x31));
+          _mm256_storeu_ps(epsilon + gathered, _mm256_permute2f128_ps(u1, u5, 0x31));
+        }
+      }
+#endif
+      for (int64_t k = gathered; k < count; ++k) {
         const T* atom_j = packed.data() + kPacked * int64_t(partners[k]);
         dx[k] = atom_j[0] - xi;
         dy[k] = atom_j[1] - yi;
