@@ -43,11 +43,13 @@ Where mindsponge's time goes (one thread, idle machine, 2026-11-27; cProfile of 
 - 24k TIP3P (5.0M listed pairs): ``neighbor_forces`` 41 ms (8 ns a pair: perf puts about 30 % of it
   in the gather of the partners' packed data and 15 % in the scatter of their forces, the rest in the
   SIMD pair arithmetic), PME 12.5 ms, the list build 46 ms before and 34 ms after, once every 5-6
-  steps, the noise 1.3 ms before and 0.25 ms after.
+  steps, the noise 1.3 ms before and 0.25 ms after. Loading the partners' packed records eight at a
+  time and transposing them in registers then took energy+forces from 47.5 to 42 ms (3k: 7.1 to 6.3
+  ms; AVX-512 gathers instead were 3-10 % slower on this AMD Zen 4).
 - What is left to gain: a cluster-pair kernel (clusters of 4-8 atoms in cell order, positions loaded
-  contiguously instead of gathered pair by pair, as GROMACS and OpenMM) would remove most of the gather
-  and scatter, and the list would store clusters instead of 200 partners per atom (a cheaper build).
-  Two threads only pay off on an idle machine (see the paragraph above).
+  contiguously instead of gathered pair by pair, as GROMACS and OpenMM) would remove the rest of the
+  gather and the scatter, and the list would store clusters instead of 200 partners per atom (a
+  cheaper build). Two threads only pay off on an idle machine (see the paragraph above).
 
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no
