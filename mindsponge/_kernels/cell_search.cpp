@@ -27,48 +27,30 @@ struct FoundRows {
 
 // The indices m < count (at most 128) of the candidates (bx[m], by[m], bz[m]) closer than sqrt(cutoff2) to
 // (x, y, z), in increasing order, into `within` (room for count + 16 entries: the tail may be overwritten);
-// returns how many. With AVX-512, 16 floats (8 doubles) are
-// compared and compressed at once (the scalar compaction was a third of the search's time).
+// returns how many. With AVX-512, 16 floats are compared and compressed at once (the scalar compaction was a
+// third of the search's time; doubles, of precision="double", take the scalar loop).
 template <typename T>
 inline int64_t candidates_within(const T* bx, const T* by, const T* bz, int64_t count, T x, T y, T z, T cutoff2,
                                  int32_t* within) {
   int64_t found = 0;
-#if defined(__AVX512F__) && defined(__AVX512VL__)
-  constexpr int64_t kLanes = 64 / sizeof(T);
-  using Vector = std::conditional_t<std::is_same_v<T, float>, __m512, __m512d>;
-  auto load = [](const T* data, int64_t lanes) -> Vector {
-    if constexpr (std::is_same_v<T, float>)
-      return _mm512_maskz_loadu_ps(__mmask16((1u << lanes) - 1u), data);
-    else
-      return _mm512_maskz_loadu_pd(__mmask8((1u << lanes) - 1u), data);
-  };
-  for (int64_t m = 0; m < count; m += kLanes) {
-    const int64_t lanes = std::min(kLanes, count - m);
-    if constexpr (std::is_same_v<T, float>) {
-      const __m512 dx = _mm512_sub_ps(load(bx + m, lanes), _mm512_set1_ps(x));
-      const __m512 dy = _mm512_sub_ps(load(by + m, lanes), _mm512_set1_ps(y));
-      const __m512 dz = _mm512_sub_ps(load(bz + m, lanes), _mm512_set1_ps(z));
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t m = 0; m < count; m += 16) {
+      const __mmask16 valid = __mmask16((1u << std::min<int64_t>(16, count - m)) - 1u);
+      const __m512 dx = _mm512_sub_ps(_mm512_maskz_loadu_ps(valid, bx + m), _mm512_set1_ps(x));
+      const __m512 dy = _mm512_sub_ps(_mm512_maskz_loadu_ps(valid, by + m), _mm512_set1_ps(y));
+      const __m512 dz = _mm512_sub_ps(_mm512_maskz_loadu_ps(valid, bz + m), _mm512_set1_ps(z));
       const __m512 d2 = _mm512_fmadd_ps(dz, dz, _mm512_fmadd_ps(dy, dy, _mm512_mul_ps(dx, dx)));
-      const __mmask16 close = _mm512_cmp_ps_mask(d2, _mm512_set1_ps(cutoff2), _CMP_LT_OQ) &
-                              __mmask16((1u << lanes) - 1u);
-      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(int32_t(m)),
-                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      const __mmask16 close = _mm512_cmp_ps_mask(d2, _mm512_set1_ps(cutoff2), _CMP_LT_OQ) & valid;
+      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(int32_t(m)), lane);
       // compressed in a register and stored whole (a compressing store to memory is microcoded on AMD Zen 4)
       _mm512_storeu_si512(within + found, _mm512_maskz_compress_epi32(close, index));
       found += __builtin_popcount(unsigned(close));
-    } else {
-      const __m512d dx = _mm512_sub_pd(load(bx + m, lanes), _mm512_set1_pd(x));
-      const __m512d dy = _mm512_sub_pd(load(by + m, lanes), _mm512_set1_pd(y));
-      const __m512d dz = _mm512_sub_pd(load(bz + m, lanes), _mm512_set1_pd(z));
-      const __m512d d2 = _mm512_fmadd_pd(dz, dz, _mm512_fmadd_pd(dy, dy, _mm512_mul_pd(dx, dx)));
-      const __mmask8 close = _mm512_cmp_pd_mask(d2, _mm512_set1_pd(cutoff2), _CMP_LT_OQ) &
-                             __mmask8((1u << lanes) - 1u);
-      const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(int32_t(m)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(within + found), _mm256_maskz_compress_epi32(close, index));
-      found += __builtin_popcount(unsigned(close));
     }
+    return found;
   }
-#else
+#endif
   T distance2[128];
 #pragma omp simd
   for (int64_t m = 0; m < count; ++m) {
@@ -79,7 +61,6 @@ inline int64_t candidates_within(const T* bx, const T* by, const T* bz, int64_t 
     within[found] = int32_t(m);
     found += distance2[m] < cutoff2 ? 1 : 0;
   }
-#endif
   return found;
 }
 
