@@ -261,8 +261,8 @@ inline void erfc_and_gaussian(double x, double& value, double& gaussian) {
 // records loaded whole and transposed in registers: 10-13 % faster energy+forces than element by element,
 // where AVX-512 gathers were 3-10 % slower on AMD Zen 4), compute all pair terms (SIMD), scatter the forces
 // on the neighbours (element by element: four partners at a time with masked 3-float AVX-512 loads and
-// stores took 20-25 % longer on Zen 4). `combined`: one gradient of E_LJ + E_Coulomb (3 values per atom, half the scattering);
-// otherwise dE_LJ/dx and dE_Coulomb/dx apart (6 values per atom).
+// stores took 20-25 % longer on Zen 4). `combined`: one gradient of E_LJ + E_Coulomb (3 values per atom,
+// half the scattering); otherwise dE_LJ/dx and dE_Coulomb/dx apart (6 values per atom).
 template <typename T, bool periodic, int64_t kind, bool switching, bool combined>
 void neighbor_forces_impl(const T* positions, const T* box, const int64_t* starts, const int32_t* neighbors,
                           const T* scaled_charges, const T* half_sigma, const T* epsilon_root2, int64_t n_atoms,
