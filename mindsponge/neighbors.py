@@ -56,6 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -63,7 +64,7 @@ from torch import Tensor
 from common.errors import SimulationError
 from mindsponge import _kernels, space
 
-__all__ = ["NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
+__all__ = ["ClusterPairs", "NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
 
 
 # cells per list cutoff along each axis, by search. The compiled search: cells about a third of the list
@@ -80,6 +81,31 @@ def _half_shell(reach: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     ranges = [range(-r, r + 1) for r in reach]
     return [(0, 0, 0)] + [(dx, dy, dz) for dx in ranges[0] for dy in ranges[1] for dz in ranges[2]
                           if (dx, dy, dz) > (0, 0, 0)]
+
+
+class ClusterPairs(NamedTuple):
+    """A neighbour list as clusters of 8 close atoms and the pairs of clusters within the list cutoff
+    (GROMACS' and OpenMM's layout for SIMD pair kernels; built by the compiled kernels, see
+    :meth:`NeighborList.clusters`). ``C`` clusters, ``P`` cluster pairs.
+
+    Attributes:
+        slot_atoms: ``(8 C,)`` int32, the atom in each slot of each cluster (``-1``: an empty slot).
+        slot_shifts: ``(8 C, 3)``, nm: the lattice vector that wrapped each slot's atom into the box
+            at the build.
+        pair_starts: ``(C + 1,)`` int64: the partners of cluster ``c`` are entries
+            ``pair_starts[c]:pair_starts[c + 1]`` of the next three.
+        pair_clusters: ``(P,)`` int32, the partner cluster.
+        pair_shifts: ``(P, 3)``, nm: the lattice vector the partner is seen through.
+        pair_masks: ``(P,)`` int64: bit ``8 a + b`` set when slot ``a`` of the cluster and slot ``b``
+            of the partner are a pair within the list cutoff at the build, not excluded, listed once.
+    """
+
+    slot_atoms: Tensor
+    slot_shifts: Tensor
+    pair_starts: Tensor
+    pair_clusters: Tensor
+    pair_shifts: Tensor
+    pair_masks: Tensor
 
 
 class NeighborListOverflowError(SimulationError):
@@ -179,7 +205,8 @@ class NeighborList:
         self.n_builds = 0
         self._pairs: Tensor | None = None
         self._rows: tuple[Tensor, Tensor] | None = None
-        self._row_kernels = None
+        self._clusters: ClusterPairs | None = None
+        self._kernels = None  # the compiled kernels of the last build, which search its pairs when asked
         self._reference_positions: Tensor | None = None
         self._reference_box: Tensor | None = None
         self._excluded_keys: Tensor | None = None
@@ -189,14 +216,17 @@ class NeighborList:
     def pairs(self) -> Tensor | None:
         """The current ``(P, 2)`` long tensor of pairs ``i < j`` sorted by ``i``, or ``None`` before the
         first update."""
-        if self._pairs is None and self._rows is not None:  # rows come from the compiled search
-            self._pairs = self._row_kernels.rows_to_pairs(*self._rows)
+        if self._pairs is None and self.rows() is not None:  # rows come from the compiled search
+            self._pairs = self._kernels.rows_to_pairs(*self._rows)
         return self._pairs
 
     def rows(self) -> tuple[Tensor, Tensor] | None:
         """The current pairs as compressed rows ``(starts (N + 1,) long, partners (P,) int32)``: the
         partners of atom ``i`` are ``partners[starts[i]:starts[i + 1]]``, each pair listed once, in the
         row of one of its atoms (``None`` before the first update)."""
+        if self._rows is None and self._pairs is None and self._kernels is not None:
+            self._rows = self._search_rows(self._reference_positions, self._reference_box)
+            self._check_capacity(len(self._rows[1]))
         if self._rows is None and self._pairs is not None:
             pairs = self._pairs.cpu()
             if len(pairs) > 1 and not bool((pairs[1:, 0] >= pairs[:-1, 0]).all()):
@@ -206,6 +236,29 @@ class NeighborList:
             starts[1:] = torch.bincount(pairs[:, 0], minlength=n_atoms).cumsum(0)
             self._rows = (starts, pairs[:, 1].to(torch.int32).contiguous())
         return self._rows
+
+    def clusters(self) -> ClusterPairs | None:
+        """The current list as clusters of 8 atoms and their cluster pairs (:class:`ClusterPairs`, CPU
+        tensors), for the compiled SIMD pair kernel; ``None`` before the first update or without the
+        compiled kernels. The same atom pairs as :attr:`pairs` (those within ``cutoff + skin`` at the
+        build, exclusions removed), searched when first asked for after each build."""
+        reference = self._reference_positions
+        if self._clusters is None and reference is not None:
+            kernels = _kernels.usable(reference.cpu())
+            if kernels is None:
+                return None
+            starts, partners = self._exclusions_by_atom(len(reference))
+            box = self._reference_box
+            self._clusters = ClusterPairs(*kernels.cluster_pairs(
+                reference.cpu(), reference.new_zeros(0).cpu() if box is None else box.cpu(), self.list_cutoff,
+                starts, partners))
+        return self._clusters
+
+    def update_clusters(self, positions: Tensor, box: Tensor | None = None) -> ClusterPairs | None:
+        """:meth:`update` returning the list as :meth:`clusters`."""
+        if self.needs_rebuild(positions, box):
+            self.build(positions, box)
+        return self.clusters()
 
     @property
     def reference_positions(self) -> Tensor | None:
@@ -265,12 +318,6 @@ class NeighborList:
             self.build(positions, box)
         return self.pairs
 
-    def update_rows(self, positions: Tensor, box: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """:meth:`update` returning the pairs as compressed rows (see :meth:`rows`; CPU tensors)."""
-        if self.needs_rebuild(positions, box):
-            self.build(positions, box)
-        return self.rows()
-
     def build(self, positions: Tensor, box: Tensor | None = None) -> None:
         """Build the list now (see :meth:`update`, which calls this only when needed; the result is in
         :attr:`pairs` and :meth:`rows`)."""
@@ -287,16 +334,15 @@ class NeighborList:
             self._store(positions, box, torch.zeros((0, 2), dtype=torch.long, device=positions.device), None)
             return
         kernels = _kernels.usable(positions) if self.compiled else None
-        cells_per_cutoff = _CELLS_PER_CUTOFF["torch" if kernels is None else "compiled"]
+        if kernels is not None:  # the pairs are searched when asked for: as rows, pairs or clusters
+            self._store(positions, box, None, None)
+            self._kernels = kernels
+            if self.max_pairs is not None:
+                self.rows()  # checks the capacity now
+            return
+        cells_per_cutoff = _CELLS_PER_CUTOFF["torch"]
         cell_xyz, n_cells, reach, widths, wrapped = self._cell_grid(positions, box, cells_per_cutoff)
         several_images = box is not None and _images_may_repeat(box, widths, self.list_cutoff)
-        if kernels is not None:  # excluded pairs are left out during the search; compressed rows
-            starts, partners = self._exclusions_by_atom(n_atoms)
-            rows = kernels.cell_neighbors(wrapped, positions.new_zeros(0) if box is None else box, cell_xyz,
-                                          n_cells, reach, self.list_cutoff, starts, partners, several_images)
-            self._row_kernels = kernels  # the module that made the rows also turns them into pairs
-            self._store(positions, box, None, tuple(rows))
-            return
         pairs = self._search_cells(positions, box, cell_xyz, n_cells, reach, wrapped)
         if several_images and len(pairs) > 0:
             pairs = pairs[pairs[:, 0] != pairs[:, 1]]  # an atom's own image
@@ -310,16 +356,29 @@ class NeighborList:
 
     def _store(self, positions: Tensor, box: Tensor | None, pairs: Tensor | None,
                rows: tuple[Tensor, Tensor] | None) -> None:
-        count = len(pairs) if pairs is not None else len(rows[1])
+        if pairs is not None:
+            self._check_capacity(len(pairs))
+        self._pairs, self._rows, self._clusters, self._kernels = pairs, rows, None, None
+        self._reference_positions = positions.clone()
+        self._reference_box = None if box is None else box.clone()
+        self.n_builds += 1
+
+    def _check_capacity(self, count: int) -> None:
         if self.max_pairs is not None and count > self.max_pairs:
             raise NeighborListOverflowError(
                 f"NeighborList found {count} pairs within {self.list_cutoff} nm, more than its "
                 f"capacity max_pairs={self.max_pairs}; raise max_pairs (or pass None to grow as needed)"
             )
-        self._pairs, self._rows = pairs, rows
-        self._reference_positions = positions.clone()
-        self._reference_box = None if box is None else box.clone()
-        self.n_builds += 1
+
+    def _search_rows(self, positions: Tensor, box: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The compiled cell search: the pairs as compressed rows, excluded pairs left out."""
+        cells_per_cutoff = _CELLS_PER_CUTOFF["compiled"]
+        cell_xyz, n_cells, reach, widths, wrapped = self._cell_grid(positions, box, cells_per_cutoff)
+        several_images = box is not None and _images_may_repeat(box, widths, self.list_cutoff)
+        starts, partners = self._exclusions_by_atom(len(positions))
+        box_or_empty = positions.new_zeros(0) if box is None else box
+        return tuple(self._kernels.cell_neighbors(wrapped, box_or_empty, cell_xyz, n_cells, reach,
+                                                  self.list_cutoff, starts, partners, several_images))
 
     def _exclusions_by_atom(self, n_atoms: int) -> tuple[Tensor, Tensor]:
         """Excluded partners ``j > i`` of each atom ``i``: ``partners[starts[i]:starts[i + 1]]``."""

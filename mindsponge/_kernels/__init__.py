@@ -25,7 +25,8 @@ from common import extensions
 __all__ = ["bonded", "constraints", "nonbonded", "usable"]
 
 # one module from three translation units: the pair kernels (and the bindings), the cell search, PME
-_SOURCES = [Path(__file__).with_name(name) for name in ("nonbonded.cpp", "cell_search.cpp", "pme.cpp")]
+_SOURCES = [Path(__file__).with_name(name)
+            for name in ("nonbonded.cpp", "cell_search.cpp", "cluster_search.cpp", "pme.cpp")]
 _CONSTRAINTS_SOURCE = Path(__file__).with_name("constraints.cpp")
 _BONDED_SOURCE = Path(__file__).with_name("bonded.cpp")
 # no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged

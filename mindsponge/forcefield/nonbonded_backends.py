@@ -135,9 +135,10 @@ class TorchBackend:
 class CompiledBackend:
     """The compiled kernels (:mod:`mindsponge._kernels`), analytic forces, CPU float32/float64.
 
-    The direct sum runs over the neighbour list in compressed rows (``neighbor_forces``: per-atom
-    parameters combined in the kernel, minimum image on the fly, vectorised; it scatters the gradient
-    of E_LJ + E_Coulomb, and the two apart are recomputed only for a gradient that weights them
+    The direct sum runs over the neighbour list as clusters of 8 atoms (``cluster_forces`` over
+    :meth:`~mindsponge.neighbors.NeighborList.clusters`: per-atom parameters combined in the kernel,
+    one cluster's atoms against a partner cluster's 8 in SIMD lanes; it accumulates the gradient of
+    E_LJ + E_Coulomb, and the two apart are recomputed only for a gradient that weights them
     differently); without a neighbour list (``"nocutoff"``) over the cached all-pairs set
     (``pair_forces``).
     """
@@ -150,9 +151,11 @@ class CompiledBackend:
         self._atom_parameters: tuple | None = None  # (key, f^1/2 q, sigma / 2, 2 eps^1/2)
 
     def direct(self, term, positions: Tensor, box: Tensor | None):
-        """Direct-space (energy, forces, virial) of ``term``; the compiled neighbour-row kernel if it can."""
+        """Direct-space (energy, forces, virial) of ``term``; the compiled cluster kernel if it can."""
         if term.neighbors is not None and len(positions) < 2**31:
-            return self._neighbor_rows(term, positions, box)
+            clusters = term.neighbors.update_clusters(positions, box)
+            if clusters is not None:
+                return self._neighbor_clusters(term, positions, box, clusters)
         pair_set, unwrapped = self._direct_pairs(term, positions, box)
         return self.pairs(unwrapped, box, pair_set, term.direct_coulomb(), term.direct_cutoff,
                           term.switch_distance)
@@ -162,8 +165,7 @@ class CompiledBackend:
         """Energy, forces and virial of an explicit :class:`PairSet`, with the compiled pair kernel."""
         return compiled_pair_kernel(self.kernels, positions, box, pair_set, coulomb, cutoff, switch_distance)
 
-    def _neighbor_rows(self, term, positions: Tensor, box: Tensor | None) -> CompiledPairResult:
-        starts, neighbors = term.neighbors.update_rows(positions, box)
+    def _neighbor_clusters(self, term, positions: Tensor, box: Tensor | None, clusters) -> CompiledPairResult:
         dtype = positions.dtype
         key = (dtype, id(term.charges), term.charges._version, id(term.sigma), term.sigma._version,
                id(term.epsilon), term.epsilon._version)
@@ -173,11 +175,12 @@ class CompiledBackend:
         _, scaled_charges, half_sigma, epsilon_root2 = self._atom_parameters
         coulomb = term.direct_coulomb()
         switch_distance = -1.0 if term.switch_distance is None else term.switch_distance
-        arguments = (positions, positions.new_zeros(0) if box is None else box, starts, neighbors,
-                     scaled_charges, half_sigma, epsilon_root2, term.cutoff, switch_distance,
+        arguments = (positions, positions.new_zeros(0) if box is None else box,
+                     term.neighbors.reference_positions, *clusters, scaled_charges, half_sigma, epsilon_root2,
+                     term.cutoff, switch_distance,
                      _COULOMB_KINDS[coulomb.kind], coulomb.alpha, coulomb.krf, coulomb.crf)
         # the gradient of E_LJ + E_Coulomb (what forces need); the two apart only if a gradient asks for them
-        energies, gradients = self.kernels.neighbor_forces(*arguments, True)
+        energies, gradients = self.kernels.cluster_forces(*arguments, True)
         energies = energies.to(dtype)
         return CompiledPairResult((energies[0], energies[1]), gradients,
-                                  lambda: self.kernels.neighbor_forces(*arguments, False)[1])
+                                  lambda: self.kernels.cluster_forces(*arguments, False)[1])

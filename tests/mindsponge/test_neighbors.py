@@ -293,3 +293,79 @@ def test_memory_is_linear_for_24000_atoms(compiled):
     assert 0 < largest < 0.01 * n_atoms * n_atoms * 4  # an (N, N) float32 matrix would be 2.3 GB
     expected = n_atoms * 100.0 * (4 / 3) * torch.pi * 0.5**3 / 2  # pairs within 0.5 nm
     assert abs(len(pairs) - expected) < 0.05 * expected
+
+
+# --- the cluster-pair list of the compiled pair kernel ---------------------------------------------------
+
+
+def listed_images(clusters, positions, box):
+    """``{(i, j, image): count}`` of the atom pairs ``i < j`` the cluster list holds, ``image`` the lattice
+    vector (integers along the box vectors) from ``i``'s position to ``j``'s listed image; with the
+    displacements, nm."""
+    slot_atoms = clusters.slot_atoms.long()
+    n_pairs = len(clusters.pair_clusters)
+    first_cluster = torch.repeat_interleave(torch.arange(len(clusters.pair_starts) - 1),
+                                            torch.diff(clusters.pair_starts))
+    bits = (clusters.pair_masks[:, None] >> torch.arange(64)) & 1
+    pair, bit = torch.nonzero(bits, as_tuple=True)
+    slot_i = 8 * first_cluster[pair] + bit // 8
+    slot_j = 8 * clusters.pair_clusters.long()[pair] + bit % 8
+    i, j = slot_atoms[slot_i], slot_atoms[slot_j]
+    assert bool((i >= 0).all() and (j >= 0).all()) and n_pairs == len(clusters.pair_masks)
+    lattice = clusters.slot_shifts[slot_j] + clusters.pair_shifts[pair] - clusters.slot_shifts[slot_i]
+    displacement = positions[j] + lattice - positions[i]
+    image = torch.zeros_like(lattice) if box is None else torch.round(space.fractional(lattice, box))
+    swap = i > j
+    image[swap] = -image[swap]
+    first, second = torch.minimum(i, j), torch.maximum(i, j)
+    counts = {}
+    for key in zip(first.tolist(), second.tolist(), map(tuple, image.long().tolist()), strict=True):
+        counts[key] = counts.get(key, 0) + 1
+    return counts, displacement
+
+
+def brute_force_images(positions, box, cutoff, exclusions=None):
+    """``{(i, j, image): 1}`` for every image of ``j`` within ``cutoff`` of ``i`` (float64; the 27
+    translates of the wrapped fractional displacement, as in :func:`brute_force`)."""
+    n_atoms = len(positions)
+    excluded = set() if exclusions is None else set(pair_keys(exclusions, n_atoms).tolist())
+    first, second = torch.triu_indices(n_atoms, n_atoms, offset=1)
+    keys = (first * n_atoms + second).tolist()
+    keep = torch.tensor([key not in excluded for key in keys], dtype=torch.bool)
+    first, second = first[keep], second[keep]
+    if box is None:
+        near = (positions[second] - positions[first]).norm(dim=1) < cutoff
+        pairs = zip(first[near].tolist(), second[near].tolist(), strict=True)
+        return {(i, j, (0, 0, 0)): 1 for i, j in pairs}
+    fractional = space.fractional(positions, box)
+    delta = fractional[second] - fractional[first]
+    rounded = torch.round(delta)
+    found = {}
+    for shift in itertools.product((-1, 0, 1), repeat=3):
+        image = -rounded + torch.tensor(shift, dtype=torch.float64)
+        near = ((delta + image) @ box).norm(dim=1) < cutoff
+        images = image[near].long().tolist()
+        for i, j, n in zip(first[near].tolist(), second[near].tolist(), images, strict=True):
+            found[(i, j, tuple(n))] = 1
+    return found
+
+
+@pytest.mark.skipif(_kernels.nonbonded() is None, reason="compiled kernels unavailable")
+@pytest.mark.parametrize("name", sorted(CASES) + ["no box"])
+@pytest.mark.parametrize("n_atoms", [2, 10, 300])
+@pytest.mark.parametrize("skin", [0.1, 0.4])
+def test_clusters_list_each_image_within_the_list_cutoff_once(name, n_atoms, skin):
+    """Every image of every non-excluded pair within the list cutoff is in the cluster list exactly once
+    (in a small box, two images of one partner can both be), and nothing else: no atom with itself, no
+    excluded pair, no empty slot."""
+    box, cutoff = CASES.get(name, (None, 0.8))
+    positions = random_system(n_atoms, box, seed=n_atoms) if box is not None else \
+        torch.rand(n_atoms, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(n_atoms)) * 3.0
+    exclusions = torch.stack([torch.arange(0, n_atoms - 1, 2), torch.arange(1, n_atoms, 2)], 1)
+    neighbors = NeighborList(cutoff=cutoff, skin=skin, exclusions=exclusions)
+    clusters = neighbors.update_clusters(positions, box)
+    counts, displacement = listed_images(clusters, positions, box)
+    assert all(count == 1 for count in counts.values())
+    assert bool((displacement.norm(dim=1) < neighbors.list_cutoff).all())
+    assert counts == brute_force_images(positions, box, neighbors.list_cutoff, exclusions)
+    assert clusters.slot_atoms.sort().values[-n_atoms:].tolist() == list(range(n_atoms))  # each atom once

@@ -500,6 +500,44 @@ def test_compiled_equals_pure_torch_triclinic(kernels, method, switch):
     assert force_error(gradient_c.numpy(), gradient_t.numpy()) < 1e-10
 
 
+@pytest.mark.parametrize("method", ["pme", "reaction_field", "cutoff"])
+@pytest.mark.parametrize("lengths, angles, cutoff", [((2.4, 2.5, 2.6), (80.0, 100.0, 70.0), 0.8),
+                                                     ((2.6, 2.6, 2.6), (109.47, 109.47, 109.47), 1.0)],
+                         ids=["skewed-triclinic", "truncated-octahedron"])
+def test_cluster_kernel_in_small_boxes_with_a_long_skin_and_wrapped_atoms(kernels, method, lengths, angles,
+                                                                           cutoff):
+    """The compiled cluster kernel against the pure torch path in small skewed boxes, with a skin so long
+    that several images of a partner are listed (only one can be within the cutoff), at the build and
+    after atoms moved a little and some were wrapped by lattice vectors (the list is kept)."""
+    box = space.reduce_box(space.box_from_lengths_and_angles(*lengths, *angles, dtype=torch.float64))
+    generator = torch.Generator().manual_seed(11)
+    grid = torch.stack(torch.meshgrid(*(torch.arange(7.0, dtype=torch.float64),) * 3, indexing="ij"), -1)
+    jitter = 0.25 * torch.rand(343, 3, dtype=torch.float64, generator=generator)
+    fractional = (grid.reshape(-1, 3) + jitter) / 7
+    positions = fractional @ box
+    charges = torch.randn(343, dtype=torch.float64, generator=generator) * 0.3
+    sigma = torch.full((343,), 0.2, dtype=torch.float64)
+    epsilon = torch.where(torch.arange(343) % 3 == 0, 0.5, 0.0).to(torch.float64)
+    bonded = torch.stack([torch.arange(0, 342, 2), torch.arange(1, 343, 2)], 1)
+    models = {compiled: Nonbonded(charges, sigma, epsilon, method=method, cutoff=cutoff, skin=0.4,
+                                  exclusions=bonded, compiled=compiled) for compiled in (True, False)}
+    assert models[True].neighbors.list_cutoff > space.max_cutoff(box)
+    wrapped = torch.randint(-1, 2, (343, 3), generator=generator).to(torch.float64) @ box
+    moved = positions + 0.03 * (torch.rand(343, 3, dtype=torch.float64, generator=generator) - 0.5) + wrapped
+    for x in (positions, moved):
+        results = {}
+        for compiled, model in models.items():
+            x = x.clone().requires_grad_(True)
+            terms = model.energy_terms(x, box)
+            (gradient,) = torch.autograd.grad(sum(terms.values()), x)
+            results[compiled] = terms, gradient
+        assert models[True].neighbors.n_builds == 1
+        (terms_c, gradient_c), (terms_t, gradient_t) = results[True], results[False]
+        for name in terms_t:
+            assert terms_c[name].item() == pytest.approx(terms_t[name].item(), rel=1e-10, abs=1e-9)
+        assert force_error(gradient_c.numpy(), gradient_t.numpy()) < 1e-10
+
+
 # --- a small rhombic dodecahedron: the cell search through several periodic images -------------------
 
 
