@@ -31,25 +31,26 @@ threads of torch's OpenMP pool spin and wait for each other at every parallel re
 with two busy-loop processes on the 2 cores: energy+forces of the 3k box took several times
 longer with 2 torch threads than with 1; see ``threads`` of :class:`mindsponge.Simulation`).
 
-Where mindsponge's time goes (one thread, idle machine, 2026-11-27; cProfile of 200 steps (3k) and
-50 steps (24k) of ``Simulation.run``, perf for the kernels' insides):
+Where mindsponge's time goes (one thread, idle machine, 2026-11-27, with the cluster-pair kernel;
+cProfile of 200 steps (3k) and 50 steps (24k) of ``Simulation.run``, perf for the kernels' insides):
 
-- 3k TIP3P (625k listed pairs within cutoff + skin = 1.0 nm, PME grid 28^3), about 10 ms a step
-  under the profiler: the direct-space pair kernel ``neighbor_forces`` 4.0 ms, PME spreading and
-  gathering 0.7 ms each and the two FFTs 0.35 ms, the exclusion corrections 0.2 ms, the list build
-  once every 5 steps (skin 0.1 nm) 6.9 ms before and 5.0 ms after the AVX-512 candidate compaction,
-  so 1.0-1.4 ms a step, the Gaussian noise 0.2 ms (float64) or 0.03 ms (float32, now), and about 1.5
-  ms of Python and small torch operations (autograd Function, casts, energy sums, SETTLE).
-- 24k TIP3P (5.0M listed pairs): ``neighbor_forces`` 41 ms (8 ns a pair: perf puts about 30 % of it
-  in the gather of the partners' packed data and 15 % in the scatter of their forces, the rest in the
-  SIMD pair arithmetic), PME 12.5 ms, the list build 46 ms before and 34 ms after, once every 5-6
-  steps, the noise 1.3 ms before and 0.25 ms after. Loading the partners' packed records eight at a
-  time and transposing them in registers then took energy+forces from 47.5 to 42 ms (3k: 7.1 to 6.3
-  ms; AVX-512 gathers instead were 3-10 % slower on this AMD Zen 4).
-- What is left to gain: a cluster-pair kernel (clusters of 4-8 atoms in cell order, positions loaded
-  contiguously instead of gathered pair by pair, as GROMACS and OpenMM) would remove the rest of the
-  gather and the scatter, and the list would store clusters instead of 200 partners per atom (a
-  cheaper build). Two threads only pay off on an idle machine (see the paragraph above).
+- 3k TIP3P (625k pairs within cutoff + skin = 1.0 nm, PME grid 28^3), about 7.3 ms a step under the
+  profiler: the direct-space kernel ``cluster_forces`` 2.8 ms, PME spreading and gathering 0.65 ms
+  each and the two FFTs 0.3 ms, the exclusion corrections 0.15 ms, the cluster list built once every
+  5 steps (skin 0.1 nm) in 2.6 ms, so 0.5 ms a step, and about 1.5 ms of Python and small torch
+  operations (autograd Function, casts, energy sums, SETTLE).
+- 24k TIP3P (5.0M pairs): ``cluster_forces`` 23 ms, PME 11.5 ms, the list 25 ms once every 5 steps.
+- The kernel: clusters of 8 atoms against the clusters they list, two atoms against the partner's 8
+  in 16 SIMD lanes (see ``mindsponge/_kernels/nonbonded.cpp``). The lanes hold 1.7x as many pairs as
+  the list has (pairs of a cluster row beyond the list cutoff ride along), but the data are read and
+  the forces accumulated as whole vectors: the per-atom row kernel it replaced spent about 30 % of
+  its time gathering partners pair by pair and 15 % scattering their forces. With the hardware's
+  reciprocal square root (AVX-512, one Newton step) it is 1.17x (3k), 1.20x (24k) and 1.14x
+  (dodecahedron) faster than that kernel alone, and the cluster list builds 1.6-2.6x faster than the
+  per-atom rows (3k 5.0 to 2.4 ms, 24k 34 to 21 ms).
+- What is left: PME spreading and gathering (a third of the 24k energy+forces), and at two threads
+  on the small dodecahedron, the fixed cost of a step (Python, the autograd Function, constraints).
+  Two threads only pay off on an idle machine (see the paragraph above).
 
 TorchMD is not compared: ``pip install --dry-run torchmd`` would leave torch alone, but
 TorchMD has no PME (cutoff electrostatics with an optional reaction field only) and no

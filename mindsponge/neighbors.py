@@ -31,6 +31,15 @@ atoms (625k pairs) 5.0 ms compiled (6.9 ms before the AVX-512 compaction), 24,00
 34 ms (46 ms); the torch search took 130-260 ms for 3,400 atoms and about 2 s for 24,000 (2 threads,
 shared machine, half-cutoff cells).
 
+The compiled pair kernel takes the same pairs as clusters (:meth:`NeighborList.clusters`, a
+:class:`ClusterPairs`; searched by the compiled kernels when first asked for after a build, as the
+pairs and rows are): atoms in clusters of 8 (columns along the first two box vectors, about one
+cluster wide, sorted along the third and cut every 8 atoms), and for each cluster the clusters with
+an atom pair within ``r_c + skin``, each through its own periodic shift, with a 64-bit mask of the
+pairs (within the list cutoff at the build, not excluded, each once). In a small box a partner can be
+listed through two shifts, but only one image can come within ``r_c``. The same 3,000 and 24,000
+atoms: 2.4 and 21 ms a build.
+
 Periodic boxes follow :mod:`mindsponge.space` (OpenMM's reduced form, orthorhombic and
 triclinic); the cutoff ``r_c`` must be at most :func:`mindsponge.space.max_cutoff` (half the
 smallest of ``a_x, b_y, c_z``, OpenMM's rule), any box shape and size that satisfies it

@@ -577,7 +577,7 @@ std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor
 }
 }  // namespace
 
-// defined in cell_search.cpp and pme.cpp (one module, three translation units)
+// defined in cell_search.cpp, cluster_search.cpp and pme.cpp (one module, four translation units)
 namespace mindsponge_kernels {
 std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
                                           std::vector<int64_t> n_cells, std::vector<int64_t> reach,
