@@ -319,9 +319,10 @@ inline V exp_lanes(V x) {
   return (V)((Bits)p + (__builtin_convertvector(n, Bits) << 23));
 }
 // erfc(x) and exp(-x^2) in each lane, x >= 0. float: the Chebyshev fit of Numerical Recipes' erfcc (relative
-// error below 1.2e-7 everywhere, float round-off) with exp_lanes, all in SIMD; double: libm lane by lane
+// error below 1.2e-7 everywhere, float round-off) with exp_lanes, all in SIMD; double: libm, in the lanes
+// `wanted` only (the others are left 0)
 template <typename V>
-inline void erfc_and_gaussian_lanes(V x, V& value, V& gaussian) {
+inline void erfc_and_gaussian_lanes(V x, LaneMask<V> wanted, V& value, V& gaussian) {
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x[0])>, float>) {
     const V t = reciprocal(1.0f + 0.5f * x);
     const V poly =
@@ -335,10 +336,12 @@ inline void erfc_and_gaussian_lanes(V x, V& value, V& gaussian) {
     gaussian = exp_lanes(-x * x);
     value = t * exp_lanes(poly - x * x);
   } else {
-    for (int lane = 0; lane < int(sizeof(V) / sizeof(x[0])); ++lane) {
-      value[lane] = std::erfc(x[lane]);
-      gaussian[lane] = std::exp(-x[lane] * x[lane]);
-    }
+    value = gaussian = V{};
+    for (int lane = 0; lane < int(sizeof(V) / sizeof(x[0])); ++lane)
+      if (wanted[lane]) {
+        value[lane] = std::erfc(x[lane]);
+        gaussian[lane] = std::exp(-x[lane] * x[lane]);
+      }
   }
 }
 
@@ -477,7 +480,7 @@ void cluster_forces_impl(const T* positions, const T* box, const T* reference, c
           V e_coulomb, f_coulomb;
           if constexpr (kind == kEwald) {
             V erfc_value, gaussian;
-            erfc_and_gaussian_lanes(alpha * r2 * inverse_r, erfc_value, gaussian);
+            erfc_and_gaussian_lanes(alpha * r2 * inverse_r, keep, erfc_value, gaussian);
             e_coulomb = qq * erfc_value * inverse_r;
             f_coulomb = (e_coulomb + qq * gaussian_prefactor * gaussian) * inverse_r2;
           } else if constexpr (kind == kReactionField) {
