@@ -329,7 +329,8 @@ class NeighborList:
 
     def build(self, positions: Tensor, box: Tensor | None = None) -> None:
         """Build the list now (see :meth:`update`, which calls this only when needed; the result is in
-        :attr:`pairs` and :meth:`rows`)."""
+        :attr:`pairs`, :meth:`rows` and :meth:`clusters`; with the compiled kernels each is searched when
+        first asked for)."""
         positions = positions.detach()
         if box is not None:
             box = box.detach().to(positions)

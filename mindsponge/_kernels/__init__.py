@@ -2,13 +2,13 @@
 :mod:`common.extensions`.
 
 :func:`nonbonded` returns the module compiled from ``nonbonded.cpp``, ``cell_search.cpp``,
-``cluster_search.cpp`` and ``pme.cpp`` (``pair_forces``, ``cluster_forces``, ``cluster_pairs``,
-``cell_neighbors``, ``rows_to_pairs``, ``prepare_pairs``, ``pme_spread``, ``pme_gather``),
-:func:`bonded` the one from ``bonded.cpp`` (``bond_forces``, ``angle_forces``, ``torsion_forces``,
-``improper_forces``) and :func:`constraints` the one from ``constraints.cpp`` (``settle_positions``,
-``settle_velocities``, ``shake_positions``, ``rattle_velocities``), or ``None`` when they cannot be
-built or ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in forward-only
-computations (or the forward of a custom autograd Function with an analytic backward) and
+``cluster_search.cpp``, ``cluster_forces.cpp`` and ``pme.cpp`` (``pair_forces``, ``cluster_forces``,
+``cluster_pairs``, ``cell_neighbors``, ``rows_to_pairs``, ``prepare_pairs``, ``pme_spread``,
+``pme_gather``), :func:`bonded` the one from ``bonded.cpp`` (``bond_forces``, ``angle_forces``,
+``torsion_forces``, ``improper_forces``) and :func:`constraints` the one from ``constraints.cpp``
+(``settle_positions``, ``settle_velocities``, ``shake_positions``, ``rattle_velocities``), or ``None``
+when they cannot be built or ``MINDSCIENCE_NO_EXTENSIONS=1``. Callers use it only for CPU tensors in
+forward-only computations (or the forward of a custom autograd Function with an analytic backward) and
 keep a complete pure torch path for everything else.
 """
 
@@ -24,9 +24,9 @@ from common import extensions
 
 __all__ = ["bonded", "constraints", "nonbonded", "usable"]
 
-# one module from four translation units: the pair kernels (and the bindings), the two searches, PME
-_SOURCES = [Path(__file__).with_name(name)
-            for name in ("nonbonded.cpp", "cell_search.cpp", "cluster_search.cpp", "pme.cpp")]
+# one module from five translation units: the pair kernels (and the bindings), the searches, PME
+_SOURCES = [Path(__file__).with_name(name) for name in
+            ("nonbonded.cpp", "cell_search.cpp", "cluster_search.cpp", "cluster_forces.cpp", "pme.cpp")]
 _CONSTRAINTS_SOURCE = Path(__file__).with_name("constraints.cpp")
 _BONDED_SOURCE = Path(__file__).with_name("bonded.cpp")
 # no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged

@@ -25,14 +25,10 @@
 #include <cstring>
 #include <vector>
 
+#include "pair_terms.h"
+
 namespace mindsponge_kernels {
-
-constexpr int64_t kClusterSize = 8;
-
 namespace {
-
-// where the empty slots of a cluster sit: far from everything (their pairs are masked out anyway)
-constexpr double kFarAway = 1.0e4;
 
 struct FoundClusterPairs {  // the partners of the clusters of one chunk, cluster by cluster
   std::vector<int64_t> counts;
