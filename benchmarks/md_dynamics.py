@@ -41,7 +41,7 @@ cProfile of 200 steps (3k) and 50 steps (24k) of ``Simulation.run``, perf for th
   operations (autograd Function, casts, energy sums, SETTLE).
 - 24k TIP3P (5.0M pairs): ``cluster_forces`` 23 ms, PME 11.5 ms, the list 25 ms once every 5 steps.
 - The kernel: clusters of 8 atoms against the clusters they list, two atoms against the partner's 8
-  in 16 SIMD lanes (see ``mindsponge/_kernels/nonbonded.cpp``). The lanes hold 1.7x as many pairs as
+  in 16 SIMD lanes (see ``mindsponge/_kernels/cluster_forces.cpp``). The lanes hold 1.7x as many pairs as
   the list has (pairs of a cluster row beyond the list cutoff ride along), but the data are read and
   the forces accumulated as whole vectors: the per-atom row kernel it replaced spent about 30 % of
   its time gathering partners pair by pair and 15 % scattering their forces. With the hardware's
