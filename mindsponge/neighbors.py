@@ -251,16 +251,15 @@ class NeighborList:
         tensors), for the compiled SIMD pair kernel; ``None`` before the first update or without the
         compiled kernels. The same atom pairs as :attr:`pairs` (those within ``cutoff + skin`` at the
         build, exclusions removed), searched when first asked for after each build."""
-        reference = self._reference_positions
-        if self._clusters is None and reference is not None:
-            kernels = _kernels.usable(reference.cpu())
+        if self._clusters is None and self._reference_positions is not None:
+            reference = self._reference_positions.cpu()
+            kernels = _kernels.usable(reference)
             if kernels is None:
                 return None
             starts, partners = self._exclusions_by_atom(len(reference))
-            box = self._reference_box
-            self._clusters = ClusterPairs(*kernels.cluster_pairs(
-                reference.cpu(), reference.new_zeros(0).cpu() if box is None else box.cpu(), self.list_cutoff,
-                starts, partners))
+            box = reference.new_zeros(0) if self._reference_box is None else self._reference_box.cpu()
+            found = kernels.cluster_pairs(reference, box, self.list_cutoff, starts, partners)
+            self._clusters = ClusterPairs(*found)
         return self._clusters
 
     def update_clusters(self, positions: Tensor, box: Tensor | None = None) -> ClusterPairs | None:

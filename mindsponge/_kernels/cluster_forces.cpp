@@ -169,7 +169,7 @@ template <typename T, bool periodic, int64_t kind, bool switching, bool combined
 void cluster_forces_impl(const T* positions, const T* box, const T* reference, const int32_t* slot_atoms,
                          const T* slot_shifts, const int64_t* pair_starts, const int32_t* pair_clusters,
                          const T* pair_shifts, const int64_t* pair_masks, const T* scaled_charges,
-                         const T* half_sigma, const T* epsilon_root2, int64_t n_clusters, int64_t n_atoms,
+                         const T* half_sigma, const T* epsilon_root2, int64_t n_clusters,
                          PairOptions options, double* energies, T* gradients) {
   constexpr int64_t C = kClusterSize, kGradients = combined ? 3 : 6;
   static_assert(C == 8, "the cluster kernel holds a partner cluster in eight lanes");
@@ -362,6 +362,8 @@ std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor
   positions = positions.contiguous();
   const int64_t n_atoms = positions.size(0), n_clusters = slot_atoms.numel() / kClusterSize;
   TORCH_CHECK(pair_starts.numel() == n_clusters + 1, "cluster_forces: pair_starts must have C + 1 entries");
+  TORCH_CHECK(reference.size(0) == n_atoms,
+              "cluster_forces: reference must hold the positions of the N atoms at the list's build");
   const bool periodic = box.numel() > 0;
   if (periodic) box = box.to(positions.scalar_type()).contiguous();
   reference = reference.to(positions.scalar_type()).contiguous();
@@ -386,7 +388,7 @@ std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor
           positions.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr,
           reference.data_ptr<scalar_t>(), slot_atoms_data, slot_shifts.data_ptr<scalar_t>(), starts_data,
           clusters_data, pair_shifts.data_ptr<scalar_t>(), masks_data, charges_data, sigma_data, epsilon_data,
-          n_clusters, n_atoms, options, energies.data_ptr<double>(), gradients.data_ptr<scalar_t>());
+          n_clusters, options, energies.data_ptr<double>(), gradients.data_ptr<scalar_t>());
     });
   });
   return {energies.sum(0), gradients.permute({1, 0, 2})};
