@@ -161,16 +161,16 @@ RECORD = [
     ),
     Validation(
         _EM,
-        'Dielectric disk resonance in a PEC cavity (2D TE), full smoothed tensor against its diagonal',
+        'Convergence order of a dielectric disk resonance in a PEC cavity (2D TE), full smoothed tensor',
         'method of particular solutions (Fourier-Bessel series; exact c / 2L for an empty cavity)',
-        'full-tensor errors below 1/2.5 of the diagonal ones and below 3e-3; fitted order above the '
-        "diagonal's by 0.2 (CI, 12-24 cells) or 0.15 (MINDELEC_SUBPIXEL_FULL=1, 12-64 cells)",
+        'fitted order above 1.65; relative error x N^2 below 0.6 and varying less than 2x (second order; '
+        'CI 12-48 cells, MINDELEC_SUBPIXEL_FULL=1 12-128); the diagonal alone first order, 2.5x worse',
         "tests/mindelec/test_smoothing.py::"
-        "test_off_diagonal_terms_cut_the_error_of_a_curved_interface",
+        "test_full_tensor_converges_at_second_order_at_a_curved_interface",
     ),
     Validation(
         _EM,
-        'Energy of the leapfrog with the smoothed tensor (eps 50 disk, random fields, 6000 steps)',
+        'Energy of the leapfrog with the smoothed tensor (eps 200 disk, random fields, 6000 steps)',
         'exact conservation of eps0 E^n.K^-1 E^n+1 + mu0 |H^n+1/2|^2 for a symmetric K; K positive definite',
         '1e-9 relative',
         "tests/mindelec/test_smoothing.py::"

@@ -1,41 +1,41 @@
 """The off-diagonal elements of the subpixel-smoothed inverse permittivity (``Simulation(subpixel=True)``).
 
 :mod:`mindelec.fdtd.smoothing` gives each E component the diagonal element of the effective tensor
-``eps_eff^-1 = P <eps^-1> + (1 - P) <eps>^-1`` (``P = n n^T``). At a tilted or curved interface the tensor
-also couples the components: ``(eps_eff^-1)_cd = n_c n_d (<eps^-1> - 1 / <eps>)``. This module adds these
-elements, on the few cells where they are not zero. Measured on a curved interface (the lowest TE resonance
-of a dielectric disk in a PEC cavity against a particular-solutions reference,
-``tests/mindelec/test_smoothing.py``): the errors drop 3.6-13x below those of the diagonal alone, and the
-fitted order rises from 1.0 to 1.25, not to 2 (the average of the other components across the interface,
-where they jump, keeps a first-order error, about a tenth of the diagonal's up to 128 cells; Werner and
-Cary find first order for their scheme too). A variant with the element taken at each E node, times the
-four-point average of the other component, measured order 1.5 on the same disk (12-128 cells), but it is
-not symmetric, so the energy argument below does not hold for it; it is not used.
+``eps_eff^-1 = P <eps^-1> + (1 - P) <eps>^-1`` (``P = n n^T``; ``<eps^-1>`` over the node's edge, ``<eps>``
+over its dual face). At a tilted or curved interface the tensor also couples the components:
+``(eps_eff^-1)_cd = n_c n_d (<eps^-1> - 1 / <eps>)``. This module adds these elements, on the few nodes
+where they are not zero. With them the lowest TE resonance of a dielectric disk in a PEC cavity converges
+at second order against a particular-solutions reference (``tests/mindelec/test_smoothing.py``: error
+times N^2 between 0.22 and 0.48 over 12-128 cells per side, fitted order 1.83; the diagonal alone is first
+order, 22x worse at 128 cells).
 
-The scheme (symmetric, after Werner and Cary, J. Comput. Phys. 226, 1085 (2007)): the element
-``k_cd(p)`` lives on the integer node ``p`` where an ``E_c`` edge pair and an ``E_d`` edge pair meet
-(``E_c`` at ``p -+ e_c / 2``, ``E_d`` at ``p -+ e_d / 2``), evaluated over the cell centred on ``p`` as
-the diagonal ones are over theirs. After the (diagonal) E update of a step, with ``s_d = (curl H - J)_d``
-recovered from each node's increment ``s_d = (E_d^{n+1} - E_d^n) / cb_d``,
+The scheme: each ``E_c`` node ``a`` carries its element ``k_cd(a)``, from its own means and normal. The
+finite-integration reading of the tensor (:mod:`mindelec.fdtd.smoothing`) couples ``E_c(a)`` to the mean of
+``D_d`` over the four ``E_d`` nodes ``b`` around it, ``k_cd(a) / 4`` each, which is not symmetric. The
+symmetric version used here gives the pair ``(a, b)`` the mean of its two elements,
+``K_ab = (k_cd(a) + k_dc(b)) / 8`` (on the semi-discrete disk problem, 12-128 cells, the non-symmetric form
+converges at order 2.0-2.2 with errors up to 2.2x smaller, this one at order 1.8-1.9). Each pair ``(a, b)`` of
+neighbours shares one integer node ``p`` (``E_c`` at ``p -+ e_c / 2``, ``E_d`` at ``p -+ e_d / 2``): the
+pairs are stored per corner, a ``2 x 2`` block each. After the (diagonal) E update of a step, with
+``s_d = (curl H - J)_d`` recovered from each node's increment ``s_d = (E_d^{n+1} - E_d^n) / cb_d``,
 
-    E_c(a) += (dt / eps0) sum_{p next to a} (k_cd(p) / 4) sum_{b next to p} s_d(b),
+    E_c(a) += (dt / eps0) sum_{b next to a} K_ab s_d(b),
 
-and the same with ``c`` and ``d`` exchanged. The discrete inverse permittivity is then a symmetric matrix
-(the element of a pair ``(a, b)`` is ``k_cd / 4`` of the one node they share), and it stays positive
-definite: each node's diagonal element is shared among the coupled corners it belongs to (``t``), and each
-``|k_cd(p)|`` is capped so that the corner's block ``[[diag(t_a), k/4], [k/4, diag(t_b)]]`` is (with a
-margin of 5 %): ``(k/4)^2 (1/t_a1 + 1/t_a2)(1/t_b1 + 1/t_b2) < 1``. The cap binds only at high contrast
-(none of the disk's corners at eps 12, a quarter at eps 50). The leapfrog then conserves a positive energy
-(tested to round-off at eps 50). The couplings can raise the largest eigenvalue of the matrix above 1, its
-vacuum value, on which the time-step limit rests (1.03-1.06 at eps 12 and 1.10 at eps 50 for the disks of
-the tests); runs from random fields over 20000 steps at the default Courant number 0.99 stayed bounded,
-but no proof covers it, so a step above the limit that Gershgorin's bound guarantees (the largest row sum
-of the matrix: 0.94-0.98 of the Yee limit for those disks) warns and names the Courant number to pass.
+and the same with ``c`` and ``d`` exchanged. The discrete inverse permittivity is then a symmetric matrix,
+and it stays positive definite: each node's diagonal element is shared among the coupled corners it
+belongs to (``t``), and each corner's block is scaled down where needed so that
+``[[diag(t_a), K], [K^T, diag(t_b)]]`` is (with a margin of 5 %: the largest singular value of
+``diag(t_a)^-1/2 K diag(t_b)^-1/2`` at most 0.95). The cap binds only at high contrast (on the disks of the
+tests, not at eps 50, at some corners at eps 200). The leapfrog then conserves a positive energy (tested
+to round-off at eps 200). The couplings can raise the largest eigenvalue of the matrix above 1, its vacuum
+value, on which the time-step limit rests (1.003-1.010 for eps 12-5000 on the disks of the tests); no proof
+covers the default Courant number 0.99 then, so a step above the limit that Gershgorin's bound guarantees
+(the largest row sum of the matrix) warns and names the Courant number to pass.
 
 Recovering ``s_d`` from the increments includes the CPML corrections, sources and
 plane-wave corrections of the step, and costs a gather and a scatter over the coupled nodes only: about
-20 small torch operations per step, measured at +270 us per step on a 100^2 TE grid and +470 us on 400^2
-(0.3 and 0.8 ms without; one thread, a shared machine), negligible on large 3D grids.
+20 small torch operations per step, measured at +110 us per step on a 100^2 TE grid with a disk and
++140 us on 400^2 (50 and 280 us without; float32, one thread), negligible on large 3D grids.
 
 In 3D the same code couples the three pairs (x, y), (x, z), (y, z) on their integer nodes; it is tested
 there for agreement between the compiled and torch paths only, not for convergence.
@@ -64,7 +64,7 @@ from .smoothing import _CHUNK, cell_means, node_points
 
 #: the cap on the coupling, as a fraction of what keeps the inverse-permittivity matrix positive definite
 _CAP = 0.95
-#: corners where ``|n_c n_d|`` is below this are not coupled (interfaces along the axes)
+#: node elements ``|k_cd|`` below this are left out (interfaces along the axes)
 _NEGLIGIBLE = 1e-6
 
 
@@ -81,7 +81,8 @@ def check_subpixel(value):
 @dataclass(frozen=True)
 class _Pair:
     """The couplings of ``E_first`` and ``E_second`` on ``M`` corners: per corner its two nodes of each
-    component (flat indices ``(M, 2)``), ``dt k / (4 eps0)`` ``(M,)``, ``1 / cb`` at the nodes ``(M, 2)``."""
+    component (flat indices ``(M, 2)``), the coupling ``dt K_ab / eps0`` of each of its four node pairs
+    ``(M, 2, 2)`` (first node, second node), ``1 / cb`` at the nodes ``(M, 2)``."""
 
     first: str
     second: str
@@ -133,11 +134,15 @@ class OffDiagonalUpdate:
         for pair, (first_before, second_before) in zip(self.pairs, before):
             first = (fields[pair.first].reshape(-1)[pair.first_nodes] - first_before) * pair.first_scale
             second = (fields[pair.second].reshape(-1)[pair.second_nodes] - second_before) * pair.second_scale
-            additions.setdefault(pair.first, []).append((pair.first_nodes, pair.coupling * second.sum(1)))
-            additions.setdefault(pair.second, []).append((pair.second_nodes, pair.coupling * first.sum(1)))
+            additions.setdefault(pair.first, []).append(
+                (pair.first_nodes, torch.einsum("mst,mt->ms", pair.coupling, second))
+            )
+            additions.setdefault(pair.second, []).append(
+                (pair.second_nodes, torch.einsum("mst,ms->mt", pair.coupling, first))
+            )
         for component, parts in additions.items():
             nodes = torch.cat([n.reshape(-1) for n, _ in parts])
-            values = torch.cat([v.unsqueeze(1).expand(-1, 2).reshape(-1) for _, v in parts])
+            values = torch.cat([v.reshape(-1) for _, v in parts])
             field = fields[component]
             if inplace:
                 field.reshape(-1).index_add_(0, nodes, values)
@@ -161,17 +166,17 @@ def off_diagonal_update(simulation, electric):
     )
     if not mixer.structures:
         return None
-    mean, inverse_mean, normals = cell_means(mixer, None)
-    anisotropy = inverse_mean - 1 / mean
     reached = _reached_by_conductors(mixer)
     periodic = [isinstance(b, Periodic) for b in simulation.boundaries]
-    diagonal, eligible = {}, {}
+    diagonal, eligible, anisotropy, normals = {}, {}, {}, {}
     for component in components:
         ca, cb, poles = electric[component]
         diagonal[component] = torch.broadcast_to(
             torch.as_tensor(cb, dtype=simulation.dtype, device=simulation.device), grid.shape
         ).reshape(-1)
         eligible[component] = _eligible_nodes(simulation, component, ca, cb, poles, periodic)
+        mean, inverse_mean, normals[component] = cell_means(mixer, component)
+        anisotropy[component] = torch.broadcast_to(inverse_mean - 1 / mean, grid.shape).reshape(-1)
     candidates = [
         _corners(pair, normals, anisotropy, reached, eligible, grid.shape, periodic)
         for pair in combinations(components, 2)
@@ -182,16 +187,16 @@ def off_diagonal_update(simulation, electric):
     scale = VACUUM_PERMITTIVITY / simulation.dt  # cb = dt / (eps0 eps): the diagonal elements are cb / scale
     shares = _diagonal_shares(candidates, diagonal)
     pairs = []
-    for (first, second), nodes, element in candidates:
-        # the corner's 4 x 4 block [[diag(t_a), k/4], [k/4, diag(t_b)]] (t: the nodes' diagonal shares) is
-        # positive definite when (k/4)^2 (1/t_a1 + 1/t_a2)(1/t_b1 + 1/t_b2) < 1
-        inverse_sums = [(1 / shares[c][n]).sum(1) for c, n in zip((first, second), nodes)]
-        cap = _CAP * 4 * scale / torch.sqrt(inverse_sums[0] * inverse_sums[1])
-        element = torch.maximum(torch.minimum(element, cap), -cap)
-        cb_first, cb_second = diagonal[first][nodes[0]], diagonal[second][nodes[1]]
-        pairs.append(
-            _Pair(first, second, nodes[0], nodes[1], element / (4 * scale), 1 / cb_first, 1 / cb_second)
+    for (first, second), nodes, elements in candidates:
+        # the corner's 4 x 4 block [[diag(t_a), K], [K^T, diag(t_b)]] (t: the nodes' diagonal shares) is
+        # positive definite when the largest singular value of diag(t_a)^-1/2 K diag(t_b)^-1/2 is below 1
+        weighted = elements / torch.sqrt(
+            shares[first][nodes[0]].unsqueeze(2) * shares[second][nodes[1]].unsqueeze(1)
         )
+        largest = torch.linalg.matrix_norm(weighted / scale, ord=2)
+        elements = elements * torch.clamp(_CAP / largest.clamp_min(1e-300), max=1.0).view(-1, 1, 1)
+        cb_first, cb_second = diagonal[first][nodes[0]], diagonal[second][nodes[1]]
+        pairs.append(_Pair(first, second, nodes[0], nodes[1], elements / scale, 1 / cb_first, 1 / cb_second))
     _check_time_step(simulation, diagonal, pairs)
     return OffDiagonalUpdate(pairs)
 
@@ -203,12 +208,14 @@ def _check_time_step(simulation, diagonal, pairs):
     the largest row sum ``cb_a + sum |element|``; the Yee limit rests on the largest diagonal element, so
     a step is guaranteed stable when ``(dt / dt_limit)^2`` times their ratio is at most 1.
     """
-    rows = {component: values.abs().clone() for component, values in diagonal.items()}
+    rows = {component: values.detach().abs().clone() for component, values in diagonal.items()}
     for pair in pairs:
-        weight = (2 * pair.coupling.abs()).unsqueeze(1).expand(-1, 2).reshape(-1)
-        rows[pair.first].index_add_(0, pair.first_nodes.reshape(-1), weight)
-        rows[pair.second].index_add_(0, pair.second_nodes.reshape(-1), weight)
-    bound = max(float(row.max()) for row in rows.values()) / max(float(d.max()) for d in diagonal.values())
+        magnitude = pair.coupling.detach().abs()
+        rows[pair.first].index_add_(0, pair.first_nodes.reshape(-1), magnitude.sum(2).reshape(-1))
+        rows[pair.second].index_add_(0, pair.second_nodes.reshape(-1), magnitude.sum(1).reshape(-1))
+    bound = max(float(row.max()) for row in rows.values()) / max(
+        float(d.detach().max()) for d in diagonal.values()
+    )
     courant = simulation.dt / simulation.dt_limit
     if courant * courant * bound > 1:
         warnings.warn(
@@ -221,17 +228,30 @@ def _check_time_step(simulation, diagonal, pairs):
 
 
 def _corners(pair, normals, anisotropy, reached, eligible, shape, periodic):
-    """``(pair, (first nodes (M, 2), second nodes (M, 2)), k (M,))`` of the corners that couple the two
-    components of ``pair``, or None."""
+    """``(pair, (first nodes (M, 2), second nodes (M, 2)), K (M, 2, 2))`` of the corners that couple the
+    two components of ``pair``, or None.
+
+    Each node ``a`` of ``E_c`` carries its element ``k_cd(a) = n_c n_d (<1/eps>_edge - 1 / <eps>_face)``;
+    the pair ``(a, b)`` of ``E_c`` and ``E_d`` nodes around a corner gets ``(k_cd(a) + k_dc(b)) / 8``.
+    """
     axes = [component_axis(component) for component in pair]
-    product = normals[..., axes[0]] * normals[..., axes[1]]
-    corners = ((product.abs() > _NEGLIGIBLE) & ~reached).nonzero()
+    elements = [
+        anisotropy[component]
+        * (normals[component][..., axes[0]] * normals[component][..., axes[1]]).reshape(-1)
+        for component in pair
+    ]
+    near = torch.zeros(shape, dtype=torch.bool, device=reached.device)
+    for element, axis in zip(elements, axes):  # the node i along its axis touches corners i and i + 1
+        nonzero = (element.abs() > _NEGLIGIBLE).reshape(shape)
+        near |= nonzero | nonzero.roll(1, axis)
+    corners = (near & ~reached).nonzero()
     nodes, valid = zip(*(_neighbours(corners, axis, shape, periodic[axis]) for axis in axes))
     keep = valid[0] & valid[1] & eligible[pair[0]][nodes[0]].all(1) & eligible[pair[1]][nodes[1]].all(1)
     if not bool(keep.any()):
         return None
-    corners = corners[keep]
-    return pair, (nodes[0][keep], nodes[1][keep]), (anisotropy * product)[tuple(corners.T)]
+    nodes = (nodes[0][keep], nodes[1][keep])
+    coupling = (elements[0][nodes[0]].unsqueeze(2) + elements[1][nodes[1]].unsqueeze(1)) / 8
+    return pair, nodes, coupling
 
 
 def _diagonal_shares(candidates, diagonal):

@@ -11,8 +11,8 @@ default, use instead the effective inverse-permittivity tensor of each cell
 
 with ``n`` the unit normal of the interface in the cell and ``<.>`` the fill-fraction mean over the cell:
 the harmonic mean across the interface, the arithmetic mean along it. This restores second-order
-convergence of resonant frequencies, transmission phases and effective indices at interfaces along the
-grid axes, and cuts the error at tilted and curved ones (below).
+convergence of resonant frequencies, transmission phases and effective indices, at interfaces along the
+grid axes and, with the means below and the off-diagonal terms, at curved ones.
 
 What this module does (``Simulation(subpixel=True)``), once at set-up:
 
@@ -20,26 +20,34 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   ``1 / eps_c = n_c^2 <eps^-1> + (1 - n_c^2) / <eps>``; the off-diagonal elements, which couple ``E_c`` to
   the other components at tilted and curved interfaces, are added by :mod:`mindelec.fdtd.offdiagonal`
   (``subpixel=True``) or left out (``subpixel="diagonal"``). For interfaces along the grid axes they vanish
-  (second order, tested). For curved ones, measured on the lowest TE resonance of a dielectric disk (eps 6,
-  radius 0.3 of a square PEC cavity) against a particular-solutions reference at 12-64 cells per side: the
-  arithmetic mean converges at order 1.3 (errors 4.4e-2 .. 8.9e-3 at 12-40 cells), the diagonal at order
-  1.0 (8.8e-3 .. 1.8e-3), the full tensor at order 1.25 with errors 3.6-13x smaller than the diagonal's
-  (2.4e-3 .. 2.2e-4). Second order is not reached on the Yee grid: the off-diagonal terms need the other
-  components averaged across the interface, where they jump, which keeps a first-order error (Werner and
-  Cary, J. Comput. Phys. 226, 1085 (2007), find first-order errors at sharp interfaces for their scheme too).
-  Up to 128 cells the error times N is 0.11 for the diagonal and fluctuates around 0.013 (0.0004-0.03) for
-  the full tensor: about 90 % of the first-order error removed. On Meep's own convergence test (air holes
-  in eps 12, MPB's frequency) the full tensor passes Meep's bound ``|f - f_MPB| a^2 < 0.4`` and the
-  diagonal does not (``tests/mindelec/test_smoothing.py``);
-* the means run over the component's own Yee cell; the normal is the outward normal of the last
-  structure that only partly covers the cell (``_normal`` of its ``common.geometry`` shape at the node:
-  the nearest face, edge or arc). Each structure's fill fraction of a cut cell is the exact volume of
-  the cell on the inner side of the plane through the boundary with that normal, at the shape's signed
-  distance (``_margin``) from the node (a closed form, inclusion-exclusion over the cell's corners).
-  Point sampling (``rasterize``'s 4 sub-points per axis) would quantise the fractions to 1/4 and leave
-  an error of first order; the planar cut is exact for flat interfaces and second-order for curved
-  ones, and costs one distance and one normal per node. Shapes must give their normals and signed
-  distances (all analytic shapes, CSG combinations and :class:`mindelec.cad.MeshGeometry` do);
+  (second order, tested);
+* the means are those of the Yee grid read as a finite-integration scheme: ``E_c`` at a node is the mean
+  of ``E_c`` along its edge (one cell along ``c``), ``D_c`` the mean of ``D_c`` over its dual face (the
+  cell's cross-section across ``c``: a segment in 2D, a square in 3D). For a planar interface with
+  uniform ``D_n`` and ``E_t`` on either side, ``E_c = n_c <1/eps>_edge D_n + t_c E_t`` and
+  ``D_c = n_c D_n + t_c <eps>_face E_t`` hold exactly; eliminating ``E_t`` with the other components'
+  ``D`` gives the tensor above with ``<eps^-1>`` the edge's mean and ``<eps>`` the face's
+  (:func:`cell_means`). Means over the whole cell centred on the node (Farjadpour et al.'s definition)
+  coincide with these at interfaces along the axes but not at tilted ones, where they leave an error of
+  first order;
+* measured on the lowest TE resonance of a dielectric disk (eps 6, radius 0.3 of a square PEC cavity)
+  against a particular-solutions reference at 12-128 cells per side (``tests/mindelec/test_smoothing.py``):
+  the full tensor converges at second order (the relative error times N^2 stays between 0.22 and 0.48;
+  errors 1.9e-3 at 12 cells, 2.9e-5 at 128), the diagonal alone at first order (error times N 0.06-0.10;
+  6.3e-4 at 128 cells), the arithmetic mean (``subpixel=False``) at order 1.3 (4.4e-2 .. 8.9e-3 at 12-40
+  cells). With means over whole cells the full tensor stalled at order 1.25 (error times N about 0.013 up
+  to 128 cells, 9.4e-5 at 128). On Meep's own convergence test (air holes in eps 12, MPB's frequency) the
+  full tensor stays within Meep's bound ``|f - f_MPB| a^2 < 0.4`` (0.16 at most over 5-50 pixels per
+  period) and the diagonal does not (0.70 at 30);
+* the normal is the outward normal of the last structure that only partly covers the node's edge or
+  face (``_normal`` of its ``common.geometry`` shape at the node: the nearest face, edge or arc). Each
+  structure's fill fraction of a cut edge or face is the exact fraction of it on the inner side of the
+  plane through the boundary with that normal, at the shape's signed distance (``_margin``) from the
+  node (a closed form, inclusion-exclusion over the region's corners). Point sampling (``rasterize``'s 4
+  sub-points per axis) would quantise the fractions to 1/4 and leave an error of first order; the planar
+  cut is exact for flat interfaces and second-order for curved ones, and costs one distance and one
+  normal per node. Shapes must give their normals and signed distances (all analytic shapes, CSG
+  combinations and :class:`mindelec.cad.MeshGeometry` do);
 * components along an axis the simulation does not have (``Ez`` in 1D and 2D TM) are tangential to
   every interface and keep the arithmetic mean: smoothing acts in 2D TE and 3D;
 * only the (instantaneous) permittivity ``eps`` (``eps_inf`` of dispersive media) is smoothed:
@@ -62,6 +70,9 @@ from .materials import Medium
 #: normal components (in cell units) are floored at this fraction of the largest one, so that the
 #: closed-form cut volume never divides by zero (the plane tilts by at most this, in radians)
 _TILT_FLOOR = 1e-4
+#: a region whose normal components (times the spacing) are below this fraction of the cell's diagonal
+#: is parallel to the plane: wholly on one side of it
+_PARALLEL = 1e-9
 #: nodes whose distances are evaluated at once (bounds the memory, as ``rasterize`` does)
 _CHUNK = 2**18
 
@@ -91,28 +102,41 @@ def smoothed_permittivity(mixer, weights, component):
 
 
 def cell_means(mixer, component):
-    """``(<eps>, <1/eps>, n)`` over the cells centred on ``component``'s nodes (``None``: the integer nodes).
+    """``(<eps>_face, <1/eps>_edge, n)`` at ``component``'s nodes: the means the Yee grid's finite-integration
+    reading of the smoothed tensor needs.
+
+    ``E_c`` at a node is the mean of ``E_c`` along its edge (the segment of one cell along ``c`` through the
+    node), ``D_c`` the mean of ``D_c`` over its dual face (the cell's cross-section across ``c``: a segment in
+    2D, a square in 3D). For a planar interface with uniform ``D_n`` and ``E_t`` on either side,
+    ``E_c = n_c <1/eps>_edge D_n + t_c E_t`` and ``D_c = n_c D_n + t_c <eps>_face E_t`` exactly, which gives
+    the tensor of the module docstring with these two means.
 
     The means are tensors of the grid shape ``(nx, ny, nz)`` (float when uniform), from the planar-cut
-    fill fractions; ``n`` ``(nx, ny, nz, d)`` is the unit normal of the last structure that only partly
-    covers the cell, zero where none does. At least one structure is expected (``mixer.structures``).
+    fill fractions of the edge and of the face; ``n`` ``(nx, ny, nz, d)`` is the unit normal of the last
+    structure that only partly covers the edge or the face, zero where none does. At least one structure
+    is expected (``mixer.structures``); ``component`` must point along an axis the grid has.
     """
     grid = mixer.grid
+    axis = component_axis(component)
     points = node_points(grid, component)
     spacing = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
-    planar = [1.0]
+    regions = ([axis], [a for a in range(grid.ndim) if a != axis])  # the edge, the face
+    weights = ([1.0], [1.0])
     normals = torch.zeros_like(points)
     for index, structure in enumerate(mixer.structures):
-        fill, cut, cut_normals = _planar_fill(structure, index, points, spacing)
-        planar = [w * (1 - fill) for w in planar] + [fill]
+        fills, cut, cut_normals = _planar_fill(structure, index, points, spacing, regions)
+        weights = tuple([w * (1 - fill) for w in old] + [fill] for old, fill in zip(weights, fills))
         normals[cut] = cut_normals  # later structures override
-    planar = [w.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device) for w in planar]
+    edge, face = (
+        [w.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device) for w in region]
+        for region in weights
+    )
     inverse_mean = 0.0
-    for weight, medium in zip(planar, mixer.media):
+    for weight, medium in zip(edge, mixer.media):
         medium = medium if isinstance(medium, Medium) else mixer.default_medium
         inverse_mean = inverse_mean + weight / medium.permittivity
     normals = normals.reshape(*grid.shape, grid.ndim).to(dtype=mixer.dtype, device=mixer.device)
-    return mixer.mix(planar, "permittivity"), inverse_mean, normals
+    return mixer.mix(face, "permittivity"), inverse_mean, normals
 
 
 def node_points(grid, component):
@@ -121,20 +145,22 @@ def node_points(grid, component):
     return torch.stack(torch.meshgrid(*coordinates, indexing="ij"), dim=-1).reshape(-1, grid.ndim)
 
 
-def _planar_fill(structure, index, points, spacing):
-    """Fill fraction of the cells centred on ``points`` ``(B, d)`` (m) by ``structure``'s shape.
+def _planar_fill(structure, index, points, spacing, regions):
+    """Fill fractions of the regions centred on ``points`` ``(B, d)`` (m) by ``structure``'s shape.
 
-    Returns ``(fill (B,), cut (B,) bool, normals (C, d))``: cells the boundary may cross (``cut``, within
-    half a cell diagonal) get the planar-cut volume; the others 1 inside, 0 outside.
+    ``regions``: per region the axes it spans (one cell along each, e.g. ``[0]`` the segment along x).
+    Returns ``(fills (one (B,) per region), cut (B,) bool, normals (C, d))``: nodes the boundary may reach
+    (within half a cell diagonal) get the planar-cut fractions; the others 1 inside, 0 outside. ``cut``
+    marks the nodes where some region is only partly covered; ``normals`` are theirs.
     """
     geometry = structure.geometry
     margin = torch.cat([geometry._margin(chunk) for chunk in points.split(_CHUNK)])
-    fill = (margin > 0).to(torch.float64)
-    cut = margin.abs() < 0.5 * float(spacing.norm())
-    if not bool(cut.any()):
-        return fill, cut, points[:0]
+    inside = (margin > 0).to(torch.float64)
+    near = margin.abs() < 0.5 * float(spacing.norm())
+    if not bool(near.any()):
+        return [inside] * len(regions), torch.zeros_like(near), points[:0]
     try:
-        normals = torch.cat([geometry._normal(chunk) for chunk in points[cut].split(_CHUNK)])
+        normals = torch.cat([geometry._normal(chunk) for chunk in points[near].split(_CHUNK)])
     except NotImplementedError:
         raise ConfigurationError(
             f"structure {index} ({structure!r}): subpixel smoothing needs the boundary normals of its "
@@ -142,26 +168,37 @@ def _planar_fill(structure, index, points, spacing):
         ) from None
     normals = normals.to(torch.float64)
     normals = normals / normals.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    fill[cut] = _cut_volume(normals * spacing, margin[cut])
-    partial = (fill[cut] > 0) & (fill[cut] < 1)
-    cut[cut.clone()] = partial
-    return fill, cut, normals[partial]
+    fills, partial = [], torch.zeros(int(near.sum()), dtype=torch.bool)
+    for axes in regions:
+        fraction = _cut_volume((normals * spacing)[:, axes], margin[near], float(spacing.norm()))
+        fill = inside.clone()
+        fill[near] = fraction
+        fills.append(fill)
+        partial |= (fraction > 0) & (fraction < 1)
+    cut = near.clone()
+    cut[near] = partial
+    return fills, cut, normals[partial]
 
 
-def _cut_volume(scaled_normals, distances):
-    """Volume fraction of the cell ``[-1/2, 1/2]^d`` (cell units) where ``m . u < distance``.
+def _cut_volume(scaled_normals, distances, extent):
+    """Volume fraction of the cell ``[-1/2, 1/2]^k`` (cell units) where ``m . u < distance``.
 
-    ``scaled_normals``: ``(C, d)`` normals times the spacing (m), ``distances``: ``(C,)`` (m). Closed form:
-    ``sum_v (-1)^|v| max(0, T - a.v)^d / (d! prod a)`` over the corners ``v`` of the unit cube, with
-    ``a = |m|`` and ``T = distance + sum(a) / 2``.
+    ``scaled_normals``: ``(C, k)`` normals times the spacing (m), ``distances``: ``(C,)`` (m), ``extent``: the
+    cell's diagonal (m). Closed form:
+    ``sum_v (-1)^|v| max(0, T - a.v)^k / (k! prod a)`` over the corners ``v`` of the unit cube, with
+    ``a = |m|`` and ``T = distance + sum(a) / 2``. Where ``m`` is (nearly) zero, the plane is parallel to
+    the region: 1 inside (``distance > 0``), 0 outside.
     """
     dim = scaled_normals.shape[1]
     a = scaled_normals.abs()
-    a = torch.maximum(a, _TILT_FLOOR * a.max(dim=1, keepdim=True).values)
+    largest = a.max(dim=1, keepdim=True).values
+    parallel = largest[:, 0] <= _PARALLEL * extent
+    a = torch.maximum(a, _TILT_FLOOR * largest).clamp_min(_PARALLEL * extent)
     threshold = distances + a.sum(dim=1) / 2
     volume = torch.zeros_like(distances)
     for corner in product((0.0, 1.0), repeat=dim):
         corner = torch.tensor(corner, dtype=a.dtype)
         sign = (-1.0) ** int(corner.sum())
         volume = volume + sign * torch.relu(threshold - a @ corner) ** dim
-    return (volume / (math.factorial(dim) * a.prod(dim=1))).clamp(0.0, 1.0)
+    volume = (volume / (math.factorial(dim) * a.prod(dim=1))).clamp(0.0, 1.0)
+    return torch.where(parallel, (distances > 0).to(volume.dtype), volume)
