@@ -37,8 +37,10 @@ plane-wave corrections of the step, and costs a gather and a scatter over the co
 20 small torch operations per step, measured at +110 us per step on a 100^2 TE grid with a disk and
 +140 us on 400^2 (50 and 280 us without; float32, one thread), negligible on large 3D grids.
 
-In 3D the same code couples the three pairs (x, y), (x, z), (y, z) on their integer nodes; it is tested
-there for agreement between the compiled and torch paths only, not for convergence.
+In 3D the same code couples the three pairs (x, y), (x, z), (y, z) on their integer nodes. Tested there:
+a cylinder along each axis, periodic along it, gives the 2D disk's resonance to 1e-10 (each pair once, with
+the 3D edges and square faces), and the compiled and torch paths agree. Convergence at a surface curved in
+two directions (a sphere) has no exact reference in the tests.
 
 Where the elements are left out (the node keeps its diagonal smoothing): nodes with losses, dispersion or
 PEC (``ca != 1``, a polarisation pole, ``cb = 0``), nodes in a design region, E nodes on the PEC walls,
