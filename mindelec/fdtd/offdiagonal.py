@@ -62,7 +62,7 @@ from .boundaries import Periodic
 from .coefficients import media_mixer
 from .grid import E_COMPONENTS, component_axis
 from .materials import PEC
-from .smoothing import _CHUNK, cell_means, node_points
+from .smoothing import _CHUNK, edge_face_means, node_points
 
 #: the cap on the coupling, as a fraction of what keeps the inverse-permittivity matrix positive definite
 _CAP = 0.95
@@ -177,7 +177,7 @@ def off_diagonal_update(simulation, electric):
             torch.as_tensor(cb, dtype=simulation.dtype, device=simulation.device), grid.shape
         ).reshape(-1)
         eligible[component] = _eligible_nodes(simulation, component, ca, cb, poles, periodic)
-        mean, inverse_mean, normals[component] = cell_means(mixer, component)
+        mean, inverse_mean, normals[component] = edge_face_means(mixer, component)
         anisotropy[component] = torch.broadcast_to(inverse_mean - 1 / mean, grid.shape).reshape(-1)
     candidates = [
         _corners(pair, normals, anisotropy, reached, eligible, grid.shape, periodic)

@@ -27,7 +27,7 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   uniform ``D_n`` and ``E_t`` on either side, ``E_c = n_c <1/eps>_edge D_n + t_c E_t`` and
   ``D_c = n_c D_n + t_c <eps>_face E_t`` hold exactly; eliminating ``E_t`` with the other components'
   ``D`` gives the tensor above with ``<eps^-1>`` the edge's mean and ``<eps>`` the face's
-  (:func:`cell_means`). Means over the whole cell centred on the node (Farjadpour et al.'s definition)
+  (:func:`edge_face_means`). Means over the whole cell centred on the node (Farjadpour et al.'s definition)
   coincide with these at interfaces along the axes but not at tilted ones, where they leave an error of
   first order;
 * measured on the lowest TE resonance of a dielectric disk (eps 6, radius 0.3 of a square PEC cavity)
@@ -96,12 +96,12 @@ def smoothed_permittivity(mixer, weights, component):
     axis = component_axis(component)
     if axis >= mixer.grid.ndim or not mixer.structures:
         return mixer.mix(weights, "permittivity")
-    mean, inverse_mean, normals = cell_means(mixer, component)
+    mean, inverse_mean, normals = edge_face_means(mixer, component)
     normal_squared = normals[..., axis] ** 2
     return 1 / (normal_squared * inverse_mean + (1 - normal_squared) / mean)
 
 
-def cell_means(mixer, component):
+def edge_face_means(mixer, component):
     """``(<eps>_face, <1/eps>_edge, n)`` at ``component``'s nodes: the means the Yee grid's finite-integration
     reading of the smoothed tensor needs.
 
