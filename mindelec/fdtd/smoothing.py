@@ -47,7 +47,9 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   sub-points per axis) would quantise the fractions to 1/4 and leave an error of first order; the planar
   cut is exact for flat interfaces and second-order for curved ones, and costs one distance and one
   normal per node. Shapes must give their normals and signed distances (all analytic shapes, CSG
-  combinations and :class:`mindelec.cad.MeshGeometry` do);
+  combinations and :class:`mindelec.cad.MeshGeometry` do). Later structures cover earlier ones; where
+  two or more structures cut the same edge or face (structures that meet or overlap there), the planar
+  fills cannot tell how they overlap, and the shares are counted on 16 points per axis instead;
 * components along an axis the simulation does not have (``Ez`` in 1D and 2D TM) are tangential to
   every interface and keep the arithmetic mean: smoothing acts in 2D TE and 3D;
 * only the (instantaneous) permittivity ``eps`` (``eps_inf`` of dispersive media) is smoothed:
@@ -73,6 +75,8 @@ _TILT_FLOOR = 1e-4
 #: a region whose normal components (times the spacing) are below this fraction of the cell's diagonal
 #: is parallel to the plane: wholly on one side of it
 _PARALLEL = 1e-9
+#: sample points per axis of a region where two or more structures meet (:func:`_region_weights`)
+_SAMPLES = 16
 #: nodes whose distances are evaluated at once (bounds the memory, as ``rasterize`` does)
 _CHUNK = 2**18
 
@@ -121,15 +125,18 @@ def edge_face_means(mixer, component):
     points = node_points(grid, component)
     spacing = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
     regions = ([axis], [a for a in range(grid.ndim) if a != axis])  # the edge, the face
-    weights = ([1.0], [1.0])
+    fills = []  # per structure, its planar fill of each region
     normals = torch.zeros_like(points)
     for index, structure in enumerate(mixer.structures):
-        fills, cut, cut_normals = _planar_fill(structure, index, points, spacing, regions)
-        weights = tuple([w * (1 - fill) for w in old] + [fill] for old, fill in zip(weights, fills))
+        structure_fills, cut, cut_normals = _planar_fill(structure, index, points, spacing, regions)
+        fills.append(structure_fills)
         normals[cut] = cut_normals  # later structures override
     edge, face = (
-        [w.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device) for w in region]
-        for region in weights
+        [
+            w.reshape(grid.shape).to(dtype=mixer.dtype, device=mixer.device)
+            for w in _region_weights([f[r] for f in fills], mixer.structures, points, spacing, axes)
+        ]
+        for r, axes in enumerate(regions)
     )
     inverse_mean = 0.0
     for weight, medium in zip(edge, mixer.media):
@@ -137,6 +144,36 @@ def edge_face_means(mixer, component):
         inverse_mean = inverse_mean + weight / medium.permittivity
     normals = normals.reshape(*grid.shape, grid.ndim).to(dtype=mixer.dtype, device=mixer.device)
     return mixer.mix(face, "permittivity"), inverse_mean, normals
+
+
+def _region_weights(fills, structures, points, spacing, axes):
+    """Each medium's share of the regions (default medium first), later structures over earlier ones.
+
+    ``fills``: per structure its planar fill ``(B,)`` of the regions spanning ``axes`` around ``points``.
+    Where at most one structure only partly covers a region, the others cover it wholly or not at all and
+    ``fill_k prod_{j > k} (1 - fill_j)`` is exact. Where two or more do (structures that meet or overlap
+    within the region), their planar fills say nothing of how they overlap: there the shares are counted
+    on ``_SAMPLES`` points per axis of the region, each owned by the last structure containing it.
+    """
+    weights = [torch.ones_like(fills[0])]
+    for fill in fills:
+        weights = [w * (1 - fill) for w in weights] + [fill]
+    shared = sum(((fill > 0) & (fill < 1)).to(torch.int64) for fill in fills) >= 2
+    if bool(shared.any()):
+        offsets = (torch.arange(_SAMPLES, dtype=torch.float64) + 0.5) / _SAMPLES - 0.5
+        grids = torch.meshgrid(*[offsets * spacing[a] for a in axes], indexing="ij")
+        displacement = torch.zeros(grids[0].numel(), points.shape[1], dtype=torch.float64)
+        for a, values in zip(axes, grids):
+            displacement[:, a] = values.reshape(-1)
+        samples = (points[shared].unsqueeze(1) + displacement).reshape(-1, points.shape[1])
+        owner = torch.zeros(samples.shape[0], dtype=torch.int64)
+        for index, structure in enumerate(structures, start=1):
+            inside = torch.cat([structure.geometry._margin(chunk) > 0 for chunk in samples.split(_CHUNK)])
+            owner[inside] = index
+        owner = owner.reshape(-1, displacement.shape[0])
+        for index, weight in enumerate(weights):
+            weight[shared] = (owner == index).to(torch.float64).mean(dim=1)
+    return weights
 
 
 def node_points(grid, component):

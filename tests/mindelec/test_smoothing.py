@@ -131,6 +131,72 @@ def test_cut_volume_matches_dense_sampling_of_a_tilted_edge():
     assert torch.allclose(normals, radial, atol=1e-12)
 
 
+@pytest.mark.parametrize("dimension", [2, 3])
+def test_structures_that_meet_within_a_cell_leave_no_gap(dimension):
+    """Two eps 4 boxes meeting on a node plane: every E node sees eps 4. (The planar fills of two
+    structures cutting the same edge or face used to be mixed as if independent, which gave the default
+    medium a quarter of the shared plane: eps 3.25 there.)"""
+    low, high = (-SIDE,) * dimension, (SIDE,) * dimension
+    shape = geometry.Rectangle if dimension == 2 else geometry.Box
+    left = fdtd.Structure(shape(low, (0.0,) + high[1:]), fdtd.Medium(4.0))
+    right = fdtd.Structure(shape((0.0,) + low[1:], high), fdtd.Medium(4.0))
+    sim = fdtd.Simulation(
+        size=(SIDE,) * dimension,
+        cell_size=SIDE / 10,
+        polarization="TE" if dimension == 2 else None,
+        structures=[left, right],
+        dtype=torch.float64,
+        subpixel=True,
+    )
+    stepper = sim._stepper(1)
+    for component in ("Ex", "Ey", "Ez")[:dimension]:
+        cb = torch.broadcast_to(torch.as_tensor(stepper.electric[component][1]), sim.grid.shape)
+        permittivity = sim.dt / (VACUUM_PERMITTIVITY * cb)
+        assert torch.allclose(permittivity, torch.full_like(permittivity, 4.0), rtol=1e-12), component
+
+
+def test_overlapping_structures_share_a_region_as_dense_sampling_does():
+    """A disk of eps 9 drawn over an eps 4 half-plane: where both boundaries cut a node's edge or face,
+    the shares (counted on 16 points per axis) agree with 4096 points to within one sample per boundary."""
+    from mindelec.fdtd.coefficients import media_mixer
+    from mindelec.fdtd.smoothing import edge_face_means
+
+    half = fdtd.Structure(geometry.Rectangle((-SIDE, -SIDE), (0.013 * SIDE, SIDE)), fdtd.Medium(4.0))
+    disk = fdtd.Structure(geometry.Disk((0.0, 0.0), 0.3 * SIDE), fdtd.Medium(9.0))
+    sim = fdtd.Simulation(
+        size=(SIDE, SIDE),
+        cell_size=SIDE / 20,
+        polarization="TE",
+        structures=[half, disk],
+        dtype=torch.float64,
+    )
+    mixer = media_mixer(sim.grid, sim.default_medium, sim.structures, sim.dtype, sim.device)
+    mean, inverse_mean, _ = edge_face_means(mixer, "Ex")
+    points = torch.stack(
+        torch.meshgrid(*[sim.grid.coordinates("Ex", a, torch.float64) for a in range(2)], indexing="ij"), -1
+    )
+    step = SIDE / 20
+    offsets = (torch.arange(4096, dtype=torch.float64) + 0.5) / 4096 - 0.5
+
+    def dense(axis):  # the share-weighted eps and 1/eps along the segment through each node
+        shift = torch.zeros(4096, 2, dtype=torch.float64)
+        shift[:, axis] = offsets * step
+        samples = (points.reshape(-1, 1, 2) + shift).reshape(-1, 2)
+        permittivity = torch.ones(samples.shape[0], dtype=torch.float64)
+        permittivity[half.geometry._margin(samples) > 0] = 4.0
+        permittivity[disk.geometry._margin(samples) > 0] = 9.0
+        return permittivity.reshape(-1, 4096)
+
+    both = (half.geometry._margin(points.reshape(-1, 2)).abs() < step) & (
+        disk.geometry._margin(points.reshape(-1, 2)).abs() < step
+    )
+    assert int(both.sum()) >= 2  # nodes where the two boundaries meet
+    face, edge = dense(1), dense(0)  # Ex: the face runs along y, the edge along x
+    # measured 9e-4 and 0.035 (the independent mixing of planar fills: 0.17)
+    assert (mean.reshape(-1)[both] - face[both].mean(1)).abs().max() < 2 * 8.0 / 16
+    assert (inverse_mean.reshape(-1)[both] - (1 / edge[both]).mean(1)).abs().max() < 2 * (1 - 1 / 9) / 16
+
+
 def test_tm_and_uniform_media_are_unchanged():
     """Ez in 2D TM is tangential to every interface: smoothing leaves its coefficients as they were."""
     disk = fdtd.Structure(geometry.Disk((0.0, 0.0), 0.3e-3), fdtd.Medium(3.0))
