@@ -238,4 +238,6 @@ def _cut_volume(scaled_normals, distances, extent):
         sign = (-1.0) ** int(corner.sum())
         volume = volume + sign * torch.relu(threshold - a @ corner) ** dim
     volume = (volume / (math.factorial(dim) * a.prod(dim=1))).clamp(0.0, 1.0)
+    # a plane that misses the region: 0 or 1 exactly (the sum above would cancel to round-off of T^d)
+    volume = torch.where(threshold <= 0, 0.0, torch.where(threshold >= a.sum(dim=1), 1.0, volume))
     return torch.where(parallel, (distances > 0).to(volume.dtype), volume)

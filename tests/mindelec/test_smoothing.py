@@ -131,6 +131,19 @@ def test_cut_volume_matches_dense_sampling_of_a_tilted_edge():
     assert torch.allclose(normals, radial, atol=1e-12)
 
 
+def test_cut_volume_of_a_region_nearly_parallel_to_the_plane():
+    """A face whose in-plane normal components are tiny (the plane nearly parallel to it) is wholly on one
+    side, or half cut when the plane passes through its centre: no cancellation of the closed form."""
+    from mindelec.fdtd.smoothing import _cut_volume
+
+    step = 1e-5
+    for tilt in (1e-3, 1e-6, 1e-8):
+        normals = torch.tensor([[tilt, 0.5 * tilt]] * 3, dtype=torch.float64) * step
+        distances = torch.tensor([0.3, -0.3, 0.0], dtype=torch.float64) * step
+        fractions = _cut_volume(normals, distances, step * math.sqrt(3))
+        assert torch.allclose(fractions, torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64), atol=1e-12)
+
+
 @pytest.mark.parametrize("dimension", [2, 3])
 def test_structures_that_meet_within_a_cell_leave_no_gap(dimension):
     """Two eps 4 boxes meeting on a node plane: every E node sees eps 4. (The planar fills of two
