@@ -203,10 +203,18 @@ class PECSheet(PEC):
 
     No sub-cell fill: the normal E nodes half a cell off a sheet stay untouched however many sheets meet
     near them (partly covered cells of several sheets would otherwise add up to a short).
+
+    Args:
+        plate: ``(lower, upper)`` corners (m, 3 values each) of the zero-thickness plate or wire itself,
+            which conformal runs (``Simulation(subpixel=True)``, :mod:`mindelec.fdtd.conformal`) cut the
+            cells with; None: the staircase there too.
     """
 
+    def __init__(self, plate=None):
+        self.plate = None if plate is None else tuple(tuple(float(v) for v in bound) for bound in plate)
+
     def __repr__(self):
-        return "PECSheet()"
+        return "PECSheet()" if self.plate is None else f"PECSheet(plate={self.plate})"
 
 
 class AxialConductivity:
@@ -283,7 +291,8 @@ def pec_sheet(center, size, cell_size):
     ]
     lo = [c - h for c, h in zip(center, half)]
     hi = [c + h for c, h in zip(center, half)]
-    return Structure(Box(lo, hi), PECSheet())
+    plate = ([c - e / 2 for c, e in zip(center, size)], [c + e / 2 for c, e in zip(center, size)])
+    return Structure(Box(lo, hi), PECSheet(plate))
 
 
 class Structure:

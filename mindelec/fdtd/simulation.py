@@ -47,6 +47,7 @@ from common.units import SPEED_OF_LIGHT
 from .boundaries import PML, Periodic
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
+from .conformal import conformal_geometry, conformal_update, covered_edges
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
@@ -442,12 +443,14 @@ class Simulation:
         values += [region.permittivity for region in self.design_regions]
         return torch.is_grad_enabled() and any(_is_tensor_requiring_grad(v) for v in values)
 
-    def _coefficients(self):
-        """Update coefficients: ``electric[c] = (ca, cb, poles)`` and ``magnetic[c] = dt / mu``."""
+    def _coefficients(self, geometry=None):
+        """Update coefficients: ``electric[c] = (ca, cb, poles)`` and ``magnetic[c] = dt / mu``; with the
+        conformal PEC's ``geometry`` (:func:`~mindelec.fdtd.conformal.conformal_geometry`), its E rule."""
         design = list(zip(self.design_regions, self._design_slices))
+        conformal = None if geometry is None else (covered_edges(geometry), geometry.region)
         return update_coefficients(
             self.grid, self.active, self.dt, self.default_medium, self.structures, design,
-            self.dtype, self.device, subpixel=self.subpixel,
+            self.dtype, self.device, subpixel=self.subpixel, conformal=conformal,
         )
 
     def plot(self, normal="z", position=0.0, ax=None):
@@ -488,7 +491,8 @@ class Simulation:
 
     def _stepper(self, steps):
         """The :class:`YeeStepper` of a run of ``steps`` steps (coefficients, sources, plane-wave lines)."""
-        electric, magnetic = self._coefficients()
+        geometry = conformal_geometry(self)
+        electric, magnetic = self._coefficients(geometry)
         lines = [
             wave.incident_line(self.grid, self.polarization, self._pml_x, self.dt, self.default_medium, steps)
             for wave in self._plane_waves
@@ -507,6 +511,7 @@ class Simulation:
             self.device,
             compiled=self.compiled, wires=self._wires,
             off_diagonal=off_diagonal_update(self, electric),
+            conformal=None if geometry is None else conformal_update(self, geometry, electric, magnetic),
         )
 
     def run(self, until=None, steps=None, progress=True, until_decayed=None):

@@ -139,9 +139,9 @@ def edge_face_means(mixer, component):
         for r, axes in enumerate(regions)
     )
     inverse_mean = 0.0
-    for weight, medium in zip(edge, mixer.media):
-        medium = medium if isinstance(medium, Medium) else mixer.default_medium
-        inverse_mean = inverse_mean + weight / medium.permittivity
+    for weight, medium in zip(mixer.outside_conductors(edge), mixer.media):
+        if isinstance(medium, Medium):
+            inverse_mean = inverse_mean + weight / medium.permittivity
     normals = normals.reshape(*grid.shape, grid.ndim).to(dtype=mixer.dtype, device=mixer.device)
     return mixer.mix(face, "permittivity"), inverse_mean, normals
 
@@ -182,8 +182,9 @@ def node_points(grid, component):
     return torch.stack(torch.meshgrid(*coordinates, indexing="ij"), dim=-1).reshape(-1, grid.ndim)
 
 
-def _planar_fill(structure, index, points, spacing, regions):
-    """Fill fractions of the regions centred on ``points`` ``(B, d)`` (m) by ``structure``'s shape.
+def _planar_fill(structure, index, points, spacing, regions, grow=0.0):
+    """Fill fractions of the regions centred on ``points`` ``(B, d)`` (m) by ``structure``'s shape (grown by
+    ``grow`` (m) along its normals).
 
     ``regions``: per region the axes it spans (one cell along each, e.g. ``[0]`` the segment along x).
     Returns ``(fills (one (B,) per region), cut (B,) bool, normals (C, d))``: nodes the boundary may reach
@@ -191,7 +192,7 @@ def _planar_fill(structure, index, points, spacing, regions):
     marks the nodes where some region is only partly covered; ``normals`` are theirs.
     """
     geometry = structure.geometry
-    margin = torch.cat([geometry._margin(chunk) for chunk in points.split(_CHUNK)])
+    margin = torch.cat([geometry._margin(chunk) for chunk in points.split(_CHUNK)]) + grow
     inside = (margin > 0).to(torch.float64)
     near = margin.abs() < 0.5 * float(spacing.norm())
     if not bool(near.any()):
@@ -227,6 +228,8 @@ def _cut_volume(scaled_normals, distances, extent):
     the region: 1 inside (``distance > 0``), 0 outside.
     """
     dim = scaled_normals.shape[1]
+    if dim == 0:  # a point: inside or not
+        return (distances > 0).to(scaled_normals.dtype)
     a = scaled_normals.abs()
     largest = a.max(dim=1, keepdim=True).values
     parallel = largest[:, 0] <= _PARALLEL * extent

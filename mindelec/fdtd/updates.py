@@ -134,7 +134,7 @@ class YeeStepper:
 
     def __init__(
         self, grid, active, periodic, pml, dt, electric, magnetic, sources, plane_waves, dtype, device,
-        compiled=True, wires=None, off_diagonal=None,
+        compiled=True, wires=None, off_diagonal=None, conformal=None,
     ):
         self.grid = grid
         self.wires = wires
@@ -146,6 +146,7 @@ class YeeStepper:
         self.sources = sources
         self.plane_waves = plane_waves
         self.off_diagonal = off_diagonal  # the smoothed tensor's off-diagonal terms (.offdiagonal)
+        self.conformal = conformal  # the conformal PEC's H correction (.conformal)
         self.dtype, self.device = dtype, device
         self.terms = {}
         for component in active:
@@ -206,8 +207,9 @@ class YeeStepper:
             return value
 
         self._map_coefficients(collect)
-        if self.off_diagonal is not None:
-            self.off_diagonal.map_tensors(collect)
+        for correction in (self.off_diagonal, self.conformal):
+            if correction is not None:
+                correction.map_tensors(collect)
         return list(found.values())
 
     def with_coefficients(self, originals, replacements):
@@ -220,6 +222,8 @@ class YeeStepper:
         stepper.electric, stepper.magnetic = self._map_coefficients(replace)
         if self.off_diagonal is not None:
             stepper.off_diagonal = self.off_diagonal.map_tensors(replace)
+        if self.conformal is not None:
+            stepper.conformal = self.conformal.map_tensors(replace)
         return stepper
 
     def initial_state(self):
@@ -426,6 +430,8 @@ class YeeStepper:
             self._compiled_curls(kernel, state, coefficients)
         for component in magnetic:
             self._update_magnetic(state, component, step, inplace, bulk=kernel is None)
+        if self.conformal is not None:  # Yee's curl replaced by the conformal one on the cut faces
+            self.conformal.apply(state.fields, inplace)
         self._advance_incident_h(state)
         before = self.off_diagonal.gather(state.fields) if self.off_diagonal is not None else None
         # the polarisations read E^n: all of them first, then the E updates
