@@ -170,6 +170,23 @@ RECORD = [
     ),
     Validation(
         _EM,
+        'Convergence order of a circular PEC cavity resonance (2D TE and TM), conformal PEC',
+        "zeros of J0' (TE) and J0 (TM)",
+        'fitted order above 1.7, relative error x N^2 varying less than 2.5x (CI 16-48 cells, '
+        'MINDELEC_CONFORMAL_FULL=1 12-64); the staircase 20x worse or more',
+        "tests/mindelec/test_conformal.py::"
+        "test_circular_cavity_converges_at_second_order",
+    ),
+    Validation(
+        _EM,
+        'Time step of the conformal PEC (merged cut cells), 2D TE and TM',
+        'the leapfrog stability bound and the staircase on the same cavity (probed H operator)',
+        'largest eigenvalue below the bound and the staircase\'s at the Yee limit (courant 1)',
+        "tests/mindelec/test_conformal.py::"
+        "test_merged_cells_keep_the_yee_time_step",
+    ),
+    Validation(
+        _EM,
         'Energy of the leapfrog with the smoothed tensor (eps 200 disk, random fields, 6000 steps)',
         'exact conservation of eps0 E^n.K^-1 E^n+1 + mu0 |H^n+1/2|^2 for a symmetric K; K positive definite',
         '1e-9 relative',

@@ -10,8 +10,8 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
   ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
-the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node (or, conformal, where
-they cover the whole edge: :mod:`mindelec.fdtd.conformal`).
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node (in conformal 2D
+runs, where they cover the whole edge: :mod:`mindelec.fdtd.conformal`).
 :class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
 their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
 components' permittivity is the anisotropic subpixel average of :mod:`mindelec.fdtd.smoothing` instead
@@ -25,9 +25,6 @@ from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 from .grid import H_COMPONENTS
 from .materials import PEC, AxialConductivity, Medium, PECSheet
 from .smoothing import smoothed_permittivity
-
-#: a node with at most this fraction outside the conductors counts as wholly covered
-_WHOLLY_COVERED = 1e-9
 
 
 def update_coefficients(
@@ -45,9 +42,8 @@ def update_coefficients(
         dtype, device: of the coefficient tensors.
         subpixel: smooth the permittivity at dielectric interfaces anisotropically
             (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
-        conformal: ``(covered, region)`` of :mod:`mindelec.fdtd.conformal` or None: within
-            ``region[component]`` (bool, grid shape) E is zero where ``covered[component]`` says its edge lies
-            wholly inside the PEC (the staircase rule elsewhere).
+        conformal: the :class:`~mindelec.fdtd.conformal.ConformalGeometry` or None: within its ``region``, E
+            is zero where its edge lies wholly inside the PEC (the staircase rule elsewhere).
     """
     axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
     mixer = media_mixer(grid, default_medium, structures, dtype, device)
@@ -70,8 +66,8 @@ def update_coefficients(
         if isinstance(conductor, torch.Tensor):
             inside = conductor > 0.5
             if conformal is not None:
-                covered, region = conformal
-                inside = torch.where(region[component].to(device), covered[component].to(device), inside)
+                covered = conformal.fractions[component] == 0
+                inside = torch.where(conformal.region.to(device), covered.to(device), inside)
             ca, cb = (
                 torch.where(inside, 0.0, torch.as_tensor(c, dtype=dtype, device=device)) for c in (ca, cb)
             )
@@ -147,37 +143,18 @@ class _Mixer:
         return [1 - covered[0]] + [covered[k] - covered[k + 1] for k in range(len(self.structures))]
 
     def mix(self, weights, name):
-        """``sum_k weight_k * medium_k.name`` over the media beside the conductors; a float when uniform, else
-        a full tensor.
+        """``sum_k weight_k * medium_k.name``; a float when uniform, else a full tensor.
 
-        The PEC parts' share goes to the other media in proportion (:meth:`outside_conductors`): a node
-        that a conductor partly covers carries the field beside it, in the medium there.
+        PEC parts count with the default medium's value (their E is zeroed anyway; this keeps mu finite).
         """
         total = 0.0
-        for weight, medium in zip(self.outside_conductors(weights), self.media):
-            if isinstance(medium, Medium):
-                total = total + weight * getattr(medium, name)
+        for weight, medium in zip(weights, self.media):
+            medium = medium if isinstance(medium, Medium) else self.default_medium
+            total = total + weight * getattr(medium, name)
         if isinstance(total, torch.Tensor):
             total = total.to(dtype=self.dtype, device=self.device)
             return torch.broadcast_to(total, self.grid.shape)
         return float(total)
-
-    def outside_conductors(self, weights):
-        """``weights`` with the PEC media's shares moved to the other media in proportion (zero for PEC);
-        where conductors cover a node wholly, the default medium takes it (its E is zero anyway, and this
-        keeps mu finite)."""
-        conductor = sum((w for w, m in zip(weights, self.media) if not isinstance(m, Medium)), 0.0)
-        if not isinstance(conductor, torch.Tensor):
-            return weights
-        rest = 1 - conductor
-        whole = rest <= _WHOLLY_COVERED
-        scale = torch.where(whole, 0.0, 1 / rest.clamp_min(_WHOLLY_COVERED))
-        shares = [
-            weight * scale if isinstance(medium, Medium) else torch.zeros_like(conductor)
-            for weight, medium in zip(weights, self.media)
-        ]
-        shares[0] = shares[0] + whole.to(conductor.dtype)
-        return shares
 
     def with_design(self, permittivity, region, slices):
         """``permittivity`` (float or tensor) as a full tensor with ``region``'s values in its box."""
@@ -193,7 +170,7 @@ class _Mixer:
     def poles(self, weights, dt):
         """Per dispersive medium present, ``(c1, c2, c3)`` with ``c3`` weighted by its fill."""
         poles = []
-        for weight, medium in zip(self.outside_conductors(weights), self.media):
+        for weight, medium in zip(weights, self.media):
             pole = medium._pole() if isinstance(medium, Medium) else None
             if pole is None:
                 continue

@@ -203,18 +203,10 @@ class PECSheet(PEC):
 
     No sub-cell fill: the normal E nodes half a cell off a sheet stay untouched however many sheets meet
     near them (partly covered cells of several sheets would otherwise add up to a short).
-
-    Args:
-        plate: ``(lower, upper)`` corners (m, 3 values each) of the zero-thickness plate or wire itself,
-            which conformal runs (``Simulation(subpixel=True)``, :mod:`mindelec.fdtd.conformal`) cut the
-            cells with; None: the staircase there too.
     """
 
-    def __init__(self, plate=None):
-        self.plate = None if plate is None else tuple(tuple(float(v) for v in bound) for bound in plate)
-
     def __repr__(self):
-        return "PECSheet()" if self.plate is None else f"PECSheet(plate={self.plate})"
+        return "PECSheet()"
 
 
 class AxialConductivity:
@@ -291,8 +283,7 @@ def pec_sheet(center, size, cell_size):
     ]
     lo = [c - h for c, h in zip(center, half)]
     hi = [c + h for c, h in zip(center, half)]
-    plate = ([c - e / 2 for c, e in zip(center, size)], [c + e / 2 for c, e in zip(center, size)])
-    return Structure(Box(lo, hi), PECSheet(plate))
+    return Structure(Box(lo, hi), PECSheet())
 
 
 class Structure:

@@ -47,7 +47,7 @@ from common.units import SPEED_OF_LIGHT
 from .boundaries import PML, Periodic
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
-from .conformal import conformal_geometry, conformal_update, covered_edges
+from .conformal import conformal_geometry, conformal_update
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
@@ -119,7 +119,8 @@ class Simulation:
         subpixel: ``True``: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
             (:mod:`~mindelec.fdtd.smoothing`, Farjadpour et al. 2006, with the off-diagonal terms of
             :mod:`~mindelec.fdtd.offdiagonal`): second-order interfaces instead of first-order ones;
-            ``"diagonal"``: its diagonal only. Default ``False`` (the arithmetic fill-fraction mean).
+            ``"diagonal"``: its diagonal only. Either makes PEC structures conformal in 2D runs too
+            (:mod:`~mindelec.fdtd.conformal`). Default ``False`` (the fill-fraction mean, staircased PEC).
 
     Attributes:
         grid: the :class:`Grid`.
@@ -444,13 +445,11 @@ class Simulation:
         return torch.is_grad_enabled() and any(_is_tensor_requiring_grad(v) for v in values)
 
     def _coefficients(self, geometry=None):
-        """Update coefficients: ``electric[c] = (ca, cb, poles)`` and ``magnetic[c] = dt / mu``; with the
-        conformal PEC's ``geometry`` (:func:`~mindelec.fdtd.conformal.conformal_geometry`), its E rule."""
+        """``electric[c] = (ca, cb, poles)``, ``magnetic[c] = dt / mu`` (``geometry``: the conformal PEC)."""
         design = list(zip(self.design_regions, self._design_slices))
-        conformal = None if geometry is None else (covered_edges(geometry), geometry.region)
         return update_coefficients(
             self.grid, self.active, self.dt, self.default_medium, self.structures, design,
-            self.dtype, self.device, subpixel=self.subpixel, conformal=conformal,
+            self.dtype, self.device, subpixel=self.subpixel, conformal=geometry,
         )
 
     def plot(self, normal="z", position=0.0, ax=None):

@@ -54,9 +54,9 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   every interface and keep the arithmetic mean: smoothing acts in 2D TE and 3D;
 * only the (instantaneous) permittivity ``eps`` (``eps_inf`` of dispersive media) is smoothed:
   conductivity, dispersive poles and permeability keep the arithmetic fill-fraction mean; design regions
-  (applied afterwards) and PEC (cells more than half covered have ``E = 0``, a staircase: no conformal
-  PEC treatment here) are unchanged. PEC parts count with the default medium's permittivity, as in the
-  arithmetic mean.
+  (applied afterwards) are unchanged. PEC parts count with the default medium's permittivity, as in the
+  arithmetic mean. PEC structures themselves are conformal in 2D runs (:mod:`mindelec.fdtd.conformal`)
+  and staircased in 3D (E zero where a cell is more than half covered).
 """
 
 import math
@@ -139,9 +139,9 @@ def edge_face_means(mixer, component):
         for r, axes in enumerate(regions)
     )
     inverse_mean = 0.0
-    for weight, medium in zip(mixer.outside_conductors(edge), mixer.media):
-        if isinstance(medium, Medium):
-            inverse_mean = inverse_mean + weight / medium.permittivity
+    for weight, medium in zip(edge, mixer.media):
+        medium = medium if isinstance(medium, Medium) else mixer.default_medium
+        inverse_mean = inverse_mean + weight / medium.permittivity
     normals = normals.reshape(*grid.shape, grid.ndim).to(dtype=mixer.dtype, device=mixer.device)
     return mixer.mix(face, "permittivity"), inverse_mean, normals
 
