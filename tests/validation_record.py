@@ -170,8 +170,8 @@ RECORD = [
     ),
     Validation(
         _EM,
-        'Convergence order of a circular PEC cavity resonance (2D TE and TM), conformal PEC',
-        "zeros of J0' (TE) and J0 (TM)",
+        'Convergence order of a circular PEC cavity resonance (2D TE), conformal PEC',
+        "the first zero of J0'",
         'fitted order above 1.7, relative error x N^2 varying less than 2.5x (CI 16-48 cells, '
         'MINDELEC_CONFORMAL_FULL=1 12-64); the staircase 20x worse or more',
         "tests/mindelec/test_conformal.py::"
@@ -179,7 +179,7 @@ RECORD = [
     ),
     Validation(
         _EM,
-        'Time step of the conformal PEC (merged cut cells), 2D TE and TM',
+        'Time step of the conformal PEC (merged cut cells), 2D TE',
         'the leapfrog stability bound and the staircase on the same cavity (probed H operator)',
         'largest eigenvalue below the bound and the staircase\'s at the Yee limit (courant 1)',
         "tests/mindelec/test_conformal.py::"

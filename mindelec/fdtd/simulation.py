@@ -119,7 +119,7 @@ class Simulation:
         subpixel: ``True``: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
             (:mod:`~mindelec.fdtd.smoothing`, Farjadpour et al. 2006, with the off-diagonal terms of
             :mod:`~mindelec.fdtd.offdiagonal`): second-order interfaces instead of first-order ones;
-            ``"diagonal"``: its diagonal only. Either makes PEC structures conformal in 2D runs too
+            ``"diagonal"``: its diagonal only. Either makes PEC structures conformal in 2D TE runs too
             (:mod:`~mindelec.fdtd.conformal`). Default ``False`` (the fill-fraction mean, staircased PEC).
 
     Attributes:

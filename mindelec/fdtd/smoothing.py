@@ -55,8 +55,8 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
 * only the (instantaneous) permittivity ``eps`` (``eps_inf`` of dispersive media) is smoothed:
   conductivity, dispersive poles and permeability keep the arithmetic fill-fraction mean; design regions
   (applied afterwards) are unchanged. PEC parts count with the default medium's permittivity, as in the
-  arithmetic mean. PEC structures themselves are conformal in 2D runs (:mod:`mindelec.fdtd.conformal`)
-  and staircased in 3D (E zero where a cell is more than half covered).
+  arithmetic mean. PEC structures themselves are conformal in 2D TE runs (:mod:`mindelec.fdtd.conformal`)
+  and staircased otherwise (E zero where a cell is more than half covered).
 """
 
 import math
@@ -228,8 +228,6 @@ def _cut_volume(scaled_normals, distances, extent):
     the region: 1 inside (``distance > 0``), 0 outside.
     """
     dim = scaled_normals.shape[1]
-    if dim == 0:  # a point: inside or not
-        return (distances > 0).to(scaled_normals.dtype)
     a = scaled_normals.abs()
     largest = a.max(dim=1, keepdim=True).values
     parallel = largest[:, 0] <= _PARALLEL * extent
