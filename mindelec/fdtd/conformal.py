@@ -216,7 +216,9 @@ def _faces(component, geometry, weights, simulation, periodic):
             neighbour(axis, 1 if step == 1 else -1, weight)  # the face on the other side of this edge
     in_region = geometry.region.reshape(-1)
     partial_edge = torch.stack([(c != 0) & (w < 1) for _, _, c, w in edges]).any(0)
-    cut = in_region & ((area < 1) | partial_edge)
+    live_edge = torch.stack([(c != 0) & (w > 0) for _, _, c, w in edges]).any(0)
+    # a face whose edges are all held at zero keeps its H under either update
+    cut = in_region & live_edge & ((area < 1) | partial_edge)
     if not bool(cut.any()):
         return None
     owner, dead = _merge(area, cut, in_region, neighbours)

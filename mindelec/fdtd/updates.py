@@ -130,6 +130,10 @@ class YeeStepper:
             curl updates; False, or the kernel unavailable, selects the pure torch path.
         wires: the thin wires' H and E corrections (:class:`~mindelec.fdtd.thin_wire.WireCorrections`) or
             None.
+        off_diagonal: the smoothed permittivity's off-diagonal E correction
+            (:class:`~mindelec.fdtd.offdiagonal.OffDiagonalUpdate`) or None.
+        conformal: the conformal PEC's H correction (:class:`~mindelec.fdtd.conformal.ConformalUpdate`),
+            applied after the H updates, or None.
     """
 
     def __init__(
