@@ -173,7 +173,7 @@ RECORD = [
         'Convergence order of a circular PEC cavity resonance (2D TE), conformal PEC',
         "the first zero of J0'",
         'fitted order above 1.7, relative error x N^2 varying less than 2.5x (CI 16-48 cells, '
-        'MINDELEC_CONFORMAL_FULL=1 12-64); the staircase 20x worse or more',
+        'MINDELEC_CONFORMAL_FULL=1 12-64); the staircase 20x worse or more at the finest size',
         "tests/mindelec/test_conformal.py::"
         "test_circular_cavity_converges_at_second_order",
     ),
