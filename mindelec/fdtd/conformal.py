@@ -31,7 +31,7 @@ covered. PEC sheets keep the staircase (a node inside or not).
 
 In the stepper (:class:`ConformalUpdate`), the cut cells are corrected after every H update (the compiled
 kernel's or torch's, with sources and plane-wave corrections): Yee's curl is taken back out and the
-conformal one put in, a gather of four edges per cell: +75-130 us per step on 100^2-400^2 grids with a
+conformal one put in, a gather of four edges per cell: +75-140 us per step on 100^2-400^2 grids with a
 plate and a disk (float32, one thread; the set-up takes 0.04-0.4 s more). Cells in a PML slab keep the
 staircase (their CPML terms are built on Yee's differences).
 
