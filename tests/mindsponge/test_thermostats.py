@@ -119,19 +119,20 @@ def _uncorrelated(samples):
 def test_canonical_kinetic_energy(equilibrated_water, make, validation_figure):
     system, ff = equilibrated_water
     integrator, thermostat = make()
-    # seed 1: the trajectory is chaotic, so the mean is one draw per seed. With Bussi, seeds 0-9 gave
-    # z = -3.4, +0.4, -0.9, -0.2, +0.9, -0.6, -0.9, -0.8, -0.7, -1.8 (2026-11-27, after the pair kernel's
-    # summation order changed; forces equal to 1e-15 in this double-precision run): seed 0 is the outlier.
+    # The trajectory is chaotic, so the mean is one draw per seed, and runs differ in their last bits between
+    # machines and summation orders. With Bussi, seeds 0-9 gave z = -3.4, +0.4, -0.9, -0.2, +0.9, -0.6, -0.9,
+    # -0.8, -0.7, -1.8 (2026-11-27): the bounds are 4 standard errors (P(|z| > 4) = 6e-5 per check, nine
+    # checks over the three thermostats), not 3 (0.27 % each), so that no seed has to be picked.
     simulation, kinetic = _run(system, ff, integrator, thermostat, seed=1)
     kinetic = _uncorrelated(kinetic)
     assert len(kinetic) >= 30
     dof = simulation.degrees_of_freedom
     expected = 0.5 * dof * 0.00831446261815324 * TEMPERATURE
-    # equipartition: mean within 3 standard errors of independent samples
+    # equipartition: mean within 4 standard errors of independent samples
     standard_error = expected * np.sqrt(2.0 / dof) / np.sqrt(len(kinetic))
-    assert abs(kinetic.mean() - expected) < 3 * standard_error
+    assert abs(kinetic.mean() - expected) < 4 * standard_error
     mean_deviation, width_deviation = _check_distribution(simulation, kinetic)
-    assert abs(mean_deviation) < 3 and abs(width_deviation) < 3
+    assert abs(mean_deviation) < 4 and abs(width_deviation) < 4
     validation_figure(f"mean {mean_deviation:+.1f} sigma, width {width_deviation:+.1f} sigma")
 
 
