@@ -50,7 +50,7 @@ import torch
 
 from .boundaries import PML, Periodic
 from .coefficients import media_mixer
-from .grid import E_COMPONENTS, H_COMPONENTS, component_axis
+from .grid import E_COMPONENTS, H_COMPONENTS, component_axis, flat_index
 from .materials import PEC, PECSheet
 from .smoothing import _planar_fill, _region_weights, node_points
 from .updates import curl_terms
@@ -199,7 +199,7 @@ def _faces(component, geometry, weights, simulation, periodic):
             across[:, axis] %= shape[axis]
             valid = torch.ones_like(valid)
         across[:, axis].clamp_(0, shape[axis] - 1)
-        neighbours.append((_flat(across, shape), valid, shared))
+        neighbours.append((flat_index(across, shape), valid, shared))
 
     for source, axis, sign in curl_terms(component, simulation.active, grid.ndim):
         for step, scale in ((1, 1.0), (0, -1.0)):  # forward difference: E(q + e_axis) - E(q)
@@ -210,7 +210,7 @@ def _faces(component, geometry, weights, simulation, periodic):
                 moved[:, axis] %= shape[axis]
                 inside = torch.ones_like(inside)
             moved[:, axis].clamp_(max=shape[axis] - 1)
-            index = _flat(moved, shape)
+            index = flat_index(moved, shape)
             coefficient = torch.where(inside, scale * sign / grid.spacing[axis], 0.0).to(torch.float64)
             weight = weights[source][index] * inside
             edges.append((source, index, coefficient, weight))
@@ -262,10 +262,6 @@ def _merge(area, cut, in_region, neighbours):
         owner[small.nonzero()[:, 0][has_partner]] = owner[chosen[has_partner]]
         dead[small.nonzero()[:, 0][~has_partner]] = large_enough == "group"
     return owner, dead
-
-
-def _flat(position, shape):
-    return (position[:, 0] * shape[1] + position[:, 1]) * shape[2] + position[:, 2]
 
 
 def _outside_fraction(mixer, component):

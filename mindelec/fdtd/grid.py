@@ -38,6 +38,12 @@ def component_axis(component: str) -> int:
     return AXES.index(component[1])
 
 
+def flat_index(position, shape):
+    """Row-major flat indices ``(M,)`` of integer node indices ``position`` ``(M, 3)`` in a grid of ``shape``
+    (three sizes)."""
+    return (position[:, 0] * shape[1] + position[:, 1]) * shape[2] + position[:, 2]
+
+
 def _cell_sizes(cell_size, ndim) -> tuple[float, ...]:
     """``cell_size`` (one length, or one per axis; m) as ``ndim`` positive floats, else a ValueError."""
     if isinstance(cell_size, (tuple, list)):

@@ -60,7 +60,7 @@ from common.units import VACUUM_PERMITTIVITY
 
 from .boundaries import Periodic
 from .coefficients import media_mixer
-from .grid import E_COMPONENTS, component_axis
+from .grid import E_COMPONENTS, component_axis, flat_index
 from .materials import PEC
 from .smoothing import _CHUNK, edge_face_means, node_points
 
@@ -309,8 +309,4 @@ def _neighbours(corners, axis, shape, periodic):
         lower[:, axis] %= shape[axis]
         valid = torch.ones_like(valid)
     lower[:, axis].clamp_(min=0)
-
-    def flat(index):
-        return (index[:, 0] * shape[1] + index[:, 1]) * shape[2] + index[:, 2]
-
-    return torch.stack([flat(lower), flat(corners)], dim=1), valid
+    return torch.stack([flat_index(lower, shape), flat_index(corners, shape)], dim=1), valid
