@@ -170,8 +170,8 @@ RECORD = [
     ),
     Validation(
         _EM,
-        'Convergence order of a circular PEC cavity resonance (2D TE), conformal PEC',
-        "the first zero of J0'",
+        'Convergence order of a circular PEC cavity resonance (2D TE and TM), conformal PEC',
+        "the first zero of J0' (TE) and of J0 (TM)",
         'fitted order above 1.7, relative error x N^2 varying less than 2.5x (CI 16-48 cells, '
         'MINDELEC_CONFORMAL_FULL=1 12-64); the staircase 20x worse or more at the finest size',
         "tests/mindelec/test_conformal.py::"
@@ -184,6 +184,32 @@ RECORD = [
         'largest eigenvalue below the bound and the staircase\'s at the Yee limit (courant 1)',
         "tests/mindelec/test_conformal.py::"
         "test_merged_cells_keep_the_yee_time_step",
+    ),
+    Validation(
+        _EM,
+        'Time step of the conformal PEC with compensated masses, 2D TM',
+        'the leapfrog stability bound (probed H operator) at the Gershgorin-shortened step',
+        'largest eigenvalue below the bound at courant 1 (measured 0.74-0.84 of it); masses summing to the '
+        'area fractions',
+        "tests/mindelec/test_conformal.py::"
+        "test_2d_tm_small_faces_take_mass_and_the_step_is_bounded",
+    ),
+    Validation(
+        _EM,
+        'Conformal PEC in 3D: a spherical cavity\'s lowest mode',
+        "the first zero of (x j1(x))' (probed H operator)",
+        'the TM101 triplet alone within 35 %, none at the wall; error x N^2 below 1.2 and varying less than '
+        '1.5x (12 and 16 cells); the staircase 10x worse; largest eigenvalue below 4',
+        "tests/mindelec/test_conformal.py::"
+        "test_3d_sphere_converges_at_second_order_without_spurious_modes",
+    ),
+    Validation(
+        _EM,
+        'Conformal PEC in 3D: a cylindrical cavity\'s modes along its axis',
+        'TM010, TE111 and TM011 from the zeros of J0, J1\' and the cavity length (probed H operator)',
+        'exactly those four modes within 35 % of TM010, none at the wall',
+        "tests/mindelec/test_conformal.py::"
+        "test_3d_cylinder_has_no_spurious_modes_along_its_axis",
     ),
     Validation(
         _EM,

@@ -19,7 +19,7 @@ recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~m
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
 Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and
-:mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms); conformal PEC in 2D TE:
+:mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms); conformal PEC:
 :mod:`~mindelec.fdtd.conformal`.
 
 An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a

@@ -10,8 +10,8 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
   ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
-the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node (in conformal 2D
-runs, where they cover the whole edge: :mod:`mindelec.fdtd.conformal`).
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node (in conformal
+runs, where they cover the whole edge or all but ``EDGE_MINIMUM`` of it: :mod:`mindelec.fdtd.conformal`).
 :class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
 their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
 components' permittivity is the anisotropic subpixel average of :mod:`mindelec.fdtd.smoothing` instead
@@ -42,8 +42,9 @@ def update_coefficients(
         dtype, device: of the coefficient tensors.
         subpixel: smooth the permittivity at dielectric interfaces anisotropically
             (:mod:`mindelec.fdtd.smoothing`) instead of the arithmetic fill-fraction mean.
-        conformal: the :class:`~mindelec.fdtd.conformal.ConformalGeometry` or None: within its ``region``, E
-            is zero where its edge lies wholly inside the PEC (the staircase rule elsewhere).
+        conformal: the :class:`~mindelec.fdtd.conformal.ConformalGeometry` or None: within its
+            ``edge_region``, E is zero where its edge's fraction outside the PEC is 0 (the staircase rule
+            elsewhere).
     """
     axial = [s for s in structures if isinstance(s.medium, AxialConductivity)]  # added, not mixed
     mixer = media_mixer(grid, default_medium, structures, dtype, device)
@@ -67,7 +68,7 @@ def update_coefficients(
             inside = conductor > 0.5
             if conformal is not None:
                 covered = conformal.fractions[component] == 0
-                inside = torch.where(conformal.region.to(device), covered.to(device), inside)
+                inside = torch.where(conformal.edge_region.to(device), covered.to(device), inside)
             ca, cb = (
                 torch.where(inside, 0.0, torch.as_tensor(c, dtype=dtype, device=device)) for c in (ca, cb)
             )

@@ -47,7 +47,7 @@ from common.units import SPEED_OF_LIGHT
 from .boundaries import PML, Periodic
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
-from .conformal import conformal_geometry, conformal_update
+from .conformal import conformal_geometry, conformal_update, time_step_factor
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
 from .materials import PEC, DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
@@ -119,8 +119,8 @@ class Simulation:
         subpixel: ``True``: anisotropic subpixel smoothing of the permittivity at dielectric interfaces
             (:mod:`~mindelec.fdtd.smoothing`, Farjadpour et al. 2006, with the off-diagonal terms of
             :mod:`~mindelec.fdtd.offdiagonal`): second-order interfaces instead of first-order ones;
-            ``"diagonal"``: its diagonal only. Either makes PEC structures conformal in 2D TE runs too
-            (:mod:`~mindelec.fdtd.conformal`). Default ``False`` (the fill-fraction mean, staircased PEC).
+            ``"diagonal"``: its diagonal only. Either makes PEC structures conformal too, in 2D TM and 3D
+            at a shorter step (:mod:`~mindelec.fdtd.conformal`). Default ``False`` (staircased PEC).
 
     Attributes:
         grid: the :class:`Grid`.
@@ -178,7 +178,8 @@ class Simulation:
         self._set_materials(default_medium, structures, design_regions)
         self.sources = tuple(sources)
         self._bound_sources, self._plane_waves = self._bind_sources(self.sources)
-        self.dt_limit = self._stability_limit()
+        self._conformal = conformal_geometry(self)
+        self.dt_limit = self._stability_limit() * time_step_factor(self, self._conformal)
         self.dt = self._time_step(dt, courant)
         self.monitors = self._check_monitors(monitors)
         self._check_frequencies()
@@ -490,8 +491,7 @@ class Simulation:
 
     def _stepper(self, steps):
         """The :class:`YeeStepper` of a run of ``steps`` steps (coefficients, sources, plane-wave lines)."""
-        geometry = conformal_geometry(self)
-        electric, magnetic = self._coefficients(geometry)
+        electric, magnetic = self._coefficients(self._conformal)
         lines = [
             wave.incident_line(self.grid, self.polarization, self._pml_x, self.dt, self.default_medium, steps)
             for wave in self._plane_waves
@@ -510,7 +510,7 @@ class Simulation:
             self.device,
             compiled=self.compiled, wires=self._wires,
             off_diagonal=off_diagonal_update(self, electric),
-            conformal=None if geometry is None else conformal_update(self, geometry, electric, magnetic),
+            conformal=self._conformal and conformal_update(self, self._conformal, electric, magnetic),
         )
 
     def run(self, until=None, steps=None, progress=True, until_decayed=None):

@@ -55,8 +55,8 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
 * only the (instantaneous) permittivity ``eps`` (``eps_inf`` of dispersive media) is smoothed:
   conductivity, dispersive poles and permeability keep the arithmetic fill-fraction mean; design regions
   (applied afterwards) are unchanged. PEC parts count with the default medium's permittivity, as in the
-  arithmetic mean. PEC structures themselves are conformal in 2D TE runs (:mod:`mindelec.fdtd.conformal`)
-  and staircased otherwise (E zero where a cell is more than half covered).
+  arithmetic mean. PEC structures themselves are conformal in 2D and 3D runs (:mod:`mindelec.fdtd.conformal`)
+  and staircased in 1D (E zero where a cell is more than half covered).
 """
 
 import math
