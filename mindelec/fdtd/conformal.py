@@ -47,9 +47,10 @@ keep the staircase (a node inside or not).
 In the stepper (:class:`ConformalUpdate`), the cut faces are corrected after every H update (the compiled
 kernel's or torch's, with sources and plane-wave corrections): Yee's curl is taken back out and the
 conformal one put in, a gather of the faces' edges: in 2D TE +75-140 us per step on 100^2-400^2 grids with
-a plate and a disk (float32, one thread; the set-up takes 0.04-0.4 s more); in 3D +45 % and +35 % per step
-on 64^3 and 100^3 grids with a sphere and a rod (17,000 and 42,000 faces; set-up +1.0 and +2.5 s), whose
-time step was 0.58-0.60 of Yee's. Faces in a PML slab keep the
+a plate and a disk (float32, one thread; the set-up takes 0.04-0.4 s more); in 3D, where each face's edges
+carry one precomputed coefficient, +0.7-0.9 ms (+45-65 %) and +2.5 ms (+27-29 %) per step on 64^3 and
+100^3 grids with a sphere and a rod (17,000 and 42,000 faces; set-up +0.9 and +2.5 s), whose time step
+was 0.58-0.60 of Yee's. Faces in a PML slab keep the
 staircase (their CPML terms are built on Yee's differences), and so do the edges of faces there: each edge
 carries one weight in all its faces' updates. In the compensated scheme the faces at the rim of the
 conformal region (with such an edge) keep a whole cell's mass.
@@ -96,10 +97,12 @@ class ConformalGeometry:
 
 @dataclass(frozen=True)
 class _Faces:
-    """The conformal faces of one H component: flat indices ``(F,)``, their area fractions ``(F,)``,
+    """The conformal faces of one H component: flat indices ``(F,)``, their masses (area fractions) ``(F,)``,
     ``dt / mu`` at them ``(F,)``, their groups ``(F,)`` (merged faces share one) with ``1 / area`` per group
     ``(G,)`` (0 for faces wholly inside), and per curl edge ``(E component, flat indices (F,), Yee's
-    coefficient (F,), the conformal one (F,))``."""
+    coefficient (F,), the conformal one (F,))``. Without merging (``group`` None) each face is its own
+    group: ``inverse_group_area`` is 1 (0 for faces wholly inside) and each edge carries one coefficient,
+    ``(E component, flat indices (F,), None, conformal / mass - Yee's (F,))``."""
 
     component: str
     faces: torch.Tensor
@@ -134,14 +137,18 @@ class ConformalUpdate:
         for f in self.faces:
             field = fields[f.component]
             flat = field.reshape(-1)
-            yee, conformal = 0.0, 0.0
-            for component, index, yee_coefficient, conformal_coefficient in f.edges:
-                values = fields[component].reshape(-1)[index]
-                yee = yee + yee_coefficient * values
-                conformal = conformal + conformal_coefficient * values
-            pooled = f.area * (flat[f.faces] - f.ch * yee) + f.ch * conformal
-            total = torch.zeros_like(f.inverse_group_area).index_add(0, f.group, pooled)
-            values = (total * f.inverse_group_area)[f.group]
+            if f.group is None:  # H + ch (conformal / mass - Yee's) curl, as below for groups of one
+                update = sum(k * fields[c].reshape(-1)[i] for c, i, _, k in f.edges)
+                values = f.inverse_group_area * (flat[f.faces] + f.ch * update)
+            else:
+                yee, conformal = 0.0, 0.0
+                for component, index, yee_coefficient, conformal_coefficient in f.edges:
+                    values = fields[component].reshape(-1)[index]
+                    yee = yee + yee_coefficient * values
+                    conformal = conformal + conformal_coefficient * values
+                pooled = f.area * (flat[f.faces] - f.ch * yee) + f.ch * conformal
+                total = torch.zeros_like(f.inverse_group_area).index_add(0, f.group, pooled)
+                values = (total * f.inverse_group_area)[f.group]
             if inplace:
                 flat.index_copy_(0, f.faces, values)
             else:
@@ -210,10 +217,15 @@ def conformal_update(simulation, geometry, electric, magnetic):
         ch = torch.broadcast_to(torch.as_tensor(magnetic[component], dtype=dtype), grid.shape)
         ch = ch.reshape(-1).to(device)[index.to(device)]
         inverse = torch.where(group_area > 0, 1 / group_area.clamp_min(1e-300), 0.0)
-        moved = [(c, i.to(device), y.to(device, dtype), w.to(device, dtype)) for c, i, y, w in edges]
+        if geometry.compensated:  # each face its own group: one coefficient per edge, no pooling
+            moved = [(c, i.to(device), None, (w * inverse - y).to(device, dtype)) for c, i, y, w in edges]
+            group, inverse = None, (group_area > 0).to(torch.float64)
+        else:
+            moved = [(c, i.to(device), y.to(device, dtype), w.to(device, dtype)) for c, i, y, w in edges]
+            group = group.to(device)
         faces.append(
-            _Faces(component, index.to(device), area.to(device, dtype), ch, group.to(device),
-                   inverse.to(device, dtype), tuple(moved))
+            _Faces(component, index.to(device), area.to(device, dtype), ch, group, inverse.to(device, dtype),
+                   tuple(moved))
         )
     return ConformalUpdate(faces) if faces else None
 
