@@ -213,6 +213,16 @@ RECORD = [
     ),
     Validation(
         _EM,
+        'Conformal rims of a zero-thickness PEC sheet: a septum in a cavity, its rim moved across a cell',
+        'mode matching (the half-guides beside the sheet against the guide beyond its rim; N = 100 and 200 '
+        'modes, extrapolated in 1/N), TM and TE',
+        'the resonance monotonic in the rim; the sheet 0 to 0.4 cells longer than drawn (measured '
+        '0.09-0.36); the staircase spread over the positions more than 2.5x larger (measured 3.3-3.9x)',
+        "tests/mindelec/test_conformal_sheets.py::"
+        "test_septum_resonance_follows_the_rim_within_a_cell",
+    ),
+    Validation(
+        _EM,
         'Energy of the leapfrog with the smoothed tensor (eps 200 disk, random fields, 6000 steps)',
         'exact conservation of eps0 E^n.K^-1 E^n+1 + mu0 |H^n+1/2|^2 for a symmetric K; K positive definite',
         '1e-9 relative',

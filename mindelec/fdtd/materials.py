@@ -202,11 +202,44 @@ class PECSheet(PEC):
     """The PEC of :func:`pec_sheet`: a node is covered when its own position lies in the shape.
 
     No sub-cell fill: the normal E nodes half a cell off a sheet stay untouched however many sheets meet
-    near them (partly covered cells of several sheets would otherwise add up to a short).
+    near them (partly covered cells of several sheets would otherwise add up to a short). A conformal run
+    (:mod:`mindelec.fdtd.conformal`) covers the edges and faces on the sheet by their exact overlap with
+    it instead, from the zero-thickness rectangle ``center +- size / 2`` (m; one or two extents zero) that
+    :func:`pec_sheet` records; without one (``None``) it keeps the nodes' containment.
     """
 
+    def __init__(self, center=None, size=None):
+        self.center = None if center is None else tuple(float(value) for value in center)
+        self.size = None if size is None else tuple(float(value) for value in size)
+
+    def check_plane(self, grid, name):
+        """Refuse a sheet whose zero extents do not lie on the grid's integer node planes (where its
+        tangential E nodes are), or a sheet in a 1D or 2D simulation; ``name`` names it in the error.
+
+        Raises:
+            ValueError: naming the sheet, the axis and the nearest node planes.
+        """
+        if self.center is None:
+            return
+        if grid.ndim != 3:
+            raise ValueError(f"{name}: a pec_sheet lies in a 3D simulation; this one is {grid.ndim}D")
+        for axis in range(grid.ndim):
+            if self.size[axis] != 0:
+                continue
+            spacing = grid.spacing[axis]
+            offset = (self.center[axis] + grid.size[axis] / 2) / spacing
+            if abs(offset - round(offset)) > 1e-6:
+                below = -grid.size[axis] / 2 + math.floor(offset) * spacing
+                raise ValueError(
+                    f"{name}: the sheet lies at {'xyz'[axis]} = {self.center[axis]:g} m, "
+                    f"{offset - math.floor(offset):.3f} cells past the node plane {below:g} m; a zero extent "
+                    f"must lie on a node plane (here {below:g} or {below + spacing:g} m)"
+                )
+
     def __repr__(self):
-        return "PECSheet()"
+        if self.center is None:
+            return "PECSheet()"
+        return f"PECSheet(center={self.center}, size={self.size})"
 
 
 class AxialConductivity:
@@ -251,6 +284,9 @@ def pec_sheet(center, size, cell_size):
     IEEE MTT 38, 849, 1990). A wire (zero extent along two axes) zeroes the E edges along it. The shape is
     a box :data:`SHEET_THICKNESS` cells thick along the zero axes and :data:`SHEET_MARGIN` cells wider
     on each side along the others, filled with :class:`PECSheet` (a node is in or out by its position).
+    With ``Simulation(subpixel=True)`` a rim between node lines is conformal instead: the edges and faces
+    it crosses count the part off the sheet (:mod:`mindelec.fdtd.conformal`). A zero extent off the node
+    planes is refused when the simulation is built (:meth:`PECSheet.check_plane`).
 
     Args:
         center: (m), 3 coordinates.
@@ -283,7 +319,7 @@ def pec_sheet(center, size, cell_size):
     ]
     lo = [c - h for c, h in zip(center, half)]
     hi = [c + h for c, h in zip(center, half)]
-    return Structure(Box(lo, hi), PECSheet())
+    return Structure(Box(lo, hi), PECSheet(center, size))
 
 
 class Structure:
@@ -308,6 +344,15 @@ class Structure:
             )
         self.geometry = geometry
         self.medium = medium
+
+    def check(self, grid, name):
+        """Refuse what the medium cannot be on ``grid``: NaN, infinite or wrongly signed values (a
+        :class:`Medium`), a zero extent off the node planes (a :class:`PECSheet`); ``name`` names the
+        structure in the error (DataError or ValueError)."""
+        if isinstance(self.medium, Medium):
+            self.medium.check_values(name)
+        elif isinstance(self.medium, PECSheet):
+            self.medium.check_plane(grid, name)
 
     def __repr__(self):
         return f"Structure({self.geometry!r}, {self.medium!r})"

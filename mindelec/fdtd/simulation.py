@@ -311,8 +311,7 @@ class Simulation:
         """Refuse NaN/inf (and wrongly signed) material values, naming the medium or region and the cell."""
         self.default_medium.check_values("default_medium")
         for index, structure in enumerate(self.structures):
-            if isinstance(structure.medium, Medium):
-                structure.medium.check_values(f"structure {index} ({structure.geometry!r})")
+            structure.check(self.grid, f"structure {index} ({structure.geometry!r})")
         for region in self.design_regions:
             region.check_values()
 
