@@ -20,7 +20,7 @@ recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~m
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
 Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and
 :mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms); conformal PEC:
-:mod:`~mindelec.fdtd.conformal`.
+:mod:`~mindelec.fdtd.conformal` and, for zero-thickness sheets, :mod:`~mindelec.fdtd.sheet_rims`.
 
 An FDTD run flows one way: ``Simulation`` turns its set-up into update coefficients and a
 ``YeeStepper``, asks each monitor for a fresh ``Recorder``, steps a ``YeeState`` from zero fields,

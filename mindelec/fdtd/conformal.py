@@ -43,16 +43,9 @@ Solids' fractions are the planar cuts of :mod:`mindelec.fdtd.smoothing` (their s
 with the conductor closed by ``_CLOSED`` of a cell, so that edges and faces lying on its surface are
 covered; a 2D TM run's ``Ez`` edges run along the invariant axis, inside a conductor or not.
 
-Zero-thickness sheets (:func:`~mindelec.fdtd.pec_sheet`, on a node plane) cover the E edges and H faces
-lying in their plane by their exact overlap with the sheet, so a rim between node lines cuts the edges
-and faces it crosses (the thin-solid limit of the fractions above; a rim on a node line is the
-staircase). Measured on a septum in a cavity against mode matching
-(``tests/mindelec/test_conformal_sheets.py``): as the rim moves across a cell the resonance follows it
-monotonically, the sheet acting 0.09-0.29 (TM) and 0.15-0.36 (TE) cells longer than drawn, where the
-staircase's resonance steps (-0.22 to 0.55 and 0.36 to 1.04 cells; a spread 3.9x and 3.3x larger). The
-field's singularity at a rim keeps the error first order with either: on a node line the sheet acts 0.29-0.32
-and 0.36 cells longer at 4 and 8 cells per mm. Sheets without a recorded rectangle (thin wires' zeroed
-edges) keep a node's containment.
+Zero-thickness sheets (:func:`~mindelec.fdtd.pec_sheet`, on a node plane) cover the edges and faces in
+their plane by their exact overlap, and the edges and faces across their free rims take the singular
+field's factors (:mod:`mindelec.fdtd.sheet_rims`).
 
 In the stepper (:class:`ConformalUpdate`), the cut faces are corrected after every H update (the compiled
 kernel's or torch's, with sources and plane-wave corrections): Yee's curl is taken back out and the
@@ -75,6 +68,7 @@ from .boundaries import PML, Periodic
 from .coefficients import media_mixer
 from .grid import E_COMPONENTS, H_COMPONENTS, component_axis, flat_index
 from .materials import PEC, PECSheet
+from .sheet_rims import rim_factors, sheets_cover
 from .smoothing import _planar_fill, _region_weights, node_points
 from .updates import curl_terms
 
@@ -173,14 +167,9 @@ def conformal_geometry(simulation):
         return None
     if not any(isinstance(s.medium, PEC) for s in simulation.structures):
         return None
-    mixer = media_mixer(grid, simulation.default_medium, simulation.structures, torch.float64, "cpu")
-    fractions = {component: _outside_fraction(mixer, component) for component in simulation.active}
     compensated = not (grid.ndim == 2 and simulation.polarization == "TE")
-    if compensated:
-        for component in set(E_COMPONENTS) & set(fractions):
-            fraction = fractions[component]
-            fractions[component] = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
-    if not any(bool(((f > 0) & (f < 1)).any()) for f in fractions.values()):
+    fractions = _fractions(simulation, compensated)
+    if not any(bool(((f > 0) & (f != 1)).any()) for f in fractions.values()):
         return None
     region = torch.ones(grid.shape, dtype=torch.bool)
     for axis, boundary in enumerate(simulation.boundaries[: grid.ndim]):
@@ -195,6 +184,22 @@ def conformal_geometry(simulation):
             length = grid.shape[axis] - 1
             edge_region.narrow(axis, 1, length).logical_and_(region.narrow(axis, 0, length))
     return ConformalGeometry(fractions, region, edge_region, compensated)
+
+
+def _fractions(simulation, compensated):
+    """Per active component, the outside fractions of its edges or faces (:func:`_outside_fraction`), with
+    E edges under ``EDGE_MINIMUM`` held at zero (compensated scheme) and the factors of sheets' free rims
+    (:func:`~mindelec.fdtd.sheet_rims.rim_factors`)."""
+    grid = simulation.grid
+    mixer = media_mixer(grid, simulation.default_medium, simulation.structures, torch.float64, "cpu")
+    fractions = {}
+    for component in simulation.active:
+        fraction = _outside_fraction(mixer, component)
+        if compensated and component[0] == "E":
+            fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
+        factors = rim_factors(mixer.structures, grid, component, node_points(grid, component))
+        fractions[component] = fraction * factors.reshape(grid.shape)
+    return fractions
 
 
 def conformal_update(simulation, geometry, electric, magnetic):
@@ -277,10 +282,10 @@ def _faces(component, geometry, weights, simulation, periodic):
     layout, across = _layout(component, simulation, periodic)
     edges = [(source, index, c, weights[source][index] * (c != 0)) for source, index, c in layout]
     in_region = geometry.region.reshape(-1)
-    partial_edge = torch.stack([(c != 0) & (w < 1) for _, _, c, w in edges]).any(0)
+    partial_edge = torch.stack([(c != 0) & (w != 1) for _, _, c, w in edges]).any(0)
     live_edge = torch.stack([(c != 0) & (w > 0) for _, _, c, w in edges]).any(0)
     # a face whose edges are all held at zero keeps its H under either update
-    cut = in_region & live_edge & ((area < 1) | partial_edge)
+    cut = in_region & live_edge & ((area != 1) | partial_edge)
     if not bool(cut.any()):
         return None
     if geometry.compensated:
@@ -423,30 +428,8 @@ def _outside_fraction(mixer, component):
             fills.append(_planar_fill(structure, index, points, spacing, [axes], grow=grow)[0][0])
         shares = _region_weights(fills, solids, points, spacing, axes)
         covered = sum(w for w, s in zip(shares[1:], solids) if isinstance(s.medium, PEC))
-    for structure in mixer.structures:
-        if isinstance(structure.medium, PECSheet):
-            covered = torch.maximum(covered, _sheet_cover(structure, grid, points, axes))
+    sheets = [s for s in mixer.structures if isinstance(s.medium, PECSheet)]
+    if sheets:
+        covered = torch.maximum(covered, sheets_cover(sheets, grid, points, axes))
     return (1 - covered.clamp(0.0, 1.0)).reshape(grid.shape)
 
-
-def _sheet_cover(structure, grid, points, axes):
-    """The fraction of each element (the E edges or H faces at ``points`` ``(n, d)`` (m), one cell along
-    ``axes``) that a sheet covers: the exact overlap with the zero-thickness rectangle that
-    :func:`~mindelec.fdtd.pec_sheet` records (edges and faces lying in its plane, the rim's included), or
-    whether the node lies in the structure's shape for a sheet without one."""
-    sheet = structure.medium
-    if sheet.center is None:
-        return (structure.geometry._margin(points) > 0).to(torch.float64)
-    cover = torch.ones(points.shape[0], dtype=torch.float64)
-    for axis in range(grid.ndim):
-        low = sheet.center[axis] - sheet.size[axis] / 2
-        high = sheet.center[axis] + sheet.size[axis] / 2
-        spacing, position = grid.spacing[axis], points[:, axis]
-        if axis in axes:  # the element spans a cell along this axis
-            overlap = (position + spacing / 2).clamp(max=high) - (position - spacing / 2).clamp(min=low)
-            fraction = (overlap / spacing).clamp(0.0, 1.0)  # rims within 1e-6 cells of a node: on it
-            cover = cover * torch.where(fraction < 1e-6, 0.0, torch.where(fraction > 1 - 1e-6, 1.0, fraction))
-        else:  # the element's node must lie in the sheet's extent (on its plane, for a zero extent)
-            tolerance = 1e-6 * spacing
-            cover = cover * ((position >= low - tolerance) & (position <= high + tolerance))
-    return cover

@@ -285,8 +285,9 @@ def pec_sheet(center, size, cell_size):
     a box :data:`SHEET_THICKNESS` cells thick along the zero axes and :data:`SHEET_MARGIN` cells wider
     on each side along the others, filled with :class:`PECSheet` (a node is in or out by its position).
     With ``Simulation(subpixel=True)`` a rim between node lines is conformal instead: the edges and faces
-    it crosses count the part off the sheet (:mod:`mindelec.fdtd.conformal`). A zero extent off the node
-    planes is refused when the simulation is built (:meth:`PECSheet.check_plane`).
+    it crosses count the part off the sheet, and those across a free rim carry the edge singularity's
+    factors (:mod:`mindelec.fdtd.sheet_rims`). A zero extent off the node planes, or a sheet in a 2D run,
+    is refused when the simulation is built (:meth:`PECSheet.check_plane`).
 
     Args:
         center: (m), 3 coordinates.
