@@ -282,7 +282,8 @@ def _faces(component, geometry, weights, simulation, periodic):
     layout, across = _layout(component, simulation, periodic)
     edges = [(source, index, c, weights[source][index] * (c != 0)) for source, index, c in layout]
     in_region = geometry.region.reshape(-1)
-    partial_edge = torch.stack([(c != 0) & (w != 1) for _, _, c, w in edges]).any(0)
+    # an edge held at zero (w = 0) adds nothing to either curl: only fractional or weighed edges differ
+    partial_edge = torch.stack([(c != 0) & (w > 0) & (w != 1) for _, _, c, w in edges]).any(0)
     live_edge = torch.stack([(c != 0) & (w > 0) for _, _, c, w in edges]).any(0)
     # a face whose edges are all held at zero keeps its H under either update
     cut = in_region & live_edge & ((area != 1) | partial_edge)

@@ -122,30 +122,31 @@ def _rim(sheet, rim, others, grid, component, points):
     normal axis, the rim at ``position`` (m) on axis ``across`` (the sheet on its ``-side`` side), running
     along axis ``along``."""
     normal, across, along, rim, side = rim
-    electric = component[0] == "E"
-    axis = component_axis(component)
-    low, high = _extent(sheet, along)
-    beside = _within(points[:, along], low, high, grid.spacing[along]) > 0
+    in_plane = (component_axis(component) == across) == (component[0] == "E")
     plane = sheet.center[normal]
-    height = points[:, normal] - plane
+    layer = (points[:, normal] - plane).abs() / grid.spacing[normal]  # 0: the plane, 1/2: the layer beside
     spacing = grid.spacing[across]
     outward = side * (points[:, across] - rim) / spacing  # the node's distance past the rim (cells)
+    near = (layer - (0.0 if in_plane else 0.5)).abs() < 1e-6
+    near &= (outward > -RIM_REACH - 0.5) & (outward < RIM_REACH + 0.5)
+    near &= _within(points[:, along], *_extent(sheet, along), grid.spacing[along]) > 0
+    index = near.nonzero()[:, 0]
     factors = torch.ones(points.shape[0], dtype=torch.float64)
-    if (axis == across) == electric:  # E across the rim, H normal to the sheet: in the sheet's plane
-        chosen = beside & (height.abs() < 1e-6 * grid.spacing[normal])
+    if index.numel() == 0:
+        return factors
+    outward = outward[index]
+    if in_plane:  # E across the rim, H normal to the sheet
         start = outward - 0.5  # the element spans outward - 1/2 .. outward + 1/2
         crossing = (start < 0) & (start > -1)
         ratio = _in_plane_ratio(start.clamp(min=0.0))
         taper = (1 - start / RIM_REACH).clamp(0.0, 1.0)
         value = torch.where(crossing, math.sqrt(2), torch.where(start >= 0, 1 + (ratio - 1) * taper, 1.0))
-    else:  # E normal to the sheet, H across the rim: the layer of cells beside the sheet
-        chosen = beside & ((height.abs() / grid.spacing[normal] - 0.5).abs() < 1e-6)
-        offset = outward * spacing / grid.spacing[normal]  # in units of the element's length
-        ratio = _beside_ratio(offset)
-        taper = (1 - outward.abs() / RIM_REACH).clamp(0.0, 1.0)
-        value = 1 + (ratio - 1) * taper
-    chosen &= ~_touching(others, grid, points, along, across, normal, rim, plane)
-    return torch.where(chosen, value, factors)
+    else:  # E normal to the sheet, H across the rim: the layer of cells beside it
+        ratio = _beside_ratio(outward * spacing / grid.spacing[normal])  # offset in element lengths
+        value = 1 + (ratio - 1) * (1 - outward.abs() / RIM_REACH).clamp(0.0, 1.0)
+    free = ~_touching(others, grid, points[index], along, across, normal, rim, plane)
+    factors[index] = torch.where(free, value, 1.0)
+    return factors
 
 
 def _in_plane_ratio(start):
