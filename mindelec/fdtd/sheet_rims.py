@@ -10,13 +10,13 @@ parallel to it), the electric field across the rim for a magnetic field along it
 stands for the mean over its edge or face poorly: on a node line, a rim's staircase or conformal sheet
 acts 0.3-0.36 cells longer than drawn at any resolution, a first-order error. :func:`rim_factors` weighs
 the edges and faces that cross the rim (within a cell of it) by the ratio of the singular profile's mean
-over the element to its value at the node (Mur's and Shorthouse and Railton's static-field edge
-corrections): ``sqrt(2)`` for the elements starting at a rim on a node line, tapering to 1 at a cell;
-the element that a rim crosses takes ``sqrt(2)`` times its outside fraction (the profile's mean over the
-part outside against its value at that part's middle). The factors vary continuously with the rim.
-A rim that touches another conductor (a sheet continuing it, a sheet or solid it meets) or lies on the
-domain's boundary is not free and takes none. Coplanar sheets that abut within an element cover it by
-their union's exact share, so a plate drawn in pieces is the whole plate.
+over the element to its value at the node (a static-field edge correction in the manner of Shorthouse
+and Railton, IEEE Trans. MTT 1992): ``sqrt(2)`` for the elements starting at a rim on a node line,
+tapering to 1 at a cell; the element that a rim crosses takes ``sqrt(2)`` times its outside fraction (the
+profile's mean over the part outside against its value at that part's middle). The factors vary
+continuously with the rim. A rim that touches another conductor (a sheet continuing it, a sheet or
+solid it meets) or lies on the domain's boundary is not free and takes none. Coplanar sheets that abut
+within an element cover it by their union's exact share, so a plate drawn in pieces is the whole plate.
 
 Measured on a septum in a cavity against mode matching (``tests/mindelec/test_conformal_sheets.py``), the
 rim moved across a cell in eighths: the sheet acts -0.065 to 0.063 cells (TM, ``E`` along the rim) and
