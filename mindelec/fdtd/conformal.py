@@ -197,7 +197,7 @@ def _fractions(simulation, compensated):
         fraction = _outside_fraction(mixer, component)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
-        factors = rim_factors(mixer.structures, grid, component, node_points(grid, component))
+        factors = rim_factors(simulation.structures, grid, component, node_points(grid, component))
         fractions[component] = fraction * factors.reshape(grid.shape)
     return fractions
 

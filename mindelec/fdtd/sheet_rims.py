@@ -15,7 +15,8 @@ and Railton, IEEE Trans. MTT 1992): ``sqrt(2)`` for the elements starting at a r
 tapering to 1 at a cell; the element that a rim crosses takes ``sqrt(2)`` times its outside fraction (the
 profile's mean over the part outside against its value at that part's middle). The factors vary
 continuously with the rim. A rim that touches another conductor (a sheet continuing it, a sheet or
-solid it meets) or lies on the domain's boundary is not free and takes none. Coplanar sheets that abut
+solid it meets), a lumped element (a port's or resistor's gap) or lies on the domain's boundary is not
+free and takes none. Coplanar sheets that abut
 within an element cover it by their union's exact share, so a plate drawn in pieces is the whole plate.
 
 Measured on a septum in a cavity against mode matching (``tests/mindelec/test_conformal_sheets.py``), the
@@ -34,7 +35,7 @@ import math
 import torch
 
 from .grid import component_axis
-from .materials import PEC, PECSheet
+from .materials import PEC, AxialConductivity, PECSheet
 
 #: a rim's factors reach this many cells from it (tapering linearly to 1)
 RIM_REACH = 1.0
@@ -106,7 +107,8 @@ def rim_factors(structures, grid, component, points):
         if len(zero) != 1:  # wires: their ends are not rims of a plate
             continue
         normal = zero[0]
-        others = [s for k, s in enumerate(structures) if k != index and isinstance(s.medium, PEC)]
+        others = [s for k, s in enumerate(structures)  # conductors, and lumped elements (ports) it feeds
+                  if k != index and isinstance(s.medium, (PEC, AxialConductivity))]
         for across in (a for a in range(3) if a != normal):
             along = 3 - normal - across  # the rim runs along this axis
             if axis == along:

@@ -126,7 +126,8 @@ def test_septum_resonance_follows_the_rim_within_a_cell(polarization):
 def test_a_sheet_drawn_in_pieces_is_one_conductor():
     """Rim factors apply at free rims only: a plate drawn as two abutting pieces gives the whole plate's
     weights (to round-off); a plate whose rim meets a perpendicular sheet has no factor there (nor has
-    that sheet's rim on the plate); a rim on the domain's wall takes none."""
+    that sheet's rim on the plate), nor has a strip's end where a lumped element feeds it; a rim on the
+    domain's wall takes none."""
     cell = 1e-4
     size = 16 * cell
 
@@ -146,6 +147,13 @@ def test_a_sheet_drawn_in_pieces_is_one_conductor():
     assert float(weights(plate)["Ez"][above].min()) == pytest.approx(math.sqrt(2))
     assert float(weights(plate, wall)["Ez"][above].max()) == 1.0
     assert float(weights(plate, wall)["Ez"][(5, slice(7, 10), 8)].min()) == pytest.approx(math.sqrt(2))
+
+    # a strip fed by a resistor (a port's gap) from a ground plane below its end at x = 3 cells
+    strip = fdtd.pec_sheet((0.0, 0.0, 0.0), (6 * cell, 4 * cell, 0.0), cell)
+    ground = fdtd.pec_sheet((0.0, 0.0, -2 * cell), (12 * cell, 12 * cell, 0.0), cell)
+    feed = fdtd.lumped_resistor((3 * cell, 0.0, -cell), (cell, cell, 2 * cell), "z", 50.0)
+    fed = weights(strip, ground, feed)["Ez"]
+    assert float(fed[11, 8, 7]) == 1.0 and float(fed[5, 8, 7]) == pytest.approx(math.sqrt(2))
 
     reach = weights(fdtd.pec_sheet((0.0, 0.0, 0.0), (size, 6 * cell, 0.0), cell))["Ez"]  # wall to wall
     assert float(reach[0, 8, 8]) == 1.0 and float(reach[-1, 8, 8]) == 1.0  # rims on the walls: none
