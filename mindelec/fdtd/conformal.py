@@ -192,13 +192,16 @@ def _fractions(simulation, compensated):
     (:func:`~mindelec.fdtd.sheet_rims.rim_factors`)."""
     grid = simulation.grid
     mixer = media_mixer(grid, simulation.default_medium, simulation.structures, torch.float64, "cpu")
+    sheets = any(isinstance(s.medium, PECSheet) for s in simulation.structures)
     fractions = {}
     for component in simulation.active:
         fraction = _outside_fraction(mixer, component)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
-        factors = rim_factors(simulation.structures, grid, component, node_points(grid, component))
-        fractions[component] = fraction * factors.reshape(grid.shape)
+        if sheets:
+            factors = rim_factors(simulation.structures, grid, component, node_points(grid, component))
+            fraction = fraction * factors.reshape(grid.shape)
+        fractions[component] = fraction
     return fractions
 
 
@@ -433,4 +436,3 @@ def _outside_fraction(mixer, component):
     if sheets:
         covered = torch.maximum(covered, sheets_cover(sheets, grid, points, axes))
     return (1 - covered.clamp(0.0, 1.0)).reshape(grid.shape)
-
