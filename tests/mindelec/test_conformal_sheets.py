@@ -239,6 +239,31 @@ def test_compiled_torch_and_differentiable_paths_agree_with_sheets():
     assert float(permittivity.grad) == pytest.approx(float(difference), rel=1e-5)
 
 
+def test_sheets_displace_no_dielectric():
+    """A patch on a substrate's top face leaves the smoothed permittivity of every E node it does not cover
+    as the substrate alone gives it (its 0.8-cell box had counted as vacuum in the smoothing: the Sheen
+    patch resonated 12 % high with ``subpixel=True``)."""
+    from common import geometry
+
+    cell = 1e-4
+    size = 16 * cell
+    substrate = fdtd.Structure(geometry.Box((-size, -size, -3 * cell), (size, size, 0.0)), fdtd.Medium(2.2))
+    patch = fdtd.pec_sheet((0.3 * cell, 0.0, 0.0), (6.4 * cell, 6 * cell, 0.0), cell)
+
+    def coefficients(*structures):
+        sim = fdtd.Simulation(size=(size,) * 3, cell_size=cell, structures=list(structures), subpixel=True,
+                              dtype=torch.float64)
+        electric = sim._coefficients(sim._conformal)[0]  # cb = dt / (eps0 eps): per unit time step
+        shape = sim.grid.shape
+        return {c: torch.broadcast_to(torch.as_tensor(v[1]), shape) / sim.dt for c, v in electric.items()}
+
+    alone, covered = coefficients(substrate), coefficients(substrate, patch)
+    for component in ("Ex", "Ey", "Ez"):
+        free = covered[component] != 0
+        assert int((~free).sum()) > 0 or component == "Ez"
+        assert torch.allclose(covered[component][free], alone[component][free], rtol=1e-12, atol=0), component
+
+
 def test_a_sheet_off_the_node_planes_is_refused():
     """A sheet between node planes would cover no tangential E node (or snap half a cell): refused, with
     the planes it could lie on; so is a sheet in a 2D run."""
