@@ -195,11 +195,12 @@ def _fractions(simulation, compensated):
     sheets = any(isinstance(s.medium, PECSheet) for s in simulation.structures)
     fractions = {}
     for component in simulation.active:
-        fraction = _outside_fraction(mixer, component)
+        points = node_points(grid, component)
+        fraction = _outside_fraction(mixer, component, points)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
         if sheets:
-            factors = rim_factors(simulation.structures, grid, component, node_points(grid, component))
+            factors = rim_factors(simulation.structures, grid, component, points)
             fraction = fraction * factors.reshape(grid.shape)
         fractions[component] = fraction
     return fractions
@@ -407,14 +408,14 @@ def _merge(area, cut, in_region, neighbours):
     return owner, dead
 
 
-def _outside_fraction(mixer, component):
-    """The fraction of ``component``'s edge (E) or face (H) outside every PEC structure (float64, grid
-    shape): solids by their planar cuts (closed by ``_CLOSED``; an edge along a 2D run's invariant axis by
-    whether its node lies in them), sheets by whether the node lies in them."""
+def _outside_fraction(mixer, component, points):
+    """The fraction of ``component``'s edge (E) or face (H) at ``points`` (its nodes, ``(n, d)``, m) outside
+    every PEC structure (float64, grid shape): solids by their planar cuts (closed by ``_CLOSED``; an edge
+    along a 2D run's invariant axis by whether its node lies in them), sheets by their exact overlap
+    (:func:`~mindelec.fdtd.sheet_rims.sheets_cover`)."""
     grid = mixer.grid
     axis = component_axis(component)
     axes = [axis] if component[0] == "E" else [a for a in range(grid.ndim) if a != axis]
-    points = node_points(grid, component)
     spacing = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
     solids = [s for s in mixer.structures if not isinstance(s.medium, PECSheet)]
     covered = torch.zeros(points.shape[0], dtype=torch.float64)

@@ -250,6 +250,21 @@ def test_conductor_in_a_dielectric_converges_at_second_order():
     assert order > 1.7, (order, errors)
 
 
+def _paths_agree(run, permittivity):
+    """``run(permittivity, compiled=True)`` -> a probe's series: the compiled kernel's path, the torch path
+    and a differentiable run give the same fields, and the gradient of the series' energy with respect to
+    the permittivity matches central differences."""
+    compiled, plain = run(permittivity), run(permittivity, compiled=False)
+    assert torch.allclose(compiled, plain, rtol=0, atol=1e-12 * compiled.abs().max())
+    value = torch.tensor(permittivity, dtype=torch.float64, requires_grad=True)
+    differentiable = run(value)
+    assert torch.allclose(differentiable.detach(), compiled, rtol=0, atol=1e-12 * compiled.abs().max())
+    (differentiable**2).sum().backward()
+    step = 1e-4
+    difference = ((run(permittivity + step) ** 2).sum() - (run(permittivity - step) ** 2).sum()) / (2 * step)
+    assert float(value.grad) == pytest.approx(float(difference), rel=1e-5)
+
+
 @pytest.mark.parametrize("polarization", ["TE", "TM"])
 def test_compiled_torch_and_differentiable_paths_agree(polarization):
     """The correction after the compiled kernel's H update, after the torch path's, and out of place in a
@@ -262,15 +277,7 @@ def test_compiled_torch_and_differentiable_paths_agree(polarization):
         sim = _cavity(16, polarization, True, fill=fill, fill_guess=2.0, compiled=compiled)
         return sim.run(steps=400, progress=False)["p"][component]
 
-    compiled, plain = run(2.0), run(2.0, compiled=False)
-    assert torch.allclose(compiled, plain, rtol=0, atol=1e-12 * compiled.abs().max())
-    permittivity = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
-    differentiable = run(permittivity)
-    assert torch.allclose(differentiable.detach(), compiled, rtol=0, atol=1e-12 * compiled.abs().max())
-    (differentiable**2).sum().backward()
-    step = 1e-4
-    difference = ((run(2.0 + step) ** 2).sum() - (run(2.0 - step) ** 2).sum()) / (2 * step)
-    assert float(permittivity.grad) == pytest.approx(float(difference), rel=1e-5)
+    _paths_agree(run, 2.0)
 
 
 @pytest.mark.parametrize("polarization", ["TE", "TM"])

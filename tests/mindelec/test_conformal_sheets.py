@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.optimize import brentq
-from test_conformal import _h_operator, _largest_eigenvalue
+from test_conformal import _h_operator, _largest_eigenvalue, _paths_agree
 
 from common.units import SPEED_OF_LIGHT
 from mindelec import fdtd
@@ -228,15 +228,7 @@ def test_compiled_torch_and_differentiable_paths_agree_with_sheets():
         assert sim._stepper(1).conformal.count > 50
         return sim.run(steps=150, progress=False)["p"]["Ez"]
 
-    compiled, plain = run(2.2), run(2.2, compiled=False)
-    assert torch.allclose(compiled, plain, rtol=0, atol=1e-12 * compiled.abs().max())
-    permittivity = torch.tensor(2.2, dtype=torch.float64, requires_grad=True)
-    differentiable = run(permittivity)
-    assert torch.allclose(differentiable.detach(), compiled, rtol=0, atol=1e-12 * compiled.abs().max())
-    (differentiable**2).sum().backward()
-    step = 1e-4
-    difference = ((run(2.2 + step) ** 2).sum() - (run(2.2 - step) ** 2).sum()) / (2 * step)
-    assert float(permittivity.grad) == pytest.approx(float(difference), rel=1e-5)
+    _paths_agree(run, 2.2)
 
 
 def test_sheets_displace_no_dielectric():
