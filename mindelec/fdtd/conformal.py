@@ -196,7 +196,7 @@ def _fractions(simulation, compensated):
     fractions = {}
     for component in simulation.active:
         points = node_points(grid, component)
-        fraction = _outside_fraction(mixer, component, points)
+        fraction = _outside_fraction(mixer, component, points, simulation.structures)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
         if sheets:
@@ -408,11 +408,12 @@ def _merge(area, cut, in_region, neighbours):
     return owner, dead
 
 
-def _outside_fraction(mixer, component, points):
+def _outside_fraction(mixer, component, points, structures):
     """The fraction of ``component``'s edge (E) or face (H) at ``points`` (its nodes, ``(n, d)``, m) outside
     every PEC structure (float64, grid shape): solids by their planar cuts (closed by ``_CLOSED``; an edge
     along a 2D run's invariant axis by whether its node lies in them), sheets by their exact overlap
-    (:func:`~mindelec.fdtd.sheet_rims.sheets_cover`)."""
+    (:func:`~mindelec.fdtd.sheet_rims.sheets_cover`, their free rims placed among the simulation's
+    ``structures``)."""
     grid = mixer.grid
     axis = component_axis(component)
     axes = [axis] if component[0] == "E" else [a for a in range(grid.ndim) if a != axis]
@@ -435,5 +436,5 @@ def _outside_fraction(mixer, component, points):
         covered = sum(w for w, s in zip(shares[1:], solids) if isinstance(s.medium, PEC))
     sheets = [s for s in mixer.structures if isinstance(s.medium, PECSheet)]
     if sheets:
-        covered = torch.maximum(covered, sheets_cover(sheets, grid, points, axes))
+        covered = torch.maximum(covered, sheets_cover(sheets, grid, points, axes, structures))
     return (1 - covered.clamp(0.0, 1.0)).reshape(grid.shape)

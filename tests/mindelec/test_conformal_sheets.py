@@ -88,23 +88,28 @@ def _resonance(sim, guess, polarization):
     import scipy.sparse.linalg as sparse_linalg
 
     operator = _h_operator(sim)
-    values, vectors = sparse_linalg.eigs(operator, k=4, sigma=(guess * SPEED_OF_LIGHT * sim.dt) ** 2)
     count = operator.shape[0] // 3
+    if polarization == "TE":  # its y-invariant modes lie in the Hy block (and clear of the gradients' zeros)
+        operator = operator[count : 2 * count, count : 2 * count]
+        values = sparse_linalg.eigs(operator, k=2, sigma=(guess * SPEED_OF_LIGHT * sim.dt) ** 2)[0]
+        wavenumbers = np.sqrt(np.clip(values.real, 0, None)) / (SPEED_OF_LIGHT * sim.dt)
+        return float(wavenumbers[np.argmin(np.abs(wavenumbers - guess))])
+    values, vectors = sparse_linalg.eigs(operator, k=4, sigma=(guess * SPEED_OF_LIGHT * sim.dt) ** 2)
     weight = np.abs(vectors) ** 2
-    along_y = weight[count : 2 * count].sum(0) / weight.sum(0)
-    kind = along_y < 0.5 if polarization == "TM" else along_y > 0.5
+    kind = weight[count : 2 * count].sum(0) / weight.sum(0) < 0.5  # little Hy: TM
     wavenumbers = np.sqrt(np.clip(values.real[kind], 0, None)) / (SPEED_OF_LIGHT * sim.dt)
     return float(wavenumbers[np.argmin(np.abs(wavenumbers - guess))])
 
 
 @pytest.mark.parametrize("polarization", ["TM", "TE"])
 def test_septum_resonance_follows_the_rim_within_a_cell(polarization):
-    """The rim moved across one cell in eighths (4 cells per mm, the resonance against mode matching):
-    with conformal rims and their singular-field factors the sheet acts within 0.15 cells of its drawn
-    length (measured -0.065 to 0.063 in TM, 0.010 to 0.132 in TE, and the same in cells at 8 cells per mm:
-    still first order, 3-8x below the staircase's) and the resonance moves monotonically with the rim.
-    The staircase's resonance steps, its sheet -0.34 to 0.55 cells (TM) and 0.24 to 1.04 cells (TE)
-    longer (measured; on a node line 0.29 and 0.36, the factors' target)."""
+    """The rim moved across one cell in eighths (4 cells per mm, the resonance against mode matching): with
+    conformal rims, their singular-field factors and their placement, how much longer the sheet acts than
+    drawn no longer depends on where the rim lies in its cell (measured spread 0.0098 cells in TM, 0.0036 in
+    TE, at rims on sixteenths offset from these; the offset itself, -0.07 and 0.008 cells, halves at 8 cells
+    per mm: second order, ``test_septum_converges_at_second_order``), and the resonance moves monotonically
+    with the rim. The staircase's resonance steps, its sheet -0.34 to 0.55 cells (TM) and 0.24 to 1.04
+    cells (TE) longer (measured; factors without the placement left -0.065 to 0.063 and 0.010 to 0.132)."""
     cells_per_mm, guess = 4, {"TM": 1078.0, "TE": 486.0}[polarization]
     rims = 2.25e-3 + np.arange(9) * 0.25e-3 / 8
     references, found = [], {False: [], True: []}
@@ -116,11 +121,29 @@ def test_septum_resonance_follows_the_rim_within_a_cell(polarization):
     slope = np.gradient(references, rims, edge_order=2)  # 1/m per m of rim
     excess = {kind: (np.array(found[kind]) - references) / slope * cells_per_mm * 1e3 for kind in found}
     conformal, staircase = excess[True], excess[False]
-    assert np.abs(conformal).max() < 0.15, conformal
+    assert np.abs(conformal).max() < 0.1, conformal
+    assert np.ptp(conformal) < 0.02, conformal
     assert 4 * np.abs(conformal).max() < np.abs(staircase).max(), (conformal, staircase)
-    assert 4 * np.ptp(conformal) < np.ptp(staircase), (conformal, staircase)
+    assert 20 * np.ptp(conformal) < np.ptp(staircase), (conformal, staircase)
     steps = np.diff(found[True]) * np.sign(slope[0])
     assert (steps > 0).all(), found[True]
+
+
+@pytest.mark.parametrize("polarization", ["TM", "TE"])
+def test_septum_converges_at_second_order(polarization):
+    """Rims at fixed places (so at other offsets in their cells at each resolution), 4, 8 and 16 cells per
+    mm: the resonance's error against mode matching falls as the square of the cell (measured orders
+    1.98 and 1.92 in TM, 2.39 and 2.72 in TE; 32 cells per mm continues TM's at 1.98-2.03, the errors
+    3.2e-5 to 3.4e-5). The rims placed only by the factors converged at order 0.81 and 1.82 (TM), 0.83 and
+    8 (TE): their error depends on where the rim lies in its cell."""
+    guess = {"TM": 1078.0, "TE": 486.0}[polarization]
+    for rim in (2.325e-3, 2.41e-3):
+        reference = _septum_reference(rim, polarization, guess)
+        errors = [abs(_resonance(_septum(rim, cells_per_mm, True), reference, polarization) / reference - 1)
+                  for cells_per_mm in (4, 8, 16)]
+        order = math.log(errors[0] / errors[2], 4)
+        assert order > 1.7, (rim, errors)
+        assert errors[0] < 3e-3 and errors[1] < errors[0] / 2.5, (rim, errors)
 
 
 def test_a_sheet_drawn_in_pieces_is_one_conductor():
@@ -144,20 +167,20 @@ def test_a_sheet_drawn_in_pieces_is_one_conductor():
     plate = fdtd.pec_sheet((0.0, 0.0, 0.0), (6 * cell, 5.3 * cell, 0.0), cell)  # rims at x = +-3 cells
     wall = fdtd.pec_sheet((3 * cell, 0.0, -2 * cell), (0.0, 5.3 * cell, 4 * cell), cell)  # under x = 3
     above = (11, slice(7, 10), 8)  # Ez edges from the plate's plane up at x = 3 cells, off its corners
-    assert float(weights(plate)["Ez"][above].min()) == pytest.approx(math.sqrt(2))
+    assert float((weights(plate)["Ez"][above] - 1).abs().min()) > 0.05  # the free rim's factors
     assert float(weights(plate, wall)["Ez"][above].max()) == 1.0
-    assert float(weights(plate, wall)["Ez"][(5, slice(7, 10), 8)].min()) == pytest.approx(math.sqrt(2))
+    assert float((weights(plate, wall)["Ez"][(5, slice(7, 10), 8)] - 1).abs().min()) > 0.05
 
     # a strip fed by a resistor (a port's gap) from a ground plane below its end at x = 3 cells
     strip = fdtd.pec_sheet((0.0, 0.0, 0.0), (6 * cell, 4 * cell, 0.0), cell)
     ground = fdtd.pec_sheet((0.0, 0.0, -2 * cell), (12 * cell, 12 * cell, 0.0), cell)
     feed = fdtd.lumped_resistor((3 * cell, 0.0, -cell), (cell, cell, 2 * cell), "z", 50.0)
     fed = weights(strip, ground, feed)["Ez"]
-    assert float(fed[11, 8, 7]) == 1.0 and float(fed[5, 8, 7]) == pytest.approx(math.sqrt(2))
+    assert float(fed[11, 8, 7]) == 1.0 and abs(float(fed[5, 8, 7]) - 1) > 0.05
 
     reach = weights(fdtd.pec_sheet((0.0, 0.0, 0.0), (size, 6 * cell, 0.0), cell))["Ez"]  # wall to wall
     assert float(reach[0, 8, 8]) == 1.0 and float(reach[-1, 8, 8]) == 1.0  # rims on the walls: none
-    assert float(reach[8, 11, 8]) == pytest.approx(math.sqrt(2))  # the free rim at y = 3 cells
+    assert abs(float(reach[8, 11, 8]) - 1) > 0.05  # the free rim at y = 3 cells
 
 
 def test_off_grid_plates_and_wires_keep_the_leapfrog_stable():
