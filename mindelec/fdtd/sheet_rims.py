@@ -24,9 +24,10 @@ where the rim lies in its cell, the same in cells at every resolution: a first-o
 a property of the discrete rim (its neighbourhood, at small cells, is a half-plane in a uniform field), so
 :func:`placed_rim` removes it: a free rim is placed, for its covers and factors, where the discrete rim
 acts at the drawn position (0 to 0.16 cells inward, by :data:`RIM_OFFSETS` and :data:`RIM_EXCESS`,
-measured once on the septum below in TM, extrapolated to zero cell size). Placements past 0.92 of a cell
-are not used: there the crossed element's share falls under the merging and holding thresholds and the
-rim acts discontinuously.
+measured once on the septum below in TM, extrapolated to zero cell size), on sheets at least two cells
+across the rim; narrower strips keep their drawn rims. Placements past 0.92 of a cell are not used: there
+the crossed element's share falls under the merging and holding thresholds and the rim acts
+discontinuously.
 
 Measured on a septum in a cavity against mode matching (``tests/mindelec/test_conformal_sheets.py``), the
 rim moved across a cell in sixteenths at 4 and 8 cells per mm: the sheet acts -0.077 to -0.067 and -0.039
@@ -50,6 +51,9 @@ from .materials import PEC, AxialConductivity, PECSheet
 
 #: a rim's factors reach this many cells from it (tapering linearly to 1)
 RIM_REACH = 1.0
+
+#: free rims are placed (:func:`placed_rim`) on sheets at least this many cells across them
+PLACED_WIDTH = 2.0
 
 #: Where a free rim is placed (module docstring): a rim that the covers and factors place ``RIM_OFFSETS``
 #: cells past the last node line on its sheet acts ``RIM_EXCESS`` cells further out than that (a sheet
@@ -214,7 +218,7 @@ def _placed_extent(structure, structures, grid, points, axis):
         inset = 1e-3 * grid.spacing[along]
         beside[:, along] = beside[:, along].clamp(min(first + inset, last), max(last - inset, first))
         free = ~_touching(others, grid, beside, along, across, normal, position, plane)
-        bounds[side][near[free]] = placed_rim(position, side, grid, axis)
+        bounds[side][near[free]] = _acting(structure.medium, rim, grid)
     return bounds[-1.0], bounds[1.0]
 
 
@@ -226,7 +230,7 @@ def _rim(sheet, rim, others, grid, component, points):
     plane = sheet.center[normal]
     layer = (points[:, normal] - plane).abs() / grid.spacing[normal]  # 0: the plane, 1/2: the layer beside
     spacing = grid.spacing[across]
-    placed = placed_rim(drawn, side, grid, across)
+    placed = _acting(sheet, rim, grid)
     outward = side * (points[:, across] - placed) / spacing  # the node's distance past the rim (cells)
     near = (layer - (0.0 if in_plane else 0.5)).abs() < 1e-6
     near &= (outward > -RIM_REACH - 0.5) & (outward < RIM_REACH + 0.5)
@@ -248,6 +252,16 @@ def _rim(sheet, rim, others, grid, component, points):
     free = ~_touching(others, grid, points[index], along, across, normal, drawn, plane)
     factors[index] = torch.where(free, value, 1.0)
     return factors
+
+
+def _acting(sheet, rim, grid):
+    """Where a free rim of ``sheet`` (:func:`_rims`) is taken to be (m): placed (:func:`placed_rim`) on a
+    sheet at least :data:`PLACED_WIDTH` cells across it, else as drawn (on a narrower strip the two rims'
+    fields meet within the cells the placement was measured over)."""
+    normal, across, along, drawn, side = rim
+    if sheet.size[across] < PLACED_WIDTH * grid.spacing[across]:
+        return drawn
+    return placed_rim(drawn, side, grid, across)
 
 
 def _interpolate(x, xs, ys):

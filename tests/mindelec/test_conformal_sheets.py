@@ -288,3 +288,24 @@ def test_a_sheet_off_the_node_planes_is_refused():
         fdtd.Simulation(size=(10 * cell,) * 3, cell_size=cell, structures=[sheet])
     with pytest.raises(ValueError, match="structure 0 .*3D simulation; this one is 2D"):
         fdtd.Simulation(size=(10 * cell,) * 2, cell_size=cell, structures=[sheet])
+
+
+def test_placed_rims_act_where_drawn():
+    """``placed_rim`` inverts the table of how far past its placed position a rim acts: over a cell of drawn
+    positions on either side, the placed rim plus its excess is the drawn rim, the placement moves
+    monotonically with it and lies 0 to 0.17 cells inward, never beyond 0.92 of a cell past a node line."""
+    from mindelec.fdtd import sheet_rims
+
+    cell = 1e-4
+    grid = fdtd.Simulation(size=(16 * cell,) * 3, cell_size=cell).grid
+    for side in (-1.0, 1.0):
+        drawn = side * np.linspace(2.0, 3.0, 161) * cell  # rims 2-3 cells from the middle
+        placed = np.array([sheet_rims.placed_rim(float(d), side, grid, 0) for d in drawn])
+        inward = side * (drawn - placed) / cell
+        offset = np.mod(side * (placed + 8 * cell) / cell, 1.0)
+        offset = np.where(offset > 1 - 1e-9, 0.0, offset)
+        excess = np.interp(offset, sheet_rims.RIM_OFFSETS, sheet_rims.RIM_EXCESS)
+        assert np.allclose(inward, excess, atol=1e-9), (inward - excess)
+        assert (inward > -0.001).all() and (inward < 0.17).all(), inward
+        assert (offset < 0.922).all(), offset
+        assert (np.diff(side * placed) > 0).all()
