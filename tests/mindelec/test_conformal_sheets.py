@@ -135,7 +135,7 @@ def test_septum_converges_at_second_order(polarization):
     mm: the resonance's error against mode matching falls as the square of the cell (measured orders
     1.98 and 1.92 in TM, 2.39 and 2.72 in TE; 32 cells per mm continues TM's at 1.98-2.03, the errors
     3.2e-5 to 3.4e-5). The rims placed only by the factors converged at order 0.81 and 1.82 (TM), 0.83 and
-    8 (TE): their error depends on where the rim lies in its cell."""
+    4.25 (TE): their error depends on where the rim lies in its cell."""
     guess = {"TM": 1078.0, "TE": 486.0}[polarization]
     for rim in (2.325e-3, 2.41e-3):
         reference = _septum_reference(rim, polarization, guess)
