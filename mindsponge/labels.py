@@ -212,20 +212,33 @@ class TrajectoryLabels:
         sim.run(1000)
         recorder.labels()   # positions (F, N, 3) nm, energy (F,) kJ/mol, forces (F, N, 3) kJ/mol/nm
 
+    A run under the reference plus a bias (an umbrella restraint, a wall: terms added to drive the
+    sampling) labels its frames with the reference alone when the recorder is given that bias:
+    its energy and forces are subtracted from the recorded ones.
+
     Args:
         every: record every this many steps.
+        bias: a ``(positions, box) -> energy`` module (kJ/mol) that is part of the simulated
+            potential but not of the labels, or ``None``; it can be set later (``recorder.bias``).
     """
 
-    def __init__(self, every: int = 1):
+    def __init__(self, every: int = 1, bias=None):
         if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
             raise ValueError(f"TrajectoryLabels: every must be a positive int (steps), got {every!r}")
-        self.every = every
+        self.every, self.bias = every, bias
         self._frames: list[tuple[np.ndarray, float, np.ndarray]] = []
 
     def report(self, simulation, state) -> None:
-        """Record the positions, potential energy and forces of ``state``."""
-        self._frames.append((state.positions.detach().cpu().double().numpy(), float(state.potential_energy),
-                             state.forces.detach().cpu().double().numpy()))
+        """Record the positions, potential energy and forces of ``state`` (less those of the bias)."""
+        energy, forces = float(state.potential_energy), state.forces.detach().cpu().double()
+        if self.bias is not None:
+            with torch.enable_grad():
+                positions = state.positions.detach().clone().requires_grad_(True)
+                bias_energy = self.bias(positions, state.box)
+                (gradient,) = torch.autograd.grad(bias_energy, positions)
+            energy -= float(bias_energy.detach())
+            forces = forces + gradient.detach().cpu().double()
+        self._frames.append((state.positions.detach().cpu().double().numpy(), energy, forces.numpy()))
 
     def __len__(self) -> int:
         return len(self._frames)

@@ -151,6 +151,7 @@ def umbrella_profile(
     progress: bool = True,
     replicas: bool = False,
     starts: str | None = None,
+    labels=None,
 ):
     """Umbrella sampling along :func:`reaction_coordinate` with a ``(positions, box) -> energy`` potential.
 
@@ -171,6 +172,11 @@ def umbrella_profile(
     all; ``starts="pulled"`` without replicas runs the same protocol one window after the other
     (e.g. GFN2-xTB as the reference of a replicated learned potential).
 
+    A reference run labels its own frames: ``labels``, a :class:`~mindsponge.labels.TrajectoryLabels`,
+    records the production frames every ``labels.every`` steps with the energies and forces of
+    ``potential`` alone (each window's restraint is taken out), training data spread over the
+    whole reaction coordinate at no extra cost (``labels.labels()`` after the run).
+
     Returns:
         ``(umbrella, frames, seconds_per_step)``: the :class:`~mindsponge.bias.UmbrellaSampling`
         (call ``free_energy(edges)``), the last frame ``(N, 3)`` nm of every window as an array
@@ -179,58 +185,75 @@ def umbrella_profile(
 
     Raises:
         TypeError: ``replicas=True`` with a potential that cannot be replicated.
-        ValueError: ``starts`` not ``"sequential"`` or ``"pulled"``, or ``"sequential"`` with replicas.
+        ValueError: ``starts`` not ``"sequential"`` or ``"pulled"``, ``"sequential"`` with replicas, or
+            ``labels`` with replicas (the copies are labelled by the potential being learned).
     """
     from tqdm.auto import tqdm
 
     colvar = reaction_coordinate()
     centers = sorted(float(center) for center in centers)
-    umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
     starts = ("pulled" if replicas else "sequential") if starts is None else starts
     if starts not in ("sequential", "pulled") or (replicas and starts != "pulled"):
         raise ValueError(
             f"umbrella_profile: starts must be 'sequential' or 'pulled' ('pulled' with replicas=True), "
             f"got {starts!r} with replicas={replicas}"
         )
+    if replicas and labels is not None:
+        raise ValueError("umbrella_profile: labels record a reference run, not replicas=True")
     if replicas and not hasattr(potential, "replicated"):
         raise TypeError(
             f"umbrella_profile: replicas=True needs a potential with replicated(count) (a bound learned "
             f"potential or committee), got {type(potential).__name__}"
         )
+    umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
     simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
     if starts == "pulled":
         first_frames = []
         for center in umbrella.centers:
             _pull(simulation, restraint, center, pull_steps)
             first_frames.append(simulation.state.positions.detach().clone())
-        run = _replica_windows if replicas else _pulled_windows
-        return run(
-            first_frames, potential, umbrella, temperature, steps, equilibration, every, seed, progress
+        if replicas:
+            return _replica_windows(
+                first_frames, potential, umbrella, temperature, steps, equilibration, every, seed
+            )
+        return _pulled_windows(
+            first_frames, potential, umbrella, temperature, steps, equilibration, every, seed, progress,
+            labels,
         )
     _pull(simulation, restraint, centers[0], pull_steps)
     frames, seconds = [], 0.0
     for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
-        seconds += _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every)
+        seconds += _sample_window(
+            simulation, restraint, umbrella, window, equilibration, steps, every, labels
+        )
         frames.append(simulation.state.positions.detach().cpu().numpy())
     return umbrella, np.stack(frames), seconds / (steps * len(centers))
 
 
-def _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every):
+def _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every, labels=None):
     """Move ``restraint`` to window ``window``'s centre, equilibrate, then run ``steps`` steps adding the
-    CV every ``every`` steps to ``umbrella``'s samples; returns the wall time of the sampled steps (s)."""
+    CV every ``every`` steps to ``umbrella``'s samples (and the frames to ``labels``, without the
+    restraint, if given); returns the wall time of the sampled steps (s)."""
     restraint.centers.fill_(umbrella.centers[window])
     simulation.run(equilibration)
-    recorder = bias_module.ColvarReporter(umbrella.colvar, every=every)
-    simulation.reporters.append(recorder)
+    recorders = [bias_module.ColvarReporter(umbrella.colvar, every=every)]
+    if labels is not None:
+        labels.bias = restraint
+        recorders.append(labels)
+    simulation.reporters.extend(recorders)
     began = time.perf_counter()
     simulation.run(steps)
     seconds = time.perf_counter() - began
-    simulation.reporters.remove(recorder)
+    for reporter in recorders:
+        simulation.reporters.remove(reporter)
+    recorder = recorders[0]
     umbrella.add_samples(window, recorder.values[:, 0])
     return seconds
 
 
-def _pulled_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress):
+def _pulled_windows(
+    starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress, labels
+):
     """:func:`umbrella_profile` from the pulled ``starts`` (one ``(N, 3)`` tensor per window), one window
     after the other (window ``k`` with the seed ``seed + k``)."""
     from tqdm.auto import tqdm
@@ -241,14 +264,16 @@ def _pulled_windows(starts, potential, umbrella, temperature, steps, equilibrati
         simulation, restraint = _restrained(
             system, potential, umbrella.force_constant, temperature, seed + window
         )
-        seconds += _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every)
+        seconds += _sample_window(
+            simulation, restraint, umbrella, window, equilibration, steps, every, labels
+        )
         frames.append(simulation.state.positions.detach().cpu().numpy())
     return umbrella, np.stack(frames), seconds / (steps * len(starts))
 
 
-def _replica_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed, progress):
+def _replica_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed):
     """:func:`umbrella_profile` from the pulled ``starts``, the windows run together as copies of the
-    molecule (``progress`` is not shown: one run)."""
+    molecule (one run: no progress bar)."""
     from mindsponge.potentials import SumPotential
     from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
 
@@ -386,6 +411,7 @@ SIZES = {
         "equilibration": 20,
         "steps": 60,
         "every": 4,
+        "label_every": 20,
         "bins": 25,
         "active": "claisen_active_small.toml",
     },
@@ -395,13 +421,15 @@ SIZES = {
         "equilibration": 1000,
         "steps": 6000,
         "every": 10,
+        "label_every": 250,
         "bins": 100,
         "active": "claisen_active.toml",
     },
 }
 """Sizes of ``notebooks/reactive_claisen.ipynb``: umbrella windows ``(first, last, count)`` in nm,
 force constant kJ/mol/nm^2, equilibration and production steps (0.5 fs) per window, steps between
-samples, histogram bins of the profile, and the active-learning configuration in ``datasets/active/``.
+samples of the CV and between the reference's labelled frames, histogram bins of the profile, and
+the active-learning configuration in ``datasets/active/``.
 
 The full size spans both basins: the product's ``s`` runs to about 0.3 nm (``d(O2-C3)`` of the open
 chain, 0.3-0.45 nm, less ``d(C0-C5)``, 0.154 nm), and a window range ending at 0.2 nm left the

@@ -64,6 +64,37 @@ def test_pulled_sample_labels_are_tblite_gfn2_of_its_frame():
     assert s > start + 0.05  # the restraint pulled the reactant towards s = 0
 
 
+@pytest.mark.parametrize("starts", ["sequential", "pulled"])
+def test_umbrella_reference_labels_its_frames_without_the_restraints(starts):
+    """The frames a GFN2-xTB umbrella run records carry tblite's own energies and forces, the
+    windows' restraints (several kJ/mol here) taken out."""
+    from tblite.interface import Calculator
+
+    from mindsponge.labels import XTB, TrajectoryLabels
+
+    system, centers, force_constant = claisen.reactant(), np.array([-0.27, -0.25]), 20000.0
+    labels = TrajectoryLabels(every=3)
+    claisen.umbrella_profile(XTB(system.atomic_numbers), centers, force_constant, 300.0, steps=6,
+                             equilibration=2, every=2, pull_steps=30, progress=False, starts=starts,
+                             labels=labels)
+    recorded = labels.labels()
+    assert recorded["positions"].shape == (4, 14, 3)  # two frames per window
+    s = claisen.reaction_coordinate()(torch.as_tensor(recorded["positions"]), None).numpy()
+    restraint_energies = 0.5 * force_constant * (s - np.repeat(centers, 2)) ** 2
+    assert restraint_energies.max() > 1.0  # kJ/mol: leaving it in would fail the comparison below
+    numbers = system.atomic_numbers.numpy()
+    for positions, energy, forces in zip(recorded["positions"], recorded["energy"], recorded["forces"]):
+        reference = Calculator("GFN2-xTB", numbers, positions / units.BOHR_TO_NM)
+        reference.set("verbosity", 0)
+        result = reference.singlepoint()
+        # the MD restarts each SCF from the previous wavefunction: equal to its tolerance (1e-6 Eh)
+        assert energy == pytest.approx(float(result.get("energy")) * units.HARTREE_TO_KJ_PER_MOL, abs=1e-2)
+        expected = -result.get("gradient") * units.HARTREE_PER_BOHR_TO_KJ_PER_MOL_NM
+        np.testing.assert_allclose(forces, expected, atol=1e-3 * np.abs(expected).max())
+    with pytest.raises(ValueError, match="labels record a reference run"):
+        claisen.umbrella_profile(None, [0.0], 1.0, 300.0, 1, 1, replicas=True, labels=labels)
+
+
 def test_claisen_recipes_are_valid():
     from pathlib import Path
 

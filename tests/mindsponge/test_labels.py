@@ -122,3 +122,30 @@ def test_trajectory_labels_of_a_gfn2_run():
     np.testing.assert_allclose(labels["forces"][-1], forces, atol=1e-3 * np.abs(forces).max())
     with pytest.raises(ValueError, match="no frames"):
         TrajectoryLabels().labels()
+
+
+def test_trajectory_labels_leave_out_the_bias_that_drove_the_run():
+    """Under GFN2-xTB plus a strong umbrella restraint on a distance, a recorder given the restraint
+    keeps tblite's own energies and forces (through ASE), not those of the sum."""
+    from mindsponge.bias import HarmonicRestraint
+    from mindsponge.colvar import Distance
+    from mindsponge.labels import TrajectoryLabels
+    from mindsponge.potentials import SumPotential
+
+    system = ms.System.from_ase(molecule("ethanol"))
+    restraint = HarmonicRestraint(Distance((0, 2)), 0.30, 50000.0)  # C...O pulled 0.06 nm apart
+    recorder = TrajectoryLabels(every=4, bias=restraint)
+    simulation = ms.Simulation(system, SumPotential(XTB(system.atomic_numbers), restraint),
+                               ms.integrators.LangevinMiddle(dt=0.0005, temperature=300.0, friction=5.0),
+                               reporters=[recorder], progress=False)
+    simulation.set_velocities(temperature=300.0, seed=4)
+    simulation.run(8)
+    labels = recorder.labels()
+    atoms = molecule("ethanol")
+    atoms.positions = labels["positions"][-1] * 10.0
+    atoms.calc = TBLite(method="GFN2-xTB", verbosity=0)
+    forces = atoms.get_forces() * EV_TO_KJ_PER_MOL * 10.0
+    restraint_energy = float(restraint(torch.as_tensor(labels["positions"][-1]), None))
+    assert restraint_energy > 10.0  # the restraint is far from negligible
+    assert abs(labels["energy"][-1] - atoms.get_potential_energy() * EV_TO_KJ_PER_MOL) < 1e-2
+    np.testing.assert_allclose(labels["forces"][-1], forces, atol=1e-3 * np.abs(forces).max())
