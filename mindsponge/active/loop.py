@@ -82,6 +82,8 @@ class CommitteeSettings:
     patience: int = 30
     force_weight: float = 1.0
     energy_weight: float = 1.0
+    ema_decay: float | None = None
+    gradient_clip: float | None = None
     seed: int = 0
 
     def __post_init__(self):
@@ -253,6 +255,8 @@ class ActiveLearning:
                 learning_rate=settings.learning_rate,
                 batch_size=settings.batch_size,
                 patience=settings.patience,
+                ema_decay=settings.ema_decay,
+                gradient_clip=settings.gradient_clip,
                 checkpoint=folder / f"model_{member}.chk",
                 seed=settings.seed + 101 * member + index,
                 progress=self.progress,

@@ -229,3 +229,30 @@ def test_a_frame_gfn2_cannot_label_is_recorded_as_failed_and_left_out(tmp_path):
         energy = float(handle["energy"][0])
     reference = labels_module.label(labels_module.XTB(torch.tensor([1, 1])), torch.tensor(frames[1]))
     assert energy == pytest.approx(float(reference["energy"]), abs=1e-6)
+
+
+def test_committee_members_train_with_the_configured_average_and_clipping(tmp_path, monkeypatch):
+    """``[committee]`` ``ema_decay`` and ``gradient_clip`` reach every member's Trainer."""
+    from mindsponge.active import loop
+
+    seen = []
+
+    class RecordingTrainer:
+        def __init__(self, model, data, **options):
+            seen.append(options)
+            self.model = model
+
+        def fit(self, epochs):
+            pass
+
+        def evaluate(self):
+            return {"force_mae": 1.0}
+
+    monkeypatch.setattr(loop, "Trainer", RecordingTrainer)
+    options = "learning_rate = 0.01\nema_decay = 0.99\ngradient_clip = 50.0"
+    text = CONFIG.format(threshold=1.0).replace("learning_rate = 0.01", options)
+    (tmp_path / "config.toml").write_text(text)
+    config, base = active.load_config(tmp_path / "config.toml")
+    committee, _ = active.ActiveLearning(config, base, progress=False).train(0, None, None)
+    assert len(committee) == len(seen) == 3
+    assert all(options["ema_decay"] == 0.99 and options["gradient_clip"] == 50.0 for options in seen)
