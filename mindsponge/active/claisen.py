@@ -150,7 +150,7 @@ def umbrella_profile(
     seed: int = 0,
     progress: bool = True,
     replicas: bool = False,
-    starts: str | None = None,
+    starts=None,
     labels=None,
 ):
     """Umbrella sampling along :func:`reaction_coordinate` with a ``(positions, box) -> energy`` potential.
@@ -162,7 +162,11 @@ def umbrella_profile(
       from the last frame of the previous one (centres in increasing order);
     - ``"pulled"`` (the default, and the only choice, with replicas): the restraint is pulled through
       the centres one after the other, ``pull_steps`` steps to each, and the configuration reached
-      at each centre starts its window, with velocities drawn afresh.
+      at each centre starts its window, with velocities drawn afresh;
+    - configurations ``(K, N, 3)`` nm, one per window in the order of increasing centres (e.g. the
+      last frames another potential's windows returned): each window starts from its own, with
+      velocities drawn afresh. A learned run started where the reference's windows ended samples
+      the same ring near the transition state (see :func:`ring_conformation`).
 
     Each window runs ``equilibration`` steps, then ``steps`` steps sampled every ``every`` steps.
     The two protocols can give different profiles when the windows are too short to forget their
@@ -185,18 +189,18 @@ def umbrella_profile(
 
     Raises:
         TypeError: ``replicas=True`` with a potential that cannot be replicated.
-        ValueError: ``starts`` not ``"sequential"`` or ``"pulled"``, ``"sequential"`` with replicas, or
-            ``labels`` with replicas (the copies are labelled by the potential being learned).
+        ValueError: ``starts`` not ``"sequential"``, ``"pulled"`` or finite ``(K, N, 3)``
+            configurations for the ``K`` windows, ``"sequential"`` with replicas, or ``labels``
+            with replicas (the copies are labelled by the potential being learned).
     """
-    from tqdm.auto import tqdm
-
     colvar = reaction_coordinate()
     centers = sorted(float(center) for center in centers)
+    given = None if starts is None or isinstance(starts, str) else _given_starts(starts, len(centers))
     starts = ("pulled" if replicas else "sequential") if starts is None else starts
-    if starts not in ("sequential", "pulled") or (replicas and starts != "pulled"):
+    if given is None and (starts not in ("sequential", "pulled") or (replicas and starts != "pulled")):
         raise ValueError(
-            f"umbrella_profile: starts must be 'sequential' or 'pulled' ('pulled' with replicas=True), "
-            f"got {starts!r} with replicas={replicas}"
+            f"umbrella_profile: starts must be 'sequential', 'pulled' ('pulled' with replicas=True) or "
+            f"configurations (K, N, 3), got {starts!r} with replicas={replicas}"
         )
     if replicas and labels is not None:
         raise ValueError("umbrella_profile: labels record a reference run, not replicas=True")
@@ -206,28 +210,51 @@ def umbrella_profile(
             f"potential or committee), got {type(potential).__name__}"
         )
     umbrella = bias_module.UmbrellaSampling(colvar, centers, force_constant, temperature)
-    simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
-    if starts == "pulled":
-        first_frames = []
+    if given is None and starts == "sequential":
+        return _sequential_windows(
+            potential, umbrella, temperature, steps, equilibration, every, pull_steps, seed, progress, labels
+        )
+    if given is None:
+        simulation, restraint = _restrained(reactant(), potential, force_constant, temperature, seed)
+        given = []
         for center in umbrella.centers:
             _pull(simulation, restraint, center, pull_steps)
-            first_frames.append(simulation.state.positions.detach().clone())
-        if replicas:
-            return _replica_windows(
-                first_frames, potential, umbrella, temperature, steps, equilibration, every, seed
-            )
-        return _pulled_windows(
-            first_frames, potential, umbrella, temperature, steps, equilibration, every, seed, progress,
-            labels,
+            given.append(simulation.state.positions.detach().clone())
+    if replicas:
+        return _replica_windows(given, potential, umbrella, temperature, steps, equilibration, every, seed)
+    return _pulled_windows(
+        given, potential, umbrella, temperature, steps, equilibration, every, seed, progress, labels
+    )
+
+
+def _given_starts(starts, count: int) -> list[torch.Tensor]:
+    """Configurations ``(count, N, 3)`` nm as one float64 ``(N, 3)`` tensor per window (checked)."""
+    frames = torch.as_tensor(np.asarray(starts, dtype=np.float64))
+    atoms = len(reactant().atomic_numbers)
+    if frames.shape != (count, atoms, 3) or not torch.isfinite(frames).all():
+        raise ValueError(
+            f"umbrella_profile: starts must be finite configurations ({count}, {atoms}, 3) nm, one per "
+            f"window, got shape {tuple(frames.shape)}"
+            + ("" if frames.shape != (count, atoms, 3) else " with non-finite values")
         )
-    _pull(simulation, restraint, centers[0], pull_steps)
+    return list(frames)
+
+
+def _sequential_windows(
+    potential, umbrella, temperature, steps, equilibration, every, pull_steps, seed, progress, labels
+):
+    """:func:`umbrella_profile` with each window started from the end of the previous one."""
+    from tqdm.auto import tqdm
+
+    simulation, restraint = _restrained(reactant(), potential, umbrella.force_constant, temperature, seed)
+    _pull(simulation, restraint, umbrella.centers[0], pull_steps)
     frames, seconds = [], 0.0
-    for window in tqdm(range(len(centers)), desc="umbrella windows", disable=not progress):
+    for window in tqdm(range(len(umbrella.centers)), desc="umbrella windows", disable=not progress):
         seconds += _sample_window(
             simulation, restraint, umbrella, window, equilibration, steps, every, labels
         )
         frames.append(simulation.state.positions.detach().cpu().numpy())
-    return umbrella, np.stack(frames), seconds / (steps * len(centers))
+    return umbrella, np.stack(frames), seconds / (steps * len(umbrella.centers))
 
 
 def _sample_window(simulation, restraint, umbrella, window, equilibration, steps, every, labels=None):

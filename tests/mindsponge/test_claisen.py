@@ -95,6 +95,23 @@ def test_umbrella_reference_labels_its_frames_without_the_restraints(starts):
         claisen.umbrella_profile(None, [0.0], 1.0, 300.0, 1, 1, replicas=True, labels=labels)
 
 
+def test_umbrella_windows_start_from_given_configurations():
+    """``starts`` as configurations: window k starts from the k-th (here the reactant, and the
+    reactant moved 1 nm along x), so after three 0.5 fs steps each window is still there."""
+    from mindsponge.labels import XTB
+
+    system = claisen.reactant()
+    starts = np.stack([system.positions.numpy(), system.positions.numpy() + np.array([1.0, 0.0, 0.0])])
+    _, frames, _ = claisen.umbrella_profile(XTB(system.atomic_numbers), [-0.3, -0.29], 20000.0, 300.0,
+                                            steps=2, equilibration=1, every=1, progress=False, starts=starts)
+    assert np.abs(frames - starts).max() < 0.01  # nm
+    with pytest.raises(ValueError, match=r"starts must be finite configurations \(2, 14, 3\)"):
+        claisen.umbrella_profile(None, [-0.3, -0.29], 1.0, 300.0, 1, 1, starts=starts[:1])
+    starts[1, 3, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        claisen.umbrella_profile(None, [-0.3, -0.29], 1.0, 300.0, 1, 1, starts=starts)
+
+
 def test_claisen_recipes_are_valid():
     from pathlib import Path
 
