@@ -67,6 +67,9 @@ class CommitteeSettings:
     """``[committee]``: the models and their training (:class:`mindsponge.train.Trainer`).
 
     ``epochs`` for round 0, ``retrain_epochs`` for every warm-started retraining.
+    ``weight_schedule`` maps a first epoch (a string in TOML: ``{ "0" = [1.0, 1.0], "80" =
+    [1000.0, 1.0] }``) to the ``[energy_weight, force_weight]`` of the training loss from then on,
+    in every (re)training; ``energy_weight`` and ``force_weight`` weigh the validation loss.
     """
 
     model: Literal["SchNet", "PaiNN", "MolCT"] = "SchNet"
@@ -84,9 +87,15 @@ class CommitteeSettings:
     energy_weight: float = 1.0
     ema_decay: float | None = None
     gradient_clip: float | None = None
+    weight_schedule: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     seed: int = 0
 
     def __post_init__(self):
+        if not all(epoch.isdigit() for epoch in self.weight_schedule):
+            raise ValueError(
+                f"weight_schedule: keys must be first epochs (0-based) as strings such as \"80\", got "
+                f"{list(self.weight_schedule)}"
+            )
         if self.size < 2:
             raise ValueError(f"size must be >= 2 (a committee), got {self.size}")
         for name in ("features", "interactions", "epochs", "retrain_epochs", "batch_size", "patience"):
@@ -257,6 +266,7 @@ class ActiveLearning:
                 patience=settings.patience,
                 ema_decay=settings.ema_decay,
                 gradient_clip=settings.gradient_clip,
+                weight_schedule={int(epoch): weights for epoch, weights in settings.weight_schedule.items()},
                 checkpoint=folder / f"model_{member}.chk",
                 seed=settings.seed + 101 * member + index,
                 progress=self.progress,

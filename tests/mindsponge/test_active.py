@@ -231,8 +231,10 @@ def test_a_frame_gfn2_cannot_label_is_recorded_as_failed_and_left_out(tmp_path):
     assert energy == pytest.approx(float(reference["energy"]), abs=1e-6)
 
 
-def test_committee_members_train_with_the_configured_average_and_clipping(tmp_path, monkeypatch):
-    """``[committee]`` ``ema_decay`` and ``gradient_clip`` reach every member's Trainer."""
+def test_committee_members_train_with_the_configured_average_clipping_and_weights(tmp_path, monkeypatch):
+    """``[committee]`` ``ema_decay``, ``gradient_clip`` and ``weight_schedule`` reach every member's
+    Trainer; a schedule key that is not an epoch is refused."""
+    from common.config import ConfigError
     from mindsponge.active import loop
 
     seen = []
@@ -249,10 +251,15 @@ def test_committee_members_train_with_the_configured_average_and_clipping(tmp_pa
             return {"force_mae": 1.0}
 
     monkeypatch.setattr(loop, "Trainer", RecordingTrainer)
-    options = "learning_rate = 0.01\nema_decay = 0.99\ngradient_clip = 50.0"
+    options = "\n".join(["learning_rate = 0.01", "ema_decay = 0.99", "gradient_clip = 50.0",
+                         'weight_schedule = { "5" = [100.0, 1.0] }'])
     text = CONFIG.format(threshold=1.0).replace("learning_rate = 0.01", options)
     (tmp_path / "config.toml").write_text(text)
     config, base = active.load_config(tmp_path / "config.toml")
     committee, _ = active.ActiveLearning(config, base, progress=False).train(0, None, None)
     assert len(committee) == len(seen) == 3
     assert all(options["ema_decay"] == 0.99 and options["gradient_clip"] == 50.0 for options in seen)
+    assert all(options["weight_schedule"] == {5: (100.0, 1.0)} for options in seen)
+    (tmp_path / "config.toml").write_text(text.replace('"5" =', '"five" ='))
+    with pytest.raises(ConfigError, match="weight_schedule: keys must be first epochs"):
+        active.load_config(tmp_path / "config.toml")
