@@ -353,6 +353,14 @@ RECORD = [
     ),
     Validation(
         _ML,
+        'Labels of a GFN2-xTB run driven by an umbrella restraint (the restraint taken out)',
+        "tblite's own calculators at the recorded frames",
+        'energy 1e-2 kJ/mol (the SCF restarts from the previous step), forces 1e-3 of the largest',
+        "tests/mindsponge/test_claisen.py::"
+        "test_umbrella_reference_labels_its_frames_without_the_restraints",
+    ),
+    Validation(
+        _ML,
         'Normal-mode samples',
         'the classical harmonic distribution',
         'mean energy 5 %; no rigid-body motion to 1e-12',

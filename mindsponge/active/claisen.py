@@ -323,6 +323,7 @@ def _replica_windows(starts, potential, umbrella, temperature, steps, equilibrat
 
 RING = (0, 1, 2, 3, 4, 5)  # C0-C1-O2-C3-C4-C5, closed by the breaking and the forming bond
 RING_CLOSED_BELOW = 0.27  # nm: both O2-C3 and C0-C5 shorter, the six atoms form a (partial) ring
+APART_BEYOND = 0.4  # nm: both O2-C3 and C0-C5 longer, the molecule has come apart (off the reaction)
 
 
 def ring_conformation(positions) -> list[str]:
@@ -339,9 +340,16 @@ def ring_conformation(positions) -> list[str]:
     Args:
         positions: ``(N, 3)`` or ``(K, N, 3)`` nm (a tensor or an array).
 
+    A window can also leave the reaction: with both O2-C3 and C0-C5 long, ``s`` stays at the
+    window's centre while the molecule comes apart in two fragments. GFN2-xTB never goes there
+    at 300 K, but a learned potential that has seen no such frame can put it low in energy (a
+    PaiNN trained on the reference's windows did): such a window's free energy is the model's
+    artefact, and its frames belong in the next round of training.
+
     Returns:
-        one of ``"chair"``, ``"boat"`` (boat or twist-boat) or ``"open"`` (O2-C3 or C0-C5 at least
-        ``RING_CLOSED_BELOW`` nm: no ring) per frame.
+        one of ``"chair"``, ``"boat"`` (boat or twist-boat), ``"open"`` (O2-C3 or C0-C5 at least
+        ``RING_CLOSED_BELOW`` nm: no ring) or ``"apart"`` (both at least ``APART_BEYOND`` nm) per
+        frame.
 
     Raises:
         ValueError: positions not of shape ``(N, 3)`` or ``(K, N, 3)`` with at least the six ring atoms.
@@ -356,14 +364,15 @@ def ring_conformation(positions) -> list[str]:
             f"ring_conformation: expected positions (N, 3) or (K, N, 3) in nm with N >= {len(RING)}, "
             f"got shape {tuple(np.shape(positions))}"
         )
-    longer = torch.maximum(Distance(BREAKING)(frames, None), Distance(FORMING)(frames, None))
-    closed = longer < RING_CLOSED_BELOW
+    breaking, forming = Distance(BREAKING)(frames, None), Distance(FORMING)(frames, None)
+    closed = torch.maximum(breaking, forming) < RING_CLOSED_BELOW
+    apart = torch.minimum(breaking, forming) >= APART_BEYOND
     torsions = [Torsion([RING[(start + k) % len(RING)] for k in range(4)]) for start in range(len(RING))]
     signs = torch.sign(torch.stack([torsion(frames, None) for torsion in torsions], dim=-1))  # (K, 6)
     alternating = (signs * torch.roll(signs, -1, dims=1) < 0).all(dim=1)
     return [
-        ("chair" if chair else "boat") if ring_closed else "open"
-        for chair, ring_closed in zip(alternating.tolist(), closed.tolist())
+        ("chair" if chair else "boat") if ring_closed else ("apart" if separated else "open")
+        for chair, ring_closed, separated in zip(alternating.tolist(), closed.tolist(), apart.tolist())
     ]
 
 

@@ -138,7 +138,7 @@ def _ring_frame(heights, radius=0.145):
 def test_ring_conformation_tells_chair_from_boat_and_open_chains():
     """Chair: ring heights alternating (+h, -h, ...), the ring torsions alternate in sign; boat (bow and
     stern up) and twist-boat do not; a rotation, a mirror image or a batch changes nothing; with the
-    forming bond 0.4 nm long there is no ring."""
+    forming bond 0.4 nm long there is no ring; with the fragments 1 nm apart the molecule is "apart"."""
     theta = np.arange(6) * np.pi / 3
     h = 0.025
     shapes = (np.cos(3 * theta), np.cos(2 * theta), np.sin(2 * theta))
@@ -153,6 +153,9 @@ def test_ring_conformation_tells_chair_from_boat_and_open_chains():
     opened = chair.clone()
     opened[claisen.FORMING[1]] = opened[claisen.FORMING[0]] + torch.tensor([0.4, 0.0, 0.0]).double()
     assert claisen.ring_conformation(opened.numpy()) == ["open"]
+    apart = chair.clone()  # C3, C4, C5 1 nm away: O2-C3 and C0-C5 both broken
+    apart[[3, 4, 5]] += torch.tensor([1.0, 0.0, 0.0]).double()
+    assert claisen.ring_conformation(apart) == ["apart"]
     assert claisen.ring_conformation(chair.requires_grad_()) == ["chair"]
     with pytest.raises(ValueError, match=r"got shape \(14, 2\)"):
         claisen.ring_conformation(chair.detach()[:, :2])
