@@ -273,8 +273,7 @@ def _sample_window(simulation, restraint, umbrella, window, equilibration, steps
     seconds = time.perf_counter() - began
     for reporter in recorders:
         simulation.reporters.remove(reporter)
-    recorder = recorders[0]
-    umbrella.add_samples(window, recorder.values[:, 0])
+    umbrella.add_samples(window, recorders[0].values[:, 0])
     return seconds
 
 
