@@ -373,6 +373,16 @@ class Metadynamics(Bias):
         return float(self.thermal_energy * log_ratio)
 
 
+def _parameter_dtype(modules, default):
+    """The floating dtype of the first floating parameter or buffer of ``modules``, else ``default``."""
+    for module in modules:
+        if isinstance(module, torch.nn.Module):
+            for tensor in (*module.parameters(), *module.buffers()):
+                if tensor.is_floating_point():
+                    return tensor.dtype
+    return default
+
+
 class ColvarReporter(Reporter):
     """Record CV values and bias energies along a run (PLUMED's COLVAR file).
 
@@ -394,11 +404,11 @@ class ColvarReporter(Reporter):
         self.steps, self.times, self._values, self._bias_energies, self._offsets = [], [], [], [], []
         self._handle = None
 
-    def report(self, simulation, state):
-        """Evaluate the CVs and biases at ``state``."""
-        compute = simulation.precision.compute
-        positions = state.positions.to(compute)
-        box = None if state.box is None else state.box.to(compute)
+    def report(self, state, observables):
+        """Evaluate the CVs and biases at ``state`` (in the dtype of their parameters, if they have any)."""
+        dtype = _parameter_dtype([*self.colvars, *self.biases], state.positions.dtype)
+        positions = state.positions.to(dtype)
+        box = None if state.box is None else state.box.to(dtype)
         with torch.no_grad():
             values = [float(colvar(positions, box)) for colvar in self.colvars]
             energies = [float(bias(positions, box)) for bias in self.biases]

@@ -1,14 +1,14 @@
-"""What thermostats and barostats may read of the simulation that runs them.
+"""What integrators, thermostats and barostats may read of the simulation that runs them.
 
 A :class:`~mindsponge.simulation.Simulation` builds one :class:`DynamicsContext` when it is
-created (``sim.context``) and passes it to its thermostat and barostat after every step::
+created (``sim.context``) and passes it to every phase of a step::
 
-    state = thermostat.apply(state, context)
+    state = integrator.step(state, context)      # the thermostat's half steps inside
     state = barostat.apply(state, context)
 
 so that they map a state to a new state knowing only the fixed data of the run (masses, degrees
-of freedom, time step, molecules, the generator and the force field as callables) and never the
-simulation itself. Their own variables live in ``state.extras``, the generator's state in
+of freedom, time step, constraints, molecules, the generator and the force field as callables) and
+never the simulation itself. Their own variables live in ``state.extras``, the generator's state in
 ``state.rng_state``: everything a step depends on stays in the state (and in checkpoints).
 
 Units: amu, ps, kJ/mol, nm.
@@ -39,6 +39,7 @@ class DynamicsContext:
             kJ/mol/nm, in the integration dtype.
         potential: callable ``(positions, box) -> energy``, kJ/mol, without forces (for the
             virial pressure of :func:`mindsponge.thermo.pressure`).
+        constraints: the :class:`~mindsponge.constraints.Constraints` integrators apply, or ``None``.
     """
 
     masses: torch.Tensor
@@ -48,3 +49,4 @@ class DynamicsContext:
     molecules: torch.Tensor
     energy_and_forces: Callable
     potential: Callable
+    constraints: object = None

@@ -1,19 +1,31 @@
 """Time integrators: a step maps a :class:`~mindsponge.state.State` to the next one.
 
-Every integrator exposes ``step(state, force, masses, constraints=None, generator=None)``:
+Every integrator exposes ``step(state, context)``, the protocol thermostats and barostats share
+(``apply(state, context)``): ``context`` is the run's :class:`~mindsponge.context.DynamicsContext`,
+from which a step reads
 
-- ``force(positions, box) -> (energy, forces)`` evaluates the potential (kJ/mol) and forces
-  (kJ/mol/nm) at new positions; a step calls it once, and the returned state carries the
-  forces for the next step.
-- ``masses``: (N,) tensor, amu; massless particles (virtual sites) are not moved.
-- ``constraints``: a :class:`~mindsponge.constraints.Constraints` (or ``None``): positions are
-  constrained after each drift, velocities after each kick (RATTLE).
-- ``generator``: a ``torch.Generator`` for stochastic integrators; its state is loaded from
+- ``context.energy_and_forces(positions, box) -> (energy, forces)``, the potential (kJ/mol) and
+  forces (kJ/mol/nm) at new positions; a step calls it once, and the returned state carries the
+  forces for the next step;
+- ``context.masses``: (N,) tensor, amu; massless particles (virtual sites) are not moved;
+- ``context.constraints``: a :class:`~mindsponge.constraints.Constraints` (or ``None``): positions are
+  constrained after each drift, velocities after each kick (RATTLE);
+- ``context.generator``: a ``torch.Generator`` for stochastic integrators; its state is loaded from
   ``state.rng_state`` before the step and stored in the returned state, so a step is a pure
   function of the state (a restarted run continues bit for bit).
 
+A thermostat is part of the integrator, split around its step as in jax-md's ``nvt_nose_hoover``:
+``VelocityVerlet(dt, thermostat=Bussi(...))`` applies the thermostat for half a step
+(``thermostat.apply(state, context)`` with a context whose ``dt`` is ``dt / 2``), then the
+velocity-Verlet step, then the thermostat's second half step (a symmetric Trotter splitting).
+:class:`LangevinMiddle` is its own thermostat.
+
+The older call ``step(state, force, masses, constraints=None, generator=None)`` still works, with a
+``DeprecationWarning``.
+
 Integration is done in the dtype of ``state.positions`` (float64 for mixed precision) whatever
-dtype the forces come in.
+dtype the forces come in. :class:`~mindsponge.simulation.Simulation` runs these steps in compiled
+code (:mod:`mindsponge.step_loop`) where it can, operation by operation the same.
 
 :class:`VelocityVerlet` samples the microcanonical (NVE) ensemble; :class:`LangevinMiddle` is
 the BAOAB splitting of Langevin dynamics (Leimkuhler & Matthews 2013), the scheme of OpenMM's
@@ -32,11 +44,14 @@ and with the bath (and, on rigid water at 2 fs, with the equipartition kinetic e
 tests/mindsponge/test_thermostats.py).
 """
 
+import dataclasses
 import math
 
 import torch
 
 from common import units
+from common.deprecation import warn_deprecated
+from mindsponge.context import DynamicsContext
 
 __all__ = ["Integrator", "LangevinMiddle", "MultipleTimeStep", "VelocityVerlet"]
 
@@ -91,8 +106,26 @@ class Integrator:
         """(N, 1) inverse masses in ``dtype`` (0 for massless particles), cached per masses tensor."""
         return self._per_masses.get(masses, dtype, "inverse", None)
 
-    def step(self, state, force, masses, constraints=None, generator=None):
-        """Advance ``state`` by one step of ``dt``; returns the new :class:`~mindsponge.state.State`."""
+    def step(self, state, context, *legacy, **legacy_keywords):
+        """Advance ``state`` by one step of ``dt``; returns the new :class:`~mindsponge.state.State`.
+
+        Args:
+            state: the :class:`~mindsponge.state.State` (with its forces).
+            context: the run's :class:`~mindsponge.context.DynamicsContext` (see the module docstring).
+                The older arguments ``(force, masses, constraints=None, generator=None)`` still work,
+                with a ``DeprecationWarning``.
+        """
+        if not isinstance(context, DynamicsContext):
+            context = self._legacy_context(context, *legacy, **legacy_keywords)
+        return self._step(state, context)
+
+    def _legacy_context(self, force, masses, constraints=None, generator=None):
+        warn_deprecated(f"{type(self).__name__}.step(state, force, masses, constraints, generator)",
+                        f"{type(self).__name__}.step(state, context)")
+        return DynamicsContext(masses=masses, degrees_of_freedom=None, dt=self.dt, generator=generator,
+                               molecules=None, energy_and_forces=force, potential=None, constraints=constraints)
+
+    def _step(self, state, context):
         raise NotImplementedError
 
     def _finish(self, state, positions, velocities, energy, forces, generator=None):
@@ -112,27 +145,55 @@ class Integrator:
 
 
 class VelocityVerlet(Integrator):
-    """Velocity Verlet with RATTLE constraints: NVE dynamics.
+    """Velocity Verlet with RATTLE constraints: NVE dynamics, or NVT with a thermostat split around it.
 
     Args:
         dt: time step, ps.
+        thermostat: optional thermostat from :mod:`mindsponge.thermostats` (or anything with
+            ``apply(state, context)``), applied for half a step before and after each step.
     """
 
-    def step(self, state, force, masses, constraints=None, generator=None):
-        """One velocity-Verlet step (see the module docstring for the arguments)."""
-        dt = self.dt
+    def __init__(self, dt, thermostat=None):
+        super().__init__(dt)
+        if thermostat is not None and not callable(getattr(thermostat, "apply", None)):
+            raise TypeError(f"VelocityVerlet: thermostat must have apply(state, context), got {thermostat!r}")
+        self.thermostat = thermostat
+        self._half = None  # (context, the same with dt / 2)
+
+    @property
+    def stochastic(self):
+        """Whether the step draws random numbers (a stochastic thermostat)."""
+        return bool(getattr(self.thermostat, "stochastic", False))
+
+    def with_thermostat(self, thermostat):
+        """A copy of this integrator with ``thermostat``."""
+        return VelocityVerlet(self.dt, thermostat)
+
+    def _half_context(self, context):
+        if self._half is None or self._half[0] is not context:
+            self._half = (context, dataclasses.replace(context, dt=0.5 * context.dt))
+        return self._half[1]
+
+    def _step(self, state, context):
+        """One velocity-Verlet step, between two thermostat half steps."""
+        if self.thermostat is not None:
+            state = self.thermostat.apply(state, self._half_context(context))
+        dt, masses, constraints = self.dt, context.masses, context.constraints
         inverse = self._inverse(masses, state.positions.dtype)
         velocities = _kick(state.velocities, state.forces, 0.5 * dt, inverse)
         positions = _drift(state.positions, velocities, dt)
         if constraints is not None:
             positions = constraints.positions(state.positions, positions, masses)
             velocities = (positions - state.positions) / dt
-        energy, forces = force(positions, state.box)
+        energy, forces = context.energy_and_forces(positions, state.box)
         forces = forces.to(positions.dtype)
         velocities = _kick(velocities, forces, 0.5 * dt, inverse, out=velocities)
         if constraints is not None:
             velocities = constraints.velocities(positions, velocities, masses)
-        return self._finish(state, positions, velocities, energy, forces)
+        state = self._finish(state, positions, velocities, energy, forces)
+        if self.thermostat is not None:
+            state = self.thermostat.apply(state, self._half_context(context))
+        return state
 
 
 class LangevinMiddle(Integrator):
@@ -151,12 +212,14 @@ class LangevinMiddle(Integrator):
         self.temperature = _check_positive(temperature, "temperature (K)", "LangevinMiddle")
         self.friction = _check_positive(friction, "friction (1/ps)", "LangevinMiddle")
 
-    def step(self, state, force, masses, constraints=None, generator=None):
-        """One BAOAB step (see the module docstring for the arguments).
+    def _step(self, state, context):
+        """One BAOAB step.
 
         Raises:
             ValueError: without a generator or without ``state.rng_state``.
         """
+        force, masses, constraints, generator = (context.energy_and_forces, context.masses, context.constraints,
+                                                 context.generator)
         if generator is None or state.rng_state is None:
             raise ValueError("LangevinMiddle.step needs a torch.Generator and a state with rng_state")
         generator.set_state(state.rng_state)
@@ -255,8 +318,9 @@ class MultipleTimeStep(Integrator):
 
         return energy_and_forces(self.fast, positions, box)[1].to(positions.dtype)
 
-    def step(self, state, force, masses, constraints=None, generator=None):
-        """One outer step (see the module docstring for the arguments)."""
+    def _step(self, state, context):
+        """One outer step."""
+        force, masses, constraints = context.energy_and_forces, context.masses, context.constraints
         dt, inner = self.dt, self.dt / self.inner_steps
         inverse = self._inverse(masses, state.positions.dtype)
         fast = self._fast_forces(state.positions, state.box)

@@ -228,7 +228,7 @@ class TrajectoryLabels:
         self.every, self.bias = every, bias
         self._frames: list[tuple[np.ndarray, float, np.ndarray]] = []
 
-    def report(self, simulation, state) -> None:
+    def report(self, state, observables) -> None:
         """Record the positions, potential energy and forces of ``state`` (less those of the bias)."""
         energy, forces = float(state.potential_energy), state.forces.detach().cpu().double()
         if self.bias is not None:

@@ -256,7 +256,7 @@ class NeighborList:
             kernels = _kernels.usable(reference)
             if kernels is None:
                 return None
-            starts, partners = self._exclusions_by_atom(len(reference))
+            starts, partners = self.exclusion_table(len(reference))
             box = reference.new_zeros(0) if self._reference_box is None else self._reference_box.cpu()
             found = kernels.cluster_pairs(reference, box, self.list_cutoff, starts, partners)
             self._clusters = ClusterPairs(*found)
@@ -334,10 +334,9 @@ class NeighborList:
         if box is not None:
             box = box.detach().to(positions)
             if self.cutoff > space.max_cutoff(box) + 1e-12:
-                raise ValueError(
+                raise space.BoxTooSmallError(
                     f"NeighborList cutoff {self.cutoff} nm is longer than half the box "
-                    f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff"
-                )
+                    f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff", box)
         n_atoms = len(positions)
         if n_atoms == 0:
             self._store(positions, box, torch.zeros((0, 2), dtype=torch.long, device=positions.device), None)
@@ -384,13 +383,14 @@ class NeighborList:
         cells_per_cutoff = _CELLS_PER_CUTOFF["compiled"]
         cell_xyz, n_cells, reach, widths, wrapped = self._cell_grid(positions, box, cells_per_cutoff)
         several_images = box is not None and _images_may_repeat(box, widths, self.list_cutoff)
-        starts, partners = self._exclusions_by_atom(len(positions))
+        starts, partners = self.exclusion_table(len(positions))
         box_or_empty = positions.new_zeros(0) if box is None else box
         return tuple(self._kernels.cell_neighbors(wrapped, box_or_empty, cell_xyz, n_cells, reach,
                                                   self.list_cutoff, starts, partners, several_images))
 
-    def _exclusions_by_atom(self, n_atoms: int) -> tuple[Tensor, Tensor]:
-        """Excluded partners ``j > i`` of each atom ``i``: ``partners[starts[i]:starts[i + 1]]``."""
+    def exclusion_table(self, n_atoms: int) -> tuple[Tensor, Tensor]:
+        """Excluded partners ``j > i`` of each atom ``i``: ``partners[starts[i]:starts[i + 1]]``, as
+        ``(starts (N + 1,) long, partners (E,) long)`` CPU tensors (what the compiled searches take)."""
         if self._exclusion_table is None or len(self._exclusion_table[0]) != n_atoms + 1:
             if self.exclusions is None:
                 keys = torch.zeros(0, dtype=torch.long)

@@ -163,7 +163,7 @@ class ReplicaColvarReporter(Reporter):
         self.count = _count(count, "ReplicaColvarReporter")
         self.steps, self.times, self._values = [], [], []
 
-    def report(self, simulation, state):
+    def report(self, state, observables):
         """Evaluate the CV of every copy at ``state``."""
         with torch.no_grad():
             values = self.colvar(state.positions.reshape(self.count, -1, 3), None)

@@ -1,9 +1,17 @@
-"""Reporters: read-only observers that a :class:`~mindsponge.simulation.Simulation` calls every N steps.
+"""Reporters: read-only observers that a :class:`~mindsponge.simulation.Simulation` feeds every N steps.
 
-A reporter has an ``every`` attribute (steps between reports), ``report(simulation, state)``,
-``truncate(step)`` and ``close()``. The simulation calls ``report`` after each step whose number
-is a multiple of ``every`` (before writing a checkpoint of that step); reporters never change
-the state (OpenMM's app-layer design).
+A reporter says when it next wants a report and what it needs (OpenMM's ``describeNextReport``):
+``describe_next_report(state) -> (steps, needs)``, the steps from ``state`` to its next report and
+the names of the observables it will read (``"energies"``: potential, kinetic and total energy,
+temperature, volume and density; ``"pressure"``: the pressure too, two extra energy evaluations).
+The simulation runs straight to the first step a reporter (or a checkpoint, or the barostat) asks
+for, computes the observables the due reporters need once, and calls ``report(state, observables)``
+on each: the :class:`~mindsponge.state.State` of that step and a dict of floats (kJ/mol, K, bar,
+nm^3, g/cm^3, keys as :meth:`Simulation.energies <mindsponge.simulation.Simulation.energies>`).
+A reporter never sees the simulation and never changes the state (OpenMM's app-layer design). The
+base class :class:`Reporter` asks for a report every ``every`` steps; ``truncate(step)`` and
+``close()`` complete the interface. A reporter of an older release, ``report(simulation, state)``,
+still works (with a ``DeprecationWarning``).
 
 A run continued from a checkpoint of step n (``mindsponge run --resume``) opens its reporters
 with ``append=True`` and calls ``truncate(n)`` first: the rows and frames written after step n
@@ -24,16 +32,21 @@ Like ``StateDataReporter(sys.stdout, ...)``, ``LogReporter(None)`` prints the ta
 ``LogReporter(path, stdout=True)`` writes the file and prints the same lines.
 """
 
+import inspect
 import math
 import os
 import sys
 import time
 
-__all__ = ["H5MDReporter", "LogReporter", "Reporter"]
+from common.deprecation import warn_deprecated
+
+__all__ = ["H5MDReporter", "LogReporter", "Reporter", "needs", "report", "steps_to_next"]
 
 
 class Reporter:
-    """Base class of reporters.
+    """Base class of reporters: a report every ``every`` steps (steps that are multiples of ``every``).
+
+    Subclasses set :attr:`needs` (or override :meth:`describe_next_report`) and implement :meth:`report`.
 
     Args:
         every: report every this many steps (positive int).
@@ -42,13 +55,20 @@ class Reporter:
         ValueError: ``every`` is not a positive integer.
     """
 
+    needs: tuple[str, ...] = ()  # observables the reports read: "energies", "pressure"
+
     def __init__(self, every):
         if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
             raise ValueError(f"{type(self).__name__}: every must be a positive int (steps), got {every!r}")
         self.every = every
 
-    def report(self, simulation, state):
-        """Record ``state`` of ``simulation``."""
+    def describe_next_report(self, state):
+        """``(steps, needs)``: steps from ``state`` to the next multiple of ``every`` (at least 1) and the
+        observables that report reads."""
+        return self.every - state.step % self.every, tuple(self.needs)
+
+    def report(self, state, observables):
+        """Record ``state`` (a :class:`~mindsponge.state.State`) with ``observables`` (dict of floats)."""
         raise NotImplementedError
 
     def truncate(self, step):
@@ -59,6 +79,51 @@ class Reporter:
 
     def close(self):
         """Flush and release resources (called by :meth:`Simulation.close`)."""
+
+
+def steps_to_next(reporter, state) -> int:
+    """Steps from ``state`` to ``reporter``'s next report (``describe_next_report``, or ``every``)."""
+    describe = getattr(reporter, "describe_next_report", None)
+    if describe is not None:
+        steps = int(describe(state)[0])
+    else:
+        steps = reporter.every - state.step % reporter.every
+    if steps < 1:
+        raise ValueError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; it must be >= 1")
+    return steps
+
+
+def needs(reporter, state) -> set:
+    """The observables ``reporter`` reads at its report of ``state`` (older reporters: the energies)."""
+    if _is_legacy(reporter):
+        return {"energies"}
+    describe = getattr(reporter, "describe_next_report", None)
+    return set(describe(state)[1]) if describe is not None else set(getattr(reporter, "needs", ()))
+
+
+def _is_legacy(reporter) -> bool:
+    """A reporter of an older release: ``report(simulation, state)``."""
+    try:
+        parameters = list(inspect.signature(reporter.report).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(parameters) and parameters[0] == "simulation"
+
+
+_warned_legacy: set[type] = set()
+
+
+def report(reporter, simulation, state, observables) -> None:
+    """``reporter.report(state, observables)``; an older ``report(simulation, state)`` gets the simulation
+    (once per class with a ``DeprecationWarning``)."""
+    if not _is_legacy(reporter):
+        reporter.report(state, observables)
+        return
+    if type(reporter) not in _warned_legacy:
+        _warned_legacy.add(type(reporter))
+        warn_deprecated(f"{type(reporter).__name__}.report(simulation, state)",
+                        f"{type(reporter).__name__}.report(state, observables)")
+    reporter.report(simulation, state)
 
 
 class LogReporter(Reporter):
@@ -97,6 +162,7 @@ class LogReporter(Reporter):
         self.append = bool(append) and path is not None and os.path.isfile(path)
         self.path = path
         self.pressure = bool(pressure)
+        self.needs = ("energies", "pressure") if self.pressure else ("energies",)
         self.stdout = bool(stdout) and path is not None
         self._handle = None
         self._last = None  # (wall time, step, time) of the previous report
@@ -117,9 +183,9 @@ class LogReporter(Reporter):
         if self.stdout:
             print(line)
 
-    def report(self, simulation, state):
+    def report(self, state, observables):
         """Append one row for ``state`` (see the module docstring for the columns)."""
-        values = simulation.energies(state, pressure=self.pressure)
+        values = observables
         now = time.perf_counter()
         speed = math.nan
         if self._last is not None and now > self._last[0] and state.time > self._last[2]:
@@ -210,7 +276,7 @@ class H5MDReporter(Reporter):
         if unit is not None:
             group["value"].attrs["unit"] = unit
 
-    def _open(self, simulation, state):
+    def _open(self, state):
         import h5py
 
         from mindsponge import __version__
@@ -246,14 +312,16 @@ class H5MDReporter(Reporter):
             dataset.resize(dataset.shape[0] + 1, axis=0)
             dataset[-1] = item
 
-    def report(self, simulation, state):
+    needs = ("energies",)
+
+    def report(self, state, observables):
         """Append the frame of ``state``."""
         if self._file is None and self.append:
             import h5py
 
             self._file = h5py.File(self.path, "a")
         if self._file is None:
-            self._open(simulation, state)
+            self._open(state)
         handle = self._file
 
         def array(tensor):
@@ -265,7 +333,7 @@ class H5MDReporter(Reporter):
             self._append(particles["velocity"], array(state.velocities), state)
         if state.box is not None:
             self._append(particles["box/edges"], array(state.box), state)
-        values = simulation.energies(state, pressure=False)
+        values = observables
         for name, key in (
             ("potential_energy", "potential"),
             ("kinetic_energy", "kinetic"),

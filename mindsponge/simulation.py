@@ -44,9 +44,11 @@ from common.errors import DataError, SimulationError
 from mindsponge import checkpoint as checkpoint_module
 from mindsponge import constraints as constraints_module
 from mindsponge import simulation_setup as setup
+from mindsponge import step_loop
+from mindsponge import reporters as report_schedule
 from mindsponge import thermo
 from mindsponge.context import DynamicsContext
-from mindsponge.forcefield.base import energy_and_forces
+from mindsponge.forcefield.base import check_inputs, energy_and_forces
 from mindsponge.overlaps import (
     OVERLAP_DISTANCE,
     OverlapError,
@@ -54,6 +56,7 @@ from mindsponge.overlaps import (
     describe_overlaps,
     find_overlaps,
 )
+from mindsponge.space import BoxTooSmallError
 from mindsponge.state import State
 
 __all__ = ["Simulation", "SimulationBlowUpError"]
@@ -171,12 +174,12 @@ class Simulation:
         overlap_distance=OVERLAP_DISTANCE,
     ):
         setup.check_parts(system, forcefield, integrator, barostat)
+        integrator = setup.with_thermostat(integrator, thermostat)
         threads_module.set_threads(threads)
         precision = setup.resolve_precision(precision, forcefield)
         self.checkpoint_every = checks.positive_int(checkpoint_every, "checkpoint_every (steps)")
         self.system = setup.integration_system(system, forcefield, precision)
         self.forcefield = forcefield
-        self.thermostat = thermostat
         self.barostat = barostat
         self.precision = precision
         self.reporters = list(reporters)
@@ -202,6 +205,8 @@ class Simulation:
         ]
         self.neighbor_lists = checkpoint_module.neighbor_lists(forcefield)
         self._integrator = integrator
+        self._loop = None  # the compiled step loop (mindsponge.step_loop), built when first needed
+        self._loop_built = False
         self.context = DynamicsContext(
             masses=self.masses,
             degrees_of_freedom=self.degrees_of_freedom,
@@ -210,6 +215,7 @@ class Simulation:
             molecules=self.molecules,
             energy_and_forces=self.energy_and_forces,
             potential=self.potential,
+            constraints=self.constraints,
         )
         self.state = self._with_forces(self._initial_state())
         self.overlap_distance = None if overlap_distance is None else float(overlap_distance)
@@ -227,6 +233,23 @@ class Simulation:
     def integrator(self, integrator):
         self._integrator = integrator
         self.context = dataclasses.replace(self.context, dt=integrator.dt)
+        self._loop, self._loop_built = None, False
+
+    @property
+    def thermostat(self):
+        """The integrator's thermostat (``None`` for Langevin dynamics or NVE)."""
+        return getattr(self._integrator, "thermostat", None)
+
+    @property
+    def step_loop(self):
+        """The compiled step loop (:class:`mindsponge.step_loop.StepLoop`) that runs this simulation's
+        steps, or ``None`` when they run in Python (see :mod:`mindsponge.step_loop`)."""
+        if not self._loop_built:
+            self._loop = step_loop.build(self.forcefield, self.precision, self.masses, self._integrator,
+                                         self.constraints, self.remove_center_of_mass_motion,
+                                         self.degrees_of_freedom, self.generator, self.system.box)
+            self._loop_built = True
+        return self._loop
 
     def _initial_state(self):
         """The system's positions (constrained) and velocities (zero if none), without forces."""
@@ -269,6 +292,9 @@ class Simulation:
     # --- forces and energies -------------------------------------------------------------
     def potential(self, positions, box):
         """Potential energy (kJ/mol, accumulate dtype) of the force field at ``positions`` and ``box``."""
+        loop = self.step_loop
+        if loop is not None:
+            return self.energy_and_forces(positions, box)[0]
         compute = self.precision.compute
         energy = self.forcefield(positions.to(compute), None if box is None else box.to(compute))
         return energy.detach().to(self.precision.accumulate)
@@ -277,9 +303,17 @@ class Simulation:
         """``(energy, forces)`` at ``positions`` (N, 3) nm and ``box``: kJ/mol and kJ/mol/nm.
 
         The force field computes in the compute dtype of :attr:`precision`; both come back in
-        the accumulate (integration) dtype.
+        the accumulate (integration) dtype. Where the compiled step loop runs the simulation, it
+        evaluates them too (the same terms; energies summed in float64).
+
+        Raises:
+            common.errors.DataError: a NaN or infinite coordinate (naming the atom) or box entry.
         """
         compute, accumulate = self.precision.compute, self.precision.accumulate
+        loop = self.step_loop
+        if loop is not None:
+            check_inputs(positions, box)
+            return loop.energy_and_forces(positions.to(accumulate), None if box is None else box.to(accumulate))
         energy, forces = energy_and_forces(
             self.forcefield, positions.to(compute), None if box is None else box.to(compute)
         )
@@ -402,14 +436,12 @@ class Simulation:
 
     # --- dynamics -------------------------------------------------------------------------
     def step_once(self, state):
-        """The state one step after ``state`` (integrator, centre-of-mass removal, thermostat, barostat).
-
-        Virtual sites of the force field (massless, not moved by the integrator) are put back
-        at their places, so that reporters see them where the force field does.
-        """
-        state = self._integrator.step(
-            state, self.energy_and_forces, self.masses, self.constraints, self.generator
-        )
+        """The state one step after ``state``, stepped in Python: the integrator (its thermostat inside),
+        the virtual sites put back at their places (so that reporters see them where the force field
+        does) and the centre-of-mass motion removed. The barostat, the adaptive biases, reporters and
+        checkpoints are :meth:`run`'s; :meth:`run` steps in compiled code where it can
+        (:attr:`step_loop`), with the same operations."""
+        state = self._integrator.step(state, self.context)
         virtual_sites = getattr(self.forcefield, "virtual_sites", None)
         if virtual_sites is not None:
             with torch.no_grad():
@@ -418,25 +450,22 @@ class Simulation:
             state = state.replace(
                 velocities=thermo.remove_center_of_mass_motion(state.velocities, self.masses)
             )
-        if self.thermostat is not None:
-            state = self.thermostat.apply(state, self.context)
-        if self.barostat is not None and state.step % self.barostat.every == 0:
-            state = self.barostat.apply(state, self.context)
-        if self.adaptive_modules:
-            positions = state.positions.to(self.precision.compute)
-            box = None if state.box is None else state.box.to(self.precision.compute)
-            changed = [module.after_step(positions, box, state.step) for module in self.adaptive_modules]
-            if any(changed):
-                state = self._with_forces(state)
         return state
 
     def run(self, steps):
         """Integrate ``steps`` steps, calling reporters and writing checkpoints on schedule.
 
+        The steps run to the next step on which something is due (a reporter's report, a checkpoint, a
+        barostat move, an adaptive bias) without coming back to Python where the compiled step loop
+        applies (:attr:`step_loop`); then the barostat moves, the adaptive biases update, the
+        observables the due reporters need are computed once (:meth:`energies`) and each reporter gets
+        ``report(state, observables)``, and the checkpoint is written, in that order.
+
         Raises:
             ValueError: ``steps`` is not a non-negative integer.
-            SimulationBlowUpError: the energy became non-finite or jumped (the message names
-                the step; the last good state is written to the checkpoint path if any).
+            SimulationBlowUpError: the energy became non-finite or jumped, a constraint failed, or the
+                barostat shrank the box below what the cutoff allows (the message names the step; the
+                last good state is written to the checkpoint path if any).
         """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError(f"steps must be a non-negative int, got {steps!r}")
@@ -447,8 +476,34 @@ class Simulation:
                 f"{self._describe_overlaps()}: dynamics would blow up; call sim.minimize() first",
                 self.overlaps,
             )
+        end = self.state.step + steps
         with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
-            for _ in range(steps):
+            while self.state.step < end:
+                due = {id(reporter): self.state.step + report_schedule.steps_to_next(reporter, self.state)
+                       for reporter in self.reporters}
+                target = min([end, *due.values(), *self._scheduled_events()])
+                self._advance(target, bar)
+                self._events([reporter for reporter in self.reporters if due[id(reporter)] == target])
+        self._checked_positions = self.state.positions  # made by stable dynamics from checked ones
+        return self.state
+
+    def _scheduled_events(self):
+        """The next steps on which a checkpoint, a barostat move or an adaptive bias is due."""
+        step = self.state.step
+        events = []
+        if self.checkpoint is not None:
+            events.append((step // self.checkpoint_every + 1) * self.checkpoint_every)
+        if self.barostat is not None:
+            events.append((step // self.barostat.every + 1) * self.barostat.every)
+        if self.adaptive_modules:
+            events.append(step + 1)
+        return events
+
+    def _advance(self, target, bar):
+        """Step to ``target`` (compiled where the loop applies); blow-ups stop with the last good state."""
+        loop = self.step_loop
+        while self.state.step < target:
+            if loop is None:
                 previous = self.state
                 try:
                     state = self.step_once(previous)
@@ -457,17 +512,57 @@ class Simulation:
                     self._blow_up(previous, str(error))
                 self._check_stability(previous, state)
                 self.state = state
-                # reports before the checkpoint: a checkpoint at step n implies that the reports of
-                # steps <= n are written, so a run resumed from it (after truncating the reporters'
-                # files to step n) repeats and misses none
-                for reporter in self.reporters:
-                    if state.step % reporter.every == 0:
-                        reporter.report(self, state)
-                if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
-                    self.save_checkpoint(self.checkpoint)
                 bar.update(1)
-        self._checked_positions = self.state.positions  # made by stable dynamics from checked ones
-        return self.state
+                continue
+            start = self.state.step
+            try:  # at most half a second per call: progress, and Ctrl-C, are seen
+                state, _, failure = loop.run(self.state, target - start, self.max_energy_jump, seconds=0.5)
+            except (constraints_module.ConstraintError, DataError) as error:
+                self.state = loop.last_state()
+                self._blow_up(self.state, str(error))
+            except BaseException:
+                self.state = loop.last_state()
+                raise
+            self.state = state
+            bar.update(state.step - start)
+            if failure is not None:
+                self._blow_up(state, failure.message)
+
+    def _events(self, due_reporters):
+        """What is due at the current step: barostat, adaptive biases, reports, checkpoint."""
+        state = self.state
+        if self.barostat is not None and state.step % self.barostat.every == 0:
+            state = self._barostat_move(state)
+        if self.adaptive_modules:
+            positions = state.positions.to(self.precision.compute)
+            box = None if state.box is None else state.box.to(self.precision.compute)
+            changed = [module.after_step(positions, box, state.step) for module in self.adaptive_modules]
+            if any(changed):
+                state = self._with_forces(state)
+        self.state = state
+        # reports before the checkpoint: a checkpoint at step n implies that the reports of steps <= n
+        # are written, so a run resumed from it (after truncating the reporters' files to step n) repeats
+        # and misses none
+        if due_reporters:
+            needs = set().union(*(report_schedule.needs(reporter, state) for reporter in due_reporters))
+            observables = self.energies(state, pressure="pressure" in needs) if needs else {}
+            for reporter in due_reporters:
+                report_schedule.report(reporter, self, state, observables)
+        if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
+            self.save_checkpoint(self.checkpoint)
+
+    def _barostat_move(self, state):
+        """The barostat's move at ``state``; a box it shrinks below what the force field allows is a blow-up."""
+        try:
+            moved = self.barostat.apply(state, self.context)
+        except BoxTooSmallError as error:
+            self._blow_up(state, f"{type(self.barostat).__name__} shrank the box to "
+                                 f"{[round(float(value), 6) for value in torch.diagonal(error.box)]} nm "
+                                 f"(box vectors {error.box.tolist()}): {error}", step=state.step)
+        if not math.isfinite(float(moved.potential_energy)):
+            self._blow_up(state, f"the potential energy after the {type(self.barostat).__name__} move is not "
+                                 "finite", step=state.step)
+        return moved
 
     def _check_stability(self, previous, state):
         energy = float(state.potential_energy)
@@ -486,9 +581,10 @@ class Simulation:
                 f"(max_energy_jump {self.max_energy_jump:.4g})",
             )
 
-    def _blow_up(self, previous, reason):
-        """Write the last good state (if a checkpoint path is set) and raise SimulationBlowUpError."""
-        step = previous.step + 1
+    def _blow_up(self, previous, reason, step=None):
+        """Write the last good state (if a checkpoint path is set) and raise SimulationBlowUpError (at
+        ``step``, by default the step after ``previous``)."""
+        step = previous.step + 1 if step is None else step
         where = ""
         if self.checkpoint is not None:
             self._save(self.checkpoint, previous)
@@ -496,15 +592,21 @@ class Simulation:
         for reporter in self.reporters:
             reporter.close()
         raise SimulationBlowUpError(
-            f"simulation blew up at step {step} (time {previous.time + self.integrator.dt:.4f} ps): "
+            f"simulation blew up at step {step} "
+            f"(time {previous.time + (step - previous.step) * self.integrator.dt:.4f} ps): "
             f"{reason}{where}",
             step,
         )
 
     # --- checkpoints (see mindsponge.checkpoint) ------------------------------------------
+    def _neighbor_states(self):
+        """The neighbour lists whose state fixes the summation order (the compiled loop's where it runs)."""
+        loop = self.step_loop
+        return self.neighbor_lists if loop is None else loop.neighbor_states(self.neighbor_lists)
+
     def _save(self, path, state):
         checkpoint_module.write_checkpoint(
-            path, state, self.neighbor_lists, self.adaptive_modules, self._integrator
+            path, state, self._neighbor_states(), self.adaptive_modules, self._integrator
         )
 
     def save_checkpoint(self, path):
@@ -521,7 +623,7 @@ class Simulation:
                 positions, velocities, forces or box in it (see :func:`common.io.load_checkpoint`).
         """
         self.state = checkpoint_module.read_checkpoint(
-            path, self.state, self.neighbor_lists, self.adaptive_modules
+            path, self.state, self._neighbor_states(), self.adaptive_modules
         )
         self.check_overlaps()
 

@@ -20,6 +20,7 @@ __all__ = [
     "integration_system",
     "resolve_constraints",
     "resolve_precision",
+    "with_thermostat",
 ]
 
 
@@ -35,6 +36,31 @@ def check_parts(system, forcefield, integrator, barostat):
         raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
     if barostat is not None and system.box is None:
         raise ValueError("a barostat needs a periodic system; this System's box is None")
+
+
+def with_thermostat(integrator, thermostat):
+    """``integrator`` with ``thermostat`` split around its step (``thermostat=None``: unchanged).
+
+    Raises:
+        common.errors.ConfigurationError: an integrator that is a thermostat itself (Langevin dynamics),
+            one that already has a thermostat, or one that takes none.
+    """
+    if thermostat is None:
+        return integrator
+    if getattr(integrator, "thermostat", None) is not None:
+        raise ConfigurationError(
+            f"the integrator already has the thermostat {integrator.thermostat!r}; pass only one of "
+            f"thermostat={thermostat!r} and the integrator's")
+    if getattr(integrator, "stochastic", False) and not hasattr(integrator, "with_thermostat"):
+        raise ConfigurationError(
+            f"{type(integrator).__name__} is a thermostat itself (Langevin dynamics at "
+            f"{getattr(integrator, 'temperature', '?')} K): drop thermostat={thermostat!r}, or use "
+            "ms.integrators.VelocityVerlet(dt) with it")
+    if not hasattr(integrator, "with_thermostat"):
+        raise ConfigurationError(
+            f"{type(integrator).__name__} takes no thermostat; use ms.integrators.LangevinMiddle, or "
+            f"VelocityVerlet(dt, thermostat={thermostat!r})")
+    return integrator.with_thermostat(thermostat)
 
 
 def integration_system(system, forcefield, precision):

@@ -35,6 +35,7 @@ import torch
 from common.errors import DataError
 
 __all__ = [
+    "BoxTooSmallError",
     "BoxError",
     "box_from_lengths_and_angles",
     "box_lengths_and_angles",
@@ -55,6 +56,18 @@ _REDUCED_FORM_TOLERANCE = 1e-6
 
 class BoxError(DataError):
     """A box that is not a valid periodic box in reduced form."""
+
+
+class BoxTooSmallError(BoxError):
+    """A box too small for a cutoff: half its smallest width is shorter than the cutoff.
+
+    Attributes:
+        box: the (3, 3) box, nm.
+    """
+
+    def __init__(self, message: str, box):
+        super().__init__(message)
+        self.box = box
 
 
 def check_box(box, name="box"):

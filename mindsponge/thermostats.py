@@ -1,10 +1,12 @@
-"""Thermostats (NVT) applied between steps of :class:`~mindsponge.integrators.VelocityVerlet`.
+"""Thermostats (NVT), split around the steps of :class:`~mindsponge.integrators.VelocityVerlet`.
 
-A thermostat has ``apply(state, context) -> state``; the simulation calls it after every
-integrator step (and after the centre-of-mass motion is removed) with its
-:class:`~mindsponge.context.DynamicsContext`, from which it reads the masses, the degrees of
-freedom, the time step and the generator. It keeps its own variables in ``state.extras`` (so
-they go into checkpoints).
+A thermostat has ``apply(state, context) -> state`` and acts over ``context.dt``. The integrator
+holds it (``VelocityVerlet(dt, thermostat=Bussi(...))``, or ``Simulation(..., thermostat=...)``,
+which puts it there) and applies it for half a step before and after each velocity-Verlet step,
+with a :class:`~mindsponge.context.DynamicsContext` whose ``dt`` is half the step (jax-md's
+``nvt_nose_hoover``). From the context it reads the masses, the degrees of freedom, the time and
+the generator. It keeps its own variables in ``state.extras`` (so they go into checkpoints). The
+compiled step loop (:mod:`mindsponge.step_loop`) runs the three thermostats below the same way.
 
 - :class:`Bussi`: stochastic velocity rescaling (Bussi, Donadio & Parrinello, J. Chem. Phys.
   126, 014101 (2007)): the kinetic energy follows the exact canonical distribution.
@@ -43,13 +45,17 @@ class _Thermostat:
 class Bussi(_Thermostat):
     """Stochastic velocity rescaling (canonical).
 
+    ``stochastic``: it draws random numbers (from ``context.generator``, state in ``state.rng_state``).
+
     Args:
         temperature: target temperature, K.
         time_constant: relaxation time tau of the kinetic energy, ps.
     """
 
+    stochastic = True
+
     def apply(self, state, context):
-        """Rescale the velocities of ``state`` by the Bussi factor for one time step of ``context``."""
+        """Rescale the velocities of ``state`` by the Bussi factor for the time ``context.dt``."""
         generator = context.generator
         generator.set_state(state.rng_state)
         dof = context.degrees_of_freedom

@@ -11,7 +11,9 @@
 // (J. Comput. Chem. 17, 1132 (1996)), which needs no inverse trigonometric function. One serial pass
 // per term: a few thousand interactions cost microseconds, and the scatter into the forces needs no
 // atomics. Parameters are read in double precision whatever the dtype of the positions.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+
+#include "kernels.h"
 
 #include <cmath>
 
@@ -35,92 +37,61 @@ inline void add_force(T* forces, int64_t atom, const double* force, double scale
   for (int d = 0; d < 3; ++d) forces[3 * atom + d] += T(scale * force[d]);
 }
 
-struct Inputs {
-  torch::Tensor positions, atoms, forces;
-};
-
-Inputs prepare(torch::Tensor positions, torch::Tensor atoms) {
-  positions = positions.contiguous();
-  return {positions, atoms.contiguous(), torch::zeros_like(positions)};
-}
-
-torch::Tensor as_double(const torch::Tensor& values) { return values.to(torch::kDouble).contiguous(); }
-
-torch::Tensor energy_tensor(double energy, const torch::Tensor& positions) {
-  return torch::full({}, energy, positions.options());
-}
-
-std::tuple<torch::Tensor, torch::Tensor> bond_forces(torch::Tensor positions, torch::Tensor atoms,
-                                                     torch::Tensor length, torch::Tensor k) {
-  auto in = prepare(positions, atoms);
-  auto length_d = as_double(length), k_d = as_double(k);
-  const double* r0 = length_d.data_ptr<double>();
-  const double* kk = k_d.data_ptr<double>();
-  const int64_t* index = in.atoms.data_ptr<int64_t>();
+// One pass of a term over its interactions, adding -dE/dx into f and returning the energy (double).
+template <typename T>
+double bond_pass(const T* x, T* f, const int64_t* index, int64_t count, const double* r0, const double* kk) {
   double energy = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(in.positions.scalar_type(), "bond_forces", [&] {
-    const scalar_t* x = in.positions.data_ptr<scalar_t>();
-    scalar_t* f = in.forces.data_ptr<scalar_t>();
-    for (int64_t m = 0; m < in.atoms.size(0); ++m) {
-      const int64_t a = index[2 * m], b = index[2 * m + 1];
-      double bond[3];
-      difference(x, a, b, bond);
-      const double r = std::sqrt(dot(bond, bond));
-      const double stretch = r - r0[m];
-      energy += 0.5 * kk[m] * stretch * stretch;
-      if (r > 0.0) {
-        const double scale = kk[m] * stretch / r;  // dE/dr / r; the force on b is -scale * bond
-        add_force(f, a, bond, scale);
-        add_force(f, b, bond, -scale);
-      }
+  for (int64_t m = 0; m < count; ++m) {
+    const int64_t a = index[2 * m], b = index[2 * m + 1];
+    double bond[3];
+    difference(x, a, b, bond);
+    const double r = std::sqrt(dot(bond, bond));
+    const double stretch = r - r0[m];
+    energy += 0.5 * kk[m] * stretch * stretch;
+    if (r > 0.0) {
+      const double scale = kk[m] * stretch / r;  // dE/dr / r; the force on b is -scale * bond
+      add_force(f, a, bond, scale);
+      add_force(f, b, bond, -scale);
     }
-  });
-  return {energy_tensor(energy, in.positions), in.forces};
+  }
+  return energy;
 }
 
-std::tuple<torch::Tensor, torch::Tensor> angle_forces(torch::Tensor positions, torch::Tensor atoms,
-                                                      torch::Tensor angle, torch::Tensor k) {
-  auto in = prepare(positions, atoms);
-  auto angle_d = as_double(angle), k_d = as_double(k);
-  const double* theta0 = angle_d.data_ptr<double>();
-  const double* kk = k_d.data_ptr<double>();
-  const int64_t* index = in.atoms.data_ptr<int64_t>();
+template <typename T>
+double angle_pass(const T* x, T* f, const int64_t* index, int64_t count, const double* theta0,
+                  const double* kk) {
   double energy = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(in.positions.scalar_type(), "angle_forces", [&] {
-    const scalar_t* x = in.positions.data_ptr<scalar_t>();
-    scalar_t* f = in.forces.data_ptr<scalar_t>();
-    for (int64_t m = 0; m < in.atoms.size(0); ++m) {
-      const int64_t a = index[3 * m], b = index[3 * m + 1], c = index[3 * m + 2];
-      double u[3], v[3], normal[3];
-      difference(x, b, a, u);
-      difference(x, b, c, v);
-      cross(u, v, normal);
-      double normal_length = std::sqrt(dot(normal, normal));
-      const double theta = std::atan2(normal_length, dot(u, v));
-      const double deviation = theta - theta0[m];
-      energy += 0.5 * kk[m] * deviation * deviation;
-      const double uu = dot(u, u), vv = dot(v, v);
-      if (uu == 0.0 || vv == 0.0) continue;
-      if (normal_length < 1e-6 * std::sqrt(uu * vv)) {  // collinear: any plane through u (as OpenMM)
-        const double axis[3] = {std::abs(u[0]) < std::abs(u[1]) ? 1.0 : 0.0,
-                                std::abs(u[0]) < std::abs(u[1]) ? 0.0 : 1.0, 0.0};
-        cross(u, axis, normal);
-        normal_length = std::sqrt(dot(normal, normal));
-      }
-      // dtheta/dx_a = (u x normal) / (|u|^2 |normal|); dtheta/dx_c = (normal x v) / (|v|^2 |normal|)
-      double grad_a[3], grad_c[3];
-      cross(u, normal, grad_a);
-      cross(normal, v, grad_c);
-      const double de_dtheta = kk[m] * deviation;
-      const double scale_a = -de_dtheta / (uu * normal_length);
-      const double scale_c = -de_dtheta / (vv * normal_length);
-      add_force(f, a, grad_a, scale_a);
-      add_force(f, c, grad_c, scale_c);
-      add_force(f, b, grad_a, -scale_a);
-      add_force(f, b, grad_c, -scale_c);
+  for (int64_t m = 0; m < count; ++m) {
+    const int64_t a = index[3 * m], b = index[3 * m + 1], c = index[3 * m + 2];
+    double u[3], v[3], normal[3];
+    difference(x, b, a, u);
+    difference(x, b, c, v);
+    cross(u, v, normal);
+    double normal_length = std::sqrt(dot(normal, normal));
+    const double theta = std::atan2(normal_length, dot(u, v));
+    const double deviation = theta - theta0[m];
+    energy += 0.5 * kk[m] * deviation * deviation;
+    const double uu = dot(u, u), vv = dot(v, v);
+    if (uu == 0.0 || vv == 0.0) continue;
+    if (normal_length < 1e-6 * std::sqrt(uu * vv)) {  // collinear: any plane through u (as OpenMM)
+      const double axis[3] = {std::abs(u[0]) < std::abs(u[1]) ? 1.0 : 0.0,
+                              std::abs(u[0]) < std::abs(u[1]) ? 0.0 : 1.0, 0.0};
+      cross(u, axis, normal);
+      normal_length = std::sqrt(dot(normal, normal));
     }
-  });
-  return {energy_tensor(energy, in.positions), in.forces};
+    // dtheta/dx_a = (u x normal) / (|u|^2 |normal|); dtheta/dx_c = (normal x v) / (|v|^2 |normal|)
+    double grad_a[3], grad_c[3];
+    cross(u, normal, grad_a);
+    cross(normal, v, grad_c);
+    const double de_dtheta = kk[m] * deviation;
+    const double scale_a = -de_dtheta / (uu * normal_length);
+    const double scale_c = -de_dtheta / (vv * normal_length);
+    add_force(f, a, grad_a, scale_a);
+    add_force(f, c, grad_c, scale_c);
+    add_force(f, b, grad_a, -scale_a);
+    add_force(f, b, grad_c, -scale_c);
+  }
+  return energy;
 }
 
 // Dihedral of atoms (a, b, c, d) and its gradient; calls term(m, phi) -> dE/dphi and scatters the forces.
@@ -161,61 +132,103 @@ double dihedral_pass(const T* x, T* f, const int64_t* index, int64_t count, Term
   return energy;
 }
 
-std::tuple<torch::Tensor, torch::Tensor> torsion_forces(torch::Tensor positions, torch::Tensor atoms,
-                                                        torch::Tensor periodicity, torch::Tensor phase,
-                                                        torch::Tensor k) {
-  auto in = prepare(positions, atoms);
-  auto n_d = as_double(periodicity), phase_d = as_double(phase), k_d = as_double(k);
-  const double* n = n_d.data_ptr<double>();
-  const double* shift = phase_d.data_ptr<double>();
-  const double* kk = k_d.data_ptr<double>();
-  double energy = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(in.positions.scalar_type(), "torsion_forces", [&] {
-    energy = dihedral_pass(in.positions.data_ptr<scalar_t>(), in.forces.data_ptr<scalar_t>(),
-                           in.atoms.data_ptr<int64_t>(), in.atoms.size(0),
-                           [&](int64_t m, double phi, double& de_dphi) {
-                             const double argument = n[m] * phi - shift[m];
-                             de_dphi = -kk[m] * n[m] * std::sin(argument);
-                             return kk[m] * (1.0 + std::cos(argument));
-                           });
+template <typename T>
+double torsion_pass(const T* x, T* f, const int64_t* index, int64_t count, const double* n,
+                    const double* shift, const double* kk) {
+  return dihedral_pass(x, f, index, count, [&](int64_t m, double phi, double& de_dphi) {
+    const double argument = n[m] * phi - shift[m];
+    de_dphi = -kk[m] * n[m] * std::sin(argument);
+    return kk[m] * (1.0 + std::cos(argument));
   });
-  return {energy_tensor(energy, in.positions), in.forces};
 }
 
 // period <= 0: the plain difference phi - phi0; otherwise the shorter way round the circle
-std::tuple<torch::Tensor, torch::Tensor> improper_forces(torch::Tensor positions, torch::Tensor atoms,
-                                                         torch::Tensor angle, torch::Tensor k, double period) {
-  auto in = prepare(positions, atoms);
-  auto angle_d = as_double(angle), k_d = as_double(k);
-  const double* phi0 = angle_d.data_ptr<double>();
-  const double* kk = k_d.data_ptr<double>();
-  double energy = 0.0;
-  AT_DISPATCH_FLOATING_TYPES(in.positions.scalar_type(), "improper_forces", [&] {
-    energy = dihedral_pass(in.positions.data_ptr<scalar_t>(), in.forces.data_ptr<scalar_t>(),
-                           in.atoms.data_ptr<int64_t>(), in.atoms.size(0),
-                           [&](int64_t m, double phi, double& de_dphi) {
-                             double deviation = phi - phi0[m], slope = 1.0;
-                             if (period > 0.0) {
-                               const double size = std::abs(deviation);
-                               slope = deviation < 0.0 ? -1.0 : 1.0;
-                               deviation = size;
-                               if (period - size < size) {
-                                 deviation = period - size;
-                                 slope = -slope;
-                               }
-                             }
-                             de_dphi = 2.0 * kk[m] * deviation * slope;
-                             return kk[m] * deviation * deviation;
-                           });
+template <typename T>
+double improper_pass(const T* x, T* f, const int64_t* index, int64_t count, const double* phi0,
+                     const double* kk, double period) {
+  return dihedral_pass(x, f, index, count, [&](int64_t m, double phi, double& de_dphi) {
+    double deviation = phi - phi0[m], slope = 1.0;
+    if (period > 0.0) {
+      const double size = std::abs(deviation);
+      slope = deviation < 0.0 ? -1.0 : 1.0;
+      deviation = size;
+      if (period - size < size) {
+        deviation = period - size;
+        slope = -slope;
+      }
+    }
+    de_dphi = 2.0 * kk[m] * deviation * slope;
+    return kk[m] * deviation * deviation;
   });
-  return {energy_tensor(energy, in.positions), in.forces};
+}
+
+at::Tensor as_double(const at::Tensor& values) { return values.to(at::kDouble).contiguous(); }
+
+}  // namespace
+
+namespace mindsponge_kernels {
+
+BondedTerm::BondedTerm(BondedKind kind, at::Tensor atoms, std::vector<at::Tensor> parameters, double period)
+    : kind_(kind), atoms_(atoms.to(at::kLong).contiguous()), period_(period) {
+  const size_t expected = kind == BondedKind::kTorsion ? 3 : 2;
+  TORCH_CHECK(parameters.size() == expected, "BondedTerm: expected ", expected, " parameter tensors");
+  for (auto& parameter : parameters) {
+    parameters_.push_back(as_double(parameter));
+    TORCH_CHECK(parameters_.back().numel() == atoms_.size(0), "BondedTerm: one parameter value per interaction");
+  }
+}
+
+double BondedTerm::add_forces(const at::Tensor& positions, const at::Tensor& /*box*/, at::Tensor& forces) {
+  const int64_t* index = atoms_.data_ptr<int64_t>();
+  const int64_t count = atoms_.size(0);
+  const double* p0 = parameters_[0].data_ptr<double>();
+  const double* p1 = parameters_[1].data_ptr<double>();
+  double energy = 0.0;
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "bonded_forces", [&] {
+    const scalar_t* x = positions.data_ptr<scalar_t>();
+    scalar_t* f = forces.data_ptr<scalar_t>();
+    switch (kind_) {
+      case BondedKind::kBond: energy = bond_pass(x, f, index, count, p0, p1); break;
+      case BondedKind::kAngle: energy = angle_pass(x, f, index, count, p0, p1); break;
+      case BondedKind::kTorsion:
+        energy = torsion_pass(x, f, index, count, p0, p1, parameters_[2].data_ptr<double>());
+        break;
+      case BondedKind::kImproper: energy = improper_pass(x, f, index, count, p0, p1, period_); break;
+    }
+  });
+  return energy;
+}
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> evaluate(BondedKind kind, at::Tensor positions, at::Tensor atoms,
+                                            std::vector<at::Tensor> parameters, double period = 0.0) {
+  positions = positions.contiguous();
+  auto forces = at::zeros_like(positions);
+  const double energy = BondedTerm(kind, atoms, std::move(parameters), period).add_forces(positions, {}, forces);
+  return {at::full({}, energy, positions.options()), forces};
 }
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("bond_forces", &bond_forces, "harmonic bonds: (energy, forces)");
-  module.def("angle_forces", &angle_forces, "harmonic angles: (energy, forces)");
-  module.def("torsion_forces", &torsion_forces, "periodic torsions: (energy, forces)");
-  module.def("improper_forces", &improper_forces, "harmonic impropers: (energy, forces)");
+std::tuple<at::Tensor, at::Tensor> bond_forces(at::Tensor positions, at::Tensor atoms, at::Tensor length,
+                                               at::Tensor k) {
+  return evaluate(BondedKind::kBond, positions, atoms, {length, k});
 }
+
+std::tuple<at::Tensor, at::Tensor> angle_forces(at::Tensor positions, at::Tensor atoms, at::Tensor angle,
+                                                at::Tensor k) {
+  return evaluate(BondedKind::kAngle, positions, atoms, {angle, k});
+}
+
+std::tuple<at::Tensor, at::Tensor> torsion_forces(at::Tensor positions, at::Tensor atoms, at::Tensor periodicity,
+                                                  at::Tensor phase, at::Tensor k) {
+  return evaluate(BondedKind::kTorsion, positions, atoms, {periodicity, phase, k});
+}
+
+std::tuple<at::Tensor, at::Tensor> improper_forces(at::Tensor positions, at::Tensor atoms, at::Tensor angle,
+                                                   at::Tensor k, double period) {
+  return evaluate(BondedKind::kImproper, positions, atoms, {angle, k}, period);
+}
+
+}  // namespace mindsponge_kernels

@@ -1,6 +1,6 @@
 // Cell-list neighbour search of mindsponge's non-bonded forces, and the pair set built from it (see
 // nonbonded.cpp, which binds these functions into one module with the pair kernels and PME).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 
@@ -206,10 +206,10 @@ void cell_search_impl(const T* wrapped, const T* box, const int64_t* cell_xyz, i
 }
 
 // the pairs within list_cutoff found by the cell search, by thread
-std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+std::vector<FoundRows> search_cells(at::Tensor wrapped, at::Tensor box, at::Tensor cell_xyz,
                                     const std::vector<int64_t>& n_cells, const std::vector<int64_t>& reach,
-                                    double list_cutoff, torch::Tensor exclusion_starts,
-                                    torch::Tensor exclusion_partners) {
+                                    double list_cutoff, at::Tensor exclusion_starts,
+                                    at::Tensor exclusion_partners) {
   wrapped = wrapped.contiguous();
   cell_xyz = cell_xyz.contiguous();
   exclusion_starts = exclusion_starts.contiguous();
@@ -230,14 +230,14 @@ std::vector<FoundRows> search_cells(torch::Tensor wrapped, torch::Tensor box, to
   return found;
 }
 
-torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners);
+at::Tensor rows_to_pairs(at::Tensor starts, at::Tensor partners);
 
 // compressed rows (a half list) with every pair once: rows of i < j pairs, each row sorted and without repeats
-std::vector<torch::Tensor> unique_rows(torch::Tensor starts, torch::Tensor partners) {
+std::vector<at::Tensor> unique_rows(at::Tensor starts, at::Tensor partners) {
   const int64_t n_atoms = starts.size(0) - 1;
   const auto pairs = rows_to_pairs(starts, partners);  // i < j, by i
   const int64_t* pair = pairs.data_ptr<int64_t>();
-  auto unique_starts = torch::zeros({n_atoms + 1}, torch::kInt64);
+  auto unique_starts = at::zeros({n_atoms + 1}, at::kLong);
   int64_t* start = unique_starts.data_ptr<int64_t>();
   std::vector<int32_t> sorted(pairs.size(0));
   int64_t begin = 0, kept = 0;
@@ -253,7 +253,7 @@ std::vector<torch::Tensor> unique_rows(torch::Tensor starts, torch::Tensor partn
     start[i + 1] = kept;
     begin = end;
   }
-  auto unique_partners = torch::empty({kept}, torch::kInt32);
+  auto unique_partners = at::empty({kept}, at::kInt);
   std::copy(sorted.begin(), sorted.begin() + kept, unique_partners.data_ptr<int32_t>());
   return {unique_starts, unique_partners};
 }
@@ -263,20 +263,20 @@ std::vector<torch::Tensor> unique_rows(torch::Tensor starts, torch::Tensor partn
 // rows copied whole from the search. With `deduplicate` (needed when the list cutoff exceeds half the smallest
 // box width, so that two images of one partner can both be within it), a pair found through several images is
 // kept once, in rows of i < j.
-std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
+std::vector<at::Tensor> cell_neighbors(at::Tensor wrapped, at::Tensor box, at::Tensor cell_xyz,
                                           std::vector<int64_t> n_cells, std::vector<int64_t> reach,
-                                          double list_cutoff, torch::Tensor exclusion_starts,
-                                          torch::Tensor exclusion_partners, bool deduplicate) {
+                                          double list_cutoff, at::Tensor exclusion_starts,
+                                          at::Tensor exclusion_partners, bool deduplicate) {
   const auto found = search_cells(wrapped, box, cell_xyz, n_cells, reach, list_cutoff, exclusion_starts,
                                   exclusion_partners);
   const int64_t n_atoms = wrapped.size(0);
-  auto starts = torch::zeros({n_atoms + 1}, torch::kInt64);
+  auto starts = at::zeros({n_atoms + 1}, at::kLong);
   int64_t* start = starts.data_ptr<int64_t>();
   for (const auto& rows : found)
     for (size_t r = 0; r < rows.row_atoms.size(); ++r)
       start[rows.row_atoms[r] + 1] = rows.row_offsets[r + 1] - rows.row_offsets[r];
   for (int64_t a = 0; a < n_atoms; ++a) start[a + 1] += start[a];
-  auto partners = torch::empty({start[n_atoms]}, torch::kInt32);
+  auto partners = at::empty({start[n_atoms]}, at::kInt);
   int32_t* out = partners.data_ptr<int32_t>();
   at::parallel_for(0, int64_t(found.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -292,7 +292,7 @@ std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor b
 
 // compressed rows (starts (N + 1,), partners (P,) int32; a half list) as (P, 2) int64 pairs i < j sorted by i,
 // by a counting sort (stable: within each i in the order of the rows)
-torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners) {
+at::Tensor rows_to_pairs(at::Tensor starts, at::Tensor partners) {
   starts = starts.contiguous();
   partners = partners.contiguous();
   const int64_t n_atoms = starts.size(0) - 1;
@@ -302,7 +302,7 @@ torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners) {
   for (int64_t a = 0; a < n_atoms; ++a)
     for (int64_t k = start[a]; k < start[a + 1]; ++k) ++next[std::min<int64_t>(a, partner[k]) + 1];
   for (int64_t a = 0; a < n_atoms; ++a) next[a + 1] += next[a];
-  auto result = torch::empty({start[n_atoms], 2}, starts.options());
+  auto result = at::empty({start[n_atoms], 2}, starts.options());
   int64_t* out = result.data_ptr<int64_t>();
   for (int64_t a = 0; a < n_atoms; ++a)
     for (int64_t k = start[a]; k < start[a + 1]; ++k) {
@@ -318,8 +318,8 @@ torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners) {
 // is kept within each group) and their parameters: (first, second, f q_i q_j, sigma_ij^2 and 4 eps_ij of the
 // LJ prefix, (3, P) minimum-image shifts of the reference displacements; empty without a box).
 // Lorentz-Berthelot combination, as Nonbonded._make_pairs.
-std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor reference, torch::Tensor box,
-                                         torch::Tensor charges, torch::Tensor sigma, torch::Tensor epsilon,
+std::vector<at::Tensor> prepare_pairs(at::Tensor pairs, at::Tensor reference, at::Tensor box,
+                                         at::Tensor charges, at::Tensor sigma, at::Tensor epsilon,
                                          double coulomb_constant) {
   pairs = pairs.contiguous();
   reference = reference.contiguous();
@@ -334,10 +334,10 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
   constexpr int64_t kChunks = 256;
   const int64_t chunk = std::max<int64_t>(1, (n_pairs + kChunks - 1) / kChunks);
   std::vector<int64_t> lj_offset(kChunks + 1, 0), other_offset(kChunks + 1, 0);
-  auto first = torch::empty({n_pairs}, pairs.options()), second = torch::empty({n_pairs}, pairs.options());
-  auto charge_products = torch::empty({n_pairs}, charges.options());
-  auto shifts = torch::empty({periodic ? 3 : 0, n_pairs}, charges.options());
-  torch::Tensor sigma_squared, epsilon4;
+  auto first = at::empty({n_pairs}, pairs.options()), second = at::empty({n_pairs}, pairs.options());
+  auto charge_products = at::empty({n_pairs}, charges.options());
+  auto shifts = at::empty({periodic ? 3 : 0, n_pairs}, charges.options());
+  at::Tensor sigma_squared, epsilon4;
   AT_DISPATCH_FLOATING_TYPES(charges.scalar_type(), "prepare_pairs", [&] {
     const int64_t* pair_data = pairs.data_ptr<int64_t>();
     const scalar_t* q = charges.data_ptr<scalar_t>();
@@ -356,8 +356,8 @@ std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor refe
     const int64_t n_lj = lj_offset[kChunks];
     other_offset[0] = n_lj;
     for (int64_t c = 0; c < kChunks; ++c) other_offset[c + 1] += other_offset[c];
-    sigma_squared = torch::empty({n_lj}, charges.options());
-    epsilon4 = torch::empty({n_lj}, charges.options());
+    sigma_squared = at::empty({n_lj}, charges.options());
+    epsilon4 = at::empty({n_lj}, charges.options());
     int64_t* first_out = first.data_ptr<int64_t>();
     int64_t* second_out = second.data_ptr<int64_t>();
     scalar_t* qq = charge_products.data_ptr<scalar_t>();

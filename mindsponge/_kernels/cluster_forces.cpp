@@ -1,6 +1,6 @@
 // The cluster-pair kernel of mindsponge's non-bonded forces (nonbonded.cpp binds it): direct-space
 // Lennard-Jones + Coulomb energies and gradients over the cluster-pair list of cluster_search.cpp, in SIMD.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 
@@ -19,6 +19,8 @@
 
 namespace mindsponge_kernels {
 namespace {
+
+constexpr int64_t kMaxGroups = 16, kSlotsPerGroup = 2048;  // the direct sum's groups of clusters
 
 // x rounded to the nearest integer (ties to even) for |x| < 2^22, in plain arithmetic that vectorises
 template <typename T>
@@ -225,20 +227,23 @@ void cluster_forces_impl(const T* positions, const T* box, const T* reference, c
   const T inverse_width = T(1) / width;
   const V zero = {};
   const int64_t n_pairs = pair_starts[n_clusters];
-  const int threads = at::get_num_threads();
-  const int64_t n_chunks = std::max<int64_t>(1, std::min<int64_t>(n_clusters, 8 * threads));
-  std::vector<int64_t> cluster_bounds(n_chunks + 1, n_clusters);
+  // groups of clusters with about the same number of cluster pairs, each summing into its own buffer; how many
+  // is fixed by the size of the list, never by the thread count, so that the sums are the same whatever it is
+  const int64_t n_groups = std::max<int64_t>(
+      1, std::min<int64_t>({kMaxGroups, n_clusters, std::max<int64_t>(2, (n_slots + kSlotsPerGroup - 1) / kSlotsPerGroup)}));
+  std::vector<int64_t> cluster_bounds(n_groups + 1, n_clusters);
   cluster_bounds[0] = 0;
-  for (int64_t c = 1; c < n_chunks; ++c)
+  for (int64_t c = 1; c < n_groups; ++c)
     cluster_bounds[c] =
-        std::lower_bound(pair_starts, pair_starts + n_clusters, (n_pairs * c) / n_chunks) - pair_starts;
-  // per thread, in cluster order: [cluster][component][slot], components x, y, z (or LJ x, y, z, Coulomb x, y, z)
-  std::vector<T> slot_gradients(size_t(threads) * kGradients * n_slots, T(0));
-  at::parallel_for(0, n_chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    const int thread = at::get_thread_num();
-    T* gradient = slot_gradients.data() + size_t(thread) * kGradients * n_slots;
+        std::lower_bound(pair_starts, pair_starts + n_clusters, (n_pairs * c) / n_groups) - pair_starts;
+  // per group, in cluster order: [cluster][component][slot], components x, y, z (or LJ x, y, z, Coulomb x, y, z)
+  std::vector<T> slot_gradients(size_t(n_groups) * kGradients * n_slots, T(0));
+  std::vector<double> group_energies(2 * n_groups, 0.0);
+  at::parallel_for(0, n_groups, 1, [&](int64_t group_begin, int64_t group_end) {
+   for (int64_t group = group_begin; group < group_end; ++group) {
+    T* gradient = slot_gradients.data() + size_t(group) * kGradients * n_slots;
     double energy_lj = 0.0, energy_coulomb = 0.0;
-    for (int64_t cluster = cluster_bounds[chunk_begin]; cluster < cluster_bounds[chunk_end]; ++cluster) {
+    for (int64_t cluster = cluster_bounds[group]; cluster < cluster_bounds[group + 1]; ++cluster) {
       const T* block_i = blocks.data() + 6 * C * cluster;
       Half force_i[kGradients][C];  // per atom of the cluster, lanes summed at the end
       for (auto& component : force_i)
@@ -327,10 +332,15 @@ void cluster_forces_impl(const T* positions, const T* box, const T* reference, c
       energy_lj += double(sum_lanes<T, 2 * C>(cluster_lj));
       energy_coulomb += double(sum_lanes<T, 2 * C>(cluster_coulomb));
     }
-    energies[2 * thread] += energy_lj;
-    energies[2 * thread + 1] += energy_coulomb;
+    group_energies[2 * group] = energy_lj;
+    group_energies[2 * group + 1] = energy_coulomb;
+   }
   });
-  // the threads' sums, from cluster order to atom order
+  for (int64_t group = 0; group < n_groups; ++group) {
+    energies[0] += group_energies[2 * group];
+    energies[1] += group_energies[2 * group + 1];
+  }
+  // the groups' sums in group order, from cluster order to atom order
   at::parallel_for(0, n_clusters, 256, [&](int64_t begin, int64_t end) {
     for (int64_t cluster = begin; cluster < end; ++cluster)
       for (int64_t s = 0; s < C; ++s) {
@@ -338,8 +348,8 @@ void cluster_forces_impl(const T* positions, const T* box, const T* reference, c
         if (atom < 0) continue;
         for (int64_t g = 0; g < kGradients; ++g) {
           T sum = 0;
-          for (int t = 0; t < threads; ++t)
-            sum += slot_gradients[(size_t(t) * n_clusters + cluster) * kGradients * C + C * g + s];
+          for (int64_t group = 0; group < n_groups; ++group)
+            sum += slot_gradients[(size_t(group) * n_clusters + cluster) * kGradients * C + C * g + s];
           gradients[kGradients * atom + g] = sum;
         }
       }
@@ -350,12 +360,12 @@ void cluster_forces_impl(const T* positions, const T* box, const T* reference, c
 
 // (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx) as pair_forces, or with
 // `combined` gradients (1, N, 3): d(E_LJ + E_Coulomb)/dx, over the cluster pairs of cluster_pairs
-std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor box, torch::Tensor reference,
-                                          torch::Tensor slot_atoms, torch::Tensor slot_shifts,
-                                          torch::Tensor pair_starts, torch::Tensor pair_clusters,
-                                          torch::Tensor pair_shifts, torch::Tensor pair_masks,
-                                          torch::Tensor scaled_charges, torch::Tensor half_sigma,
-                                          torch::Tensor epsilon_root2, double cutoff, double switch_distance,
+std::vector<at::Tensor> cluster_forces(at::Tensor positions, at::Tensor box, at::Tensor reference,
+                                          at::Tensor slot_atoms, at::Tensor slot_shifts,
+                                          at::Tensor pair_starts, at::Tensor pair_clusters,
+                                          at::Tensor pair_shifts, at::Tensor pair_masks,
+                                          at::Tensor scaled_charges, at::Tensor half_sigma,
+                                          at::Tensor epsilon_root2, double cutoff, double switch_distance,
                                           int64_t kind, double alpha, double krf, double crf, bool combined) {
   TORCH_CHECK(kind == kPlain || kind == kReactionField || kind == kEwald,
               "cluster_forces: kind must be plain, reaction field or Ewald");
@@ -369,9 +379,8 @@ std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor
   reference = reference.to(positions.scalar_type()).contiguous();
   slot_shifts = slot_shifts.to(positions.scalar_type()).contiguous();
   pair_shifts = pair_shifts.to(positions.scalar_type()).contiguous();
-  const int threads = at::get_num_threads();
-  auto energies = torch::zeros({threads, 2}, positions.options().dtype(torch::kFloat64));
-  auto gradients = torch::zeros({n_atoms, combined ? 1 : 2, 3}, positions.options());
+  auto energies = at::zeros({2}, positions.options().dtype(at::kDouble));
+  auto gradients = at::zeros({n_atoms, combined ? 1 : 2, 3}, positions.options());
   const PairOptions options{cutoff, switch_distance, kind, alpha, krf, crf};
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "cluster_forces", [&] {
     const scalar_t* charges_data = scaled_charges.contiguous().data_ptr<scalar_t>();
@@ -391,7 +400,7 @@ std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor
           n_clusters, options, energies.data_ptr<double>(), gradients.data_ptr<scalar_t>());
     });
   });
-  return {energies.sum(0), gradients.permute({1, 0, 2})};
+  return {energies, gradients.permute({1, 0, 2})};
 }
 
 }  // namespace mindsponge_kernels

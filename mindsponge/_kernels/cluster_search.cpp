@@ -10,7 +10,7 @@
 // the pairs b <= a are cleared. Each pair of clusters (with its shift) is listed once, from the lower index, so
 // each atom pair is computed once per periodic image within the list cutoff; within the interaction cutoff (at
 // most half the smallest of a_x, b_y, c_z) only one image of a pair can be, so no pair is counted twice.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 
@@ -342,8 +342,8 @@ void search_cluster_pairs(const Clusters<T>& clusters, int64_t n_atoms, double l
 
 // (slot_atoms (8 C,) int32 (-1: empty slot), slot_shifts (8 C, 3) the lattice vectors that wrapped them into the box,
 //  pair_starts (C + 1,) int64, pair_clusters (P,) int32, pair_shifts (P, 3), pair_masks (P,) int64)
-std::vector<torch::Tensor> cluster_pairs(torch::Tensor positions, torch::Tensor box, double list_cutoff,
-                                         torch::Tensor exclusion_starts, torch::Tensor exclusion_partners) {
+std::vector<at::Tensor> cluster_pairs(at::Tensor positions, at::Tensor box, double list_cutoff,
+                                         at::Tensor exclusion_starts, at::Tensor exclusion_partners) {
   positions = positions.contiguous();
   const int64_t n_atoms = positions.size(0);
   const bool periodic = box.numel() > 0;
@@ -351,7 +351,7 @@ std::vector<torch::Tensor> cluster_pairs(torch::Tensor positions, torch::Tensor 
   TORCH_CHECK(exclusion_starts.numel() == n_atoms + 1, "cluster_pairs: exclusion_starts must have N + 1 entries");
   exclusion_starts = exclusion_starts.contiguous();
   exclusion_partners = exclusion_partners.contiguous();
-  std::vector<torch::Tensor> result;
+  std::vector<at::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "cluster_pairs", [&] {
     Clusters<scalar_t> clusters = make_clusters<scalar_t>(
         positions.data_ptr<scalar_t>(), periodic ? box.data_ptr<scalar_t>() : nullptr, n_atoms, list_cutoff);
@@ -364,15 +364,15 @@ std::vector<torch::Tensor> cluster_pairs(torch::Tensor positions, torch::Tensor 
     auto& slot_atoms = clusters.slot_atoms;
     auto& slot_shifts = clusters.slot_shifts;
     const int64_t n_slots = int64_t(slot_atoms.size()), n_pairs = int64_t(pair_clusters.size());
-    auto to_tensor = [](auto& values, std::vector<int64_t> shape, torch::Dtype dtype) {
-      return torch::from_blob(values.data(), shape, dtype).clone();
+    auto to_tensor = [](auto& values, std::vector<int64_t> shape, at::ScalarType dtype) {
+      return at::from_blob(values.data(), shape, dtype).clone();
     };
-    result = {to_tensor(slot_atoms, {n_slots}, torch::kInt32),
+    result = {to_tensor(slot_atoms, {n_slots}, at::kInt),
               to_tensor(slot_shifts, {n_slots, 3}, positions.scalar_type()),
-              to_tensor(pair_starts, {int64_t(pair_starts.size())}, torch::kInt64),
-              to_tensor(pair_clusters, {n_pairs}, torch::kInt32),
+              to_tensor(pair_starts, {int64_t(pair_starts.size())}, at::kLong),
+              to_tensor(pair_clusters, {n_pairs}, at::kInt),
               to_tensor(pair_shifts, {n_pairs, 3}, positions.scalar_type()),
-              to_tensor(pair_masks, {n_pairs}, torch::kInt64)};
+              to_tensor(pair_masks, {n_pairs}, at::kLong)};
   });
   return result;
 }

@@ -9,7 +9,9 @@
 // SETTLE kernels take one water per iteration, parallelised over waters with at::parallel_for; SHAKE and
 // RATTLE are serial loops over the constraints (a few hundred bonds to hydrogen: microseconds per
 // iteration, where the torch code spends tens of microseconds per operation). They return updated copies.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+
+#include "kernels.h"
 
 #include <ATen/Parallel.h>
 
@@ -156,10 +158,14 @@ void settle_velocities_impl(const T* positions, T* velocities, const int64_t* at
   });
 }
 
+}  // namespace
+
+namespace mindsponge_kernels {
+
 // (constrained copy of positions, index of the first failed water or -1)
-std::tuple<torch::Tensor, int64_t> settle_positions(torch::Tensor reference, torch::Tensor positions,
-                                                    torch::Tensor atoms, torch::Tensor masses,
-                                                    torch::Tensor oh_distance, torch::Tensor hh_distance) {
+std::tuple<at::Tensor, int64_t> settle_positions(at::Tensor reference, at::Tensor positions,
+                                                    at::Tensor atoms, at::Tensor masses,
+                                                    at::Tensor oh_distance, at::Tensor hh_distance) {
   auto result = positions.contiguous().clone();
   reference = reference.to(positions.scalar_type()).contiguous();
   atoms = atoms.contiguous();
@@ -176,8 +182,8 @@ std::tuple<torch::Tensor, int64_t> settle_positions(torch::Tensor reference, tor
 }
 
 // rigid copy of velocities
-torch::Tensor settle_velocities(torch::Tensor positions, torch::Tensor velocities, torch::Tensor atoms,
-                                torch::Tensor masses) {
+at::Tensor settle_velocities(at::Tensor positions, at::Tensor velocities, at::Tensor atoms,
+                                at::Tensor masses) {
   auto result = velocities.contiguous().clone();
   positions = positions.to(velocities.scalar_type()).contiguous();
   atoms = atoms.contiguous();
@@ -213,9 +219,9 @@ int64_t iterate(T* values, const int64_t* pairs, const T* inverse_mass, const T*
 }
 
 // (constrained copy of positions, iterations used or -1): SHAKE along the reference bond directions
-std::tuple<torch::Tensor, int64_t> shake_positions(torch::Tensor reference, torch::Tensor positions,
-                                                   torch::Tensor pairs, torch::Tensor distances,
-                                                   torch::Tensor inverse_masses, double tolerance,
+std::tuple<at::Tensor, int64_t> shake_positions(at::Tensor reference, at::Tensor positions,
+                                                   at::Tensor pairs, at::Tensor distances,
+                                                   at::Tensor inverse_masses, double tolerance,
                                                    int64_t max_iterations) {
   auto result = positions.contiguous().clone();
   reference = reference.to(positions.scalar_type()).contiguous();
@@ -247,8 +253,8 @@ std::tuple<torch::Tensor, int64_t> shake_positions(torch::Tensor reference, torc
 }
 
 // (copy of velocities with no relative component along any constrained pair, iterations used or -1)
-std::tuple<torch::Tensor, int64_t> rattle_velocities(torch::Tensor positions, torch::Tensor velocities,
-                                                     torch::Tensor pairs, torch::Tensor inverse_masses,
+std::tuple<at::Tensor, int64_t> rattle_velocities(at::Tensor positions, at::Tensor velocities,
+                                                     at::Tensor pairs, at::Tensor inverse_masses,
                                                      double tolerance, int64_t max_iterations) {
   auto result = velocities.contiguous().clone();
   positions = positions.to(velocities.scalar_type()).contiguous();
@@ -279,11 +285,4 @@ std::tuple<torch::Tensor, int64_t> rattle_velocities(torch::Tensor positions, to
   return {result, used};
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("settle_positions", &settle_positions, "SETTLE position update of rigid three-site waters");
-  module.def("settle_velocities", &settle_velocities, "rigid-body velocity projection of three-site waters");
-  module.def("shake_positions", &shake_positions, "SHAKE of distance constraints");
-  module.def("rattle_velocities", &rattle_velocities, "RATTLE velocity projection of distance constraints");
-}
+}  // namespace mindsponge_kernels

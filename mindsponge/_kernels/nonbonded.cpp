@@ -15,7 +15,7 @@
 // Every kernel is templated on the floating type of the positions (float or double) and
 // parallelised with at::parallel_for (thread-local accumulation buffers, reduced at the end),
 // so it follows torch.set_num_threads. Energies are accumulated in double.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 
@@ -25,9 +25,12 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
-#include "pair_terms.h"
+#include "kernels.h"
 
 using namespace mindsponge_kernels;
 
@@ -78,10 +81,24 @@ inline void add_pair_gradient(T* first_sum, T* gradient_j, T dx, T dy, T dz, T f
   gradient_j[2] -= fz;
 }
 
+// The erfc table of a real-space Ewald sum with alpha * cutoff = x_max, built once per value and type.
 template <typename T>
-void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* second, const T* shifts,
-                      const T* charge_products, const T* sigma_squared, const T* epsilon4, int64_t n_pairs,
-                      int64_t n_lj, int64_t n_atoms, PairOptions options, double* energies, T* gradients) {
+const ErfcTable<T>& erfc_table(double x_max) {
+  static std::mutex mutex;
+  static std::map<double, std::unique_ptr<ErfcTable<T>>> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& table = tables[x_max];
+  if (!table) table = std::make_unique<ErfcTable<T>>(x_max);
+  return *table;
+}
+
+// Pairs [begin, end) of a pair list: energies[0] += E_LJ, energies[1] += E_Coulomb, and per atom
+// gradients[6 atom + 0..2] += dE_LJ/dx, gradients[6 atom + 3..5] += dE_Coulomb/dx.
+template <typename T>
+void pair_range(const T* positions, const int64_t* first, const int64_t* second, const T* shifts,
+                const T* charge_products, const T* sigma_squared, const T* epsilon4, int64_t n_pairs,
+                int64_t n_lj, const PairOptions& options, const ErfcTable<T>* table, int64_t begin,
+                int64_t end, double* energies, T* gradients) {
   const bool has_cutoff = options.cutoff > 0;
   const T cutoff2 = T(options.cutoff * options.cutoff);
   const bool switching = options.switch_distance >= 0;
@@ -89,148 +106,205 @@ void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* s
   const T width = T(options.cutoff - options.switch_distance);
   const T alpha = T(options.alpha), krf = T(options.krf), crf = T(options.crf);
   const T gaussian_prefactor = T(options.alpha * kTwoOverSqrtPi);
-  // real-space Ewald with a cutoff: tabulated erfc (as OpenMM's CPU platform); otherwise libm
-  const bool tabulated = options.kind == kEwald && has_cutoff;
-  const ErfcTable<T> table(tabulated ? options.alpha * options.cutoff : 1.0);
-  const int64_t stride = 2 * 3 * n_atoms;
-  at::parallel_for(0, n_pairs, 4096, [&](int64_t begin, int64_t end) {
-    const int thread = at::get_thread_num();
-    // per atom: dE_LJ/dx (3 values) then dE_Coulomb/dx (3 values), one cache line for both
-    T* gradient_lj = gradients + thread * stride;
-    T* gradient_coulomb = gradient_lj + 3;
-    double energy_lj = 0.0, energy_coulomb = 0.0;
-    // pairs come sorted by first atom: its gradient is accumulated here and stored once
-    int64_t current = -1;
-    T first_lj[3] = {0, 0, 0}, first_coulomb[3] = {0, 0, 0};
-    auto store_first = [&]() {
-      if (current < 0) return;
-      for (int d = 0; d < 3; ++d) {
-        gradient_lj[6 * current + d] += first_lj[d];
-        gradient_coulomb[6 * current + d] += first_coulomb[d];
-        first_lj[d] = first_coulomb[d] = T(0);
-      }
-    };
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t i = first[p], j = second[p];
-      if (i != current) {
-        store_first();
-        current = i;
-      }
-      T dx = positions[3 * j] - positions[3 * i];
-      T dy = positions[3 * j + 1] - positions[3 * i + 1];
-      T dz = positions[3 * j + 2] - positions[3 * i + 2];
-      if (shifts != nullptr) {
-        dx += shifts[p];
-        dy += shifts[n_pairs + p];
-        dz += shifts[2 * n_pairs + p];
-      }
-      const T r2 = dx * dx + dy * dy + dz * dz;
-      if (has_cutoff && !(r2 < cutoff2)) continue;
-      const T inverse_r = T(1) / std::sqrt(r2);
-      const T inverse_r2 = inverse_r * inverse_r;
-      const T qq = charge_products[p];
-      T e_coulomb, f_coulomb;  // f = -(dE/dr) / r
-      if (options.kind == kPlain) {
-        e_coulomb = qq * inverse_r;
-        f_coulomb = e_coulomb * inverse_r2;
-      } else if (options.kind == kReactionField) {
-        e_coulomb = qq * (inverse_r + krf * r2 - crf);
-        f_coulomb = qq * (inverse_r * inverse_r2 - T(2) * krf);
-      } else if (tabulated) {
-        T erfc_value, erfc_derivative;
-        table(alpha * r2 * inverse_r, erfc_value, erfc_derivative);
-        e_coulomb = qq * erfc_value * inverse_r;
-        f_coulomb = (e_coulomb - qq * alpha * erfc_derivative) * inverse_r2;
-      } else {
-        const T alpha_r = alpha * r2 * inverse_r;
-        e_coulomb = options.kind == kEwald ? qq * std::erfc(alpha_r) * inverse_r
-                                           : -qq * std::erf(alpha_r) * inverse_r;
-        f_coulomb = (e_coulomb + qq * gaussian_prefactor * std::exp(-alpha_r * alpha_r)) * inverse_r2;
-      }
-      energy_coulomb += e_coulomb;
-      add_pair_gradient(first_coulomb, gradient_coulomb + 6 * j, dx, dy, dz, f_coulomb);
-      if (p < n_lj) {
-        const T s2 = sigma_squared[p] * inverse_r2;
-        const T s6 = s2 * s2 * s2;
-        T e_lj = epsilon4[p] * (s6 * s6 - s6);
-        T f_lj = epsilon4[p] * (T(12) * s6 * s6 - T(6) * s6) * inverse_r2;
-        if (switching) {
-          const T r = r2 * inverse_r;
-          const T x = std::min(std::max((r - switch_distance) / width, T(0)), T(1));
-          const T switch_value = T(1) + x * x * x * (T(-10) + x * (T(15) - T(6) * x));
-          const T switch_derivative = x * x * (T(-30) + x * (T(60) - T(30) * x)) / width;
-          f_lj = f_lj * switch_value - e_lj * switch_derivative * inverse_r;
-          e_lj *= switch_value;
-        }
-        energy_lj += e_lj;
-        add_pair_gradient(first_lj, gradient_lj + 6 * j, dx, dy, dz, f_lj);
-      }
+  T* gradient_lj = gradients;
+  T* gradient_coulomb = gradients + 3;
+  double energy_lj = 0.0, energy_coulomb = 0.0;
+  // pairs come sorted by first atom: its gradient is accumulated here and stored once
+  int64_t current = -1;
+  T first_lj[3] = {0, 0, 0}, first_coulomb[3] = {0, 0, 0};
+  auto store_first = [&]() {
+    if (current < 0) return;
+    for (int d = 0; d < 3; ++d) {
+      gradient_lj[6 * current + d] += first_lj[d];
+      gradient_coulomb[6 * current + d] += first_coulomb[d];
+      first_lj[d] = first_coulomb[d] = T(0);
     }
-    store_first();
-    energies[2 * thread] += energy_lj;
-    energies[2 * thread + 1] += energy_coulomb;
-  });
+  };
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t i = first[p], j = second[p];
+    if (i != current) {
+      store_first();
+      current = i;
+    }
+    T dx = positions[3 * j] - positions[3 * i];
+    T dy = positions[3 * j + 1] - positions[3 * i + 1];
+    T dz = positions[3 * j + 2] - positions[3 * i + 2];
+    if (shifts != nullptr) {
+      dx += shifts[p];
+      dy += shifts[n_pairs + p];
+      dz += shifts[2 * n_pairs + p];
+    }
+    const T r2 = dx * dx + dy * dy + dz * dz;
+    if (has_cutoff && !(r2 < cutoff2)) continue;
+    const T inverse_r = T(1) / std::sqrt(r2);
+    const T inverse_r2 = inverse_r * inverse_r;
+    const T qq = charge_products[p];
+    T e_coulomb, f_coulomb;  // f = -(dE/dr) / r
+    if (options.kind == kPlain) {
+      e_coulomb = qq * inverse_r;
+      f_coulomb = e_coulomb * inverse_r2;
+    } else if (options.kind == kReactionField) {
+      e_coulomb = qq * (inverse_r + krf * r2 - crf);
+      f_coulomb = qq * (inverse_r * inverse_r2 - T(2) * krf);
+    } else if (table != nullptr) {
+      T erfc_value, erfc_derivative;
+      (*table)(alpha * r2 * inverse_r, erfc_value, erfc_derivative);
+      e_coulomb = qq * erfc_value * inverse_r;
+      f_coulomb = (e_coulomb - qq * alpha * erfc_derivative) * inverse_r2;
+    } else {
+      const T alpha_r = alpha * r2 * inverse_r;
+      e_coulomb = options.kind == kEwald ? qq * std::erfc(alpha_r) * inverse_r
+                                         : -qq * std::erf(alpha_r) * inverse_r;
+      f_coulomb = (e_coulomb + qq * gaussian_prefactor * std::exp(-alpha_r * alpha_r)) * inverse_r2;
+    }
+    energy_coulomb += e_coulomb;
+    add_pair_gradient(first_coulomb, gradient_coulomb + 6 * j, dx, dy, dz, f_coulomb);
+    if (p < n_lj) {
+      const T s2 = sigma_squared[p] * inverse_r2;
+      const T s6 = s2 * s2 * s2;
+      T e_lj = epsilon4[p] * (s6 * s6 - s6);
+      T f_lj = epsilon4[p] * (T(12) * s6 * s6 - T(6) * s6) * inverse_r2;
+      if (switching) {
+        const T r = r2 * inverse_r;
+        const T x = std::min(std::max((r - switch_distance) / width, T(0)), T(1));
+        const T switch_value = T(1) + x * x * x * (T(-10) + x * (T(15) - T(6) * x));
+        const T switch_derivative = x * x * (T(-30) + x * (T(60) - T(30) * x)) / width;
+        f_lj = f_lj * switch_value - e_lj * switch_derivative * inverse_r;
+        e_lj *= switch_value;
+      }
+      energy_lj += e_lj;
+      add_pair_gradient(first_lj, gradient_lj + 6 * j, dx, dy, dz, f_lj);
+    }
+  }
+  store_first();
+  energies[0] += energy_lj;
+  energies[1] += energy_coulomb;
 }
 
-// (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx)
-std::vector<torch::Tensor> pair_forces(torch::Tensor positions, torch::Tensor first, torch::Tensor second,
-                                       torch::Tensor shifts, torch::Tensor charge_products,
-                                       torch::Tensor sigma_squared, torch::Tensor epsilon4, double cutoff,
-                                       double switch_distance, int64_t kind, double alpha, double krf,
-                                       double crf) {
-  positions = positions.contiguous();
-  const int64_t n_atoms = positions.size(0), n_pairs = first.size(0), n_lj = epsilon4.size(0);
-  const int threads = at::get_num_threads();
-  auto energies = torch::zeros({threads, 2}, positions.options().dtype(torch::kFloat64));
-  auto gradients = torch::zeros({threads, n_atoms, 2, 3}, positions.options());
-  const bool has_shifts = shifts.numel() > 0;
-  if (has_shifts) shifts = shifts.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "pair_forces", [&] {
-    pair_forces_impl<scalar_t>(
-        positions.data_ptr<scalar_t>(), first.contiguous().data_ptr<int64_t>(),
-        second.contiguous().data_ptr<int64_t>(), has_shifts ? shifts.data_ptr<scalar_t>() : nullptr,
-        charge_products.contiguous().data_ptr<scalar_t>(), sigma_squared.contiguous().data_ptr<scalar_t>(),
-        epsilon4.contiguous().data_ptr<scalar_t>(), n_pairs, n_lj, n_atoms,
-        PairOptions{cutoff, switch_distance, kind, alpha, krf, crf}, energies.data_ptr<double>(),
-        gradients.data_ptr<scalar_t>());
+// Chunks of pairs: as many as the pair count asks for (never the thread count), so that the sums are the
+// same whatever the number of threads (a run that changes its thread count, or continues on a machine with
+// another, stays bit for bit the same).
+constexpr int64_t kPairsPerChunk = 4096, kMaxPairChunks = 16;
+
+int64_t pair_chunks(int64_t n_pairs) {
+  return std::min(kMaxPairChunks, std::max<int64_t>(1, (n_pairs + kPairsPerChunk - 1) / kPairsPerChunk));
+}
+
+// energies (2,) and gradients (N, 2, 3) of every pair, summed over the chunks in chunk order
+template <typename T>
+void pair_forces_impl(const T* positions, const int64_t* first, const int64_t* second, const T* shifts,
+                      const T* charge_products, const T* sigma_squared, const T* epsilon4, int64_t n_pairs,
+                      int64_t n_lj, int64_t n_atoms, PairOptions options, double* energies, T* gradients) {
+  // real-space Ewald with a cutoff: tabulated erfc (as OpenMM's CPU platform); otherwise libm
+  const bool tabulated = options.kind == kEwald && options.cutoff > 0;
+  const ErfcTable<T>* table = tabulated ? &erfc_table<T>(options.alpha * options.cutoff) : nullptr;
+  const int64_t n_chunks = pair_chunks(n_pairs), stride = 6 * n_atoms;
+  const int64_t per_chunk = (n_pairs + n_chunks - 1) / n_chunks;
+  if (n_chunks == 1) {
+    pair_range(positions, first, second, shifts, charge_products, sigma_squared, epsilon4, n_pairs, n_lj,
+               options, table, 0, n_pairs, energies, gradients);
+    return;
+  }
+  std::vector<T> buffers(size_t(n_chunks - 1) * stride, T(0));
+  std::vector<double> chunk_energies(2 * n_chunks, 0.0);
+  at::parallel_for(0, n_chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t chunk = begin; chunk < end; ++chunk) {
+      T* gradient = chunk == 0 ? gradients : buffers.data() + (chunk - 1) * stride;
+      pair_range(positions, first, second, shifts, charge_products, sigma_squared, epsilon4, n_pairs, n_lj,
+                 options, table, chunk * per_chunk, std::min(n_pairs, (chunk + 1) * per_chunk),
+                 chunk_energies.data() + 2 * chunk, gradient);
+    }
   });
-  return {energies.sum(0), gradients.sum(0).permute({1, 0, 2})};
+  for (int64_t chunk = 1; chunk < n_chunks; ++chunk) {
+    const T* gradient = buffers.data() + (chunk - 1) * stride;
+    for (int64_t k = 0; k < stride; ++k) gradients[k] += gradient[k];
+  }
+  for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+    energies[0] += chunk_energies[2 * chunk];
+    energies[1] += chunk_energies[2 * chunk + 1];
+  }
 }
 
 }  // namespace
 
-// defined in cell_search.cpp, cluster_search.cpp, cluster_forces.cpp and pme.cpp (one module, five translation units)
 namespace mindsponge_kernels {
-std::vector<torch::Tensor> cell_neighbors(torch::Tensor wrapped, torch::Tensor box, torch::Tensor cell_xyz,
-                                          std::vector<int64_t> n_cells, std::vector<int64_t> reach,
-                                          double list_cutoff, torch::Tensor exclusion_starts,
-                                          torch::Tensor exclusion_partners, bool deduplicate);
-torch::Tensor rows_to_pairs(torch::Tensor starts, torch::Tensor partners);
-std::vector<torch::Tensor> cluster_forces(torch::Tensor positions, torch::Tensor box, torch::Tensor reference,
-                                          torch::Tensor slot_atoms, torch::Tensor slot_shifts,
-                                          torch::Tensor pair_starts, torch::Tensor pair_clusters,
-                                          torch::Tensor pair_shifts, torch::Tensor pair_masks,
-                                          torch::Tensor scaled_charges, torch::Tensor half_sigma,
-                                          torch::Tensor epsilon_root2, double cutoff, double switch_distance,
-                                          int64_t kind, double alpha, double krf, double crf, bool combined);
-std::vector<torch::Tensor> cluster_pairs(torch::Tensor positions, torch::Tensor box, double list_cutoff,
-                                         torch::Tensor exclusion_starts, torch::Tensor exclusion_partners);
-std::vector<torch::Tensor> prepare_pairs(torch::Tensor pairs, torch::Tensor reference, torch::Tensor box,
-                                         torch::Tensor charges, torch::Tensor sigma, torch::Tensor epsilon,
-                                         double coulomb_constant);
-torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vector<int64_t> sizes, int64_t order);
-torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::Tensor charges,
-                         std::vector<int64_t> sizes, int64_t order);
-}  // namespace mindsponge_kernels
 
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("pair_forces", &pair_forces, "LJ + Coulomb energies and gradients of a pair list");
-  module.def("cell_neighbors", &mindsponge_kernels::cell_neighbors, "cell-list search as compressed rows of neighbours");
-  module.def("cluster_pairs", &mindsponge_kernels::cluster_pairs, "clusters of 8 atoms and their cluster-pair list");
-  module.def("cluster_forces", &mindsponge_kernels::cluster_forces, "LJ + Coulomb energies and gradients over a cluster-pair list");
-  module.def("rows_to_pairs", &mindsponge_kernels::rows_to_pairs, "compressed rows as (P, 2) pairs i < j sorted by i");
-  module.def("prepare_pairs", &mindsponge_kernels::prepare_pairs, "pair parameters and shifts, LJ pairs first, by first atom");
-  module.def("pme_spread", &mindsponge_kernels::pme_spread, "B-spline charge spreading onto the PME grid");
-  module.def("pme_gather", &mindsponge_kernels::pme_gather, "PME energy gradient wrt the scaled coordinates");
+// (energies (2,) float64: LJ, Coulomb; gradients (2, N, 3): dE_LJ/dx, dE_Coulomb/dx)
+std::vector<at::Tensor> pair_forces(at::Tensor positions, at::Tensor first, at::Tensor second,
+                                    at::Tensor shifts, at::Tensor charge_products, at::Tensor sigma_squared,
+                                    at::Tensor epsilon4, double cutoff, double switch_distance, int64_t kind,
+                                    double alpha, double krf, double crf) {
+  positions = positions.contiguous();
+  const int64_t n_atoms = positions.size(0), n_pairs = first.size(0), n_lj = epsilon4.size(0);
+  auto energies = at::zeros({2}, positions.options().dtype(at::kDouble));
+  auto gradients = at::zeros({n_atoms, 2, 3}, positions.options());
+  const bool has_shifts = shifts.numel() > 0;
+  if (has_shifts) shifts = shifts.contiguous();
+  first = first.contiguous();
+  second = second.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "pair_forces", [&] {
+    auto charges_t = charge_products.contiguous(), sigma_t = sigma_squared.contiguous();
+    auto epsilon_t = epsilon4.contiguous();
+    pair_forces_impl<scalar_t>(
+        positions.data_ptr<scalar_t>(), first.data_ptr<int64_t>(), second.data_ptr<int64_t>(),
+        has_shifts ? shifts.data_ptr<scalar_t>() : nullptr, charges_t.data_ptr<scalar_t>(),
+        sigma_t.data_ptr<scalar_t>(), epsilon_t.data_ptr<scalar_t>(), n_pairs, n_lj, n_atoms,
+        PairOptions{cutoff, switch_distance, kind, alpha, krf, crf}, energies.data_ptr<double>(),
+        gradients.data_ptr<scalar_t>());
+  });
+  return {energies, gradients.permute({1, 0, 2})};
 }
+
+PairTerm::PairTerm(at::Tensor first, at::Tensor second, at::Tensor charge_products, at::Tensor sigma_squared,
+                   at::Tensor epsilon4, double cutoff, double switch_distance, int64_t kind, double alpha,
+                   double krf, double crf, bool periodic)
+    : first_(first.to(at::kLong).contiguous()),
+      second_(second.to(at::kLong).contiguous()),
+      charge_products_(charge_products.contiguous()),
+      sigma_squared_(sigma_squared.contiguous()),
+      epsilon4_(epsilon4.contiguous()),
+      options_{cutoff, switch_distance, kind, alpha, krf, crf},
+      periodic_(periodic) {}
+
+double PairTerm::add_forces(const at::Tensor& positions, const at::Tensor& box, at::Tensor& forces) {
+  const int64_t n_atoms = positions.size(0), n_pairs = first_.size(0), n_lj = epsilon4_.size(0);
+  if (n_pairs == 0) return 0.0;
+  if (gradients_.numel() != n_atoms * 6 || gradients_.scalar_type() != positions.scalar_type()) {
+    gradients_ = at::empty({n_atoms, 6}, positions.options());
+    charge_products_ = charge_products_.to(positions.scalar_type());
+    sigma_squared_ = sigma_squared_.to(positions.scalar_type());
+    epsilon4_ = epsilon4_.to(positions.scalar_type());
+  }
+  gradients_.zero_();
+  double energies[2] = {0.0, 0.0};
+  AT_DISPATCH_FLOATING_TYPES(positions.scalar_type(), "pair_term", [&] {
+    const scalar_t* x = positions.data_ptr<scalar_t>();
+    const int64_t* first = first_.data_ptr<int64_t>();
+    const int64_t* second = second_.data_ptr<int64_t>();
+    std::vector<scalar_t> shifts;
+    if (periodic_ && box.defined()) {  // minimum-image lattice shifts (mindsponge.space.minimum_image), (3, P)
+      const scalar_t* b = box.data_ptr<scalar_t>();
+      shifts.resize(3 * n_pairs);
+      for (int64_t p = 0; p < n_pairs; ++p) {
+        scalar_t direct[3], d[3];
+        for (int a = 0; a < 3; ++a) direct[a] = d[a] = x[3 * second[p] + a] - x[3 * first[p] + a];
+        for (int axis = 2; axis >= 0; --axis) {
+          const scalar_t image = std::nearbyint(d[axis] / b[4 * axis]);
+          for (int a = 0; a < 3; ++a) d[a] -= image * b[3 * axis + a];
+        }
+        for (int a = 0; a < 3; ++a) shifts[a * n_pairs + p] = d[a] - direct[a];
+      }
+    }
+    pair_forces_impl<scalar_t>(x, first, second, shifts.empty() ? nullptr : shifts.data(),
+                               charge_products_.data_ptr<scalar_t>(), sigma_squared_.data_ptr<scalar_t>(),
+                               epsilon4_.data_ptr<scalar_t>(), n_pairs, n_lj, n_atoms, options_, energies,
+                               gradients_.data_ptr<scalar_t>());
+    const scalar_t* gradient = gradients_.data_ptr<scalar_t>();
+    scalar_t* f = forces.data_ptr<scalar_t>();
+    for (int64_t atom = 0; atom < n_atoms; ++atom)
+      for (int d = 0; d < 3; ++d) f[3 * atom + d] -= gradient[6 * atom + d] + gradient[6 * atom + 3 + d];
+  });
+  return energies[0] + energies[1];
+}
+
+}  // namespace mindsponge_kernels

@@ -8,6 +8,7 @@ namespace mindsponge_kernels {
 
 constexpr int64_t kPlain = 0, kReactionField = 1, kEwald = 2, kErf = 3;  // the kinds of Coulomb term
 constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+constexpr double kCoulomb = 138.93545764438198;  // 1 / (4 pi eps0), kJ/mol nm / e^2 (common.units.COULOMB_MD)
 
 struct PairOptions {
   double cutoff;           // <= 0: no cutoff

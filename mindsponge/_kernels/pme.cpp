@@ -1,6 +1,6 @@
 // PME charge spreading and gathering of mindsponge's non-bonded forces (see nonbonded.cpp, which binds
 // these functions into one module with the pair kernels and the cell search).
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 
@@ -55,24 +55,28 @@ inline void with_order(int64_t order, Body&& body) {
     body(std::integral_constant<int, 0>{});
 }
 
-torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vector<int64_t> sizes, int64_t order) {
+at::Tensor pme_spread(at::Tensor scaled, at::Tensor charges, std::vector<int64_t> sizes, int64_t order) {
   TORCH_CHECK(order >= 2 && order <= 15, "pme_spread: order must lie in [2, 15]");
   scaled = scaled.contiguous();
   charges = charges.contiguous();
   const int64_t n_atoms = scaled.size(0), grid_size = sizes[0] * sizes[1] * sizes[2];
-  const int threads = at::get_num_threads();
-  auto grids = torch::zeros({threads, grid_size}, scaled.options());
+  // groups of atoms, each spreading onto its own grid; how many is fixed by the atom count (never the thread
+  // count), and the grids are added in group order, so that the charge grid is the same whatever the threads
+  const int64_t n_groups = std::max<int64_t>(1, std::min<int64_t>(8, (n_atoms + 2047) / 2048));
+  const int64_t per_group = (n_atoms + n_groups - 1) / n_groups;
+  auto grids = at::zeros({n_groups, grid_size}, scaled.options());
   AT_DISPATCH_FLOATING_TYPES(scaled.scalar_type(), "pme_spread", [&] {
     const scalar_t* u = scaled.data_ptr<scalar_t>();
     const scalar_t* q = charges.data_ptr<scalar_t>();
     scalar_t* all_grids = grids.data_ptr<scalar_t>();
     with_order(order, [&](auto order_tag) {
       const int p = decltype(order_tag)::value > 0 ? decltype(order_tag)::value : int(order);
-      at::parallel_for(0, n_atoms, 256, [&](int64_t begin, int64_t end) {
-        scalar_t* grid = all_grids + at::get_thread_num() * grid_size;
+      at::parallel_for(0, n_groups, 1, [&](int64_t group_begin, int64_t group_end) {
+       for (int64_t group = group_begin; group < group_end; ++group) {
+        scalar_t* grid = all_grids + group * grid_size;
         int64_t index[3 * 16];
         scalar_t values[3 * 16];
-        for (int64_t a = begin; a < end; ++a) {
+        for (int64_t a = group * per_group; a < std::min(n_atoms, (group + 1) * per_group); ++a) {
           spline_setup<scalar_t>(u + 3 * a, sizes, p, index, values, nullptr);
           for (int i = 0; i < p; ++i) {
             const scalar_t qx = q[a] * values[i];
@@ -84,21 +88,26 @@ torch::Tensor pme_spread(torch::Tensor scaled, torch::Tensor charges, std::vecto
             }
           }
         }
+       }
       });
     });
+    for (int64_t group = 1; group < n_groups; ++group) {
+      const scalar_t* other = all_grids + group * grid_size;
+      for (int64_t k = 0; k < grid_size; ++k) all_grids[k] += other[k];
+    }
   });
-  return grids.sum(0).view({sizes[0], sizes[1], sizes[2]});
+  return grids[0].view({sizes[0], sizes[1], sizes[2]});
 }
 
 // (N, 3): q_a * dphi/du_d at each atom, u the scaled coordinates (the PME energy gradient wrt u)
-torch::Tensor pme_gather(torch::Tensor potential, torch::Tensor scaled, torch::Tensor charges,
+at::Tensor pme_gather(at::Tensor potential, at::Tensor scaled, at::Tensor charges,
                          std::vector<int64_t> sizes, int64_t order) {
   TORCH_CHECK(order >= 2 && order <= 15, "pme_gather: order must lie in [2, 15]");
   potential = potential.contiguous();
   scaled = scaled.contiguous();
   charges = charges.contiguous();
   const int64_t n_atoms = scaled.size(0);
-  auto gradient = torch::empty({n_atoms, 3}, scaled.options());
+  auto gradient = at::empty({n_atoms, 3}, scaled.options());
   AT_DISPATCH_FLOATING_TYPES(scaled.scalar_type(), "pme_gather", [&] {
     const scalar_t* u = scaled.data_ptr<scalar_t>();
     const scalar_t* q = charges.data_ptr<scalar_t>();

@@ -115,7 +115,7 @@ class UncertaintyReporter:
         self.positions: list[np.ndarray] = []
         self.disagreement: list[float] = []
 
-    def report(self, simulation, state) -> None:
+    def report(self, state, observables) -> None:
         """Record the frame; raise if its disagreement is above ``stop_above``."""
         positions = state.positions.detach().cpu().double()
         value = float(self.committee.force_disagreement(positions[None], self.atomic_numbers)[0])

@@ -42,6 +42,7 @@ __all__ = [
     "SystemConstraints",
     "VirtualSites",
     "DuplicateTermError",
+    "check_inputs",
     "forces",
     "energy_and_forces",
 ]
@@ -334,11 +335,13 @@ class ForceField(nn.Module):
         return merged
 
     def _prepare(self, positions: Tensor, box: Tensor | None) -> Tensor:
-        _check_inputs(positions, box)
+        check_inputs(positions, box)
         return positions if self.virtual_sites is None else self.virtual_sites(positions)
 
 
-def _check_inputs(positions: Tensor, box: Tensor | None) -> None:
+def check_inputs(positions: Tensor, box: Tensor | None) -> None:
+    """Refuse positions that are not ``(N, 3)`` or a box that is not ``(3, 3)`` (ValueError), and NaN or
+    infinite values in either (:class:`common.errors.DataError` naming the atom or box vector)."""
     if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[-1] != 3:
         shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
         raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")

@@ -156,13 +156,38 @@ class _BondedTerm(EnergyTerm):
 
     def _kernels(self, positions: Tensor):
         """The compiled kernels when they apply to this term and these positions, else ``None``."""
-        if not self.compiled or self.periodic or self._compiled_energy is None:
+        if self._kernel_kind is None or not self.compiled or self.periodic:
             return None
         if any(parameter.requires_grad for parameter in self.parameters()):
             return None
         return _kernels.bonded(positions)
 
-    _compiled_energy = None  # (kernels, positions) -> (energy, forces), set by terms with a kernel
+    # the kind of the compiled kernels' BondedTerm (0 bond, 1 angle, 2 torsion, 3 improper) and the names of
+    # its parameters, set by the terms that have a kernel
+    _kernel_kind: int | None = None
+    _kernel_parameters: tuple[str, ...] = ()
+
+    def _kernel_period(self) -> float:
+        return 0.0
+
+    def compiled_terms(self, kernels, box: Tensor | None = None):
+        """This term as force terms of the compiled step loop (:mod:`mindsponge.step_loop`): a list of one
+        ``kernels.BondedTerm`` holding its parameters, or ``None`` where the torch code must be used
+        (periodic terms, trainable parameters, ``compiled=False``, no kernel for this kind of term). The box
+        (nm) is not used: bonded terms without periodic images need none."""
+        if self._kernel_kind is None or not self.compiled or self.periodic:
+            return None
+        if any(parameter.requires_grad for parameter in self.parameters()):
+            return None
+        parameters = [getattr(self, name).detach() for name in self._kernel_parameters]
+        return [kernels.BondedTerm(self._kernel_kind, self.atoms, parameters, self._kernel_period())]
+
+    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(energy, forces)`` from the compiled kernel, in the dtype of ``positions``."""
+        positions = positions.contiguous()
+        forces = torch.zeros_like(positions)
+        energy = self.compiled_terms(kernels)[0].add_forces(positions, None, forces)
+        return positions.new_tensor(energy), forces
 
     def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         raise NotImplementedError
@@ -191,6 +216,8 @@ class HarmonicBond(_BondedTerm):
         compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
+    _kernel_kind, _kernel_parameters = 0, ("length", "k")
+
     atoms_per_term = 2
 
     def __init__(
@@ -204,9 +231,6 @@ class HarmonicBond(_BondedTerm):
         compiled: bool = True,
     ):
         super().__init__(atoms, {"length": length, "k": k}, periodic, trainable, name, compiled)
-
-    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return kernels.bond_forces(positions, self.atoms, self.length, self.k)
 
     def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         distance = _norm(self._displacement(positions, box, 0, 1))
@@ -235,6 +259,8 @@ class HarmonicAngle(_BondedTerm):
         compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
+    _kernel_kind, _kernel_parameters = 1, ("angle", "k")
+
     atoms_per_term = 3
 
     def __init__(
@@ -248,9 +274,6 @@ class HarmonicAngle(_BondedTerm):
         compiled: bool = True,
     ):
         super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name, compiled)
-
-    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return kernels.angle_forces(positions, self.atoms, self.angle, self.k)
 
     def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         first = self._displacement(positions, box, 1, 0)
@@ -292,6 +315,8 @@ class PeriodicTorsion(_TorsionTerm):
         compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
+    _kernel_kind, _kernel_parameters = 2, ("periodicity", "phase", "k")
+
     def __init__(
         self,
         atoms,
@@ -313,9 +338,6 @@ class PeriodicTorsion(_TorsionTerm):
                 f"got shape {tuple(periodicity.shape)}"
             )
         self.register_buffer("periodicity", periodicity.to(self.phase.dtype))
-
-    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return kernels.torsion_forces(positions, self.atoms, self.periodicity, self.phase, self.k)
 
     def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         phi = self._dihedrals(positions, box)
@@ -341,6 +363,8 @@ class HarmonicImproper(_TorsionTerm):
         compiled: use the compiled kernel on CPU when it applies (see the module docstring).
     """
 
+    _kernel_kind, _kernel_parameters = 3, ("angle", "k")
+
     def __init__(
         self,
         atoms,
@@ -359,9 +383,8 @@ class HarmonicImproper(_TorsionTerm):
             )
         self.period = None if period is None else float(period)
 
-    def _compiled_energy(self, kernels, positions: Tensor) -> tuple[Tensor, Tensor]:
-        period = 0.0 if self.period is None else self.period
-        return kernels.improper_forces(positions, self.atoms, self.angle, self.k, period)
+    def _kernel_period(self) -> float:
+        return 0.0 if self.period is None else self.period
 
     def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
         deviation = self._dihedrals(positions, box) - self._parameter("angle", positions)

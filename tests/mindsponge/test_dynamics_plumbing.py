@@ -4,6 +4,7 @@ Simulation), the neighbour lists' state goes into checkpoints through their publ
 and a neighbour list, and the old names (``Simulation.force``, ``frequency=``, ``pace=``,
 ``mindsponge.__main__.run``) still work with a DeprecationWarning."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -57,10 +58,16 @@ class _Spy:
 def test_thermostat_and_barostat_get_the_context_not_the_simulation():
     thermostat, barostat = _Spy(), _Spy()
     simulation = _simulation(thermostat=thermostat, barostat=barostat)
+    assert simulation.step_loop is None  # a thermostat of its own: the steps run in Python
     simulation.run(4)
-    assert len(thermostat.seen) == 4 and len(barostat.seen) == 2  # the barostat every 2 steps
+    # the thermostat is split around each step (two half steps), the barostat moves every 2 steps
+    assert len(thermostat.seen) == 8 and len(barostat.seen) == 2
     context = simulation.context
-    assert all(seen is context for seen in thermostat.seen + barostat.seen)
+    assert all(seen is context for seen in barostat.seen)
+    shared = [field.name for field in dataclasses.fields(DynamicsContext) if field.name != "dt"]
+    for seen in thermostat.seen:  # the run's context with half its time step
+        assert seen.dt == 0.5 * context.dt
+        assert all(getattr(seen, name) is getattr(context, name) for name in shared)
     assert isinstance(context, DynamicsContext) and not isinstance(context, ms.Simulation)
     assert context.dt == 0.002 and context.generator is simulation.generator
     assert context.degrees_of_freedom == simulation.degrees_of_freedom
