@@ -40,7 +40,7 @@ import time
 
 from common.deprecation import warn_deprecated
 
-__all__ = ["H5MDReporter", "LogReporter", "Reporter", "needs", "report", "steps_to_next"]
+__all__ = ["H5MDReporter", "LogReporter", "Reporter", "next_report", "report"]
 
 
 class Reporter:
@@ -81,24 +81,25 @@ class Reporter:
         """Flush and release resources (called by :meth:`Simulation.close`)."""
 
 
-def steps_to_next(reporter, state) -> int:
-    """Steps from ``state`` to ``reporter``'s next report (``describe_next_report``, or ``every``)."""
+def next_report(reporter, state) -> tuple[int, set]:
+    """``(steps, needs)``: the steps from ``state`` to ``reporter``'s next report and the observables it will
+    read (``describe_next_report``; a reporter without it reports every ``every`` steps and reads the
+    energies if it is of an older release, what its ``needs`` say otherwise).
+
+    Raises:
+        ValueError: a reporter that asks for a report in fewer than one step.
+    """
     describe = getattr(reporter, "describe_next_report", None)
     if describe is not None:
-        steps = int(describe(state)[0])
+        steps, needs = describe(state)
+        steps, needs = int(steps), set(needs)
     else:
-        steps = reporter.every - state.step % reporter.every
+        steps, needs = reporter.every - state.step % reporter.every, set(getattr(reporter, "needs", ()))
+    if _is_legacy(reporter):
+        needs = {"energies"}
     if steps < 1:
         raise ValueError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; it must be >= 1")
-    return steps
-
-
-def needs(reporter, state) -> set:
-    """The observables ``reporter`` reads at its report of ``state`` (older reporters: the energies)."""
-    if _is_legacy(reporter):
-        return {"energies"}
-    describe = getattr(reporter, "describe_next_report", None)
-    return set(describe(state)[1]) if describe is not None else set(getattr(reporter, "needs", ()))
+    return steps, needs
 
 
 def _is_legacy(reporter) -> bool:

@@ -111,15 +111,18 @@ class Simulation:
         seed: seed of the generator of stochastic integrators and thermostats.
         progress: show a tqdm progress bar in :meth:`run` (and :meth:`minimize`); when standard
             error is not a terminal it is redrawn at most once a minute (:mod:`common.progress`).
-        threads: torch's intra-op thread count, set here once (the setting is process-wide and
-            stays after the simulation; :meth:`run` never changes it): ``None`` (default) leaves it
-            alone, a positive int sets it, ``"free"`` sets it to the cores not busy with other
-            processes now (see :func:`common.threads.free_cores`). On a machine shared with busy processes,
-            torch's OpenMP threads wait for each other at every parallel region, spinning: with
-            two busy-loop processes on 2 cores, energy+forces of 3,000 TIP3P atoms took 2.5-6x
-            longer with 2 threads than with 1. Starting Python with ``OMP_WAIT_POLICY=PASSIVE``
-            in the environment (read by torch's libgomp when it loads, so before ``import
-            torch``) also avoided that collapse in the same measurement.
+        threads: how many threads the steps use. ``"auto"`` (the default): :meth:`run` follows the
+            load (:class:`common.threads.LoadFollower`): at most torch's thread count when the run
+            starts (``OMP_NUM_THREADS``, ``torch.set_num_threads``), less the cores other processes
+            keep busy, re-read every half second, and torch's count is given back when the run ends.
+            On a machine shared with busy processes, torch's OpenMP threads wait for each other at
+            every parallel region while another process holds one of their cores: with one busy-loop
+            process on 2 cores, a step of 3,000 TIP3P atoms took about 5 times longer with 2 threads
+            than with 1. The compiled kernels give the same numbers whatever the thread count, so
+            following the load changes the speed only. A positive int, or ``"free"`` (the cores not
+            busy now, :func:`common.threads.free_cores`), sets torch's thread count once, here, for
+            the process (it stays after the simulation), and :meth:`run` keeps it; ``None`` leaves
+            it alone and keeps it too.
 
     The force field is the truth: when it carries the masses and constraints it was
     parameterised with (a force field from :func:`mindsponge.interop.openmm.from_openmm`,
@@ -170,12 +173,13 @@ class Simulation:
         max_energy_jump=None,
         seed=0,
         progress=True,
-        threads=None,
+        threads="auto",
         overlap_distance=OVERLAP_DISTANCE,
     ):
         setup.check_parts(system, forcefield, integrator, barostat)
         integrator = setup.with_thermostat(integrator, thermostat)
-        threads_module.set_threads(threads)
+        self._follow_load = threads == "auto"
+        threads_module.set_threads(None if self._follow_load else threads)
         precision = setup.resolve_precision(precision, forcefield)
         self.checkpoint_every = checks.positive_int(checkpoint_every, "checkpoint_every (steps)")
         self.system = setup.integration_system(system, forcefield, precision)
@@ -477,13 +481,20 @@ class Simulation:
                 self.overlaps,
             )
         end = self.state.step + steps
-        with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
-            while self.state.step < end:
-                due = {id(reporter): self.state.step + report_schedule.steps_to_next(reporter, self.state)
-                       for reporter in self.reporters}
-                target = min([end, *due.values(), *self._scheduled_events()])
-                self._advance(target, bar)
-                self._events([reporter for reporter in self.reporters if due[id(reporter)] == target])
+        threads = threads_module.LoadFollower() if self._follow_load else None
+        try:
+            with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
+                while self.state.step < end:
+                    plans = [(reporter, *report_schedule.next_report(reporter, self.state))
+                             for reporter in self.reporters]
+                    steps = [self.state.step + steps for _, steps, _ in plans]
+                    target = min([end, *steps, *self._scheduled_events()])
+                    self._advance(target, bar, threads)
+                    self._events([(reporter, needs) for (reporter, _, needs), step in zip(plans, steps, strict=True)
+                                  if step == target])
+        finally:
+            if threads is not None:
+                threads.restore()
         self._checked_positions = self.state.positions  # made by stable dynamics from checked ones
         return self.state
 
@@ -499,10 +510,13 @@ class Simulation:
             events.append(step + 1)
         return events
 
-    def _advance(self, target, bar):
-        """Step to ``target`` (compiled where the loop applies); blow-ups stop with the last good state."""
+    def _advance(self, target, bar, threads):
+        """Step to ``target`` (compiled where the loop applies); blow-ups stop with the last good state.
+        ``threads``: a :class:`common.threads.LoadFollower` updated between blocks of steps, or ``None``."""
         loop = self.step_loop
         while self.state.step < target:
+            if threads is not None:
+                threads.update()
             if loop is None:
                 previous = self.state
                 try:
@@ -529,7 +543,8 @@ class Simulation:
                 self._blow_up(state, failure.message)
 
     def _events(self, due_reporters):
-        """What is due at the current step: barostat, adaptive biases, reports, checkpoint."""
+        """What is due at the current step: barostat, adaptive biases, reports (``(reporter, needs)`` of the
+        reporters due now), checkpoint."""
         state = self.state
         if self.barostat is not None and state.step % self.barostat.every == 0:
             state = self._barostat_move(state)
@@ -544,9 +559,9 @@ class Simulation:
         # are written, so a run resumed from it (after truncating the reporters' files to step n) repeats
         # and misses none
         if due_reporters:
-            needs = set().union(*(report_schedule.needs(reporter, state) for reporter in due_reporters))
+            needs = set().union(*(needs for _, needs in due_reporters))
             observables = self.energies(state, pressure="pressure" in needs) if needs else {}
-            for reporter in due_reporters:
+            for reporter, _ in due_reporters:
                 report_schedule.report(reporter, self, state, observables)
         if self.checkpoint is not None and state.step % self.checkpoint_every == 0:
             self.save_checkpoint(self.checkpoint)

@@ -80,3 +80,49 @@ def test_pde_trainer_trains_under_its_thread_budget():
     assert seen == [1, 1] and torch.get_num_threads() == 2  # restored after training
     with pytest.raises(ConfigurationError, match="threads"):
         pde.Trainer(problem, model, threads=0)
+
+
+def test_busy_elsewhere_counts_another_process_and_not_this_one():
+    """A busy-loop process is counted; this process's own threads (busy or not) are not."""
+    import subprocess
+    import sys
+    import time
+
+    if threads.busy_elsewhere() is None:
+        pytest.skip("no /proc/loadavg here")
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 20\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.3)
+        readings = []
+        for _ in range(9):
+            readings.append(threads.busy_elsewhere())
+            time.sleep(0.02)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert sorted(readings)[len(readings) // 2] >= 1
+
+
+def test_load_follower_takes_the_median_reading_within_its_limit_and_restores(monkeypatch):
+    readings = iter([0, 1, 1, 0, 0, 3])
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda: next(readings))
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        follower = threads.LoadFollower(limit=4, interval=0.0)
+        seen = [follower.update() for _ in range(6)]
+        # medians of the last three readings: 0, 1, 1, 1, 0, 0 others busy -> 4 cores less them
+        assert seen == [4, 3, 3, 3, 4, 4]
+        follower.restore()
+        assert torch.get_num_threads() == 2
+        crowded = threads.LoadFollower(limit=4, interval=0.0)
+        monkeypatch.setattr(threads, "busy_elsewhere", lambda: 3)
+        assert crowded.update() == 1  # 4 cores, 3 busy elsewhere
+        monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0)
+        assert crowded.update() == 1  # one quiet reading is not enough: the median of (3, 0) is 3
+        assert crowded.update() == 4  # the median of (3, 0, 0) is 0
+        crowded.restore()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -197,15 +197,17 @@ def test_threads_are_set_at_creation_only_when_asked(relaxed_water):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        _simulation(system, openmm_system)
+        simulation = _simulation(system, openmm_system)
         assert torch.get_num_threads() == 2  # the default leaves torch's setting alone
+        simulation.run(2)  # and follows the load during a run only
+        assert torch.get_num_threads() == 2
         simulation = _simulation(system, openmm_system, threads=1)
         assert torch.get_num_threads() == 1
         simulation.run(2)
         assert torch.get_num_threads() == 1
         _simulation(system, openmm_system, threads="free")
         assert 1 <= torch.get_num_threads() <= len(os.sched_getaffinity(0))
-        for bad in (0, -1, 1.5, "auto"):
+        for bad in (0, -1, 1.5, "many"):
             with pytest.raises(ValueError, match="threads"):
                 _simulation(system, openmm_system, threads=bad)
     finally:
