@@ -33,7 +33,7 @@ import torch
 from common import checks
 from common.deprecation import renamed_arguments, warn_deprecated
 from common.units import BOLTZMANN_MD
-from mindsponge.colvar import Colvar
+from mindsponge.colvar import Colvar, Torsion
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.reporters import Reporter
 
@@ -123,6 +123,20 @@ class HarmonicRestraint(Bias):
     def energy_of_values(self, values):
         differences = self._differences(values, self.centers.to(values.dtype))
         return (0.5 * self.force_constants.to(values.dtype) * differences**2).sum(-1)
+
+    def compiled_terms(self, kernels, box=None):
+        """A restraint on torsions as force terms of the compiled step loop (:mod:`mindsponge.step_loop`):
+        ``k/2 (phi - phi0)^2`` on the circle is a harmonic improper of constant ``k/2`` with period ``2 pi``
+        (``kernels.BondedTerm``). ``None`` (the restraint is called back) for other collective variables,
+        with a box (a torsion colvar takes minimum images, the kernel does not), or when a buffer requires
+        grad."""
+        if box is not None or not all(type(colvar) is Torsion for colvar in self.colvars):
+            return None
+        if self.centers.requires_grad or self.force_constants.requires_grad:
+            return None
+        atoms = torch.stack([colvar.atoms.cpu() for colvar in self.colvars])
+        return [kernels.BondedTerm(3, atoms, [self.centers.detach(), 0.5 * self.force_constants.detach()],
+                                   2.0 * math.pi)]
 
 
 class _Wall(Bias):
@@ -466,8 +480,9 @@ class UmbrellaSampling:
         temperature: K.
 
     ``restraints[i]`` is the :class:`HarmonicRestraint` of window ``i``. :meth:`run` samples the
-    windows one after the other; windows sampled elsewhere (in parallel) are added with
-    :meth:`add_samples`. :meth:`free_energy` combines them by MBAR (``pymbar``) or WHAM.
+    windows one after the other; :meth:`run_exchange` samples them together as Hamiltonian replica
+    exchange (neighbouring windows swap configurations); windows sampled elsewhere (in parallel) are
+    added with :meth:`add_samples`. :meth:`free_energy` combines them by MBAR (``pymbar``) or WHAM.
     """
 
     def __init__(self, colvar, centers, force_constant, temperature):
@@ -519,6 +534,44 @@ class UmbrellaSampling:
             simulation.run(steps)
             simulation.reporters.remove(recorder)
             self.add_samples(window, recorder.values[:, 0])
+
+    def run_exchange(self, system, forcefield, integrator, rounds, steps_per_round, sample_every=10, **options):
+        """Sample every window at once as Hamiltonian replica exchange (one replica per window, neighbouring
+        windows swapping configurations every ``steps_per_round`` steps: :mod:`mindsponge.replica_exchange`).
+
+        Args:
+            system: the :class:`~mindsponge.system.System`.
+            forcefield: the unbiased :class:`~mindsponge.forcefield.ForceField`; window ``k`` runs it with
+                ``restraints[k]`` added.
+            integrator: an integrator at this sampling's temperature (``LangevinMiddle``, or
+                ``VelocityVerlet`` with a thermostat).
+            rounds: exchange rounds.
+            steps_per_round: MD steps between exchanges.
+            sample_every: steps between the CV samples of each window.
+            options: further arguments of :class:`~mindsponge.replica_exchange.ReplicaExchange` (``starts``,
+                ``seed``, ``checkpoint``, ``workers``, ``scheduler``, ``exchange``, ``progress``...).
+
+        Returns:
+            the :class:`~mindsponge.replica_exchange.ExchangeRecord` (acceptance, round trips); the samples
+            of every window are set (:meth:`free_energy` combines them).
+        """
+        from mindsponge.forcefield.base import ForceField
+        from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState
+
+        if not isinstance(forcefield, ForceField):
+            raise TypeError(f"UmbrellaSampling.run_exchange: forcefield must be a ForceField, got {forcefield!r}")
+        states = [
+            ThermodynamicState(self.temperature, ForceField(
+                [*forcefield.terms, restraint], virtual_sites=forcefield.virtual_sites, masses=forcefield.masses,
+                constraints=forcefield.constraints))
+            for restraint in self.restraints
+        ]
+        sampler = ReplicaExchange(system, forcefield, states, integrator, steps_per_round, colvars=[self.colvar],
+                                  sample_every=sample_every, **options)
+        record = sampler.run(rounds)
+        for window, values in enumerate(record.samples):
+            self.add_samples(window, np.asarray(values, dtype=np.float64)[:, 0])
+        return record
 
     def _reduced_bias(self, values):
         """``beta w_k(x)``: (K, len(values)) reduced bias energies of every window at ``values``."""

@@ -35,6 +35,11 @@ reported with its file, line and key) describes a complete simulation::
     directory = "run"
     report_every = 100
 
+    [replicas]                       # optional: replica exchange instead of one run (constant volume);
+    temperatures = [300.0, 330.0, 363.0]   # or low, high, count: geometric temperatures
+    steps_per_round = 500            # steps = the steps of every replica
+    exchange = "neighbors"           # or "all"
+
 Relative paths (``pdb``, ``openmm_xml``, ``[output] directory``, and force-field files found
 next to the configuration, which take precedence over OpenMM's bundled files of the same name)
 are relative to the configuration file's folder, not to the working directory. The output
@@ -268,6 +273,42 @@ class OutputConfig:
 
 
 @dataclass
+class ReplicasConfig:
+    """``[replicas]``: temperature replica exchange (:class:`mindsponge.replica_exchange.ReplicaExchange`).
+
+    Attributes:
+        temperatures: the temperatures (K), increasing; or give ``low``, ``high`` and ``count``.
+        low, high: the lowest and highest temperature (K) of a geometric ladder of ``count``.
+        count: the number of replicas of that ladder.
+        steps_per_round: MD steps between exchanges.
+        exchange: ``"neighbors"`` (neighbouring temperatures) or ``"all"`` (Gibbs sampling).
+        workers: local processes running replicas (0: in this process).
+        scheduler: a Dask scheduler address (``"tcp://host:8786"``): replicas run on that cluster.
+    """
+
+    temperatures: list[float] | None = None
+    low: float | None = None
+    high: float | None = None
+    count: int | None = None
+    steps_per_round: int = 500
+    exchange: Literal["neighbors", "all"] = "neighbors"
+    workers: int = 0
+    scheduler: str | None = None
+
+    def __post_init__(self):
+        ladder = (self.low, self.high, self.count)
+        if (self.temperatures is None) == all(value is None for value in ladder):
+            raise ValueError("give either temperatures or low, high and count")
+        if self.temperatures is None and any(value is None for value in ladder):
+            raise ValueError("a geometric ladder needs all of low, high and count")
+        if self.temperatures is not None:
+            if len(self.temperatures) < 2 or any(b <= a for a, b in zip(self.temperatures, self.temperatures[1:])):
+                raise ValueError(f"temperatures must be two or more increasing values in K, got {self.temperatures}")
+        if self.steps_per_round < 1 or self.workers < 0:
+            raise ValueError("steps_per_round must be >= 1 and workers >= 0")
+
+
+@dataclass
 class RunConfig:
     """A complete simulation (the top level of the file).
 
@@ -284,6 +325,8 @@ class RunConfig:
         thermostat: an optional ``[thermostat]`` table (with ``type = "verlet"``).
         barostat: an optional ``[barostat]`` table (NPT).
         output: the ``[output]`` table.
+        replicas: an optional ``[replicas]`` table: temperature replica exchange instead of one run
+            (:mod:`mindsponge.cli_replicas`).
     """
 
     system: SystemConfig
@@ -298,10 +341,13 @@ class RunConfig:
     thermostat: ThermostatConfig | None = None
     barostat: BarostatConfig | None = None
     output: OutputConfig = field(default_factory=OutputConfig)
+    replicas: ReplicasConfig | None = None
 
     def __post_init__(self):
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.replicas is not None and self.barostat is not None:
+            raise ValueError("[replicas] runs at constant volume: remove the [barostat] table")
 
 
 def _build(config, dtype):
@@ -315,7 +361,7 @@ def _build(config, dtype):
         "nonbondedMethod": getattr(app, config.forcefield.nonbonded_method),
         "rigidWater": "water" in config.constraints,
         "constraints": app.HBonds if "hbonds" in config.constraints else None,
-        "removeCMMotion": False,
+        "removeCMMotion": True,  # the System's CMMotionRemover: the Simulation removes it, as OpenMM
     }
     if config.forcefield.hydrogen_mass is not None:
         options["hydrogenMass"] = config.forcefield.hydrogen_mass * unit.amu
@@ -382,7 +428,8 @@ def run(config_path, resume=False, progress=True, output_directory=None):
         progress: show progress bars (rate-limited when standard error is not a terminal).
 
     Returns:
-        the :class:`~mindsponge.simulation.Simulation` after the run.
+        the :class:`~mindsponge.simulation.Simulation` after the run (with ``[replicas]``: the
+        :class:`~mindsponge.replica_exchange.ReplicaExchange`).
 
     Raises:
         common.config.ConfigError: the file does not match the schema (file, line and key named),
@@ -407,6 +454,10 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     thermostat = _thermostat(config.thermostat)
     barostat = _barostat(config.barostat)
     output = config.output
+    if config.replicas is not None:
+        from mindsponge import cli_replicas
+
+        return cli_replicas.run(config, system, forcefield, integrator, thermostat, precision, resume, progress)
     checkpoint = output.directory / output.checkpoint
     reporters = _reporters(output, resume)
     simulation = ms.Simulation(

@@ -44,6 +44,7 @@ from common.errors import DataError, SimulationError
 from mindsponge import checkpoint as checkpoint_module
 from mindsponge import constraints as constraints_module
 from mindsponge import simulation_setup as setup
+from mindsponge import space
 from mindsponge import step_loop
 from mindsponge import reporters as report_schedule
 from mindsponge import thermo
@@ -84,7 +85,9 @@ class Simulation:
             ``apply(state, sim.context) -> state`` after each step (use with
             :class:`~mindsponge.integrators.VelocityVerlet`).
         barostat: optional barostat from :mod:`mindsponge.barostats`, called as
-            ``apply(state, sim.context) -> state`` every ``barostat.every`` steps.
+            ``apply(state, sim.context) -> state`` every ``barostat.every`` steps. ``None`` (the
+            default): the force field's ``barostat`` (an OpenMM System's ``MonteCarloBarostat``), or
+            none. A box the barostat shrinks below twice a cutoff stops the run as a blow-up.
         constraints: ``None`` (the default: the force field's own constraints, see below, or none),
             ``"none"`` (no constraints), ``"water"``, ``"hbonds"``, ``"water+hbonds"`` (see
             :func:`mindsponge.constraint_sets.from_system`) or a
@@ -103,7 +106,9 @@ class Simulation:
         overlap_distance: atoms closer than this (nm, default 0.05) overlap; ``None`` turns the
             check off. See "Overlaps" below.
         remove_center_of_mass_motion: zero the centre-of-mass velocity after every step (as
-            OpenMM's ``CMMotionRemover``); 3 degrees of freedom fewer.
+            OpenMM's ``CMMotionRemover``); 3 degrees of freedom fewer. ``None`` (the default): as
+            the force field's OpenMM System says (whether it holds a ``CMMotionRemover``), else
+            ``True``.
         checkpoint: optional path written every ``checkpoint_every`` steps and on a blow-up.
         checkpoint_every: steps between checkpoints.
         max_energy_jump: largest allowed change of the potential energy in one step, kJ/mol;
@@ -167,7 +172,7 @@ class Simulation:
         constraint_tolerance=1e-5,
         reporters=(),
         precision=None,
-        remove_center_of_mass_motion=True,
+        remove_center_of_mass_motion=None,
         checkpoint=None,
         checkpoint_every=1000,
         max_energy_jump=None,
@@ -176,6 +181,11 @@ class Simulation:
         threads="auto",
         overlap_distance=OVERLAP_DISTANCE,
     ):
+        if barostat is None:
+            barostat = getattr(forcefield, "barostat", None)
+        if remove_center_of_mass_motion is None:
+            system_choice = getattr(forcefield, "remove_center_of_mass_motion", None)
+            remove_center_of_mass_motion = True if system_choice is None else system_choice
         setup.check_parts(system, forcefield, integrator, barostat)
         integrator = setup.with_thermostat(integrator, thermostat)
         self._follow_load = threads == "auto"
@@ -198,7 +208,7 @@ class Simulation:
             self.masses, setup.count_constraints(self.constraints), self.remove_center_of_mass_motion
         )
         self.max_energy_jump = 100.0 * system.n_atoms if max_energy_jump is None else float(max_energy_jump)
-        bonds = () if system.topology is None else system.topology.bonds
+        bonds = setup.molecule_bonds(self.system, forcefield, self.constraints)
         self.molecules = thermo.molecule_groups(system.n_atoms, bonds, device=system.device)
         self.generator = torch.Generator(device=system.device)
         self.generator.manual_seed(int(seed))
@@ -256,8 +266,11 @@ class Simulation:
         return self._loop
 
     def _initial_state(self):
-        """The system's positions (constrained) and velocities (zero if none), without forces."""
+        """The system's positions (each molecule moved into the periodic box, constrained) and velocities
+        (zero if none), without forces."""
         positions = self.system.positions
+        if self.system.box is not None:  # positions may lie anywhere, as OpenMM writes them
+            positions = space.wrap_molecules(positions, self.system.box, self.molecules, self.masses)
         if self.constraints is not None:
             positions = self.constraints.positions(positions, positions, self.masses)
         velocities = self.system.velocities
@@ -614,6 +627,23 @@ class Simulation:
         )
 
     # --- checkpoints (see mindsponge.checkpoint) ------------------------------------------
+    def reset_neighbor_lists(self):
+        """Rebuild the force field's neighbour lists at the current positions and box.
+
+        What follows then no longer depends on when the lists were last built (the summation order of the
+        pair terms does): replica exchange calls it when a replica's round starts, so that a round is the
+        same wherever, and after whatever, it runs.
+        """
+        compute = self.precision.compute
+        positions = self.state.positions.to(compute)
+        virtual_sites = getattr(self.forcefield, "virtual_sites", None)
+        if virtual_sites is not None:
+            with torch.no_grad():
+                positions = virtual_sites(positions)
+        box = None if self.state.box is None else self.state.box.to(compute)
+        for neighbors in self._neighbor_states():
+            neighbors.load_state_dict({"positions": positions, "box": box})
+
     def _neighbor_states(self):
         """The neighbour lists whose state fixes the summation order (the compiled loop's where it runs)."""
         loop = self.step_loop

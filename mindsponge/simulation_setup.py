@@ -18,6 +18,7 @@ __all__ = [
     "check_parts",
     "count_constraints",
     "integration_system",
+    "molecule_bonds",
     "resolve_constraints",
     "resolve_precision",
     "with_thermostat",
@@ -75,6 +76,31 @@ def integration_system(system, forcefield, precision):
             f"system has {system.n_atoms} atoms"
         )
     return system.replace(masses=forcefield_masses.to(system.positions))
+
+
+def molecule_bonds(system, forcefield, constraints):
+    """``(B, 2)`` long tensor of the pairs that make atoms one molecule, as OpenMM's ``Context.getMolecules``
+    finds them: the topology's bonds, the constrained pairs, every virtual site with its parents, and the
+    consecutive atoms of every bonded energy term of the force field (bonds, angles, torsions, custom bonded
+    terms). A TIP4P water is then one molecule of four particles, not a water and a massless site."""
+    rows = []
+    if system.topology is not None and system.topology.bonds:
+        rows.append(torch.as_tensor(system.topology.bonds, dtype=torch.long).reshape(-1, 2))
+    if constraints is not None:
+        rows.append(constraints.pairs().long().cpu())
+    sites = getattr(forcefield, "virtual_sites", None)
+    if sites is not None and len(sites):
+        linked = sites.weights.cpu() != 0
+        linked[:, 1:] |= sites.cross_weights.cpu()[:, None] != 0  # the cross product uses parents 1 and 2
+        site_index = sites.sites.cpu()[:, None].expand(-1, 3)
+        rows.append(torch.stack([site_index[linked], sites.parents.cpu()[linked]], 1))
+    terms = forcefield.terms if hasattr(forcefield, "terms") else ()
+    for term in terms:
+        atoms = getattr(term, "atoms", None)
+        if isinstance(atoms, torch.Tensor) and atoms.ndim == 2 and atoms.shape[1] >= 2 and not atoms.is_floating_point():
+            atoms = atoms.cpu().long()
+            rows.append(torch.stack([atoms[:, :-1].reshape(-1), atoms[:, 1:].reshape(-1)], 1))
+    return torch.cat(rows) if rows else torch.zeros((0, 2), dtype=torch.long)
 
 
 def count_constraints(constraints):

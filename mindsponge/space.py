@@ -47,6 +47,7 @@ __all__ = [
     "nearest_image",
     "reduce_box",
     "volume",
+    "wrap_molecules",
     "wrap",
 ]
 
@@ -250,6 +251,36 @@ def minimum_image(displacements, box):
         shift = torch.round(displacements[..., axis] / box[axis, axis])
         displacements = displacements - shift.unsqueeze(-1) * box[axis]
     return displacements
+
+
+def wrap_molecules(positions, box, molecules, masses=None):
+    """Positions with every molecule moved by a lattice vector so that its centre lies in the primary cell.
+
+    Molecules stay whole (each moves as one); energies do not change. Any position is accepted, as OpenMM
+    accepts positions that runs wrote unwrapped.
+
+    Args:
+        positions: (N, 3) tensor, nm.
+        box: (3, 3) tensor in reduced form, nm.
+        molecules: (N,) long tensor, the molecule of every atom (:func:`mindsponge.thermo.molecule_groups`).
+        masses: optional (N,) tensor, amu: centres of mass (massless particles do not count; a molecule
+            without mass uses its geometric centre); ``None`` for geometric centres.
+
+    Returns:
+        (N, 3) tensor, nm.
+    """
+    n_molecules = int(molecules.max()) + 1 if len(molecules) else 0
+    weights = torch.ones(len(positions), dtype=positions.dtype, device=positions.device)
+    if masses is not None:
+        weights = masses.to(positions)
+    totals = weights.new_zeros(n_molecules).index_add(0, molecules, weights)
+    massless = totals[molecules] <= 0
+    weights = torch.where(massless, torch.ones_like(weights), weights)
+    totals = weights.new_zeros(n_molecules).index_add(0, molecules, weights)
+    centers = positions.new_zeros((n_molecules, 3)).index_add(0, molecules, weights[:, None] * positions)
+    centers = centers / totals[:, None]
+    cells = torch.floor(fractional(centers, box.to(positions)))
+    return positions - (cells @ box.to(positions))[molecules]
 
 
 def nearest_image(displacements, box):

@@ -20,21 +20,34 @@ from dataclasses import dataclass
 import torch
 
 from common import checks, units
+from common.deprecation import moved_attributes
 from common.errors import DataError
 from mindsponge import pdb, space
 from mindsponge.topology import Atom, Residue, Topology
 
-__all__ = ["AtomOutsideBoxError", "System"]
+__all__ = ["LengthUnitError", "System"]
+
+# the old name of LengthUnitError warns for one release
+__getattr__ = moved_attributes(__name__, {"AtomOutsideBoxError": "mindsponge.system:LengthUnitError"})
+
+# bonds longer than this (nm, the median over the topology's bonds) are lengths in Angstrom read as nm
+LONGEST_MEDIAN_BOND = 0.5
+# no matter is denser than this (g/cm^3; osmium, the densest element, is 22.6): a box this small is lengths in nm read as Angstrom
+HIGHEST_DENSITY = 25.0
 
 
-class AtomOutsideBoxError(DataError):
-    """An atom lies more than one box length outside the primary cell (often an Å/nm mix-up).
+class LengthUnitError(DataError):
+    """Positions or a box that look like lengths in the wrong unit (Angstrom read as nm, or the reverse).
+
+    Positions may lie anywhere (outside the box too: OpenMM writes them unwrapped); what gives a unit
+    mistake away is the bonded geometry (bonds ten times too long) and the density (a box a thousand
+    times too small).
 
     Attributes:
-        atom_index: index of the first such atom.
+        atom_index: the first atom of the longest-looking bond, or ``None`` (the box is wrong).
     """
 
-    def __init__(self, message, atom_index):
+    def __init__(self, message, atom_index=None):
         super().__init__(message)
         self.atom_index = atom_index
 
@@ -103,8 +116,9 @@ class System:
         common.errors.DataError: a NaN or infinite entry (a ``ValueError``), naming the argument
             and the atom (or box vector).
         ValueError: a wrong shape (naming the argument), a non-positive mass (naming the atom),
-            an invalid box (:class:`mindsponge.space.BoxError`), or an atom more than one box
-            length outside the primary cell (:class:`AtomOutsideBoxError`, a sign of Å/nm mix-ups).
+            an invalid box (:class:`mindsponge.space.BoxError`), or lengths in the wrong unit
+            (:class:`LengthUnitError`: bonds ten times too long, a box denser than matter). Positions may
+            lie anywhere, inside the box or not (OpenMM writes them unwrapped).
         TypeError: an argument of the wrong type.
     """
 
@@ -128,6 +142,7 @@ class System:
         _check_topology(self.topology, n_atoms)
         self._check_masses(masses, self.topology)
         box = None if self.box is None else self._checked_box(positions)
+        self._check_units(positions, masses, box, self.topology)
         for name, value in (
             ("positions", positions),
             ("masses", masses),
@@ -138,12 +153,11 @@ class System:
             object.__setattr__(self, name, value)
 
     def _checked_box(self, positions):
-        """``self.box`` as a tensor like ``positions``: finite, valid and holding every atom."""
+        """``self.box`` as a tensor like ``positions``: finite and valid."""
         box = _as_float_tensor(self.box, "box", positions.dtype, positions.device)
         if box.dim() == 2:
             checks.finite(box, "box", item="box vector")
         space.check_box(box, "box")
-        self._check_inside(positions, box, self.topology)
         return box
 
     @staticmethod
@@ -161,21 +175,29 @@ class System:
             )
 
     @staticmethod
-    def _check_inside(positions, box, topology):
-        fractional = space.fractional(positions.detach(), box.detach())
-        bad = _first_bad_row((fractional < -1) | (fractional >= 2))
-        if bad is not None:
-            what = ""
-            if topology is not None:
-                atom = topology.atoms[bad]
-                residue = topology.residues[atom.residue_index]
-                what = f" ({atom.name!r} of residue {residue.name} {residue.number})"
-            raise AtomOutsideBoxError(
-                f"atom {bad}{what} at {positions[bad].tolist()} nm lies more than one box length outside "
-                f"the periodic box (fractional coordinates {fractional[bad].tolist()}); are the positions "
-                "and the box both in nm?",
-                bad,
-            )
+    def _check_units(positions, masses, box, topology):
+        """Refuse lengths in the wrong unit (:class:`LengthUnitError`): bonds whose median length is above
+        :data:`LONGEST_MEDIAN_BOND` (positions in Angstrom), or a density above :data:`HIGHEST_DENSITY`
+        (a box in nm read as Angstrom)."""
+        if topology is not None and topology.bonds:
+            bonds = torch.as_tensor(topology.bonds, dtype=torch.long, device=positions.device).reshape(-1, 2)
+            lengths = torch.linalg.vector_norm(positions[bonds[:, 1]] - positions[bonds[:, 0]], dim=-1)
+            median = float(lengths.median())
+            if median > LONGEST_MEDIAN_BOND:
+                longest = int(lengths.argmax())
+                atom = int(bonds[longest, 0])
+                what = f" ({topology.atoms[atom].name!r} of residue {topology.residues[topology.atoms[atom].residue_index].name})"
+                raise LengthUnitError(
+                    f"the bonds of the topology are {median:.3g} nm long (median; the bond of atom {atom}{what} "
+                    f"{float(lengths[longest]):.3g} nm): the positions look like Angstrom given as nm "
+                    "(divide them by 10)", atom)
+        if box is not None:
+            density = float(masses.sum() / space.volume(box)) * units.AMU_PER_NM3_TO_G_PER_CM3
+            if density > HIGHEST_DENSITY:
+                raise LengthUnitError(
+                    f"the box {[round(value, 4) for value in torch.diagonal(box).tolist()]} nm holds "
+                    f"{float(masses.sum()):.6g} amu: {density:.3g} g/cm^3, denser than any matter; the box "
+                    "looks like nm given as Angstrom (or Angstrom as nm)")
 
     def __repr__(self):
         box = None if self.box is None else [round(value, 6) for value in torch.diagonal(self.box).tolist()]
@@ -257,8 +279,8 @@ class System:
 
         Raises:
             mindsponge.pdb.PDBError: a malformed record, ``file:line: ...``.
-            AtomOutsideBoxError: an atom more than one box length outside the CRYST1 box,
-                naming the atom index and ``file:line``.
+            LengthUnitError: lengths in the wrong unit (a CRYST1 box in nm, bonds ten times too long),
+                naming the file (and ``file:line`` of the atom of a bond).
         """
         structure = pdb.read_pdb(path)
         box = structure.box
@@ -270,9 +292,9 @@ class System:
                 box=None if box is None else box.to(**kwargs),
                 topology=structure.topology,
             )
-        except AtomOutsideBoxError as error:
-            line = structure.line_numbers[error.atom_index]
-            raise AtomOutsideBoxError(f"{path}:{line}: {error}", error.atom_index) from None
+        except LengthUnitError as error:
+            where = path if error.atom_index is None else f"{path}:{structure.line_numbers[error.atom_index]}"
+            raise LengthUnitError(f"{where}: {error}", error.atom_index) from None
 
     def to_pdb(self, path):
         """Write the system as a PDB file (CRYST1 box, ATOM/HETATM, TER, CONECT, END)."""

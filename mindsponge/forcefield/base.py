@@ -211,7 +211,9 @@ class ForceField(nn.Module):
 
     ``requested_dtype`` is the dtype of the last explicit ``ff.to(dtype)``, ``ff.float()`` or
     ``ff.double()`` (``None`` if there was none): a Simulation either computes in it or refuses
-    a precision that contradicts it.
+    a precision that contradicts it. ``barostat`` (a :mod:`mindsponge.barostats` barostat) and
+    ``remove_center_of_mass_motion`` (a bool) are the run settings of an OpenMM System the force
+    field was read from (``None`` otherwise); a Simulation uses them unless given others.
     """
 
     def __init__(
@@ -231,6 +233,8 @@ class ForceField(nn.Module):
         self.virtual_sites = virtual_sites
         self.masses = None if masses is None else torch.as_tensor(masses, dtype=torch.float64).reshape(-1)
         self.constraints = constraints
+        self.barostat = None  # an OpenMM System's barostat (mindsponge.interop.openmm), used by Simulation
+        self.remove_center_of_mass_motion: bool | None = None  # whether the System removes it
         self.requested_dtype: torch.dtype | None = None
         self.terms = nn.ModuleList()
         for term in terms:

@@ -44,7 +44,7 @@ class _BoxRecorder(ms.reporters.Reporter):
         super().__init__(every=1)
         self.boxes = []
 
-    def report(self, simulation, state):
+    def report(self, state, observables):
         self.boxes.append(state.box)
 
 

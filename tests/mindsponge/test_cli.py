@@ -250,3 +250,56 @@ def test_output_option_replaces_the_output_directory(tmp_path, monkeypatch, caps
     assert _logged_steps(tmp_path / "elsewhere" / "log.csv") == [2, 4]
     assert (tmp_path / "elsewhere" / "final.pdb").is_file()
     assert not (folder / "results").exists()
+
+
+REPLICAS = """
+steps = {steps}
+constraints = "hbonds"
+seed = 4
+
+[system]
+pdb = "{pdb}"
+
+[forcefield]
+files = ["amber14-all.xml"]
+nonbonded_method = "NoCutoff"
+
+[integrator]
+dt = 0.002
+
+[replicas]
+low = 300.0
+high = 400.0
+count = 4
+steps_per_round = 50
+
+[output]
+directory = "remd"
+"""
+
+
+def test_replicas_table_runs_temperature_exchange_and_resumes(tmp_path, capsys):
+    """``[replicas]``: the tables of every round and of the exchanges; ``--resume`` continues to more steps
+    and gives the rounds of a straight run."""
+    source = ROOT / "tests" / "mindsponge" / "data" / "alanine_dipeptide.pdb"
+    for name, steps in (("straight", 400), ("resumed", 200)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.toml").write_text(REPLICAS.format(steps=steps, pdb=source))
+        assert main(["run", str(tmp_path / name / "run.toml"), "--quiet"]) == 0, capsys.readouterr().err
+    config = tmp_path / "resumed" / "run.toml"
+    config.write_text(REPLICAS.format(steps=400, pdb=source))
+    assert main(["run", str(config), "--quiet", "--resume"]) == 0, capsys.readouterr().err
+    tables = {name: (tmp_path / name / "remd" / "replicas.csv").read_text() for name in ("straight", "resumed")}
+    assert tables["straight"] == tables["resumed"]
+    rows = list(csv.DictReader(tables["straight"].splitlines()))
+    assert [int(row["round"]) for row in rows] == list(range(1, 9))
+    assert all(sorted(int(row[f"state{r}"]) for r in range(4)) == [0, 1, 2, 3] for row in rows)
+    exchange = (tmp_path / "straight" / "remd" / "exchange.csv").read_text()
+    assert "0-1,300-330.193," in exchange and "round_trips" in exchange and "free_energy_kT" in exchange
+
+
+def test_replicas_with_a_barostat_are_refused_with_the_line(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text(CONFIG + "\n[replicas]\ntemperatures = [300.0, 310.0]\n")
+    assert main(["run", str(path), "--quiet"]) == 2
+    assert "remove the [barostat] table" in capsys.readouterr().err

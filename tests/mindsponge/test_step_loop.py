@@ -277,3 +277,16 @@ def test_the_old_step_signature_warns_and_gives_the_same_step():
         old = simulation.integrator.step(state, simulation.energy_and_forces, simulation.masses,
                                          simulation.constraints, simulation.generator)
     assert torch.equal(new.positions, old.positions) and np.isfinite(float(old.potential_energy))
+
+
+def test_torsion_restraints_run_compiled_as_impropers():
+    """An umbrella restraint on phi is a harmonic improper of half its constant: the same trajectory."""
+    system, forcefield = _dipeptide()
+    restraint = ms.bias.HarmonicRestraint(ms.colvar.Torsion((4, 6, 8, 14)), 2.5, 200.0, name="umbrella")
+    restrained = ms.ForceField([*forcefield.terms, restraint], masses=forcefield.masses,
+                               constraints=forcefield.constraints)
+    compiled, python = _pair(system, restrained, lambda: ms.integrators.LangevinMiddle(0.001, 300.0, 5.0))
+    assert "umbrella" in compiled.step_loop.compiled_names
+    compiled.run(20)
+    python.run(20)
+    assert (compiled.state.positions - python.state.positions).abs().max() < 1e-12

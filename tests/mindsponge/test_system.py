@@ -13,7 +13,7 @@ import mindsponge as ms
 from common import units
 from common.errors import DataError
 from mindsponge import space
-from mindsponge.system import AtomOutsideBoxError
+from mindsponge.system import LengthUnitError
 from mindsponge.topology import Atom, Residue, Topology
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -147,14 +147,21 @@ def test_nan_position_names_the_atom():
         small_system().replace(box=box)
 
 
-def test_atom_outside_box_names_the_atom():
+def test_lengths_in_the_wrong_unit_are_refused_and_positions_anywhere_accepted():
     system = small_system()
-    # positions given in Angstrom by mistake: most atoms end up several box lengths away
-    with pytest.raises(AtomOutsideBoxError, match=r"atom 4 \('NA' of residue NA 2\)") as caught:
+    # positions given in Angstrom by mistake: the O-H bonds are ten times too long
+    with pytest.raises(LengthUnitError, match=r"atom 0 \('O' of residue HOH\).*look like Angstrom") as caught:
         system.replace(positions=system.positions * 10)
-    assert caught.value.atom_index == 4
-    # atoms up to one box length outside are accepted (unwrapped molecules)
-    system.replace(positions=system.positions - system.box[0] * 0.9)
+    assert caught.value.atom_index == 0
+    # a box in nm read as Angstrom: denser than any matter
+    with pytest.raises(LengthUnitError, match=r"denser than any matter"):
+        system.replace(box=system.box / 100)
+    # atoms anywhere are accepted, as OpenMM writes them (unwrapped): several box lengths away too
+    moved = system.replace(positions=system.positions - system.box[0] * 3.7 + system.box[2] * 12.0)
+    assert torch.equal(moved.positions, system.positions - system.box[0] * 3.7 + system.box[2] * 12.0)
+    with pytest.warns(DeprecationWarning, match="AtomOutsideBoxError is deprecated"):
+        from mindsponge.system import AtomOutsideBoxError
+    assert AtomOutsideBoxError is LengthUnitError
 
 
 def test_topology_properties_and_validation():

@@ -34,7 +34,11 @@ OpenMM force                 mindsponge term
                              interaction groups, computed values)
 ``CustomGBForce``            :class:`~mindsponge.forcefield.custom.CustomGB` (all computed-value
                              and energy-term kinds; Amber's OBC2 from ``implicit/obc2.xml``)
-``CMMotionRemover``          ignored (it is not an energy term)
+``CMMotionRemover``          ``forcefield.remove_center_of_mass_motion = True``: the Simulation
+                             removes the centre-of-mass motion (``False`` without one)
+``MonteCarloBarostat``,      ``forcefield.barostat``, the same :mod:`mindsponge.barostats` barostat:
+``MonteCarlo``               the Simulation runs at constant pressure with it unless given
+``AnisotropicBarostat``      ``barostat=`` (set ``forcefield.barostat = None`` for constant volume)
 ===========================  ==========================================================
 
 Every Custom*Force supports the whole Lepton expression language (``;`` definitions, all
@@ -43,9 +47,12 @@ functions), per-interaction and global parameters (their default values; see
 ``Continuous1D/2D/3DFunction`` and ``Discrete1D/2D/3DFunction`` (CHARMM's NBFIX tables);
 energy-parameter derivatives are ignored (they do not change the energy).
 
-Not supported: ``CustomHbondForce``, ``CustomManyParticleForce``,
-``CustomCVForce``, ``GBSAOBCForce``, ``NonbondedForce`` with ``LJPME``, global parameters or
-parameter offsets, ``setIncludeDirectSpace(False)``; the AMOEBA, Drude, RPMD and ATM forces;
+Not supported (each refusal says what to use instead where there is something): ``CustomHbondForce``,
+``CustomManyParticleForce``, ``CustomCVForce``, ``GBSAOBCForce`` (use ``implicit/obc2.xml``),
+``NonbondedForce`` with ``LJPME`` (use PME), global parameters or parameter offsets,
+``setIncludeDirectSpace(False)``; ``AndersenThermostat`` (use Langevin dynamics or a thermostat),
+``MonteCarloMembraneBarostat`` and ``MonteCarloFlexibleBarostat`` (pass
+``barostat=ms.barostats.MonteCarloAnisotropicBarostat(...)``); the AMOEBA, Drude, RPMD and ATM forces;
 ``CustomCentroidBondForce`` groups without explicit weights (OpenMM weights them by the
 System's masses, which a force does not carry); virtual sites other than two/three-particle
 averages and out-of-plane sites.

@@ -23,7 +23,7 @@ SUPPORTED_FORCES = (
     "CustomCentroidBondForce (explicit group weights)",
     "CustomNonbondedForce",
     "CustomGBForce",
-    "CMMotionRemover (ignored)",
+    "CMMotionRemover, MonteCarloBarostat, MonteCarloAnisotropicBarostat (used by the Simulation)",
 )
 
 # CustomTorsionForce energy expressions of harmonic impropers (whitespace removed, a numeric

@@ -25,7 +25,20 @@ _CONVERTERS = {
     "CustomNonbondedForce": custom.custom_nonbonded_term,
     "CustomGBForce": custom.custom_gb_term,
 }
-_IGNORED = {"CMMotionRemover"}
+# forces that are not energy terms: how a run uses them (see _dynamics)
+_DYNAMICS = {"CMMotionRemover", "MonteCarloBarostat", "MonteCarloAnisotropicBarostat"}
+# forces refused with what to use instead
+_INSTEAD = {
+    "GBSAOBCForce": "build the System with OpenMM's implicit/obc2.xml (OBC2 as a CustomGBForce), which "
+                    "mindsponge runs",
+    "AndersenThermostat": "remove it and run with integrator=ms.integrators.LangevinMiddle(dt, temperature, "
+                          "friction), or VelocityVerlet(dt, thermostat=ms.thermostats.Bussi(temperature, 0.1))",
+    "MonteCarloMembraneBarostat": "remove it and pass barostat=ms.barostats.MonteCarloAnisotropicBarostat("
+                                  "pressure, temperature, scale_z=...) to the Simulation",
+    "MonteCarloFlexibleBarostat": "remove it and pass barostat=ms.barostats.MonteCarloAnisotropicBarostat("
+                                  "pressure, temperature) to the Simulation",
+    "DrudeForce": "Drude polarisable force fields are not supported; use a fixed-charge force field",
+}
 
 
 def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64) -> ForceField:
@@ -39,21 +52,26 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
             ``ff.to(dtype)`` to change it later.
 
     Returns:
-        A :class:`~mindsponge.forcefield.ForceField` with one term per OpenMM force (in the
-        System's order; ``CMMotionRemover`` is skipped). ``term.openmm_force_index`` is the
+        A :class:`~mindsponge.forcefield.ForceField` with one term per OpenMM energy force (in the
+        System's order). ``term.openmm_force_index`` is the
         index of the source force. Virtual sites (two/three-particle average, out-of-plane:
         TIP4P, TIP5P) become the force field's :class:`~mindsponge.forcefield.VirtualSites`.
         The System is the truth for the dynamics too: ``forcefield.masses`` holds its particle
         masses (hydrogen mass repartitioning included, float64 amu) and
         ``forcefield.constraints`` its constraints (a
         :class:`~mindsponge.forcefield.SystemConstraints`: pairs, the System's distances, and
-        which of them no energy term holds), or ``None`` without constraints. A
-        :class:`~mindsponge.simulation.Simulation` uses both by default.
+        which of them no energy term holds), or ``None`` without constraints;
+        ``forcefield.barostat`` its ``MonteCarloBarostat`` or ``MonteCarloAnisotropicBarostat`` as a
+        :mod:`mindsponge.barostats` barostat (``None`` without one); and
+        ``forcefield.remove_center_of_mass_motion`` whether it holds a ``CMMotionRemover``. A
+        :class:`~mindsponge.simulation.Simulation` uses all of them by default, as an OpenMM
+        ``Context`` does (set ``forcefield.barostat = None`` for constant volume).
 
     Raises:
         TypeError: ``openmm_system`` is not an ``openmm.System``.
         UnsupportedOpenMMForceError: a force, or an option of one, has no mindsponge
-            equivalent (the message names the force and lists what is supported).
+            equivalent (the message names the force, what to use instead where there is something,
+            and what is supported).
         ValueError: the topology does not match the System.
     """
     import openmm
@@ -67,27 +85,64 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
                 f"topology has {atoms} atoms but the OpenMM System has "
                 f"{openmm_system.getNumParticles()} particles"
             )
+    _refuse_unsupported(openmm_system)
     terms: list[EnergyTerm] = []
     counts: dict[str, int] = {}
     for index, force in enumerate(openmm_system.getForces()):
         kind = type(force).__name__
-        if kind in _IGNORED:
+        if kind in _DYNAMICS:
             continue
-        if kind in _CONVERTERS:
-            term = _CONVERTERS[kind](index, force, dtype)
-        else:
-            raise unsupported(index, force, "this force type is not supported")
+        term = _CONVERTERS[kind](index, force, dtype)
         base_name = term.name if force.getName() == kind else force.getName()
         counts[base_name] = counts.get(base_name, 0) + 1
         term.name = base_name if counts[base_name] == 1 else f"{base_name}_{counts[base_name]}"
         term.openmm_force_index = index
         terms.append(term)
-    return ForceField(
+    forcefield = ForceField(
         terms,
         virtual_sites=_virtual_sites(openmm_system),
         masses=masses(openmm_system, torch.float64),
         constraints=_system_constraints(openmm_system),
     )
+    forcefield.barostat, forcefield.remove_center_of_mass_motion = _dynamics(openmm_system)
+    return forcefield
+
+
+def _refuse_unsupported(openmm_system) -> None:
+    """Refuse the first force that has no mindsponge equivalent, before reading any (so that a Drude System
+    is refused as Drude, not by an option of another force), saying what to use instead where there is
+    something."""
+    for index, force in enumerate(openmm_system.getForces()):
+        kind = type(force).__name__
+        if kind in _INSTEAD:
+            raise unsupported(index, force, f"not supported: {_INSTEAD[kind]}")
+        if kind not in _CONVERTERS and kind not in _DYNAMICS:
+            raise unsupported(index, force, "this force type is not supported")
+
+
+def _dynamics(openmm_system):
+    """``(barostat, remove_center_of_mass_motion)`` of the System's non-energy forces: its
+    ``MonteCarloBarostat`` or ``MonteCarloAnisotropicBarostat`` as a :mod:`mindsponge.barostats` barostat (or
+    ``None``), and whether it holds a ``CMMotionRemover`` (OpenMM then removes the centre-of-mass motion)."""
+    from openmm import unit
+
+    from mindsponge import barostats
+
+    barostat, remover = None, False
+    for force in openmm_system.getForces():
+        kind = type(force).__name__
+        if kind == "CMMotionRemover":
+            remover = True
+        elif kind == "MonteCarloBarostat":
+            barostat = barostats.MonteCarloBarostat(force.getDefaultPressure().value_in_unit(unit.bar),
+                                                    force.getDefaultTemperature().value_in_unit(unit.kelvin),
+                                                    every=force.getFrequency())
+        elif kind == "MonteCarloAnisotropicBarostat":
+            pressure = tuple(force.getDefaultPressure().value_in_unit(unit.bar))
+            barostat = barostats.MonteCarloAnisotropicBarostat(
+                pressure, force.getDefaultTemperature().value_in_unit(unit.kelvin), every=force.getFrequency(),
+                scale_x=force.getScaleX(), scale_y=force.getScaleY(), scale_z=force.getScaleZ())
+    return barostat, remover
 
 
 def masses(openmm_system, dtype) -> torch.Tensor:

@@ -1,0 +1,552 @@
+"""Replica exchange: temperature (REMD) and Hamiltonian (HREX) exchange between thermodynamic states.
+
+A family of :class:`ThermodynamicState` (a temperature and a potential each: the same force field at
+several temperatures, or umbrella windows, or alchemical states at one temperature) is sampled by as
+many replicas. :class:`ReplicaExchange` runs rounds: every replica runs ``steps_per_round`` steps of
+MD in its current state (each replica its own :class:`~mindsponge.state.State`, random stream
+included), then the reduced potentials ``u[r, k] = beta_k U_k(x_r)`` of every replica in every state
+are computed and states are exchanged between replicas:
+
+- ``exchange="neighbors"``: Metropolis swaps between neighbouring states ``(k, k + 1)``, the even
+  pairs in even rounds and the odd pairs in odd rounds;
+- ``exchange="all"``: Gibbs sampling over all permutations, approximated as openmmtools' ``swap-all``
+  does, by ``R^3`` Metropolis swaps of random pairs of replicas.
+
+A replica that moves to another temperature has its velocities scaled by ``sqrt(T_new / T_old)``. The
+roles are openmmtools' ``multistate`` split: states (:class:`ThermodynamicState`), the sampler
+(:class:`ReplicaExchange`), what it records (:class:`ExchangeRecord`: the state of every replica after
+every round, the reduced-potential matrices, the attempted and accepted swaps, collective-variable
+samples) and its analysis (acceptance matrix, round trips, MBAR through pymbar).
+
+Where replicas run: one process by default (``workers=0``), each replica's steps in the compiled step
+loop (:mod:`mindsponge.step_loop`), so small systems run at the loop's speed, periodic boxes
+included; or on a local process pool (``workers=N``) or a Dask cluster (``scheduler=``) through
+:func:`common.parallel.run_jobs`. A replica's round depends only on its state, its thermodynamic state
+and the number of steps (neighbour lists are rebuilt at the start of every round, and the compiled
+kernels do not depend on the thread count), so the run is the same bit for bit wherever replicas run.
+With ``checkpoint=`` the sampler writes everything after every round (atomically); a run that dies,
+or loses a worker, continues from the last completed round with :meth:`ReplicaExchange.run` on a new
+sampler made with the same arguments.
+
+Example (REMD of alanine dipeptide at 8 temperatures)::
+
+    from mindsponge import replica_exchange as rex
+    states = [rex.ThermodynamicState(t) for t in rex.geometric_temperatures(300.0, 500.0, 8)]
+    sampler = rex.ReplicaExchange(system, forcefield, states,
+                                  ms.integrators.LangevinMiddle(0.002, 300.0, 1.0), steps_per_round=500)
+    sampler.run(rounds=200)
+    sampler.record.acceptance()          # (K, K) fraction of accepted swaps
+    sampler.record.round_trips()         # per replica
+    sampler.record.free_energies()       # (Delta f in kT, its uncertainty) from MBAR
+
+Units: K, kJ/mol, ps; reduced potentials in kT.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common import checks, io
+from common.errors import ConfigurationError, SimulationError
+from common.units import BOLTZMANN_MD
+from mindsponge.state import State
+
+__all__ = ["ExchangeRecord", "ReplicaExchange", "ThermodynamicState", "geometric_temperatures"]
+
+CHECKPOINT_KIND = "mindsponge.ReplicaExchange"
+EXCHANGES = ("neighbors", "all")
+
+
+@dataclass(frozen=True)
+class ThermodynamicState:
+    """One state of the family.
+
+    Attributes:
+        temperature: K.
+        potential: the potential of this state, a callable ``(positions, box) -> energy`` (kJ/mol),
+            usually a :class:`~mindsponge.forcefield.ForceField` (the base force field plus a restraint,
+            for an umbrella window); ``None``: the sampler's force field.
+    """
+
+    temperature: float
+    potential: object = None
+
+    def __post_init__(self):
+        if not (isinstance(self.temperature, int | float) and math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigurationError(f"ThermodynamicState: temperature must be a positive number of K, "
+                                     f"got {self.temperature!r}")
+
+
+def geometric_temperatures(low: float, high: float, count: int) -> list[float]:
+    """``count`` temperatures from ``low`` to ``high`` (K) in geometric progression (equal acceptance for a
+    constant heat capacity)."""
+    checks.positive_int(count, "geometric_temperatures: count")
+    if not 0 < low < high:
+        raise ConfigurationError(f"geometric_temperatures: need 0 < low < high, got {low!r}, {high!r}")
+    if count == 1:
+        return [float(low)]
+    return [float(low * (high / low) ** (index / (count - 1))) for index in range(count)]
+
+
+@dataclass
+class ExchangeRecord:
+    """What a replica-exchange run recorded, round by round (``T`` rounds, ``R`` replicas = ``K`` states).
+
+    Attributes:
+        temperatures: ``(K,)`` K.
+        states: ``(T, R)`` int, the state of every replica after each round's exchanges.
+        reduced_potentials: ``(T, R, K)``: ``u[t, r, k] = beta_k U_k(x_r)`` at the end of round ``t``
+            (before its exchanges), kT.
+        attempted, accepted: ``(K, K)`` int, swaps attempted and accepted between each pair of states.
+        samples: per state, the collective-variable values recorded while a replica was in it (``(n, D)``).
+    """
+
+    temperatures: np.ndarray
+    states: list = field(default_factory=list)
+    reduced_potentials: list = field(default_factory=list)
+    attempted: np.ndarray | None = None
+    accepted: np.ndarray | None = None
+    samples: list = field(default_factory=list)
+
+    @property
+    def n_states(self) -> int:
+        """Number of states ``K``."""
+        return len(self.temperatures)
+
+    def state_trajectory(self) -> np.ndarray:
+        """``(T, R)`` int: the state of each replica after every round."""
+        return np.asarray(self.states, dtype=np.int64).reshape(-1, self.n_states)
+
+    def replica_trajectory(self) -> np.ndarray:
+        """``(T, K)`` int: the replica in each state after every round."""
+        states = self.state_trajectory()
+        replicas = np.empty_like(states)
+        for row, assignment in enumerate(states):
+            replicas[row, assignment] = np.arange(self.n_states)
+        return replicas
+
+    def acceptance(self) -> np.ndarray:
+        """``(K, K)``: the fraction of attempted swaps accepted between each pair of states (``nan`` where none
+        were attempted)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.attempted > 0, self.accepted / np.maximum(self.attempted, 1), np.nan)
+
+    def round_trips(self) -> np.ndarray:
+        """``(R,)`` int: for each replica, the number of trips from the first state to the last and back (replica
+        ``r`` starts in state ``r``)."""
+        states = np.vstack([np.arange(self.n_states), self.state_trajectory()])
+        trips = np.zeros(self.n_states, dtype=np.int64)
+        last = self.n_states - 1
+        for replica in range(self.n_states):
+            target = last  # first reach the last state, then the first
+            reached_first = False
+            for state in states[:, replica]:
+                if not reached_first:
+                    reached_first = state == 0
+                    continue
+                if state == target:
+                    if target == 0:
+                        trips[replica] += 1
+                    target = 0 if target == last else last
+        return trips
+
+    def u_kn(self, discard: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``(u_kn, N_k)`` for MBAR: the reduced potential of every sample (the configuration in each state after
+        every round from ``discard`` on) in every state, ``(K, K T')``, and the samples per state ``(K,)``."""
+        potentials = np.asarray(self.reduced_potentials, dtype=np.float64)[discard:]  # (T', R, K)
+        replicas = self.replica_trajectory()[discard:]  # (T', K)
+        rounds = len(potentials)
+        # sample n = (state k, round t): the configuration of replica replicas[t, k]
+        by_state = potentials[np.arange(rounds)[:, None], replicas]  # (T', K state of origin, K evaluated)
+        u_kn = by_state.transpose(2, 1, 0).reshape(self.n_states, -1)
+        return u_kn, np.full(self.n_states, rounds, dtype=np.int64)
+
+    def mbar(self, discard: int = 0):
+        """A ``pymbar.MBAR`` over all states and samples (see :meth:`u_kn`)."""
+        import pymbar
+
+        u_kn, counts = self.u_kn(discard)
+        return pymbar.MBAR(u_kn, counts)
+
+    def free_energies(self, discard: int = 0, uncertainty_method: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(Delta f, d Delta f)``: the reduced free energy of every state relative to the first, kT, and its
+        analytic uncertainty (MBAR; ``uncertainty_method="bootstrap"`` needs an MBAR made with
+        ``n_bootstraps``)."""
+        result = self.mbar(discard).compute_free_energy_differences(uncertainty_method=uncertainty_method)
+        return result["Delta_f"][0], result["dDelta_f"][0]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What every replica's round needs (picklable; a worker builds its simulations from it once)."""
+
+    key: str
+    system: object
+    forcefield: object
+    states: tuple
+    integrator: object
+    constraints: object
+    precision: object
+    colvars: tuple
+    sample_every: int | None
+    remove_center_of_mass_motion: bool | None
+
+
+_WORKER_SIMULATIONS: dict = {}  # (spec key, state) -> Simulation, in each process that runs rounds
+
+
+def _integrator_at(template, temperature):
+    """A copy of ``template`` at ``temperature`` (its own, or its thermostat's)."""
+    integrator = copy.copy(template)
+    if hasattr(integrator, "temperature"):
+        integrator.temperature = float(temperature)
+    thermostat = getattr(integrator, "thermostat", None)
+    if thermostat is not None:
+        thermostat = copy.copy(thermostat)
+        thermostat.temperature = float(temperature)
+        integrator = integrator.with_thermostat(thermostat)
+    elif not hasattr(integrator, "temperature"):
+        raise ConfigurationError(
+            f"ReplicaExchange: the integrator {template!r} has no temperature: use LangevinMiddle, or "
+            "VelocityVerlet with a thermostat")
+    return integrator
+
+
+class _Sampler:
+    """A reporter recording collective variables every ``every`` steps (in the state it runs in)."""
+
+    needs = ()
+
+    def __init__(self, colvars, every):
+        self.colvars, self.every = colvars, every
+        self.values: list = []
+
+    def report(self, state, observables):
+        box = state.box
+        with torch.no_grad():
+            self.values.append([float(colvar(state.positions, box)) for colvar in self.colvars])
+
+
+def _simulation(spec: _Spec, index: int):
+    """The simulation of state ``index`` of ``spec`` in this process (built once)."""
+    import mindsponge as ms
+
+    key = (spec.key, index)
+    if key not in _WORKER_SIMULATIONS:
+        state = spec.states[index]
+        potential = spec.forcefield if state.potential is None else state.potential
+        reporters = [_Sampler(spec.colvars, spec.sample_every)] if spec.colvars and spec.sample_every else []
+        _WORKER_SIMULATIONS[key] = ms.Simulation(
+            spec.system, potential, _integrator_at(spec.integrator, state.temperature), constraints=spec.constraints,
+            precision=spec.precision, progress=False, overlap_distance=None, reporters=reporters, barostat=None,
+            remove_center_of_mass_motion=spec.remove_center_of_mass_motion)
+    return _WORKER_SIMULATIONS[key]
+
+
+def _state_energies(spec: _Spec, simulation, state) -> list[float]:
+    """The potential energy (kJ/mol) of ``state`` in every state of ``spec``.
+
+    When every state's potential is a :class:`~mindsponge.forcefield.ForceField` with the same virtual sites
+    (umbrella windows: the base terms and a restraint each), every distinct term is evaluated once (no
+    gradient, in the compute dtype) and each state's energy is the sum of its terms; otherwise each state's
+    potential is evaluated whole.
+    """
+    from mindsponge.forcefield.base import ForceField
+
+    potentials = [spec.forcefield if item.potential is None else item.potential for item in spec.states]
+    sites = {id(getattr(potential, "virtual_sites", None)) for potential in potentials}
+    if not all(isinstance(potential, ForceField) for potential in potentials) or len(sites) > 1:
+        return [float(_simulation(spec, index).potential(state.positions, state.box))
+                for index in range(len(potentials))]
+    compute = simulation.precision.compute
+    positions = state.positions.to(compute)
+    box = None if state.box is None else state.box.to(compute)
+    virtual_sites = potentials[0].virtual_sites
+    energies_of_terms: dict[int, float] = {}
+    with torch.no_grad():
+        if virtual_sites is not None:
+            positions = virtual_sites(positions)
+        result = []
+        for potential in potentials:
+            total = 0.0
+            for term in potential.terms:
+                if id(term) not in energies_of_terms:
+                    energies_of_terms[id(term)] = 0.0 if getattr(term, "is_empty", False) else float(term(positions, box))
+                total += energies_of_terms[id(term)]
+            result.append(total)
+    return result
+
+
+def run_round(job: dict) -> dict:
+    """One replica's round (a job of :func:`common.parallel.run_jobs`): ``steps`` steps in state ``state``
+    from the replica's ``start`` (a :meth:`State.to_dict`), then its potential energy in every state.
+
+    Returns:
+        dict: ``state`` (the replica's new state as a dict), ``energies`` ``(K,)`` kJ/mol, ``samples`` (the
+        collective-variable values recorded on the way, ``(n, D)``), ``colvars`` ``(D,)`` at the end.
+    """
+    spec, index = job["spec"], job["state"]
+    simulation = _simulation(spec, index)
+    state = State.from_dict(job["start"])
+    if job["recompute"]:  # a state with another Hamiltonian: forces of this one
+        state = simulation._with_forces(state)
+    simulation.state = state
+    simulation.reset_neighbor_lists()
+    samplers = [reporter for reporter in simulation.reporters if isinstance(reporter, _Sampler)]
+    for sampler in samplers:
+        sampler.values = []
+    simulation.run(job["steps"])
+    final = simulation.state
+    if all(state.potential is None for state in spec.states):  # one Hamiltonian: the energy of the run
+        energies = [float(final.potential_energy)] * len(spec.states)
+    else:
+        energies = _state_energies(spec, simulation, final)
+    with torch.no_grad():
+        colvars = [float(colvar(final.positions, final.box)) for colvar in spec.colvars]
+    samples = samplers[0].values if samplers else []
+    return {"state": final.to_dict(), "energies": energies, "samples": samples, "colvars": colvars}
+
+
+class ReplicaExchange:
+    """Replica exchange over a family of thermodynamic states (see the module docstring).
+
+    Args:
+        system: the :class:`~mindsponge.system.System` every replica starts from (or give ``starts``).
+        forcefield: the potential of states whose ``potential`` is ``None``.
+        states: the :class:`ThermodynamicState` family, ordered (neighbours exchange); one replica each.
+        integrator: a template: :class:`~mindsponge.integrators.LangevinMiddle`, or
+            :class:`~mindsponge.integrators.VelocityVerlet` with a thermostat; each state gets a copy at its
+            temperature.
+        steps_per_round: MD steps between exchanges.
+        exchange: ``"neighbors"`` or ``"all"`` (see the module docstring).
+        starts: optional ``(R, N, 3)`` nm: each replica's starting positions (default: the system's).
+        constraints, precision, remove_center_of_mass_motion: as :class:`~mindsponge.simulation.Simulation`.
+        colvars: collective variables recorded for every replica at the end of every round
+            (:attr:`colvar_values`), and every ``sample_every`` steps into ``record.samples`` of the
+            state the replica is in.
+        sample_every: steps between collective-variable samples within rounds (``None``: only at the
+            ends of rounds).
+        seed: seeds the replicas' velocities and random streams and the exchanges.
+        checkpoint: optional path written after every round; :meth:`run` continues from it when it exists.
+        workers: ``0`` (default) runs replicas in this process; ``N`` on ``N`` local processes.
+        scheduler: a Dask scheduler address or ``distributed.Client``: replicas on that cluster.
+        progress: a progress bar over rounds.
+
+    Raises:
+        common.errors.ConfigurationError: fewer than two states, a bad exchange kind, a barostat (constant
+            pressure is not supported), ``starts`` of the wrong shape.
+    """
+
+    def __init__(self, system, forcefield, states, integrator, steps_per_round, *, exchange="neighbors",
+                 starts=None, constraints=None, precision=None, remove_center_of_mass_motion=None, colvars=(),
+                 sample_every=None, seed=0, checkpoint=None, workers=0, scheduler=None, progress=True):
+        states = tuple(states)
+        if len(states) < 2 or not all(isinstance(state, ThermodynamicState) for state in states):
+            raise ConfigurationError("ReplicaExchange: states must be two or more ThermodynamicState")
+        if exchange not in EXCHANGES:
+            raise ConfigurationError(f"ReplicaExchange: exchange must be one of {EXCHANGES}, got {exchange!r}")
+        if getattr(forcefield, "barostat", None) is not None:
+            raise ConfigurationError(
+                "ReplicaExchange: the force field carries a barostat (its OpenMM System's); replica exchange "
+                "runs at constant volume: set forcefield.barostat = None")
+        self.steps_per_round = checks.positive_int(steps_per_round, "ReplicaExchange: steps_per_round")
+        if sample_every is not None:
+            checks.positive_int(sample_every, "ReplicaExchange: sample_every")
+        self.exchange, self.seed = exchange, int(seed)
+        self.checkpoint, self.workers, self.scheduler, self.progress = checkpoint, workers, scheduler, progress
+        self.states = states
+        self.temperatures = np.array([state.temperature for state in states])
+        self._spec = _Spec(uuid.uuid4().hex, system, forcefield, states, integrator, constraints, precision,
+                           tuple(colvars), sample_every, remove_center_of_mass_motion)
+        self.record = ExchangeRecord(self.temperatures, attempted=np.zeros((len(states),) * 2, dtype=np.int64),
+                                     accepted=np.zeros((len(states),) * 2, dtype=np.int64),
+                                     samples=[[] for _ in states])
+        self.colvar_values: list = []  # (T, R, D)
+        self._rng = np.random.default_rng(self.seed)
+        self.replica_states = self._initial_states(starts)
+        self.assignment = np.arange(len(states))  # state of each replica
+        self._moved = np.zeros(len(states), dtype=bool)  # replicas that changed state in the last exchange
+        self._shared = all(state.potential is None for state in states)  # one Hamiltonian (REMD)
+        self.rounds_done = 0
+
+    @property
+    def n_replicas(self) -> int:
+        """``R``, one replica per state."""
+        return len(self.states)
+
+    def _initial_states(self, starts):
+        """Each replica's starting state in its own state: positions, velocities at its temperature, forces."""
+        count = self.n_replicas
+        if starts is not None:
+            starts = torch.as_tensor(starts, dtype=torch.float64)
+            if tuple(starts.shape) != (count, self._spec.system.n_atoms, 3):
+                raise ConfigurationError(f"ReplicaExchange: starts must be ({count}, {self._spec.system.n_atoms}, 3) "
+                                         f"nm, got {tuple(starts.shape)}")
+            checks.finite(starts.reshape(count, -1), "starts", item="replica")
+        result = []
+        for replica in range(count):
+            simulation = _simulation(self._spec, replica)
+            state = simulation.state
+            if starts is not None:
+                state = simulation._with_forces(state.replace(positions=starts[replica].to(state.positions)))
+                simulation.state = state
+            simulation.set_velocities(self.states[replica].temperature, seed=self.seed * 100_003 + replica)
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + replica)
+            result.append(simulation.state.replace(rng_state=generator.get_state(), step=0, time=0.0))
+        return result
+
+    # --- running ---------------------------------------------------------------------------------
+    def run(self, rounds: int):
+        """Run ``rounds`` more rounds (continuing from the checkpoint file when one exists and nothing has
+        run yet in this sampler).
+
+        Raises:
+            common.errors.SimulationError: a replica's round failed (blow-up), naming the replica and the
+                state; with a checkpoint, the last completed round is in it.
+        """
+        from tqdm.auto import tqdm
+
+        checks.non_negative_int(rounds, "ReplicaExchange.run: rounds")
+        if self.checkpoint is not None and self.rounds_done == 0 and os.path.exists(self.checkpoint):
+            self.load_checkpoint(self.checkpoint)
+        for _ in tqdm(range(rounds), desc="replica exchange", unit="round", disable=not self.progress):
+            self._round()
+            if self.checkpoint is not None:
+                self.save_checkpoint(self.checkpoint)
+        return self.record
+
+    def _round(self):
+        from common import parallel
+
+        jobs = []
+        for replica, state in enumerate(self.replica_states):
+            index = int(self.assignment[replica])
+            recompute = bool(self._moved[replica]) and not self._shared  # another Hamiltonian: its forces
+            jobs.append({"spec": self._spec, "replica": replica, "state": index, "steps": self.steps_per_round,
+                         "start": state.to_dict(), "recompute": recompute})
+        results = [None] * self.n_replicas
+        for job, result in parallel.run_jobs(run_round, jobs, workers=self.workers, scheduler=self.scheduler,
+                                             retries=0):
+            if isinstance(result, parallel.JobFailure):
+                raise SimulationError(
+                    f"replica {job['replica']} in state {job['state']} (T = {self.temperatures[job['state']]:g} K) "
+                    f"failed in round {self.rounds_done + 1}: {result.message}")
+            results[job["replica"]] = result
+        energies = np.array([result["energies"] for result in results])  # (R, K) kJ/mol
+        reduced = energies / (BOLTZMANN_MD * self.temperatures[None, :])
+        for replica, result in enumerate(results):
+            self.replica_states[replica] = State.from_dict(result["state"])
+            self.record.samples[int(self.assignment[replica])].extend(result["samples"])
+        self.colvar_values.append([result["colvars"] for result in results])
+        self.record.reduced_potentials.append(reduced)
+        before = self.assignment.copy()
+        self._exchange(reduced)
+        self._moved = self.assignment != before
+        self._rescale_velocities(before)
+        self.record.states.append(self.assignment.copy())
+        self.rounds_done += 1
+
+    def _exchange(self, reduced):
+        """Swap states between replicas (Metropolis), updating the assignment and the swap counts."""
+        count = self.n_replicas
+        replica_of = np.empty(count, dtype=np.int64)
+        replica_of[self.assignment] = np.arange(count)
+
+        def attempt(first_state, second_state):
+            i, j = replica_of[first_state], replica_of[second_state]
+            delta = (reduced[i, second_state] + reduced[j, first_state]
+                     - reduced[i, first_state] - reduced[j, second_state])
+            pair = (min(first_state, second_state), max(first_state, second_state))
+            self.record.attempted[pair] += 1
+            self.record.attempted[pair[::-1]] += 1
+            if delta <= 0 or self._rng.random() < math.exp(-delta):
+                self.record.accepted[pair] += 1
+                self.record.accepted[pair[::-1]] += 1
+                replica_of[first_state], replica_of[second_state] = j, i
+                self.assignment[i], self.assignment[j] = second_state, first_state
+
+        if self.exchange == "neighbors":
+            for first in range(self.rounds_done % 2, count - 1, 2):
+                attempt(first, first + 1)
+        else:
+            for _ in range(count**3):
+                first, second = self._rng.choice(count, size=2, replace=False)
+                attempt(int(first), int(second))
+
+    def _rescale_velocities(self, before):
+        for replica, (old, new) in enumerate(zip(before, self.assignment, strict=True)):
+            if old != new:
+                state = self.replica_states[replica]
+                factor = math.sqrt(self.temperatures[new] / self.temperatures[old])
+                self.replica_states[replica] = state.replace(velocities=state.velocities * factor)
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def save_checkpoint(self, path):
+        """Write everything a continued run needs to ``path`` (atomically, checksummed)."""
+        record = self.record
+        colvars = len(self._spec.colvars)
+
+        def tensor(values, dtype, shape):  # tensors, not numpy arrays: an empty array is stored as bytes()
+            return torch.as_tensor(np.asarray(values, dtype=dtype).reshape(shape))
+
+        io.save_checkpoint(path, {
+            "rounds_done": self.rounds_done,
+            "temperatures": tensor(self.temperatures, np.float64, -1),
+            "replica_states": [state.to_dict() for state in self.replica_states],
+            "assignment": tensor(self.assignment, np.int64, -1),
+            "moved": tensor(self._moved, bool, -1),
+            "rng": _encode_rng(self._rng),
+            "states": tensor(record.states, np.int64, (-1, self.n_replicas)),
+            "reduced_potentials": tensor(record.reduced_potentials, np.float64, (-1, self.n_replicas, self.n_replicas)),
+            "attempted": tensor(record.attempted, np.int64, record.attempted.shape),
+            "accepted": tensor(record.accepted, np.int64, record.accepted.shape),
+            "samples": [tensor(values, np.float64, (len(values), colvars)) for values in record.samples],
+            "colvar_values": tensor(self.colvar_values, np.float64, (len(self.colvar_values), self.n_replicas, colvars)),
+        }, kind=CHECKPOINT_KIND)
+
+    def load_checkpoint(self, path):
+        """Continue from a checkpoint written by :meth:`save_checkpoint` (of a sampler made with the same
+        states).
+
+        Raises:
+            common.errors.DataError: a damaged checkpoint or one of another kind.
+            common.errors.ConfigurationError: a checkpoint of other temperatures or another replica count.
+        """
+        data = io.load_checkpoint(path, kind=CHECKPOINT_KIND)
+        if not np.array_equal(data["temperatures"].numpy(), self.temperatures):
+            raise ConfigurationError(f"{path}: a checkpoint of the temperatures {data['temperatures'].tolist()} K, "
+                                     f"this sampler has {list(self.temperatures)}")
+        self.rounds_done = int(data["rounds_done"])
+        self.replica_states = [State.from_dict(state) for state in data["replica_states"]]
+        self.assignment = data["assignment"].numpy().copy()
+        self._moved = data["moved"].numpy().copy()
+        self._rng = _decode_rng(data["rng"])
+        record = self.record
+        record.states = list(data["states"].numpy().copy())
+        record.reduced_potentials = list(data["reduced_potentials"].numpy().copy())
+        record.attempted = data["attempted"].numpy().copy()
+        record.accepted = data["accepted"].numpy().copy()
+        record.samples = [values.tolist() for values in data["samples"]]
+        self.colvar_values = data["colvar_values"].tolist()
+
+
+def _encode_rng(generator: np.random.Generator) -> dict:
+    state = generator.bit_generator.state
+    return {"bit_generator": state["bit_generator"], "state": str(state["state"]["state"]),
+            "inc": str(state["state"]["inc"]), "has_uint32": int(state["has_uint32"]), "uinteger": int(state["uinteger"])}
+
+
+def _decode_rng(data: dict) -> np.random.Generator:
+    generator = np.random.default_rng()
+    generator.bit_generator.state = {"bit_generator": data["bit_generator"],
+                                     "state": {"state": int(data["state"]), "inc": int(data["inc"])},
+                                     "has_uint32": int(data["has_uint32"]), "uinteger": int(data["uinteger"])}
+    return generator
+
