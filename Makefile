@@ -8,7 +8,7 @@ TORCH_PIN := torch==2.13.0
 DEMO_DIR ?= demo_output
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo test lint docs benchmarks clean
+.PHONY: install demo test check lint docs benchmarks clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet -e ".[all]" "$(TORCH_PIN)"
+	@# the compiled kernels, now rather than at the first simulation (optional: the torch path runs without them)
+	-$(PY) -m common.extensions build mindsponge._kernels:load mindelec._kernels:yee
 	touch $@
 
 # A real default run of each package on shipped inputs; every output goes under $(DEMO_DIR).
@@ -27,6 +29,11 @@ demo: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+
+# The fast tier for the inner loop (under about 3 minutes on 2 cores): lint and every test not marked slow
+# (long validations, notebooks, command-line runs in subprocesses); `make test` runs them all.
+check: install lint
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" -q
 
 # The tests keep the notebooks they execute and the figures the validation tests measured under build/,
 # where `make docs` finds them.

@@ -6,9 +6,11 @@ Not a benchmark itself (running it does nothing). The benchmarks import it as ``
 - timing: :func:`mean_seconds`, :func:`time_calls`, :func:`best_of_rounds`;
 - systems: :func:`tip3p_water` (a mindsponge water box and the OpenMM System for it, with
   OpenMM's masses), :func:`peptide_in_dodecahedron` (a solvated peptide in a small rhombic
-  dodecahedron, built by OpenMM's Modeller), :func:`openmm_context`,
+  dodecahedron, built by OpenMM's Modeller), :func:`dipeptide_in_vacuum`, :func:`tip4pew_peptide_box`
+  (a 4-site water box with a peptide and NaCl, NPT), :func:`openmm_context`,
   :func:`openmm_equilibrated` (a start state minimised and thermalised by OpenMM, so both
   engines start from the same coordinates), :func:`mindsponge_simulation`;
+- load: :func:`busy_core` (another process keeping one core busy while the engines are timed);
 - statistics: :func:`mean_and_error` (mean with its standard error from the statistical
   inefficiency of the time series, pymbar), :func:`drift_per_dof` (linear fit).
 """
@@ -158,11 +160,80 @@ def peptide_in_dodecahedron(
     return system.replace(masses=torch.tensor(masses, dtype=torch.float64), box=box), openmm_system
 
 
-def openmm_context(openmm_system, integrator, platform: str = "CPU", threads: int = 1, positions=None):
-    """An ``openmm.Context`` on ``platform`` (``"CPU"`` with ``threads`` threads, or ``"Reference"``)."""
+DIPEPTIDE_PDB = os.path.join(os.path.dirname(__file__), "..", "tests", "mindsponge", "data",
+                             "alanine_dipeptide.pdb")
+
+
+def dipeptide_in_vacuum():
+    """Alanine dipeptide in vacuum (``amber14-all.xml``, no cutoff, bonds to hydrogen constrained, OpenMM's
+    ``CMMotionRemover``): ``(system, openmm_system)`` (22 atoms)."""
+    from openmm import app
+
+    import mindsponge as ms
+
+    path = DIPEPTIDE_PDB
+    pdb = app.PDBFile(path)
+    openmm_system = app.ForceField("amber14-all.xml").createSystem(pdb.topology, nonbondedMethod=app.NoCutoff,
+                                                                   constraints=app.HBonds)
+    return ms.System.from_pdb(path), openmm_system
+
+
+def tip4pew_peptide_box(box_length: float = 2.1, cutoff: float = 0.9, pressure: float = 1.0,
+                        temperature: float = 300.0):
+    """Alanine dipeptide in TIP4P-Ew water with 0.15 M NaCl in a cubic box of ``box_length`` nm (about 900
+    particles with the massless sites), ``amber14-all.xml`` + ``amber14/tip4pew.xml``, PME, bonds to
+    hydrogen constrained, rigid water, and a ``MonteCarloBarostat`` (every 25 steps) in the System:
+    ``(system, openmm_system)`` (the box and masses of the System)."""
+    import openmm
+    from openmm import app, unit
+
+    import mindsponge as ms
+
+    pdb = app.PDBFile(DIPEPTIDE_PDB)
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip4pew.xml")
+    modeller = app.Modeller(pdb.topology, pdb.positions)
+    size = openmm.Vec3(box_length, box_length, box_length) * unit.nanometer
+    modeller.addSolvent(forcefield, model="tip4pew", boxSize=size, ionicStrength=0.15 * unit.molar)
+    openmm_system = forcefield.createSystem(modeller.topology, nonbondedMethod=app.PME,
+                                            nonbondedCutoff=cutoff * unit.nanometer, constraints=app.HBonds)
+    openmm_system.addForce(openmm.MonteCarloBarostat(pressure, temperature, 25))
+    with tempfile.TemporaryDirectory() as directory:
+        structure = os.path.join(directory, "box.pdb")
+        with open(structure, "w") as handle:
+            app.PDBFile.writeFile(modeller.topology, modeller.positions, handle)
+        system = ms.System.from_pdb(structure)
+    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
+    box = torch.tensor([list(vector.value_in_unit(unit.nanometer)) for vector in
+                        openmm_system.getDefaultPeriodicBoxVectors()], dtype=torch.float64)
+    return system.replace(masses=torch.tensor(masses, dtype=torch.float64), box=box), openmm_system
+
+
+@contextlib.contextmanager
+def busy_core(enabled: bool, seconds: float = 3600.0):
+    """Keep one core busy with another process (a bounded busy loop: it ends by itself after ``seconds``),
+    as users' machines are: a browser, another job. ``enabled=False`` does nothing."""
+    import subprocess
+    import sys
+
+    if not enabled:
+        yield None
+        return
+    loop = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
+    process = subprocess.Popen([sys.executable, "-c", loop])
+    time.sleep(0.5)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def openmm_context(openmm_system, integrator, platform: str = "CPU", threads: int | None = 1, positions=None):
+    """An ``openmm.Context`` on ``platform`` (``"CPU"`` with ``threads`` threads, its default with ``None``,
+    or ``"Reference"``)."""
     import openmm
 
-    properties = {"Threads": str(threads)} if platform == "CPU" else {}
+    properties = {"Threads": str(threads)} if platform == "CPU" and threads is not None else {}
     platform = openmm.Platform.getPlatformByName(platform)
     context = openmm.Context(openmm_system, integrator, platform, properties)
     if positions is not None:

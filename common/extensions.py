@@ -23,6 +23,12 @@ compiling never makes later runs wait (torch's own lock file, which it would lea
 behind, is removed under the lock; without ``fcntl`` one older than
 ``STALE_LOCK_SECONDS`` is).
 
+Building ahead of time: ``python -m common.extensions build package.module:loader ...`` calls each
+loader (a function that returns a kernel module, such as ``mindsponge._kernels:load``) and prints how
+long each took; ``make install`` builds the suite's kernels this way, so that the first simulation
+does not stop to compile. A kernel compiled on first use says so on standard error first ("compiling
+the ... kernel (once per machine, about N s)").
+
 Example::
 
     from common import extensions
@@ -36,14 +42,16 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ExtensionWarning", "build_seconds", "load"]
+__all__ = ["ExtensionWarning", "build_seconds", "load", "main"]
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
 # without fcntl: a torch build lock older than this was left by a killed build (a kernel compiles in
@@ -52,6 +60,8 @@ STALE_LOCK_SECONDS = 900.0
 
 # wall-clock seconds each kernel took to compile or load in this process, by name
 build_seconds: dict[str, float] = {}
+# about how long one source file takes to compile on one core, s (torch's headers dominate)
+SECONDS_PER_SOURCE = 35.0
 
 _cache: dict[tuple, ModuleType | None] = {}
 _warned: set[str] = set()
@@ -121,6 +131,11 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
         return None
     output = io.StringIO()
     start = time.perf_counter()
+    if _needs_compiling(cpp_extension, name, paths):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        estimate = SECONDS_PER_SOURCE * len(paths) / min(cores, len(paths))
+        print(f"compiling the {name} kernel (once per machine, about {estimate:.0f} s; `make install` "
+              "builds it ahead of time)", file=sys.stderr, flush=True)
     try:
         with _build_lock(cpp_extension, name), contextlib.redirect_stdout(output), \
                 contextlib.redirect_stderr(output), warnings.catch_warnings():
@@ -134,6 +149,43 @@ def _build(name: str, paths: list[str], extra_cflags: tuple) -> ModuleType | Non
         return None
     build_seconds[name] = time.perf_counter() - start
     return module
+
+
+def _needs_compiling(cpp_extension, name: str, paths: list[str]) -> bool:
+    """Whether loading ``name`` will compile: no built module yet, or a source newer than it."""
+    directory = Path(cpp_extension._get_build_directory(name, verbose=False))
+    built = sorted(directory.glob(f"{name}*.so"), key=lambda path: path.stat().st_mtime)
+    if not built:
+        return True
+    newest = built[-1].stat().st_mtime
+    headers = [path for path in Path(paths[0]).parent.glob("*.h")]
+    return any(Path(path).stat().st_mtime > newest for path in [*paths, *headers])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m common.extensions build MODULE:LOADER ...``: build (or load) each kernel now.
+
+    Returns:
+        0 when every loader returned a module, 1 when one returned ``None`` (its warning says why).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m common.extensions",
+                                     description="Build the compiled kernels ahead of their first use.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build kernels: package.module:loader ...")
+    build.add_argument("loaders", nargs="+", help="e.g. mindsponge._kernels:load")
+    arguments = parser.parse_args(argv)
+    status = 0
+    for spec in arguments.loaders:
+        module_name, _, function_name = spec.partition(":")
+        start = time.perf_counter()
+        module = getattr(importlib.import_module(module_name), function_name)()
+        seconds = time.perf_counter() - start
+        verdict = "ready" if module is not None else "UNAVAILABLE (the pure torch path will be used)"
+        print(f"{spec}: {verdict} in {seconds:.1f} s")
+        status = status if module is not None else 1
+    return status
 
 
 @contextlib.contextmanager
@@ -164,3 +216,7 @@ def _build_lock(cpp_extension, name: str):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

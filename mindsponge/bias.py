@@ -1,4 +1,5 @@
-"""Biases on collective variables: restraints, walls, well-tempered metadynamics, umbrella sampling.
+"""Biases on collective variables: restraints, walls, well-tempered metadynamics (umbrella sampling with
+the restraints: :mod:`mindsponge.umbrella`, also ``mindsponge.bias.UmbrellaSampling``).
 
 A bias is an :class:`~mindsponge.forcefield.EnergyTerm` (a :class:`torch.nn.Module` called as
 ``bias(positions, box) -> energy`` in kJ/mol) that depends on the positions only through
@@ -43,7 +44,6 @@ __all__ = [
     "HarmonicRestraint",
     "LowerWall",
     "Metadynamics",
-    "UmbrellaSampling",
     "UpperWall",
 ]
 
@@ -470,176 +470,12 @@ class ColvarReporter(Reporter):
         self._handle = None
 
 
-class UmbrellaSampling:
-    """Umbrella sampling along one CV: harmonic windows, sampling, and the free-energy profile.
+def __getattr__(name):
+    """``UmbrellaSampling`` lives in :mod:`mindsponge.umbrella` (it samples with this module's restraints and
+    reporter); it is also reachable here, where it has always been."""
+    if name == "UmbrellaSampling":
+        from mindsponge.umbrella import UmbrellaSampling
 
-    Args:
-        colvar: the CV.
-        centers: window centres (CV units).
-        force_constant: kJ/mol per CV unit squared (one for all windows).
-        temperature: K.
+        return UmbrellaSampling
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    ``restraints[i]`` is the :class:`HarmonicRestraint` of window ``i``. :meth:`run` samples the
-    windows one after the other; :meth:`run_exchange` samples them together as Hamiltonian replica
-    exchange (neighbouring windows swap configurations); windows sampled elsewhere (in parallel) are
-    added with :meth:`add_samples`. :meth:`free_energy` combines them by MBAR (``pymbar``) or WHAM.
-    """
-
-    def __init__(self, colvar, centers, force_constant, temperature):
-        if not isinstance(colvar, Colvar):
-            raise TypeError(f"UmbrellaSampling: colvar must be a Colvar, got {colvar!r}")
-        if not temperature > 0 or not force_constant > 0:
-            raise ValueError("UmbrellaSampling: temperature and force_constant must be positive")
-        self.colvar = colvar
-        self.centers = [float(center) for center in centers]
-        if len(self.centers) < 2:
-            raise ValueError(f"UmbrellaSampling: needs at least two windows, got {len(self.centers)}")
-        self.force_constant = float(force_constant)
-        self.temperature = float(temperature)
-        self.restraints = [
-            HarmonicRestraint(colvar, center, force_constant, name=f"umbrella{index}")
-            for index, center in enumerate(self.centers)
-        ]
-        self.samples = [None] * len(self.centers)
-
-    def add_samples(self, window, values):
-        """Set the CV samples of window ``window`` (a 1D array, CV units)."""
-        if not 0 <= window < len(self.centers):
-            raise IndexError(f"UmbrellaSampling: window {window} out of range (0..{len(self.centers) - 1})")
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-        if len(values) == 0:
-            raise ValueError(f"UmbrellaSampling: window {window} has no samples")
-        self.samples[window] = values
-
-    def run(self, simulate, steps, every=10, equilibration=0, progress=True):
-        """Sample every window.
-
-        Args:
-            simulate: callable ``(restraint, window) -> Simulation`` that returns a ready
-                simulation whose force field contains ``restraint`` (e.g. a fresh force field with
-                ``ff.add(restraint)``, velocities set).
-            steps: production steps per window.
-            every: steps between samples.
-            equilibration: steps run first and not sampled.
-            progress: show a progress bar over the windows.
-        """
-        from tqdm.auto import tqdm
-
-        for window in tqdm(range(len(self.centers)), disable=not progress, desc="umbrella windows"):
-            simulation = simulate(self.restraints[window], window)
-            if equilibration:
-                simulation.run(equilibration)
-            recorder = ColvarReporter(self.colvar, every=every)
-            simulation.reporters.append(recorder)
-            simulation.run(steps)
-            simulation.reporters.remove(recorder)
-            self.add_samples(window, recorder.values[:, 0])
-
-    def run_exchange(self, system, forcefield, integrator, rounds, steps_per_round, sample_every=10, **options):
-        """Sample every window at once as Hamiltonian replica exchange (one replica per window, neighbouring
-        windows swapping configurations every ``steps_per_round`` steps: :mod:`mindsponge.replica_exchange`).
-
-        Args:
-            system: the :class:`~mindsponge.system.System`.
-            forcefield: the unbiased :class:`~mindsponge.forcefield.ForceField`; window ``k`` runs it with
-                ``restraints[k]`` added.
-            integrator: an integrator at this sampling's temperature (``LangevinMiddle``, or
-                ``VelocityVerlet`` with a thermostat).
-            rounds: exchange rounds.
-            steps_per_round: MD steps between exchanges.
-            sample_every: steps between the CV samples of each window.
-            options: further arguments of :class:`~mindsponge.replica_exchange.ReplicaExchange` (``starts``,
-                ``seed``, ``checkpoint``, ``workers``, ``scheduler``, ``exchange``, ``progress``...).
-
-        Returns:
-            the :class:`~mindsponge.replica_exchange.ExchangeRecord` (acceptance, round trips); the samples
-            of every window are set (:meth:`free_energy` combines them).
-        """
-        from mindsponge.forcefield.base import ForceField
-        from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState
-
-        if not isinstance(forcefield, ForceField):
-            raise TypeError(f"UmbrellaSampling.run_exchange: forcefield must be a ForceField, got {forcefield!r}")
-        states = [
-            ThermodynamicState(self.temperature, ForceField(
-                [*forcefield.terms, restraint], virtual_sites=forcefield.virtual_sites, masses=forcefield.masses,
-                constraints=forcefield.constraints))
-            for restraint in self.restraints
-        ]
-        sampler = ReplicaExchange(system, forcefield, states, integrator, steps_per_round, colvars=[self.colvar],
-                                  sample_every=sample_every, **options)
-        record = sampler.run(rounds)
-        for window, values in enumerate(record.samples):
-            self.add_samples(window, np.asarray(values, dtype=np.float64)[:, 0])
-        return record
-
-    def _reduced_bias(self, values):
-        """``beta w_k(x)``: (K, len(values)) reduced bias energies of every window at ``values``."""
-        values = torch.as_tensor(values, dtype=torch.float64)
-        centers = torch.tensor(self.centers, dtype=torch.float64)
-        differences = self.colvar.difference(values[None, :], centers[:, None])
-        return (0.5 * self.force_constant * differences**2 / (BOLTZMANN_MD * self.temperature)).numpy()
-
-    def free_energy(self, bin_edges, method="mbar", tolerance=1e-10, max_iterations=100_000):
-        """Free-energy profile from all windows.
-
-        Args:
-            bin_edges: ``(B + 1,)`` increasing bin edges (CV units).
-            method: ``"mbar"`` (pymbar's histogram FES) or ``"wham"``.
-            tolerance, max_iterations: convergence of WHAM's self-consistent iteration (in kT).
-
-        Returns:
-            ``(bin_centers, free_energy)``: ``(B,)`` arrays; ``free_energy`` in kJ/mol with its
-            minimum at 0, ``nan`` in empty bins.
-
-        Raises:
-            ValueError: a window has no samples, or an unknown method.
-        """
-        missing = [index for index, samples in enumerate(self.samples) if samples is None]
-        if missing:
-            raise ValueError(
-                f"UmbrellaSampling: windows {missing} have no samples (run or add_samples first)"
-            )
-        edges = np.asarray(bin_edges, dtype=np.float64)
-        if edges.ndim != 1 or len(edges) < 2 or not np.all(np.diff(edges) > 0):
-            raise ValueError("UmbrellaSampling: bin_edges must be an increasing 1D array of at least 2 edges")
-        centers = 0.5 * (edges[1:] + edges[:-1])
-        values = np.concatenate(self.samples)
-        counts = np.array([len(samples) for samples in self.samples])
-        kT = BOLTZMANN_MD * self.temperature
-        if method == "mbar":
-            free_energy = self._mbar(values, counts, edges, centers)
-        elif method == "wham":
-            free_energy = self._wham(values, counts, edges, centers, tolerance, max_iterations)
-        else:
-            raise ValueError(f"UmbrellaSampling: method must be 'mbar' or 'wham', got {method!r}")
-        free_energy = kT * free_energy
-        return centers, free_energy - np.nanmin(free_energy)
-
-    def _mbar(self, values, counts, edges, centers):
-        import pymbar
-
-        fes = pymbar.FES(self._reduced_bias(values), counts, verbose=False)
-        fes.generate_fes(np.zeros(len(values)), values, histogram_parameters={"bin_edges": edges})
-        inside = (values >= edges[0]) & (values < edges[-1])
-        occupied = np.bincount(np.digitize(values[inside], edges) - 1, minlength=len(centers)) > 0
-        result = np.full(len(centers), np.nan)
-        result[occupied] = fes.get_fes(centers[occupied], reference_point="from-lowest")["f_i"]
-        return result
-
-    def _wham(self, values, counts, edges, centers, tolerance, max_iterations):
-        histogram = np.stack([np.histogram(samples, bins=edges)[0] for samples in self.samples]).sum(0)
-        bias = self._reduced_bias(centers)  # (K, B)
-        offsets = np.zeros(len(self.centers))
-        occupied = histogram > 0
-        for _ in range(max_iterations):
-            denominator = (counts[:, None] * np.exp(offsets[:, None] - bias)).sum(0)
-            probability = np.where(occupied, histogram / denominator, 0.0)
-            new_offsets = -np.log((probability[None, :] * np.exp(-bias)).sum(1))
-            new_offsets -= new_offsets[0]
-            converged = np.max(np.abs(new_offsets - offsets)) < tolerance
-            offsets = new_offsets
-            if converged:
-                break
-        with np.errstate(divide="ignore"):
-            return np.where(occupied, -np.log(probability), np.nan)

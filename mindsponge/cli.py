@@ -302,8 +302,10 @@ class ReplicasConfig:
         if self.temperatures is None and any(value is None for value in ladder):
             raise ValueError("a geometric ladder needs all of low, high and count")
         if self.temperatures is not None:
-            if len(self.temperatures) < 2 or any(b <= a for a, b in zip(self.temperatures, self.temperatures[1:])):
-                raise ValueError(f"temperatures must be two or more increasing values in K, got {self.temperatures}")
+            pairs = zip(self.temperatures, self.temperatures[1:])
+            if len(self.temperatures) < 2 or any(higher <= lower for lower, higher in pairs):
+                raise ValueError(f"temperatures must be two or more increasing values in K, "
+                                 f"got {self.temperatures}")
         if self.steps_per_round < 1 or self.workers < 0:
             raise ValueError("steps_per_round must be >= 1 and workers >= 0")
 
@@ -457,7 +459,8 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     if config.replicas is not None:
         from mindsponge import cli_replicas
 
-        return cli_replicas.run(config, system, forcefield, integrator, thermostat, precision, resume, progress)
+        return cli_replicas.run(config, system, forcefield, integrator, thermostat, precision, resume,
+                                progress)
     checkpoint = output.directory / output.checkpoint
     reporters = _reporters(output, resume)
     simulation = ms.Simulation(

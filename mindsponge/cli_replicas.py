@@ -35,7 +35,9 @@ def run(config, system, forcefield, integrator, thermostat, precision, resume, p
 
     settings, output = config.replicas, config.output
     output.directory.mkdir(parents=True, exist_ok=True)
-    temperatures = settings.temperatures or rex.geometric_temperatures(settings.low, settings.high, settings.count)
+    temperatures = settings.temperatures or rex.geometric_temperatures(
+        settings.low, settings.high, settings.count
+    )
     if thermostat is not None:
         integrator = integrator.with_thermostat(thermostat)
     forcefield.barostat = None  # constant volume (a barostat of an OpenMM System is refused by the config)
@@ -44,15 +46,32 @@ def run(config, system, forcefield, integrator, thermostat, precision, resume, p
         checkpoint.unlink()  # a new run
     starts = None
     if config.minimize and not resume:
-        simulation = ms.Simulation(system, forcefield, integrator, constraints=config.constraints,
-                                   precision=precision, progress=progress)
+        simulation = ms.Simulation(
+            system,
+            forcefield,
+            integrator,
+            constraints=config.constraints,
+            precision=precision,
+            progress=progress,
+        )
         simulation.minimize(tolerance=config.minimize_tolerance)
         starts = simulation.state.positions.expand(len(temperatures), -1, -1)
     sampler = rex.ReplicaExchange(
-        system, forcefield, [rex.ThermodynamicState(temperature) for temperature in temperatures], integrator,
-        settings.steps_per_round, exchange=settings.exchange, starts=starts, constraints=config.constraints,
-        precision=precision, seed=config.seed, checkpoint=checkpoint, workers=settings.workers,
-        scheduler=settings.scheduler, progress=progress)
+        system,
+        forcefield,
+        [rex.ThermodynamicState(temperature) for temperature in temperatures],
+        integrator,
+        settings.steps_per_round,
+        exchange=settings.exchange,
+        starts=starts,
+        constraints=config.constraints,
+        precision=precision,
+        seed=config.seed,
+        checkpoint=checkpoint,
+        workers=settings.workers,
+        scheduler=settings.scheduler,
+        progress=progress,
+    )
     if resume:
         sampler.load_checkpoint(checkpoint)
     rounds = config.steps // settings.steps_per_round
@@ -69,21 +88,35 @@ def _write_tables(sampler, directory, dt):
     reduced = np.asarray(record.reduced_potentials).reshape(-1, count, count)
     with open(directory / "replicas.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["round", "time", *(f"state{r}" for r in range(count)), *(f"u{r}" for r in range(count))])
+        writer.writerow(
+            ["round", "time", *(f"state{r}" for r in range(count)), *(f"u{r}" for r in range(count))]
+        )
         for index, row in enumerate(states):
             before = states[index - 1] if index else np.arange(count)  # the state each replica ran in
             energies = reduced[index][np.arange(count), before]
-            writer.writerow([index + 1, f"{(index + 1) * sampler.steps_per_round * dt:.6f}", *row.tolist(),
-                             *(f"{value:.10g}" for value in energies)])
+            writer.writerow(
+                [
+                    index + 1,
+                    f"{(index + 1) * sampler.steps_per_round * dt:.6f}",
+                    *row.tolist(),
+                    *(f"{value:.10g}" for value in energies),
+                ]
+            )
     acceptance = record.acceptance()
     trips = record.round_trips()
     with open(directory / "exchange.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["pair", "temperatures", "attempted", "accepted", "acceptance"])
         for state in range(count - 1):
-            writer.writerow([f"{state}-{state + 1}", f"{record.temperatures[state]:g}-{record.temperatures[state + 1]:g}",
-                             record.attempted[state, state + 1], record.accepted[state, state + 1],
-                             f"{acceptance[state, state + 1]:.4f}"])
+            writer.writerow(
+                [
+                    f"{state}-{state + 1}",
+                    f"{record.temperatures[state]:g}-{record.temperatures[state + 1]:g}",
+                    record.attempted[state, state + 1],
+                    record.accepted[state, state + 1],
+                    f"{acceptance[state, state + 1]:.4f}",
+                ]
+            )
         writer.writerow([])
         writer.writerow(["replica", "round_trips"])
         for replica, value in enumerate(trips):
@@ -93,4 +126,6 @@ def _write_tables(sampler, directory, dt):
             writer.writerow([])
             writer.writerow(["state", "temperature", "free_energy_kT", "uncertainty_kT"])
             for state in range(count):
-                writer.writerow([state, f"{record.temperatures[state]:g}", f"{free[state]:.6f}", f"{error[state]:.6f}"])
+                writer.writerow(
+                    [state, f"{record.temperatures[state]:g}", f"{free[state]:.6f}", f"{error[state]:.6f}"]
+                )

@@ -123,7 +123,8 @@ class Integrator:
         warn_deprecated(f"{type(self).__name__}.step(state, force, masses, constraints, generator)",
                         f"{type(self).__name__}.step(state, context)")
         return DynamicsContext(masses=masses, degrees_of_freedom=None, dt=self.dt, generator=generator,
-                               molecules=None, energy_and_forces=force, potential=None, constraints=constraints)
+                               molecules=None, energy_and_forces=force, potential=None,
+                               constraints=constraints)
 
     def _step(self, state, context):
         raise NotImplementedError
@@ -218,8 +219,8 @@ class LangevinMiddle(Integrator):
         Raises:
             ValueError: without a generator or without ``state.rng_state``.
         """
-        force, masses, constraints, generator = (context.energy_and_forces, context.masses, context.constraints,
-                                                 context.generator)
+        force, masses = context.energy_and_forces, context.masses
+        constraints, generator = context.constraints, context.generator
         if generator is None or state.rng_state is None:
             raise ValueError("LangevinMiddle.step needs a torch.Generator and a state with rng_state")
         generator.set_state(state.rng_state)

@@ -44,7 +44,6 @@ Units: K, kJ/mol, ps; reduced potentials in kT.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import uuid
@@ -56,6 +55,7 @@ import torch
 from common import checks, io
 from common.errors import ConfigurationError, SimulationError
 from common.units import BOLTZMANN_MD
+from mindsponge.replica_rounds import RoundSpec, run_round, simulation_of
 from mindsponge.state import State
 
 __all__ = ["ExchangeRecord", "ReplicaExchange", "ThermodynamicState", "geometric_temperatures"]
@@ -79,9 +79,14 @@ class ThermodynamicState:
     potential: object = None
 
     def __post_init__(self):
-        if not (isinstance(self.temperature, int | float) and math.isfinite(self.temperature) and self.temperature > 0):
-            raise ConfigurationError(f"ThermodynamicState: temperature must be a positive number of K, "
-                                     f"got {self.temperature!r}")
+        if not (
+            isinstance(self.temperature, int | float)
+            and math.isfinite(self.temperature)
+            and self.temperature > 0
+        ):
+            raise ConfigurationError(
+                f"ThermodynamicState: temperature must be a positive number of K, got {self.temperature!r}"
+            )
 
 
 def geometric_temperatures(low: float, high: float, count: int) -> list[float]:
@@ -133,14 +138,14 @@ class ExchangeRecord:
         return replicas
 
     def acceptance(self) -> np.ndarray:
-        """``(K, K)``: the fraction of attempted swaps accepted between each pair of states (``nan`` where none
-        were attempted)."""
+        """``(K, K)``: the fraction of attempted swaps accepted between each pair of states (``nan`` where
+        none were attempted)."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.attempted > 0, self.accepted / np.maximum(self.attempted, 1), np.nan)
 
     def round_trips(self) -> np.ndarray:
-        """``(R,)`` int: for each replica, the number of trips from the first state to the last and back (replica
-        ``r`` starts in state ``r``)."""
+        """``(R,)`` int: for each replica, the number of trips from the first state to the last and back
+        (replica ``r`` starts in state ``r``)."""
         states = np.vstack([np.arange(self.n_states), self.state_trajectory()])
         trips = np.zeros(self.n_states, dtype=np.int64)
         last = self.n_states - 1
@@ -158,8 +163,9 @@ class ExchangeRecord:
         return trips
 
     def u_kn(self, discard: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """``(u_kn, N_k)`` for MBAR: the reduced potential of every sample (the configuration in each state after
-        every round from ``discard`` on) in every state, ``(K, K T')``, and the samples per state ``(K,)``."""
+        """``(u_kn, N_k)`` for MBAR: the reduced potential of every sample (the configuration in each state
+        after every round from ``discard`` on) in every state, ``(K, K T')``, and the samples per state
+        ``(K,)``."""
         potentials = np.asarray(self.reduced_potentials, dtype=np.float64)[discard:]  # (T', R, K)
         replicas = self.replica_trajectory()[discard:]  # (T', K)
         rounds = len(potentials)
@@ -170,148 +176,27 @@ class ExchangeRecord:
 
     def mbar(self, discard: int = 0):
         """A ``pymbar.MBAR`` over all states and samples (see :meth:`u_kn`)."""
+        import logging
+
         import pymbar
 
         u_kn, counts = self.u_kn(discard)
-        return pymbar.MBAR(u_kn, counts)
+        quiet = logging.getLogger("pymbar")  # its notices (JAX, timeseries) are not about this analysis
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            return pymbar.MBAR(u_kn, counts)
+        finally:
+            quiet.setLevel(level)
 
-    def free_energies(self, discard: int = 0, uncertainty_method: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def free_energies(
+        self, discard: int = 0, uncertainty_method: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(Delta f, d Delta f)``: the reduced free energy of every state relative to the first, kT, and its
         analytic uncertainty (MBAR; ``uncertainty_method="bootstrap"`` needs an MBAR made with
         ``n_bootstraps``)."""
         result = self.mbar(discard).compute_free_energy_differences(uncertainty_method=uncertainty_method)
         return result["Delta_f"][0], result["dDelta_f"][0]
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """What every replica's round needs (picklable; a worker builds its simulations from it once)."""
-
-    key: str
-    system: object
-    forcefield: object
-    states: tuple
-    integrator: object
-    constraints: object
-    precision: object
-    colvars: tuple
-    sample_every: int | None
-    remove_center_of_mass_motion: bool | None
-
-
-_WORKER_SIMULATIONS: dict = {}  # (spec key, state) -> Simulation, in each process that runs rounds
-
-
-def _integrator_at(template, temperature):
-    """A copy of ``template`` at ``temperature`` (its own, or its thermostat's)."""
-    integrator = copy.copy(template)
-    if hasattr(integrator, "temperature"):
-        integrator.temperature = float(temperature)
-    thermostat = getattr(integrator, "thermostat", None)
-    if thermostat is not None:
-        thermostat = copy.copy(thermostat)
-        thermostat.temperature = float(temperature)
-        integrator = integrator.with_thermostat(thermostat)
-    elif not hasattr(integrator, "temperature"):
-        raise ConfigurationError(
-            f"ReplicaExchange: the integrator {template!r} has no temperature: use LangevinMiddle, or "
-            "VelocityVerlet with a thermostat")
-    return integrator
-
-
-class _Sampler:
-    """A reporter recording collective variables every ``every`` steps (in the state it runs in)."""
-
-    needs = ()
-
-    def __init__(self, colvars, every):
-        self.colvars, self.every = colvars, every
-        self.values: list = []
-
-    def report(self, state, observables):
-        box = state.box
-        with torch.no_grad():
-            self.values.append([float(colvar(state.positions, box)) for colvar in self.colvars])
-
-
-def _simulation(spec: _Spec, index: int):
-    """The simulation of state ``index`` of ``spec`` in this process (built once)."""
-    import mindsponge as ms
-
-    key = (spec.key, index)
-    if key not in _WORKER_SIMULATIONS:
-        state = spec.states[index]
-        potential = spec.forcefield if state.potential is None else state.potential
-        reporters = [_Sampler(spec.colvars, spec.sample_every)] if spec.colvars and spec.sample_every else []
-        _WORKER_SIMULATIONS[key] = ms.Simulation(
-            spec.system, potential, _integrator_at(spec.integrator, state.temperature), constraints=spec.constraints,
-            precision=spec.precision, progress=False, overlap_distance=None, reporters=reporters, barostat=None,
-            remove_center_of_mass_motion=spec.remove_center_of_mass_motion)
-    return _WORKER_SIMULATIONS[key]
-
-
-def _state_energies(spec: _Spec, simulation, state) -> list[float]:
-    """The potential energy (kJ/mol) of ``state`` in every state of ``spec``.
-
-    When every state's potential is a :class:`~mindsponge.forcefield.ForceField` with the same virtual sites
-    (umbrella windows: the base terms and a restraint each), every distinct term is evaluated once (no
-    gradient, in the compute dtype) and each state's energy is the sum of its terms; otherwise each state's
-    potential is evaluated whole.
-    """
-    from mindsponge.forcefield.base import ForceField
-
-    potentials = [spec.forcefield if item.potential is None else item.potential for item in spec.states]
-    sites = {id(getattr(potential, "virtual_sites", None)) for potential in potentials}
-    if not all(isinstance(potential, ForceField) for potential in potentials) or len(sites) > 1:
-        return [float(_simulation(spec, index).potential(state.positions, state.box))
-                for index in range(len(potentials))]
-    compute = simulation.precision.compute
-    positions = state.positions.to(compute)
-    box = None if state.box is None else state.box.to(compute)
-    virtual_sites = potentials[0].virtual_sites
-    energies_of_terms: dict[int, float] = {}
-    with torch.no_grad():
-        if virtual_sites is not None:
-            positions = virtual_sites(positions)
-        result = []
-        for potential in potentials:
-            total = 0.0
-            for term in potential.terms:
-                if id(term) not in energies_of_terms:
-                    energies_of_terms[id(term)] = 0.0 if getattr(term, "is_empty", False) else float(term(positions, box))
-                total += energies_of_terms[id(term)]
-            result.append(total)
-    return result
-
-
-def run_round(job: dict) -> dict:
-    """One replica's round (a job of :func:`common.parallel.run_jobs`): ``steps`` steps in state ``state``
-    from the replica's ``start`` (a :meth:`State.to_dict`), then its potential energy in every state.
-
-    Returns:
-        dict: ``state`` (the replica's new state as a dict), ``energies`` ``(K,)`` kJ/mol, ``samples`` (the
-        collective-variable values recorded on the way, ``(n, D)``), ``colvars`` ``(D,)`` at the end.
-    """
-    spec, index = job["spec"], job["state"]
-    simulation = _simulation(spec, index)
-    state = State.from_dict(job["start"])
-    if job["recompute"]:  # a state with another Hamiltonian: forces of this one
-        state = simulation._with_forces(state)
-    simulation.state = state
-    simulation.reset_neighbor_lists()
-    samplers = [reporter for reporter in simulation.reporters if isinstance(reporter, _Sampler)]
-    for sampler in samplers:
-        sampler.values = []
-    simulation.run(job["steps"])
-    final = simulation.state
-    if all(state.potential is None for state in spec.states):  # one Hamiltonian: the energy of the run
-        energies = [float(final.potential_energy)] * len(spec.states)
-    else:
-        energies = _state_energies(spec, simulation, final)
-    with torch.no_grad():
-        colvars = [float(colvar(final.positions, final.box)) for colvar in spec.colvars]
-    samples = samplers[0].values if samplers else []
-    return {"state": final.to_dict(), "energies": energies, "samples": samples, "colvars": colvars}
 
 
 class ReplicaExchange:
@@ -344,30 +229,69 @@ class ReplicaExchange:
             pressure is not supported), ``starts`` of the wrong shape.
     """
 
-    def __init__(self, system, forcefield, states, integrator, steps_per_round, *, exchange="neighbors",
-                 starts=None, constraints=None, precision=None, remove_center_of_mass_motion=None, colvars=(),
-                 sample_every=None, seed=0, checkpoint=None, workers=0, scheduler=None, progress=True):
+    def __init__(
+        self,
+        system,
+        forcefield,
+        states,
+        integrator,
+        steps_per_round,
+        *,
+        exchange="neighbors",
+        starts=None,
+        constraints=None,
+        precision=None,
+        remove_center_of_mass_motion=None,
+        colvars=(),
+        sample_every=None,
+        seed=0,
+        checkpoint=None,
+        workers=0,
+        scheduler=None,
+        progress=True,
+    ):
         states = tuple(states)
         if len(states) < 2 or not all(isinstance(state, ThermodynamicState) for state in states):
             raise ConfigurationError("ReplicaExchange: states must be two or more ThermodynamicState")
         if exchange not in EXCHANGES:
-            raise ConfigurationError(f"ReplicaExchange: exchange must be one of {EXCHANGES}, got {exchange!r}")
+            raise ConfigurationError(
+                f"ReplicaExchange: exchange must be one of {EXCHANGES}, got {exchange!r}"
+            )
         if getattr(forcefield, "barostat", None) is not None:
             raise ConfigurationError(
                 "ReplicaExchange: the force field carries a barostat (its OpenMM System's); replica exchange "
-                "runs at constant volume: set forcefield.barostat = None")
+                "runs at constant volume: set forcefield.barostat = None"
+            )
         self.steps_per_round = checks.positive_int(steps_per_round, "ReplicaExchange: steps_per_round")
         if sample_every is not None:
             checks.positive_int(sample_every, "ReplicaExchange: sample_every")
         self.exchange, self.seed = exchange, int(seed)
-        self.checkpoint, self.workers, self.scheduler, self.progress = checkpoint, workers, scheduler, progress
+        self.checkpoint, self.workers, self.scheduler, self.progress = (
+            checkpoint,
+            workers,
+            scheduler,
+            progress,
+        )
         self.states = states
         self.temperatures = np.array([state.temperature for state in states])
-        self._spec = _Spec(uuid.uuid4().hex, system, forcefield, states, integrator, constraints, precision,
-                           tuple(colvars), sample_every, remove_center_of_mass_motion)
-        self.record = ExchangeRecord(self.temperatures, attempted=np.zeros((len(states),) * 2, dtype=np.int64),
-                                     accepted=np.zeros((len(states),) * 2, dtype=np.int64),
-                                     samples=[[] for _ in states])
+        self._spec = RoundSpec(
+            uuid.uuid4().hex,
+            system,
+            forcefield,
+            states,
+            integrator,
+            constraints,
+            precision,
+            tuple(colvars),
+            sample_every,
+            remove_center_of_mass_motion,
+        )
+        self.record = ExchangeRecord(
+            self.temperatures,
+            attempted=np.zeros((len(states),) * 2, dtype=np.int64),
+            accepted=np.zeros((len(states),) * 2, dtype=np.int64),
+            samples=[[] for _ in states],
+        )
         self.colvar_values: list = []  # (T, R, D)
         self._rng = np.random.default_rng(self.seed)
         self.replica_states = self._initial_states(starts)
@@ -382,17 +306,20 @@ class ReplicaExchange:
         return len(self.states)
 
     def _initial_states(self, starts):
-        """Each replica's starting state in its own state: positions, velocities at its temperature, forces."""
+        """Each replica's starting state in its own state: positions, velocities at its temperature,
+        forces."""
         count = self.n_replicas
         if starts is not None:
             starts = torch.as_tensor(starts, dtype=torch.float64)
             if tuple(starts.shape) != (count, self._spec.system.n_atoms, 3):
-                raise ConfigurationError(f"ReplicaExchange: starts must be ({count}, {self._spec.system.n_atoms}, 3) "
-                                         f"nm, got {tuple(starts.shape)}")
+                raise ConfigurationError(
+                    f"ReplicaExchange: starts must be ({count}, {self._spec.system.n_atoms}, 3) "
+                    f"nm, got {tuple(starts.shape)}"
+                )
             checks.finite(starts.reshape(count, -1), "starts", item="replica")
         result = []
         for replica in range(count):
-            simulation = _simulation(self._spec, replica)
+            simulation = simulation_of(self._spec, replica)
             state = simulation.state
             if starts is not None:
                 state = simulation._with_forces(state.replace(positions=starts[replica].to(state.positions)))
@@ -429,15 +356,26 @@ class ReplicaExchange:
         for replica, state in enumerate(self.replica_states):
             index = int(self.assignment[replica])
             recompute = bool(self._moved[replica]) and not self._shared  # another Hamiltonian: its forces
-            jobs.append({"spec": self._spec, "replica": replica, "state": index, "steps": self.steps_per_round,
-                         "start": state.to_dict(), "recompute": recompute})
+            jobs.append(
+                {
+                    "spec": self._spec,
+                    "replica": replica,
+                    "state": index,
+                    "steps": self.steps_per_round,
+                    "start": state.to_dict(),
+                    "recompute": recompute,
+                }
+            )
         results = [None] * self.n_replicas
-        for job, result in parallel.run_jobs(run_round, jobs, workers=self.workers, scheduler=self.scheduler,
-                                             retries=0):
+        for job, result in parallel.run_jobs(
+            run_round, jobs, workers=self.workers, scheduler=self.scheduler, retries=0
+        ):
             if isinstance(result, parallel.JobFailure):
                 raise SimulationError(
-                    f"replica {job['replica']} in state {job['state']} (T = {self.temperatures[job['state']]:g} K) "
-                    f"failed in round {self.rounds_done + 1}: {result.message}")
+                    f"replica {job['replica']} in state {job['state']} "
+                    f"(T = {self.temperatures[job['state']]:g} K) "
+                    f"failed in round {self.rounds_done + 1}: {result.message}"
+                )
             results[job["replica"]] = result
         energies = np.array([result["energies"] for result in results])  # (R, K) kJ/mol
         reduced = energies / (BOLTZMANN_MD * self.temperatures[None, :])
@@ -461,8 +399,12 @@ class ReplicaExchange:
 
         def attempt(first_state, second_state):
             i, j = replica_of[first_state], replica_of[second_state]
-            delta = (reduced[i, second_state] + reduced[j, first_state]
-                     - reduced[i, first_state] - reduced[j, second_state])
+            delta = (
+                reduced[i, second_state]
+                + reduced[j, first_state]
+                - reduced[i, first_state]
+                - reduced[j, second_state]
+            )
             pair = (min(first_state, second_state), max(first_state, second_state))
             self.record.attempted[pair] += 1
             self.record.attempted[pair[::-1]] += 1
@@ -496,20 +438,28 @@ class ReplicaExchange:
         def tensor(values, dtype, shape):  # tensors, not numpy arrays: an empty array is stored as bytes()
             return torch.as_tensor(np.asarray(values, dtype=dtype).reshape(shape))
 
-        io.save_checkpoint(path, {
-            "rounds_done": self.rounds_done,
-            "temperatures": tensor(self.temperatures, np.float64, -1),
-            "replica_states": [state.to_dict() for state in self.replica_states],
-            "assignment": tensor(self.assignment, np.int64, -1),
-            "moved": tensor(self._moved, bool, -1),
-            "rng": _encode_rng(self._rng),
-            "states": tensor(record.states, np.int64, (-1, self.n_replicas)),
-            "reduced_potentials": tensor(record.reduced_potentials, np.float64, (-1, self.n_replicas, self.n_replicas)),
-            "attempted": tensor(record.attempted, np.int64, record.attempted.shape),
-            "accepted": tensor(record.accepted, np.int64, record.accepted.shape),
-            "samples": [tensor(values, np.float64, (len(values), colvars)) for values in record.samples],
-            "colvar_values": tensor(self.colvar_values, np.float64, (len(self.colvar_values), self.n_replicas, colvars)),
-        }, kind=CHECKPOINT_KIND)
+        io.save_checkpoint(
+            path,
+            {
+                "rounds_done": self.rounds_done,
+                "temperatures": tensor(self.temperatures, np.float64, -1),
+                "replica_states": [state.to_dict() for state in self.replica_states],
+                "assignment": tensor(self.assignment, np.int64, -1),
+                "moved": tensor(self._moved, bool, -1),
+                "rng": _encode_rng(self._rng),
+                "states": tensor(record.states, np.int64, (-1, self.n_replicas)),
+                "reduced_potentials": tensor(
+                    record.reduced_potentials, np.float64, (-1, self.n_replicas, self.n_replicas)
+                ),
+                "attempted": tensor(record.attempted, np.int64, record.attempted.shape),
+                "accepted": tensor(record.accepted, np.int64, record.accepted.shape),
+                "samples": [tensor(values, np.float64, (len(values), colvars)) for values in record.samples],
+                "colvar_values": tensor(
+                    self.colvar_values, np.float64, (len(self.colvar_values), self.n_replicas, colvars)
+                ),
+            },
+            kind=CHECKPOINT_KIND,
+        )
 
     def load_checkpoint(self, path):
         """Continue from a checkpoint written by :meth:`save_checkpoint` (of a sampler made with the same
@@ -521,8 +471,10 @@ class ReplicaExchange:
         """
         data = io.load_checkpoint(path, kind=CHECKPOINT_KIND)
         if not np.array_equal(data["temperatures"].numpy(), self.temperatures):
-            raise ConfigurationError(f"{path}: a checkpoint of the temperatures {data['temperatures'].tolist()} K, "
-                                     f"this sampler has {list(self.temperatures)}")
+            raise ConfigurationError(
+                f"{path}: a checkpoint of the temperatures {data['temperatures'].tolist()} K, "
+                f"this sampler has {list(self.temperatures)}"
+            )
         self.rounds_done = int(data["rounds_done"])
         self.replica_states = [State.from_dict(state) for state in data["replica_states"]]
         self.assignment = data["assignment"].numpy().copy()
@@ -539,14 +491,21 @@ class ReplicaExchange:
 
 def _encode_rng(generator: np.random.Generator) -> dict:
     state = generator.bit_generator.state
-    return {"bit_generator": state["bit_generator"], "state": str(state["state"]["state"]),
-            "inc": str(state["state"]["inc"]), "has_uint32": int(state["has_uint32"]), "uinteger": int(state["uinteger"])}
+    return {
+        "bit_generator": state["bit_generator"],
+        "state": str(state["state"]["state"]),
+        "inc": str(state["state"]["inc"]),
+        "has_uint32": int(state["has_uint32"]),
+        "uinteger": int(state["uinteger"]),
+    }
 
 
 def _decode_rng(data: dict) -> np.random.Generator:
     generator = np.random.default_rng()
-    generator.bit_generator.state = {"bit_generator": data["bit_generator"],
-                                     "state": {"state": int(data["state"]), "inc": int(data["inc"])},
-                                     "has_uint32": int(data["has_uint32"]), "uinteger": int(data["uinteger"])}
+    generator.bit_generator.state = {
+        "bit_generator": data["bit_generator"],
+        "state": {"state": int(data["state"]), "inc": int(data["inc"])},
+        "has_uint32": int(data["has_uint32"]),
+        "uinteger": int(data["uinteger"]),
+    }
     return generator
-

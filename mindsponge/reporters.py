@@ -98,7 +98,8 @@ def next_report(reporter, state) -> tuple[int, set]:
     if _is_legacy(reporter):
         needs = {"energies"}
     if steps < 1:
-        raise ValueError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; it must be >= 1")
+        raise ValueError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; "
+                         "it must be >= 1")
     return steps, needs
 
 

@@ -13,22 +13,19 @@ Example::
     sim.save_checkpoint("run.chk")
     sim.energies()   # potential, kinetic, total, temperature, pressure, volume, density
 
-A :class:`Simulation` holds an immutable :class:`~mindsponge.state.State` and replaces it at
-every step with the one the integrator returns. Everything a step depends on (positions,
-velocities, box, forces, the generator state, thermostat variables, and the reference
-positions of the force field's neighbour lists, which fix the summation order) goes into a
-checkpoint (:mod:`mindsponge.checkpoint`), so a run continued from a checkpoint is
-bit-identical to one that never stopped (same device and dtype). Thermostats and barostats
-get the run's fixed data as a :class:`~mindsponge.context.DynamicsContext` (``sim.context``),
-never the simulation itself. A step whose potential energy is not finite or jumps by more than
-``max_energy_jump`` stops the run with :class:`SimulationBlowUpError` naming the step; with a
+A :class:`Simulation` holds an immutable :class:`~mindsponge.state.State`. :meth:`Simulation.run`
+steps to the next step on which something is due, in compiled blocks where it can
+(:mod:`mindsponge.step_loop`), then does what is due there: the barostat's move, the update of adaptive
+biases (modules with ``after_step(positions, box, step) -> bool``, such as metadynamics: the forces are
+recomputed when one returns ``True``), the reports, the checkpoint. Everything a step depends on
+(positions, velocities, box, forces, the generator state, thermostat variables, the biases' buffers,
+and the reference positions of the neighbour lists, which fix the summation order) goes into a
+checkpoint (:mod:`mindsponge.checkpoint`): a run continued from one is bit-identical to one that never
+stopped (same device and dtype). Integrators, thermostats and barostats get the run's fixed data as a
+:class:`~mindsponge.context.DynamicsContext` (``sim.context``), never the simulation. A step whose
+energy or positions are not finite, whose energy jumps by more than ``max_energy_jump``, or whose
+constraints fail stops the run with :class:`SimulationBlowUpError` naming the step; with a
 ``checkpoint`` path the last good state is written there first.
-
-Modules of the force field that change along the trajectory (metadynamics biases, see
-:mod:`mindsponge.bias`) define ``after_step(positions, box, step) -> bool``. The simulation
-collects them when it is created (``adaptive_modules``), calls them after every step,
-recomputes the forces when one returns ``True``, and writes their buffers (``state_dict``)
-into checkpoints.
 """
 
 import dataclasses
@@ -40,14 +37,11 @@ import torch
 from common import checks, progress
 from common import threads as threads_module
 from common.deprecation import deprecated_method
-from common.errors import DataError, SimulationError
+from common.errors import SimulationError
 from mindsponge import checkpoint as checkpoint_module
-from mindsponge import constraints as constraints_module
-from mindsponge import simulation_setup as setup
-from mindsponge import space
-from mindsponge import step_loop
 from mindsponge import reporters as report_schedule
-from mindsponge import thermo
+from mindsponge import simulation_setup as setup
+from mindsponge import space, step_loop, thermo
 from mindsponge.context import DynamicsContext
 from mindsponge.forcefield.base import check_inputs, energy_and_forces
 from mindsponge.overlaps import (
@@ -330,7 +324,8 @@ class Simulation:
         loop = self.step_loop
         if loop is not None:
             check_inputs(positions, box)
-            return loop.energy_and_forces(positions.to(accumulate), None if box is None else box.to(accumulate))
+            box = None if box is None else box.to(accumulate)
+            return loop.energy_and_forces(positions.to(accumulate), box)
         energy, forces = energy_and_forces(
             self.forcefield, positions.to(compute), None if box is None else box.to(compute)
         )
@@ -357,32 +352,8 @@ class Simulation:
         state = self.state if state is None else state
         if state.potential_energy is None:
             state = self._with_forces(state)
-        kinetic = float(thermo.kinetic_energy(state.velocities, self.masses))
-        potential = float(state.potential_energy)
-        values = {
-            "potential": potential,
-            "kinetic": kinetic,
-            "total": potential + kinetic,
-            "temperature": float(thermo.temperature(kinetic, self.degrees_of_freedom)),
-            "pressure": math.nan,
-            "volume": math.nan,
-            "density": math.nan,
-        }
-        if state.box is not None:
-            values["volume"] = float(torch.linalg.det(state.box).abs())
-            values["density"] = float(thermo.density(self.masses, state.box))
-            if pressure:
-                values["pressure"] = float(
-                    thermo.pressure(
-                        self.potential,
-                        state.positions,
-                        state.velocities,
-                        self.masses,
-                        state.box,
-                        self.molecules,
-                    )
-                )
-        return values
+        return thermo.observables(state, self.masses, self.degrees_of_freedom, self.molecules,
+                                  self.potential if pressure else None)
 
     # --- set-up ---------------------------------------------------------------------------
     def set_velocities(self, temperature, seed=None):
@@ -402,26 +373,18 @@ class Simulation:
             generator.set_state(self.state.rng_state)
         else:
             generator.manual_seed(int(seed))
-        masses = self.masses
-        massive = masses > 0
-        noise = torch.randn(
-            positions.shape, generator=generator, dtype=positions.dtype, device=positions.device
-        )
-        velocities = (
-            noise * torch.where(massive, torch.rsqrt(torch.where(massive, masses, 1.0)), 0.0)[:, None]
-        )
-        velocities = self._constrain_velocities(positions, velocities)
-        current = thermo.temperature(thermo.kinetic_energy(velocities, masses), self.degrees_of_freedom)
-        velocities = velocities * torch.sqrt(temperature / current)
+
+        def constrain(velocities):
+            if self.remove_center_of_mass_motion:
+                velocities = thermo.remove_center_of_mass_motion(velocities, self.masses)
+            if self.constraints is not None:
+                velocities = self.constraints.velocities(positions, velocities, self.masses)
+            return velocities
+
+        velocities = thermo.maxwell_boltzmann(self.masses, temperature, self.degrees_of_freedom, generator,
+                                              positions, constrain)
         rng_state = generator.get_state() if seed is None else self.state.rng_state
         self.state = self.state.replace(velocities=velocities, rng_state=rng_state)
-
-    def _constrain_velocities(self, positions, velocities):
-        if self.remove_center_of_mass_motion:
-            velocities = thermo.remove_center_of_mass_motion(velocities, self.masses)
-        if self.constraints is not None:
-            velocities = self.constraints.velocities(positions, velocities, self.masses)
-        return velocities
 
     def minimize(self, tolerance=10.0, max_iterations=1000, method="lbfgs"):
         """Minimise the potential energy (see :func:`mindsponge.minimize.minimize`).
@@ -464,19 +427,17 @@ class Simulation:
             with torch.no_grad():
                 state = state.replace(positions=virtual_sites(state.positions))
         if self.remove_center_of_mass_motion:
-            state = state.replace(
-                velocities=thermo.remove_center_of_mass_motion(state.velocities, self.masses)
-            )
+            velocities = thermo.remove_center_of_mass_motion(state.velocities, self.masses)
+            state = state.replace(velocities=velocities)
         return state
 
     def run(self, steps):
         """Integrate ``steps`` steps, calling reporters and writing checkpoints on schedule.
 
-        The steps run to the next step on which something is due (a reporter's report, a checkpoint, a
-        barostat move, an adaptive bias) without coming back to Python where the compiled step loop
-        applies (:attr:`step_loop`); then the barostat moves, the adaptive biases update, the
-        observables the due reporters need are computed once (:meth:`energies`) and each reporter gets
-        ``report(state, observables)``, and the checkpoint is written, in that order.
+        The steps run to the next step something is due at (a report, a checkpoint, a barostat move, an
+        adaptive bias), in compiled blocks where they can (:attr:`step_loop`); then the barostat moves,
+        the biases update, the observables the due reporters need are computed once (:meth:`energies`)
+        for their ``report(state, observables)``, and the checkpoint is written, in that order.
 
         Raises:
             ValueError: ``steps`` is not a non-negative integer.
@@ -503,8 +464,9 @@ class Simulation:
                     steps = [self.state.step + steps for _, steps, _ in plans]
                     target = min([end, *steps, *self._scheduled_events()])
                     self._advance(target, bar, threads)
-                    self._events([(reporter, needs) for (reporter, _, needs), step in zip(plans, steps, strict=True)
-                                  if step == target])
+                    due = [(reporter, needs) for (reporter, _, needs), step in zip(plans, steps, strict=True)
+                           if step == target]
+                    self._events(due)
         finally:
             if threads is not None:
                 threads.restore()
@@ -524,34 +486,12 @@ class Simulation:
         return events
 
     def _advance(self, target, bar, threads):
-        """Step to ``target`` (compiled where the loop applies); blow-ups stop with the last good state.
-        ``threads``: a :class:`common.threads.LoadFollower` updated between blocks of steps, or ``None``."""
-        loop = self.step_loop
-        while self.state.step < target:
-            if threads is not None:
-                threads.update()
-            if loop is None:
-                previous = self.state
-                try:
-                    state = self.step_once(previous)
-                except (constraints_module.ConstraintError, DataError) as error:
-                    # a constraint that fails, or the force field refusing non-finite positions
-                    self._blow_up(previous, str(error))
-                self._check_stability(previous, state)
-                self.state = state
-                bar.update(1)
-                continue
-            start = self.state.step
-            try:  # at most half a second per call: progress, and Ctrl-C, are seen
-                state, _, failure = loop.run(self.state, target - start, self.max_energy_jump, seconds=0.5)
-            except (constraints_module.ConstraintError, DataError) as error:
-                self.state = loop.last_state()
-                self._blow_up(self.state, str(error))
-            except BaseException:
-                self.state = loop.last_state()
-                raise
+        """Step to ``target`` (:func:`mindsponge.step_loop.advance`); a failure stops with the last good
+        state."""
+        for state, failure in step_loop.advance(self.state, target - self.state.step, self.step_loop,
+                                                 self.step_once, self.max_energy_jump, threads):
+            bar.update(state.step - self.state.step)
             self.state = state
-            bar.update(state.step - start)
             if failure is not None:
                 self._blow_up(state, failure.message)
 
@@ -580,7 +520,8 @@ class Simulation:
             self.save_checkpoint(self.checkpoint)
 
     def _barostat_move(self, state):
-        """The barostat's move at ``state``; a box it shrinks below what the force field allows is a blow-up."""
+        """The barostat's move at ``state``; a box it shrinks below what the force field allows is a
+        blow-up."""
         try:
             moved = self.barostat.apply(state, self.context)
         except BoxTooSmallError as error:
@@ -591,23 +532,6 @@ class Simulation:
             self._blow_up(state, f"the potential energy after the {type(self.barostat).__name__} move is not "
                                  "finite", step=state.step)
         return moved
-
-    def _check_stability(self, previous, state):
-        energy = float(state.potential_energy)
-        # the sum is finite when every position is (a non-finite one makes it inf or nan); only a sum
-        # that overflows needs the elementwise check, which costs ten times more
-        finite = math.isfinite(energy) and (
-            math.isfinite(float(state.positions.sum())) or bool(torch.isfinite(state.positions).all())
-        )
-        jump = abs(energy - float(previous.potential_energy)) if finite else math.inf
-        if not finite:
-            self._blow_up(previous, "the potential energy or a position is not finite")
-        if jump > self.max_energy_jump:
-            self._blow_up(
-                previous,
-                f"the potential energy jumped by {jump:.4g} kJ/mol "
-                f"(max_energy_jump {self.max_energy_jump:.4g})",
-            )
 
     def _blow_up(self, previous, reason, step=None):
         """Write the last good state (if a checkpoint path is set) and raise SimulationBlowUpError (at
@@ -650,9 +574,8 @@ class Simulation:
         return self.neighbor_lists if loop is None else loop.neighbor_states(self.neighbor_lists)
 
     def _save(self, path, state):
-        checkpoint_module.write_checkpoint(
-            path, state, self._neighbor_states(), self.adaptive_modules, self._integrator
-        )
+        checkpoint_module.write_checkpoint(path, state, self._neighbor_states(), self.adaptive_modules,
+                                           self._integrator)
 
     def save_checkpoint(self, path):
         """Write the current state atomically to ``path`` (see :func:`common.io.save_checkpoint`)."""
@@ -667,9 +590,8 @@ class Simulation:
             common.errors.DataError: a damaged checkpoint, one of another kind, or non-finite
                 positions, velocities, forces or box in it (see :func:`common.io.load_checkpoint`).
         """
-        self.state = checkpoint_module.read_checkpoint(
-            path, self.state, self._neighbor_states(), self.adaptive_modules
-        )
+        self.state = checkpoint_module.read_checkpoint(path, self.state, self._neighbor_states(),
+                                                       self.adaptive_modules)
         self.check_overlaps()
 
     def close(self):

@@ -97,7 +97,8 @@ def molecule_bonds(system, forcefield, constraints):
     terms = forcefield.terms if hasattr(forcefield, "terms") else ()
     for term in terms:
         atoms = getattr(term, "atoms", None)
-        if isinstance(atoms, torch.Tensor) and atoms.ndim == 2 and atoms.shape[1] >= 2 and not atoms.is_floating_point():
+        indices = isinstance(atoms, torch.Tensor) and not atoms.is_floating_point()
+        if indices and atoms.ndim == 2 and atoms.shape[1] >= 2:
             atoms = atoms.cpu().long()
             rows.append(torch.stack([atoms[:, :-1].reshape(-1), atoms[:, 1:].reshape(-1)], 1))
     return torch.cat(rows) if rows else torch.zeros((0, 2), dtype=torch.long)

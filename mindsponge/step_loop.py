@@ -31,22 +31,26 @@ Example (what :class:`~mindsponge.simulation.Simulation` does)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from common.errors import DataError
 from mindsponge import _kernels, space
+from mindsponge.constraints import ConstraintError
 from mindsponge.forcefield.base import ForceField, energy_and_forces
 from mindsponge.state import State
 
-__all__ = ["StepFailure", "StepLoop", "build", "force_program"]
+__all__ = ["StepFailure", "StepLoop", "advance", "build", "force_program", "instability"]
 
 
 @dataclass(frozen=True)
 class StepFailure:
-    """Why the loop stopped before the steps asked: ``kind`` ``"unstable"`` (a non-finite energy or
-    position, or an energy jump) or ``"constraint"``, and the message naming the cause."""
+    """Why stepping stopped before the steps asked: ``kind`` ``"unstable"`` (a non-finite energy or
+    position, or an energy jump), ``"constraint"`` (a constraint failed) or ``"refused"`` (a term refused
+    the positions, or a constraint raised in Python), and the message naming the cause."""
 
     kind: str
     message: str
@@ -61,8 +65,10 @@ class _CompiledNeighbors:
     def state_dict(self) -> dict:
         """The positions and box (nm) of the last build, ``None`` before the first."""
         reference = self._term.reference()
-        return {"positions": reference[0] if reference else None,
-                "box": reference[1] if len(reference) > 1 else None}
+        return {
+            "positions": reference[0] if reference else None,
+            "box": reference[1] if len(reference) > 1 else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Rebuild the list at the saved positions and box (nothing if it was never built)."""
@@ -118,10 +124,19 @@ def force_program(forcefield, kernels, compute: torch.dtype, box: Tensor | None 
         terms.append(kernels.CallbackTerm(_callback(forcefield)))
     if sites is None or len(sites) == 0:
         empty = torch.zeros(0, dtype=torch.long)
-        site_tensors = (empty, empty.reshape(0, 3), torch.zeros(0, 3, dtype=torch.float64),
-                        torch.zeros(0, dtype=torch.float64))
+        site_tensors = (
+            empty,
+            empty.reshape(0, 3),
+            torch.zeros(0, 3, dtype=torch.float64),
+            torch.zeros(0, dtype=torch.float64),
+        )
     else:
-        site_tensors = (sites.sites.cpu(), sites.parents.cpu(), sites.weights.cpu(), sites.cross_weights.cpu())
+        site_tensors = (
+            sites.sites.cpu(),
+            sites.parents.cpu(),
+            sites.weights.cpu(),
+            sites.cross_weights.cpu(),
+        )
     return kernels.ForceProgram(terms, compute, *site_tensors), compiled_names, neighbors
 
 
@@ -182,8 +197,17 @@ def _constraint_spec(kernels, constraints):
     return spec
 
 
-def build(forcefield, precision, masses: Tensor, integrator, constraints, remove_center_of_mass_motion: bool,
-          degrees_of_freedom: int, generator: torch.Generator, box: Tensor | None = None) -> StepLoop | None:
+def build(
+    forcefield,
+    precision,
+    masses: Tensor,
+    integrator,
+    constraints,
+    remove_center_of_mass_motion: bool,
+    degrees_of_freedom: int,
+    generator: torch.Generator,
+    box: Tensor | None = None,
+) -> StepLoop | None:
     """The compiled step loop of a simulation, or ``None`` when it cannot run it (see the module docstring).
 
     Args:
@@ -207,11 +231,20 @@ def build(forcefield, precision, masses: Tensor, integrator, constraints, remove
     if spec is None or constraint_spec is None:
         return None
     program, compiled_names, neighbors = force_program(
-        forcefield, kernels, precision.compute, None if box is None else box.to(precision.compute).cpu())
-    dynamics = kernels.Dynamics(program, masses.to(precision.accumulate), spec, constraint_spec,
-                                bool(remove_center_of_mass_motion), int(degrees_of_freedom), generator)
-    return StepLoop(program, dynamics, precision, compiled_names, neighbors,
-                    getattr(integrator, "thermostat", None))
+        forcefield, kernels, precision.compute, None if box is None else box.to(precision.compute).cpu()
+    )
+    dynamics = kernels.Dynamics(
+        program,
+        masses.to(precision.accumulate),
+        spec,
+        constraint_spec,
+        bool(remove_center_of_mass_motion),
+        int(degrees_of_freedom),
+        generator,
+    )
+    return StepLoop(
+        program, dynamics, precision, compiled_names, neighbors, getattr(integrator, "thermostat", None)
+    )
 
 
 class StepLoop:
@@ -247,13 +280,17 @@ class StepLoop:
                 if term.cutoff() > space.max_cutoff(box) + 1e-12:
                     raise space.BoxTooSmallError(
                         f"the non-bonded cutoff {term.cutoff()} nm is longer than half the box "
-                        f"({space.max_cutoff(box)} nm)", box)
-        energy, forces = self._program.evaluate(positions.detach().contiguous(),
-                                                None if box is None else box.detach())
+                        f"({space.max_cutoff(box)} nm)",
+                        box,
+                    )
+        energy, forces = self._program.evaluate(
+            positions.detach().contiguous(), None if box is None else box.detach()
+        )
         return positions.new_tensor(energy), forces
 
-    def run(self, state: State, steps: int, max_energy_jump: float,
-            seconds: float = 0.0) -> tuple[State, int, StepFailure | None]:
+    def run(
+        self, state: State, steps: int, max_energy_jump: float, seconds: float = 0.0
+    ) -> tuple[State, int, StepFailure | None]:
         """Integrate up to ``steps`` steps from ``state``.
 
         Args:
@@ -276,8 +313,16 @@ class StepLoop:
             chain = (state.extras["nhc_positions"], state.extras["nhc_velocities"])
         self._start = state
         self._dynamics.set_state(
-            state.positions.contiguous(), state.velocities.contiguous(), state.box, state.forces,
-            float(state.potential_energy), int(state.step), float(state.time), state.rng_state, list(chain))
+            state.positions.contiguous(),
+            state.velocities.contiguous(),
+            state.box,
+            state.forces,
+            float(state.potential_energy),
+            int(state.step),
+            float(state.time),
+            state.rng_state,
+            list(chain),
+        )
         taken, status, message = self._dynamics.run(int(steps), float(max_energy_jump), float(seconds))
         failure = None if status == 0 else StepFailure("unstable" if status == 1 else "constraint", message)
         return self.last_state(), taken, failure
@@ -293,7 +338,72 @@ class StepLoop:
             extras["nhc_positions"], extras["nhc_velocities"] = chain
         rng_state = dynamics.rng_state()
         return start.replace(
-            positions=dynamics.positions(), velocities=dynamics.velocities(), forces=dynamics.forces(),
+            positions=dynamics.positions(),
+            velocities=dynamics.velocities(),
+            forces=dynamics.forces(),
             potential_energy=torch.tensor(dynamics.energy(), dtype=start.positions.dtype),
-            step=dynamics.step(), time=dynamics.time(),
-            rng_state=start.rng_state if rng_state is None else rng_state, extras=extras)
+            step=dynamics.step(),
+            time=dynamics.time(),
+            rng_state=start.rng_state if rng_state is None else rng_state,
+            extras=extras,
+        )
+
+
+def instability(previous: State, state: State, max_energy_jump: float) -> str | None:
+    """Why ``state`` cannot follow ``previous`` (the check the compiled loop makes at every step): a
+    potential energy or a position that is not finite, or an energy jump above ``max_energy_jump``
+    (kJ/mol); ``None`` when the step is good."""
+    energy = float(state.potential_energy)
+    # the sum is finite when every position is (a non-finite one makes it inf or nan); only a sum that
+    # overflows needs the elementwise check, which costs ten times more
+    finite = math.isfinite(energy) and (
+        math.isfinite(float(state.positions.sum())) or bool(torch.isfinite(state.positions).all())
+    )
+    if not finite:
+        return "the potential energy or a position is not finite"
+    jump = abs(energy - float(previous.potential_energy))
+    if jump > max_energy_jump:
+        return f"the potential energy jumped by {jump:.4g} kJ/mol (max_energy_jump {max_energy_jump:.4g})"
+    return None
+
+
+def advance(
+    state: State, steps: int, loop: StepLoop | None, python_step, max_energy_jump: float, threads=None
+):
+    """Step ``state`` forward ``steps`` steps: in blocks of the compiled ``loop`` (at most half a second each,
+    so that a caller shows progress and Ctrl-C is seen), or one ``python_step(state) -> state`` at a time
+    without one.
+
+    Yields ``(state, failure)`` after each block or step: the last good state, and ``None`` or the
+    :class:`StepFailure` that ends the stepping (an unstable step, a constraint that failed, positions a term
+    refused). Any other exception is raised after the last good state is yielded. ``threads`` (a
+    :class:`common.threads.LoadFollower`) is updated before each block.
+    """
+    target = state.step + steps
+    while state.step < target:
+        if threads is not None:
+            threads.update()
+        if loop is None:
+            previous = state
+            try:
+                state = python_step(previous)
+            except (ConstraintError, DataError) as error:
+                yield previous, StepFailure("refused", str(error))
+                return
+            reason = instability(previous, state, max_energy_jump)
+            if reason is not None:
+                yield previous, StepFailure("unstable", reason)
+                return
+            yield state, None
+            continue
+        try:
+            state, _, failure = loop.run(state, target - state.step, max_energy_jump, seconds=0.5)
+        except (ConstraintError, DataError) as error:
+            yield loop.last_state(), StepFailure("refused", str(error))
+            return
+        except BaseException:
+            yield loop.last_state(), None
+            raise
+        yield state, failure
+        if failure is not None:
+            return

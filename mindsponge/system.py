@@ -32,7 +32,8 @@ __getattr__ = moved_attributes(__name__, {"AtomOutsideBoxError": "mindsponge.sys
 
 # bonds longer than this (nm, the median over the topology's bonds) are lengths in Angstrom read as nm
 LONGEST_MEDIAN_BOND = 0.5
-# no matter is denser than this (g/cm^3; osmium, the densest element, is 22.6): a box this small is lengths in nm read as Angstrom
+# no matter is denser than this (g/cm^3; osmium, the densest element, is 22.6): a box this small is lengths
+# in nm read as Angstrom
 HIGHEST_DENSITY = 25.0
 
 
@@ -186,9 +187,11 @@ class System:
             if median > LONGEST_MEDIAN_BOND:
                 longest = int(lengths.argmax())
                 atom = int(bonds[longest, 0])
-                what = f" ({topology.atoms[atom].name!r} of residue {topology.residues[topology.atoms[atom].residue_index].name})"
+                residue = topology.residues[topology.atoms[atom].residue_index]
+                what = f" ({topology.atoms[atom].name!r} of residue {residue.name})"
                 raise LengthUnitError(
-                    f"the bonds of the topology are {median:.3g} nm long (median; the bond of atom {atom}{what} "
+                    f"the bonds of the topology are {median:.3g} nm long (median; the bond of atom "
+                    f"{atom}{what} "
                     f"{float(lengths[longest]):.3g} nm): the positions look like Angstrom given as nm "
                     "(divide them by 10)", atom)
         if box is not None:

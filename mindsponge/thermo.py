@@ -16,11 +16,15 @@ difference in ``eps``).
 Units: kJ/mol, K, bar, nm^3, g/cm^3.
 """
 
+import math
+
 import torch
 
 from common import units
 
 __all__ = [
+    "maxwell_boltzmann",
+    "observables",
     "center_of_mass_velocity",
     "degrees_of_freedom",
     "density",
@@ -159,3 +163,60 @@ def pressure(potential, positions, velocities, masses, box, groups):
 def density(masses, box):
     """Mass density, g/cm^3: total mass over box volume."""
     return masses.sum() / torch.linalg.det(box).abs() * units.AMU_PER_NM3_TO_G_PER_CM3
+
+
+def observables(state, masses, degrees_of_freedom, molecules, potential=None):
+    """The thermodynamic observables of a state, as floats (what reporters read).
+
+    Args:
+        state: a :class:`~mindsponge.state.State` with its potential energy.
+        masses: (N,) tensor, amu.
+        degrees_of_freedom: for the temperature.
+        molecules: (N,) long tensor of molecule indices (for the pressure).
+        potential: callable ``(positions, box) -> energy`` (kJ/mol) for the virial pressure (two extra
+            evaluations), or ``None``: no pressure (``nan``).
+
+    Returns:
+        dict: ``potential``, ``kinetic``, ``total`` (kJ/mol), ``temperature`` (K), ``pressure`` (bar),
+        ``volume`` (nm^3), ``density`` (g/cm^3); the last three are ``nan`` without a periodic box.
+    """
+    kinetic = float(kinetic_energy(state.velocities, masses))
+    energy = float(state.potential_energy)
+    values = {"potential": energy, "kinetic": kinetic, "total": energy + kinetic,
+              "temperature": float(temperature(kinetic, degrees_of_freedom)),
+              "pressure": math.nan, "volume": math.nan, "density": math.nan}
+    if state.box is not None:
+        values["volume"] = float(torch.linalg.det(state.box).abs())
+        values["density"] = float(density(masses, state.box))
+        if potential is not None:
+            values["pressure"] = float(
+                pressure(potential, state.positions, state.velocities, masses, state.box, molecules))
+    return values
+
+
+def maxwell_boltzmann(masses, target, degrees_of_freedom, generator, like, constrain=None):
+    """Maxwell-Boltzmann velocities at exactly ``target`` K.
+
+    Massless particles get zero velocity; ``constrain(velocities)`` (the centre-of-mass removal, the
+    constraints) is applied, then the velocities are scaled so that the instantaneous temperature with
+    ``degrees_of_freedom`` is ``target``.
+
+    Args:
+        masses: (N,) tensor, amu.
+        target: K.
+        degrees_of_freedom: int.
+        generator: the ``torch.Generator`` drawn from.
+        like: (N, 3) tensor whose dtype and device the velocities take.
+        constrain: optional callable ``(N, 3) -> (N, 3)``.
+
+    Returns:
+        (N, 3) tensor, nm/ps.
+    """
+    massive = masses > 0
+    noise = torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+    velocities = noise * torch.where(massive, torch.rsqrt(torch.where(massive, masses, 1.0)), 0.0)[:, None]
+    if constrain is not None:
+        velocities = constrain(velocities)
+    current = temperature(kinetic_energy(velocities, masses), degrees_of_freedom)
+    return velocities * torch.sqrt(target / current)
+

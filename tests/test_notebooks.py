@@ -71,6 +71,7 @@ def test_checks_name_existing_notebooks():
     assert set(CHECKS) <= {path.stem for path in NOTEBOOKS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
     monkeypatch.setenv("NOTEBOOK_SIZE", "small")

@@ -104,6 +104,7 @@ def test_every_readme_example_has_its_statements_checked():
     assert all(CHECKED), f"README examples without a check in tests/test_readme.py: {CHECKED}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_example_runs_and_gives_what_it_says(index, tmp_path):
     environment = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(README.parent))

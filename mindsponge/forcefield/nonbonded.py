@@ -103,15 +103,14 @@ from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.ewald import (
     PMEReciprocal,
-    bspline_moduli,
     ewald_alpha,
     ewald_kmax,
     ewald_reciprocal,
     pme_grid_size,
 )
-from mindsponge.forcefield.nonbonded_backends import CompiledBackend, TorchBackend
+from mindsponge.forcefield.nonbonded_backends import CompiledBackend, TorchBackend, compiled_terms
 from mindsponge.forcefield.pair_kernels import AnalyticEnergies, CoulombKind, PairSet, lj_first
-from mindsponge.neighbors import NeighborList, all_pairs, pair_keys
+from mindsponge.neighbors import NeighborList, pair_keys
 
 __all__ = ["Nonbonded", "NonbondedMethodError", "dispersion_coefficient"]
 
@@ -410,73 +409,14 @@ class Nonbonded(EnergyTerm):
 
     def compiled_terms(self, kernels, box: Tensor | None = None):
         """This term as force terms of the compiled step loop (:mod:`mindsponge.step_loop`), or ``None``
-        where it is called back from the loop instead (``"ewald"``, ``compiled=False``, analytic forces off,
-        parameters that require grad, CUDA, a periodic method without a box).
-
-        Without a cutoff (``"nocutoff"``): the all-pairs list and the exceptions as two fixed pair lists
-        (``kernels.PairTerm``). With a cutoff: one ``kernels.NeighborNonbondedTerm`` with a neighbour list of
-        its own (the same cutoff and skin as :attr:`neighbors`), the exceptions, the Ewald exclusion
-        corrections, PME (its grid fixed now from ``box`` if not given) and the constant energies.
+        where it is called back from the loop instead: see
+        :func:`mindsponge.forcefield.nonbonded_backends.compiled_terms`.
 
         Args:
             kernels: the compiled module.
             box: ``(3, 3)`` nm, the box the run starts in, or ``None``.
         """
-        parameters = (self.charges, self.sigma, self.epsilon, self.exception_charge_products,
-                      self.exception_sigma, self.exception_epsilon)
-        if (self.method == "ewald" or not (self.compiled and self.analytic_forces)
-                or any(tensor.requires_grad for tensor in parameters) or self.charges.device.type != "cpu"
-                or (box is None and self.method == "pme")):
-            return None
-        exceptions = self._exception_pairs()
-        exception_term = None
-        if len(exceptions.first):
-            exception_term = kernels.PairTerm(
-                exceptions.first, exceptions.second, exceptions.charge_products.detach(),
-                exceptions.sigma_squared.detach(), exceptions.epsilon4.detach(), -1.0, -1.0, 0, 0.0, 0.0, 0.0,
-                self.exceptions_periodic)
-        if self.method == "nocutoff":
-            first, second = all_pairs(len(self.charges), self.excluded_pairs).unbind(1)
-            direct = lj_first(first, second, COULOMB_MD * self.charges[first] * self.charges[second],
-                              0.5 * (self.sigma[first] + self.sigma[second]),
-                              torch.sqrt(self.epsilon[first] * self.epsilon[second]))
-            terms = [] if len(direct.first) == 0 else [kernels.PairTerm(
-                direct.first, direct.second, direct.charge_products.detach(), direct.sigma_squared.detach(),
-                direct.epsilon4.detach(), -1.0, -1.0, 0, 0.0, 0.0, 0.0, False)]
-            return terms + ([] if exception_term is None else [exception_term])
-        return [kernels.NeighborNonbondedTerm(self._neighbor_spec(kernels, box, exception_term))]
-
-    def _neighbor_spec(self, kernels, box: Tensor | None, exception_term):
-        """The ``kernels.NeighborNonbondedSpec`` of this term (a method with a cutoff)."""
-        charges = self.charges.detach()
-        spec = kernels.NeighborNonbondedSpec()
-        spec.charges = charges
-        spec.scaled_charges = math.sqrt(COULOMB_MD) * charges
-        spec.half_sigma = 0.5 * self.sigma.detach()
-        spec.epsilon_root2 = 2.0 * torch.sqrt(self.epsilon.detach())
-        spec.cutoff, spec.skin = self.cutoff, self.neighbors.skin
-        spec.switch_distance = -1.0 if self.switch_distance is None else self.switch_distance
-        coulomb = self.direct_coulomb()
-        spec.kind = 2 if coulomb.kind == "ewald" else 1
-        spec.alpha, spec.krf, spec.crf = coulomb.alpha, coulomb.krf, coulomb.crf
-        spec.exclusion_starts, spec.exclusion_partners = self.neighbors.exclusion_table(len(charges))
-        spec.exceptions = exception_term
-        if self.method == "pme":
-            exclusions = self._exclusion_pairs()
-            if len(exclusions.first):
-                empty = exclusions.charge_products.new_zeros(0)
-                spec.exclusions = kernels.PairTerm(exclusions.first, exclusions.second,
-                                                   exclusions.charge_products.detach(), empty, empty, -1.0, -1.0,
-                                                   3, self.alpha, 0.0, 0.0, True)
-            if self.pme_grid is None:
-                self.pme_grid = pme_grid_size(self.alpha, box, self.ewald_tolerance)
-            spec.pme_grid, spec.pme_order = list(self.pme_grid), self.pme_order
-            spec.pme_moduli = [bspline_moduli(size, self.pme_order, torch.float64) for size in self.pme_grid]
-            spec.constant = float(-COULOMB_MD * self.alpha / math.sqrt(math.pi) * (charges.double() ** 2).sum())
-            spec.background = float(-COULOMB_MD * math.pi * charges.double().sum() ** 2 / (2 * self.alpha**2))
-        if self.use_dispersion_correction:
-            spec.dispersion = self.dispersion_coefficient
-        return spec
+        return compiled_terms(self, kernels, box)
 
     # --- energies --------------------------------------------------------------------------
 

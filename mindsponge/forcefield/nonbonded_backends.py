@@ -18,6 +18,9 @@ are the two energies built from differentiable operations.
   factors scattered when a gradient is asked for (CUDA, ``compiled=False``, no compiler).
 - :class:`CompiledBackend`: the C++ kernels of :mod:`mindsponge._kernels` (CPU, float32/float64).
 
+A fourth way runs without Python at all: :func:`compiled_terms` turns the term into force terms of the
+compiled step loop (:mod:`mindsponge.step_loop`), which keep their own neighbour list.
+
 ``positions`` are ``(N, 3)`` nm and ``box`` a ``(3, 3)`` nm tensor or ``None``. ``term`` provides
 ``neighbors`` (a :class:`~mindsponge.neighbors.NeighborList` or ``None``), ``excluded_pairs``,
 ``charges``, ``sigma``, ``epsilon``, ``direct_cutoff`` (nm or ``None``), ``switch_distance`` and
@@ -45,7 +48,7 @@ from mindsponge.forcefield.pair_kernels import (
 )
 from mindsponge.neighbors import all_pairs
 
-__all__ = ["CompiledBackend", "TorchBackend"]
+__all__ = ["CompiledBackend", "TorchBackend", "compiled_terms"]
 
 
 class _DirectPairs:
@@ -184,3 +187,80 @@ class CompiledBackend:
         energies = energies.to(dtype)
         return CompiledPairResult((energies[0], energies[1]), gradients,
                                   lambda: self.kernels.cluster_forces(*arguments, False)[1])
+
+
+def compiled_terms(term, kernels, box: Tensor | None = None):
+    """A :class:`~mindsponge.forcefield.nonbonded.Nonbonded` term as force terms of the compiled step loop
+    (:mod:`mindsponge.step_loop`), or ``None`` where the loop calls the term back instead (``"ewald"``,
+    ``compiled=False``, analytic forces off, parameters that require grad, CUDA, PME without a box).
+
+    Without a cutoff (``"nocutoff"``): the all-pairs list and the exceptions as two fixed pair lists
+    (``kernels.PairTerm``). With a cutoff: one ``kernels.NeighborNonbondedTerm`` with a neighbour list of its
+    own (the cutoff and skin of ``term.neighbors``), the exceptions, the Ewald exclusion corrections, PME
+    (its grid fixed now from ``box`` if the term has none yet) and the constant energies.
+
+    Args:
+        term: the ``Nonbonded`` term.
+        kernels: the compiled module.
+        box: ``(3, 3)`` nm, the box the run starts in, or ``None``.
+    """
+    parameters = (term.charges, term.sigma, term.epsilon, term.exception_charge_products,
+                  term.exception_sigma, term.exception_epsilon)
+    if (term.method == "ewald" or not (term.compiled and term.analytic_forces)
+            or any(tensor.requires_grad for tensor in parameters) or term.charges.device.type != "cpu"
+            or (box is None and term.method == "pme")):
+        return None
+    exceptions = term._exception_pairs()
+    exception_term = None
+    if len(exceptions.first):
+        exception_term = kernels.PairTerm(
+            exceptions.first, exceptions.second, exceptions.charge_products.detach(),
+            exceptions.sigma_squared.detach(), exceptions.epsilon4.detach(), -1.0, -1.0, 0, 0.0, 0.0, 0.0,
+            term.exceptions_periodic)
+    if term.method == "nocutoff":
+        first, second = all_pairs(len(term.charges), term.excluded_pairs).unbind(1)
+        direct = lj_first(first, second, COULOMB_MD * term.charges[first] * term.charges[second],
+                          0.5 * (term.sigma[first] + term.sigma[second]),
+                          torch.sqrt(term.epsilon[first] * term.epsilon[second]))
+        terms = [] if len(direct.first) == 0 else [kernels.PairTerm(
+            direct.first, direct.second, direct.charge_products.detach(), direct.sigma_squared.detach(),
+            direct.epsilon4.detach(), -1.0, -1.0, 0, 0.0, 0.0, 0.0, False)]
+        return terms + ([] if exception_term is None else [exception_term])
+    return [kernels.NeighborNonbondedTerm(_neighbor_spec(term, kernels, box, exception_term))]
+
+
+def _neighbor_spec(term, kernels, box: Tensor | None, exception_term):
+    """The ``kernels.NeighborNonbondedSpec`` of a ``Nonbonded`` term with a cutoff."""
+    from mindsponge.forcefield.ewald import bspline_moduli, pme_grid_size
+
+    charges = term.charges.detach()
+    spec = kernels.NeighborNonbondedSpec()
+    spec.charges = charges
+    spec.scaled_charges = math.sqrt(COULOMB_MD) * charges
+    spec.half_sigma = 0.5 * term.sigma.detach()
+    spec.epsilon_root2 = 2.0 * torch.sqrt(term.epsilon.detach())
+    spec.cutoff, spec.skin = term.cutoff, term.neighbors.skin
+    spec.switch_distance = -1.0 if term.switch_distance is None else term.switch_distance
+    coulomb = term.direct_coulomb()
+    spec.kind = 2 if coulomb.kind == "ewald" else 1
+    spec.alpha, spec.krf, spec.crf = coulomb.alpha, coulomb.krf, coulomb.crf
+    spec.exclusion_starts, spec.exclusion_partners = term.neighbors.exclusion_table(len(charges))
+    spec.exceptions = exception_term
+    if term.method == "pme":
+        exclusions = term._exclusion_pairs()
+        if len(exclusions.first):
+            empty = exclusions.charge_products.new_zeros(0)
+            spec.exclusions = kernels.PairTerm(
+                exclusions.first, exclusions.second, exclusions.charge_products.detach(), empty, empty,
+                -1.0, -1.0, 3, term.alpha, 0.0, 0.0, True)
+        if term.pme_grid is None:
+            term.pme_grid = pme_grid_size(term.alpha, box, term.ewald_tolerance)
+        spec.pme_grid, spec.pme_order = list(term.pme_grid), term.pme_order
+        spec.pme_moduli = [bspline_moduli(size, term.pme_order, torch.float64) for size in term.pme_grid]
+        squares = (charges.double() ** 2).sum()
+        spec.constant = float(-COULOMB_MD * term.alpha / math.sqrt(math.pi) * squares)
+        spec.background = float(-COULOMB_MD * math.pi * charges.double().sum() ** 2 / (2 * term.alpha**2))
+    if term.use_dispersion_correction:
+        spec.dispersion = term.dispersion_coefficient
+    return spec
+

@@ -35,6 +35,7 @@ def _probe(tmp_path: Path, text: str = PROBE_SOURCE) -> Path:
     return source
 
 
+@pytest.mark.slow
 def test_builds_caches_and_runs(build_dir, capfd):
     source = _probe(build_dir)
     with warnings.catch_warnings():
@@ -47,6 +48,7 @@ def test_builds_caches_and_runs(build_dir, capfd):
     assert captured.out == "" and captured.err == ""
 
 
+@pytest.mark.slow
 def test_failed_compilation_warns_once_and_returns_none(build_dir):
     source = _probe(build_dir, "#include <pybind11/pybind11.h>\nthis is not C++;\n")
     match = "ms_probe_bad.*compilation failed.*probe.cpp"
@@ -80,6 +82,7 @@ def test_bad_arguments(arguments, match):
         extensions.load(*arguments)
 
 
+@pytest.mark.slow
 def test_two_processes_build_at_once(build_dir):
     """Two workers compiling the same kernel at once both get a working module."""
     source = _probe(build_dir)
@@ -104,6 +107,7 @@ def _run_in_subprocess(build_dir, script, timeout=600):
                           cwd=Path(__file__).resolve().parents[2], timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="fcntl.flock is POSIX; Windows uses the age rule")
 def test_build_killed_while_compiling_does_not_block_the_next(build_dir):
     """A process killed while holding the build lock (torch's lock file left behind, seconds old)

@@ -306,6 +306,7 @@ CHECKPOINTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_during_checkpoint_save_leaves_a_complete_checkpoint(tmp_path):
     path = tmp_path / "run.chk"
     io.save_checkpoint(path, {"version": 0, "data": torch.zeros(1_000_000)})

@@ -90,6 +90,7 @@ def test_truncated_files_raise_or_return_only_true_records(tmp_path, images, ima
         _read_truthfully(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image", ["clean", "killed"])
 def test_overwritten_bytes_raise_or_return_only_true_records(tmp_path, images, image):
     data = images[image]

@@ -40,6 +40,7 @@ LIVE_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_symlinks_and_hard_links_to_a_live_file_are_refused(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "other").mkdir()

@@ -100,6 +100,7 @@ def _least_squares_loss():
     return float(np.mean((design @ coefficients - targets) ** 2))
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_match_single_process(tmp_path):
     single = _train(tmp_path, 1, shuffle=False)
     double = _train(tmp_path, 2, shuffle=False)

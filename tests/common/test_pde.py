@@ -29,6 +29,7 @@ def poisson_1d(n_interior=64):
     )
 
 
+@pytest.mark.slow
 def test_trainer_solves_1d_poisson_to_1e_3():
     torch.manual_seed(0)
     model = cnn.MLP(1, 1, hidden_features=32, hidden_layers=3).double()
@@ -52,6 +53,7 @@ def test_trainer_solves_1d_poisson_to_1e_3():
     assert history["loss"][-1] < history["loss"][0] * 1e-3
 
 
+@pytest.mark.slow
 def test_trainer_solves_2d_poisson_with_gradnorm_balancing():
     """-laplace u = 2 pi^2 sin(pi x) sin(pi y) on the unit square, u = 0 on the boundary."""
     torch.manual_seed(1)

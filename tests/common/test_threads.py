@@ -90,7 +90,8 @@ def test_busy_elsewhere_counts_another_process_and_not_this_one():
 
     if threads.busy_elsewhere() is None:
         pytest.skip("no /proc/loadavg here")
-    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 20\nwhile time.time() < end: pass"])
+    loop = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"
+    busy = subprocess.Popen([sys.executable, "-c", loop])
     try:
         time.sleep(0.3)
         readings = []

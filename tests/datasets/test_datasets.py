@@ -217,6 +217,7 @@ def test_resume_refuses_a_file_from_another_recipe(tmp_path):
         datasets.generate(path, workers=0, progress=False)
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_restart_gives_every_sample_once(tmp_path):
     n = 48
     path = _recipe(tmp_path, n=n, extra_options=", delay = 0.05")
@@ -279,6 +280,7 @@ def dask_cluster():
         yield cluster
 
 
+@pytest.mark.slow
 def test_dask_cluster_gives_the_same_dataset_as_the_local_pool(tmp_path, dask_cluster):
     path = _recipe(tmp_path, n=24)
     local = datasets.generate(path, output=tmp_path / "local.h5", workers=2, progress=False)
@@ -451,6 +453,7 @@ def _command(path, *arguments, environment=None, wait=True):
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_of_one_recipe_never_write_a_sample_twice(tmp_path):
     path = _small_recipe(tmp_path, "logged", f'log = "{(tmp_path / "log").as_posix()}", delay = 0.15', n=24)
     runs = [_command(path, "--workers", "0", wait=False) for _ in range(2)]  # started together
@@ -519,6 +522,7 @@ def test_retry_failed_reruns_failed_samples_and_resolves_them(tmp_path):
     assert len(set(log["worker"])) == 1 and log["worker"][0] != f"pid {os.getpid()}"  # the command's process
 
 
+@pytest.mark.slow
 def test_retries_and_timeout_recipe_keys(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -579,6 +583,7 @@ def test_changed_generator_code_is_refused_unless_allowed(tmp_path, monkeypatch)
     assert len(set(runs["generator_fingerprint"])) == 2  # the mix is on record
 
 
+@pytest.mark.slow
 def test_first_sample_with_other_keys_than_the_labels_stops_before_the_rest_run(tmp_path):
     log = tmp_path / "log"
     path = _small_recipe(
@@ -604,6 +609,7 @@ def test_first_sample_with_other_keys_than_the_labels_stops_before_the_rest_run(
     assert table["y"].shape == (2, 2) and "failed" not in h5py.File(tmp_path / "sized.h5", "r")
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_import_the_generator_is_not_a_sample_failure(tmp_path):
     path = _small_recipe(tmp_path, "not_on_workers", n=6)
     completed = _command(path, "--workers", "1", environment={"GENERATOR_ONLY_ON_HEAD": "1"})
@@ -669,6 +675,7 @@ def _session_processes(session):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_killing_the_run_leaves_no_orphan_workers(tmp_path):
     log = tmp_path / "log"

@@ -28,6 +28,7 @@ def box_mesh(lo, hi):
     return mesh
 
 
+@pytest.mark.slow
 def test_sphere_voxels_match_analytic_volume_and_common_geometry(sphere_mesh):
     grid = fdtd.Grid((10e-3, 10e-3, 10e-3), 0.4e-3)
     mesh_shape = cad.MeshGeometry(sphere_mesh)
@@ -51,6 +52,7 @@ def test_sphere_voxels_match_analytic_volume_and_common_geometry(sphere_mesh):
     assert torch.equal(mesh_fill[~interface] >= 0.5, analytic_fill[~interface] >= 0.5)
 
 
+@pytest.mark.slow
 def test_fdtd_runs_a_structure_from_a_cad_file(tmp_path, sphere_mesh):
     path = tmp_path / "sphere_mm.stl"
     scaled = sphere_mesh.copy()

@@ -207,6 +207,7 @@ def _modes_near(sim, target, centre, count=8, axis_only=False):
     return frequencies, weights[radius > 0.9][:, order].sum(0)
 
 
+@pytest.mark.slow
 def test_3d_sphere_converges_at_second_order_without_spurious_modes():
     """A spherical PEC cavity off the grid's symmetry, lowest TM mode ``(x j1(x))' = 0`` at x = kR = 2.744,
     from the probed H operator: the threefold mode's errors x N^2 stay about 0.8 (measured -5.7e-3 and
@@ -311,6 +312,7 @@ def test_conductors_reaching_into_the_pml_radiate_away(polarization):
     assert float(series[-500:].max()) < 1e-3 * float(series.max())
 
 
+@pytest.mark.slow
 def test_3d_conductors_reaching_into_the_pml_radiate_away():
     """3D: a PEC rod running through the domain and both z PMLs, and a PEC sphere; the fields near the rod
     and behind it fall below 1e-4 of their peak after 6,000 steps (measured 2e-6). Faces at the rim of the

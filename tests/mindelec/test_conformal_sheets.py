@@ -101,6 +101,7 @@ def _resonance(sim, guess, polarization):
     return float(wavenumbers[np.argmin(np.abs(wavenumbers - guess))])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("polarization", ["TM", "TE"])
 def test_septum_resonance_follows_the_rim_within_a_cell(polarization):
     """The rim moved across one cell in eighths (4 cells per mm, the resonance against mode matching): with
@@ -129,6 +130,7 @@ def test_septum_resonance_follows_the_rim_within_a_cell(polarization):
     assert (steps > 0).all(), found[True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("polarization", ["TM", "TE"])
 def test_septum_converges_at_second_order(polarization):
     """Rims at fixed places (so at other offsets in their cells at each resolution), 4, 8 and 16 cells per
@@ -201,6 +203,7 @@ def test_off_grid_plates_and_wires_keep_the_leapfrog_stable():
         assert _largest_eigenvalue(sim) < 4.0
 
 
+@pytest.mark.slow
 def test_patch_over_a_ground_plane_radiates_away():
     """A patch with off-grid rims over a ground plane that runs into the PML: after 6,000 steps the fields
     between them and above fall below 1e-4 of their peak (measured 2e-6)."""
@@ -311,6 +314,7 @@ def test_placed_rims_act_where_drawn():
         assert (np.diff(side * placed) > 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["TM", "TE"])
 def test_septum_between_walls_converges_at_second_order_in_3d(family):
     """The septum spanning a cavity between PEC walls in y (1.5 mm), its side rims on the walls: the fields

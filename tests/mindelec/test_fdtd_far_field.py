@@ -88,6 +88,7 @@ def test_near_to_far_pattern_follows_sin_squared(dipole_run):
         assert torch.allclose(intensity / equator[:, None], torch.sin(theta) ** 2, atol=0.01)
 
 
+@pytest.mark.slow
 def test_near_to_far_directivity_and_power(dipole_run):
     far = dipole_run[0]["far"]
     power = dipole_run[1]

@@ -133,6 +133,7 @@ def _peak_memory(cells, steps):
     return json.loads(output.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc peak-RSS reset")
 def test_differentiable_run_memory_grows_like_sqrt_steps():
     """Peak memory (RSS above the pre-run baseline, forward + backward) of a differentiable 2D run.

@@ -184,6 +184,7 @@ def test_silicon_strip_matches_published_effective_index():
     assert result.electric.shape == (2, 3, 70, 85)
 
 
+@pytest.mark.slow
 def test_silicon_strip_agrees_with_tidy3d_and_converges_towards_it():
     """The strip's TE0 and TM0 against Tidy3D's local mode solver on the same staircased grid (PEC walls,
     no subpixel averaging): within 0.01 at 20 nm (measured -0.0069 and +0.0019) and at least twice as

@@ -23,6 +23,7 @@ def floors():
     return {order: pinn_benchmark.wall_floor(setup, order, cell_size=1e-2) for order in (1, 2)}
 
 
+@pytest.mark.slow
 def test_first_order_walls_are_a_few_percent_from_the_open_domain(floors):
     for name in ("Ex", "Ey", "Hz"):
         assert 0.01 < floors[1][name] < 0.1

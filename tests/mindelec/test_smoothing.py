@@ -318,6 +318,7 @@ def _disk_resonance(permittivity, orders=20, low=60e9, high=140e9):
     return found.x * SPEED_OF_LIGHT / (2 * math.pi)
 
 
+@pytest.mark.slow
 def test_particular_solutions_reference_is_converged_and_exact_for_an_empty_cavity():
     """The reference solver gives c / (2 L) for eps = 1 (the empty cavity's lowest mode) and 8 digits."""
     assert _disk_resonance(1.0, low=120e9, high=170e9) == pytest.approx(SPEED_OF_LIGHT / (2 * SIDE), rel=1e-8)
@@ -351,6 +352,7 @@ def _disk_fdtd_resonance(cells, subpixel, target):
     return float(found[np.argmin(np.abs(found - target))])
 
 
+@pytest.mark.slow
 def test_full_tensor_converges_at_second_order_at_a_curved_interface(validation_figure):
     """Disk resonance against the particular-solutions reference: the full tensor against its diagonal.
 
@@ -661,6 +663,7 @@ def _scaled_errors(component, subpixel, pixels):
     )
 
 
+@pytest.mark.slow
 def test_holey_lattice_in_plane_field_passes_meeps_convergence_bound_with_the_full_tensor(validation_figure):
     pixels = (5, 10, 15, 20, 25, 30)
     full = _scaled_errors("Ey", True, pixels)
@@ -676,6 +679,7 @@ def test_holey_lattice_in_plane_field_passes_meeps_convergence_bound_with_the_fu
     assert diagonal[-1].max() > MEEP_BOUND, diagonal  # measured 0.34 and 0.70 at 30 pixels
 
 
+@pytest.mark.slow
 def test_holey_lattice_out_of_plane_field_converges_at_second_order():
     """E out of plane is tangential to every boundary: the arithmetic mean is the smoothing (measured
     ``|f - f_MPB| a^2`` <= 0.04 over 5-30 pixels, within MPB's 4 digits); subpixel=True is the same."""

@@ -61,6 +61,7 @@ def trained(tmp_path_factory):
     return path, model, history
 
 
+@pytest.mark.slow
 def test_sparameter_surrogate_beats_mean_predictors(trained):
     path, model, history = trained
     sweep = surrogate.load_sweep(path, PARAMETERS)
@@ -146,6 +147,7 @@ def test_frequency_axis_and_column_errors(trained, tmp_path):
         model.predict(torch.zeros(3, 3))
 
 
+@pytest.mark.slow
 def test_autoencoder_round_trip_on_fdtd_snapshots():
     sim = fdtd.Simulation(
         size=(32e-3, 32e-3),
@@ -180,6 +182,7 @@ def test_autoencoder_round_trip_on_fdtd_snapshots():
         model(torch.zeros(1, 1, 30, 32))
 
 
+@pytest.mark.slow
 def test_field_surrogate_predicts_fdtd_fields_of_unseen_designs():
     """Trained on 16 FDTD field maps (Sobol designs), scored on 3 designs it never saw (another Sobol
     sequence, inside the training ranges) against the mean of the training fields."""
@@ -264,6 +267,7 @@ with open(f"{sys.argv[2]}.{context.rank}.json", "w") as handle:
 """
 
 
+@pytest.mark.slow
 def test_torchrun_data_parallel_training(tmp_path):
     import json
     import os
@@ -337,6 +341,7 @@ def _resume_model(seed):
     return torch.nn.Sequential(torch.nn.Linear(3, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
 
 
+@pytest.mark.slow
 def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
     """Issue 19: fit restarted at epoch 0 after a kill and overwrote its checkpoint. Killed (SIGKILL) part-way
     and called again, it continues from the checkpoint and ends with the uninterrupted run's weights and

@@ -83,6 +83,7 @@ def trained(tmp_path_factory):
     return path, parameters, ensemble, folder / "run"
 
 
+@pytest.mark.slow
 def test_split_keeps_held_out_designs_out_of_training(trained):
     path, parameters, ensemble, run = trained
     split = ensemble.split
@@ -177,6 +178,7 @@ def test_train_ensemble_refuses_another_split_in_its_folder(trained):
         train_ensemble(path, NAMES, run, members=1, split_options={"test_fraction": 0.5}, **FIT)
 
 
+@pytest.mark.slow
 def test_frequency_reference_lines_resonances_up_and_survives_a_reload(tmp_path):
     # designs whose true resonance sits 4 % below the transmission-line estimate, a sharper dip (Q 25)
     unit = qmc.Sobol(4, seed=2).random(128)
@@ -226,6 +228,7 @@ def test_frequency_reference_lines_resonances_up_and_survives_a_reload(tmp_path)
         )
 
 
+@pytest.mark.slow
 def test_cavity_mode_references_line_up_a_second_resonance(tmp_path):
     # two resonances, 4 % below the cavity model's TM10 and 3 % above its TM02, over 3-12 GHz: one
     # reference (TM10) lines up the first dip only, the cavity modes line up both
@@ -299,6 +302,7 @@ train_ensemble(sys.argv[1], ["length", "permittivity"], sys.argv[2], members=int
 """
 
 
+@pytest.mark.slow
 def test_training_resumes_after_kill_with_the_same_weights(tmp_path):
     path = tmp_path / "sweep.h5"
     write_sweep(path, count=32)
@@ -317,6 +321,7 @@ def test_training_resumes_after_kill_with_the_same_weights(tmp_path):
     assert all(torch.equal(whole[key], resumed[key]) for key in whole)
 
 
+@pytest.mark.slow
 def test_processes_sharing_a_run_folder_train_different_members_and_wait_for_the_others(tmp_path):
     """A member whose lock another process holds is left to it: the process trains the free member,
     waits, and then takes the held member over from its checkpoint; the ensemble equals one trained
@@ -371,6 +376,7 @@ def test_cli_trains_and_writes_held_out_metrics(tmp_path, capsys):
     )
 
 
+@pytest.mark.slow
 def test_voxel_autoencoder_round_trip_on_unseen_patch_geometries():
     names = ("length", "width", "inset", "permittivity", "height")
     unit = qmc.Sobol(5, seed=0).random(40)

@@ -122,6 +122,7 @@ def interrupted_then_resumed(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_flagged_frames_lie_outside_the_training_region(interrupted_then_resumed):
     result = interrupted_then_resumed
     run, threshold = result["run"], result["threshold"]

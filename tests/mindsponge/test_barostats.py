@@ -107,6 +107,7 @@ PRESSURES = (100.0, 110.0)
         ),
     ],
 )
+@pytest.mark.slow
 def test_npt_volume_ensemble_check(make):
     volumes = {
         pressure: _volumes(_run(make(pressure), 5000, seed))[500:] for seed, pressure in enumerate(PRESSURES)
@@ -118,6 +119,7 @@ def test_npt_volume_ensemble_check(make):
     assert all(abs(q) < 3 for q in quantiles), quantiles
 
 
+@pytest.mark.slow
 def test_anisotropic_monte_carlo_scales_only_enabled_axis_at_its_pressure():
     """Only z may change, at P_z; the huge P_x, P_y must play no role; x and y stay exactly as they were."""
     volumes = {}

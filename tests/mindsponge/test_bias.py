@@ -72,6 +72,7 @@ def run_walkers(energy, walkers, steps, seed, every, on_step=None):
     return torch.stack(samples)
 
 
+@pytest.mark.slow
 def test_well_tempered_metadynamics_recovers_double_well_free_energy():
     """32 walkers sharing one well-tempered bias; Delta F from the bias and by reweighting."""
     cv = x_of_particle_0()

@@ -168,6 +168,7 @@ def test_bad_bonded_input_raises_with_a_clear_message():
         ForceField([HarmonicBond([[0, 1]], [0.1], [1.0])])(torch.zeros(2, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forcefield_file", ["amber19-all.xml", "charmm36.xml"])
 def test_cmap_impropers_and_protein_bonded_terms_match_openmm(forcefield_file, villin_pdb, reference):
     """ff19SB carries CMAP; CHARMM36 CMAP, harmonic impropers and Urey-Bradley: villin, distorted."""

@@ -120,6 +120,7 @@ def killed_and_resumed(tmp_path_factory):
     return runs, before, errors, root
 
 
+@pytest.mark.slow
 def test_kill_between_checkpoints_then_resume_reports_every_step_once(killed_and_resumed):
     runs, before, _, root = killed_and_resumed
     # the kill came between two checkpoints, after the run had reported steps past the last one
@@ -157,6 +158,7 @@ def test_kill_between_checkpoints_then_resume_reports_every_step_once(killed_and
         np.testing.assert_allclose(timestep.dimensions[:3], np.diag(boxes[index]) * 10.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_final_structure_is_a_pdb_of_the_last_state(killed_and_resumed):
     runs, *_ = killed_and_resumed
     path = runs["resumed"] / "final.pdb"
@@ -178,6 +180,7 @@ def test_final_structure_is_a_pdb_of_the_last_state(killed_and_resumed):
     np.testing.assert_allclose(positions, state["positions"].numpy(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_progress_on_a_non_terminal_stderr_is_small(killed_and_resumed):
     # the resumed run was not --quiet and its stderr is a pipe: its bars were drawn a few times only
     *_, errors, _ = killed_and_resumed
@@ -289,7 +292,8 @@ def test_replicas_table_runs_temperature_exchange_and_resumes(tmp_path, capsys):
     config = tmp_path / "resumed" / "run.toml"
     config.write_text(REPLICAS.format(steps=400, pdb=source))
     assert main(["run", str(config), "--quiet", "--resume"]) == 0, capsys.readouterr().err
-    tables = {name: (tmp_path / name / "remd" / "replicas.csv").read_text() for name in ("straight", "resumed")}
+    tables = {name: (tmp_path / name / "remd" / "replicas.csv").read_text()
+              for name in ("straight", "resumed")}
     assert tables["straight"] == tables["resumed"]
     rows = list(csv.DictReader(tables["straight"].splitlines()))
     assert [int(row["round"]) for row in rows] == list(range(1, 9))

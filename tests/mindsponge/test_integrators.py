@@ -73,6 +73,7 @@ def equilibrated_pme_water():
     return system, openmm_system, positions, velocities
 
 
+@pytest.mark.slow
 def test_nve_energy_fluctuation_as_openmm(equilibrated_pme_water):
     system, openmm_system, positions, velocities = equilibrated_pme_water
     dt, steps, every = 0.001, 200, 5

@@ -558,6 +558,7 @@ def dodecahedron_water():
     return forcefield, modeller.topology, modeller.positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("method", ["pme", "reaction_field"])
 def test_small_dodecahedron_matches_openmm_cpu(dodecahedron_water, method, compiled):

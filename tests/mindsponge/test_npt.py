@@ -35,9 +35,12 @@ def _solvent(model, boxsize=2.0):
     files = {"tip4pew": "tip4pew.xml", "tip5p": "tip5p.xml"}[model]
     forcefield = app.ForceField(files)
     modeller = app.Modeller(app.Topology(), [])
-    modeller.addSolvent(forcefield, model=model, boxSize=openmm.Vec3(boxsize, boxsize, boxsize) * unit.nanometer)
-    openmm_system = forcefield.createSystem(modeller.topology, nonbondedMethod=app.PME,
-                                            nonbondedCutoff=0.7 * unit.nanometer)
+    modeller.addSolvent(
+        forcefield, model=model, boxSize=openmm.Vec3(boxsize, boxsize, boxsize) * unit.nanometer
+    )
+    openmm_system = forcefield.createSystem(
+        modeller.topology, nonbondedMethod=app.PME, nonbondedCutoff=0.7 * unit.nanometer
+    )
     openmm_system.addForce(openmm.MonteCarloBarostat(PRESSURE, TEMPERATURE, 25))
     return modeller, openmm_system
 
@@ -51,21 +54,30 @@ def test_water_with_virtual_sites_is_one_molecule(tmp_path, model):
     xml.write_text(openmm.XmlSerializer.serialize(openmm_system))
     system, forcefield = ms.interop.openmm.load(str(xml), str(pdb))
     n_waters = modeller.topology.getNumResidues()
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
-                               progress=False, overlap_distance=None)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
+        progress=False,
+        overlap_distance=None,
+    )
     assert isinstance(simulation.barostat, barostats.MonteCarloBarostat)  # the System's, used by default
     assert simulation.barostat.pressure == PRESSURE and simulation.barostat.temperature == TEMPERATURE
     assert int(simulation.context.molecules.max()) + 1 == n_waters
-    context = openmm.Context(openmm_system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        openmm_system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     openmm_molecules = [sorted(molecule) for molecule in context.getMolecules()]
-    ours = [sorted(np.nonzero(simulation.molecules.numpy() == index)[0].tolist()) for index in range(n_waters)]
+    ours = [
+        sorted(np.nonzero(simulation.molecules.numpy() == index)[0].tolist()) for index in range(n_waters)
+    ]
     assert sorted(ours) == sorted(openmm_molecules)
 
 
 def _mean_and_error(series):
     from pymbar import timeseries
 
-    values = np.asarray(series[len(series) // 5:])  # the first fifth as equilibration
+    values = np.asarray(series[len(series) // 5 :])  # the first fifth as equilibration
     inefficiency = timeseries.statistical_inefficiency(values)
     return values.mean(), values.std() * np.sqrt(inefficiency / len(values))
 
@@ -75,11 +87,13 @@ def test_tip4pew_density_matches_openmm(validation_figure):
     n_waters, steps = (216, 50_000) if FULL else (150, 20_000)
     system = ms.build.water_box(n_molecules=n_waters, model="tip4pew", seed=5)
     openmm_system = app.ForceField("tip4pew.xml").createSystem(
-        system.topology.to_openmm(system.box), nonbondedMethod=app.PME, nonbondedCutoff=0.7 * unit.nanometer)
+        system.topology.to_openmm(system.box), nonbondedMethod=app.PME, nonbondedCutoff=0.7 * unit.nanometer
+    )
     openmm_system.addForce(openmm.MonteCarloBarostat(PRESSURE, TEMPERATURE, 25))
     forcefield = ms.interop.openmm.from_openmm(openmm_system)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
-                               progress=False, seed=3)
+    simulation = ms.Simulation(
+        system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0), progress=False, seed=3
+    )
     simulation.minimize()
     simulation.set_velocities(TEMPERATURE, seed=3)
     ours = []
@@ -102,9 +116,11 @@ def test_tip4pew_density_matches_openmm(validation_figure):
     mean, error = _mean_and_error(ours)
     reference_mean, reference_error = _mean_and_error(reference)
     combined = float(np.hypot(error, reference_error))
-    validation_figure(f"{n_waters} TIP4P-Ew, {steps * 0.002:.0f} ps each: {mean:.4f} +- {error:.4f} g/cm^3, "
-                      f"OpenMM CPU {reference_mean:.4f} +- {reference_error:.4f}, "
-                      f"{abs(mean - reference_mean) / combined:.1f} combined standard errors apart")
+    validation_figure(
+        f"{n_waters} TIP4P-Ew, {steps * 0.002:.0f} ps each: {mean:.4f} +- {error:.4f} g/cm^3, "
+        f"OpenMM CPU {reference_mean:.4f} +- {reference_error:.4f}, "
+        f"{abs(mean - reference_mean) / combined:.1f} combined standard errors apart"
+    )
     assert abs(mean - reference_mean) < 3 * combined
     assert combined < 0.01  # long enough to tell a 3 % error (what the sites counted as molecules gave)
 
@@ -124,14 +140,22 @@ def test_positions_as_openmm_writes_them_load_and_give_openmms_energy(tmp_path):
     xml.write_text(openmm.XmlSerializer.serialize(openmm_system))
     system, forcefield = ms.interop.openmm.load(str(xml), str(pdb))
     assert float(np.abs(system.positions.numpy()).max()) > 3 * box[0, 0]
-    context = openmm.Context(openmm_system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        openmm_system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     context.setPositions(app.PDBFile(str(pdb)).positions)
     context.computeVirtualSites()  # as an integrator does: the sites follow their parents
     reference = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
     energy = float(ms.energy_and_forces(forcefield, system.positions, system.box)[0])
     assert abs(energy - reference) < 1e-6 * abs(reference)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
-                               progress=False, precision="double", overlap_distance=None)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
+        progress=False,
+        precision="double",
+        overlap_distance=None,
+    )
     fractional = ms.space.fractional(simulation.state.positions, simulation.state.box)
     assert float(fractional.min()) > -0.2 and float(fractional.max()) < 1.2  # wrapped by molecule
     simulation.run(20)
@@ -140,30 +164,57 @@ def test_positions_as_openmm_writes_them_load_and_give_openmms_energy(tmp_path):
 def test_a_box_shrunk_below_the_cutoff_stops_with_the_step_barostat_and_box(tmp_path):
     system = ms.build.water_box(n_molecules=60, model="tip4pew", seed=1)  # about 1.22 nm across
     openmm_system = app.ForceField("tip4pew.xml").createSystem(
-        system.topology.to_openmm(system.box), nonbondedMethod=app.PME, nonbondedCutoff=0.58 * unit.nanometer)
+        system.topology.to_openmm(system.box), nonbondedMethod=app.PME, nonbondedCutoff=0.58 * unit.nanometer
+    )
     forcefield = ms.interop.openmm.from_openmm(openmm_system)
     path = tmp_path / "run.chk"
     crushing = barostats.MonteCarloBarostat(50_000.0, TEMPERATURE, every=5)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
-                               barostat=crushing, checkpoint=path, checkpoint_every=10**6, progress=False)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
+        barostat=crushing,
+        checkpoint=path,
+        checkpoint_every=10**6,
+        progress=False,
+    )
     simulation.set_velocities(TEMPERATURE, seed=1)
-    with pytest.raises(SimulationBlowUpError, match=r"step (\d+).*MonteCarloBarostat shrank the box") as error:
+    with pytest.raises(
+        SimulationBlowUpError, match=r"step (\d+).*MonteCarloBarostat shrank the box"
+    ) as error:
         simulation.run(20_000)
     step = error.value.step
     assert step % 5 == 0 and "nm" in str(error.value)
-    restored = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
-                             barostat=crushing, progress=False)
+    restored = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, TEMPERATURE, 1.0),
+        barostat=crushing,
+        progress=False,
+    )
     restored.load_checkpoint(path)
     assert restored.state.step == step and torch.equal(restored.state.box, simulation.state.box)
     assert 2 * 0.58 <= float(torch.diagonal(restored.state.box).min())
 
 
-@pytest.mark.parametrize(("force", "message"), [
-    (lambda: openmm.AndersenThermostat(300.0, 1.0), "LangevinMiddle"),
-    (lambda: openmm.MonteCarloMembraneBarostat(1.0, 0.0, 300.0, openmm.MonteCarloMembraneBarostat.XYIsotropic,
-                                               openmm.MonteCarloMembraneBarostat.ZFree), "MonteCarloAnisotropicBarostat"),
-    (lambda: openmm.GBSAOBCForce(), "implicit/obc2.xml"),
-], ids=["andersen", "membrane", "gbsa"])
+@pytest.mark.parametrize(
+    ("force", "message"),
+    [
+        (lambda: openmm.AndersenThermostat(300.0, 1.0), "LangevinMiddle"),
+        (
+            lambda: openmm.MonteCarloMembraneBarostat(
+                1.0,
+                0.0,
+                300.0,
+                openmm.MonteCarloMembraneBarostat.XYIsotropic,
+                openmm.MonteCarloMembraneBarostat.ZFree,
+            ),
+            "MonteCarloAnisotropicBarostat",
+        ),
+        (lambda: openmm.GBSAOBCForce(), "implicit/obc2.xml"),
+    ],
+    ids=["andersen", "membrane", "gbsa"],
+)
 def test_refused_forces_say_what_to_use_instead(force, message):
     openmm_system = openmm.System()
     openmm_system.addParticle(12.0)
@@ -174,14 +225,23 @@ def test_refused_forces_say_what_to_use_instead(force, message):
 
 def test_anisotropic_barostat_and_center_of_mass_remover_of_the_system_are_used():
     modeller, openmm_system = _solvent("tip4pew")
-    openmm_system.removeForce([type(force).__name__ for force in openmm_system.getForces()].index("MonteCarloBarostat"))
-    openmm_system.addForce(openmm.MonteCarloAnisotropicBarostat(openmm.Vec3(1.0, 2.0, 3.0) * unit.bar, 310.0,
-                                                                False, True, True, 10))
+    openmm_system.removeForce(
+        [type(force).__name__ for force in openmm_system.getForces()].index("MonteCarloBarostat")
+    )
+    openmm_system.addForce(
+        openmm.MonteCarloAnisotropicBarostat(
+            openmm.Vec3(1.0, 2.0, 3.0) * unit.bar, 310.0, False, True, True, 10
+        )
+    )
     forcefield = ms.interop.openmm.from_openmm(openmm_system)
     assert isinstance(forcefield.barostat, barostats.MonteCarloAnisotropicBarostat)
     assert forcefield.barostat.pressure == (1.0, 2.0, 3.0) and forcefield.barostat.every == 10
     assert forcefield.barostat.scale_x is False and forcefield.barostat.scale_y is True
     assert forcefield.remove_center_of_mass_motion is True
-    without = [index for index, force in enumerate(openmm_system.getForces()) if isinstance(force, openmm.CMMotionRemover)]
+    without = [
+        index
+        for index, force in enumerate(openmm_system.getForces())
+        if isinstance(force, openmm.CMMotionRemover)
+    ]
     openmm_system.removeForce(without[0])
     assert ms.interop.openmm.from_openmm(openmm_system).remove_center_of_mass_motion is False

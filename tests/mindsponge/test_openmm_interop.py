@@ -168,6 +168,7 @@ def test_tip4p_virtual_sites_match_openmm(reference):
     assert _rms_relative(forces[~sites], expected.forces[~sites]) < 1e-5
 
 
+@pytest.mark.slow
 def test_load_serialized_system_and_pdb(tmp_path, villin_vacuum, solvated_villin, reference):
     for number, case in enumerate((villin_vacuum, solvated_villin)):
         xml = tmp_path / f"system{number}.xml"

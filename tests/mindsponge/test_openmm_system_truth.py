@@ -158,6 +158,7 @@ def _openmm_samples(openmm_system, positions, velocities, steps, every, seed):
     return temperatures, potentials, bonds
 
 
+@pytest.mark.slow
 def test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm(hmr_case):
     """LangevinMiddle at 4 fs on the HMR + HBonds System samples as OpenMM's LangevinMiddleIntegrator.
 
@@ -311,6 +312,7 @@ def test_constraints_that_contradict_the_system_name_the_bond(hmr_case):
     assert max(abs(chosen[key] - expected[key]) / expected[key] for key in expected) < 1e-7
 
 
+@pytest.mark.slow
 def test_overlap_named_at_set_up_and_the_minimiser_recovers_like_openmm(hmr_case):
     openmm_system, topology = hmr_case["openmm_system"], hmr_case["topology"]
     system, forcefield = load(hmr_case["xml"], hmr_case["pdb"])

@@ -39,6 +39,7 @@ def model_file(tmp_path_factory):
     return model, path
 
 
+@pytest.mark.slow
 def test_energies_and_forces_equal_mace_calculator(model_file, float64_default):
     _import_mace()
     from mace.calculators import MACECalculator

@@ -41,8 +41,9 @@ PSI = (6, 8, 14, 16)  # N-CA-C-N(NME)
 
 def _dipeptide():
     pdb = app.PDBFile(DIPEPTIDE)
-    openmm_system = app.ForceField("amber14-all.xml").createSystem(pdb.topology, nonbondedMethod=app.NoCutoff,
-                                                                   constraints=app.HBonds)
+    openmm_system = app.ForceField("amber14-all.xml").createSystem(
+        pdb.topology, nonbondedMethod=app.NoCutoff, constraints=app.HBonds
+    )
     return ms.System.from_pdb(DIPEPTIDE), ms.interop.openmm.from_openmm(openmm_system)
 
 
@@ -64,26 +65,41 @@ def _tethered(n=6):
     return system, ms.ForceField([_Tethers(positions)])
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 def test_mbar_free_energies_of_harmonic_tethers_match_the_analytic_ones(validation_figure):
     system, forcefield = _tethered()
     temperatures = rex.geometric_temperatures(300.0, 420.0, 4)
-    sampler = rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(t) for t in temperatures],
-                                  ms.integrators.LangevinMiddle(0.004, 300.0, 10.0), steps_per_round=50,
-                                  remove_center_of_mass_motion=False, progress=False, seed=1)
+    sampler = rex.ReplicaExchange(
+        system,
+        forcefield,
+        [rex.ThermodynamicState(t) for t in temperatures],
+        ms.integrators.LangevinMiddle(0.004, 300.0, 10.0),
+        steps_per_round=50,
+        remove_center_of_mass_motion=False,
+        progress=False,
+        seed=1,
+    )
     record = sampler.run(400)
     free, error = record.free_energies(discard=20)
     expected = 1.5 * system.n_atoms * np.log(temperatures[0] / np.asarray(temperatures))
     deviations = np.abs(free - expected)[1:] / error[1:]
-    validation_figure(f"Delta f {np.round(free, 3).tolist()} kT against {np.round(expected, 3).tolist()}, "
-                      f"largest deviation {deviations.max():.1f} sigma")
+    validation_figure(
+        f"Delta f {np.round(free, 3).tolist()} kT against {np.round(expected, 3).tolist()}, "
+        f"largest deviation {deviations.max():.1f} sigma"
+    )
     assert np.all(deviations < 4), (free, expected, error)
     assert np.all(record.acceptance()[np.arange(3), np.arange(1, 4)] > 0.2)
 
 
 def test_exchange_bookkeeping_swaps_and_round_trips():
     """With equal reduced potentials every swap is accepted: neighbours alternate even and odd pairs."""
-    record = rex.ExchangeRecord(np.array([300.0, 310.0, 320.0]), attempted=np.zeros((3, 3), dtype=np.int64),
-                                accepted=np.zeros((3, 3), dtype=np.int64), samples=[[], [], []])
+    record = rex.ExchangeRecord(
+        np.array([300.0, 310.0, 320.0]),
+        attempted=np.zeros((3, 3), dtype=np.int64),
+        accepted=np.zeros((3, 3), dtype=np.int64),
+        samples=[[], [], []],
+    )
     sampler = rex.ReplicaExchange.__new__(rex.ReplicaExchange)
     sampler.record, sampler.exchange, sampler.states = record, "neighbors", (None,) * 3
     sampler.assignment, sampler._rng, sampler.rounds_done = np.arange(3), np.random.default_rng(0), 0
@@ -101,8 +117,11 @@ def test_exchange_bookkeeping_swaps_and_round_trips():
 
 
 def _alpha_fraction(psi, blocks=8):
-    """Fraction of psi in (-120, 50) degrees (alpha_R) and its standard error from ``blocks`` block averages."""
-    inside = (np.asarray(psi).reshape(-1) > math.radians(-120)) & (np.asarray(psi).reshape(-1) < math.radians(50))
+    """Fraction of psi in (-120, 50) degrees (alpha_R), and its standard error from ``blocks`` block
+    averages."""
+    inside = (np.asarray(psi).reshape(-1) > math.radians(-120)) & (
+        np.asarray(psi).reshape(-1) < math.radians(50)
+    )
     fractions = [float(block.mean()) for block in np.array_split(inside, blocks)]
     return float(inside.mean()), float(np.std(fractions, ddof=1) / math.sqrt(blocks))
 
@@ -113,24 +132,40 @@ def test_remd_gives_the_phi_populations_of_a_long_plain_run(validation_figure):
     system, forcefield = _dipeptide()
     psi = ms.colvar.Torsion(PSI)
     temperatures = rex.geometric_temperatures(300.0, 600.0, 6)
-    sampler = rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(t) for t in temperatures],
-                                  ms.integrators.LangevinMiddle(0.002, 300.0, 1.0), steps_per_round=500,
-                                  colvars=[psi], sample_every=50, progress=False, seed=2)
+    sampler = rex.ReplicaExchange(
+        system,
+        forcefield,
+        [rex.ThermodynamicState(t) for t in temperatures],
+        ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+        steps_per_round=500,
+        colvars=[psi],
+        sample_every=50,
+        progress=False,
+        seed=2,
+    )
     record = sampler.run(rounds)
-    remd, remd_error = _alpha_fraction(np.asarray(record.samples[0])[len(record.samples[0]) // 10:, 0])
+    remd, remd_error = _alpha_fraction(np.asarray(record.samples[0])[len(record.samples[0]) // 10 :, 0])
     plain_steps = 10 * rounds * 500
     recorder = ms.bias.ColvarReporter([psi], every=50)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
-                               reporters=[recorder], progress=False, seed=5)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+        reporters=[recorder],
+        progress=False,
+        seed=5,
+    )
     simulation.minimize()
     simulation.set_velocities(300.0, seed=5)
     simulation.run(plain_steps)
-    plain, plain_error = _alpha_fraction(recorder.values[len(recorder.values) // 10:, 0])
+    plain, plain_error = _alpha_fraction(recorder.values[len(recorder.values) // 10 :, 0])
     combined = math.hypot(remd_error, plain_error)
     trips = record.round_trips()
-    validation_figure(f"alpha_R population at 300 K: REMD {remd:.3f} +- {remd_error:.3f} ({rounds} rounds of 500 "
-                      f"steps, round trips {trips.tolist()}), plain MD {plain:.3f} +- {plain_error:.3f} "
-                      f"({plain_steps} steps)")
+    validation_figure(
+        f"alpha_R population at 300 K: REMD {remd:.3f} +- {remd_error:.3f} ({rounds} rounds of 500 "
+        f"steps, round trips {trips.tolist()}), plain MD {plain:.3f} +- {plain_error:.3f} "
+        f"({plain_steps} steps)"
+    )
     assert 0.02 < plain < 0.98  # an observable both runs sample
     assert abs(remd - plain) < 3 * combined
     assert trips.sum() >= 1
@@ -149,8 +184,9 @@ def test_umbrella_sampling_as_hrex_matches_independent_windows(validation_figure
     independent = UmbrellaSampling(phi, centers, force_constant=100.0, temperature=300.0)
 
     def windowed(restraint):
-        return ms.ForceField([*forcefield.terms, restraint], masses=forcefield.masses,
-                             constraints=forcefield.constraints)
+        return ms.ForceField(
+            [*forcefield.terms, restraint], masses=forcefield.masses, constraints=forcefield.constraints
+        )
 
     starts = []
     for window, restraint in enumerate(independent.restraints):
@@ -170,8 +206,17 @@ def test_umbrella_sampling_as_hrex_matches_independent_windows(validation_figure
 
     independent.run(simulate, steps, every=10, progress=False)
     exchanged = UmbrellaSampling(phi, centers, force_constant=100.0, temperature=300.0)
-    record = exchanged.run_exchange(system, forcefield, integrator, rounds=steps // 100, steps_per_round=100,
-                                    sample_every=10, starts=starts, progress=False, seed=3)
+    record = exchanged.run_exchange(
+        system,
+        forcefield,
+        integrator,
+        rounds=steps // 100,
+        steps_per_round=100,
+        sample_every=10,
+        starts=starts,
+        progress=False,
+        seed=3,
+    )
     edges = np.linspace(-math.pi, math.pi, 37)
     _, reference = independent.free_energy(edges)
     _, profile = exchanged.free_energy(edges)
@@ -180,18 +225,27 @@ def test_umbrella_sampling_as_hrex_matches_independent_windows(validation_figure
     difference -= difference.mean()
     rms = float(np.sqrt((difference**2).mean()))
     acceptance = record.acceptance()[np.arange(23), np.arange(1, 24)]
-    validation_figure(f"phi profile, 24 windows x {steps} steps: HREX against independent windows, RMS "
-                      f"difference {rms:.2f} kJ/mol over {both.sum()} bins below 25 kJ/mol; neighbour "
-                      f"acceptance median {np.median(acceptance):.2f}")
+    validation_figure(
+        f"phi profile, 24 windows x {steps} steps: HREX against independent windows, RMS "
+        f"difference {rms:.2f} kJ/mol over {both.sum()} bins below 25 kJ/mol; neighbour "
+        f"acceptance median {np.median(acceptance):.2f}"
+    )
     assert both.sum() >= 20 and rms < 2.0
     assert np.median(acceptance) > 0.2
 
 
 def _small_remd(**options):
     system, forcefield = _dipeptide()
-    return rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(t) for t in (300.0, 340.0, 390.0)],
-                               ms.integrators.LangevinMiddle(0.002, 300.0, 1.0), steps_per_round=40,
-                               progress=False, seed=7, **options)
+    return rex.ReplicaExchange(
+        system,
+        forcefield,
+        [rex.ThermodynamicState(t) for t in (300.0, 340.0, 390.0)],
+        ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+        steps_per_round=40,
+        progress=False,
+        seed=7,
+        **options,
+    )
 
 
 def _same(first, second):
@@ -199,7 +253,9 @@ def _same(first, second):
         for name in ("positions", "velocities", "forces", "potential_energy", "rng_state"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert np.array_equal(first.record.state_trajectory(), second.record.state_trajectory())
-    assert np.array_equal(np.asarray(first.record.reduced_potentials), np.asarray(second.record.reduced_potentials))
+    assert np.array_equal(
+        np.asarray(first.record.reduced_potentials), np.asarray(second.record.reduced_potentials)
+    )
 
 
 def test_a_run_continued_from_its_checkpoint_is_the_same(tmp_path):
@@ -227,13 +283,19 @@ def _exit_on_marker(marker):
     return Crash(PHI)
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 def test_dask_workers_give_the_single_process_run_and_survive_a_killed_worker(tmp_path):
     distributed = pytest.importorskip("distributed")
     local = _small_remd(colvars=[ms.colvar.Torsion(PHI)])
     local.run(4)
     marker = tmp_path / "kill-a-worker"
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=40) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         remote = _small_remd(colvars=[_exit_on_marker(str(marker))], scheduler=client)
         remote.run(2)
         marker.write_text("")  # the next round's first sample on a worker kills that worker
@@ -248,12 +310,21 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ConfigurationError, match="two or more"):
         rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(300.0)], integrator, 10)
     with pytest.raises(ConfigurationError, match="exchange must be one of"):
-        rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(300.0)] * 2, integrator, 10, exchange="ring")
+        rex.ReplicaExchange(
+            system, forcefield, [rex.ThermodynamicState(300.0)] * 2, integrator, 10, exchange="ring"
+        )
     with pytest.raises(ConfigurationError, match="temperature must be a positive"):
         rex.ThermodynamicState(-5.0)
     with pytest.raises(ConfigurationError, match=r"starts must be \(2, 22, 3\)"):
-        rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(300.0)] * 2, integrator, 10,
-                            starts=torch.zeros(3, 22, 3))
+        rex.ReplicaExchange(
+            system,
+            forcefield,
+            [rex.ThermodynamicState(300.0)] * 2,
+            integrator,
+            10,
+            starts=torch.zeros(3, 22, 3),
+        )
     with pytest.raises(ConfigurationError, match="no temperature"):
-        rex.ReplicaExchange(system, forcefield, [rex.ThermodynamicState(300.0)] * 2,
-                            ms.integrators.VelocityVerlet(0.002), 10)
+        rex.ReplicaExchange(
+            system, forcefield, [rex.ThermodynamicState(300.0)] * 2, ms.integrators.VelocityVerlet(0.002), 10
+        )

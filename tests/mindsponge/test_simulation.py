@@ -223,6 +223,7 @@ def test_free_cores_from_runnable_processes(monkeypatch, runnable, expected):
     assert threads_module.free_cores(samples=3, interval=0.0) == expected
 
 
+@pytest.mark.slow
 def test_monte_carlo_barostat_ideal_gas_volume_distribution():
     """Ideal gas of N particles at pressure P: V is Gamma(N + 1, kT / P) distributed.
 
@@ -350,6 +351,7 @@ def test_command_line_run_resume_and_errors(tmp_path, capsys):
         )
 
 
+@pytest.mark.slow
 def test_c_rescale_ideal_gas_volume_distribution():
     """C-rescale with Langevin dynamics on an ideal gas samples V ~ Gamma(N + 1, kT / P)."""
     n_atoms, pressure, temperature = 500, 100.0, 300.0

@@ -29,16 +29,18 @@ DIPEPTIDE = "tests/mindsponge/data/alanine_dipeptide.pdb"
 
 def _dipeptide(method=app.NoCutoff):
     pdb = app.PDBFile(DIPEPTIDE)
-    openmm_system = app.ForceField("amber14-all.xml").createSystem(pdb.topology, nonbondedMethod=method,
-                                                                   constraints=app.HBonds)
+    openmm_system = app.ForceField("amber14-all.xml").createSystem(
+        pdb.topology, nonbondedMethod=method, constraints=app.HBonds
+    )
     return ms.System.from_pdb(DIPEPTIDE), ms.interop.openmm.from_openmm(openmm_system)
 
 
 def _water(model="tip4pew", method=app.PME, n_molecules=60):
     system = ms.build.water_box(n_molecules=n_molecules, model=model, seed=3)
     files = {"tip4pew": "tip4pew.xml", "tip3p": "amber14/tip3p.xml"}[model]
-    openmm_system = app.ForceField(files).createSystem(system.topology.to_openmm(system.box),
-                                                       nonbondedMethod=method, nonbondedCutoff=0.6 * unit.nanometer)
+    openmm_system = app.ForceField(files).createSystem(
+        system.topology.to_openmm(system.box), nonbondedMethod=method, nonbondedCutoff=0.6 * unit.nanometer
+    )
     return system, ms.interop.openmm.from_openmm(openmm_system)
 
 
@@ -46,7 +48,9 @@ def _pair(system, forcefield, integrator, **options):
     """The same simulation twice, the second stepping in Python."""
     simulations = []
     for compiled in (True, False):
-        simulation = ms.Simulation(system, forcefield, integrator(), precision="double", progress=False, **options)
+        simulation = ms.Simulation(
+            system, forcefield, integrator(), precision="double", progress=False, **options
+        )
         simulation.minimize(max_iterations=50)
         simulation.set_velocities(300.0, seed=2)
         if not compiled:
@@ -60,9 +64,14 @@ INTEGRATORS = {
     "langevin": (lambda: ms.integrators.LangevinMiddle(0.001, 300.0, 5.0), {}),
     "verlet": (lambda: ms.integrators.VelocityVerlet(0.001), {}),
     "bussi": (lambda: ms.integrators.VelocityVerlet(0.001), {"thermostat": thermostats.Bussi(300.0, 0.05)}),
-    "berendsen": (lambda: ms.integrators.VelocityVerlet(0.001), {"thermostat": thermostats.Berendsen(300.0, 0.05)}),
-    "nose_hoover": (lambda: ms.integrators.VelocityVerlet(0.001),
-                    {"thermostat": thermostats.NoseHooverChain(300.0, 0.05, chain_length=4)}),
+    "berendsen": (
+        lambda: ms.integrators.VelocityVerlet(0.001),
+        {"thermostat": thermostats.Berendsen(300.0, 0.05)},
+    ),
+    "nose_hoover": (
+        lambda: ms.integrators.VelocityVerlet(0.001),
+        {"thermostat": thermostats.NoseHooverChain(300.0, 0.05, chain_length=4)},
+    ),
 }
 
 
@@ -71,7 +80,12 @@ def test_every_integrator_and_thermostat_agrees_with_the_python_steps(name):
     system, forcefield = _dipeptide()
     integrator, options = INTEGRATORS[name]
     compiled, python = _pair(system, forcefield, integrator, **options)
-    assert set(compiled.step_loop.compiled_names) == {"HarmonicBond", "HarmonicAngle", "PeriodicTorsion", "Nonbonded"}
+    assert set(compiled.step_loop.compiled_names) == {
+        "HarmonicBond",
+        "HarmonicAngle",
+        "PeriodicTorsion",
+        "Nonbonded",
+    }
     compiled.run(20)
     python.run(20)
     assert compiled.state.step == python.state.step == 20
@@ -85,8 +99,10 @@ def test_every_integrator_and_thermostat_agrees_with_the_python_steps(name):
         assert torch.equal(compiled.state.rng_state, python.state.rng_state)
 
 
-@pytest.mark.parametrize(("model", "method"), [("tip4pew", app.PME), ("tip3p", app.CutoffPeriodic),
-                                               ("tip3p", app.CutoffNonPeriodic)])
+@pytest.mark.parametrize(
+    ("model", "method"),
+    [("tip4pew", app.PME), ("tip3p", app.CutoffPeriodic), ("tip3p", app.CutoffNonPeriodic)],
+)
 def test_neighbour_lists_pme_and_virtual_sites_agree_with_the_python_steps(model, method):
     system, forcefield = _water(model, method)
     if method == app.CutoffNonPeriodic:
@@ -116,8 +132,9 @@ class _Wall(EnergyTerm):
 
 def test_terms_without_a_compiled_form_are_called_back():
     system, forcefield = _dipeptide()
-    forcefield = ms.ForceField([*forcefield.terms, _Wall(name="wall")], masses=forcefield.masses,
-                               constraints=forcefield.constraints)
+    forcefield = ms.ForceField(
+        [*forcefield.terms, _Wall(name="wall")], masses=forcefield.masses, constraints=forcefield.constraints
+    )
     compiled, python = _pair(system, forcefield, lambda: ms.integrators.LangevinMiddle(0.001, 300.0, 5.0))
     assert "wall" not in compiled.step_loop.compiled_names
     compiled.run(20)
@@ -135,8 +152,13 @@ def test_sums_do_not_depend_on_the_thread_count():
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
-                                       progress=False, threads=threads)
+            simulation = ms.Simulation(
+                system,
+                forcefield,
+                ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+                progress=False,
+                threads=threads,
+            )
             if not states:
                 simulation.set_velocities(300.0, seed=4)
                 start = simulation.state
@@ -152,8 +174,14 @@ def test_sums_do_not_depend_on_the_thread_count():
 def test_a_blow_up_stops_at_its_step_and_keeps_the_last_good_state(tmp_path):
     system, forcefield = _dipeptide()
     path = tmp_path / "run.chk"
-    simulation = ms.Simulation(system, forcefield, ms.integrators.VelocityVerlet(0.001), progress=False,
-                               checkpoint=path, checkpoint_every=10_000)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.VelocityVerlet(0.001),
+        progress=False,
+        checkpoint=path,
+        checkpoint_every=10_000,
+    )
     simulation.run(3)
     good = simulation.state
     simulation.state = good.replace(velocities=good.velocities * 400.0)  # about 5e7 K: the bonds tear
@@ -185,9 +213,12 @@ class _Refuses(EnergyTerm):
 def test_an_error_in_a_called_back_term_keeps_the_last_good_state():
     system, forcefield = _dipeptide()
     refusing = _Refuses(after=8)
-    forcefield = ms.ForceField([*forcefield.terms, refusing], masses=forcefield.masses,
-                               constraints=forcefield.constraints)
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.001, 300.0, 1.0), progress=False)
+    forcefield = ms.ForceField(
+        [*forcefield.terms, refusing], masses=forcefield.masses, constraints=forcefield.constraints
+    )
+    simulation = ms.Simulation(
+        system, forcefield, ms.integrators.LangevinMiddle(0.001, 300.0, 1.0), progress=False
+    )
     start = simulation.state.step
     with pytest.raises(SimulationBlowUpError, match="atom 3") as error:
         simulation.run(20)
@@ -197,7 +228,9 @@ def test_an_error_in_a_called_back_term_keeps_the_last_good_state():
 
 def test_the_loop_returns_after_its_time_budget():
     system, forcefield = _dipeptide()
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.001, 300.0, 1.0), progress=False)
+    simulation = ms.Simulation(
+        system, forcefield, ms.integrators.LangevinMiddle(0.001, 300.0, 1.0), progress=False
+    )
     state, taken, failure = simulation.step_loop.run(simulation.state, 10_000_000, 1e9, seconds=0.05)
     assert failure is None and 0 < taken < 10_000_000 and state.step == taken
 
@@ -233,8 +266,13 @@ class _Old:
 def test_reporters_get_the_steps_they_ask_for_and_the_observables_they_need():
     system, forcefield = _water("tip3p", app.PME)
     irregular, old = _Irregular(), _Old()
-    simulation = ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
-                               reporters=[irregular, old], progress=False)
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+        reporters=[irregular, old],
+        progress=False,
+    )
     simulation.set_velocities(300.0, seed=1)
     with pytest.warns(DeprecationWarning, match=r"_Old.report\(simulation, state\) is deprecated"):
         simulation.run(21)
@@ -247,12 +285,27 @@ def test_reporters_get_the_steps_they_ask_for_and_the_observables_they_need():
 
 def test_build_declines_what_it_cannot_run():
     system, forcefield = _dipeptide()
-    simulation = ms.Simulation(system, forcefield, ms.integrators.MultipleTimeStep(
-        0.002, 2, ms.ForceField([forcefield["HarmonicBond"]])), progress=False, precision="double")
+    simulation = ms.Simulation(
+        system,
+        forcefield,
+        ms.integrators.MultipleTimeStep(0.002, 2, ms.ForceField([forcefield["HarmonicBond"]])),
+        progress=False,
+        precision="double",
+    )
     assert simulation.step_loop is None  # multiple time stepping runs in Python
-    assert step_loop.build(forcefield, simulation.precision, simulation.masses,
-                           ms.integrators.VelocityVerlet(0.001, thermostat=_Spy()), None, True, 10,
-                           torch.Generator()) is None
+    assert (
+        step_loop.build(
+            forcefield,
+            simulation.precision,
+            simulation.masses,
+            ms.integrators.VelocityVerlet(0.001, thermostat=_Spy()),
+            None,
+            True,
+            10,
+            torch.Generator(),
+        )
+        is None
+    )
 
 
 class _Spy:
@@ -263,19 +316,30 @@ class _Spy:
 def test_a_langevin_integrator_refuses_a_second_thermostat():
     system, forcefield = _dipeptide()
     with pytest.raises(ValueError, match="is a thermostat itself"):
-        ms.Simulation(system, forcefield, ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
-                      thermostat=thermostats.Bussi(300.0, 0.1), progress=False)
+        ms.Simulation(
+            system,
+            forcefield,
+            ms.integrators.LangevinMiddle(0.002, 300.0, 1.0),
+            thermostat=thermostats.Bussi(300.0, 0.1),
+            progress=False,
+        )
 
 
 def test_the_old_step_signature_warns_and_gives_the_same_step():
     system, forcefield = _dipeptide()
-    simulation = ms.Simulation(system, forcefield, ms.integrators.VelocityVerlet(0.001), precision="double",
-                               progress=False)
+    simulation = ms.Simulation(
+        system, forcefield, ms.integrators.VelocityVerlet(0.001), precision="double", progress=False
+    )
     state = simulation.state
     new = simulation.integrator.step(state, simulation.context)
     with pytest.warns(DeprecationWarning, match=r"VelocityVerlet.step\(state, force, masses"):
-        old = simulation.integrator.step(state, simulation.energy_and_forces, simulation.masses,
-                                         simulation.constraints, simulation.generator)
+        old = simulation.integrator.step(
+            state,
+            simulation.energy_and_forces,
+            simulation.masses,
+            simulation.constraints,
+            simulation.generator,
+        )
     assert torch.equal(new.positions, old.positions) and np.isfinite(float(old.potential_energy))
 
 
@@ -283,8 +347,9 @@ def test_torsion_restraints_run_compiled_as_impropers():
     """An umbrella restraint on phi is a harmonic improper of half its constant: the same trajectory."""
     system, forcefield = _dipeptide()
     restraint = ms.bias.HarmonicRestraint(ms.colvar.Torsion((4, 6, 8, 14)), 2.5, 200.0, name="umbrella")
-    restrained = ms.ForceField([*forcefield.terms, restraint], masses=forcefield.masses,
-                               constraints=forcefield.constraints)
+    restrained = ms.ForceField(
+        [*forcefield.terms, restraint], masses=forcefield.masses, constraints=forcefield.constraints
+    )
     compiled, python = _pair(system, restrained, lambda: ms.integrators.LangevinMiddle(0.001, 300.0, 5.0))
     assert "umbrella" in compiled.step_loop.compiled_names
     compiled.run(20)

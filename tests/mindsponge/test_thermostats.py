@@ -116,6 +116,7 @@ def _uncorrelated(samples):
         ),
     ],
 )
+@pytest.mark.slow
 def test_canonical_kinetic_energy(equilibrated_water, make, validation_figure):
     system, ff = equilibrated_water
     integrator, thermostat = make()

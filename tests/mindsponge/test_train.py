@@ -38,6 +38,7 @@ def small_model(name="SchNet", dtype=torch.float32):
     return ms.potentials.MODELS[name](features=32, interactions=2).to(dtype)
 
 
+@pytest.mark.slow
 def test_schnet_learns_xtb_forces(xtb_dataset):
     """Force MAE on held-out configurations far below the spread of the labels (what a model predicting
     the mean force would get)."""
@@ -100,6 +101,7 @@ def test_mixed_molecule_sizes_and_batches(xtb_dataset):
     assert batch.tolist() == [0] * 3 + [1] * 9
 
 
+@pytest.mark.slow
 def test_early_stopping_and_resume(tmp_path, xtb_dataset):
     data = TrainingData.from_hdf5(xtb_dataset).subset(torch.arange(24))
     # learning rate 0: the validation loss never improves, so training stops after `patience` epochs
@@ -127,6 +129,7 @@ def test_early_stopping_and_resume(tmp_path, xtb_dataset):
 
 @pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
                     reason="torchrun not found next to the Python interpreter")
+@pytest.mark.slow
 def test_torchrun_two_processes_match_one(tmp_path, xtb_dataset):
     """`torchrun --nproc_per_node=2 -m mindsponge.train` (gloo) gives the losses of a single process."""
     data_path = tmp_path / "small.h5"

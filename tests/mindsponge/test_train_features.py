@@ -97,6 +97,7 @@ def test_splits_random_grouped_and_stored(tmp_path):
     assert trainer.split == grouped and len(trainer.test) == len(grouped["test_indices"])
 
 
+@pytest.mark.slow
 def test_resume_reuses_stored_split_and_continues_identically(tmp_path):
     """With EMA, clipping and a weight schedule: 2 epochs + 2 resumed == 4 in one go; the resumed
     trainer (another test share) takes the split from the checkpoint."""

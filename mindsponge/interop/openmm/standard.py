@@ -112,13 +112,12 @@ def nonbonded_term(index, force, dtype):
     methods = {getattr(openmm.NonbondedForce, name): name for name in (*_NONBONDED_METHODS, "LJPME")}
     method_name = methods.get(force.getNonbondedMethod(), str(force.getNonbondedMethod()))
     if method_name not in _NONBONDED_METHODS:
-        instead = " (build the System with nonbondedMethod=PME: Lennard-Jones with a cutoff and the dispersion " \
-                  "correction)" if method_name == "LJPME" else ""
+        instead = (" (build the System with nonbondedMethod=PME: Lennard-Jones with a cutoff and the "
+                   "dispersion correction)") if method_name == "LJPME" else ""
+        supported = ", ".join(_NONBONDED_METHODS)
         raise unsupported(
-            index,
-            force,
-            f"nonbonded method {method_name} is not supported{instead} (supported: {', '.join(_NONBONDED_METHODS)})",
-        )
+            index, force,
+            f"nonbonded method {method_name} is not supported{instead} (supported: {supported})")
     if (
         force.getNumGlobalParameters()
         or force.getNumParticleParameterOffsets()

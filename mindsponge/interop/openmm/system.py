@@ -31,8 +31,9 @@ _DYNAMICS = {"CMMotionRemover", "MonteCarloBarostat", "MonteCarloAnisotropicBaro
 _INSTEAD = {
     "GBSAOBCForce": "build the System with OpenMM's implicit/obc2.xml (OBC2 as a CustomGBForce), which "
                     "mindsponge runs",
-    "AndersenThermostat": "remove it and run with integrator=ms.integrators.LangevinMiddle(dt, temperature, "
-                          "friction), or VelocityVerlet(dt, thermostat=ms.thermostats.Bussi(temperature, 0.1))",
+    "AndersenThermostat": "remove it and run with integrator=ms.integrators.LangevinMiddle(dt, "
+                          "temperature, friction), or VelocityVerlet(dt, "
+                          "thermostat=ms.thermostats.Bussi(temperature, 0.1))",
     "MonteCarloMembraneBarostat": "remove it and pass barostat=ms.barostats.MonteCarloAnisotropicBarostat("
                                   "pressure, temperature, scale_z=...) to the Simulation",
     "MonteCarloFlexibleBarostat": "remove it and pass barostat=ms.barostats.MonteCarloAnisotropicBarostat("
@@ -139,8 +140,9 @@ def _dynamics(openmm_system):
                                                     every=force.getFrequency())
         elif kind == "MonteCarloAnisotropicBarostat":
             pressure = tuple(force.getDefaultPressure().value_in_unit(unit.bar))
+            temperature = force.getDefaultTemperature().value_in_unit(unit.kelvin)
             barostat = barostats.MonteCarloAnisotropicBarostat(
-                pressure, force.getDefaultTemperature().value_in_unit(unit.kelvin), every=force.getFrequency(),
+                pressure, temperature, every=force.getFrequency(),
                 scale_x=force.getScaleX(), scale_y=force.getScaleY(), scale_z=force.getScaleZ())
     return barostat, remover
 
