@@ -118,50 +118,66 @@ def busy_elsewhere() -> int | None:
 
 
 class LoadFollower:
-    """Keep torch's thread count at the cores other processes leave free, within a limit.
+    """Keep torch's thread count at the cores other processes leave free, within a limit, while a block of
+    work runs.
 
     With more runnable threads than cores, the threads of torch's OpenMP pool wait for each other at every
     parallel region while another process holds one of their cores: measured on 2 cores with one busy-loop
     process, a step of a 3,000-atom water box took about 5 times longer with 2 threads than with 1.
-    :meth:`update` (called between blocks of steps; it reads the load at most every ``interval`` seconds,
-    :func:`busy_elsewhere`) sets ``torch.set_num_threads`` to ``limit`` less the other processes' runnable
-    threads (the median of the last three readings), at least 1. :meth:`restore` gives back the count
-    torch had when the follower was made. The kernels' results do not depend on the thread count
+
+    ``with follower.following():`` takes torch's thread count as the limit (the user's ``OMP_NUM_THREADS``
+    or ``torch.set_num_threads``), calls :meth:`update` once and gives the count back at the end; inside,
+    :meth:`update` (between blocks of steps) sets ``torch.set_num_threads`` to the cores less the other
+    processes' runnable threads (:func:`busy_elsewhere`, the median of the last three readings, read at most
+    every ``interval`` seconds and kept between blocks), at least 1 and at most the limit. Blocks may nest
+    (the outermost gives the count back). The kernels' results do not depend on the thread count
     (:mod:`mindsponge._kernels`), so following the load changes the speed, never the numbers.
 
     Args:
-        limit: the most threads to use (default: torch's count now).
         interval: seconds between two readings of the load.
     """
 
-    def __init__(self, limit: int | None = None, interval: float = 0.5):
-        import torch
-
-        self._torch = torch
-        self._saved = torch.get_num_threads()
-        self.limit = self._saved if limit is None else max(1, int(limit))
+    def __init__(self, interval: float = 0.5):
         self.interval = float(interval)
+        self.limit = 1
         self._readings: list[int] = []
         self._last = -float("inf")
+        self._depth = 0
+        self._saved = None
+
+    @contextlib.contextmanager
+    def following(self) -> Iterator["LoadFollower"]:
+        """A block that follows the load (see the class docstring)."""
+        import torch
+
+        if self._depth == 0:
+            self._saved = torch.get_num_threads()
+            self.limit = self._saved
+        self._depth += 1
+        try:
+            self.update()
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and torch.get_num_threads() != self._saved:
+                torch.set_num_threads(self._saved)
 
     def update(self) -> int:
-        """The thread count for the next block of steps (set in torch if it changed)."""
+        """The thread count for the next block of work (set in torch if it changed)."""
+        import torch
+
         now = time.monotonic()
         if now - self._last >= self.interval and self.limit > 1:
             self._last = now
             busy = busy_elsewhere()
             if busy is not None:
                 self._readings = [*self._readings[-2:], busy]
-                others = sorted(self._readings)[len(self._readings) // 2]
-                threads = max(1, min(self.limit, available_cores() - others))
-                if threads != self._torch.get_num_threads():
-                    self._torch.set_num_threads(threads)
-        return self._torch.get_num_threads()
-
-    def restore(self) -> None:
-        """Give torch back the thread count it had when this follower was made."""
-        if self._torch.get_num_threads() != self._saved:
-            self._torch.set_num_threads(self._saved)
+        if self._readings and self.limit > 1:
+            others = sorted(self._readings)[len(self._readings) // 2]
+            threads = max(1, min(self.limit, available_cores() - others))
+            if threads != torch.get_num_threads():
+                torch.set_num_threads(threads)
+        return torch.get_num_threads()
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:

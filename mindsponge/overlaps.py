@@ -17,7 +17,8 @@ import torch
 from common.errors import DataError
 from mindsponge import space
 
-__all__ = ["OVERLAP_DISTANCE", "OverlapError", "OverlapWarning", "describe_overlaps", "find_overlaps"]
+__all__ = ["OVERLAP_DISTANCE", "OverlapError", "OverlapWarning", "describe_overlaps", "find_overlaps",
+           "overlaps_of_state"]
 
 # atoms closer than this (nm) overlap: no two atoms of a physical structure come this close
 # (bonds to hydrogen are about 0.1 nm), while their repulsion is then beyond what a time step
@@ -112,6 +113,26 @@ def find_overlaps(positions, box=None, distance=OVERLAP_DISTANCE, ignore=None):
     order = torch.argsort(separation)
     rows = zip(first[order].tolist(), second[order].tolist(), separation[order].tolist(), strict=True)
     return [(min(i, j), max(i, j), d) for i, j, d in rows]
+
+
+def overlaps_of_state(state, forcefield, distance=OVERLAP_DISTANCE):
+    """:func:`find_overlaps` of a simulation's state, leaving out the virtual sites of ``forcefield`` (they
+    sit close to their parents on purpose) and the atoms on which it exerts no force at all (an ideal gas).
+
+    Args:
+        state: a :class:`~mindsponge.state.State` (its forces, if computed, tell the ignored atoms).
+        forcefield: the potential (its ``virtual_sites``, if any).
+        distance: nm.
+    """
+    forces = state.forces
+    if forces is None:
+        ignored = torch.zeros(len(state.positions), dtype=torch.bool, device=state.positions.device)
+    else:
+        ignored = (forces == 0).all(-1)  # atoms the force field does not act on
+    virtual_sites = getattr(forcefield, "virtual_sites", None)
+    if virtual_sites is not None:
+        ignored[virtual_sites.sites] = True
+    return find_overlaps(state.positions, state.box, distance, ignore=torch.nonzero(ignored)[:, 0])
 
 
 def describe_overlaps(overlaps, topology=None, distance=OVERLAP_DISTANCE):

@@ -28,6 +28,7 @@ constraints fail stops the run with :class:`SimulationBlowUpError` naming the st
 ``checkpoint`` path the last good state is written there first.
 """
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -49,7 +50,7 @@ from mindsponge.overlaps import (
     OverlapError,
     OverlapWarning,
     describe_overlaps,
-    find_overlaps,
+    overlaps_of_state,
 )
 from mindsponge.space import BoxTooSmallError
 from mindsponge.state import State
@@ -182,8 +183,10 @@ class Simulation:
             remove_center_of_mass_motion = True if system_choice is None else system_choice
         setup.check_parts(system, forcefield, integrator, barostat)
         integrator = setup.with_thermostat(integrator, thermostat)
-        self._follow_load = threads == "auto"
-        threads_module.set_threads(None if self._follow_load else threads)
+        # "auto": a LoadFollower keeps the thread count at the cores the load leaves free while this
+        # simulation computes (run, energy_and_forces)
+        self._threads = threads_module.LoadFollower() if threads == "auto" else None
+        threads_module.set_threads(None if threads == "auto" else threads)
         precision = setup.resolve_precision(precision, forcefield)
         self.checkpoint_every = checks.positive_int(checkpoint_every, "checkpoint_every (steps)")
         self.system = setup.integration_system(system, forcefield, precision)
@@ -281,20 +284,8 @@ class Simulation:
             is off (``overlap_distance=None``).
         """
         self._checked_positions = self.state.positions
-        if self.overlap_distance is None:
-            self.overlaps = []
-            return self.overlaps
-        forces = self.state.forces
-        if forces is None:
-            ignored = torch.zeros(len(self.masses), dtype=torch.bool, device=self.masses.device)
-        else:
-            ignored = (forces == 0).all(-1)  # atoms the force field does not act on
-        virtual_sites = getattr(self.forcefield, "virtual_sites", None)
-        if virtual_sites is not None:
-            ignored[virtual_sites.sites] = True
-        self.overlaps = find_overlaps(
-            self.state.positions, self.state.box, self.overlap_distance, ignore=torch.nonzero(ignored)[:, 0]
-        )
+        self.overlaps = ([] if self.overlap_distance is None else
+                         overlaps_of_state(self.state, self.forcefield, self.overlap_distance))
         return self.overlaps
 
     def _describe_overlaps(self):
@@ -322,13 +313,13 @@ class Simulation:
         """
         compute, accumulate = self.precision.compute, self.precision.accumulate
         loop = self.step_loop
-        if loop is not None:
-            check_inputs(positions, box)
-            box = None if box is None else box.to(accumulate)
-            return loop.energy_and_forces(positions.to(accumulate), box)
-        energy, forces = energy_and_forces(
-            self.forcefield, positions.to(compute), None if box is None else box.to(compute)
-        )
+        with self._threads.following() if self._threads is not None else contextlib.nullcontext():
+            if loop is not None:
+                check_inputs(positions, box)
+                box = None if box is None else box.to(accumulate)
+                return loop.energy_and_forces(positions.to(accumulate), box)
+            energy, forces = energy_and_forces(self.forcefield, positions.to(compute),
+                                               None if box is None else box.to(compute))
         return energy.to(accumulate), forces.to(accumulate)
 
     force = deprecated_method("energy_and_forces")
@@ -455,8 +446,8 @@ class Simulation:
                 self.overlaps,
             )
         end = self.state.step + steps
-        threads = threads_module.LoadFollower() if self._follow_load else None
-        try:
+        threads = self._threads
+        with threads.following() if threads is not None else contextlib.nullcontext():
             with progress.bar(total=steps, enabled=self.progress, unit="step", desc="md") as bar:
                 while self.state.step < end:
                     plans = [(reporter, *report_schedule.next_report(reporter, self.state))
@@ -467,9 +458,6 @@ class Simulation:
                     due = [(reporter, needs) for (reporter, _, needs), step in zip(plans, steps, strict=True)
                            if step == target]
                     self._events(due)
-        finally:
-            if threads is not None:
-                threads.restore()
         self._checked_positions = self.state.positions  # made by stable dynamics from checked ones
         return self.state
 

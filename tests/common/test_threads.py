@@ -105,25 +105,29 @@ def test_busy_elsewhere_counts_another_process_and_not_this_one():
 
 
 def test_load_follower_takes_the_median_reading_within_its_limit_and_restores(monkeypatch):
-    readings = iter([0, 1, 1, 0, 0, 3])
+    readings = iter([0, 1, 1, 0, 0, 3, 3])
     monkeypatch.setattr(threads, "busy_elsewhere", lambda: next(readings))
     monkeypatch.setattr(threads, "available_cores", lambda: 4)
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
-        follower = threads.LoadFollower(limit=4, interval=0.0)
-        seen = [follower.update() for _ in range(6)]
-        # medians of the last three readings: 0, 1, 1, 1, 0, 0 others busy -> 4 cores less them
-        assert seen == [4, 3, 3, 3, 4, 4]
-        follower.restore()
-        assert torch.get_num_threads() == 2
-        crowded = threads.LoadFollower(limit=4, interval=0.0)
+        torch.set_num_threads(3)  # the limit: what torch has when a block starts
+        follower = threads.LoadFollower(interval=0.0)
+        with follower.following():
+            seen = [torch.get_num_threads()] + [follower.update() for _ in range(5)]
+            with follower.following():  # a nested block keeps the outer limit and gives nothing back
+                pass
+            assert follower.limit == 3
+        # medians of the last three readings: 0, 1, 1, 1, 0, 0 others busy -> 4 cores less them, at most 3
+        assert seen == [3, 3, 3, 3, 3, 3]
+        assert torch.get_num_threads() == 3
+        torch.set_num_threads(4)
+        crowded = threads.LoadFollower(interval=0.0)
         monkeypatch.setattr(threads, "busy_elsewhere", lambda: 3)
-        assert crowded.update() == 1  # 4 cores, 3 busy elsewhere
-        monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0)
-        assert crowded.update() == 1  # one quiet reading is not enough: the median of (3, 0) is 3
-        assert crowded.update() == 4  # the median of (3, 0, 0) is 0
-        crowded.restore()
-        assert torch.get_num_threads() == 2
+        with crowded.following():
+            assert torch.get_num_threads() == 1  # 4 cores, 3 busy elsewhere
+            monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0)
+            assert crowded.update() == 1  # one quiet reading is not enough: the median of (3, 0) is 3
+            assert crowded.update() == 4  # the median of (3, 0, 0) is 0
+        assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
