@@ -29,7 +29,10 @@ simulation runs ``--steps`` steps per round; the rounds alternate between the po
 all see the same machine load, and the best round counts. Times are the process's CPU time
 (``time.process_time``; one thread, so the time it ran): on a machine shared with other jobs the
 wall-clock time of the same run varied by 2x between runs, the CPU time much less. Printed: ms
-per MD step and steps/s, ms per energy+forces call at a fixed configuration, then the ratios last:
+per MD step and steps/s, ms per energy+forces call at a fixed configuration, the time per step outside the
+potential (wall time of a round less the time the compiled loop's clock measured inside the called-back
+potential, :class:`mindsponge.step_loop.CallbackClock`: the integrator, the loop, the call into Python and
+back), then the ratios last:
 GFN2-xTB's step time over each learned potential's (the speed-up of learned MD; the goal of the
 reactive example is 20x), and ours over the peers' (above 1: ours is faster).
 
@@ -163,6 +166,20 @@ def cpu_best_of_rounds(functions: dict, repeats: int, rounds: int) -> dict:
     return best
 
 
+def step_overhead(simulation, steps: int, rounds: int = 5) -> float:
+    """Seconds per step spent outside the potential (the integrator, the loop, the call into Python): the
+    wall time of ``steps`` steps less what the compiled loop's clock says its called-back potential took
+    (:class:`mindsponge.step_loop.CallbackClock`), best of ``rounds``."""
+    clock, start, best = simulation.step_loop.clock, simulation.state, math.inf
+    for _ in range(rounds):
+        simulation.state = start
+        before, began = clock.seconds, time.perf_counter()
+        simulation.run(steps)
+        best = min(best, (time.perf_counter() - began - (clock.seconds - before)) / steps)
+    simulation.state = start
+    return best
+
+
 def simulation(system, potential):
     """The reactive example's Langevin run of ``potential`` (velocities at 300 K)."""
     sim = ms.Simulation(
@@ -214,6 +231,7 @@ def main():
     # replicated cases: the cost of one copy's (one window's) step and energy+forces
     step = {name: seconds / copies[name] for name, seconds in step.items()}
     force = {name: seconds / copies[name] for name, seconds in force.items()}
+    overhead = {name: step_overhead(sim, steps) / copies[name] for name, sim in simulations.items()}
     print(
         f"Claisen reactant ({system.n_atoms} atoms), {args.threads} thread(s), CPU time, best of {rounds} "
         f"rounds of {steps} steps (see the load average: the machine may be shared)"
@@ -223,7 +241,8 @@ def main():
         ms_step = step[name] / steps * 1e3
         print(
             f"{name:20s} {ms_step:8.2f} ms per MD step ({1e3 / ms_step:7.1f} steps/s), "
-            f"{force[name] * 1e3:8.2f} ms per energy+forces call"
+            f"{force[name] * 1e3:8.2f} ms per energy+forces call, {overhead[name] * 1e3:6.3f} ms per step "
+            "outside the potential"
         )
     print_load_average("end")
     xtb = step["GFN2-xTB"]

@@ -32,6 +32,7 @@ Example (what :class:`~mindsponge.simulation.Simulation` does)::
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -76,17 +77,31 @@ class _CompiledNeighbors:
             self._term.set_reference(state["positions"], state["box"])
 
 
-def _callback(potential):
+class CallbackClock:
+    """Wall seconds spent in the terms called back from the compiled loop (the potential's own work, in
+    Python: a learned potential's network and autograd), and the calls made: the rest of a step is the
+    loop's overhead."""
+
+    def __init__(self):
+        self.seconds, self.calls = 0.0, 0
+
+
+def _callback(potential, clock: CallbackClock):
     """``potential`` as a callback of the force program: ``(positions, box) -> (energy, forces)``."""
 
     def evaluate(positions: Tensor, box: Tensor | None):
+        start = time.perf_counter()
         energy, forces = energy_and_forces(potential, positions, box)
-        return energy.detach(), forces.detach()
+        result = energy.detach(), forces.detach()
+        clock.seconds += time.perf_counter() - start
+        clock.calls += 1
+        return result
 
     return evaluate
 
 
-def force_program(forcefield, kernels, compute: torch.dtype, box: Tensor | None = None):
+def force_program(forcefield, kernels, compute: torch.dtype, box: Tensor | None = None,
+                  clock: CallbackClock | None = None):
     """The compiled force program of ``forcefield`` (a ``kernels.ForceProgram``).
 
     Args:
@@ -96,12 +111,14 @@ def force_program(forcefield, kernels, compute: torch.dtype, box: Tensor | None 
         kernels: the compiled module (:func:`mindsponge._kernels.dynamics`).
         compute: the dtype the terms compute in.
         box: ``(3, 3)`` nm, the box the run starts in (fixes a PME grid not given), or ``None``.
+        clock: a :class:`CallbackClock` the called-back terms add their time to (default: a new one).
 
     Returns:
         ``(program, compiled_names, neighbors)``: the program, the names of the terms that run compiled,
         and ``(NeighborList, compiled term)`` pairs: the compiled terms that keep a neighbour list of their
         own in place of the Python term's.
     """
+    clock = CallbackClock() if clock is None else clock
     terms, compiled_names, rest, neighbors = [], [], [], []
     sites = None
     if isinstance(forcefield, ForceField):
@@ -119,9 +136,9 @@ def force_program(forcefield, kernels, compute: torch.dtype, box: Tensor | None 
             if owned and getattr(term, "neighbors", None) is not None:
                 neighbors.append((term.neighbors, owned[0]))
         if rest:
-            terms.append(kernels.CallbackTerm(_callback(ForceField(rest))))
+            terms.append(kernels.CallbackTerm(_callback(ForceField(rest), clock)))
     else:
-        terms.append(kernels.CallbackTerm(_callback(forcefield)))
+        terms.append(kernels.CallbackTerm(_callback(forcefield, clock)))
     if sites is None or len(sites) == 0:
         empty = torch.zeros(0, dtype=torch.long)
         site_tensors = (
@@ -230,9 +247,10 @@ def build(
     constraint_spec = _constraint_spec(kernels, constraints)
     if spec is None or constraint_spec is None:
         return None
-    program, compiled_names, neighbors = force_program(
-        forcefield, kernels, precision.compute, None if box is None else box.to(precision.compute).cpu()
-    )
+    clock = CallbackClock()
+    start_box = None if box is None else box.to(precision.compute).cpu()
+    program, compiled_names, neighbors = force_program(forcefield, kernels, precision.compute, start_box,
+                                                       clock)
     dynamics = kernels.Dynamics(
         program,
         masses.to(precision.accumulate),
@@ -242,9 +260,8 @@ def build(
         int(degrees_of_freedom),
         generator,
     )
-    return StepLoop(
-        program, dynamics, precision, compiled_names, neighbors, getattr(integrator, "thermostat", None)
-    )
+    thermostat = getattr(integrator, "thermostat", None)
+    return StepLoop(program, dynamics, precision, compiled_names, neighbors, thermostat, clock)
 
 
 class StepLoop:
@@ -252,10 +269,12 @@ class StepLoop:
 
     Attributes:
         compiled_names: names of the force field's terms that run compiled (the others are called back).
+        clock: the :class:`CallbackClock` of the called-back terms (where a learned potential's time goes).
     """
 
-    def __init__(self, program, dynamics, precision, compiled_names, neighbors, thermostat):
+    def __init__(self, program, dynamics, precision, compiled_names, neighbors, thermostat, clock):
         self._program, self._dynamics, self.precision = program, dynamics, precision
+        self.clock = clock
         self.compiled_names = list(compiled_names)
         self._neighbors = list(neighbors)
         self._chain = thermostat is not None and hasattr(thermostat, "chain_length")
