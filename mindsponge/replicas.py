@@ -1,4 +1,6 @@
-"""Independent copies of one molecule run as one system: several trajectories for one call per step.
+"""Replicas: independent copies of one molecule run as one system (several trajectories for one call per
+step), and replica exchange between thermodynamic states (:mod:`mindsponge.replica_exchange`, whose
+``ReplicaExchange``, ``ThermodynamicState`` and ``geometric_temperatures`` are also here).
 
 A learned potential of a small molecule costs little more for 20 copies than for one: the time of
 an MD step goes to fixed overheads (Python, small tensor operations, the integrator), not to the
@@ -43,9 +45,18 @@ from torch import Tensor
 
 from mindsponge.colvar import Colvar
 from mindsponge.forcefield.base import EnergyTerm
+from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState, geometric_temperatures
 from mindsponge.reporters import Reporter
 
-__all__ = ["ReplicaColvarReporter", "WindowRestraints", "replicate", "split"]
+__all__ = [
+    "ReplicaColvarReporter",
+    "ReplicaExchange",
+    "ThermodynamicState",
+    "WindowRestraints",
+    "geometric_temperatures",
+    "replicate",
+    "split",
+]
 
 
 def _count(count, owner: str) -> int:

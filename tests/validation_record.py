@@ -336,6 +336,64 @@ RECORD = [
         "test_h5md_reporter_read_by_mdanalysis",
     ),
     Validation(
+        _MD,
+        'The compiled step loop (every integrator and thermostat it runs; PME, reaction field, virtual sites, '
+        'SETTLE, RATTLE, called-back terms, compiled torsion restraints)',
+        'the same steps in Python (torch operations)',
+        '1e-12 nm after 20 steps (float64); bit for bit across thread counts (mixed precision)',
+        "tests/mindsponge/test_step_loop.py::"
+        "test_every_integrator_and_thermostat_agrees_with_the_python_steps",
+    ),
+    Validation(
+        _MD,
+        'TIP4P-Ew water density under the System\'s MonteCarloBarostat (molecules with their virtual sites)',
+        'OpenMM CPU, same System and protocol',
+        '3 combined standard errors (pymbar statistical inefficiency)',
+        "tests/mindsponge/test_npt.py::"
+        "test_tip4pew_density_matches_openmm",
+    ),
+    Validation(
+        _MD,
+        'Molecules of 4- and 5-site water (TIP4P-Ew, TIP5P)',
+        "OpenMM's Context.getMolecules",
+        'the same molecules',
+        "tests/mindsponge/test_npt.py::"
+        "test_water_with_virtual_sites_is_one_molecule",
+    ),
+    Validation(
+        _MD,
+        'MBAR free energies of temperature replica exchange (harmonic tethers)',
+        'analytic: (3N/2) ln(T0/Tk)',
+        '4 standard errors',
+        "tests/mindsponge/test_replica_exchange.py::"
+        "test_mbar_free_energies_of_harmonic_tethers_match_the_analytic_ones",
+    ),
+    Validation(
+        _MD,
+        'REMD of alanine dipeptide: alpha_R population at 300 K',
+        'a plain 300 K run ten times longer',
+        '3 combined standard errors (block averages)',
+        "tests/mindsponge/test_replica_exchange.py::"
+        "test_remd_gives_the_phi_populations_of_a_long_plain_run",
+    ),
+    Validation(
+        _MD,
+        'Umbrella sampling of phi as Hamiltonian replica exchange',
+        'independent windows from the same starts',
+        'RMS 2 kJ/mol below 25 kJ/mol',
+        "tests/mindsponge/test_replica_exchange.py::"
+        "test_umbrella_sampling_as_hrex_matches_independent_windows",
+    ),
+    Validation(
+        _MD,
+        'Replica exchange on a Dask cluster of two worker processes, one killed mid-run; continued from a '
+        'checkpoint',
+        'the same run in one process',
+        'bit for bit',
+        "tests/mindsponge/test_replica_exchange.py::"
+        "test_dask_workers_give_the_single_process_run_and_survive_a_killed_worker",
+    ),
+    Validation(
         _ML,
         'GFN2-xTB energies and forces',
         "tblite's own ASE calculator",
