@@ -337,8 +337,8 @@ RECORD = [
     ),
     Validation(
         _MD,
-        'The compiled step loop (every integrator and thermostat it runs; PME, reaction field, virtual sites, '
-        'SETTLE, RATTLE, called-back terms, compiled torsion restraints)',
+        'The compiled step loop (every integrator and thermostat it runs; PME, reaction field, virtual '
+        'sites, SETTLE, RATTLE, called-back terms, compiled torsion restraints)',
         'the same steps in Python (torch operations)',
         '1e-12 nm after 20 steps (float64); bit for bit across thread counts (mixed precision)',
         "tests/mindsponge/test_step_loop.py::"
