@@ -16,6 +16,7 @@ Example::
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -26,6 +27,7 @@ from mindsponge.neighbors import NeighborList
 from mindsponge.space import minimum_image
 
 __all__ = [
+    "UnverifiedTrajectoryWarning",
     "Trajectory",
     "TrajectoryError",
     "block_average",
@@ -45,7 +47,12 @@ __all__ = [
 
 
 class TrajectoryError(DataError):
-    """A trajectory file that cannot be read (the message names the file and what is wrong)."""
+    """A trajectory file that cannot be read (the message names the file and what is wrong: a damaged frame
+    by dataset and frame)."""
+
+
+class UnverifiedTrajectoryWarning(UserWarning):
+    """A trajectory written without checksums: damaged bytes in it would be read as data."""
 
 
 @dataclass
@@ -156,15 +163,40 @@ def _read_particles(handle, path):
     return positions, steps, times, velocities, boxes
 
 
+_UNVERIFIED_NOTED: set[str] = set()  # files noted once as written without checksums
+
+
+def _checked_read(dataset, path, what):
+    """All of ``dataset``, its Fletcher-32 checksums verified by HDF5: a damaged chunk raises
+    :class:`TrajectoryError` naming the file, the dataset and the first damaged frame. A dataset written
+    without checksums (an older file, another program) is read as it is, with a note once per file."""
+    if not dataset.fletcher32 and path not in _UNVERIFIED_NOTED:
+        _UNVERIFIED_NOTED.add(path)
+        warnings.warn(f"trajectory {path!r} was written without checksums ({what}): damaged bytes in it "
+                      "cannot be told from data", UnverifiedTrajectoryWarning, stacklevel=4)
+    try:
+        return dataset[()]
+    except OSError as error:
+        frames = dataset.shape[0] if dataset.shape else 0
+        for frame in range(frames):
+            try:
+                dataset[frame]
+            except OSError:
+                raise TrajectoryError(f"trajectory {path!r}: {dataset.name} frame {frame} is damaged "
+                                      f"(its checksum does not match: {error})") from error
+        raise TrajectoryError(f"trajectory {path!r}: {dataset.name} cannot be read ({error})") from error
+
+
 def _read_element(item, path, what):
     """An H5MD time-dependent element: its values (Å converted to nm), steps and times."""
     import numpy as np
 
-    value = np.asarray(item["value"][()], dtype=np.float64)
+    value = np.asarray(_checked_read(item["value"], path, what), dtype=np.float64)
     scale = 0.1 if str(item["value"].attrs.get("unit", "nm")).lower() in ("angstrom", "a") else 1.0
     if "time" not in item:
         raise TrajectoryError(f"trajectory {path!r} lacks the time of {what}")
-    return value * scale, np.asarray(item["step"][()]), np.asarray(item["time"][()], np.float64)
+    steps = np.asarray(_checked_read(item["step"], path, what))
+    return value * scale, steps, np.asarray(_checked_read(item["time"], path, what), np.float64)
 
 
 def _read_observables(handle, dtype):
@@ -175,8 +207,10 @@ def _read_observables(handle, dtype):
     observables, observable_times = {}, {}
     for key, item in handle.get("observables", {}).items():
         if isinstance(item, h5py.Group) and "value" in item:
-            observables[key] = torch.as_tensor(np.asarray(item["value"][()], np.float64), dtype=dtype)
-            observable_times[key] = torch.as_tensor(np.asarray(item["time"][()], np.float64), dtype=dtype)
+            values = _checked_read(item["value"], handle.filename, f"/observables/{key}")
+            times = _checked_read(item["time"], handle.filename, f"/observables/{key}")
+            observables[key] = torch.as_tensor(np.asarray(values, np.float64), dtype=dtype)
+            observable_times[key] = torch.as_tensor(np.asarray(times, np.float64), dtype=dtype)
     return observables, observable_times
 
 

@@ -243,7 +243,9 @@ class H5MDReporter(Reporter):
     Writes ``/particles/all/position`` (and ``velocity`` if asked) with ``value`` (T, N, 3) in nm,
     ``step`` and ``time`` (ps); the box as ``/particles/all/box/edges`` (T, 3, 3) nm (periodic
     systems); and ``/observables/{potential_energy,kinetic_energy,temperature}`` (T,). Every
-    report is flushed, so a run that stops (blow-up) leaves a readable file.
+    report is flushed, so a run that stops (blow-up) leaves a readable file. Every chunk (one frame of
+    positions) carries a Fletcher-32 checksum (HDF5's ``fletcher32`` filter): HDF5 readers refuse a
+    damaged frame instead of returning wrong numbers, and :func:`mindsponge.analysis.read_h5md` names it.
 
     Readers: MDAnalysis (``mda.Universe("top.pdb", "traj.h5md")``, its H5MD reader) and plain
     h5py. mdtraj does not read H5MD (its HDF5 format is a different layout): convert with
@@ -272,6 +274,7 @@ class H5MDReporter(Reporter):
                 maxshape=(None, *data_shape),
                 dtype=data_dtype,
                 chunks=(1, *data_shape) if data_shape else (256,),
+                fletcher32=True,  # a checksum per chunk: damaged bytes are refused on reading, never read
             )
             if name == "time":
                 dataset.attrs["unit"] = "ps"

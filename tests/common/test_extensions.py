@@ -44,8 +44,10 @@ def test_builds_caches_and_runs(build_dir, capfd):
     assert module is not None and module.add(2, 3) == 5
     assert extensions.load("ms_probe_ok", [str(source)]) is module
     assert extensions.build_seconds["ms_probe_ok"] > 0
-    captured = capfd.readouterr()
-    assert captured.out == "" and captured.err == ""
+    captured = capfd.readouterr()  # the compiler's output is hidden; the build announces itself, once
+    assert captured.out == ""
+    assert captured.err.startswith("compiling the ms_probe_ok kernel (once per machine")
+    assert captured.err.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -128,3 +130,33 @@ def test_build_killed_while_compiling_does_not_block_the_next(build_dir):
     loaded = _run_in_subprocess(build_dir, script, timeout=300)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "3"
+
+
+@pytest.mark.slow
+def test_the_suites_kernels_are_built_at_install_and_announced_when_compiled_at_first_use(tmp_path):
+    """``make install`` builds the kernels (``python -m common.extensions build``): a simulation after it
+    compiles nothing. A kernel compiled at first use says so first."""
+    if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
+        pytest.skip("MINDSCIENCE_NO_EXTENSIONS=1")
+    built = subprocess.run([sys.executable, "-m", "common.extensions", "build", "mindsponge._kernels:load"],
+                           capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0 and "mindsponge._kernels:load: ready" in built.stdout, built.stderr
+    script = ("import mindsponge as ms, torch\n"
+              "s = ms.System(torch.tensor([[0.0, 0, 0], [0.3, 0, 0]]), torch.tensor([12.0, 12.0]))\n"
+              "t = ms.forcefield.bonded.HarmonicBond([[0, 1]], 0.15, 1000.0)\n"
+              "sim = ms.Simulation(s, ms.ForceField([t]), ms.integrators.VelocityVerlet(0.001),\n"
+              "                    progress=False)\n"
+              "assert sim.step_loop is not None\n"
+              "sim.run(10)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "compiling the" not in run.stderr
+    source = tmp_path / "announced.cpp"
+    source.write_text('#include <torch/extension.h>\nint one() { return 1; }\n'
+                      'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("one", &one); }\n')
+    probe = (f"from common import extensions\nimport sys\n"
+             f"assert extensions.load('ms_probe_announced_{os.getpid()}', [{str(source)!r}]).one() == 1\n")
+    first = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
+                           env=dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "build")))
+    assert first.returncode == 0, first.stderr
+    assert "compiling the ms_probe_announced" in first.stderr

@@ -181,3 +181,36 @@ def test_truncate_of_a_damaged_trajectory_names_the_file(tmp_path):
     path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))  # an HDF5 signature, then nothing usable
     with pytest.raises(DataError, match=rf"cannot open the trajectory '{path}' to cut it back to step 8"):
         reporters.H5MDReporter(path, every=4, append=True).truncate(8)
+
+
+def test_a_damaged_trajectory_frame_is_refused_naming_the_dataset_and_frame(tmp_path):
+    """Four overwritten bytes in the chunk of one frame: read_h5md refuses that frame (Fletcher-32), where
+    the file had been read back with 0.0 and inf in it; an older file without checksums reads, noted once."""
+    import h5py
+    import numpy as np
+
+    from mindsponge.analysis import TrajectoryError, UnverifiedTrajectoryWarning, read_h5md
+
+    path = tmp_path / "trajectory.h5md"
+    simulation = _ideal_gas_simulation(reporters.H5MDReporter(path, every=2))
+    simulation.run(10)
+    simulation.close()
+    assert len(read_h5md(path).positions) == 5
+    with h5py.File(path, "r") as handle:
+        dataset = handle["particles/all/position/value"]
+        assert dataset.fletcher32
+        offset = dataset.id.get_chunk_info(3).byte_offset
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 40)
+        handle.write(np.array([0.0, np.inf], dtype=np.float32).tobytes()[:4])
+    damaged = r"trajectory\.h5md.*/particles/all/position/value frame 3 is damaged"
+    with pytest.raises(TrajectoryError, match=damaged):
+        read_h5md(path)
+    unverified = tmp_path / "unverified.h5md"
+    with h5py.File(unverified, "w") as handle:
+        group = handle.create_group("particles/all/position")
+        group["value"] = np.zeros((2, 3, 3), dtype=np.float32)
+        group["step"] = np.array([0, 1])
+        group["time"] = np.array([0.0, 0.002])
+    with pytest.warns(UnverifiedTrajectoryWarning, match="without checksums"):
+        assert read_h5md(unverified).positions.shape == (2, 3, 3)
