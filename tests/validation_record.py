@@ -354,6 +354,14 @@ RECORD = [
     ),
     Validation(
         _MD,
+        'Density of alanine dipeptide in TIP4P-Ew with 0.15 M NaCl under the System\'s MonteCarloBarostat',
+        'OpenMM CPU, same System and protocol',
+        '3 combined standard errors (measured 0.3 at 40 ps each)',
+        "tests/mindsponge/test_npt.py::"
+        "test_tip4pew_peptide_box_density_matches_openmm",
+    ),
+    Validation(
+        _MD,
         'Molecules of 4- and 5-site water (TIP4P-Ew, TIP5P)',
         "OpenMM's Context.getMolecules",
         'the same molecules',
