@@ -336,6 +336,14 @@ RECORD = [
         "test_h5md_reporter_read_by_mdanalysis",
     ),
     Validation(
+        _EM,
+        'Fluxes (plane, flux box, near-to-far surface) of a float32 run at 100 nm, 1 um, 1 mm and 1 m cells',
+        'the float64 run of the same problem',
+        '1e-3 relative',
+        "tests/mindelec/test_fdtd_units.py::"
+        "test_float32_fluxes_are_within_a_thousandth_of_float64_at_any_scale",
+    ),
+    Validation(
         _MD,
         'The compiled step loop (every integrator and thermostat it runs; PME, reaction field, virtual '
         'sites, SETTLE, RATTLE, called-back terms, compiled torsion restraints)',

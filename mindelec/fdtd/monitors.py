@@ -277,14 +277,17 @@ class _DFTRecorder(Recorder):
         self.stride = max(1, math.floor(1 / (1.25 * self.dt * (highest + float(band)))))
 
     def start(self, steps):
-        # [cos; sin](-omega t) stride dt at the sampled E and H times, in float64: (samples, 2F)
+        # [cos; sin](-omega t) at the sampled E and H times, computed in float64: (samples, 2F). The weight
+        # of a sample (stride dt, 1e-17 s in an optical run) is applied in float64 when the transforms are
+        # read: the sums stay of the order of the fields, and products of transforms (fluxes, far fields),
+        # of the order of their squares times dt^2, never reach float32's denormals.
         omega = 2 * math.pi * self.frequencies.to(self.device)
         sampled = torch.arange(0, steps, self.stride, dtype=torch.float64, device=self.device)
         self.phases = {}
+        self.weight = self.stride * self.dt
         for kind, shift in (("E", 1.0), ("H", 0.5)):
             angle = -((sampled + shift) * self.dt)[:, None] * omega
-            weighted = torch.cat([torch.cos(angle), torch.sin(angle)], dim=1) * (self.stride * self.dt)
-            self.phases[kind] = weighted.to(self.dtype)
+            self.phases[kind] = torch.cat([torch.cos(angle), torch.sin(angle)], dim=1).to(self.dtype)
         self.sampled = 0
         rows = 2 * len(self.frequencies)
         self.accumulators = tuple(
@@ -333,7 +336,9 @@ class _DFTRecorder(Recorder):
         return values * _bytes_per_value(self.dtype)
 
     def transforms(self):
-        """``{key: (F, box shape) complex tensor}``: the DFTs, the samples still in the buffers included."""
+        """``{key: (F, box shape) complex128 tensor}``: the DFTs (field x s), the samples still in the buffers
+        included. Whatever the dtype of the run, they come in double precision: the sums are accumulated in
+        the run's dtype at the scale of the fields, and multiplied by the sample's duration only here."""
         count, frequencies = len(self.kinds), len(self.frequencies)
         pending = self.sampled % self.BLOCK
         output = {}
@@ -342,7 +347,7 @@ class _DFTRecorder(Recorder):
             if pending:
                 buffer = self.accumulators[count + i]
                 total = self._fold(total, buffer, kind, self.sampled - pending, pending, inplace=False)
-            values = torch.complex(total[:frequencies], total[frequencies:])
+            values = torch.complex(total[:frequencies].double(), total[frequencies:].double()) * self.weight
             for key, offset, size, shape in self.groups[kind]:
                 output[key] = values[:, offset : offset + size].reshape(frequencies, *shape)
         return {key: output[key] for key in self.slices}
