@@ -17,7 +17,8 @@ design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindel
 :mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
-:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.result`.
+:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.placement` (refusals and warnings
+about where things sit), :mod:`~mindelec.fdtd.result`.
 Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and
 :mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms); conformal PEC:
 :mod:`~mindelec.fdtd.conformal` and, for zero-thickness sheets, :mod:`~mindelec.fdtd.sheet_rims`.
@@ -29,13 +30,14 @@ hands the fields to the recorders after every step, and collects their outputs i
 
 from .boundaries import PML, Periodic
 from .flux_box import FluxBox
-from .grid import Grid
+from .grid import Grid, GridWarning
 from .lumped import LumpedPort, lumped_resistor
 from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Medium, Structure, pec_sheet
 from .mode_monitors import ModeMonitor
 from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
 from .near_to_far import NearToFarMonitor, NearToFarResult
+from .placement import PlacementWarning
 from .plotting import outline_structures, plot_simulation
 from .result import Result
 from .run_control import Decay
@@ -48,6 +50,8 @@ __all__ = [
     "Simulation",
     "Result",
     "Grid",
+    "GridWarning",
+    "PlacementWarning",
     "PML",
     "Periodic",
     "PEC",

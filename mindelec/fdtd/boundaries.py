@@ -91,3 +91,34 @@ class Periodic:
 
     def __repr__(self):
         return "Periodic()"
+
+
+def per_axis_boundaries(boundary, grid):
+    """One boundary per axis of ``grid`` (and PEC walls along the axes it does not have), checked.
+
+    Args:
+        boundary: ``None`` (PEC walls), one of :class:`PML`, :class:`Periodic`, ``PEC`` for every axis, or a
+            tuple with one per axis.
+        grid: the :class:`~mindelec.fdtd.grid.Grid`.
+
+    Raises:
+        ValueError: a wrong count, or a PML whose two layers do not fit (naming the axis).
+        TypeError: something that is not a boundary.
+    """
+    from .grid import AXES
+    from .materials import PEC
+
+    boundary = PEC() if boundary is None else boundary
+    per_axis = tuple(boundary) if isinstance(boundary, (tuple, list)) else (boundary,) * grid.ndim
+    if len(per_axis) != grid.ndim:
+        raise ValueError(
+            f"Simulation boundary: expected one boundary or {grid.ndim} (one per axis), got {len(per_axis)}")
+    for axis, item in enumerate(per_axis):
+        if not isinstance(item, (PML, Periodic, PEC)):
+            raise TypeError(
+                f"Simulation boundary along {AXES[axis]}: expected PML, Periodic or PEC, got {item!r}")
+        if isinstance(item, PML) and 2 * item.thickness + 1 > grid.shape[axis]:
+            raise ValueError(
+                f"{item!r} along {AXES[axis]}: two layers of {item.thickness} cells do not fit in "
+                f"the domain's {grid.shape[axis]} cells; make the PML thinner or the domain larger")
+    return per_axis + (PEC(),) * (3 - grid.ndim)

@@ -15,6 +15,7 @@ sampled at ``n * dt`` and H at ``(n - 1/2) * dt``.
 """
 
 import math
+import warnings
 
 import torch
 
@@ -59,6 +60,10 @@ def _cell_sizes(cell_size, ndim) -> tuple[float, ...]:
     return cell_sizes
 
 
+class GridWarning(UserWarning):
+    """The grid differs from what was asked (the domain is not a whole number of cells)."""
+
+
 class Grid:
     """A Yee grid over ``[-size/2, size/2]``, uniform along each axis (the spacing may differ per axis).
 
@@ -86,6 +91,14 @@ class Grid:
             raise ValueError(f"Simulation size: every extent must be a positive length (m), got {size}")
         cell_sizes = _cell_sizes(cell_size, len(size))
         counts = [max(1, round(length / edge)) for length, edge in zip(size, cell_sizes)]
+        for axis, (length, edge, count) in enumerate(zip(size, cell_sizes, counts)):
+            if count >= 2 and abs(length / count - edge) > 1e-9 * edge:  # not a whole number of cells
+                warnings.warn(
+                    f"Simulation size {length:g} m along {AXES[axis]} is {length / edge:.6g} cells of "
+                    f"{edge:g} m: the cells are {length / count:.6g} m ({count} of them); give size "
+                    f"{count * edge:g} m (or {(count + (1 if length / edge > count else -1)) * edge:g} m) "
+                    f"to keep {edge:g} m cells",
+                    GridWarning, stacklevel=4)
         if min(counts) < 2:
             raise ValueError(
                 f"Simulation cell_size {cell_size} m is coarser than the domain size {size}; "

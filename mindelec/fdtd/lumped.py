@@ -214,6 +214,9 @@ class _PortRecorder(Recorder):
     def count(self, step):
         return 2
 
+    def index_boxes(self):
+        return [self.slices, self._behind(self.a), self._behind(self.b)]
+
     def _behind(self, along):
         """The slices one node back along axis ``along`` (the H nodes on the other side of the edges)."""
         slices = list(self.slices)

@@ -36,7 +36,7 @@ from common.units import SPEED_OF_LIGHT, VACUUM_PERMITTIVITY
 from .. import modes as mode_solvers
 from .coefficients import update_coefficients
 from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
-from .materials import Medium
+from .materials import PEC, AxialConductivity, Drude, Lorentz, Medium
 from .sources import CurrentSource
 
 __all__ = ["CrossSection", "ModeSource", "mode_amplitudes"]
@@ -59,7 +59,7 @@ class CrossSection:
 
     Raises:
         ConfigurationError: a 1D simulation, a plane outside the domain or on its first/last node,
-            lossy or metallic (PEC) media on the plane.
+            lossy, dispersive or metallic (PEC) media on the plane, naming the structures.
     """
 
     def __init__(self, position, size, cell_size, structures=(), default_medium=None, polarization="TM"):
@@ -99,21 +99,49 @@ class CrossSection:
             if component not in electric:
                 continue
             ca, cb, poles = electric[component]
-            if not bool((torch.as_tensor(ca) == 1.0).all()) or poles:
-                raise ConfigurationError(
-                    f"CrossSection at x = {self.position:g} m: the media must be lossless and non-dispersive "
-                    "(the mode source and monitors use a real mode)"
-                )
-            cb = torch.as_tensor(cb, dtype=torch.float64).expand(self.grid.shape)[self.index]
+            ca, cb = (torch.as_tensor(value, dtype=torch.float64).expand(self.grid.shape)[self.index]
+                      for value in (ca, cb))
+            if any(bool((torch.as_tensor(pole[2]).expand(self.grid.shape)[self.index] != 0).any())
+                   for pole in poles):
+                self._refuse("dispersive", "its permittivity depends on frequency (Drude or Lorentz poles)")
             if bool((cb <= 0).any()):
-                raise ConfigurationError(
-                    f"CrossSection at x = {self.position:g} m: a PEC structure crosses the plane; model "
-                    "metal walls by the simulation's PEC boundary"
-                )
+                self._refuse("metal", "the mode solver takes a permittivity only, not a PEC; model metal "
+                             "walls around a port by the simulation's PEC boundary")
+            if not bool((ca == 1.0).all()):
+                self._refuse("lossy", "a conductivity makes its modes lossy (complex n_eff)")
             planes[component] = 1.0 / (VACUUM_PERMITTIVITY * cb)
         present = next(iter(planes.values()))
         stacked = torch.stack([planes.get(component, present) for component in E_COMPONENTS])
         return stacked if self.grid.ndim == 3 else stacked[..., 0]
+
+    def _refuse(self, kind, why):
+        """ConfigurationError naming what on the plane is ``kind`` ("metal", "lossy", "dispersive")."""
+        def is_kind(medium):
+            if kind == "metal":
+                return isinstance(medium, PEC)
+            if kind == "dispersive":
+                return isinstance(medium, Drude | Lorentz)
+            return isinstance(medium, AxialConductivity) or getattr(medium, "conductivity", 0.0) != 0.0
+
+        culprits = [f"structure {number} ({structure.medium!r})"
+                    for number, structure in enumerate(self._arguments["structures"])
+                    if is_kind(structure.medium) and self._crosses(structure.geometry)]
+        medium = self._arguments["default_medium"]
+        if medium is not None and is_kind(medium):
+            culprits.append(f"the default medium ({medium!r})")
+        named = ", ".join(culprits) or f"a {kind} medium"
+        raise ConfigurationError(
+            f"CrossSection at x = {self.position:g} m: {named} crosses the plane and is {kind}: {why}. A "
+            "mode source or monitor needs a lossless, non-dispersive, metal-free cross-section (the port's "
+            "modes are real); move the port to where that holds")
+
+    def _crosses(self, geometry):
+        try:
+            lower, upper = geometry.bounds_float64
+        except (AttributeError, NotImplementedError):
+            return True
+        spacing = self.spacing
+        return float(lower[0]) - spacing <= self.position <= float(upper[0]) + spacing
 
     def shifted(self, cells) -> CrossSection:
         """The cross-section ``cells`` (an int, either sign) nodes further along x, of the same simulation."""

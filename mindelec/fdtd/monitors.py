@@ -106,6 +106,11 @@ class Recorder:
         """Told by the simulation before :meth:`start`: the fields carry nothing above ``band`` (Hz), or
         ``None`` when that is unknown. Recorders that can use it (running DFTs sample less often) do."""
 
+    def index_boxes(self):
+        """The index boxes (tuples of three slices) of the grid this recorder reads; empty when it reads
+        whole fields. The simulation checks them against the PML."""
+        return []
+
 
 class Monitor:
     """Base class of the monitors: an immutable specification with a ``name``.
@@ -178,6 +183,9 @@ class _ProbeRecorder(Recorder):
 
     def count(self, step):
         return len(self.indices)
+
+    def index_boxes(self):
+        return [tuple(slice(i, i + 1) for i in index) for index in self.indices.values()]
 
     def record(self, fields, step, inplace):
         return [fields[component][index].clone() for component, index in self.indices.items()]
@@ -263,6 +271,9 @@ class _DFTRecorder(Recorder):
     def _width(self, kind):
         _, offset, size, _ = self.groups[kind][-1]
         return offset + size
+
+    def index_boxes(self):
+        return list(self.slices.values())
 
     def set_band(self, band):
         """Sample every ``stride``-th step when the fields carry nothing above ``band`` (Hz; None: unknown).

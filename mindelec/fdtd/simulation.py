@@ -44,15 +44,16 @@ from common.deprecation import renamed_arguments
 from common.errors import ConfigurationError, SimulationError
 from common.units import SPEED_OF_LIGHT
 
-from .boundaries import PML, Periodic
+from .boundaries import PML, Periodic, per_axis_boundaries
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
 from .conformal import conformal_geometry, conformal_update, time_step_factor
-from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, Grid
-from .materials import PEC, DesignRegion, Medium, Structure
+from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
+from .materials import DesignRegion, Medium, Structure
 from .monitors import DFTMonitor, Monitor
 from .near_to_far import NearToFarMonitor
 from .offdiagonal import check_subpixel, off_diagonal_update
+from .placement import check_monitor_placement, check_source_placement, check_structure_placement
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
@@ -174,7 +175,7 @@ class Simulation:
         self.dtype, self.device = dtype, torch.device(device)
         self.polarization = self._check_polarization(polarization)
         self.active = ACTIVE_COMPONENTS[(self.grid.ndim, self.polarization)]
-        self.boundaries = self._check_boundaries(boundary)
+        self.boundaries = per_axis_boundaries(boundary, self.grid)
         self._set_materials(default_medium, structures, design_regions)
         self.sources = tuple(sources)
         self._bound_sources, self._plane_waves = self._bind_sources(self.sources)
@@ -203,6 +204,7 @@ class Simulation:
         for structure in self.structures:
             if not isinstance(structure, Structure):
                 raise TypeError(f"Simulation structures: expected Structure objects, got {structure!r}")
+            check_structure_placement(structure, self.grid)
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
         self._wires = WireCorrections(self.grid, self.structures)
@@ -230,6 +232,7 @@ class Simulation:
                 plane_waves.append(source)
             elif isinstance(source, CurrentSource):
                 bound.append((source,) + source.bind(self.grid, self.polarization))
+                check_source_placement(source, bound[-1][1], self.grid, self.boundaries)
             else:
                 raise TypeError(
                     f"Simulation sources: expected PointDipole, CurrentSource or PlaneWave, got {source!r}"
@@ -258,7 +261,8 @@ class Simulation:
             if monitor.name in names:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
-            monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)  # checks it
+            recorder = monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
+            check_monitor_placement(monitor, recorder, self.grid, self.boundaries)
             if isinstance(monitor, NearToFarMonitor):
                 monitor.check_medium(self.default_medium)
         return monitors
@@ -273,27 +277,6 @@ class Simulation:
         for recorder in recorders:
             recorder.set_band(band)
         return recorders
-
-    def _check_boundaries(self, boundary):
-        grid = self.grid
-        boundary = PEC() if boundary is None else boundary
-        per_axis = tuple(boundary) if isinstance(boundary, (tuple, list)) else (boundary,) * grid.ndim
-        if len(per_axis) != grid.ndim:
-            raise ValueError(
-                f"Simulation boundary: expected one boundary or {grid.ndim} (one per axis), "
-                f"got {len(per_axis)}"
-            )
-        for axis, item in enumerate(per_axis):
-            if not isinstance(item, (PML, Periodic, PEC)):
-                raise TypeError(
-                    f"Simulation boundary along {AXES[axis]}: expected PML, Periodic or PEC, got {item!r}"
-                )
-            if isinstance(item, PML) and 2 * item.thickness + 1 > grid.shape[axis]:
-                raise ValueError(
-                    f"{item!r} along {AXES[axis]}: two layers of {item.thickness} cells do not fit in "
-                    f"the domain's {grid.shape[axis]} cells; make the PML thinner or the domain larger"
-                )
-        return per_axis + (PEC(),) * (3 - grid.ndim)
 
     def _check_design_region(self, region):
         if not isinstance(region, DesignRegion):

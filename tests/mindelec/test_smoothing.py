@@ -624,6 +624,7 @@ SHIFTS = ((0.0, 0.0), (0.005 * math.pi, (3 - math.pi) / 2))  # the holes' positi
 def _lattice_frequency(pixels, component, subpixel, shift):
     """The supercell's resonance near 0.18 c/a (in c/a) at ``pixels`` per period."""
     centres = [(k + shift[0], j + shift[1]) for k in (-2, -1, 0, 1, 2) for j in (-1, 0, 1)]
+    centres = [(x, y) for x, y in centres if abs(x) - 0.4 < 1 and abs(y) - 0.4 < 0.5]  # those in the cell
     holes = [
         fdtd.Structure(geometry.Disk((x * PERIOD, y * PERIOD), 0.4 * PERIOD), fdtd.Medium(1.0))
         for x, y in centres
