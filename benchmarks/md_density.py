@@ -82,7 +82,9 @@ def mindsponge_densities(waters, positions, velocities, equilibrate, samples, pr
     )
     simulation.run(equilibrate)
     return sample_series(
-        lambda: simulation.run(SAMPLE_EVERY), lambda: simulation.energies(pressure=False)["density"], samples,
+        lambda: simulation.run(SAMPLE_EVERY),
+        lambda: simulation.observables(pressure=False)["density"],
+        samples,
         "mindsponge NPT", progress, output,
     )
 

@@ -155,7 +155,7 @@ def measure_single(label, system, openmm_system, constraints, positions, velocit
         rounds=rounds,
         warmup=1,
     )
-    temperature = simulation.energies(pressure=False)["temperature"]
+    temperature = simulation.observables(pressure=False)["temperature"]
     return (
         {name: value for name, value in forces.items()},
         {name: value / steps for name, value in dynamics.items()},

@@ -83,7 +83,7 @@ def mindsponge_series(dtype, positions, velocities, n_samples, progress, output)
     if simulation.degrees_of_freedom != 6 * WATERS:
         raise RuntimeError(f"mindsponge counts {simulation.degrees_of_freedom} degrees of freedom")
     return sample_series(
-        lambda: simulation.run(EVERY), lambda: simulation.energies(pressure=False)["total"], n_samples,
+        lambda: simulation.run(EVERY), lambda: simulation.observables(pressure=False)["total"], n_samples,
         f"mindsponge {dtype}", progress, output,
     )
 

@@ -304,7 +304,7 @@ def train_deepxde(problem, scales, model, reference, schedule, monitor_every):
     net = deepxde_network(model)
     dde_model = dde.Model(data, net)
     steps = schedule.steps
-    dde_model.compile("adam", lr=schedule.lr, decay=("lambda", schedule.factor))
+    dde_model.compile("adam", lr=schedule.learning_rate, decay=("lambda", schedule.factor))
     monitor = _Monitor(reference, DeepXDEFields(net, formulation), scales, monitor_every)
     reference.start()
     dde_model.train(
@@ -331,7 +331,7 @@ def train_ours(problem, scales, model, reference, schedule, monitor_every):
         progress=False,
     )
     reference.start()
-    trainer.train()
+    trainer.fit()
     return {
         "steps": trainer.history["monitor_step"],
         "seconds": reference.seconds,

@@ -79,7 +79,7 @@ def train(args, problem, model, error, steps: int, monitor_every: int) -> dict:
         problem, model, monitor=lambda network: {"error": error(network)}, monitor_every=monitor_every
     )
     start = time.perf_counter()
-    history = trainer.train()
+    history = trainer.fit()
     seconds = time.perf_counter() - start
     return {
         "arguments": vars(args),

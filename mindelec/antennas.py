@@ -18,7 +18,7 @@ the sample records the values used). The feed line is ``strip_cells`` cells wide
 the width), the margins, air and PML a fixed number of cells. The time step follows the smallest cell
 edge (``dz``).
 
-* :func:`patch_antenna` - the :class:`mindelec.fdtd.Simulation` and its port for one design;
+* :func:`patch_antenna_simulation` - the :class:`mindelec.fdtd.Simulation` and its port for one design;
 * :func:`patch_antenna_sample` - the ``common.datasets`` generator
   (``"mindelec.antennas:patch_antenna_sample"``): one FDTD run -> ``frequencies``, ``s11_real``,
   ``s11_imag``, ``s11_db``, ``resonance``, ``feed_offset_used``, ``inset_used``;
@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from common.deprecation import moved_attributes
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT
 
@@ -46,7 +47,7 @@ __all__ = [
     "PatchSetup",
     "cavity_modes",
     "cavity_resonance",
-    "patch_antenna",
+    "patch_antenna_simulation",
     "patch_antenna_sample",
     "patch_voxels",
 ]
@@ -216,7 +217,7 @@ def _metal(layout, setup: PatchSetup, fdtd):
     return [ground, *patch, line]
 
 
-def patch_antenna(params: dict, setup: PatchSetup | None = None, threads: int | None = 1):
+def patch_antenna_simulation(params: dict, setup: PatchSetup | None = None, threads: int | None = 1):
     """The FDTD model of one design.
 
     Args:
@@ -278,7 +279,7 @@ def patch_antenna_sample(
     """Dataset generator: S11 of one patch antenna design by 3D FDTD (``common.datasets`` contract).
 
     Args:
-        params: the design (see :func:`patch_antenna`).
+        params: the design (see :func:`patch_antenna_simulation`).
         seed: unused (the FDTD is deterministic); part of the generator contract.
         threads: CPU threads of the run.
         **options: :class:`PatchSetup` fields (``n_length``, ``duration``, ``f_min``...).
@@ -291,7 +292,7 @@ def patch_antenna_sample(
     """
     del seed
     setup = PatchSetup(**options)
-    simulation, _ = patch_antenna(params, setup, threads=threads)
+    simulation, _ = patch_antenna_simulation(params, setup, threads=threads)
     result = simulation.run(until=setup.duration, progress=False)
     s11 = result["feed"]["s11"].to(torch.complex128)
     if not bool(torch.isfinite(torch.view_as_real(s11)).all()):
@@ -499,3 +500,7 @@ def patch_voxels(params, cell: float = 0.5e-3, shape=(64, 64, 8)) -> torch.Tenso
         fill = (fill - fill_fractions(notch, grid, "Ex")).clamp(min=0)
     metal = torch.maximum(fill, fill_fractions(line, grid, "Ex"))
     return torch.stack([permittivity, metal])
+
+
+# ``patch_antenna`` was also the name of mindelec.devices' meshes of the antenna's parts
+__getattr__ = moved_attributes(__name__, {"patch_antenna": "mindelec.antennas:patch_antenna_simulation"})

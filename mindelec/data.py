@@ -23,6 +23,6 @@ __getattr__ = moved_attributes(
         "permittivity_grid": "mindelec.voxels:permittivity_grid",
         "sample_point_cloud": "mindelec.point_clouds:sample_point_cloud",
         "waveguide_obstacle": "mindelec.devices:waveguide_obstacle",
-        "patch_antenna": "mindelec.devices:patch_antenna",
+        "patch_antenna": "mindelec.devices:patch_antenna_meshes",
     },
 )

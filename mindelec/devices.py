@@ -1,7 +1,7 @@
 """Parameterised demo devices: a dielectric obstacle in a 2D waveguide and a 3D microstrip patch antenna.
 
 :func:`waveguide_obstacle` is the structure of :mod:`mindelec.sweeps` (``mindelec.fdtd.Structure``
-objects); :func:`patch_antenna` returns the watertight meshes of the antenna's parts, to go through
+objects); :func:`patch_antenna_meshes` returns the watertight meshes of the antenna's parts, to go through
 :mod:`mindelec.cad` like a CAD file. Lengths in metres.
 """
 
@@ -11,7 +11,9 @@ import math
 
 import numpy as np
 
-__all__ = ["waveguide_obstacle", "patch_antenna"]
+from common.deprecation import moved_attributes
+
+__all__ = ["waveguide_obstacle", "patch_antenna_meshes"]
 
 
 def waveguide_obstacle(length: float, width: float, permittivity: float = 4.0, height: float = 20e-3):
@@ -36,7 +38,7 @@ def waveguide_obstacle(length: float, width: float, permittivity: float = 4.0, h
     return [fdtd.Structure(block, fdtd.Medium(permittivity=permittivity))]
 
 
-def patch_antenna(
+def patch_antenna_meshes(
     patch_length: float = 12e-3,
     patch_width: float = 16e-3,
     substrate_size=(30e-3, 30e-3),
@@ -68,11 +70,11 @@ def patch_antenna(
         ("feed_width", feed_width),
     ):
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"patch_antenna: {name} must be > 0 (m), got {value}")
+            raise ValueError(f"patch_antenna_meshes: {name} must be > 0 (m), got {value}")
     sx, sy = (float(v) for v in substrate_size)
     if patch_length >= sx or patch_width >= sy or feed_width >= patch_width:
         raise ValueError(
-            f"patch_antenna: the patch ({patch_length} x {patch_width} m) and feed ({feed_width} m) "
+            f"patch_antenna_meshes: the patch ({patch_length} x {patch_width} m) and feed ({feed_width} m) "
             f"must fit on the substrate ({sx} x {sy} m)"
         )
     half_t, t = substrate_thickness / 2, metal_thickness
@@ -95,3 +97,7 @@ def patch_antenna(
             (-sx / 2, -feed_width / 2, half_t), (-patch_length / 2, feed_width / 2, half_t + t), "feed"
         ),
     }
+
+
+# ``patch_antenna`` was also the name of mindelec.antennas' FDTD model of a design
+__getattr__ = moved_attributes(__name__, {"patch_antenna": "mindelec.devices:patch_antenna_meshes"})

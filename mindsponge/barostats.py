@@ -24,11 +24,11 @@ goes into checkpoints.
   box along that axis only, with that axis's pressure in ``w``; each axis has its own step size.
 - :class:`CRescale`: stochastic cell rescaling (Bernetti & Bussi 2020), isotropic; samples the
   isothermal-isobaric ensemble, with smooth volume dynamics.
-- :class:`Berendsen`: weak coupling (Berendsen et al., J. Chem. Phys. 81, 3684 (1984)), isotropic.
+- :class:`BerendsenBarostat`: weak coupling (Berendsen et al., J. Chem. Phys. 81, 3684 (1984)), isotropic.
   Relaxes the pressure to its target exponentially but suppresses the volume fluctuations: it
   does **not** sample the isothermal-isobaric ensemble (use it to equilibrate, then switch).
 
-The pressure that :class:`CRescale` and :class:`Berendsen` couple to is the molecular-virial
+The pressure that :class:`CRescale` and :class:`BerendsenBarostat` couple to is the molecular-virial
 pressure of :func:`mindsponge.thermo.pressure`, which is exact with rigid molecules and
 constraints (constraint forces act inside molecules and drop out of the molecular virial).
 
@@ -40,11 +40,11 @@ import math
 import torch
 
 from common import checks, units
-from common.deprecation import renamed_arguments, warn_deprecated
+from common.deprecation import moved_attributes, renamed_arguments, warn_deprecated
 from mindsponge import thermo
 from mindsponge.integrators import _check_positive
 
-__all__ = ["Berendsen", "CRescale", "MonteCarloAnisotropicBarostat", "MonteCarloBarostat"]
+__all__ = ["BerendsenBarostat", "CRescale", "MonteCarloAnisotropicBarostat", "MonteCarloBarostat"]
 
 
 def _check_pressure(pressure, owner):
@@ -284,7 +284,7 @@ class CRescale(_Barostat):
         )
 
 
-class Berendsen(_Barostat):
+class BerendsenBarostat(_Barostat):
     """Berendsen weak-coupling barostat, isotropic (not isothermal-isobaric; for equilibration).
 
     Every ``every`` steps the box and the molecules' centres of mass are scaled by
@@ -333,3 +333,7 @@ class Berendsen(_Barostat):
         box = state.box * scale
         energy, forces = context.energy_and_forces(positions, box)
         return state.replace(positions=positions, box=box, forces=forces, potential_energy=energy)
+
+
+# ``Berendsen`` was the name of both a thermostat and a barostat
+__getattr__ = moved_attributes(__name__, {"Berendsen": "mindsponge.barostats:BerendsenBarostat"})

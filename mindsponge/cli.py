@@ -229,7 +229,7 @@ _BAROSTATS = {
         ("pressure", "temperature", "every", "scale_x", "scale_y", "scale_z"),
     ),
     "c_rescale": ("CRescale", ("pressure", "temperature", "compressibility", "time_constant", "every")),
-    "berendsen": ("Berendsen", ("pressure", "compressibility", "time_constant", "every")),
+    "berendsen": ("BerendsenBarostat", ("pressure", "compressibility", "time_constant", "every")),
 }
 
 
@@ -512,7 +512,8 @@ def _thermostat(settings):
 
     if settings is None:
         return None
-    kind = {"bussi": "Bussi", "berendsen": "Berendsen", "nose_hoover": "NoseHooverChain"}[settings.type]
+    kinds = {"bussi": "Bussi", "berendsen": "BerendsenThermostat", "nose_hoover": "NoseHooverChain"}
+    kind = kinds[settings.type]
     return getattr(thermostats, kind)(settings.temperature, settings.time_constant)
 
 

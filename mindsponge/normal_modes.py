@@ -36,9 +36,10 @@ import torch
 from torch import nn
 
 from common import units
+from common.deprecation import moved_attributes
 from common.errors import DataError
 
-__all__ = ["NormalModes", "hessian", "normal_modes", "optimize", "rigid_body_basis"]
+__all__ = ["NormalModes", "finite_difference_hessian", "normal_modes", "optimize", "rigid_body_basis"]
 
 _SPEED_OF_LIGHT_CM_PER_PS = units.SPEED_OF_LIGHT * 100.0 * 1e-12
 
@@ -50,7 +51,7 @@ def _forces(potential: nn.Module, positions: np.ndarray) -> np.ndarray:
     return forces.detach().cpu().double().numpy()
 
 
-def hessian(potential: nn.Module, positions, step: float = 5e-4) -> np.ndarray:
+def finite_difference_hessian(potential: nn.Module, positions, step: float = 5e-4) -> np.ndarray:
     """Cartesian Hessian by central differences of the forces.
 
     Args:
@@ -136,7 +137,7 @@ def normal_modes(potential: nn.Module, positions, masses, step: float = 5e-4) ->
     positions = np.asarray(positions, dtype=np.float64)
     masses = np.asarray(masses, dtype=np.float64)
     weights = np.repeat(1.0 / np.sqrt(masses), 3)
-    weighted = hessian(potential, positions, step) * weights[:, None] * weights[None, :]
+    weighted = finite_difference_hessian(potential, positions, step) * weights[:, None] * weights[None, :]
     rigid = rigid_body_basis(positions, masses)
     internal = np.linalg.svd(rigid, full_matrices=True)[0][:, rigid.shape[1]:]
     eigenvalues, vectors = np.linalg.eigh(internal.T @ weighted @ internal)
@@ -169,3 +170,7 @@ def optimize(potential: nn.Module, positions, masses, tolerance: float = 0.5,
         raise DataError(f"optimize: largest force {result.max_force:.3g} kJ/mol/nm after "
                         f"{result.iterations} iterations (tolerance {tolerance})")
     return result.positions.detach().cpu().numpy()
+
+
+# ``hessian`` was also the name of common.autodiff's autograd Hessian of a tensor
+__getattr__ = moved_attributes(__name__, {"hessian": "mindsponge.normal_modes:finite_difference_hessian"})

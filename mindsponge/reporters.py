@@ -7,7 +7,7 @@ temperature, volume and density; ``"pressure"``: the pressure too, two extra ene
 The simulation runs straight to the first step a reporter (or a checkpoint, or the barostat) asks
 for, computes the observables the due reporters need once, and calls ``report(state, observables)``
 on each: the :class:`~mindsponge.state.State` of that step and a dict of floats (kJ/mol, K, bar,
-nm^3, g/cm^3, keys as :meth:`Simulation.energies <mindsponge.simulation.Simulation.energies>`).
+nm^3, g/cm^3, keys as :meth:`Simulation.observables <mindsponge.simulation.Simulation.observables>`).
 A reporter never sees the simulation and never changes the state (OpenMM's app-layer design). The
 base class :class:`Reporter` asks for a report every ``every`` steps; ``truncate(step)`` and
 ``close()`` complete the interface. A reporter of an older release, ``report(simulation, state)``,

@@ -323,13 +323,15 @@ class Simulation:
         return energy.to(accumulate), forces.to(accumulate)
 
     force = deprecated_method("energy_and_forces")
+    energies = deprecated_method("observables")  # it returned pressure, volume and density too
 
     def _with_forces(self, state):
         energy, forces = self.energy_and_forces(state.positions, state.box)
         return state.replace(forces=forces, potential_energy=energy)
 
-    def energies(self, state=None, pressure=True):
-        """Thermodynamic observables of a state (default: the current one).
+    def observables(self, state=None, pressure=True):
+        """Thermodynamic observables of a state (default: the current one): energies, temperature,
+        pressure, volume and density.
 
         Args:
             state: a :class:`~mindsponge.state.State` or ``None``.
@@ -427,7 +429,7 @@ class Simulation:
 
         The steps run to the next step something is due at (a report, a checkpoint, a barostat move, an
         adaptive bias), in compiled blocks where they can (:attr:`step_loop`); then the barostat moves,
-        the biases update, the observables the due reporters need are computed once (:meth:`energies`)
+        the biases update, the observables the due reporters need are computed once (:meth:`observables`)
         for their ``report(state, observables)``, and the checkpoint is written, in that order.
 
         Raises:

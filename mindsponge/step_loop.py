@@ -17,7 +17,7 @@ Virtual sites are placed, and their forces carried to their parents, in C++.
 
 What the loop runs: :class:`~mindsponge.integrators.LangevinMiddle`, and
 :class:`~mindsponge.integrators.VelocityVerlet` alone or with a :class:`~mindsponge.thermostats.Bussi`,
-:class:`~mindsponge.thermostats.Berendsen` or :class:`~mindsponge.thermostats.NoseHooverChain`
+:class:`~mindsponge.thermostats.BerendsenThermostat` or :class:`~mindsponge.thermostats.NoseHooverChain`
 thermostat; SETTLE and SHAKE/RATTLE constraints; CPU tensors in float32 or float64. Anything else
 (CUDA, :class:`~mindsponge.integrators.MultipleTimeStep`, a thermostat of your own, ``compiled=False``
 constraints, ``MINDSCIENCE_NO_EXTENSIONS=1``) makes :func:`build` return ``None``, and the simulation
@@ -175,7 +175,8 @@ def _integrator_spec(kernels, integrator, dtype):
     if type(integrator) is not integrators.VelocityVerlet:
         return None
     thermostat = integrator.thermostat
-    kinds = {type(None): 0, thermostats.Bussi: 1, thermostats.Berendsen: 2, thermostats.NoseHooverChain: 3}
+    kinds = {type(None): 0, thermostats.Bussi: 1, thermostats.BerendsenThermostat: 2,
+             thermostats.NoseHooverChain: 3}
     if type(thermostat) not in kinds:
         return None
     spec.kind = 0

@@ -10,7 +10,7 @@ compiled step loop (:mod:`mindsponge.step_loop`) runs the three thermostats belo
 
 - :class:`Bussi`: stochastic velocity rescaling (Bussi, Donadio & Parrinello, J. Chem. Phys.
   126, 014101 (2007)): the kinetic energy follows the exact canonical distribution.
-- :class:`Berendsen`: weak coupling; right mean temperature, too narrow a kinetic-energy
+- :class:`BerendsenThermostat`: weak coupling; right mean temperature, too narrow a kinetic-energy
   distribution (it does not sample the canonical ensemble; use for equilibration).
 - :class:`NoseHooverChain`: deterministic chain of Nose-Hoover thermostats (Martyna, Klein &
   Tuckerman 1992), propagated by the Trotter scheme of Martyna et al., Mol. Phys. 87, 1117
@@ -26,11 +26,12 @@ import math
 import torch
 
 from common import units
+from common.deprecation import moved_attributes
 from mindsponge import thermo
 from mindsponge.integrators import Integrator, _check_positive
 from mindsponge.integrators import LangevinMiddle as Langevin
 
-__all__ = ["Berendsen", "Bussi", "Langevin", "NoseHooverChain"]
+__all__ = ["BerendsenThermostat", "Bussi", "Langevin", "NoseHooverChain"]
 
 
 class _Thermostat:
@@ -76,7 +77,7 @@ class Bussi(_Thermostat):
         return state.replace(velocities=velocities * scale, rng_state=generator.get_state())
 
 
-class Berendsen(_Thermostat):
+class BerendsenThermostat(_Thermostat):
     """Berendsen weak-coupling velocity scaling (not canonical; for equilibration).
 
     Args:
@@ -165,3 +166,7 @@ class NoseHooverChain(_Thermostat):
         return float(
             0.5 * (masses * chain * chain).sum() + thermal * (dof * positions[0] + positions[1:].sum())
         )
+
+
+# ``Berendsen`` was the name of both a thermostat and a barostat
+__getattr__ = moved_attributes(__name__, {"Berendsen": "mindsponge.thermostats:BerendsenThermostat"})

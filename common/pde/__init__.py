@@ -29,8 +29,8 @@ Example (1D Poisson, ``-u'' = pi^2 sin(pi x)`` on ``[0, 1]``, ``u(0) = u(1) = 0`
                      n_points=128),
         pde.Boundary("walls", line, lambda x, u, normals: u, n_points=2, weight=10.0),
     ])
-    trainer = pde.Trainer(problem, cnn.MLP(1, 1, 32, 3), lr=1e-2, steps=2000, lbfgs_steps=200)
-    trainer.train()
+    trainer = pde.Trainer(problem, cnn.MLP(1, 1, 32, 3), learning_rate=1e-2, steps=2000, lbfgs_steps=200)
+    trainer.fit()
     trainer.history["loss"][-1]
 
 The package: :mod:`~common.pde.constraints`, :mod:`~common.pde.problem` and

@@ -12,6 +12,7 @@ from torch import nn
 
 from common import progress as progress_bars
 from common.checks import positive_int
+from common.deprecation import deprecated_method, renamed_arguments
 from common.geometry.samplers import check_count
 from common.pde.problem import Problem
 from common.training import History, TrainingLoop
@@ -31,7 +32,7 @@ def _schedule_factor(schedule, steps: int, decay: float) -> Callable[[int], floa
             decay + (1 - decay) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / max(steps, 1)))
         )
     raise ValueError(
-        f"Trainer: lr_schedule must be None, 'constant', 'exponential', 'cosine' or a callable "
+        f"Trainer: learning_rate_schedule must be None, 'constant', 'exponential', 'cosine' or a callable "
         f"step -> factor, got {schedule!r}"
     )
 
@@ -70,11 +71,13 @@ class Trainer:
         problem: the :class:`Problem`.
         model: a pointwise ``nn.Module`` mapping ``(B, len(problem.inputs))`` to
             ``(B, len(problem.outputs))``; its parameters fix dtype and device.
-        steps: Adam steps of :meth:`train`.
-        lr: Adam learning rate.
-        lr_schedule: ``None``/``"constant"``, ``"exponential"`` (factor ``lr_decay`` reached at
-            ``steps``), ``"cosine"`` (from 1 to ``lr_decay``) or a callable ``step -> factor``.
-        lr_decay: final learning-rate factor of the built-in schedules.
+        steps: Adam steps of :meth:`fit`.
+        learning_rate: Adam learning rate (``lr``: its deprecated name).
+        learning_rate_schedule: ``None``/``"constant"``, ``"exponential"`` (factor
+            ``learning_rate_decay`` reached at ``steps``), ``"cosine"`` (from 1 to
+            ``learning_rate_decay``) or a callable ``step -> factor`` (``lr_schedule``: its deprecated name).
+        learning_rate_decay: final learning-rate factor of the built-in schedules (``lr_decay``: its
+            deprecated name).
         lbfgs_steps: L-BFGS iterations after Adam (0: none), on the points current at the end of Adam.
         resample_every: draw new collocation points every this many steps (0: never).
         balance: adaptive weighting: ``None`` (fixed weights) or ``"gradnorm"`` (gradient-norm
@@ -91,7 +94,7 @@ class Trainer:
         monitor_every: interval in steps.
         seed: seed of the point sampling.
         progress: show a tqdm progress bar.
-        threads: CPU threads :meth:`train` uses (torch and the OpenMP/BLAS pools, restored
+        threads: CPU threads :meth:`fit` uses (torch and the OpenMP/BLAS pools, restored
             afterwards; :func:`common.threads.thread_budget`); default
             ``common.threads.default_threads()``: the cores divided by the processes ``torchrun``
             started on this machine, at most ``OMP_NUM_THREADS`` if set.
@@ -109,14 +112,16 @@ class Trainer:
         step: Adam steps done. evaluations: point evaluations done (sum of batch sizes per step).
     """
 
+    @renamed_arguments(lr="learning_rate", lr_schedule="learning_rate_schedule",
+                       lr_decay="learning_rate_decay")
     def __init__(
         self,
         problem: Problem,
         model: nn.Module,
         steps: int = 1000,
-        lr: float = 1e-3,
-        lr_schedule=None,
-        lr_decay: float = 0.1,
+        learning_rate: float = 1e-3,
+        learning_rate_schedule=None,
+        learning_rate_decay: float = 0.1,
         lbfgs_steps: int = 0,
         resample_every: int = 0,
         balance: str | None = None,
@@ -147,9 +152,9 @@ class Trainer:
         self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         self.log_every, self.monitor, self.monitor_every = log_every, monitor, monitor_every
         self.seed, self.progress = int(seed), progress
-        self.optimizer = torch.optim.Adam(parameters, lr=lr)
+        self.optimizer = torch.optim.Adam(parameters, lr=learning_rate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _schedule_factor(lr_schedule, steps, lr_decay)
+            self.optimizer, _schedule_factor(learning_rate_schedule, steps, learning_rate_decay)
         )
         self.loop = TrainingLoop(
             model, self.optimizer, self.scheduler, kind="common.pde.Trainer", checkpoint=checkpoint,
@@ -170,7 +175,7 @@ class Trainer:
     lbfgs_done = _extra("lbfgs_done", "L-BFGS function evaluations done.")
     balance_weights = _extra("balance_weights", "The adaptive weight of every constraint.")
     history = property(lambda self: self.loop.history, doc="The :class:`common.training.History`.")
-    threads = property(lambda self: self.loop.threads, doc="CPU threads of :meth:`train`.")
+    threads = property(lambda self: self.loop.threads, doc="CPU threads of :meth:`fit`.")
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -221,7 +226,7 @@ class Trainer:
                           **{f"monitor/{key}": float(value) for key, value in values.items()}})
 
     # ------------------------------------------------------------------ training
-    def train(
+    def fit(
         self,
         steps: int | None = None,
         lbfgs_steps: int | None = None,
@@ -251,6 +256,8 @@ class Trainer:
         self.loop.save()
         self.loop.close()
         return self.history
+
+    train = deprecated_method("fit")  # one training verb across common, mindsponge and mindelec
 
     def _adam_step(self, steps: int, stop) -> None:
         """One Adam step (drawing new points first when due), then the records due after it."""

@@ -54,7 +54,7 @@ Example::
     setup = me.pinn.PointSourceSetup()            # MindElec's 2D TE benchmark: [0, 1]^2 m, 1 GHz, 4 ns
     problem, scales = me.pinn.point_source_problem(setup)
     model = me.pinn.default_model(problem, scales)
-    pde.Trainer(problem, model, steps=20000, resample_every=10).train()
+    pde.Trainer(problem, model, steps=20000, resample_every=10).fit()
     fields = scales.fields_si(model, points_si)   # (B, 3) Ex, Ey (V/m), Hz (A/m)
 """
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from torch import nn
 
 from common import pde
+from common.deprecation import renamed_arguments, warn_deprecated
 from mindelec.pinn.potential import PotentialTE
 from mindelec.pinn.problems import point_source_problem
 from mindelec.pinn.reference import FDTDReference
@@ -33,16 +34,16 @@ class Schedule:
 
     Attributes:
         steps: Adam steps in total.
-        lr: peak learning rate.
+        learning_rate: peak learning rate (``lr``: its deprecated name).
         windows: phases; the first ``windows - 1`` train on ``[0, k T / windows]`` and share
             ``(1 - whole_fraction) * steps`` equally, the last trains on ``[0, T]`` (1: no windows).
         whole_fraction: fraction of the steps spent on the whole interval, in (0, 1].
-        final_factor: learning rate at the last step / ``lr`` (cosine decay from ``lr`` to there).
-        warmup: steps of linear warm-up from ``lr / warmup`` to ``lr`` (0: none), e.g. for fine-tuning.
+        final_factor: learning rate at the last step / ``learning_rate`` (cosine decay to there).
+        warmup: steps of linear warm-up to ``learning_rate`` (0: none), e.g. for fine-tuning.
     """
 
     steps: int = 36000
-    lr: float = 2e-3
+    learning_rate: float = 2e-3
     windows: int = 6
     whole_fraction: float = 0.5
     final_factor: float = 0.01
@@ -58,10 +59,10 @@ class Schedule:
                 f"Schedule: whole_fraction must be in (0, 1] (1 with windows=1), got {self.whole_fraction!r} "
                 f"with windows={self.windows}"
             )
-        if not (self.lr > 0 and 0 < self.final_factor <= 1):
+        if not (self.learning_rate > 0 and 0 < self.final_factor <= 1):
             raise ValueError(
-                f"Schedule: lr must be positive and final_factor in (0, 1], got {self.lr!r}, "
-                f"{self.final_factor!r}"
+                "Schedule: learning_rate must be positive and final_factor in (0, 1], got "
+                f"{self.learning_rate!r}, {self.final_factor!r}"
             )
         if (
             isinstance(self.warmup, bool)
@@ -79,7 +80,8 @@ class Schedule:
         return [*parts, (1.0, self.steps - early * (self.windows - 1))]
 
     def factor(self, step: int) -> float:
-        """Learning rate of (0-based) ``step`` over :attr:`lr`: warm-up, then cosine to ``final_factor``."""
+        """Learning rate of (0-based) ``step`` over :attr:`learning_rate`: warm-up, then cosine to
+        ``final_factor``."""
         if step < self.warmup:
             return (step + 1) / self.warmup
         progress = min(step - self.warmup, self.steps) / max(self.steps - self.warmup, 1)
@@ -87,10 +89,21 @@ class Schedule:
 
     def trainer(self, problem: pde.Problem, model: nn.Module, **options) -> pde.Trainer:
         """A one-phase :class:`common.pde.Trainer` of this schedule: :attr:`steps` Adam steps at
-        ``lr * factor(step)``, points redrawn every step; ``options``: further trainer arguments."""
+        ``learning_rate * factor(step)``, points redrawn every step; ``options``: further trainer
+        arguments."""
         return pde.Trainer(
-            problem, model, steps=self.steps, lr=self.lr, lr_schedule=self.factor, resample_every=1, **options
+            problem, model, steps=self.steps, learning_rate=self.learning_rate,
+            learning_rate_schedule=self.factor, resample_every=1, **options
         )
+
+    @property
+    def lr(self) -> float:
+        """Deprecated: :attr:`learning_rate`."""
+        warn_deprecated("Schedule.lr", "Schedule.learning_rate")
+        return self.learning_rate
+
+
+Schedule.__init__ = renamed_arguments(lr="learning_rate")(Schedule.__init__)
 
 
 def field_model(model: nn.Module) -> nn.Module:
@@ -180,8 +193,8 @@ def train_schedule(
             problem,
             model,
             steps=steps,
-            lr=schedule.lr,
-            lr_schedule=lambda step, offset=offset: schedule.factor(offset + step),
+            learning_rate=schedule.learning_rate,
+            learning_rate_schedule=lambda step, offset=offset: schedule.factor(offset + step),
             resample_every=1,
             monitor=monitor,
             monitor_every=_divisor_near(steps, every),
@@ -190,8 +203,8 @@ def train_schedule(
             log_every=max(1, min(50, steps)),
             **trainer_options,
         )
-        _carry_over(trainer, previous, schedule.lr * schedule.factor(offset))
-        trainer.train()
+        _carry_over(trainer, previous, schedule.learning_rate * schedule.factor(offset))
+        trainer.fit()
         _append(history, trainer, offset, evaluations)
         evaluations, offset, previous = evaluations + trainer.evaluations, offset + steps, trainer
     errors = {key[8:]: values[-1] for key, values in history.items() if key.startswith("monitor/")}
@@ -245,9 +258,9 @@ def fine_tune(
     """Fine-tune a pre-trained ``model`` to ``setup`` (e.g. one unseen permittivity of a parametric model).
 
     :func:`train_schedule` with the first ``freeze`` hidden layers frozen (:func:`freeze_early_layers`;
-    thawed again at the end); give ``schedule`` a lower ``lr`` and a ``warmup`` so the pre-trained weights
-    are not thrown away in the first steps. For a parametric model, pass ``setup`` with the permittivity as
-    a one-point range ``(value, value)`` so the model keeps its parameter column.
+    thawed again at the end); give ``schedule`` a lower ``learning_rate`` and a ``warmup`` so the pre-trained
+    weights are not thrown away in the first steps. For a parametric model, pass ``setup`` with the
+    permittivity as a one-point range ``(value, value)`` so the model keeps its parameter column.
 
     Args:
         model: the pre-trained model; setup, schedule, options: as :func:`train_schedule`.

@@ -185,7 +185,7 @@ def train_ensemble(
         split_options: :func:`design_split` options.
         train_limit: train on the first ``train_limit`` training designs only (a learning curve at a
             fixed held-out set); the returned ensemble's ``split["train"]`` lists those.
-        **fit_options: :func:`fit` options (``epochs``, ``lr``, ``progress``...).
+        **fit_options: :func:`fit` options (``epochs``, ``learning_rate``, ``progress``...).
 
     Returns:
         ``(ensemble, histories)``.

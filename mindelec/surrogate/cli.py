@@ -31,7 +31,8 @@ def add_surrogate_commands(commands) -> None:
     train.add_argument("--output", help="run folder (default: <sweep name>_surrogate)")
     train.add_argument("--members", type=int, default=3, help="ensemble size (default 3)")
     train.add_argument("--epochs", type=int, default=2000)
-    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--learning-rate", "--lr", dest="learning_rate", type=float, default=3e-3,
+                       help="Adam's peak learning rate (default 3e-3)")
     train.add_argument(
         "--frequency-features", type=int, default=4, help="Fourier octaves of the frequency input"
     )
@@ -69,7 +70,7 @@ def surrogate_command(arguments) -> int:
             model_options=options,
             split_options={"test_fraction": arguments.test_fraction},
             epochs=arguments.epochs,
-            lr=arguments.lr,
+            learning_rate=arguments.learning_rate,
             progress=not arguments.quiet,
         )
         metrics = {

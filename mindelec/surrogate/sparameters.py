@@ -331,8 +331,8 @@ def train_sparameter_surrogate(
         parameter_names, outputs: as :func:`load_sweep`.
         model: continue training this model (its frequency axis, parameters and outputs must match the
             file's); default a new one on the file's frequency axis.
-        **fit_options: passed to :func:`fit` (``epochs``, ``lr``, ``validation_fraction``, ``seed``,
-            ``checkpoint``, ``progress``, ``context``, ...).
+        **fit_options: passed to :func:`fit` (``epochs``, ``learning_rate``, ``validation_fraction``,
+            ``seed``, ``checkpoint``, ``progress``, ``context``, ...).
 
     Returns:
         ``(model, history)``; ``history`` as :func:`fit` returns it, plus ``sample_id`` of the validation

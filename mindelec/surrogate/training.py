@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from common.deprecation import renamed_arguments
 from common.training import History, TrainingLoop
 
 __all__ = ["fit", "relative_error", "db"]
@@ -100,16 +101,17 @@ def _check_arguments(inputs, targets, epochs) -> None:
         raise ValueError(f"fit: epochs must be a positive integer, got {epochs!r}")
 
 
+@renamed_arguments(lr="learning_rate", lr_decay="learning_rate_decay")
 def fit(
     model: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     epochs: int = 1000,
-    lr: float = 3e-3,
+    learning_rate: float = 3e-3,
     batch_size: int = 64,
     validation_fraction: float = 0.2,
     seed: int = 0,
-    lr_decay: float = 0.01,
+    learning_rate_decay: float = 0.01,
     weight_decay: float = 0.0,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 100,
@@ -123,7 +125,8 @@ def fit(
 ) -> History:
     """Train ``model`` so that ``model(inputs) ~ targets`` (mean squared error by default).
 
-    Adam with a cosine learning-rate schedule from ``lr`` to ``lr * lr_decay``; the samples are split
+    Adam with a cosine learning-rate schedule from ``learning_rate`` to ``learning_rate *
+    learning_rate_decay``; the samples are split
     once (seeded) into training and validation sets; at the end the model holds the weights of the
     epoch with the lowest validation loss (the training loss without a validation set). The loop is
     :class:`common.training.TrainingLoop`.
@@ -139,7 +142,8 @@ def fit(
         model: maps ``(B, ...)`` inputs to ``(B, ...)`` outputs shaped like ``targets``.
         inputs, targets: ``(N, ...)`` tensors, already on the model's device and dtype.
         epochs: passes over the training set.
-        lr, lr_decay, weight_decay: Adam settings (see above).
+        learning_rate, learning_rate_decay, weight_decay: Adam settings (see above; ``lr`` and
+            ``lr_decay``: the deprecated names).
         batch_size: samples per step (per process under ``torchrun``).
         validation_fraction: share of the samples held out (``0``: none).
         seed: the split and shuffling seed.
@@ -173,13 +177,15 @@ def fit(
     """
     _check_arguments(inputs, targets, epochs)
     train_index, validation_index = _split(len(inputs), validation_fraction, seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    decay = learning_rate_decay
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda epoch: lr_decay + (1 - lr_decay) * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
+        optimizer, lambda epoch: decay + (1 - decay) * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
     )
-    settings = {"epochs": epochs, "lr": lr, "batch_size": batch_size,
+    # the keys checkpoints were written with (a resume compares them)
+    settings = {"epochs": epochs, "lr": learning_rate, "batch_size": batch_size,
                 "validation_fraction": validation_fraction, "seed": seed,
-                "lr_decay": lr_decay, "weight_decay": weight_decay}
+                "lr_decay": learning_rate_decay, "weight_decay": weight_decay}
     loop = TrainingLoop(
         model, optimizer, schedule, kind="mindelec.surrogate.fit", checkpoint=checkpoint,
         checkpoint_every=checkpoint_every, description=f"fit {type(model).__name__}", progress=progress,

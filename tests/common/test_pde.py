@@ -37,14 +37,14 @@ def test_trainer_solves_1d_poisson_to_1e_3():
         poisson_1d(),
         model,
         steps=1500,
-        lr=1e-2,
-        lr_schedule="exponential",
-        lr_decay=0.05,
+        learning_rate=1e-2,
+        learning_rate_schedule="exponential",
+        learning_rate_decay=0.05,
         lbfgs_steps=300,
         resample_every=100,
         progress=False,
     )
-    history = trainer.train()
+    history = trainer.fit()
     x = torch.linspace(0, 1, 1001, dtype=torch.float64)[:, None]
     with torch.no_grad():
         error = pde.relative_l2(model(x)[:, 0], torch.sin(math.pi * x[:, 0]))
@@ -75,16 +75,16 @@ def test_trainer_solves_2d_poisson_with_gradnorm_balancing():
         problem,
         model,
         steps=1000,
-        lr=5e-3,
-        lr_schedule="cosine",
-        lr_decay=0.05,
+        learning_rate=5e-3,
+        learning_rate_schedule="cosine",
+        learning_rate_decay=0.05,
         lbfgs_steps=400,
         resample_every=250,
         balance="gradnorm",
         balance_every=50,
         progress=False,
     )
-    trainer.train()
+    trainer.fit()
     grid = torch.stack(
         torch.meshgrid(*[torch.linspace(0, 1, 51, dtype=torch.float64)] * 2, indexing="ij"), -1
     )
@@ -104,7 +104,7 @@ def test_checkpoint_resume_continues_identically(tmp_path):
             poisson_1d(16),
             model,
             steps=40,
-            lr=1e-2,
+            learning_rate=1e-2,
             resample_every=7,
             checkpoint=tmp_path / "run.chk",
             checkpoint_every=20,
@@ -112,7 +112,7 @@ def test_checkpoint_resume_continues_identically(tmp_path):
         )
         if resume_from:
             trainer.resume(resume_from)
-        trainer.train(steps=steps)
+        trainer.fit(steps=steps)
         return trainer
 
     straight = run()
@@ -144,8 +144,8 @@ def test_data_constraint_and_parameters_fit_a_family():
     assert batches["linear"]["points"].shape == (32, 2) and batches["samples"]["points"].shape == (64, 2)
     model = cnn.MLP(2, 1, 16, 2).double()
     pde.Trainer(
-        problem, model, steps=300, lr=1e-2, resample_every=10, lbfgs_steps=200, progress=False
-    ).train()
+        problem, model, steps=300, learning_rate=1e-2, resample_every=10, lbfgs_steps=200, progress=False
+    ).fit()
     test = torch.rand(100, 2, dtype=torch.float64)
     with torch.no_grad():
         assert pde.relative_l2(model(test)[:, 0], test[:, 0] * test[:, 1]) < 2e-2
@@ -169,11 +169,11 @@ def test_bad_inputs_raise_clear_errors():
         pde.Problem(("x",), ("u",), [pde.Residual("pde", line, lambda x, u: u, 4)] * 2)
     with pytest.raises(ValueError, match="sampler must be one of"):
         pde.Residual("pde", line, lambda x, u: u, n_points=4, sampler="halton")
-    with pytest.raises(ValueError, match="lr_schedule"):
-        pde.Trainer(poisson_1d(), cnn.MLP(1, 1), lr_schedule="linear")
+    with pytest.raises(ValueError, match="learning_rate_schedule"):
+        pde.Trainer(poisson_1d(), cnn.MLP(1, 1), learning_rate_schedule="linear")
     problem = pde.Problem(("x",), ("u",), [pde.Residual("pde", line, lambda x, u: u.sum(), 4)])
     with pytest.raises(ValueError, match="constraint 'pde': the residual function must return tensors"):
-        pde.Trainer(problem, cnn.MLP(1, 1), progress=False).train(steps=1)
+        pde.Trainer(problem, cnn.MLP(1, 1), progress=False).fit(steps=1)
 
 
 def test_causal_weights_follow_the_cumulative_loss_of_earlier_time_bins():

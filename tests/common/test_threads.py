@@ -76,7 +76,7 @@ def test_pde_trainer_trains_under_its_thread_budget():
     trainer = pde.Trainer(
         problem, model, steps=4, monitor=monitor, monitor_every=2, progress=False, threads=1
     )
-    trainer.train()
+    trainer.fit()
     assert seen == [1, 1] and torch.get_num_threads() == 2  # restored after training
     with pytest.raises(ConfigurationError, match="threads"):
         pde.Trainer(problem, model, threads=0)

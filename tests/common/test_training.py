@@ -49,7 +49,7 @@ def test_pde_trainer_history_lr_warns():
     problem = pde.Problem(("x",), ("u",), [residual])
     torch.manual_seed(0)
     trainer = pde.Trainer(problem, torch.nn.Linear(1, 1), steps=3, log_every=1, progress=False)
-    history = trainer.train()
+    history = trainer.fit()
     with pytest.warns(DeprecationWarning, match="learning_rate"):
         assert history["lr"] == history["learning_rate"] and len(history["lr"]) == 3
 

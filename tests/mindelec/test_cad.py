@@ -178,7 +178,7 @@ def test_point_cloud_density_and_labels(sphere_mesh):
 
 
 def test_patch_antenna_parts_and_waveguide_builder():
-    parts = devices.patch_antenna(patch_length=12e-3, patch_width=16e-3)
+    parts = devices.patch_antenna_meshes(patch_length=12e-3, patch_width=16e-3)
     assert all(mesh.is_watertight for mesh in parts.values())
     assert parts["patch"].volume == pytest.approx(12e-3 * 16e-3 * 0.1e-3)
     assert parts["substrate"].volume == pytest.approx(30e-3 * 30e-3 * 1.6e-3)
@@ -191,7 +191,7 @@ def test_patch_antenna_parts_and_waveguide_builder():
         (patch_points[:, 0].abs() <= 6e-3 + 1e-9).all()
     )
     with pytest.raises(ValueError, match="must fit on the substrate"):
-        devices.patch_antenna(patch_length=40e-3)
+        devices.patch_antenna_meshes(patch_length=40e-3)
     (structure,) = devices.waveguide_obstacle(length=10e-3, width=5e-3, permittivity=3.0)
     grid = fdtd.Grid((40e-3, 20e-3), 1e-3)
     permittivity = voxels.permittivity_grid([structure], grid, "Ez")

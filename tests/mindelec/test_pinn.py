@@ -142,7 +142,7 @@ def test_point_source_problem_parametric_inputs_and_zero_initial_fields():
     points[:, 2] = 0.0
     assert model(points).abs().max() == 0.0
     trainer = pde.Trainer(problem, model, steps=3, progress=False)
-    trainer.train()
+    trainer.fit()
     assert trainer.evaluations == 3 * (64 + 32 + 32)
     assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
 
@@ -356,7 +356,7 @@ def test_potential_problem_trains_with_the_default_potential_model():
     assert problem.outputs == pinn.POTENTIAL_JET
     model = pinn.default_model(problem, scales=(1, 2), hidden_features=16, hidden_layers=2)
     trainer = pde.Trainer(problem, model, steps=3, progress=False)
-    trainer.train()
+    trainer.fit()
     assert set(trainer.history) >= {"loss/maxwell", "loss/source", "loss/mur"}
     assert model.field_model()(torch.rand(5, 3)).shape == (5, 3)
     radial = pinn.default_model(
@@ -364,7 +364,7 @@ def test_potential_problem_trains_with_the_default_potential_model():
     )
     assert radial.in_features == 3 and radial.network.in_features == 4  # (x, y, t) and s
     assert radial.radial_center == pytest.approx(setup.source_position)  # L = 1 m: the same numbers
-    pde.Trainer(problem, radial, steps=2, progress=False).train()
+    pde.Trainer(problem, radial, steps=2, progress=False).fit()
     with pytest.raises(ValueError, match="potential formulation needs polarization .TE."):
         pinn.point_source_problem(pinn.PointSourceSetup(polarization="TM"), formulation="potential")
     with pytest.raises(ValueError, match="formulation must be 'fields' or 'potential'"):
@@ -384,7 +384,7 @@ def test_parametric_potential_model_takes_the_permittivity_column():
     fields = model.fields(p)
     torch.testing.assert_close(fields[:, 2], p[:, 3] * jet[:, 3])  # Hz = eps_r psi_t with the column's eps_r
     trainer = pde.Trainer(problem, model, steps=2, progress=False)
-    trainer.train()
+    trainer.fit()
     assert trainer.evaluations == 2 * 64
 
 

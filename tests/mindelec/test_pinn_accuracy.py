@@ -37,7 +37,7 @@ def test_reduced_point_source_pinn_reaches_its_stated_accuracy():
     )
     monitor = pinn.reference_monitor(reference, scales)
     untrained = monitor(model)["max"]
-    schedule = pinn.Schedule(steps=STEPS, lr=2e-3, windows=1, whole_fraction=1.0)
+    schedule = pinn.Schedule(steps=STEPS, learning_rate=2e-3, windows=1, whole_fraction=1.0)
     result = pinn.train_schedule(setup, model, schedule, options, monitor=monitor, monitors=1, progress=False)
     assert untrained > 1.2  # measured 1.40: the source's quasi-static potential alone
     assert result["errors"]["max"] < STATED

@@ -28,7 +28,7 @@ def test_phases_grow_to_the_whole_interval_and_share_the_steps():
 
 
 def test_learning_rate_warms_up_then_follows_one_cosine_over_the_run():
-    schedule = pinn.Schedule(steps=1100, lr=1e-3, windows=3, final_factor=0.1, warmup=100)
+    schedule = pinn.Schedule(steps=1100, learning_rate=1e-3, windows=3, final_factor=0.1, warmup=100)
     assert schedule.factor(0) == pytest.approx(0.01) and schedule.factor(99) == pytest.approx(1.0)
     assert schedule.factor(100) == pytest.approx(1.0)
     assert schedule.factor(600) == pytest.approx(0.55)  # half-way down the cosine: (1 + 0.1) / 2
@@ -44,7 +44,7 @@ def test_learning_rate_warms_up_then_follows_one_cosine_over_the_run():
         dict(whole_fraction=0.0),
         dict(windows=1, whole_fraction=0.5),
         dict(final_factor=0.0),
-        dict(lr=-1.0),
+        dict(learning_rate=-1.0),
         dict(steps=10, warmup=10),
     ],
 )
@@ -55,7 +55,7 @@ def test_bad_schedules_are_refused(arguments):
 
 def test_one_adam_runs_through_all_phases_at_the_scheduled_rate():
     model = small_model()
-    schedule = pinn.Schedule(steps=12, lr=1e-3, windows=3, whole_fraction=0.5, final_factor=0.2)
+    schedule = pinn.Schedule(steps=12, learning_rate=1e-3, windows=3, whole_fraction=0.5, final_factor=0.2)
     result = pinn.train_schedule(
         SETUP, model, schedule, OPTIONS, monitor=lambda m: {"x": 1.0}, progress=False
     )
@@ -70,7 +70,7 @@ def test_fine_tune_trains_only_the_unfrozen_layers_and_thaws_them():
     model = small_model()
     first = model.network.subnetworks[0].hidden[0].weight.detach().clone()
     second = model.network.subnetworks[0].hidden[1].weight.detach().clone()
-    schedule = pinn.Schedule(steps=3, lr=1e-2, windows=1, whole_fraction=1.0, warmup=1)
+    schedule = pinn.Schedule(steps=3, learning_rate=1e-2, windows=1, whole_fraction=1.0, warmup=1)
     pinn.fine_tune(model, SETUP, schedule, freeze=1, problem_options=OPTIONS, progress=False)
     assert torch.equal(model.network.subnetworks[0].hidden[0].weight, first)
     assert not torch.equal(model.network.subnetworks[0].hidden[1].weight, second)

@@ -51,7 +51,7 @@ def trained(tmp_path_factory):
         path,
         PARAMETERS,
         epochs=600,
-        lr=3e-3,
+        learning_rate=3e-3,
         validation_fraction=0.25,
         seed=1,
         checkpoint=folder / "fit.chk",
@@ -164,7 +164,8 @@ def test_autoencoder_round_trip_on_fdtd_snapshots():
     model = surrogate.ConvAutoencoder(channels=1, latent_channels=1, width=8, levels=2)
     model.set_normalization(frames)
     history = surrogate.fit(
-        model, frames, frames, epochs=150, lr=5e-3, batch_size=16, validation_fraction=0.25, progress=False
+        model, frames, frames, epochs=150, learning_rate=5e-3, batch_size=16, validation_fraction=0.25,
+        progress=False
     )
     held_out = history["validation_indices"]
     with torch.no_grad():
@@ -207,7 +208,7 @@ def test_field_surrogate_predicts_fdtd_fields_of_unseen_designs():
     torch.manual_seed(0)
     model = surrogate.FieldSurrogate(width=8, levels=3)
     target = torch.view_as_real(field).permute(0, 3, 1, 2).float()
-    fit_options = dict(epochs=300, lr=5e-3, validation_fraction=0.0, progress=False)
+    fit_options = dict(epochs=300, learning_rate=5e-3, validation_fraction=0.0, progress=False)
     surrogate.fit(model, permittivity[train], target[train], **fit_options)
     with torch.no_grad():
         predicted = model.predict(permittivity[held_out]).to(torch.complex128)
@@ -258,8 +259,8 @@ from mindelec import surrogate
 context = DistributedContext.from_environment(device="cpu")
 torch.manual_seed(0)
 model, history = surrogate.train_sparameter_surrogate(
-    sys.argv[1], ["length", "permittivity"], epochs=200, lr=1e-2, batch_size=8, validation_fraction=0.25,
-    seed=1, progress=False, context=context)
+    sys.argv[1], ["length", "permittivity"], epochs=200, learning_rate=1e-2, batch_size=8,
+    validation_fraction=0.25, seed=1, progress=False, context=context)
 weights = torch.cat([parameter.detach().flatten() for parameter in model.parameters()])
 with open(f"{sys.argv[2]}.{context.rank}.json", "w") as handle:
     json.dump({"world_size": context.world_size, "train_loss": history["loss"],
@@ -324,7 +325,7 @@ def slow_loss(prediction, target):  # slows the run so that the parent can kill 
     return torch.nn.functional.mse_loss(prediction, target)
 
 
-surrogate.fit(model, inputs, targets, epochs=int(sys.argv[2]), lr=1e-2, batch_size=8,
+surrogate.fit(model, inputs, targets, epochs=int(sys.argv[2]), learning_rate=1e-2, batch_size=8,
               validation_fraction=0.25, seed=3, checkpoint=sys.argv[1], checkpoint_every=1, progress=False,
               loss=slow_loss)
 """
@@ -354,7 +355,8 @@ def test_fit_resumes_after_kill_9_and_ends_bit_identical(tmp_path):
 
     from common.io import load_checkpoint
 
-    epochs, options = 60, dict(lr=1e-2, batch_size=8, validation_fraction=0.25, seed=3, progress=False)
+    epochs = 60
+    options = dict(learning_rate=1e-2, batch_size=8, validation_fraction=0.25, seed=3, progress=False)
     path = tmp_path / "fit.chk"
     script = tmp_path / "train.py"
     script.write_text(RESUME_SCRIPT)
@@ -411,6 +413,7 @@ def test_fit_refuses_a_foreign_or_mismatched_checkpoint(tmp_path):
     )
     assert history["epoch"] == [1, 2, 3]  # resume=False starts over and overwrites
     with pytest.raises(ConfigurationError, match="written with lr = 0.003, this call has 0.01"):
-        surrogate.fit(_resume_model(0), inputs, targets, epochs=3, lr=1e-2, checkpoint=path, progress=False)
+        surrogate.fit(_resume_model(0), inputs, targets, epochs=3, learning_rate=1e-2, checkpoint=path,
+                      progress=False)
     with pytest.raises(ConfigurationError, match="splits 48 samples; this call has 40"):
         surrogate.fit(_resume_model(0), inputs[:40], targets[:40], epochs=3, checkpoint=path, progress=False)

@@ -433,24 +433,24 @@ def test_patch_antenna_cells_follow_the_design_and_bad_designs_are_refused():
 
     setup = antennas.PatchSetup(n_length=8, n_width=8, n_height=1, line_cells=4, margin=3, air_cells=6, pml=5)
     design = {"length": 12e-3, "width": 16e-3, "feed_offset": 0.2, "permittivity": 3.0, "height": 0.8e-3}
-    simulation, port = antennas.patch_antenna(design, setup)
+    simulation, port = antennas.patch_antenna_simulation(design, setup)
     assert simulation.grid.spacing == pytest.approx((16e-3 / 8, 12e-3 / 8, 0.8e-3))
     assert simulation.grid.shape == (2 * (5 + 3) + 8, 2 * 5 + 2 + 4 + 8 + 3, 2 * 5 + 1 + 1 + 6)
     assert port.impedance == 50.0
     with pytest.raises(ConfigurationError, match="feed_offset"):
-        antennas.patch_antenna({**design, "feed_offset": 0.45}, setup)
+        antennas.patch_antenna_simulation({**design, "feed_offset": 0.45}, setup)
     # an inset feed: the line runs 3 of the 8 cells into the patch, in a notch of one-cell slots
     inset = {**design, "feed_offset": 0.0, "inset": 0.4}
-    simulation, _ = antennas.patch_antenna(inset, setup)
+    simulation, _ = antennas.patch_antenna_simulation(inset, setup)
     metal = antennas.patch_voxels(inset, cell=1e-3, shape=(24, 32, 4))[1].amax(-1)
     row = metal[:, 6 + 1]  # across the notch, one cell past the patch's edge (the line starts at y = 0)
     assert int((row > 0.5).sum()) < int((metal[:, 6 + 9] > 0.5).sum())  # the slots are open
     with pytest.raises(ConfigurationError, match="notch"):
-        antennas.patch_antenna({**inset, "feed_offset": 0.2}, setup)
+        antennas.patch_antenna_simulation({**inset, "feed_offset": 0.2}, setup)
     with pytest.raises(ConfigurationError, match="inset"):
-        antennas.patch_antenna({**inset, "inset": 0.6}, setup)
+        antennas.patch_antenna_simulation({**inset, "inset": 0.6}, setup)
     with pytest.raises(ConfigurationError, match="missing"):
-        antennas.patch_antenna({"length": 12e-3}, setup)
+        antennas.patch_antenna_simulation({"length": 12e-3}, setup)
     with pytest.raises(ConfigurationError, match="even"):
         antennas.PatchSetup(n_width=7)
 

@@ -158,7 +158,7 @@ def test_berendsen_relaxes_ideal_gas_to_target_pressure():
     pressure, time_constant, dt = 100.0, 0.5, 0.002
     equilibrium = N_ATOMS * KT_PER_BAR_NM3 * TEMPERATURE / pressure
     edge = (2 * equilibrium) ** (1 / 3)
-    barostat = barostats.Berendsen(
+    barostat = barostats.BerendsenBarostat(
         pressure, compressibility=1 / pressure, time_constant=time_constant, every=1
     )
     relative = _volumes(_run(barostat, 2500, 31, edge=edge)) / equilibrium - 1
@@ -181,7 +181,7 @@ def test_berendsen_relaxes_ideal_gas_to_target_pressure():
         barostats.MonteCarloBarostat(1.0, 300.0),
         barostats.MonteCarloAnisotropicBarostat((1.0, 2.0, 3.0), 300.0),
         barostats.CRescale(1.0, 300.0),
-        barostats.Berendsen(1.0),
+        barostats.BerendsenBarostat(1.0),
     ],
     ids=repr,
 )
@@ -209,8 +209,8 @@ def test_barostat_without_box_is_refused(barostat):
             "at least one of scale_x",
         ),
         (lambda: barostats.CRescale(1.0, 300.0, compressibility=0.0), "compressibility"),
-        (lambda: barostats.Berendsen(1.0, time_constant=-1.0), "time_constant"),
-        (lambda: barostats.Berendsen(1.0, every=2.5), "every"),
+        (lambda: barostats.BerendsenBarostat(1.0, time_constant=-1.0), "time_constant"),
+        (lambda: barostats.BerendsenBarostat(1.0, every=2.5), "every"),
     ],
 )
 def test_bad_arguments_are_named(make, message):
@@ -224,7 +224,7 @@ def test_bad_arguments_are_named(make, message):
         lambda **keywords: barostats.MonteCarloBarostat(1.0, 300.0, **keywords),
         lambda **keywords: barostats.MonteCarloAnisotropicBarostat(1.0, 300.0, **keywords),
         lambda **keywords: barostats.CRescale(1.0, 300.0, **keywords),
-        lambda **keywords: barostats.Berendsen(1.0, **keywords),
+        lambda **keywords: barostats.BerendsenBarostat(1.0, **keywords),
     ],
 )
 def test_frequency_is_the_deprecated_name_of_every(make):
@@ -237,7 +237,7 @@ def test_frequency_is_the_deprecated_name_of_every(make):
 
 def test_berendsen_refuses_a_runaway_scaling():
     """A target pressure absurdly far from the gas's (~20 bar) would more than halve the box in one step."""
-    barostat = barostats.Berendsen(1e7, compressibility=1e-3, time_constant=0.1, every=1)
+    barostat = barostats.BerendsenBarostat(1e7, compressibility=1e-3, time_constant=0.1, every=1)
     simulation = ms.Simulation(
         _ideal_gas(5.9, 0),
         ms.ForceField(),
@@ -292,7 +292,7 @@ def test_command_line_barostat_types(tmp_path, capsys):
     )
     assert ratios[2] == 1.0 and ratios[:2] != [1.0, 1.0]
     barostat, ratios = simulate(command_line.BarostatConfig(type="berendsen", time_constant=0.5, every=1))
-    assert isinstance(barostat, barostats.Berendsen) and barostat.time_constant == 0.5
+    assert isinstance(barostat, barostats.BerendsenBarostat) and barostat.time_constant == 0.5
     assert ratios[0] != 1.0 and ratios == pytest.approx([ratios[0]] * 3, rel=1e-12)
     write(anisotropic)
     path.write_text(path.read_text().replace('"monte_carlo_anisotropic"', '"monte_carlo"'))

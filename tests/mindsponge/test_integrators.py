@@ -39,7 +39,7 @@ def test_velocity_verlet_harmonic_oscillator_analytic():
         state = simulation.state
         times.append(state.time)
         lengths.append(float(torch.linalg.vector_norm(state.positions[1] - state.positions[0])))
-        energies.append(simulation.energies()["total"])
+        energies.append(simulation.observables()["total"])
     expected = r0 + amplitude * np.cos(omega * np.array(times))
     # velocity Verlet's phase error after n steps: n (omega dt)^3 / 24
     assert np.abs(np.array(lengths) - expected).max() < amplitude * (200 * (omega * dt) ** 3 / 24 + 1e-3)
@@ -109,7 +109,7 @@ def test_nve_energy_fluctuation_as_openmm(equilibrated_pme_water):
     ours = []
     for _ in range(steps // every):
         simulation.run(every)
-        ours.append(simulation.energies(pressure=False)["total"])
+        ours.append(simulation.observables(pressure=False)["total"])
     fluctuation, reference_fluctuation = np.std(ours) / dof, np.std(reference) / dof
     assert 0.5 < fluctuation / reference_fluctuation < 2.0, (fluctuation, reference_fluctuation)
     # and both are small: well below 1e-3 kJ/mol per degree of freedom
@@ -165,7 +165,7 @@ def test_nve_energy_drift_over_3_ps_as_openmm():
     for _ in range(steps // every):
         simulation.run(every)
         times.append(simulation.state.time)
-        ours.append(simulation.energies(pressure=False)["total"])
+        ours.append(simulation.observables(pressure=False)["total"])
         context.getIntegrator().step(every)
         state = context.getState(getEnergy=True)
         reference.append(
@@ -240,7 +240,7 @@ def test_mixed_precision_float32_forces_float64_state(equilibrated_pme_water):
     # float32 forces move the trajectory by float32 rounding only over 20 fs
     difference = (runs["mixed"].state.positions - runs["double"].state.positions).abs().max()
     assert float(difference) < 1e-5
-    energies = runs["mixed"].energies(pressure=False), runs["double"].energies(pressure=False)
+    energies = runs["mixed"].observables(pressure=False), runs["double"].observables(pressure=False)
     assert energies[0]["total"] == pytest.approx(energies[1]["total"], abs=0.5)
 
 
@@ -284,7 +284,7 @@ def _run_total_energies(system, ff, integrator, steps, every):
     energies = []
     for _ in range(steps // every):
         simulation.run(every)
-        energies.append(simulation.energies(pressure=False)["total"])
+        energies.append(simulation.observables(pressure=False)["total"])
     return simulation, np.array(energies)
 
 

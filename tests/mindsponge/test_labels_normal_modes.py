@@ -9,7 +9,7 @@ from ase.data import atomic_masses
 
 from common.errors import DataError
 from mindsponge.molecules import load_molecule
-from mindsponge.normal_modes import hessian, normal_modes, optimize, rigid_body_basis
+from mindsponge.normal_modes import finite_difference_hessian, normal_modes, optimize, rigid_body_basis
 
 BOLTZMANN_MD = 8.314462618e-3  # kJ/mol/K
 
@@ -33,7 +33,8 @@ def test_hessian_equals_autograd_hessian():
     positions = springs_minimum() + 0.002
     exact = torch.autograd.functional.hessian(
         lambda x: Springs()(x.reshape(3, 3)), torch.tensor(positions.reshape(-1))).numpy()
-    np.testing.assert_allclose(hessian(Springs(), positions), exact, atol=1e-4 * np.abs(exact).max())
+    np.testing.assert_allclose(finite_difference_hessian(Springs(), positions), exact,
+                               atol=1e-4 * np.abs(exact).max())
 
 
 def test_modes_exclude_rigid_body_motion():
@@ -54,7 +55,7 @@ def test_samples_follow_the_classical_harmonic_distribution():
     masses = np.array([16.0, 1.0, 1.0])
     minimum = springs_minimum()
     modes = normal_modes(Springs(), minimum, masses)
-    cartesian = hessian(Springs(), minimum)
+    cartesian = finite_difference_hessian(Springs(), minimum)
     rng = np.random.default_rng(0)
     displacements = np.stack([modes.sample(500.0, rng) - minimum for _ in range(4000)])
     flat = displacements.reshape(len(displacements), -1)

@@ -62,7 +62,7 @@ def test_minimum_matches_openmm(water_cluster, method):
         progress=False,
         precision="double",  # a 1 kJ/mol/nm tolerance and energies compared to 0.05 kJ/mol
     )
-    start = simulation.energies()["potential"]
+    start = simulation.observables()["potential"]
     tolerance = 1.0
     result = simulation.minimize(tolerance=tolerance, max_iterations=20000, method=method)
     assert result.converged and result.max_force < tolerance
@@ -92,7 +92,7 @@ def test_minimize_keeps_rigid_water_rigid():
         constraints="water",
         progress=False,
     )
-    start = simulation.energies()["potential"]
+    start = simulation.observables()["potential"]
     result = simulation.minimize(tolerance=20.0, max_iterations=2000, method="lbfgs")
     assert result.energy < start
     (settle,) = simulation.constraints.parts

@@ -94,7 +94,7 @@ def _densities(system, openmm_system, steps, label, validation_figure):
     ours = []
     for _ in range(steps // 25):
         simulation.run(25)
-        ours.append(simulation.energies(pressure=False)["density"])
+        ours.append(simulation.observables(pressure=False)["density"])
     integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, 1.0, 0.002)
     integrator.setRandomNumberSeed(3)
     context = openmm.Context(openmm_system, integrator, openmm.Platform.getPlatformByName("CPU"))

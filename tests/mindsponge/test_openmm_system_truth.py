@@ -199,7 +199,7 @@ def test_hmr_hbonds_at_4fs_through_load_agrees_with_openmm(hmr_case):
         temperatures, potentials, bond_energies = [], [], []
         for _ in range(HMR_STEPS // every):
             simulation.run(every)
-            values = simulation.energies(pressure=False)
+            values = simulation.observables(pressure=False)
             temperatures.append(values["temperature"])
             potentials.append(values["potential"])
             positions = simulation.state.positions
@@ -257,7 +257,7 @@ def test_langevin_middle_steps_as_openmm_with_hmr_and_hbonds(hmr_case):
     assert float((simulation.state.velocities - projected).abs().max()) < 5e-4
     assert float((velocities - projected).abs().max()) > 0.05
     masses = _openmm_masses(openmm_system)[:, None]
-    ours = simulation.energies(pressure=False)["kinetic"]
+    ours = simulation.observables(pressure=False)["kinetic"]
     assert ours == pytest.approx(0.5 * float((masses * projected**2).sum()), rel=1e-5)
     assert ours < state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
 

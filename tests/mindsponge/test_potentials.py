@@ -178,7 +178,7 @@ def test_bound_potential_runs_in_simulation():
     simulation.run(20)
     assert simulation.state.step == 20
     reference = model(simulation.state.positions, system.atomic_numbers)
-    assert abs(simulation.energies()["potential"] - float(reference)) < 1e-8
+    assert abs(simulation.observables()["potential"] - float(reference)) < 1e-8
 
 
 def _harmonic_forcefield(bonds, n_atoms):

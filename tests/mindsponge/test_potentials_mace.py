@@ -83,7 +83,7 @@ def test_runs_in_simulation_sum_potential_and_ase_calculator(model_file):
     simulation.set_velocities(temperature=300.0, seed=1)
     simulation.run(5)
     reference = model(simulation.state.positions, system.atomic_numbers)
-    assert abs(simulation.energies()["potential"] - float(reference)) < 1e-8
+    assert abs(simulation.observables()["potential"] - float(reference)) < 1e-8
 
 def test_a_committee_of_mace_models_runs_model_by_model():
     from mindsponge.active import Committee

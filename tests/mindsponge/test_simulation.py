@@ -67,7 +67,7 @@ def test_restart_is_bit_identical(relaxed_water, tmp_path):
     first = _simulation(system, openmm_system)
     first.run(200)
     first.save_checkpoint(tmp_path / "run.chk")
-    first.energies()  # reporting in between (with pressure) does not disturb the continuation
+    first.observables()  # reporting in between (with pressure) does not disturb the continuation
     second = _simulation(system, openmm_system)
     second.load_checkpoint(tmp_path / "run.chk")
     second.run(200)
@@ -83,7 +83,7 @@ def test_energies_and_pressure_match_openmm(relaxed_water):
     _, openmm_system = _water(switchDistance=0.5 * unit.nanometer)
     system = relaxed_water[0]
     simulation = _simulation(system, openmm_system, precision="double")  # compared to 1e-4 kJ/mol
-    values = simulation.energies()
+    values = simulation.observables()
     barostat = openmm.MonteCarloBarostat(1.0, 300.0)
     with_barostat = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(openmm_system))
     with_barostat.addForce(barostat)
@@ -147,7 +147,7 @@ def test_log_reporter_csv(relaxed_water, tmp_path):
     assert path.read_text().splitlines()[0].startswith(header)
     assert [int(row["step"]) for row in rows] == [5, 10]
     assert float(rows[1]["time"]) == pytest.approx(0.02)
-    last = simulation.energies()
+    last = simulation.observables()
     for column, key in (
         ("potential_energy", "potential"),
         ("kinetic_energy", "kinetic"),

@@ -66,7 +66,7 @@ INTEGRATORS = {
     "bussi": (lambda: ms.integrators.VelocityVerlet(0.001), {"thermostat": thermostats.Bussi(300.0, 0.05)}),
     "berendsen": (
         lambda: ms.integrators.VelocityVerlet(0.001),
-        {"thermostat": thermostats.Berendsen(300.0, 0.05)},
+        {"thermostat": thermostats.BerendsenThermostat(300.0, 0.05)},
     ),
     "nose_hoover": (
         lambda: ms.integrators.VelocityVerlet(0.001),
@@ -260,7 +260,7 @@ class _Old:
         self.steps = []
 
     def report(self, simulation, state):
-        self.steps.append((state.step, simulation.energies(state, pressure=False)["potential"]))
+        self.steps.append((state.step, simulation.observables(state, pressure=False)["potential"]))
 
 
 def test_reporters_get_the_steps_they_ask_for_and_the_observables_they_need():

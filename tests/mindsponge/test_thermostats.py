@@ -59,7 +59,7 @@ def _kinetic_energies(simulation, steps, every):
     samples = []
     for _ in range(steps // every):
         simulation.run(every)
-        samples.append(simulation.energies(pressure=False)["kinetic"])
+        samples.append(simulation.observables(pressure=False)["kinetic"])
     return np.array(samples)
 
 
@@ -140,7 +140,7 @@ def test_canonical_kinetic_energy(equilibrated_water, make, validation_figure):
 def test_berendsen_mean_temperature(equilibrated_water):
     """Berendsen is not canonical (too narrow a distribution): only its mean temperature is checked."""
     system, ff = equilibrated_water
-    for thermostat in (thermostats.Berendsen(TEMPERATURE, 0.1),):
+    for thermostat in (thermostats.BerendsenThermostat(TEMPERATURE, 0.1),):
         simulation = ms.Simulation(
             system,
             ff,
@@ -159,6 +159,6 @@ def test_thermostat_arguments():
     with pytest.raises(ValueError, match="temperature"):
         thermostats.Bussi(-1.0, 0.1)
     with pytest.raises(ValueError, match="time_constant"):
-        thermostats.Berendsen(300.0, 0.0)
+        thermostats.BerendsenThermostat(300.0, 0.0)
     with pytest.raises(ValueError, match="chain_length"):
         thermostats.NoseHooverChain(300.0, 0.1, chain_length=0)
