@@ -17,8 +17,9 @@ design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindel
 :mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
 recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
-:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.placement` (refusals and warnings
-about where things sit), :mod:`~mindelec.fdtd.result`.
+:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.limits` (what a set-up can carry:
+frequencies, time step, memory), :mod:`~mindelec.fdtd.placement` (refusals and warnings about where things
+sit), :mod:`~mindelec.fdtd.result`.
 Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and
 :mod:`~mindelec.fdtd.offdiagonal` (its off-diagonal terms); conformal PEC:
 :mod:`~mindelec.fdtd.conformal` and, for zero-thickness sheets, :mod:`~mindelec.fdtd.sheet_rims`.

@@ -11,18 +11,11 @@ Time step: ``dt = courant * dt_max`` with ``dt_max = 1 / (c_max sqrt(sum_a 1/dx_
 stability limit (``c_max`` the fastest light speed among the media); ``courant`` defaults to 0.99.
 A user ``dt`` above ``dt_max`` is refused.
 
-Refusals (``common.errors``): a monitor frequency that is negative or above the highest frequency the
-grid carries, and a source whose spectrum (to -40 dB, ``waveform.spectrum_limit()``) reaches beyond it,
-raise :class:`~common.errors.ConfigurationError` giving the limit; a monitor frequency with fewer than
-``CELLS_PER_WAVELENGTH`` cells per wavelength only warns. The limit (attribute ``max_frequency``) is the
-lower of the time-step Nyquist frequency ``1 / (2 dt)`` and the spatial Nyquist frequency
-``v / (2 dx_max)``, where ``dx_max`` is the coarsest spacing and ``v = c / sqrt(max eps_r * max mu_r)``
-the phase velocity of the densest medium present (the ``permittivity`` of every medium, ``eps_inf`` for
-Drude and Lorentz media, and of the design regions): above it the densest medium holds fewer than two
-cells per wavelength, and fields there are aliased. NaN or infinite material values raise
-:class:`~common.errors.DataError` naming the structure or region and the cell, when the simulation is
-built and again when a run starts. A grid whose estimated memory (:meth:`Simulation.memory_estimate`)
-exceeds the memory available is refused with the estimate before anything grid-sized is allocated.
+Refusals (``common.errors``): what the grid cannot carry (frequencies beyond its limit, attribute
+``max_frequency``; source spectra beyond it; more memory than there is) is refused by
+:mod:`~mindelec.fdtd.limits`, monitors in a PML by :mod:`~mindelec.fdtd.placement`. NaN or infinite
+material values raise :class:`~common.errors.DataError` naming the structure or region and the cell,
+when the simulation is built and again when a run starts.
 
 Differentiable runs: when grad is enabled and any medium parameter or design permittivity
 requires grad, ``run`` splits the steps into segments of ``ceil(sqrt(steps))`` steps, each one
@@ -34,23 +27,22 @@ extra forward pass. Otherwise the fields are updated in place under ``torch.no_g
 """
 
 import math
-import warnings
 
 import torch
 from tqdm import tqdm
 
 from common import threads as threads_module
 from common.deprecation import renamed_arguments
-from common.errors import ConfigurationError, SimulationError
-from common.units import SPEED_OF_LIGHT
+from common.errors import SimulationError
 
+from . import limits
 from .boundaries import PML, Periodic, per_axis_boundaries
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
 from .conformal import conformal_geometry, conformal_update, time_step_factor
-from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
+from .grid import ACTIVE_COMPONENTS, Grid
 from .materials import DesignRegion, Medium, Structure
-from .monitors import DFTMonitor, Monitor
+from .monitors import Monitor
 from .near_to_far import NearToFarMonitor
 from .offdiagonal import check_subpixel, off_diagonal_update
 from .placement import check_monitor_placement, check_source_placement, check_structure_placement
@@ -59,10 +51,6 @@ from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
 from .thin_wire import WireCorrections
 from .updates import YeeStepper
-
-#: below this many cells per wavelength (in the densest medium) a monitor frequency draws a warning: the
-#: Yee scheme's phase error is then above about 1 %
-CELLS_PER_WAVELENGTH = 10
 
 
 class FieldBlowUpError(SimulationError, FloatingPointError):
@@ -73,16 +61,8 @@ class FieldBlowUpError(SimulationError, FloatingPointError):
     """
 
 
-def _maximum(value):
-    return float(value.detach().max()) if isinstance(value, torch.Tensor) else float(value)
-
-
 def _is_tensor_requiring_grad(value):
     return isinstance(value, torch.Tensor) and value.requires_grad
-
-
-def _minimum(value):
-    return float(value.detach().min()) if isinstance(value, torch.Tensor) else float(value)
 
 
 class Simulation:
@@ -183,8 +163,8 @@ class Simulation:
         self.dt_limit = self._stability_limit() * time_step_factor(self, self._conformal)
         self.dt = self._time_step(dt, courant)
         self.monitors = self._check_monitors(monitors)
-        self._check_frequencies()
-        self._check_memory()
+        limits.check_frequencies(self)
+        limits.check_memory(self)
         threads_module.set_threads(threads, "Simulation threads")
 
     # ------------------------------------------------------------------ set-up checks
@@ -300,128 +280,31 @@ class Simulation:
 
     @property
     def max_frequency(self) -> float:
-        """The highest frequency (Hz) this grid and time step carry: ``min(1 / (2 dt), v / (2 dx_max))``.
-
-        ``v`` is the phase velocity in the densest medium present (module docstring).
-        """
-        return min(0.5 / self.dt, self._spatial_limit(2))
-
-    def _spatial_limit(self, cells_per_wavelength):
-        """Frequency (Hz) at which the densest medium holds ``cells_per_wavelength`` cells per wavelength."""
-        media = self._media()
-        permittivity = max(_maximum(m.permittivity) for m in media)
-        for region in self.design_regions:
-            permittivity = max(permittivity, _maximum(region.permittivity))
-        permeability = max(_maximum(m.permeability) for m in media)
-        speed = SPEED_OF_LIGHT / math.sqrt(permittivity * permeability)
-        return speed / (cells_per_wavelength * max(self.grid.spacing[: self.grid.ndim]))
-
-    def _frequency_limit_text(self):
-        return (
-            f"this grid carries at most {self.max_frequency:.6g} Hz (time-step Nyquist 1/(2 dt) = "
-            f"{0.5 / self.dt:.6g} Hz; two cells of {max(self.grid.spacing[: self.grid.ndim]):.6g} m per "
-            f"wavelength in the densest medium: {self._spatial_limit(2):.6g} Hz); make the cells smaller"
-        )
-
-    def _check_frequencies(self):
-        limit = self.max_frequency
-        accurate = self._spatial_limit(CELLS_PER_WAVELENGTH)
-        coarse = []
-        for monitor in self.monitors:
-            if not isinstance(monitor, DFTMonitor):
-                continue
-            highest = float(monitor.frequencies.max())
-            if highest > limit:
-                raise ConfigurationError(
-                    f"{monitor!r}: frequency {highest:.6g} Hz is beyond the grid's limit; "
-                    + self._frequency_limit_text()
-                )
-            if highest > accurate * (1 + 1e-9):  # exactly 10 cells per wavelength is fine
-                coarse.append(f"{monitor.name!r} ({highest:.6g} Hz)")
-        if coarse:  # one warning per simulation, not one per monitor
-            warnings.warn(
-                f"Simulation: monitor frequencies above {accurate:.6g} Hz have fewer than "
-                f"{CELLS_PER_WAVELENGTH} cells per wavelength in the densest medium: {', '.join(coarse)}; "
-                "expect phase errors above about 1 %",
-                stacklevel=4,  # _check_frequencies, __init__, its renamed_arguments wrapper, the caller
-            )
-        for source in [bound[0] for bound in self._bound_sources] + self._plane_waves:
-            spectrum_limit = getattr(source.waveform, "spectrum_limit", None)
-            if spectrum_limit is None:
-                continue
-            reach = float(spectrum_limit())
-            if reach > limit:
-                raise ConfigurationError(
-                    f"{source!r}: the source spectrum reaches {reach:.6g} Hz (-40 dB), beyond the grid's "
-                    "limit; narrow or lower the pulse, or " + self._frequency_limit_text()
-                )
+        """The highest frequency (Hz) this grid and time step carry: ``min(1 / (2 dt), v / (2 dx_max))``,
+        ``v`` the phase velocity in the densest medium present (:mod:`~mindelec.fdtd.limits`)."""
+        return limits.max_frequency(self)
 
     def memory_estimate(self, steps=None) -> int:
-        """Estimated memory (bytes) of a run: grid-sized tensors plus monitor buffers.
-
-        Counted per cell: the field components, one difference buffer, the update coefficients of
-        every component when the materials are not uniform, three tensors per dispersive pole and E
-        component; then each DFT or flux monitor's complex accumulators, and, when ``steps`` is given,
-        the snapshots and (for a differentiable run) the ``2 sqrt(steps)`` stored and recomputed states.
-        Rasterisation temporaries, CPML slabs and probes are small and not counted.
-
-        Args:
-            steps: the number of steps of the run, or ``None`` for what does not depend on it.
-        """
-        cells = math.prod(self.grid.shape)
-        value = torch.finfo(self.dtype).bits // 8
-        electric = sum(1 for c in self.active if c in E_COMPONENTS)
-        per_cell = len(self.active) + 1  # the fields and one difference buffer
-        uniform = not self.structures and not self.design_regions and not any(
-            isinstance(getattr(self.default_medium, name), torch.Tensor)
-            for name in ("permittivity", "conductivity", "permeability")
-        )
-        if not uniform:
-            per_cell += 2 * electric + (len(self.active) - electric)
-        poles = sum(1 for m in self._media() if m._pole() is not None)
-        per_cell += 3 * poles * electric
-        total = cells * per_cell * value
-        total += sum(recorder.memory(steps) for recorder in self._recorders())
-        if steps is not None and self.differentiable:
-            total += 2 * math.ceil(math.sqrt(steps)) * len(self.active) * cells * value
-        return int(total)
-
-    def _check_memory(self, steps=None):
-        available = threads_module.available_memory(self.device)
-        needed = self.memory_estimate(steps)
-        if available is not None and needed > available:
-            shape = " x ".join(str(n) for n in self.grid.shape[: self.grid.ndim])
-            raise ConfigurationError(
-                f"Simulation: a run on {shape} cells ({math.prod(self.grid.shape):.3g} cells of "
-                f"{self.dtype}) needs about {needed / 2**30:.3g} GiB, more than the "
-                f"{available / 2**30:.3g} GiB available on {self.device}; check that size and cell_size "
-                "are in metres, or coarsen the grid"
-            )
-
-    def _media(self):
-        media = [self.default_medium] + [s.medium for s in self.structures]
-        return [m for m in media if isinstance(m, Medium)]
+        """Estimated memory (bytes) of a run of ``steps`` steps (``None``: what does not depend on the
+        run length): :func:`mindelec.fdtd.limits.memory_estimate`."""
+        return limits.memory_estimate(self, steps)
 
     def _stability_limit(self):
-        media = self._media()
-        permittivity = min(_minimum(m.permittivity) for m in media)
-        for region in self.design_regions:
-            permittivity = min(permittivity, _minimum(region.permittivity))
-        permeability = min(_minimum(m.permeability) for m in media)
-        speed = (
-            SPEED_OF_LIGHT / math.sqrt(min(permittivity, 1.0) * min(permeability, 1.0))
-            if permittivity * permeability < 1
-            else SPEED_OF_LIGHT / math.sqrt(permittivity * permeability)
-        )
-        inverse_squares = sum(1 / self.grid.spacing[a] ** 2 for a in range(self.grid.ndim))
-        return 1.0 / (speed * math.sqrt(inverse_squares))
+        """The Yee stability limit of the time step (s) for these media and cells."""
+        return limits.stability_limit(self.grid, self.media, self.design_regions)
+
+    @property
+    def media(self):
+        """The :class:`Medium` objects of the set-up: the default medium and the structures' (not PEC)."""
+        media = [self.default_medium] + [s.medium for s in self.structures]
+        return [m for m in media if isinstance(m, Medium)]
 
     @property
     def differentiable(self):
         """True if a medium parameter or design permittivity requires grad (and grad mode is on)."""
         values = [
             getattr(m, name)
-            for m in self._media()
+            for m in self.media
             for name in ("permittivity", "conductivity", "permeability")
         ]
         values += [region.permittivity for region in self.design_regions]
@@ -525,7 +408,7 @@ class Simulation:
         """
         steps = self._steps(until, steps)
         self._check_material_values()
-        self._check_memory(steps)
+        limits.check_memory(self, steps)
         stepper = self._stepper(steps)
         state = stepper.initial_state()
         recorders = self._recorders()
