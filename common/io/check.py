@@ -167,7 +167,7 @@ def check_bounded(path: str | os.PathLike, timeout: float | None = None) -> Chec
     """:func:`check` run in a child process, which is stopped after ``timeout`` seconds.
 
     A loop or crash inside HDF5, on damage :func:`check` does not foresee, then still gives
-    a verdict: ``"undecided"`` when the time is up, ``"damaged"`` when HDF5 crashed.
+    a verdict: ``"undecided"`` when the time is up, ``"damaged"`` when the child died (HDF5 crashed).
 
     Args:
         path: the file.
@@ -209,7 +209,9 @@ def check_bounded(path: str | os.PathLike, timeout: float | None = None) -> Chec
     elif outcome is None:
         code = process.exitcode
         ending = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-        report.damaged(f"HDF5 crashed reading the file (the checking process {ending} without a verdict)")
+        report.damaged(
+            f"the checking process {ending} without a verdict: HDF5 crashed on the file, or it was killed"
+        )
     else:
         report.undecided(f"the check failed: {outcome}")
     return report

@@ -12,8 +12,9 @@ How the writer stays consistent (this is what the kill and damage tests exercise
    carries a checksum, and every numeric column is written with HDF5's per-chunk checksum
    (``fletcher32``), so damaged bytes raise an error when read instead of being returned.
    (HDF5 allows no filter on variable-length strings: a string column's chunks hold heap
-   references, which fail loudly when damaged, but the string bytes in HDF5's global heap
-   carry no checksum.)
+   references, and neither they nor the string bytes in HDF5's global heap carry a
+   checksum; :func:`decode` checks the references and the heap's structure against the
+   file before HDF5 reads them, see :mod:`common.io.heaps`.)
 2. An append writes the record's rows, flushes the file, and only then increments and
    flushes the counter. Readers use only the first ``_committed`` rows, so a record cut
    in half by a kill is never reported.
