@@ -9,11 +9,12 @@ Four rooms:
   writer per file, by the file's identity (:mod:`common.io.locking`).
   :mod:`common.io.reading`: :func:`read_table` and :class:`H5Dataset` (a
   ``torch.utils.data.Dataset``) read them, returning only records that were really written
-  or raising :class:`~common.errors.DataError` naming the file; they never hang.
+  or raising :class:`~common.errors.DataError` naming the file; they never hang
+  (:mod:`common.io.heaps` checks a string column's heap, on which HDF5 itself can loop).
 * :mod:`common.io.recovery`: the superblock (checksum, end-of-file address, the flags a
   killed writer leaves) and the undo copy that makes table creation kill-safe;
-  :mod:`common.io.check` (``python -m common.io check FILE``) reports what of a file is
-  intact and what is recoverable.
+  :mod:`common.io.check` (``python -m common.io check FILE``) reports, table by table and
+  in bounded time, what of a file is intact and what is recoverable.
 * :mod:`common.io.checkpoint`: :func:`save_checkpoint` / :func:`load_checkpoint`, a nested
   state (tensors, arrays, numbers, strings, RNG states) written atomically with its SHA-256
   and its kind, verified and checked for NaN on load.

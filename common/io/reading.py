@@ -15,7 +15,10 @@ while reading it checks, in this order:
    would otherwise read as zeros);
 4. each chunk's ``fletcher32`` checksum, which HDF5 verifies as it reads the data (the last
    chunk of a column, if a kill tore its rewrite, is recognised as such and its committed
-   rows are read from its bytes: :func:`~common.io.recovery.torn_tail`).
+   rows are read from its bytes: :func:`~common.io.recovery.torn_tail`);
+5. for a string column, the global heap holding its strings, which carries no checksum and
+   on which HDF5 hangs for ever if it is truncated or zeroed: walked and checked against the
+   file's length before HDF5 reads it (:mod:`common.io.heaps`).
 
 A read that fails while a live :class:`~common.io.H5Writer` holds the file (which may be
 creating a table at that moment) is retried for up to :data:`LIVE_WRITER_RETRY_SECONDS`.
@@ -41,7 +44,7 @@ from common.io import recovery
 from common.io.locking import writer_is_live
 from common.io.tables import COMMITTED, column_datasets, decode, group_name, table_groups
 
-__all__ = ["read_table", "open_for_reading", "table_columns", "SWMR_READ_ATTEMPTS"]
+__all__ = ["read_table", "open_for_reading", "table_columns", "read_counter", "SWMR_READ_ATTEMPTS"]
 
 SWMR_READ_ATTEMPTS = 28
 """HDF5 metadata read attempts in SWMR mode: the back-off doubles from 1 ns, so 28 attempts wait
@@ -160,14 +163,7 @@ def table_columns(
             f"{path}: no H5Writer table at group {name!r} "
             f"(tables: {[table for table, _ in table_groups(file)]})"
         )
-    counter = target[COMMITTED]
-    if file.swmr_mode:
-        counter.refresh()
-    count = int(counter[0])
-    size = os.stat(file.filename).st_size  # after the counter: the rows it counts were flushed before it
-    counter_offset = counter.id.get_offset()
-    if counter_offset is not None and counter_offset + counter.id.get_storage_size() > size:
-        raise DataError(f"{path}, group {name!r}: truncated: the record counter lies beyond the file's end")
+    count, size = read_counter(target[COMMITTED], f"{path}, group {name!r}")
     columns = column_datasets(target)
     if keys is not None:
         keys = list(keys)
@@ -181,13 +177,34 @@ def table_columns(
         if file.swmr_mode:
             dataset.refresh()
         where = f"{path}, group {name!r}, key {key!r}"
-        if count < 0 or dataset.shape[0] < count:
+        if dataset.shape[0] < count:
             raise DataError(
                 f"{where}: the table's counter says {count} records were written but the column has "
                 f"{dataset.shape[0]} rows (damaged)"
             )
         _check_chunks(dataset, count, size, where)
     return count, columns
+
+
+def read_counter(counter: h5py.Dataset, where: str) -> tuple[int, int]:
+    """The number of complete records a table's counter holds, and the file's length then.
+
+    The length is taken after the counter is read: the rows it counts reached the file first.
+
+    Raises:
+        DataError: naming ``where`` (the file and group): the counter lies beyond the file's
+            end (truncated: HDF5 would read it as 0) or holds a negative number (damaged).
+    """
+    if counter.file.swmr_mode:
+        counter.refresh()
+    count = int(counter[0])
+    size = os.stat(counter.file.filename).st_size
+    offset = counter.id.get_offset()
+    if offset is not None and offset + counter.id.get_storage_size() > size:
+        raise DataError(f"{where}: truncated: the record counter lies beyond the file's end ({size} bytes)")
+    if count < 0:
+        raise DataError(f"{where}: the record counter holds {count}, not a number of records (damaged)")
+    return count, size
 
 
 def _check_chunks(dataset: h5py.Dataset, count: int, size: int, where: str) -> None:
@@ -241,11 +258,12 @@ def read_consistently(path: str | os.PathLike, read: Callable[[h5py.File], _Resu
 def read_column(dataset: h5py.Dataset, selection: Any, where: str) -> Any:
     """Rows ``selection`` of a column (see :func:`~common.io.tables.decode`); damage raises DataError.
 
-    A chunk whose ``fletcher32`` checksum fails, or a string whose heap is damaged, raises
-    a DataError naming ``where`` (the file, group and key).
+    A chunk whose ``fletcher32`` checksum fails, or a string whose heap is truncated or
+    damaged, raises a DataError naming ``where`` (the file, group and key) and, for a
+    string, the row.
     """
     try:
-        return decode(dataset, selection)
+        return decode(dataset, selection, where)
     except (OSError, RuntimeError) as error:
         raise DataError(f"{where}: cannot be read, the data is damaged ({error})") from error
 

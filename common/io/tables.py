@@ -12,8 +12,9 @@ How the writer stays consistent (this is what the kill and damage tests exercise
    carries a checksum, and every numeric column is written with HDF5's per-chunk checksum
    (``fletcher32``), so damaged bytes raise an error when read instead of being returned.
    (HDF5 allows no filter on variable-length strings: a string column's chunks hold heap
-   references, which fail loudly when damaged, but the string bytes in HDF5's global heap
-   carry no checksum.)
+   references, and neither they nor the string bytes in HDF5's global heap carry a
+   checksum; :func:`decode` checks the references and the heap's structure against the
+   file before HDF5 reads them, see :mod:`common.io.heaps`.)
 2. An append writes the record's rows, flushes the file, and only then increments and
    flushes the counter. Readers use only the first ``_committed`` rows, so a record cut
    in half by a kill is never reported.
@@ -46,7 +47,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from common.io import recovery
+from common.io import heaps, recovery
 from common.io.locking import WriterLock
 
 __all__ = ["H5Writer", "COMMITTED"]
@@ -181,7 +182,10 @@ class H5Writer:
             raise ValueError(
                 f"{self.path}, group {group!r}: unknown keys {unknown}; the table has {sorted(table.columns)}"
             )
-        return {key: decode(table.columns[key], slice(0, table.count)) for key in keys}
+        where = f"{self.path}, group {group!r}"
+        return {
+            key: decode(table.columns[key], slice(0, table.count), f"{where}, key {key!r}") for key in keys
+        }
 
     @property
     def attributes(self) -> dict[str, Any]:
@@ -384,9 +388,15 @@ def column_datasets(group: h5py.Group) -> dict[str, h5py.Dataset]:
     return {name: item for name, item in items.items() if isinstance(item, h5py.Dataset)}
 
 
-def decode(dataset: h5py.Dataset, selection: Any) -> np.ndarray:
-    """Rows ``selection`` of a column; strings as an object array of ``str``."""
+def decode(dataset: h5py.Dataset, selection: Any, where: str) -> np.ndarray:
+    """Rows ``selection`` (an int or a slice) of a column; strings as an object array of ``str``.
+
+    A string column's heap is checked first (:func:`~common.io.heaps.check_strings`): HDF5
+    would hang for ever on a truncated or zeroed one. ``where`` (the file, group and key)
+    names the column in the DataError that damage raises.
+    """
     if h5py.check_string_dtype(dataset.dtype) is not None:
+        heaps.check_strings(dataset, selection, where)
         return np.asarray(dataset.asstr()[selection], dtype=object)
     return np.asarray(dataset[selection])
 
