@@ -14,6 +14,8 @@ import torch
 from scipy.stats import qmc
 
 from common import config, datasets, io
+from common.datasets.code_fingerprint import code_fingerprint
+from common.datasets.recipe import resolve_function
 from common.datasets.resuming import UncheckedImportsWarning
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -243,3 +245,35 @@ def test_samples_whose_parameters_differ_from_the_sampling_are_refused(tmp_path,
     with pytest.raises(ValueError, match="sample 1 has x = ") as raised:
         datasets.generate(path, workers=0, progress=False)
     assert str(output) in str(raised.value) and "the sampling changed" in str(raised.value)
+
+
+def test_the_fingerprint_follows_relative_and_literal_imports_of_a_generator_package(tmp_path, monkeypatch):
+    package = f"pkg_{tmp_path.name}"
+    root = tmp_path / "generators"
+    files = {
+        "__init__.py": "",
+        "make.py": (
+            "import importlib\n\nfrom . import tools\nfrom .sub.deep import depth\n\n\n"
+            "def sample(params, seed):\n"
+            f"    lazy = importlib.import_module('{package}.lazy')\n"
+            "    return {'y': tools.twice(params['x']) + depth + lazy.ONE}\n"
+        ),
+        "tools.py": "def twice(x):\n    return 2 * x\n",
+        "sub/__init__.py": "",
+        "sub/deep.py": "from ..tools import twice\n\ndepth = twice(0)\n",
+        "lazy.py": "ONE = 1\n",
+        "unused.py": "UNUSED = 0\n",  # beside them, never imported: not part of the code
+    }
+    for name, text in files.items():
+        (root / package / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / package / name).write_text(text)
+    monkeypatch.syspath_prepend(str(root))
+    reference = f"{package}.make:sample"
+    try:
+        code = code_fingerprint(resolve_function(reference), reference)
+    finally:
+        _reload(*[module for module in sys.modules if module.split(".")[0] == package])
+    expected = {f"{package}/{name}" for name in files if name != "unused.py"}
+    assert set(code.files) == expected  # named relative to the folder holding the generator's package
+    for name in expected:
+        assert code.files[name] == _sha256(root / name)
