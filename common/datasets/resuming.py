@@ -117,6 +117,7 @@ def open_locked(
 
 
 def _check_recipe(path: pathlib.Path, stored: dict, recipe: Recipe) -> None:
+    """Refuse a file made by another recipe (its fingerprint, or the one earlier versions computed with n)."""
     fingerprint = stored.get("recipe_fingerprint")
     if fingerprint is None:
         raise ConfigurationError(
@@ -204,11 +205,11 @@ def _check_sample_count(path: pathlib.Path, stored: dict, recipe: Recipe, held: 
 
 def _check_parameters(writer: io.H5Writer, recipe: Recipe, parameters: list[dict]) -> None:
     """Refuse a file whose samples' parameters are not the ones this recipe's sampling gives them."""
-    table = writer.read("/", ["sample_id", *recipe.parameters]) if writer.count("/") else {}
-    ids = table.get("sample_id", np.zeros(0, dtype=np.int64))
+    if not writer.count("/"):
+        return
+    table = writer.read("/", ["sample_id", *recipe.parameters])
+    ids = table["sample_id"]
     for name in recipe.parameters:
-        if not len(ids):
-            break
         expected = np.array([parameters[sample_id][name] for sample_id in ids])
         held = table[name]
         if expected.dtype.kind in "fi" and held.dtype.kind in "fi":
