@@ -6,7 +6,8 @@ Also ``--limit K`` (only sample ids < K), ``--output PATH``, ``--threads T`` (pe
 
 Exit status: 0 every requested sample is in the file; 1 some samples failed (listed; rerun
 with ``--retry-failed``); 2 nothing ran (invalid recipe or arguments, an output file made by
-another recipe or other generator code, or being written by another run); 3 some samples
+another recipe or other code: the generator's module, the modules it imports or the data
+packages' versions, named in the message; or being written by another run); 3 some samples
 could not run because of their workers (not recorded as failed; rerun to do them).
 """
 
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--allow-changed-generator",
         action="store_true",
-        help="resume a file made by other code of the generator (each run records its fingerprint)",
+        help="resume a file made by other code: the generator's module, the modules it imports or the "
+        "package versions (each run records its fingerprint and what changed)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     check = commands.add_parser("validate", help="check a recipe without running anything")

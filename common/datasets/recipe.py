@@ -11,6 +11,9 @@ import-time code of its module runs, as soon as the recipe is loaded or validate
 ``python -m common.datasets validate``); then it runs on every worker, for every sample. Run
 only recipes whose generator module you would run yourself.
 
+A sample whose results hold NaN or infinity is recorded as failed unless ``[generator]``
+says ``allow_nonfinite = true`` (a bool; part of the fingerprint when true).
+
 Optional ``[generator]`` keys (they change how samples run, not what they hold, so they are
 not part of the recipe's fingerprint and may change between a run and its resumption):
 
@@ -28,6 +31,8 @@ Example recipe::
     [generator]
     function = "common.datasets.examples:damped_oscillator"
     options = { n_times = 32 }
+    labels = ["times", "displacement", "velocity", "energy"]   # optional: the keys of every sample
+    allow_nonfinite = false   # optional: keep samples holding NaN or inf (default: failed)
     timeout = 60.0         # optional: seconds per attempt of a sample
     retries = 1            # optional: extra attempts for a sample that raised
 
@@ -38,7 +43,7 @@ Example recipe::
 
     [sampling]
     method = "sobol"       # grid | random | sobol | lhs
-    n = 64
+    n = 64                 # random, sobol: raise it later to extend the dataset
     seed = 0
 
     [output]
@@ -70,10 +75,12 @@ __all__ = [
     "load_recipe",
     "loads_recipe",
     "resolve_function",
+    "generator_module",
     "generator_source",
     "sample_parameters",
     "sample_seed",
     "RESERVED_COLUMNS",
+    "EXTENDABLE_METHODS",
 ]
 
 RESERVED_COLUMNS = ("sample_id", "sample_seed")
@@ -81,6 +88,14 @@ RESERVED_COLUMNS = ("sample_id", "sample_seed")
 
 EXECUTION_KEYS = ("timeout", "retries")
 """``[generator]`` keys that change how samples run, not their content (not fingerprinted)."""
+
+EXTENDABLE_METHODS = ("random", "sobol")
+"""Sampling methods whose first points do not depend on ``n``: raising ``n`` extends such a dataset.
+
+``random`` draws the points one after the other from a seeded generator, ``sobol`` takes
+the first ``n`` points of one scrambled sequence. ``lhs`` draws a new Latin hypercube for
+every ``n``; ``grid``'s size follows from its ``points`` (part of the fingerprint).
+"""
 
 
 @dataclasses.dataclass
@@ -94,6 +109,10 @@ class GeneratorTable:
         labels: the keys every sample must return (checked on the first sample to finish,
             before the others are scheduled, and then on every sample); default: the
             keys of the first finished sample.
+        allow_nonfinite: keep samples whose results hold NaN or infinity; by default
+            (False) such a sample is recorded as failed (``NonFiniteLabelError``, naming
+            the keys). Part of the fingerprint when True: it decides which samples the
+            dataset holds.
         timeout: seconds one attempt of a sample may run (None: no limit).
         retries: extra attempts for a sample that raised (0: none).
     """
@@ -101,6 +120,7 @@ class GeneratorTable:
     function: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     labels: list[str] | None = None
+    allow_nonfinite: bool = False
     timeout: float | None = None
     retries: int = 0
 
@@ -197,7 +217,8 @@ class Sampling:
         method: ``"grid"`` (the full cross product; ``n`` may be omitted), ``"random"``
             (i.i.d. uniform), ``"sobol"`` (scrambled Sobol) or ``"lhs"`` (Latin hypercube).
         n: number of samples (required except for ``grid``, where it must equal the
-            product of the grid sizes if given).
+            product of the grid sizes if given). Not part of the recipe's fingerprint: a
+            dataset of a method in :data:`EXTENDABLE_METHODS` is extended by raising it.
         seed: seeds the sampling and, with the sample id, each sample's seed.
     """
 
@@ -250,15 +271,33 @@ class Recipe:
         return self.sampling.n
 
     def fingerprint(self) -> str:
-        """SHA-256 of what determines the samples (generator, options, parameters, sampling).
+        """SHA-256 of what determines the samples (generator, options, labels, parameters, sampling).
 
-        Two recipes with the same fingerprint produce the same dataset; the runner refuses
-        to resume a file made by a recipe with another fingerprint.
+        Two recipes with the same fingerprint produce the same samples; the runner refuses
+        to resume a file made by a recipe with another fingerprint. ``sampling.n`` is left
+        out: a recipe of :data:`EXTENDABLE_METHODS` with a larger ``n`` extends the dataset
+        (its first samples are the same), and the runner refuses other changes of ``n``.
+        ``allow_nonfinite`` counts only when True, so recipes without it keep the
+        fingerprint they had before it existed.
         """
+        content = self._fingerprinted()
+        del content["sampling"]["n"]
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+    def fingerprint_with_n(self, n: int | None) -> str:
+        """The fingerprint as ``common.datasets`` computed it before it left ``n`` out, with
+        ``sampling.n = n``: what files written by those versions store."""
+        content = self._fingerprinted()
+        content["sampling"]["n"] = n
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+    def _fingerprinted(self) -> dict[str, Any]:
         content = {key: config.to_dict(self)[key] for key in ("generator", "parameters", "sampling")}
         for key in EXECUTION_KEYS:
             del content["generator"][key]
-        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+        if not self.generator.allow_nonfinite:
+            del content["generator"]["allow_nonfinite"]
+        return content
 
     def error(self, reason: str, key_path: tuple) -> config.ConfigError:
         """A :class:`common.config.ConfigError` naming this recipe's file and the line of ``key_path``."""
@@ -295,20 +334,25 @@ def resolve_function(reference: str) -> Callable:
     return target
 
 
+def generator_module(function: Callable, reference: str) -> Any:
+    """The module defining a generator (for a ``functools.partial`` or an instance, the module
+    named by its ``"module:callable"`` reference)."""
+    return inspect.getmodule(function) or importlib.import_module(reference.partition(":")[0])
+
+
 def generator_source(function: Callable, reference: str) -> tuple[str, str]:
-    """The source file of a generator and the SHA-256 of its bytes: the generator's code fingerprint.
+    """The source file of a generator and the SHA-256 of its bytes.
 
     The file is that of the module defining ``function`` (for a ``functools.partial`` or an
-    instance, of the module named by ``reference``). Only this file is hashed: a change in
-    a module it imports is not seen (the dataset's provenance also records the package
-    version and git commit).
+    instance, of the module named by ``reference``). Only this file is hashed; the code the
+    generator runs, with the modules it imports, is fingerprinted by
+    :func:`common.datasets.code_fingerprint.code_fingerprint`.
 
     Returns:
         ``(path, sha256 hex digest)``; ``("", "")`` if the callable has no source file
         (a builtin).
     """
-    module = inspect.getmodule(function) or importlib.import_module(reference.partition(":")[0])
-    path = getattr(module, "__file__", None)
+    path = getattr(generator_module(function, reference), "__file__", None)
     if not path:
         return "", ""
     return path, hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()

@@ -8,21 +8,29 @@ duplicated or lost. The ids are trusted only once this run holds the writer's lo
 runs of one recipe at the same time never both write a sample (the second one is refused,
 naming the file).
 
-Failures are of two kinds. A sample that raises (after the recipe's ``retries``), or runs
-past its ``timeout``, is recorded in the ``failed`` table with the host and worker that ran
-it; ``generate(..., retry_failed=True)`` (``--retry-failed``) runs such samples again. An
+Failures are of two kinds. A sample that raises (after the recipe's ``retries``), runs
+past its ``timeout``, or returns NaN or infinity (a :class:`NonFiniteLabelError` naming the
+keys and counts, unless the recipe's ``[generator]`` says ``allow_nonfinite = true``), is
+recorded in the ``failed`` table with the host and worker that ran it;
+``generate(..., retry_failed=True)`` (``--retry-failed``) runs such samples again. An
 *infrastructure* failure (the generator cannot be imported on a worker, a module it needs
 is missing there, the worker holds other generator code, a worker process dies) is not the
 sample's fault: on a Dask cluster the sample is rerun on other workers; if that is not
 possible it is logged in the ``infrastructure`` table, not in ``failed``, and stays to do
 for the next run (the command line then exits with status 3).
 
-The generator's code is fingerprinted (the SHA-256 of its module's file, with the function
-and options): resuming a file made by other generator code is refused unless
-``allow_changed_generator=True`` (``--allow-changed-generator``); every run records the
-fingerprint it used in the ``runs`` table. The first sample to finish is checked (its keys
-against the recipe's ``labels``, its keys, shapes and dtypes against the samples already in
-the file) before the rest is scheduled.
+The code that computes the samples is fingerprinted
+(:mod:`common.datasets.code_fingerprint`): the SHA-256 of the generator's module and of
+every module of the project, or beside the generator, that it imports (transitively), and
+the versions of the data packages (torch, numpy, scipy, h5py, tblite, openmm). Resuming a
+file created by other code is refused, naming the files and versions that changed, unless
+``allow_changed_generator=True`` (``--allow-changed-generator``); every run records its
+fingerprint, and what changed, in the ``runs`` table. Each worker checks it holds the same
+code (else an infrastructure failure). Raising the recipe's ``n`` extends a dataset of
+``random`` or ``sobol`` sampling (its first samples stay the same; see
+:mod:`common.datasets.resuming` for every check made before a file is resumed). The first
+sample to finish is checked (its keys against the recipe's ``labels``, its keys, shapes and
+dtypes against the samples already in the file) before the rest is scheduled.
 
 File layout (columnar, first axis the sample, in completion order):
 
@@ -37,17 +45,23 @@ File layout (columnar, first axis the sample, in completion order):
   ``error_type``, ``message``: samples that could not run because of their worker;
 * ``runs`` table: one ``start`` and one ``finish`` record per invocation (UTC time, host,
   process id, package version, command, workers or scheduler, counts, generator
-  fingerprint);
-* root attributes: :func:`common.io.provenance` (package version, git commit, host,
-  creation time, command, the recipe as JSON, the sampling seed) plus ``recipe`` (the
-  TOML text), ``recipe_source``, ``recipe_fingerprint``, ``generator``, ``n_samples``,
-  ``generator_file``, ``generator_source_sha256`` and ``generator_fingerprint``.
+  fingerprint, ``code_changes``: what differs from the code the file was created with,
+  ``""`` if nothing; ``n_samples``: the recipe's ``n``). Files written before code
+  fingerprints keep their ``runs`` columns (without the last two);
+* root attributes (written when the file is created): :func:`common.io.provenance`
+  (package version, git commit, host, creation time, command, the recipe as JSON, the
+  sampling seed) plus ``recipe`` (the TOML text), ``recipe_source``, ``recipe_fingerprint``
+  (without ``n``), ``generator``, ``n_samples`` (the recipe's ``n`` then),
+  ``generator_file``, ``generator_source_sha256`` (its module's file), ``code_files``
+  (JSON: relative path -> SHA-256 of each file of the code), ``package_versions`` (JSON:
+  package -> version) and ``generator_fingerprint`` (SHA-256 of the function, options,
+  code files and versions). Files written before code fingerprints have no ``code_files``
+  or ``package_versions``, and their ``generator_fingerprint`` covers the module's file only.
 """
 
 import dataclasses
 import datetime
 import functools
-import hashlib
 import json
 import os
 import pathlib
@@ -60,6 +74,7 @@ import h5py
 import numpy as np
 
 from common import config, io, parallel
+from common.datasets.code_fingerprint import CodeFingerprint, code_fingerprint, describe_changes
 from common.datasets.recipe import (
     RESERVED_COLUMNS,
     Recipe,
@@ -69,9 +84,10 @@ from common.datasets.recipe import (
     sample_parameters,
 )
 from common.datasets.recipe import sample_seed as derive_seed
+from common.datasets.resuming import FileState, generator_fingerprint, open_locked
 from common.errors import ConfigurationError, DataError
 
-__all__ = ["generate", "GenerationSummary", "read_dataset"]
+__all__ = ["generate", "GenerationSummary", "read_dataset", "NonFiniteLabelError"]
 
 _MAX_LISTED = 20  # sample ids listed in a summary line
 
@@ -153,32 +169,50 @@ def _listed(ids: list[int]) -> str:
 # worker side
 
 
-@functools.lru_cache(maxsize=8)
-def _worker_generator(function_reference: str, source_sha256: str) -> Any:
+class NonFiniteLabelError(DataError):
+    """A sample's results hold NaN or infinity and the recipe does not say ``allow_nonfinite = true``."""
+
+
+_WORKER_GENERATORS: dict[tuple[str, str], Any] = {}  # (reference, code digest) -> generator, per process
+
+
+def _worker_generator(function_reference: str, code: CodeFingerprint) -> Any:
     """The generator, imported once per worker process and checked to be the run's code.
 
     Raises:
-        common.parallel.InfrastructureError: if it cannot be imported here, or its module
-            file differs from the one the run was started with.
+        common.parallel.InfrastructureError: if it cannot be imported here, or its code (its
+            module, the modules it imports, the data packages' versions) differs from the code
+            the run was started with (the message names the files and versions).
     """
+    key = (function_reference, code.digest)
+    if key in _WORKER_GENERATORS:
+        return _WORKER_GENERATORS[key]
     where = f"on host {socket.gethostname()} (pid {os.getpid()})"
     try:
         function = resolve_function(function_reference)
     except ValueError as error:
         raise parallel.InfrastructureError(f"cannot import the generator {where}: {error}") from error
-    path, digest = generator_source(function, function_reference)
-    if digest != source_sha256:
+    changes = code_fingerprint(function, function_reference).changes_since(code)
+    if changes:
+        path, _ = generator_source(function, function_reference)
         raise parallel.InfrastructureError(
-            f"the generator's module {path} {where} is not the code this run started with "
-            f"(sha256 {digest[:12]} here, {source_sha256[:12]} expected)"
+            f"the code of the generator {path} {where} is not the code this run started with: "
+            f"{describe_changes(changes)} (here, against the run's)"
         )
+    _WORKER_GENERATORS[key] = function
     return function
 
 
-def _run_sample(function_reference: str, options: dict, source_sha256: str, job: tuple) -> dict:
-    """Worker side: one generator call, its result made picklable as numpy arrays."""
+def _run_sample(
+    function_reference: str, options: dict, code: CodeFingerprint, allow_nonfinite: bool, job: tuple
+) -> dict:
+    """Worker side: one generator call, its result made picklable as numpy arrays.
+
+    Raises:
+        NonFiniteLabelError: if the result holds NaN or infinity and not ``allow_nonfinite``.
+    """
     _, parameters, seed = job
-    function = _worker_generator(function_reference, source_sha256)
+    function = _worker_generator(function_reference, code)
     try:
         result = function(dict(parameters), seed, **options)
     except ImportError as error:  # a module missing on this worker: its environment, not the sample
@@ -190,7 +224,26 @@ def _run_sample(function_reference: str, options: dict, source_sha256: str, job:
         raise TypeError(
             f"{function_reference} must return a non-empty dict of name -> array, got {type(result).__name__}"
         )
-    return {key: _to_numpy(value) for key, value in result.items()}
+    result = {key: _to_numpy(value) for key, value in result.items()}
+    if not allow_nonfinite:
+        _check_finite(function_reference, result)
+    return result
+
+
+def _check_finite(function_reference: str, result: dict) -> None:
+    """Raise :class:`NonFiniteLabelError` naming each key holding NaN or infinity, and how many values."""
+    found = []
+    for key, value in sorted(result.items()):
+        array = np.asarray(value)
+        if array.dtype.kind in "fc":
+            nan, non_finite = int(np.isnan(array).sum()), int((~np.isfinite(array)).sum())
+            if non_finite:
+                found.append(f"{key!r} {non_finite} of {array.size} ({nan} NaN, {non_finite - nan} inf)")
+    if found:
+        raise NonFiniteLabelError(
+            f"{function_reference} returned non-finite values: {', '.join(found)}; set "
+            "allow_nonfinite = true in the recipe's [generator] table to keep such samples"
+        )
 
 
 def _to_numpy(value: Any) -> Any:
@@ -227,102 +280,6 @@ def _checked_result(recipe: Recipe, parameters: dict, result: dict) -> dict:
     return result
 
 
-@dataclasses.dataclass
-class _FileState:
-    """What an existing dataset file holds (read under the writer's lock)."""
-
-    finished: set[int]
-    failed: dict[int, str]  # sample id -> "ErrorType: message" of its last failure
-    counts: dict[str, int]  # rows per table
-
-
-def _generator_fingerprint(recipe: Recipe, source_sha256: str) -> str:
-    content = {
-        "function": recipe.generator.function,
-        "options": recipe.generator.options,
-        "source_sha256": source_sha256,
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-
-
-def _read_state(
-    writer: io.H5Writer, recipe: Recipe, generator_fingerprint: str, source_sha256: str, allow_changed: bool
-) -> _FileState:
-    """The ids the file holds, read through its (locked) writer, after checking it was made by
-    this recipe and generator code."""
-    path = writer.path
-    attributes = writer.attributes
-    if attributes.get("recipe_fingerprint") is None:
-        raise ConfigurationError(
-            f"{path} exists but was not written by common.datasets; choose another output path"
-        )
-    if attributes["recipe_fingerprint"] != recipe.fingerprint():
-        raise ConfigurationError(
-            f"{path} was generated from a different recipe (generator, parameters or sampling "
-            f"differ); resuming would mix datasets. Choose another output path or delete the file"
-        )
-    stored = attributes.get("generator_fingerprint")
-    if stored is None:
-        raise ConfigurationError(
-            f"{path} was made by an earlier common.datasets that did not fingerprint the generator's "
-            "code, so resuming it could mix outputs of different code; generate into a new file"
-        )
-    if stored != generator_fingerprint and not allow_changed:
-        raise ConfigurationError(
-            f"{path} was made by other code of the generator {recipe.generator.function} "
-            f"(its module {attributes.get('generator_file', '?')} had sha256 "
-            f"{str(attributes.get('generator_source_sha256', '?'))[:12]} then, {source_sha256[:12]} now); "
-            "resuming would mix the outputs of two versions. Generate into a new file, or pass "
-            "allow_changed_generator=True (--allow-changed-generator) to resume anyway "
-            "(each run records its fingerprint in 'runs')"
-        )
-    columns = {"/": ["sample_id"], "failed": ["sample_id", "error_type", "message"], "runs": ["event"]}
-    tables = {group: writer.read(group, keys) for group, keys in columns.items()}
-    tables = {group: table for group, table in tables.items() if table}
-    counts = {group: len(tables[group][keys[0]]) if group in tables else 0 for group, keys in columns.items()}
-    finished = {int(sample_id) for sample_id in tables["/"]["sample_id"]} if "/" in tables else set()
-    failed = {}
-    if "failed" in tables:
-        table = tables["failed"]
-        for sample_id, error_type, message in zip(table["sample_id"], table["error_type"], table["message"]):
-            if int(sample_id) not in finished:
-                failed[int(sample_id)] = f"{error_type}: {message}"  # the last failure wins
-    return _FileState(finished, failed, counts)
-
-
-def _open_locked(
-    path: pathlib.Path, recipe: Recipe, attributes: dict, allow_changed: bool
-) -> tuple[io.H5Writer, _FileState]:
-    """Open the writer (taking the file's lock), then read the finished and failed ids through it.
-
-    Holding the lock before reading means no other run can write between the read and this
-    run's first append: two runs of one recipe never compute or write a sample twice.
-
-    Raises:
-        RuntimeError: if another process is writing the file (another ``generate`` of it).
-        common.errors.ConfigurationError: the file was made by another recipe or generator code.
-    """
-    try:
-        writer = io.H5Writer(path, attributes=attributes)
-    except RuntimeError as error:
-        raise RuntimeError(
-            f"{path} is being written by another process (another generate run of this recipe?); "
-            f"wait for it to finish, or give another output file ({error})"
-        ) from error
-    try:
-        state = _read_state(
-            writer,
-            recipe,
-            attributes["generator_fingerprint"],
-            attributes["generator_source_sha256"],
-            allow_changed,
-        )
-    except BaseException:
-        writer.close()
-        raise
-    return writer, state
-
-
 def _executor_name(workers: int | None, scheduler: Any) -> str:
     if scheduler is not None:
         return f"dask {scheduler if isinstance(scheduler, str) else scheduler.scheduler.address}"
@@ -335,10 +292,19 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _run_record(event: str, executor: str, fingerprint: str, summary: "GenerationSummary") -> dict[str, Any]:
+def _append_run(
+    writer: io.H5Writer,
+    event: str,
+    executor: str,
+    recipe: Recipe,
+    state: FileState,
+    summary: "GenerationSummary",
+) -> None:
+    """Append a ``start`` or ``finish`` record to ``runs`` (without the columns a file written by an
+    earlier version lacks)."""
     import common
 
-    return {
+    record = {
         "event": event,
         "time_utc": _utc_now(),
         "host": socket.gethostname(),
@@ -346,11 +312,15 @@ def _run_record(event: str, executor: str, fingerprint: str, summary: "Generatio
         "version": common.__version__,
         "command": " ".join(sys.argv),
         "executor": executor,
-        "generator_fingerprint": fingerprint,
+        "generator_fingerprint": state.fingerprint,
+        "code_changes": describe_changes(state.code_changes),
+        "n_samples": recipe.n_samples,
         "succeeded": summary.succeeded,
         "failed": summary.failed,
         "infrastructure_failures": len(summary.infrastructure),
     }
+    columns = writer.columns("runs") or list(record)
+    writer.append({key: value for key, value in record.items() if key in columns}, group="runs")
 
 
 def generate(
@@ -409,19 +379,21 @@ def generate(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigurationError(f"generate: limit must be a positive int (number of samples), got {limit!r}")
     path = pathlib.Path(output if output is not None else recipe.output.path)
-    generator_file, source_sha256 = generator_source(
-        resolve_function(recipe.generator.function), recipe.generator.function
-    )
-    fingerprint = _generator_fingerprint(recipe, source_sha256)
-    attributes = _file_attributes(recipe, generator_file, source_sha256, fingerprint)
+    function = resolve_function(recipe.generator.function)
+    code = code_fingerprint(function, recipe.generator.function)
+    attributes = _file_attributes(recipe, generator_source(function, recipe.generator.function), code)
     parameters = sample_parameters(recipe)
     requested = len(parameters) if limit is None else min(limit, len(parameters))
     run_function = functools.partial(
-        _run_sample, recipe.generator.function, recipe.generator.options, source_sha256
+        _run_sample,
+        recipe.generator.function,
+        recipe.generator.options,
+        code,
+        recipe.generator.allow_nonfinite,
     )
     executor = _executor_name(workers, scheduler)
     start = time.perf_counter()
-    writer, state = _open_locked(path, recipe, attributes, allow_changed_generator)
+    writer, state = open_locked(path, recipe, attributes, parameters, allow_changed_generator)
     with writer:
         failed_before = {sample_id for sample_id in state.failed if sample_id < requested}
         skipped = state.finished | (set() if retry_failed else failed_before)
@@ -433,7 +405,7 @@ def generate(
         ]
         summary = GenerationSummary(path, requested, len(done), 0, 0, 0.0)
         summary.retried = len(failed_before) if retry_failed else 0
-        writer.append(_run_record("start", executor, fingerprint, summary), group="runs")
+        _append_run(writer, "start", executor, recipe, state, summary)
         bar = tqdm(
             total=requested,
             initial=len(done),
@@ -460,21 +432,29 @@ def generate(
             summary.seconds = time.perf_counter() - start
         failed_now = {sample_id for sample_id, _ in summary.failures}
         summary.unresolved = sorted((failed_before | failed_now) - outcomes.finished_now)
-        writer.append(_run_record("finish", executor, fingerprint, summary), group="runs")
+        _append_run(writer, "finish", executor, recipe, state, summary)
     return summary
 
 
-def _file_attributes(recipe: Recipe, generator_file: str, source_sha256: str, fingerprint: str) -> dict:
-    """The attributes of a dataset file: provenance, the recipe, and the generator's identity."""
+def _file_attributes(recipe: Recipe, generator_file: tuple[str, str], code: CodeFingerprint) -> dict:
+    """The attributes of a dataset file: provenance, the recipe, and the generator's code.
+
+    Args:
+        recipe: the recipe.
+        generator_file: the generator's module file and its SHA-256 (:func:`generator_source`).
+        code: the code the generator runs.
+    """
+    path, source_sha256 = generator_file
     return {
         **io.provenance(recipe.to_dict(), seed=recipe.sampling.seed),
         "recipe": recipe.text or config.dumps(recipe.to_dict()),
         "recipe_source": recipe.source,
         "recipe_fingerprint": recipe.fingerprint(),
         "generator": recipe.generator.function,
-        "generator_file": generator_file,
+        "generator_file": path,
         "generator_source_sha256": source_sha256,
-        "generator_fingerprint": fingerprint,
+        "generator_fingerprint": generator_fingerprint(recipe, code),
+        **code.attributes(),
         "n_samples": recipe.n_samples,
     }
 

@@ -157,6 +157,11 @@ class H5Writer:
         table = self._tables.get(group_name(group))
         return 0 if table is None else table.count
 
+    def columns(self, group: str = "/") -> list[str]:
+        """The column names of the table ``group``, sorted (empty if it does not exist yet)."""
+        table = self._tables.get(group_name(group))
+        return [] if table is None else sorted(table.columns)
+
     def read(self, group: str = "/", keys: list[str] | None = None) -> dict[str, np.ndarray]:
         """The complete records of the table ``group`` of this writer's file, read through the writer.
 

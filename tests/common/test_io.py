@@ -190,6 +190,8 @@ def test_writer_round_trip_types_and_appending_later(tmp_path):
             )
     with io.H5Writer(path) as writer:  # reopening appends
         assert writer.count() == 3
+        assert writer.columns() == ["complex", "elements", "energy", "forces", "index", "label", "ok"]
+        assert writer.columns("failed") == []  # no such table yet
         assert (
             writer.append(
                 {

@@ -24,6 +24,14 @@ def fails_first_attempt(params, seed, marks=""):
     return {"y": np.float64(params["x"])}
 
 
+def nonfinite_while_flagged(params, seed, flag=""):
+    """``{"y": x, "z": [x, 0, 1]}``; for ``x > 0.5``, while the file ``flag`` exists, ``y`` is NaN and ``z``
+    holds an infinity (a calculation that diverges until it is fixed)."""
+    x = params["x"]
+    broken = bool(flag) and pathlib.Path(flag).exists() and x > 0.5
+    return {"y": np.float64(np.nan if broken else x), "z": np.array([x, np.inf if broken else 0.0, 1.0])}
+
+
 def logged(params, seed, log="", delay=0.0, extra_key=False):
     """Appends the seed to the file ``log``, sleeps ``delay`` s, returns ``{"y": x}`` (and ``"z"``)."""
     with open(log, "a") as handle:

@@ -18,6 +18,7 @@ from scipy.integrate import solve_ivp
 from scipy.stats import qmc
 
 from common import config, datasets, io
+from common.datasets.code_fingerprint import CodeFingerprint, package_versions
 from common.datasets.examples import damped_oscillator
 from common.errors import DataError
 
@@ -522,6 +523,50 @@ def test_retry_failed_reruns_failed_samples_and_resolves_them(tmp_path):
     assert len(set(log["worker"])) == 1 and log["worker"][0] != f"pid {os.getpid()}"  # the command's process
 
 
+def test_samples_with_nonfinite_labels_fail_naming_the_keys_unless_allowed(tmp_path):
+    flag = tmp_path / "diverging"
+    flag.touch()
+    options = f'flag = "{flag.as_posix()}"'
+    path = _small_recipe(tmp_path, "nonfinite_while_flagged", options, n=16)
+    parameters = datasets.sample_parameters(datasets.load_recipe(path))
+    diverging = sorted(i for i, values in enumerate(parameters) if values["x"] > 0.5)
+    assert 0 < len(diverging) < 16
+
+    summary = datasets.generate(path, workers=0, progress=False)
+    counts = (summary.succeeded, summary.failed, summary.unresolved)
+    assert counts == (16 - len(diverging), len(diverging), diverging)
+    table = datasets.read_dataset(tmp_path / "small.h5")
+    assert table["sample_id"].tolist() == sorted(set(range(16)) - set(diverging))
+    assert np.isfinite(table["y"]).all() and np.isfinite(table["z"]).all()
+    failed = datasets.read_dataset(tmp_path / "small.h5", "failed")
+    assert failed["sample_id"].tolist() == diverging
+    assert set(failed["error_type"]) == {"NonFiniteLabelError"}
+    for message in failed["message"]:
+        assert "'y' 1 of 1 (1 NaN, 0 inf), 'z' 1 of 3 (0 NaN, 1 inf)" in message
+        assert "allow_nonfinite = true" in message
+
+    flag.unlink()  # the calculation is fixed: --retry-failed runs them again
+    retried = datasets.generate(path, workers=0, retry_failed=True, progress=False)
+    assert (retried.succeeded, retried.failed, retried.unresolved) == (len(diverging), 0, [])
+    assert datasets.read_dataset(tmp_path / "small.h5")["sample_id"].tolist() == list(range(16))
+
+    flag.touch()
+    kept = _small_recipe(tmp_path, "nonfinite_while_flagged", options, n=16, extra="allow_nonfinite = true",
+                         name="kept")
+    assert datasets.load_recipe(kept).fingerprint() != datasets.load_recipe(path).fingerprint()
+    summary = datasets.generate(kept, workers=0, progress=False)
+    assert (summary.succeeded, summary.failed) == (16, 0)
+    table = datasets.read_dataset(tmp_path / "kept.h5")
+    assert np.isnan(table["y"][diverging]).all() and np.isinf(table["z"][diverging, 1]).all()
+    np.testing.assert_array_equal(np.isfinite(table["y"]), table["x"] <= 0.5)
+
+    kept.write_text(kept.read_text().replace("allow_nonfinite = true", 'allow_nonfinite = "yes"'))
+    with pytest.raises(config.ConfigError, match="key 'allow_nonfinite': expected bool") as raised:
+        datasets.load_recipe(kept)
+    lines = kept.read_text().splitlines()
+    assert raised.value.line == lines.index('allow_nonfinite = "yes"') + 1 and str(kept) in str(raised.value)
+
+
 @pytest.mark.slow
 def test_retries_and_timeout_recipe_keys(tmp_path):
     marks = tmp_path / "marks"
@@ -705,9 +750,12 @@ def test_a_worker_holding_other_generator_code_refuses_to_run_it():
     reference = "common.datasets.examples:damped_oscillator"
     job = (0, {"frequency": 1.0, "damping": 0.1}, 0)
     examples = ROOT / "common" / "datasets" / "examples.py"
-    digest = hashlib.sha256(examples.read_bytes()).hexdigest()
-    result = runner._run_sample(reference, {"n_times": 4}, digest, job)  # the code the run started with
+    # examples.py imports no module of the project: its code is that one file, and the package versions
+    code = CodeFingerprint({"common/datasets/examples.py": hashlib.sha256(examples.read_bytes()).hexdigest()},
+                           package_versions())
+    result = runner._run_sample(reference, {"n_times": 4}, code, False, job)  # the code the run started with
     assert result["displacement"].shape == (4,)
+    other = CodeFingerprint({**code.files, "common/datasets/examples.py": "0" * 64}, code.packages)
     with pytest.raises(parallel.InfrastructureError, match="is not the code this run started with") as raised:
-        runner._run_sample(reference, {"n_times": 4}, "0" * 64, job)  # the run started with other code
-    assert str(examples) in str(raised.value)
+        runner._run_sample(reference, {"n_times": 4}, other, False, job)  # the run started with other code
+    assert str(examples) in str(raised.value) and "common/datasets/examples.py changed" in str(raised.value)
