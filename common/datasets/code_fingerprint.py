@@ -21,8 +21,9 @@ Other packages are not hashed: their versions stand for them (only those of
 
 Not seen: modules imported by a computed name (``import_module(f"mindelec.{name}")``) or
 reached as attributes of a package imported whole (``import mindelec; mindelec.sweeps``),
-compiled kernels and their C++ sources, data files a generator reads, and packages outside
-:data:`DATA_PACKAGES`. A followed import that is never executed still counts: a change there
+data files a generator reads, and packages outside :data:`DATA_PACKAGES`. Compiled kernels are
+seen through their sources: a followed ``_kernels`` package brings the ``.cpp`` and ``.h`` files
+beside its ``__init__.py``. A followed import that is never executed still counts: a change there
 is reported, which errs on the safe side.
 """
 
@@ -53,7 +54,7 @@ __all__ = [
 PROJECT_PACKAGES = ("common", "mindelec", "mindsponge")
 """This repository's packages: a generator's imports of their modules are hashed."""
 
-DATA_PACKAGES = ("torch", "numpy", "scipy", "h5py", "tblite", "openmm")
+DATA_PACKAGES = ("torch", "numpy", "scipy", "h5py", "tblite", "openmm", "rdkit")
 """The packages whose versions a dataset records (those installed): they compute, sample or store the data."""
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -175,7 +176,7 @@ class _ImportWalk:
                     if found[1] not in seen:
                         seen.add(found[1])
                         pending.append(found)
-        return sorted(seen)
+        return sorted(seen | set(_kernel_sources(seen)))
 
     def _module_files(self, name: str) -> Iterator[tuple[str, pathlib.Path]]:
         """``(module name, file)`` of each of ``a``, ``a.b``, ``a.b.c`` for ``name = "a.b.c"`` that is a
@@ -215,6 +216,14 @@ class _ImportWalk:
         if top in PROJECT_PACKAGES:
             return self._spec(top) is not None
         return self.home not in _installation_folders() and self._home(top) == self.home
+
+
+def _kernel_sources(files) -> Iterator[pathlib.Path]:
+    """The C++ sources (``.cpp``, ``.h``) beside each ``_kernels/__init__.py`` among ``files``."""
+    for file in files:
+        if file.name == "__init__.py" and file.parent.name == "_kernels":
+            for suffix in ("*.cpp", "*.h"):
+                yield from (source.resolve() for source in file.parent.glob(suffix))
 
 
 def _imported_names(module_name: str, path: pathlib.Path) -> set[str]:

@@ -22,7 +22,7 @@ for the next run (the command line then exits with status 3).
 The code that computes the samples is fingerprinted
 (:mod:`common.datasets.code_fingerprint`): the SHA-256 of the generator's module and of
 every module of the project, or beside the generator, that it imports (transitively), and
-the versions of the data packages (torch, numpy, scipy, h5py, tblite, openmm). Resuming a
+the versions of the data packages (torch, numpy, scipy, h5py, tblite, openmm, rdkit). Resuming a
 file created by other code is refused, naming the files and versions that changed, unless
 ``allow_changed_generator=True`` (``--allow-changed-generator``); every run records its
 fingerprint, and what changed, in the ``runs`` table. Each worker checks it holds the same

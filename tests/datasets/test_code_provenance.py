@@ -277,3 +277,20 @@ def test_the_fingerprint_follows_relative_and_literal_imports_of_a_generator_pac
     assert set(code.files) == expected  # named relative to the folder holding the generator's package
     for name in expected:
         assert code.files[name] == _sha256(root / name)
+
+
+def test_the_fingerprint_of_an_fdtd_generator_covers_the_compiled_kernel_sources():
+    """A change in the C++ the FDTD runs is a change in the data: the kernel's sources are hashed."""
+    reference = "mindelec.antennas:patch_antenna_sample"
+    code = code_fingerprint(resolve_function(reference), reference)
+    kernel = pathlib.Path(__file__).resolve().parents[2] / "mindelec" / "_kernels" / "yee.cpp"
+    assert code.files["mindelec/_kernels/yee.cpp"] == _sha256(kernel)
+    assert "mindelec/fdtd/updates.py" in code.files
+
+
+def test_the_data_packages_include_rdkit_which_builds_the_molecules():
+    import importlib.metadata
+
+    reference = "mindsponge.labels:xtb_sample"
+    code = code_fingerprint(resolve_function(reference), reference)
+    assert code.packages["rdkit"] == importlib.metadata.version("rdkit")
