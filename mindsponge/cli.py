@@ -71,6 +71,7 @@ from common import config as config_module
 from common.deprecation import warn_deprecated
 from common.errors import SimulationError
 from common.output_paths import output_folder
+from mindsponge import cli_replicas
 from mindsponge.cli_replicas import ReplicasConfig
 
 __all__ = ["RunConfig", "main", "run"]
@@ -406,8 +407,6 @@ def _output_files(config, folder):
     """The output files of the run (by ``[output]`` key, or by name for ``[replicas]``), resolved and
     inside ``folder``; nothing is written."""
     if config.replicas is not None:
-        from mindsponge import cli_replicas
-
         return {name: folder.file(name) for name in cli_replicas.OUTPUT_FILES}
     output = config.output
     keys = ("log", "trajectory", "checkpoint", "final_structure")
@@ -456,8 +455,6 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     barostat = _barostat(config.barostat)
     output = config.output
     if config.replicas is not None:
-        from mindsponge import cli_replicas
-
         return cli_replicas.run(config, files, system, forcefield, integrator, thermostat, precision,
                                 resume, progress)
     checkpoint = files["checkpoint"]

@@ -3,6 +3,7 @@ folder (``..``, absolute, a symbolic link) and output files that are symbolic li
 refused with the file, line and key before anything is written; out-of-range values name their file,
 line and key too. (A subfolder and ``--output`` elsewhere are run in ``test_cli.py``.)"""
 
+import pathlib
 import re
 
 import pytest
@@ -145,3 +146,16 @@ def test_hydrogen_mass_with_a_serialized_system_names_its_line(tmp_path, capsys)
     message = capsys.readouterr().err
     assert message.startswith(f"error: {path}:7: [forcefield] key 'hydrogen_mass': cannot apply to [system] "
                               "openmm_xml"), message
+
+
+def test_a_barostat_without_a_periodic_box_names_its_table_line(tmp_path, capsys):
+    dipeptide = pathlib.Path(__file__).parent / "data" / "alanine_dipeptide.pdb"  # no CRYST1: no box
+    text = (f'steps = 4\n[system]\npdb = "{dipeptide}"\n[forcefield]\nfiles = ["amber14-all.xml"]\n'
+            'nonbonded_method = "NoCutoff"\n\n[barostat]\nevery = 5\n[output]\ndirectory = "out"\n')
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    capsys.readouterr()
+    assert main(["run", str(path), "--quiet"]) == 2
+    message = capsys.readouterr().err
+    assert message.startswith(f"error: {path}:8: key 'barostat': needs a periodic system"), message
+    assert not (tmp_path / "out").exists()
