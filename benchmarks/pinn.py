@@ -241,7 +241,7 @@ def run(args, setup, reference, network):
     problem, scales = build(setup, args.batch, args.formulation, args.absorbing_order)
     model = make_model(args, problem, network)
     if args.initial and network == args.network:
-        model.load_state_dict(torch.load(args.initial))
+        model.load_state_dict(torch.load(args.initial, weights_only=True))
     result = pinn.train_schedule(
         setup,
         model,

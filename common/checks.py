@@ -14,12 +14,14 @@ Example::
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.errors import ConfigurationError, DataError
 
-__all__ = ["positive_int", "non_negative_int", "finite", "finite_cells", "positions"]
+if TYPE_CHECKING:  # imported where used, so that configuration checks do not load torch
+    import torch
+
+__all__ = ["positive_int", "non_negative_int", "positive", "finite", "finite_cells", "positions"]
 
 
 def positive_int(value, name: str) -> int:
@@ -44,6 +46,17 @@ def non_negative_int(value, name: str) -> int:
     return value
 
 
+def positive(value, name: str) -> float:
+    """``value`` as a float > 0 (an int is accepted); ``bool``, NaN and infinity are refused.
+
+    Raises:
+        ConfigurationError: naming ``name`` and the value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
 def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tensor:
     """Refuse NaN or infinite entries, naming the first bad ``item`` along the first axis.
 
@@ -58,6 +71,8 @@ def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tens
     Raises:
         DataError: with the index of the first row holding a non-finite value and that row's values.
     """
+    import torch
+
     if not torch.is_floating_point(tensor) and not torch.is_complex(tensor):
         return tensor
     bad = ~torch.isfinite(tensor.detach())
@@ -92,6 +107,8 @@ def finite_cells(value, name: str):
     Raises:
         DataError: ``"<name> is not finite at cell (3, 7): nan (2 cells in all)"``.
     """
+    import torch
+
     if not isinstance(value, torch.Tensor):
         if not math.isfinite(value):
             raise DataError(f"{name} is not finite: {value}")
@@ -114,6 +131,8 @@ def positions(tensor, name: str = "positions") -> torch.Tensor:
         ConfigurationError: wrong type or shape.
         DataError: a non-finite coordinate, naming the atom.
     """
+    import torch
+
     if not isinstance(tensor, torch.Tensor) or not torch.is_floating_point(tensor):
         raise ConfigurationError(
             f"{name} must be a floating torch tensor of shape (N, 3), got {type(tensor).__name__}"

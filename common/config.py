@@ -53,7 +53,7 @@ import tomllib
 
 from common.errors import ConfigurationError
 
-__all__ = ["ConfigError", "load", "loads", "from_dict", "to_dict", "dump", "dumps"]
+__all__ = ["ConfigError", "load", "loads", "from_dict", "to_dict", "dump", "dumps", "key_error"]
 
 KeyPath = tuple  # tuple[str | int, ...]: table names, keys and (0-based) list indices
 
@@ -132,6 +132,28 @@ def loads(text: str, schema: type, filename: str = "<string>") -> Any:
             f"TOML syntax error: {reason} (column {match.group(2)})", filename, int(match.group(1))
         ) from None
     return _Converter(filename, _LineIndex(text)).convert(data, schema, ())
+
+
+def key_error(source: str | pathlib.Path, key_path: KeyPath, reason: str) -> ConfigError:
+    """A :class:`ConfigError` for a check made after loading, naming the file, line and key.
+
+    For values only the caller can judge (an output folder outside the configuration's folder,
+    a setting the built system cannot take): the line is that of ``key_path`` in the file, or of
+    its table when the key was left to its default (``None`` if the file cannot be read).
+
+    Args:
+        source: the configuration file, as passed to :func:`load` (it is named as given).
+        key_path: the key, e.g. ``("output", "directory")`` or ``("structures", 1, "radius")``.
+        reason: what is wrong and what is expected, without the location.
+
+    Returns:
+        The error, to be raised by the caller.
+    """
+    try:
+        lines = _LineIndex(pathlib.Path(source).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        lines = None
+    return _Converter(str(source), lines).error(reason, tuple(key_path))
 
 
 def from_dict(data: Mapping[str, Any], schema: type, filename: str = "<dict>") -> Any:

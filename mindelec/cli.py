@@ -1,12 +1,20 @@
-"""The ``mindelec`` command line: ``mindelec run config.toml [--output DIR]``.
+"""The ``mindelec`` command line: ``mindelec run config.toml [--output DIR] [--quiet]``.
 
-``run`` loads a TOML configuration (schema :class:`RunConfig`, validated by ``common.config``), runs the
-FDTD simulation it describes, and writes into the output folder (printed at the end):
+``run`` loads a TOML configuration (schema :class:`RunConfig`, validated by ``common.config``: an
+unknown key or a bad value is reported with its file, line and key), runs the FDTD simulation it
+describes, and writes into the output folder (printed at the end):
 
 * ``result.h5`` - every monitor's tensors (``Result.save``) and the resolved configuration;
 * ``field.png`` - the field snapshot half-way through the run and the magnitude of the DFT field at the
   first source's centre frequency (3D: the z = 0 plane), with the structures outlined;
 * ``spectrum.png`` - the amplitude spectrum at each probe, normalised by the source spectrum.
+
+The output folder follows the rules of ``mindsponge run`` (:mod:`common.output_paths`): ``[output]
+directory`` is relative to the configuration file's folder and must stay inside it; ``--output DIR``
+(relative to the working directory) replaces it and may be anywhere; the output files must lie inside
+the output folder, symbolic links resolved. Without either, the folder is ``<config name>_output``:
+for this release still in the working directory, with a ``FutureWarning`` when that is not the
+configuration's folder; from the next release next to the configuration.
 
 See ``mindelec/examples/dipole2d.toml`` for a complete configuration.
 """
@@ -16,11 +24,17 @@ import json
 import math
 import pathlib
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
+from common import checks
 from common import config as configuration
 from common.deprecation import warn_deprecated
+from common.output_paths import OutputFolder, output_folder
+
+#: the files ``run`` writes into the output folder
+OUTPUT_FILES = ("result.h5", "field.png", "spectrum.png")
 
 
 @dataclass
@@ -55,6 +69,13 @@ class GridConfig:
             self.cell_size, self.resolution = self.resolution, None
         if self.cell_size is None:
             raise ValueError("missing required key cell_size (the cell size, m)")
+        checks.positive(self.cell_size, "cell_size (m)")
+        if not 1 <= len(self.size) <= 3 or not all(0 < length < math.inf for length in self.size):
+            raise ValueError(f"size must be 1, 2 or 3 positive lengths (m), got {self.size}")
+        checks.non_negative_int(self.pml_thickness, "pml_thickness (cells)")
+        if not 0 < self.courant <= 1:
+            raise ValueError(f"courant must lie in (0, 1] (a fraction of the stability limit), "
+                             f"got {self.courant}")
 
 
 @dataclass
@@ -76,6 +97,10 @@ class SourceConfig:
     frequency: float = 1e11
     fwidth: float = 5e10
     amplitude: float = 1.0
+
+    def __post_init__(self):
+        checks.positive(self.frequency, "frequency (Hz)")
+        checks.positive(self.fwidth, "fwidth (Hz)")
 
 
 @dataclass
@@ -101,6 +126,15 @@ class StructureConfig:
     conductivity: float = 0.0
     permeability: float = 1.0
 
+    def __post_init__(self):
+        if self.shape in ("rectangle", "box", "interval"):
+            if not self.lower or len(self.lower) != len(self.upper):
+                raise ValueError(f"a {self.shape} needs 'lower' and 'upper' corners of equal length")
+        elif not self.center:
+            raise ValueError(f"a {self.shape} needs its center")
+        elif not self.radius > 0:
+            raise ValueError(f"a {self.shape} needs a positive radius (m), got {self.radius}")
+
 
 @dataclass
 class ProbeConfig:
@@ -119,9 +153,11 @@ class ProbeConfig:
 
 @dataclass
 class OutputConfig:
-    """``[output]``: what to record and plot.
+    """``[output]``: where the results go, and what to record and plot.
 
     Attributes:
+        directory: the output folder, relative to the configuration file and inside its folder
+            (``--output`` replaces it); not set: ``<config name>_output`` (see :func:`run_command`).
         component: the field component of the snapshots and of ``field.png``.
         snapshot_every: steps between snapshots.
         spectrum_min, spectrum_max: the band of ``spectrum.png`` (Hz); 0 picks the first source's band
@@ -129,11 +165,23 @@ class OutputConfig:
         spectrum_points: number of frequencies in the band.
     """
 
+    directory: pathlib.Path | None = None
     component: str = "Ez"
     snapshot_every: int = 100
     spectrum_min: float = 0.0
     spectrum_max: float = 0.0
     spectrum_points: int = 200
+
+    def __post_init__(self):
+        checks.positive_int(self.snapshot_every, "snapshot_every (steps)")
+        checks.positive_int(self.spectrum_points, "spectrum_points")
+        for key in ("spectrum_min", "spectrum_max"):
+            if not 0 <= getattr(self, key) < math.inf:
+                raise ValueError(f"{key} must be 0 (the source's band) or a frequency in Hz, "
+                                 f"got {getattr(self, key)}")
+        if 0 < self.spectrum_max <= self.spectrum_min:
+            raise ValueError(f"spectrum_max must be above the band's lower end ({self.spectrum_min} Hz), "
+                             f"got {self.spectrum_max}")
 
 
 @dataclass
@@ -156,6 +204,11 @@ class RunConfig:
     probes: list[ProbeConfig] = field(default_factory=list)
     output: OutputConfig = field(default_factory=OutputConfig)
 
+    def __post_init__(self):
+        checks.positive(self.until, "until (the simulated time, s)")
+        if not self.sources:
+            raise ValueError("sources must hold at least one [[sources]] table")
+
 
 def _waveform(source, fdtd):
     if source.waveform == "gaussian":
@@ -165,21 +218,15 @@ def _waveform(source, fdtd):
     return fdtd.ContinuousWave(source.frequency)
 
 
-def _shape(structure, index):
+def _shape(structure):
+    """The geometry of a ``[[structures]]`` entry (its corners or centre were checked on loading)."""
     from common import geometry
 
-    where = f"structures[{index}]"
     if structure.shape in ("rectangle", "box", "interval"):
-        if not structure.lower or len(structure.lower) != len(structure.upper):
-            raise ValueError(
-                f"{where}: a {structure.shape} needs 'lower' and 'upper' corners of equal length"
-            )
         if structure.shape == "interval":
             return geometry.Interval(structure.lower[0], structure.upper[0])
         kind = geometry.Rectangle if structure.shape == "rectangle" else geometry.Box
         return kind(tuple(structure.lower), tuple(structure.upper))
-    if not structure.center or structure.radius <= 0:
-        raise ValueError(f"{where}: a {structure.shape} needs 'center' and a positive 'radius'")
     kind = geometry.Disk if structure.shape == "disk" else geometry.Sphere
     return kind(tuple(structure.center), structure.radius)
 
@@ -196,8 +243,8 @@ def build_simulation(run):
         for s in run.sources
     ]
     structures = [
-        fdtd.Structure(_shape(s, i), fdtd.Medium(s.permittivity, s.conductivity, s.permeability))
-        for i, s in enumerate(run.structures)
+        fdtd.Structure(_shape(s), fdtd.Medium(s.permittivity, s.conductivity, s.permeability))
+        for s in run.structures
     ]
     monitors = [fdtd.FieldProbe(p.name, tuple(p.position), tuple(p.components)) for p in run.probes]
     monitors.append(fdtd.Snapshots("snapshots", run.output.snapshot_every, (run.output.component,)))
@@ -266,7 +313,7 @@ def field_figure(run, sim, result):
     return figure
 
 
-def _plot(run, sim, result, folder):
+def _plot(run, sim, result, files):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -274,7 +321,7 @@ def _plot(run, sim, result, folder):
     import torch
 
     figure = field_figure(run, sim, result)
-    figure.savefig(folder / "field.png", dpi=110)
+    figure.savefig(files["field.png"], dpi=110)
     plt.close(figure)
 
     low = run.output.spectrum_min or max(
@@ -297,30 +344,55 @@ def _plot(run, sim, result, folder):
     if run.probes:
         axis.legend()
     figure.tight_layout()
-    figure.savefig(folder / "spectrum.png", dpi=110)
+    figure.savefig(files["spectrum.png"], dpi=110)
     plt.close(figure)
+
+
+def _output_folder(path, directory, output):
+    """The run's output folder: ``output`` (``--output``), else ``directory`` (``[output] directory``),
+    else the default ``<config name>_output`` (see :func:`run_command`)."""
+    if output is None and directory is None:
+        name = pathlib.Path(path).stem + "_output"
+        here, config_folder = pathlib.Path.cwd().resolve(), pathlib.Path(path).resolve().parent
+        if here != config_folder:
+            warnings.warn(
+                f"{path}: mindelec run writes into {here / name} (in the working directory) because neither "
+                f"[output] directory nor --output is given; from the next release this default is "
+                f"{config_folder / name}, next to the configuration, as for mindsponge run. Set [output] "
+                f"directory or pass --output to choose the folder and silence this warning",
+                FutureWarning, stacklevel=3)
+            return OutputFolder((here / name).resolve(), path, chosen_by="the default output folder")
+        directory = name
+    return output_folder(path, directory, command_line=output)
 
 
 def run_command(path, output=None, progress=True):
     """Load ``path``, run it, save ``result.h5``, ``field.png`` and ``spectrum.png``; returns the folder.
 
+    The folder is ``output`` (relative to the working directory; it may be anywhere), else ``[output]
+    directory`` (relative to the configuration file's folder, and inside it), else
+    ``<config name>_output``: in the working directory for this release (a ``FutureWarning`` says so
+    when that is not the configuration's folder), next to the configuration from the next release.
+    Output files that resolve outside the folder (symbolic links) are refused before the run.
+
     Raises:
-        common.config.ConfigError: for a bad configuration (names the file, line and key).
+        common.config.ConfigError: for a bad configuration, or an output folder or file outside where
+            the run may write (names the file, line and key).
         ValueError: for a set-up the simulation refuses (names the object).
     """
     import h5py
 
     run = configuration.load(path, RunConfig)
+    folder = _output_folder(path, run.output.directory, output)
+    files = {name: folder.file(name) for name in OUTPUT_FILES}
     sim = build_simulation(run)
     result = sim.run(until=run.until, progress=progress)
-    folder = pathlib.Path(output) if output else pathlib.Path(path).with_suffix("").name + "_output"
-    folder = pathlib.Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    result.save(folder / "result.h5")
-    with h5py.File(folder / "result.h5", "a") as file:
+    folder.path.mkdir(parents=True, exist_ok=True)
+    result.save(files["result.h5"])
+    with h5py.File(files["result.h5"], "a") as file:
         file.attrs["config"] = json.dumps(configuration.to_dict(run))
-    _plot(run, sim, result, folder)
-    return folder
+    _plot(run, sim, result, files)
+    return folder.path
 
 
 def main(argv=None):
@@ -329,7 +401,8 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run an FDTD simulation from a TOML configuration")
     run.add_argument("config", help="path of the TOML configuration (see mindelec/examples/dipole2d.toml)")
-    run.add_argument("--output", help="output folder (default: <config name>_output)")
+    run.add_argument("--output", help="output folder, replaces [output] directory "
+                                      "(default: <config name>_output)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     from mindelec.surrogate.cli import add_surrogate_commands, surrogate_command
 

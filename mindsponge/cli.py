@@ -42,19 +42,22 @@ reported with its file, line and key) describes a complete simulation::
 
 Relative paths (``pdb``, ``openmm_xml``, ``[output] directory``, and force-field files found
 next to the configuration, which take precedence over OpenMM's bundled files of the same name)
-are relative to the configuration file's folder, not to the working directory. The output
-files (``log``, ``trajectory``, ``checkpoint``, ``final_structure``) are relative to the output
-directory and must stay inside it: absolute paths and ``..`` are refused. At the end of the run
-the final positions and box are written as PDB (``final_structure``, default ``final.pdb``).
+are relative to the configuration file's folder, not to the working directory. Where the run
+writes follows :mod:`common.output_paths` (as ``mindelec run``): ``[output] directory`` must lie
+inside the configuration file's folder, and the output files (``log``, ``trajectory``,
+``checkpoint``, ``final_structure``; with ``[replicas]`` the files of :mod:`mindsponge.cli_replicas`)
+inside the output folder, with ``..`` and symbolic links resolved; anything else is refused with
+the file, line and key before anything is written. At the end of the run the final positions and
+box are written as PDB (``final_structure``, default ``final.pdb``).
 
 ``--resume`` continues from the checkpoint in the output directory up to ``steps``; the CSV log
 and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
 appears once, in order, even after the run was killed between two checkpoints. The progress
 bars (standard error) are redrawn at most once a minute when standard error is not a terminal;
 ``--quiet`` turns them off. ``--output DIR`` replaces ``[output] directory`` (relative to the
-working directory, as any command-line path). Errors are printed as one line (``error: ...``)
-with exit status 2 for a bad configuration or input, 3 for a simulation that blew up (the last
-good state is in the checkpoint).
+working directory, as any command-line path, and allowed anywhere). Errors are printed as one
+line (``error: ...``) with exit status 2 for a bad configuration or input, 3 for a simulation
+that blew up (the last good state is in the checkpoint).
 """
 
 import argparse
@@ -63,8 +66,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
+from common import checks
+from common import config as config_module
 from common.deprecation import warn_deprecated
 from common.errors import SimulationError
+from common.output_paths import output_folder
+from mindsponge import cli_replicas
+from mindsponge.cli_replicas import ReplicasConfig
 
 __all__ = ["RunConfig", "main", "run"]
 
@@ -87,6 +95,13 @@ class WaterBoxConfig:
     model: str = "tip3p"
     density: float | None = None
     seed: int = 0
+
+    def __post_init__(self):
+        if self.n_molecules is not None:
+            checks.positive_int(self.n_molecules, "n_molecules")
+        for key in ("box_size", "density"):
+            if getattr(self, key) is not None:
+                checks.positive(getattr(self, key), key)
 
 
 @dataclass
@@ -133,10 +148,13 @@ class ForceFieldConfig:
     hydrogen_mass: float | None = None
 
     def __post_init__(self):
-        if not self.cutoff > 0:
-            raise ValueError(f"cutoff must be positive (nm), got {self.cutoff}")
-        if self.hydrogen_mass is not None and not self.hydrogen_mass > 0:
-            raise ValueError(f"hydrogen_mass must be a positive mass in amu, got {self.hydrogen_mass}")
+        checks.positive(self.cutoff, "cutoff (nm)")
+        checks.positive(self.ewald_tolerance, "ewald_tolerance")
+        if self.hydrogen_mass is not None:
+            checks.positive(self.hydrogen_mass, "hydrogen_mass (amu)")
+        if self.switch_distance is not None and not 0 < self.switch_distance < self.cutoff:
+            raise ValueError(f"switch_distance must lie between 0 and the non-bonded cut-off "
+                             f"({self.cutoff} nm), got {self.switch_distance}")
 
 
 @dataclass
@@ -156,10 +174,9 @@ class IntegratorConfig:
     friction: float = 1.0
 
     def __post_init__(self):
-        if not self.dt > 0:
-            raise ValueError(f"dt must be a positive time step in ps, got {self.dt}")
-        if not self.temperature > 0 or not self.friction > 0:
-            raise ValueError("temperature and friction must be positive")
+        checks.positive(self.dt, "dt (the time step, ps)")
+        checks.positive(self.temperature, "temperature (K)")
+        checks.positive(self.friction, "friction (1/ps)")
 
 
 @dataclass
@@ -175,6 +192,10 @@ class ThermostatConfig:
     type: Literal["bussi", "berendsen", "nose_hoover"] = "bussi"
     temperature: float = 300.0
     time_constant: float = 0.1
+
+    def __post_init__(self):
+        checks.positive(self.temperature, "temperature (K)")
+        checks.positive(self.time_constant, "time_constant (ps)")
 
 
 @dataclass
@@ -219,6 +240,9 @@ class BarostatConfig:
             self.every, self.frequency = self.frequency, None
         if self.every is None:
             self.every = 25
+        checks.positive_int(self.every, "every (steps between barostat moves)")
+        for key in ("temperature", "compressibility", "time_constant"):
+            checks.positive(getattr(self, key), key)
 
 
 # [barostat] type -> (class in mindsponge.barostats, the keys passed to it as keyword arguments)
@@ -259,55 +283,13 @@ class OutputConfig:
     checkpoint_every: int = 1000
 
     def __post_init__(self):
-        # the messages name the key and no other key, so that the loader reports its line
-        for key in ("log", "checkpoint", "trajectory", "final_structure"):
-            name = getattr(self, key)
-            if not name and key in ("log", "checkpoint"):
+        # the messages name the key and no other key, so that the loader reports its line; the files
+        # are kept inside the output folder by common.output_paths when the run starts
+        for key in ("log", "checkpoint"):
+            if not getattr(self, key):
                 raise ValueError(f"{key} must name a file, got an empty string")
-            path = pathlib.PurePath(name)
-            if path.is_absolute() or ".." in path.parts:
-                raise ValueError(
-                    f"{key} = {name!r} leaves the run's output folder; give a file name (or a relative "
-                    "path without '..') inside it"
-                )
-
-
-@dataclass
-class ReplicasConfig:
-    """``[replicas]``: temperature replica exchange (:class:`mindsponge.replica_exchange.ReplicaExchange`).
-
-    Attributes:
-        temperatures: the temperatures (K), increasing; or give ``low``, ``high`` and ``count``.
-        low, high: the lowest and highest temperature (K) of a geometric ladder of ``count``.
-        count: the number of replicas of that ladder.
-        steps_per_round: MD steps between exchanges.
-        exchange: ``"neighbors"`` (neighbouring temperatures) or ``"all"`` (Gibbs sampling).
-        workers: local processes running replicas (0: in this process).
-        scheduler: a Dask scheduler address (``"tcp://host:8786"``): replicas run on that cluster.
-    """
-
-    temperatures: list[float] | None = None
-    low: float | None = None
-    high: float | None = None
-    count: int | None = None
-    steps_per_round: int = 500
-    exchange: Literal["neighbors", "all"] = "neighbors"
-    workers: int = 0
-    scheduler: str | None = None
-
-    def __post_init__(self):
-        ladder = (self.low, self.high, self.count)
-        if (self.temperatures is None) == all(value is None for value in ladder):
-            raise ValueError("give either temperatures or low, high and count")
-        if self.temperatures is None and any(value is None for value in ladder):
-            raise ValueError("a geometric ladder needs all of low, high and count")
-        if self.temperatures is not None:
-            pairs = zip(self.temperatures, self.temperatures[1:])
-            if len(self.temperatures) < 2 or any(higher <= lower for lower, higher in pairs):
-                raise ValueError(f"temperatures must be two or more increasing values in K, "
-                                 f"got {self.temperatures}")
-        if self.steps_per_round < 1 or self.workers < 0:
-            raise ValueError("steps_per_round must be >= 1 and workers >= 0")
+        for key in ("report_every", "trajectory_every", "checkpoint_every"):
+            checks.positive_int(getattr(self, key), f"{key} (steps)")
 
 
 @dataclass
@@ -346,10 +328,11 @@ class RunConfig:
     replicas: ReplicasConfig | None = None
 
     def __post_init__(self):
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
+        checks.non_negative_int(self.steps, "steps")
+        checks.positive(self.minimize_tolerance, "minimize_tolerance (kJ/mol/nm)")
         if self.replicas is not None and self.barostat is not None:
-            raise ValueError("[replicas] runs at constant volume: remove the [barostat] table")
+            # names the barostat key only, so that the loader reports the [barostat] line
+            raise ValueError("a replica exchange runs at constant volume: remove the [barostat] table")
 
 
 def _build(config, dtype):
@@ -375,11 +358,6 @@ def _build(config, dtype):
         options["switchDistance"] = config.forcefield.switch_distance * unit.nanometer
     source = config.system
     if source.openmm_xml is not None:
-        if config.forcefield.hydrogen_mass is not None:
-            raise ValueError(
-                "[forcefield] key 'hydrogen_mass' cannot apply to [system] openmm_xml: the serialized "
-                "System fixes the masses (build it with createSystem(hydrogenMass=...))"
-            )
         return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
     if source.pdb is not None:
         system, forcefield, _ = interop.from_pdb_with_forcefield(
@@ -401,7 +379,7 @@ def _build(config, dtype):
 
 
 def _resolve_paths(config, folder):
-    """Make the input paths and the output directory of ``config`` relative to ``folder``.
+    """Make the input paths of ``config`` relative to ``folder``.
 
     Force-field files are taken from ``folder`` when a file of that name is there, else left to
     OpenMM (which looks among its bundled force fields).
@@ -415,7 +393,24 @@ def _resolve_paths(config, folder):
     config.forcefield.files = [
         str(folder / name) if (folder / name).is_file() else name for name in config.forcefield.files
     ]
-    config.output.directory = resolve(config.output.directory)
+
+
+def _refuse_combinations(config, config_path):
+    """Settings that are valid alone but not together, named with the file, line and key."""
+    if config.system.openmm_xml is not None and config.forcefield.hydrogen_mass is not None:
+        raise config_module.key_error(config_path, ("forcefield", "hydrogen_mass"), (
+            "cannot apply to [system] openmm_xml: the serialized System fixes the masses (build it "
+            "with createSystem(hydrogenMass=...)), so remove the key"))
+
+
+def _output_files(config, folder):
+    """The output files of the run (by ``[output]`` key, or by name for ``[replicas]``), resolved and
+    inside ``folder``; nothing is written."""
+    if config.replicas is not None:
+        return {name: folder.file(name) for name in cli_replicas.OUTPUT_FILES}
+    output = config.output
+    keys = ("log", "trajectory", "checkpoint", "final_structure")
+    return {key: folder.file(getattr(output, key), key=key) for key in keys if getattr(output, key)}
 
 
 def run(config_path, resume=False, progress=True, output_directory=None):
@@ -424,7 +419,7 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     Args:
         config_path: the TOML configuration; relative paths in it are relative to its folder.
         output_directory: optional folder that replaces ``[output] directory`` (a path given on
-            the command line, so relative to the working directory).
+            the command line, so relative to the working directory; it may be anywhere).
         resume: continue from the checkpoint in the output directory, cutting the log and the
             trajectory back to its step first.
         progress: show progress bars (rate-limited when standard error is not a terminal).
@@ -434,35 +429,36 @@ def run(config_path, resume=False, progress=True, output_directory=None):
         :class:`~mindsponge.replica_exchange.ReplicaExchange`).
 
     Raises:
-        common.config.ConfigError: the file does not match the schema (file, line and key named),
-            including an output file outside the output directory.
+        common.config.ConfigError: the file does not match the schema, a value is out of range,
+            settings contradict each other (a barostat without a periodic box), or the output folder
+            or an output file lies outside where the run may write (:mod:`common.output_paths`); the
+            message names the file, line and key. Nothing is written then.
         FileNotFoundError: a missing file (named).
-        ValueError: an inconsistent configuration (e.g. a barostat without a periodic box).
     """
     import mindsponge as ms
-    from common import config as config_module
     from common.precision import Precision
     from mindsponge import pdb
 
     config = config_module.load(config_path, RunConfig)
     _resolve_paths(config, pathlib.Path(config_path).resolve().parent)
-    if output_directory is not None:
-        config.output.directory = pathlib.Path(output_directory).resolve()
+    _refuse_combinations(config, config_path)
+    folder = output_folder(config_path, config.output.directory, command_line=output_directory)
+    config.output.directory = folder.path
+    files = _output_files(config, folder)
     precision = Precision.from_name(config.precision)
     system, forcefield = _build(config, precision.compute)
     if config.barostat is not None and system.box is None:
-        raise ValueError(f"{config_path}: [barostat] needs a periodic system, but the system has no box")
+        raise config_module.key_error(config_path, ("barostat",), "needs a periodic system, but the "
+                                      "system has no box: remove the table or give the system a box")
     integrator = _integrator(config.integrator)
     thermostat = _thermostat(config.thermostat)
     barostat = _barostat(config.barostat)
     output = config.output
     if config.replicas is not None:
-        from mindsponge import cli_replicas
-
-        return cli_replicas.run(config, system, forcefield, integrator, thermostat, precision, resume,
-                                progress)
-    checkpoint = output.directory / output.checkpoint
-    reporters = _reporters(output, resume)
+        return cli_replicas.run(config, files, system, forcefield, integrator, thermostat, precision,
+                                resume, progress)
+    checkpoint = files["checkpoint"]
+    reporters = _reporters(output, files, resume)
     simulation = ms.Simulation(
         system,
         forcefield,
@@ -493,7 +489,7 @@ def run(config_path, resume=False, progress=True, output_directory=None):
         simulation.close()
     if output.final_structure:
         state = simulation.state
-        pdb.write_pdb(output.directory / output.final_structure, system.topology, state.positions, state.box)
+        pdb.write_pdb(files["final_structure"], system.topology, state.positions, state.box)
     return simulation
 
 
@@ -527,18 +523,16 @@ def _barostat(settings):
     return getattr(barostats, kind)(**{key: getattr(settings, key) for key in keys})
 
 
-def _reporters(output, resume):
-    """The CSV log and (unless ``trajectory = ""``) the H5MD trajectory of ``[output]``; their folders
-    are created."""
+def _reporters(output, files, resume):
+    """The CSV log and (unless ``trajectory = ""``) the H5MD trajectory of ``[output]``; the folders of
+    ``files`` (the resolved output files by key) are created."""
     from mindsponge import reporters
 
-    for name in (output.log, output.trajectory, output.checkpoint, output.final_structure):
-        if name:  # "" for an output that is not written
-            (output.directory / name).parent.mkdir(parents=True, exist_ok=True)
-    made = [reporters.LogReporter(output.directory / output.log, every=output.report_every, append=resume)]
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    made = [reporters.LogReporter(files["log"], every=output.report_every, append=resume)]
     if output.trajectory:
-        trajectory = output.directory / output.trajectory
-        made.append(reporters.H5MDReporter(trajectory, every=output.trajectory_every, append=resume))
+        made.append(reporters.H5MDReporter(files["trajectory"], every=output.trajectory_every, append=resume))
     return made
 
 

@@ -18,14 +18,70 @@ temperatures.
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-__all__ = ["run"]
+from common import checks
+
+__all__ = ["ReplicasConfig", "run", "OUTPUT_FILES"]
+
+#: the files a replica exchange writes into the output folder
+OUTPUT_FILES = ("replicas.chk", "replicas.csv", "exchange.csv")
 
 
-def run(config, system, forcefield, integrator, thermostat, precision, resume, progress):
+@dataclass
+class ReplicasConfig:
+    """``[replicas]``: temperature replica exchange (:class:`mindsponge.replica_exchange.ReplicaExchange`).
+
+    Attributes:
+        temperatures: the temperatures (K), increasing; or give ``low``, ``high`` and ``count``.
+        low, high: the lowest and highest temperature (K) of a geometric ladder of ``count``.
+        count: the number of replicas of that ladder.
+        steps_per_round: MD steps between exchanges.
+        exchange: ``"neighbors"`` (neighbouring temperatures) or ``"all"`` (Gibbs sampling).
+        workers: local processes running replicas (0: in this process).
+        scheduler: a Dask scheduler address (``"tcp://host:8786"``): replicas run on that cluster.
+    """
+
+    temperatures: list[float] | None = None
+    low: float | None = None
+    high: float | None = None
+    count: int | None = None
+    steps_per_round: int = 500
+    exchange: Literal["neighbors", "all"] = "neighbors"
+    workers: int = 0
+    scheduler: str | None = None
+
+    def __post_init__(self):
+        ladder = (self.low, self.high, self.count)
+        if (self.temperatures is None) == all(value is None for value in ladder):
+            raise ValueError("give either temperatures or low, high and count")
+        if self.temperatures is None and any(value is None for value in ladder):
+            raise ValueError("a geometric ladder needs all of low, high and count")
+        if self.temperatures is not None:
+            pairs = zip(self.temperatures, self.temperatures[1:])
+            if len(self.temperatures) < 2 or any(higher <= lower for lower, higher in pairs) or not (
+                    self.temperatures[0] > 0):
+                raise ValueError(f"temperatures must be two or more positive, increasing values in K, "
+                                 f"got {self.temperatures}")
+        else:
+            checks.positive(self.low, "low (K)")
+            if not self.high > self.low:
+                raise ValueError(f"high must be above the lowest temperature ({self.low} K), got {self.high}")
+            if self.count < 2:
+                raise ValueError(f"count must be 2 or more replicas, got {self.count}")
+        checks.positive_int(self.steps_per_round, "steps_per_round")
+        checks.non_negative_int(self.workers, "workers")
+
+
+def run(config, files, system, forcefield, integrator, thermostat, precision, resume, progress):
     """Run the replica exchange of ``config`` (a :class:`mindsponge.cli.RunConfig` with ``replicas``).
+
+    Args:
+        files: :data:`OUTPUT_FILES` by name, resolved inside the output folder
+            (:meth:`common.output_paths.OutputFolder.file`).
 
     Returns:
         the :class:`~mindsponge.replica_exchange.ReplicaExchange`.
@@ -33,15 +89,15 @@ def run(config, system, forcefield, integrator, thermostat, precision, resume, p
     import mindsponge as ms
     from mindsponge import replica_exchange as rex
 
-    settings, output = config.replicas, config.output
-    output.directory.mkdir(parents=True, exist_ok=True)
+    settings = config.replicas
+    config.output.directory.mkdir(parents=True, exist_ok=True)
     temperatures = settings.temperatures or rex.geometric_temperatures(
         settings.low, settings.high, settings.count
     )
     if thermostat is not None:
         integrator = integrator.with_thermostat(thermostat)
     forcefield.barostat = None  # constant volume (a barostat of an OpenMM System is refused by the config)
-    checkpoint = output.directory / "replicas.chk"
+    checkpoint = files["replicas.chk"]
     if not resume and checkpoint.exists():
         checkpoint.unlink()  # a new run
     starts = None
@@ -76,17 +132,17 @@ def run(config, system, forcefield, integrator, thermostat, precision, resume, p
         sampler.load_checkpoint(checkpoint)
     rounds = config.steps // settings.steps_per_round
     sampler.run(max(rounds - sampler.rounds_done, 0))
-    _write_tables(sampler, output.directory, integrator.dt)
+    _write_tables(sampler, files, integrator.dt)
     return sampler
 
 
-def _write_tables(sampler, directory, dt):
+def _write_tables(sampler, files, dt):
     """``replicas.csv`` and ``exchange.csv`` (see the module docstring)."""
     record = sampler.record
     count = record.n_states
     states = record.state_trajectory()
     reduced = np.asarray(record.reduced_potentials).reshape(-1, count, count)
-    with open(directory / "replicas.csv", "w", newline="") as handle:
+    with open(files["replicas.csv"], "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
             ["round", "time", *(f"state{r}" for r in range(count)), *(f"u{r}" for r in range(count))]
@@ -104,7 +160,7 @@ def _write_tables(sampler, directory, dt):
             )
     acceptance = record.acceptance()
     trips = record.round_trips()
-    with open(directory / "exchange.csv", "w", newline="") as handle:
+    with open(files["exchange.csv"], "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["pair", "temperatures", "attempted", "accepted", "acceptance"])
         for state in range(count - 1):

@@ -45,7 +45,8 @@ def model_state(model: LearnedPotential) -> dict:
         raise TypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
     if model.hyperparameters is None:
         raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from "
-                        f"hyperparameters: save that module itself (torch.save(model.mace_model, path))")
+                        f"hyperparameters: save that module itself (torch.save(model.mace_model, path)) and "
+                        f"load it with MACE.from_file(path, trust=True)")
     return {"format": _FORMAT, "class": type(model).__name__, "hyperparameters": dict(model.hyperparameters),
             "state_dict": model.state_dict()}
 

@@ -1,7 +1,7 @@
 """MACE (Batatia et al., NeurIPS 2022) from the ``mace-torch`` package as a mindsponge learned potential.
 
 :class:`MACE` holds a mace-torch model (built here from hyperparameters, or a trained one loaded
-from a ``.model`` file or passed in) and evaluates it on mindsponge's pairs: mindsponge finds the
+from a trusted ``.model`` file or passed in) and evaluates it on mindsponge's pairs: mindsponge finds the
 atom pairs within the cutoff (all pairs of a molecule, or the neighbour list with the minimum
 image in a box) and hands mace-torch the displacement vectors (in Angstrom) as its edge
 ``shifts`` with all positions at the origin, so that mace-torch's edge vectors
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common.errors import ConfigurationError
 from mindsponge.potentials.base import DEFAULT_ELEMENTS, LearnedPotential
 
 __all__ = ["MACE", "EV_IN_KJ_PER_MOL"]
@@ -32,7 +33,13 @@ EV_IN_KJ_PER_MOL = 1.0 / (ase.units.kJ / ase.units.mol)
 _ANGSTROM_PER_NM = 10.0
 
 
+_NO_WEIGHTS_ONLY = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+
+
 def _import_mace():
+    # importing mace-torch sets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, which makes every later torch.load
+    # that does not pass weights_only load full pickles, in this process and its children: undone here
+    previous = os.environ.get(_NO_WEIGHTS_ONLY)
     try:
         # e3nn 0.4 (mace-torch's pin) loads its constant tables, which hold slices, with torch.load's
         # default, which is weights_only=True since torch 2.6
@@ -42,6 +49,11 @@ def _import_mace():
     except ImportError as error:
         raise ImportError(f"ms.potentials.MACE needs the mace-torch package ({error}); pip install "
                           f"mace-torch (it is in the dev extra and keeps the installed torch)") from error
+    finally:
+        if previous is None:
+            os.environ.pop(_NO_WEIGHTS_ONLY, None)
+        else:
+            os.environ[_NO_WEIGHTS_ONLY] = previous
     return modules, o3
 
 
@@ -80,7 +92,8 @@ class MACE(LearnedPotential):
         dtype: ``"float32"`` or ``"float64"``: e3nn builds some constants in the default dtype
             that ``.double()`` does not convert, so a float64 model is built in float64.
 
-    Use :meth:`from_file` or :meth:`from_model` for a trained mace-torch model.
+    Use :meth:`from_file` (``trust=True``: a ``.model`` file is a pickle) or :meth:`from_model` for a
+    trained mace-torch model.
 
     Call: ``model(positions (N, 3) nm, atomic_numbers (N,), box=None, batch=None) -> energy``
     (kJ/mol; ``()`` or ``(M,)`` with ``batch``).
@@ -126,11 +139,34 @@ class MACE(LearnedPotential):
         return cls(cutoff, elements=numbers, skin=skin, _model=model)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, skin: float = 0.1) -> MACE:
-        """Wrap a trained mace-torch model saved with ``torch.save`` (a ``.model`` file)."""
+    def from_file(cls, path: str | os.PathLike, skin: float = 0.1, *, trust: bool = False) -> MACE:
+        """Wrap a trained mace-torch model saved with ``torch.save`` (a ``.model`` file).
+
+        A ``.model`` file is a Python pickle of the whole mace-torch module, not a table of weights:
+        loading it imports and calls whatever the file names, so a crafted file runs code of its
+        author's choosing (``torch.load(weights_only=False)``, as mace-torch's own calculator). It
+        is therefore loaded only with ``trust=True``, which says that the file comes from a trusted
+        source (you trained it, or its authors published it where you got it). A model built from
+        hyperparameters and saved with :func:`mindsponge.potentials.save` loads safely with
+        :func:`mindsponge.potentials.load` instead.
+
+        Args:
+            path: the ``.model`` file.
+            skin: neighbour-list skin, nm.
+            trust: load the pickle (required; ``False`` refuses the file).
+
+        Raises:
+            FileNotFoundError: no such file.
+            common.errors.ConfigurationError: ``trust`` is not ``True`` (the file is not opened).
+        """
         _import_mace()
         if not os.path.isfile(path):
             raise FileNotFoundError(f"MACE model file {str(path)!r} does not exist")
+        if trust is not True:
+            raise ConfigurationError(
+                f"MACE.from_file: {str(path)!r} was not loaded: a mace-torch .model file is a Python pickle, "
+                f"and loading it can run any code the file holds. Pass trust=True only for a file from a "
+                f"trusted source (one you trained, or one from its authors)")
         return cls.from_model(torch.load(path, map_location="cpu", weights_only=False), skin=skin)
 
     def atomic_outputs(self, species: Tensor, pairs: Tensor, vectors: Tensor) -> Tensor:

@@ -1,12 +1,17 @@
 """ms.potentials.MACE against mace-torch's own ASE calculator (MACECalculator) on the same model and
 weights, and in Simulation, SumPotential, the ASE calculator and the Trainer."""
 
+import importlib
+import os
+import sys
+
 import ase.build
 import numpy as np
 import pytest
 import torch
 
 import mindsponge as ms
+from common.errors import ConfigurationError, MindScienceError
 
 pytest.importorskip("mace")
 from mindsponge.potentials.mace import EV_IN_KJ_PER_MOL, _import_mace  # noqa: E402
@@ -53,7 +58,7 @@ def test_energies_and_forces_equal_mace_calculator(model_file, float64_default):
     reference_forces = torch.tensor(atoms.get_forces()) * EV_IN_KJ_PER_MOL * 10.0  # kJ/mol/nm
     positions = torch.tensor(atoms.positions) * 0.1
     # the wrapper on the model file mace-torch's calculator reads: equal to round-off
-    loaded = ms.potentials.MACE.from_file(path)
+    loaded = ms.potentials.MACE.from_file(path, trust=True)
     energy, forces = ms.forcefield.energy_and_forces(loaded.bind(atoms.numbers), positions)
     assert abs(float(energy) - reference_energy) < 1e-10 * abs(reference_energy)
     torch.testing.assert_close(forces, reference_forces, atol=1e-10 * float(reference_forces.abs().max()),
@@ -85,6 +90,53 @@ def test_runs_in_simulation_sum_potential_and_ase_calculator(model_file):
     reference = model(simulation.state.positions, system.atomic_numbers)
     assert abs(simulation.observables()["potential"] - float(reference)) < 1e-8
 
+
+class _CreatesMarker:
+    """Unpickling this calls ``open(marker, "w")``: the marker file appears if the pickle is run."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_a_model_file_is_refused_without_trust_and_runs_nothing(tmp_path):
+    marker = tmp_path / "marker"
+    path = tmp_path / "crafted.model"
+    torch.save(_CreatesMarker(marker), path)
+    with pytest.raises(ConfigurationError, match=r"crafted\.model.*pickle.*trust=True") as refusal:
+        ms.potentials.MACE.from_file(path)
+    assert isinstance(refusal.value, MindScienceError)
+    with pytest.raises(ConfigurationError):
+        ms.potentials.MACE.from_file(path, trust="yes")  # only True itself
+    assert not marker.exists()
+    # the control: trusting the file runs its code (and what it holds is not a mace-torch model)
+    with pytest.raises(TypeError, match="mace-torch MACE model"):
+        ms.potentials.MACE.from_file(path, trust=True)
+    assert marker.exists()
+
+
+def test_importing_mace_leaves_torch_load_safe_by_default(monkeypatch):
+    monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", raising=False)
+    monkeypatch.delitem(sys.modules, "mace")
+    importlib.import_module("mace")  # the control: mace-torch's import turns torch.load's safe default off
+    assert os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") == "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    monkeypatch.delitem(sys.modules, "mace")
+    _import_mace()
+    assert "mace" in sys.modules and "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_a_trusted_model_file_gives_the_saved_model(model_file):
+    model, path = model_file
+    loaded = ms.potentials.MACE.from_file(path, trust=True)
+    positions = torch.tensor(water_dimer_and_ethanol().positions) * 0.1
+    numbers = torch.tensor(water_dimer_and_ethanol().numbers)
+    assert abs(float(loaded(positions, numbers)) - float(model(positions, numbers))) < 1e-7 * abs(
+        float(model(positions, numbers)))
+
+
 def test_a_committee_of_mace_models_runs_model_by_model():
     from mindsponge.active import Committee
 
@@ -106,7 +158,7 @@ def test_mindsponge_ase_calculator_equals_mace_calculator(model_file, float64_de
 
     model, path = model_file
     ours, theirs = water_dimer_and_ethanol(), water_dimer_and_ethanol()
-    ours.calc = ms.interop.ase.Calculator(ms.potentials.MACE.from_file(path))
+    ours.calc = ms.interop.ase.Calculator(ms.potentials.MACE.from_file(path, trust=True))
     theirs.calc = MACECalculator(model_paths=str(path), device="cpu", default_dtype="float64")
     assert abs(ours.get_potential_energy() - theirs.get_potential_energy()) < 1e-8 * abs(
         theirs.get_potential_energy()) + 1e-12
