@@ -8,7 +8,12 @@ SETTLE), so rigid water stays rigid.
 
 - ``"lbfgs"``: limited-memory BFGS (Nocedal & Wright, Algorithm 7.4; 10 pairs of history) with
   a backtracking line search on the Armijo condition; no atom moves more than ``max_step`` per
-  iteration.
+  iteration. Near a minimum the energy change of a step falls below what the energy's precision
+  resolves (a float32 energy of -41,000 kJ/mol moves in steps of 0.004 kJ/mol, as learned potentials
+  and mixed precision give it): there the line search accepts a step on the forces, by Hager and
+  Zhang's approximate Wolfe condition (SIAM J. Optim. 16, 170 (2005)): the energy no higher than
+  the start within its resolution, and the slope along the direction no steeper uphill than it was
+  downhill. It converges at the default precision in about as many iterations as in double.
 
 - ``"fire"``: the Fast Inertial Relaxation Engine (Bitzek et al., PRL 97, 170201 (2006)) with
   unit masses and its standard parameters.
@@ -62,12 +67,17 @@ class MinimizationResult:
 class _Problem:
     """Energy and projected forces on the constraint surface."""
 
-    def __init__(self, energy_and_forces, masses, box, constraints):
+    def __init__(self, energy_and_forces, masses, box, constraints, compute_dtype=None):
         self.energy_and_forces = energy_and_forces
         self.masses, self.box, self.constraints = masses, box, constraints
+        # relative precision of the energies: the compute dtype's, or the lowest seen
+        self.epsilon = torch.finfo(compute_dtype or torch.float64).eps
 
     def evaluate(self, positions):
         energy, forces = self.energy_and_forces(positions, self.box)
+        for value in (energy, forces):
+            if value.dtype.is_floating_point:
+                self.epsilon = max(self.epsilon, torch.finfo(value.dtype).eps)
         forces = self.project(positions, forces.to(positions.dtype))
         forces = torch.where((self.masses > 0)[:, None], forces, torch.zeros_like(forces))
         return energy.to(positions.dtype), forces
@@ -84,6 +94,11 @@ class _Problem:
         if not scale > 0 or not torch.isfinite(scale):
             return vectors
         return self.constraints.velocities(positions, vectors / scale, torch.ones_like(self.masses)) * scale
+
+    def resolution(self, energy):
+        """The smallest energy change (kJ/mol) the energies resolve around ``energy``: a few units in the
+        last place of the lowest precision the energy or forces came in."""
+        return 4.0 * self.epsilon * max(abs(float(energy)), 1.0)
 
     def move(self, positions, displacement):
         """Positions moved by ``displacement`` and put back on the constraint surface; raises
@@ -147,10 +162,13 @@ def _lbfgs_direction(forces, steps, changes):
     return direction
 
 
-def _line_search(problem, positions, energy, direction, slope, max_step):
-    """Backtracking (Armijo) along ``direction``, the first step at most ``max_step`` per atom:
-    ``(positions, energy, forces)`` of the accepted step, or ``None`` after 30 halvings."""
+def _line_search(problem, positions, energy, direction, slope, max_step, armijo=1e-4):
+    """Backtracking along ``direction``, the first step at most ``max_step`` per atom: ``(positions,
+    energy, forces)`` of the first step that meets the Armijo condition, or, where the energy change is
+    within the energy's resolution, the approximate Wolfe condition on the forces (module docstring);
+    ``None`` after 30 halvings."""
     length = min(1.0, max_step / max(_max_norm(direction), 1e-30))
+    resolution = problem.resolution(energy)
     for _ in range(30):
         try:
             trial = problem.move(positions, length * direction)
@@ -158,8 +176,12 @@ def _line_search(problem, positions, energy, direction, slope, max_step):
             length *= 0.5
             continue
         trial_energy, trial_forces = problem.evaluate(trial)
-        if float(trial_energy) <= float(energy) + 1e-4 * length * slope:
+        if float(trial_energy) <= float(energy) + armijo * length * slope:
             return trial, trial_energy, trial_forces
+        if float(trial_energy) <= float(energy) + resolution:  # the energies cannot tell: the forces do
+            trial_slope = float((direction * -trial_forces).sum())
+            if trial_slope <= (2 * armijo - 1) * slope:
+                return trial, trial_energy, trial_forces
         length *= 0.5
     return None
 
@@ -213,6 +235,7 @@ def minimize(
     method="lbfgs",
     max_step=0.01,
     progress=True,
+    compute_dtype=None,
 ):
     """Minimise a potential energy from ``positions``.
 
@@ -229,6 +252,9 @@ def minimize(
         method: ``"lbfgs"`` or ``"fire"``.
         max_step: largest displacement of an atom in one iteration, nm.
         progress: show a tqdm progress bar (rate-limited when standard error is not a terminal).
+        compute_dtype: the dtype the energies and forces were computed in, when they come back in a
+            more precise one (mixed precision: float32 terms summed in float64); default: the dtypes
+            they come in. Sets the energy resolution below which the line search decides on the forces.
 
     Returns:
         :class:`MinimizationResult`.
@@ -242,7 +268,7 @@ def minimize(
         raise ValueError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations <= 0:
         raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
-    problem = _Problem(energy_and_forces, masses, box, constraints)
+    problem = _Problem(energy_and_forces, masses, box, constraints, compute_dtype)
     if constraints is not None:
         positions = constraints.positions(positions, positions, masses)
     run = _lbfgs if method == "lbfgs" else _fire

@@ -402,6 +402,7 @@ class Simulation:
             max_iterations=max_iterations,
             method=method,
             progress=self.progress,
+            compute_dtype=self.precision.compute,
         )
         self.state = self._with_forces(self.state.replace(positions=result.positions))
         self.check_overlaps()

@@ -129,3 +129,55 @@ def test_force_keyword_is_the_deprecated_name_of_energy_and_forces():
     with pytest.warns(DeprecationWarning, match=r"force=.*energy_and_forces="):
         result = minimize(force=bowl, positions=positions, masses=masses, tolerance=1e-6, progress=False)
     assert result.converged
+
+
+class _FloatSprings(torch.nn.Module):
+    """Every pair of atoms joined by a spring (rest length: the distance in a reference geometry), plus
+    the large constant a learned potential carries (its element energies): in float32 the energy is near
+    -41,000 kJ/mol and moves in steps of 0.004 kJ/mol, as a learned potential's does at the default
+    precision."""
+
+    def __init__(self, reference, dtype):
+        super().__init__()
+        first, second = torch.triu_indices(len(reference), len(reference), 1)
+        self.register_buffer("first", first)
+        self.register_buffer("second", second)
+        rest = torch.linalg.vector_norm(reference[first] - reference[second], dim=-1)
+        self.register_buffer("rest", rest.to(dtype))
+        self.register_buffer("offset", torch.tensor(-41000.0, dtype=dtype))
+
+    def forward(self, positions, box=None):
+        positions = positions.to(self.rest.dtype)
+        distances = torch.linalg.vector_norm(positions[self.first] - positions[self.second], dim=-1)
+        return self.offset + 500.0 * ((distances - self.rest) ** 2).sum()
+
+
+def test_minimizer_converges_on_a_float32_energy_as_in_double():
+    """The Armijo test cannot see decreases below the energy's resolution; the forces decide there
+    (before: 2,000 iterations without converging, against 12 in double)."""
+    import ase.build
+
+    system = ms.System.from_ase(ase.build.molecule("CH3CH2OH"))
+    generator = torch.Generator().manual_seed(1)
+    start = system.positions + 0.01 * torch.randn(system.positions.shape, generator=generator,
+                                                  dtype=torch.float64)
+    results = {}
+    for precision, dtype in (("mixed", torch.float32), ("double", torch.float64)):
+        simulation = ms.Simulation(system.replace(positions=start), _FloatSprings(system.positions, dtype),
+                                   ms.integrators.VelocityVerlet(0.0005), progress=False, precision=precision)
+        results[precision] = simulation.minimize(tolerance=1.0, max_iterations=500)
+        assert results[precision].converged and results[precision].max_force < 1.0
+    assert results["mixed"].iterations <= 1.5 * results["double"].iterations + 5
+    assert torch.allclose(results["mixed"].positions, results["double"].positions, atol=1e-3)
+
+
+def test_minimizer_at_the_default_precision_takes_about_the_iterations_of_double(water_cluster):
+    system, openmm_system = water_cluster
+    iterations = {}
+    for precision in ("mixed", "double"):
+        simulation = ms.Simulation(system, ms.interop.openmm.from_openmm(openmm_system),
+                                   ms.integrators.VelocityVerlet(0.001), progress=False, precision=precision)
+        result = simulation.minimize(tolerance=1.0, max_iterations=2000)
+        assert result.converged
+        iterations[precision] = result.iterations
+    assert iterations["mixed"] <= 1.5 * iterations["double"] + 10
