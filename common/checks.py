@@ -21,7 +21,8 @@ from common.errors import ConfigurationError, DataError
 if TYPE_CHECKING:  # imported where used, so that configuration checks do not load torch
     import torch
 
-__all__ = ["positive_int", "non_negative_int", "positive", "finite", "finite_cells", "positions"]
+__all__ = ["positive_int", "non_negative_int", "positive", "non_negative", "finite", "finite_cells",
+           "positions"]
 
 
 def positive_int(value, name: str) -> int:
@@ -54,6 +55,17 @@ def positive(value, name: str) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def non_negative(value, name: str) -> float:
+    """``value`` as a finite float >= 0 (an int is accepted); ``bool`` and NaN are refused.
+
+    Raises:
+        ConfigurationError: naming ``name`` and the value given.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ConfigurationError(f"{name} must be a non-negative number, got {value!r}")
     return float(value)
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import tomllib
 
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError, MissingFileError
 
 __all__ = ["ConfigError", "load", "loads", "from_dict", "to_dict", "dump", "dumps", "key_error"]
 
@@ -98,7 +98,7 @@ def load(source: str | pathlib.Path, schema: type) -> Any:
     """
     path = pathlib.Path(source)
     if not path.is_file():
-        raise FileNotFoundError(f"configuration file {str(path)!r} does not exist or is not a file")
+        raise MissingFileError(f"configuration file {str(path)!r} does not exist or is not a file")
     return loads(path.read_text(encoding="utf-8"), schema, filename=str(path))
 
 
@@ -118,7 +118,7 @@ def loads(text: str, schema: type, filename: str = "<string>") -> Any:
         TypeError: if ``schema`` is not a dataclass type or ``text`` is not a str.
     """
     if not isinstance(text, str):
-        raise TypeError(f"loads: text must be a str holding TOML, got {type(text).__name__}")
+        raise ArgumentTypeError(f"loads: text must be a str holding TOML, got {type(text).__name__}")
     _check_schema(schema)
     try:
         data = tomllib.loads(text)
@@ -187,7 +187,7 @@ def to_dict(instance: Any) -> dict[str, Any]:
         A nested dict.
     """
     if not dataclasses.is_dataclass(instance) or isinstance(instance, type):
-        raise TypeError(f"to_dict: expected a dataclass instance, got {type(instance).__name__}")
+        raise ArgumentTypeError(f"to_dict: expected a dataclass instance, got {type(instance).__name__}")
     return _plain(instance)
 
 
@@ -205,7 +205,8 @@ def dumps(instance: Any) -> str:
     """
     data = to_dict(instance) if dataclasses.is_dataclass(instance) else _plain(instance)
     if not isinstance(data, dict):
-        raise TypeError(f"dumps: expected a dataclass instance or a dict, got {type(instance).__name__}")
+        raise ArgumentTypeError(
+            f"dumps: expected a dataclass instance or a dict, got {type(instance).__name__}")
     lines: list[str] = []
     _write_table(data, (), lines, header=None)
     return "\n".join(lines).lstrip("\n") + "\n"
@@ -222,7 +223,7 @@ def dump(instance: Any, path: str | pathlib.Path) -> None:
 
 def _check_schema(schema: Any) -> None:
     if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
-        raise TypeError(f"schema must be a dataclass type, got {schema!r}")
+        raise ArgumentTypeError(f"schema must be a dataclass type, got {schema!r}")
 
 
 def _describe_path(path: KeyPath) -> str:
@@ -297,7 +298,8 @@ class _Converter:
             if issubclass(annotation, enum.Enum):
                 return self._enum(value, annotation, path)
             return self._scalar(value, annotation, path)
-        raise TypeError(f"configuration schema: unsupported annotation {annotation!r} at {_join(path)}")
+        raise ArgumentTypeError(
+            f"configuration schema: unsupported annotation {annotation!r} at {_join(path)}")
 
     def _union(self, value: Any, annotation: Any, arguments: tuple, path: KeyPath) -> Any:
         if value is None and type(None) in arguments:
@@ -396,7 +398,7 @@ def _field_types(schema: type) -> dict[str, Any]:
     except NameError as error:
         fields = dataclasses.fields(schema)
         if any(isinstance(field.type, str) for field in fields):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"configuration schema {schema.__qualname__}: cannot resolve the annotation "
                 f"{error.name!r}; define the dataclasses it refers to at module level"
             ) from error
@@ -528,7 +530,8 @@ def _toml_value(value: Any, path: KeyPath) -> str:
             if item is not None
         ]
         return "{ " + ", ".join(items) + " }" if items else "{}"
-    raise TypeError(f"dumps: {_join(path)} holds {type(value).__name__} {value!r}, which TOML cannot store")
+    raise ArgumentTypeError(
+        f"dumps: {_join(path)} holds {type(value).__name__} {value!r}, which TOML cannot store")
 
 
 def _is_table_array(value: Any) -> bool:

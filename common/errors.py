@@ -13,6 +13,11 @@ branches say whose fault it is:
 - :class:`SimulationError`: a run went wrong while it was running (an MD or FDTD blow-up, a
   constraint that does not converge). Also a ``RuntimeError``.
 
+Specific kinds keep the builtin exception they replaced as a second base (:class:`ArgumentTypeError`
+is a ``TypeError``, :class:`UnknownNameError` a ``KeyError``, :class:`MissingFileError` a
+``FileNotFoundError``...). Python's own protocols stay as they are: a module's missing attribute is an
+``AttributeError``, an abstract method a ``NotImplementedError``.
+
 Example::
 
     from common.errors import MindScienceError
@@ -24,7 +29,11 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["MindScienceError", "ConfigurationError", "DataError", "SimulationError"]
+__all__ = [
+    "MindScienceError", "ConfigurationError", "DataError", "SimulationError", "ArgumentTypeError",
+    "UnknownNameError", "OutOfRangeError", "MissingFileError", "OutputExistsError", "BusyError",
+    "NonFiniteResultError",
+]
 
 
 class MindScienceError(Exception):
@@ -49,3 +58,39 @@ class SimulationError(MindScienceError, RuntimeError):
     def __init__(self, message: str, step: int | None = None):
         super().__init__(message)
         self.step = step
+
+
+# The branches' specific kinds: each keeps the builtin exception it replaced as a base, so that code
+# which caught ``TypeError``, ``KeyError``, ``FileNotFoundError``... keeps working.
+
+
+class ArgumentTypeError(ConfigurationError, TypeError):
+    """An argument of the wrong type (a string where a tensor belongs); also a ``TypeError``."""
+
+
+class UnknownNameError(ConfigurationError, KeyError):
+    """A name that is not there: a term, a column, a parameter, a key; also a ``KeyError``."""
+
+    def __str__(self):  # the message as written, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+class OutOfRangeError(ConfigurationError, IndexError):
+    """An index outside what it indexes (an atom, a window, a record); also an ``IndexError``."""
+
+
+class MissingFileError(ConfigurationError, FileNotFoundError):
+    """A file or folder named in the input does not exist; also a ``FileNotFoundError``."""
+
+
+class OutputExistsError(ConfigurationError, FileExistsError):
+    """An output would replace an existing file without leave to; also a ``FileExistsError``."""
+
+
+class BusyError(MindScienceError, RuntimeError):
+    """A resource another process holds (a file being written); also a ``RuntimeError``."""
+
+
+class NonFiniteResultError(SimulationError, FloatingPointError):
+    """A computation gave NaN or infinite values (a training loss, an S-parameter); also a
+    ``FloatingPointError``."""

@@ -51,6 +51,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from common.errors import ArgumentTypeError
+
 __all__ = ["ExtensionWarning", "build_seconds", "load", "main"]
 
 DEFAULT_CFLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -98,11 +100,12 @@ def load(name: str, sources: list[str | Path], extra_cflags: tuple = ()) -> Modu
             paths, or ``extra_cflags`` is not a tuple of strings.
     """
     if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError(f"extensions.load: name must be a Python identifier string, got {name!r}")
+        raise ArgumentTypeError(f"extensions.load: name must be a Python identifier string, got {name!r}")
     if isinstance(sources, (str, Path)) or not all(isinstance(source, (str, Path)) for source in sources):
-        raise TypeError(f"extensions.load({name!r}): sources must be a list of paths, got {sources!r}")
+        raise ArgumentTypeError(
+            f"extensions.load({name!r}): sources must be a list of paths, got {sources!r}")
     if not isinstance(extra_cflags, tuple) or not all(isinstance(flag, str) for flag in extra_cflags):
-        raise TypeError(f"extensions.load({name!r}): extra_cflags must be a tuple of strings, "
+        raise ArgumentTypeError(f"extensions.load({name!r}): extra_cflags must be a tuple of strings, "
                         f"got {extra_cflags!r}")
     if os.environ.get("MINDSCIENCE_NO_EXTENSIONS") == "1":
         _warn_once(name, "MINDSCIENCE_NO_EXTENSIONS=1", stacklevel=2)

@@ -26,6 +26,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
+
 __all__ = [
     "MLP",
     "ACTIVATIONS",
@@ -47,9 +50,7 @@ class Sine(nn.Module):
 
     def __init__(self, w0: float = 1.0):
         super().__init__()
-        if not w0 > 0:
-            raise ValueError(f"Sine: w0 must be positive, got {w0}")
-        self.w0 = float(w0)
+        self.w0 = checks.positive(w0, "Sine: w0")
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return torch.sin(self.w0 * inputs)
@@ -71,9 +72,9 @@ def make_activation(activation: str | nn.Module) -> nn.Module:
     if isinstance(activation, nn.Module):
         return activation
     if not isinstance(activation, str):
-        raise TypeError(f"activation must be a name or an nn.Module, got {type(activation).__name__}")
+        raise ArgumentTypeError(f"activation must be a name or an nn.Module, got {type(activation).__name__}")
     if activation.lower() not in ACTIVATIONS:
-        raise ValueError(
+        raise ConfigurationError(
             f"unknown activation {activation!r}; expected one of {sorted(ACTIVATIONS)} or an nn.Module"
         )
     return ACTIVATIONS[activation.lower()]()
@@ -103,9 +104,7 @@ def siren_init_(linear: nn.Linear, w0: float = 30.0, first: bool = False) -> nn.
 
 
 def _positive_int(value, name: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
-    return value
+    return checks.positive_int(value, f"{owner}: {name}")
 
 
 class MLP(nn.Module):
@@ -147,7 +146,7 @@ class MLP(nn.Module):
         if init is None:
             init = "siren" if isinstance(self.activation, Sine) else "xavier"
         if init not in ("xavier", "siren"):
-            raise ValueError(f"MLP: unknown init {init!r}; expected 'xavier' or 'siren'")
+            raise ConfigurationError(f"MLP: unknown init {init!r}; expected 'xavier' or 'siren'")
         widths = [in_features] + [hidden_features] * hidden_layers
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.readout = nn.Linear(hidden_features, out_features)
@@ -160,7 +159,8 @@ class MLP(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.shape[-1] != self.in_features:
-            raise ValueError(f"MLP expects inputs (..., {self.in_features}), got shape {tuple(inputs.shape)}")
+            raise ConfigurationError(
+                f"MLP expects inputs (..., {self.in_features}), got shape {tuple(inputs.shape)}")
         hidden = inputs
         for layer in self.hidden:
             hidden = self.activation(layer(hidden))
@@ -197,7 +197,7 @@ class FourierFeatures(nn.Module):
         _positive_int(in_features, "in_features", "FourierFeatures")
         _positive_int(num_frequencies, "num_frequencies", "FourierFeatures")
         if not scale > 0:
-            raise ValueError(f"FourierFeatures: scale must be positive, got {scale!r}")
+            raise ConfigurationError(f"FourierFeatures: scale must be positive, got {scale!r}")
         self.in_features = in_features
         self.out_features = 2 * num_frequencies
         frequencies = scale * torch.randn(in_features, num_frequencies, generator=generator)
@@ -208,7 +208,7 @@ class FourierFeatures(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.shape[-1] != self.in_features:
-            raise ValueError(
+            raise ConfigurationError(
                 f"FourierFeatures expects inputs (..., {self.in_features}), got shape {tuple(inputs.shape)}"
             )
         phases = 2 * math.pi * inputs @ self.frequencies
@@ -249,7 +249,7 @@ class MultiScaleMLP(nn.Module):
     ):
         super().__init__()
         if len(scales) == 0 or not all(float(scale) > 0 for scale in scales):
-            raise ValueError(
+            raise ConfigurationError(
                 f"MultiScaleMLP: scales must be a non-empty sequence of positive numbers, got {scales!r}"
             )
         self.in_features, self.out_features = in_features, out_features
@@ -265,7 +265,7 @@ class MultiScaleMLP(nn.Module):
                 else torch.as_tensor(value, dtype=torch.get_default_dtype())
             )
             if tensor.shape != (in_features,):
-                raise ValueError(
+                raise ConfigurationError(
                     f"MultiScaleMLP: {name} must have {in_features} entries (one per input), "
                     f"got {tuple(tensor.shape)}"
                 )

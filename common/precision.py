@@ -28,6 +28,8 @@ import dataclasses
 
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
+
 __all__ = ["Precision"]
 
 _PRESETS = {
@@ -58,9 +60,9 @@ class Precision:
         for name in ("compute", "accumulate"):
             dtype = getattr(self, name)
             if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-                raise TypeError(f"Precision: {name} must be a floating torch dtype, got {dtype!r}")
+                raise ArgumentTypeError(f"Precision: {name} must be a floating torch dtype, got {dtype!r}")
         if torch.finfo(self.accumulate).eps > torch.finfo(self.compute).eps:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Precision: accumulate dtype {self.accumulate} is less precise than "
                 f"compute dtype {self.compute}"
             )
@@ -84,7 +86,7 @@ class Precision:
     def from_name(cls, name: str) -> "Precision":
         """The preset called ``name``: ``"single"``, ``"mixed"`` or ``"double"``."""
         if name not in _PRESETS:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Precision.from_name: unknown precision {name!r}; expected one of {', '.join(_PRESETS)}"
             )
         return cls(*_PRESETS[name])

@@ -37,6 +37,8 @@ import sys
 import time
 from collections.abc import Iterator
 
+from common import checks
+
 __all__ = [
     "LoadFollower",
     "busy_elsewhere",
@@ -80,6 +82,8 @@ def free_cores(samples: int = 5, interval: float = 0.02) -> int:
     Returns:
         int between 1 and the number of usable cores.
     """
+    checks.positive_int(samples, "free_cores: samples")
+    checks.non_negative(interval, "free_cores: interval")
     usable = available_cores()
     readings = []
     for sample in range(samples):
@@ -138,7 +142,7 @@ class LoadFollower:
     """
 
     def __init__(self, interval: float = 0.5):
-        self.interval = float(interval)
+        self.interval = checks.non_negative(interval, "LoadFollower: interval")
         self.limit = 1
         self._readings: list[int] = []
         self._last = -float("inf")

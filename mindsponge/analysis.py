@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, MissingFileError, OutOfRangeError
 from common.units import AMU_PER_NM3_TO_G_PER_CM3, BOLTZMANN_MD
 from mindsponge.neighbors import NeighborList
 from mindsponge.space import minimum_image
@@ -114,7 +114,7 @@ def read_h5md(path, dtype=torch.float64):
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"trajectory {path!r} does not exist")
+        raise MissingFileError(f"trajectory {path!r} does not exist")
     try:
         handle = h5py.File(path, "r")
     except OSError as error:
@@ -217,9 +217,9 @@ def _read_observables(handle, dtype):
 def _check_frames(positions, boxes):
     if not isinstance(positions, torch.Tensor) or positions.dim() != 3 or positions.shape[-1] != 3:
         shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise ValueError(f"positions must be a (T, N, 3) tensor in nm, got {shape}")
+        raise ConfigurationError(f"positions must be a (T, N, 3) tensor in nm, got {shape}")
     if boxes is not None and tuple(boxes.shape) != (positions.shape[0], 3, 3):
-        raise ValueError(
+        raise ConfigurationError(
             f"boxes must be a (T, 3, 3) tensor matching {positions.shape[0]} frames, got {tuple(boxes.shape)}"
         )
 
@@ -244,17 +244,17 @@ def rdf(positions, boxes, group_a, group_b, r_max, bins=75):
         ``(r, g)``: bin centres ``(bins,)`` nm and g(r) ``(bins,)``.
     """
     if boxes is None:
-        raise ValueError("rdf needs the periodic boxes (T, 3, 3) of the frames (the density is N/V)")
+        raise ConfigurationError("rdf needs the periodic boxes (T, 3, 3) of the frames (the density is N/V)")
     _check_frames(positions, boxes)
     group_a = torch.as_tensor(group_a, dtype=torch.long, device=positions.device).reshape(-1)
     group_b = torch.as_tensor(group_b, dtype=torch.long, device=positions.device).reshape(-1)
     for name, group in (("group_a", group_a), ("group_b", group_b)):
         if len(group) == 0 or int(group.max()) >= positions.shape[1] or int(group.min()) < 0:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"rdf: {name} has atom indices outside 0..{positions.shape[1] - 1} (or is empty)"
             )
     if not r_max > 0:
-        raise ValueError(f"rdf: r_max must be positive (nm), got {r_max}")
+        raise ConfigurationError(f"rdf: r_max must be positive (nm), got {r_max}")
     edges = torch.linspace(0.0, float(r_max), bins + 1, dtype=torch.float64, device=positions.device)
     counts = torch.zeros(bins, dtype=torch.float64, device=positions.device)
     # pairs within r_max among the atoms of either group from a cell list; an unordered pair
@@ -317,7 +317,7 @@ def msd(positions, max_lag=None, atoms=None):
     n_frames = positions.shape[0]
     max_lag = n_frames // 2 if max_lag is None else int(max_lag)
     if not 0 < max_lag < n_frames:
-        raise ValueError(f"msd: max_lag must be between 1 and {n_frames - 1} frames, got {max_lag}")
+        raise ConfigurationError(f"msd: max_lag must be between 1 and {n_frames - 1} frames, got {max_lag}")
     values = [positions.new_zeros(())]
     for lag in range(1, max_lag + 1):
         values.append(((positions[lag:] - positions[:-lag]) ** 2).sum(-1).mean())
@@ -344,7 +344,7 @@ def diffusion_coefficient(lag_times, msd_values, fit_range=None, dimensions=3):
         fit_range = (float(lag_times[-1]) / 4, float(lag_times[-1]))
     selected = (lag_times >= fit_range[0]) & (lag_times <= fit_range[1])
     if int(selected.sum()) < 3:
-        raise ValueError(f"diffusion_coefficient: fewer than 3 points in fit_range {fit_range} ps")
+        raise ConfigurationError(f"diffusion_coefficient: fewer than 3 points in fit_range {fit_range} ps")
     slope, _, slope_error = _linear_fit(lag_times[selected], msd_values[selected])
     return slope / (2 * dimensions), slope_error / (2 * dimensions)
 
@@ -373,7 +373,7 @@ def box_statistics(boxes, masses=None):
     """
     boxes = torch.as_tensor(boxes, dtype=torch.float64)
     if boxes.dim() != 3 or boxes.shape[1:] != (3, 3):
-        raise ValueError(f"boxes must be a (T, 3, 3) tensor in nm, got {tuple(boxes.shape)}")
+        raise ConfigurationError(f"boxes must be a (T, 3, 3) tensor in nm, got {tuple(boxes.shape)}")
     volumes = torch.linalg.det(boxes).abs()
     result = {
         "volume_mean": float(volumes.mean()),
@@ -405,7 +405,7 @@ def energy_drift(times, total_energy, n_atoms=None):
     times = torch.as_tensor(times, dtype=torch.float64)
     total_energy = torch.as_tensor(total_energy, dtype=torch.float64)
     if times.shape != total_energy.shape or len(times) < 3:
-        raise ValueError("energy_drift: times and total_energy must be (T,) tensors with T >= 3")
+        raise ConfigurationError("energy_drift: times and total_energy must be (T,) tensors with T >= 3")
     slope, intercept, error = _linear_fit(times, total_energy)
     residual = total_energy - (slope * times + intercept)
     result = {"drift": slope * 1000.0, "drift_error": error * 1000.0, "fluctuation": float(residual.std())}
@@ -431,7 +431,7 @@ def block_average(values, n_blocks=None):
     """
     values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
     if len(values) < 4:
-        raise ValueError(f"block_average: need at least 4 values, got {len(values)}")
+        raise ConfigurationError(f"block_average: need at least 4 values, got {len(values)}")
     mean = float(values.mean())
 
     def error_with(blocks):
@@ -441,7 +441,8 @@ def block_average(values, n_blocks=None):
 
     if n_blocks is not None:
         if not 2 <= int(n_blocks) <= len(values):
-            raise ValueError(f"block_average: n_blocks must be between 2 and {len(values)}, got {n_blocks}")
+            raise ConfigurationError(
+                f"block_average: n_blocks must be between 2 and {len(values)}, got {n_blocks}")
         return mean, error_with(int(n_blocks))
     errors, blocks = [], len(values)
     while blocks >= 8:
@@ -468,7 +469,7 @@ def metadynamics_weights(bias_energies, reweighting_offsets, temperature):
     bias_energies = torch.as_tensor(bias_energies, dtype=torch.float64).reshape(-1)
     offsets = torch.as_tensor(reweighting_offsets, dtype=torch.float64).reshape(-1)
     if bias_energies.shape != offsets.shape:
-        raise ValueError(
+        raise ConfigurationError(
             "metadynamics_weights: bias_energies and reweighting_offsets must have the same length"
         )
     return torch.softmax((bias_energies - offsets) / (BOLTZMANN_MD * temperature), 0)
@@ -494,7 +495,7 @@ def free_energy_profile(values, bins, ranges, temperature, weights=None):
     bins = [int(bins)] * dimensions if isinstance(bins, int) else [int(count) for count in bins]
     ranges = [tuple(map(float, pair)) for pair in ranges]
     if len(bins) != dimensions or len(ranges) != dimensions or dimensions > 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"free_energy_profile: need 1 or 2 CVs with one bins and range each, got {dimensions} CVs"
         )
     edges = [

@@ -41,6 +41,7 @@ import torch
 
 from common import checks, units
 from common.deprecation import moved_attributes, renamed_arguments, warn_deprecated
+from common.errors import ConfigurationError, NonFiniteResultError
 from mindsponge import thermo
 from mindsponge.integrators import _check_positive
 
@@ -49,7 +50,7 @@ __all__ = ["BerendsenBarostat", "CRescale", "MonteCarloAnisotropicBarostat", "Mo
 
 def _check_pressure(pressure, owner):
     if isinstance(pressure, bool) or not isinstance(pressure, int | float) or not math.isfinite(pressure):
-        raise ValueError(f"{owner}: pressure must be a finite number of bar, got {pressure!r}")
+        raise ConfigurationError(f"{owner}: pressure must be a finite number of bar, got {pressure!r}")
     return float(pressure)
 
 
@@ -196,7 +197,7 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
         owner = type(self).__name__
         pressures = tuple(pressure) if isinstance(pressure, list | tuple) else (pressure,) * 3
         if len(pressures) != 3:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{owner}: pressure must be a number or three numbers (P_x, P_y, P_z) in bar, "
                 f"got {pressure!r}"
             )
@@ -205,7 +206,7 @@ class MonteCarloAnisotropicBarostat(MonteCarloBarostat):
         self.scale_x, self.scale_y, self.scale_z = bool(scale_x), bool(scale_y), bool(scale_z)
         self._axes = [axis for axis, enabled in enumerate((scale_x, scale_y, scale_z)) if enabled]
         if not self._axes:
-            raise ValueError(f"{owner}: at least one of scale_x, scale_y, scale_z must be True")
+            raise ConfigurationError(f"{owner}: at least one of scale_x, scale_y, scale_z must be True")
 
     def _n_moves(self):
         return 3
@@ -324,7 +325,7 @@ class BerendsenBarostat(_Barostat):
         interval = context.dt * self.every
         scale = 1 - self.compressibility * interval / self.time_constant * (self.pressure - current) / 3
         if not 0.5 < float(scale) < 2.0:
-            raise FloatingPointError(
+            raise NonFiniteResultError(
                 f"Berendsen barostat: the pressure {float(current):.4g} bar is so far from the target "
                 f"{self.pressure:.4g} bar that the box would be scaled by {float(scale):.4g} at step "
                 f"{state.step}; raise time_constant or lower compressibility"

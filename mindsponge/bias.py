@@ -33,6 +33,7 @@ import torch
 
 from common import checks
 from common.deprecation import renamed_arguments, warn_deprecated
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import BOLTZMANN_MD
 from mindsponge.colvar import Colvar, Torsion
 from mindsponge.forcefield.base import EnergyTerm
@@ -54,11 +55,11 @@ def _per_colvar(values, count, name, owner, positive=False):
         values = [values] * count
     values = [float(value) for value in values]
     if len(values) != count:
-        raise ValueError(
+        raise ConfigurationError(
             f"{owner}: {name} needs one value per collective variable ({count}), got {len(values)}"
         )
     if positive and not all(value > 0 and math.isfinite(value) for value in values):
-        raise ValueError(f"{owner}: {name} must be positive and finite, got {values}")
+        raise ConfigurationError(f"{owner}: {name} must be positive and finite, got {values}")
     return values
 
 
@@ -76,10 +77,11 @@ class Bias(EnergyTerm):
         super().__init__(name)
         colvars = list(colvars) if isinstance(colvars, list | tuple | torch.nn.ModuleList) else [colvars]
         if not colvars:
-            raise ValueError(f"{type(self).__name__}: needs at least one collective variable")
+            raise ConfigurationError(f"{type(self).__name__}: needs at least one collective variable")
         for index, colvar in enumerate(colvars):
             if not isinstance(colvar, Colvar):
-                raise TypeError(f"{type(self).__name__}: colvars[{index}] is not a Colvar, got {colvar!r}")
+                raise ArgumentTypeError(
+                    f"{type(self).__name__}: colvars[{index}] is not a Colvar, got {colvar!r}")
         self.colvars = torch.nn.ModuleList(colvars)
 
     def colvar_values(self, positions, box=None):
@@ -147,9 +149,10 @@ class _Wall(Bias):
     def __init__(self, colvar, at, force_constant, exponent=2, name=None):
         super().__init__(colvar, name)
         if len(self.colvars) != 1:
-            raise ValueError(f"{self.name}: a wall acts on one collective variable, got {len(self.colvars)}")
+            raise ConfigurationError(
+                f"{self.name}: a wall acts on one collective variable, got {len(self.colvars)}")
         if not force_constant > 0 or not exponent >= 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self.name}: force_constant must be > 0 and exponent >= 1, got {force_constant}, {exponent}"
             )
         self.at, self.force_constant, self.exponent = float(at), float(force_constant), float(exponent)
@@ -237,12 +240,12 @@ class Metadynamics(Bias):
         super().__init__(colvars, name)
         count = len(self.colvars)
         if not height > 0 or not temperature > 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self.name}: height and temperature must be positive, got {height}, {temperature}"
             )
         checks.positive_int(every, f"{self.name}: every (steps)")
         if bias_factor is not None and not bias_factor > 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self.name}: bias_factor must be > 1 (or None for standard), got {bias_factor}"
             )
         self.height, self.every, self.temperature = float(height), every, float(temperature)
@@ -252,19 +255,21 @@ class Metadynamics(Bias):
         grid_max = [None] * count if grid_max is None else list(grid_max)
         grid_bins = [None] * count if grid_bins is None else list(grid_bins)
         if not len(grid_min) == len(grid_max) == len(grid_bins) == count:
-            raise ValueError(f"{self.name}: grid_min, grid_max and grid_bins need one entry per CV ({count})")
+            raise ConfigurationError(
+                f"{self.name}: grid_min, grid_max and grid_bins need one entry per CV ({count})")
         self.lows, self.spacings, self.shape, self.periodic = [], [], [], []
         for d, colvar in enumerate(self.colvars):
             periodic = colvar.period is not None
             low, high = colvar.period if periodic else (grid_min[d], grid_max[d])
             if low is None or high is None:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{self.name}: collective variable {d} ({type(colvar).__name__}) is not periodic, so it "
                     "needs a grid range: give grid_min and grid_max"
                 )
             low, high = float(low), float(high)
             if not high > low:
-                raise ValueError(f"{self.name}: grid_max must exceed grid_min for CV {d}, got {low}, {high}")
+                raise ConfigurationError(
+                    f"{self.name}: grid_max must exceed grid_min for CV {d}, got {low}, {high}")
             bins = grid_bins[d] or math.ceil((high - low) / (self.widths[d] / 5))
             points = bins if periodic else bins + 1
             self.lows.append(low)

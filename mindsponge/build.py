@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from common import units
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import elements
 from mindsponge.system import Atom, Residue, System, Topology
 
@@ -128,7 +129,7 @@ def _relax_oxygens(positions, box_length, min_distance, max_sweeps=2000):
         push = 0.5 * (min_distance * 1.02 - distance) * separation / distance
         np.add.at(positions, pairs[:, 0], -push)
         np.add.at(positions, pairs[:, 1], push)
-    raise RuntimeError(
+    raise SimulationError(
         f"water_box: could not separate oxygens by {min_distance} nm in {max_sweeps} sweeps; "
         "lower min_oxygen_distance or the density"
     )
@@ -168,7 +169,7 @@ def _orient(rng, oxygens, local, box_length, min_atom_distance, max_sweeps=500):
         if len(clashing) == 0:
             return oxygens[:, None, :] + np.einsum("mij,aj->mai", rotations, local)
         rotations[clashing] = _random_rotations(rng, len(clashing))
-    raise RuntimeError(
+    raise SimulationError(
         f"water_box: could not orient the molecules without intermolecular atoms closer than "
         f"{min_atom_distance} nm in {max_sweeps} sweeps"
     )
@@ -212,7 +213,7 @@ def water_box(
     """
     key = str(model).lower().replace("/", "").replace("-", "").replace("_", "")
     if key not in WATER_MODELS:
-        raise ValueError(f"model must be one of {sorted(WATER_MODELS)}, got {model!r}")
+        raise ConfigurationError(f"model must be one of {sorted(WATER_MODELS)}, got {model!r}")
     water = WATER_MODELS[key]
     n_molecules, box_size = _count_and_size(n_molecules, box_size, density, water.molecule_mass)
     rng = np.random.default_rng(seed)
@@ -237,25 +238,26 @@ def _count_and_size(n_molecules, box_size, density, molecule_mass):
     default experimental), checked."""
     if n_molecules is not None and box_size is not None:
         if density is not None:
-            raise ValueError("give two of n_molecules, box_size and density, not all three")
+            raise ConfigurationError("give two of n_molecules, box_size and density, not all three")
     elif n_molecules is None and box_size is None:
-        raise ValueError("give n_molecules or box_size (nm)")
+        raise ConfigurationError("give n_molecules or box_size (nm)")
     density = EXPERIMENTAL_WATER_DENSITY if density is None else float(density)
     if not density > 0:
-        raise ValueError(f"density must be positive (g/cm^3), got {density}")
+        raise ConfigurationError(f"density must be positive (g/cm^3), got {density}")
     molecule_volume = molecule_mass * units.AMU_PER_NM3_TO_G_PER_CM3 / density  # nm^3
     if box_size is None:
         n_molecules = int(n_molecules)
         if n_molecules < 1:
-            raise ValueError(f"n_molecules must be at least 1, got {n_molecules}")
+            raise ConfigurationError(f"n_molecules must be at least 1, got {n_molecules}")
         return n_molecules, (n_molecules * molecule_volume) ** (1 / 3)
     box_size = float(box_size)
     if not box_size > 0:
-        raise ValueError(f"box_size must be positive (nm), got {box_size}")
+        raise ConfigurationError(f"box_size must be positive (nm), got {box_size}")
     if n_molecules is None:
         n_molecules = round(box_size**3 / molecule_volume)
         if n_molecules < 1:
-            raise ValueError(f"box_size {box_size} nm holds no water molecule at density {density} g/cm^3")
+            raise ConfigurationError(
+                f"box_size {box_size} nm holds no water molecule at density {density} g/cm^3")
     return n_molecules, box_size
 
 

@@ -16,6 +16,7 @@ Example::
 import torch
 
 from common import io
+from common.errors import ConfigurationError
 from mindsponge.neighbors import NeighborList
 from mindsponge.state import State
 
@@ -89,20 +90,20 @@ def read_checkpoint(path, like, lists, adaptive_modules):
     """
     data = io.load_checkpoint(path, map_location=like.positions.device, kind="mindsponge.Simulation")
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
+        raise ConfigurationError(f"{str(path)!r} is not a mindsponge Simulation checkpoint")
     state = State.from_dict(data["state"])  # io.load_checkpoint refused non-finite tensors
     if state.positions.shape != like.positions.shape:
-        raise ValueError(
+        raise ConfigurationError(
             f"checkpoint {str(path)!r} holds {state.positions.shape[0]} atoms, this simulation "
             f"{like.positions.shape[0]}"
         )
     if len(lists) != len(data["neighbor_lists"]):
-        raise ValueError(
+        raise ConfigurationError(
             f"checkpoint {str(path)!r} was written for a force field with different neighbour lists"
         )
     saved_modules = data.get("adaptive_modules", [])
     if len(saved_modules) != len(adaptive_modules):
-        raise ValueError(
+        raise ConfigurationError(
             f"checkpoint {str(path)!r} holds the state of {len(saved_modules)} adaptive biases, this "
             f"simulation's force field has {len(adaptive_modules)}"
         )

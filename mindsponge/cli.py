@@ -69,7 +69,7 @@ from typing import Literal
 from common import checks
 from common import config as config_module
 from common.deprecation import warn_deprecated
-from common.errors import SimulationError
+from common.errors import ConfigurationError, SimulationError
 from common.output_paths import output_folder
 from mindsponge import cli_replicas
 from mindsponge.cli_replicas import ReplicasConfig
@@ -122,9 +122,10 @@ class SystemConfig:
 
     def __post_init__(self):
         if (self.water_box is None) == (self.pdb is None):
-            raise ValueError("give either pdb (optionally with openmm_xml) or a [system.water_box] table")
+            raise ConfigurationError(
+                "give either pdb (optionally with openmm_xml) or a [system.water_box] table")
         if self.openmm_xml is not None and self.pdb is None:
-            raise ValueError("openmm_xml needs the matching pdb")
+            raise ConfigurationError("openmm_xml needs the matching pdb")
 
 
 @dataclass
@@ -153,7 +154,7 @@ class ForceFieldConfig:
         if self.hydrogen_mass is not None:
             checks.positive(self.hydrogen_mass, "hydrogen_mass (amu)")
         if self.switch_distance is not None and not 0 < self.switch_distance < self.cutoff:
-            raise ValueError(f"switch_distance must lie between 0 and the non-bonded cut-off "
+            raise ConfigurationError(f"switch_distance must lie between 0 and the non-bonded cut-off "
                              f"({self.cutoff} nm), got {self.switch_distance}")
 
 
@@ -230,12 +231,12 @@ class BarostatConfig:
 
     def __post_init__(self):
         if isinstance(self.pressure, tuple) and self.type != "monte_carlo_anisotropic":
-            raise ValueError(
+            raise ConfigurationError(
                 f"a per-axis pressure needs type = \"monte_carlo_anisotropic\", not {self.type!r}"
             )
         if self.frequency is not None:
             if self.every is not None:
-                raise ValueError("frequency is the deprecated name of every: give every only")
+                raise ConfigurationError("frequency is the deprecated name of every: give every only")
             warn_deprecated("[barostat] frequency", "[barostat] every")
             self.every, self.frequency = self.frequency, None
         if self.every is None:
@@ -287,7 +288,7 @@ class OutputConfig:
         # are kept inside the output folder by common.output_paths when the run starts
         for key in ("log", "checkpoint"):
             if not getattr(self, key):
-                raise ValueError(f"{key} must name a file, got an empty string")
+                raise ConfigurationError(f"{key} must name a file, got an empty string")
         for key in ("report_every", "trajectory_every", "checkpoint_every"):
             checks.positive_int(getattr(self, key), f"{key} (steps)")
 
@@ -332,7 +333,8 @@ class RunConfig:
         checks.positive(self.minimize_tolerance, "minimize_tolerance (kJ/mol/nm)")
         if self.replicas is not None and self.barostat is not None:
             # names the barostat key only, so that the loader reports the [barostat] line
-            raise ValueError("a replica exchange runs at constant volume: remove the [barostat] table")
+            raise ConfigurationError(
+                "a replica exchange runs at constant volume: remove the [barostat] table")
 
 
 def _build(config, dtype):

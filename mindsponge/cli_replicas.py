@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from common import checks
+from common.errors import ConfigurationError
 
 __all__ = ["ReplicasConfig", "run", "OUTPUT_FILES"]
 
@@ -57,21 +58,23 @@ class ReplicasConfig:
     def __post_init__(self):
         ladder = (self.low, self.high, self.count)
         if (self.temperatures is None) == all(value is None for value in ladder):
-            raise ValueError("give either temperatures or low, high and count")
+            raise ConfigurationError("give either temperatures or low, high and count")
         if self.temperatures is None and any(value is None for value in ladder):
-            raise ValueError("a geometric ladder needs all of low, high and count")
+            raise ConfigurationError("a geometric ladder needs all of low, high and count")
         if self.temperatures is not None:
             pairs = zip(self.temperatures, self.temperatures[1:])
             if len(self.temperatures) < 2 or any(higher <= lower for lower, higher in pairs) or not (
                     self.temperatures[0] > 0):
-                raise ValueError(f"temperatures must be two or more positive, increasing values in K, "
+                raise ConfigurationError(
+                    f"temperatures must be two or more positive, increasing values in K, "
                                  f"got {self.temperatures}")
         else:
             checks.positive(self.low, "low (K)")
             if not self.high > self.low:
-                raise ValueError(f"high must be above the lowest temperature ({self.low} K), got {self.high}")
+                raise ConfigurationError(
+                    f"high must be above the lowest temperature ({self.low} K), got {self.high}")
             if self.count < 2:
-                raise ValueError(f"count must be 2 or more replicas, got {self.count}")
+                raise ConfigurationError(f"count must be 2 or more replicas, got {self.count}")
         checks.positive_int(self.steps_per_round, "steps_per_round")
         checks.non_negative_int(self.workers, "workers")
 

@@ -27,6 +27,7 @@ import math
 import torch
 from torch import nn
 
+from common.errors import ArgumentTypeError, ConfigurationError, OutOfRangeError
 from mindsponge.space import minimum_image
 
 __all__ = [
@@ -46,14 +47,15 @@ def _atom_indices(atoms, name, owner, shape=None):
     """Atom indices as a long tensor, checked to be non-negative integers (and of a given shape)."""
     tensor = torch.as_tensor(atoms)
     if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
-        raise TypeError(f"{owner}: {name} must be integer atom indices, got {tensor.dtype}")
+        raise ArgumentTypeError(f"{owner}: {name} must be integer atom indices, got {tensor.dtype}")
     tensor = tensor.to(torch.long)
     if shape is not None and tuple(tensor.shape) != shape:
-        raise ValueError(f"{owner}: {name} must hold {shape} atom indices, got shape {tuple(tensor.shape)}")
+        raise ConfigurationError(
+            f"{owner}: {name} must hold {shape} atom indices, got shape {tuple(tensor.shape)}")
     if tensor.numel() == 0:
-        raise ValueError(f"{owner}: {name} is empty")
+        raise ConfigurationError(f"{owner}: {name} is empty")
     if bool((tensor < 0).any()):
-        raise IndexError(f"{owner}: {name} contains the negative atom index {int(tensor.min())}")
+        raise OutOfRangeError(f"{owner}: {name} contains the negative atom index {int(tensor.min())}")
     return tensor
 
 
@@ -97,7 +99,7 @@ class Colvar(nn.Module):
         """
         if not isinstance(positions, torch.Tensor) or positions.dim() < 2 or positions.shape[-1] != 3:
             shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions)
-            raise ValueError(
+            raise ConfigurationError(
                 f"{type(self).__name__}: positions must be an (..., N, 3) tensor in nm, got {shape}"
             )
         n_atoms = positions.shape[-2]
@@ -105,7 +107,7 @@ class Colvar(nn.Module):
             indices = getattr(self, name)
             largest = int(indices.max())
             if largest >= n_atoms:
-                raise IndexError(
+                raise OutOfRangeError(
                     f"{type(self).__name__}: atom index {largest} in {name} is out of range for "
                     f"{n_atoms} atoms (valid indices are 0..{n_atoms - 1})"
                 )
@@ -236,7 +238,7 @@ class CenterOfMassDistance(Colvar):
             else:
                 masses = torch.as_tensor(masses, dtype=torch.float64)
                 if int(indices.max()) >= len(masses):
-                    raise IndexError(
+                    raise OutOfRangeError(
                         f"CenterOfMassDistance: atom index {int(indices.max())} in {name} is out of range "
                         f"for {len(masses)} masses"
                     )
@@ -267,9 +269,10 @@ class CoordinationNumber(Colvar):
     def __init__(self, group_a, group_b, r0, n=6, m=12, d0=0.0):
         super().__init__()
         if not r0 > 0:
-            raise ValueError(f"CoordinationNumber: r0 must be a positive length in nm, got {r0!r}")
+            raise ConfigurationError(f"CoordinationNumber: r0 must be a positive length in nm, got {r0!r}")
         if not (isinstance(n, int) and isinstance(m, int) and 0 < n < m):
-            raise ValueError(f"CoordinationNumber: exponents must be integers, 0 < n < m, got n={n}, m={m}")
+            raise ConfigurationError(
+                f"CoordinationNumber: exponents must be integers, 0 < n < m, got n={n}, m={m}")
         group_a = _atom_indices(group_a, "group_a", "CoordinationNumber").reshape(-1)
         group_b = _atom_indices(group_b, "group_b", "CoordinationNumber").reshape(-1)
         first, second = torch.meshgrid(group_a, group_b, indexing="ij")
@@ -318,13 +321,14 @@ class RMSD(Colvar):
         super().__init__()
         reference = torch.as_tensor(reference, dtype=torch.float64)
         if reference.dim() != 2 or reference.shape[1] != 3:
-            raise ValueError(f"RMSD: reference must be an (N, 3) tensor in nm, got {tuple(reference.shape)}")
+            raise ConfigurationError(
+                f"RMSD: reference must be an (N, 3) tensor in nm, got {tuple(reference.shape)}")
         if atoms is None:
             atoms = torch.arange(len(reference))
         atoms = _atom_indices(atoms, "atoms", "RMSD").reshape(-1)
         if len(reference) != len(atoms):
             if int(atoms.max()) >= len(reference):
-                raise IndexError(
+                raise OutOfRangeError(
                     f"RMSD: atom index {int(atoms.max())} is out of range for the reference of "
                     f"{len(reference)} atoms"
                 )
@@ -382,13 +386,13 @@ class LinearCombination(Colvar):
         colvars = list(colvars)
         coefficients = [float(value) for value in coefficients]
         if not colvars or len(colvars) != len(coefficients):
-            raise ValueError(
+            raise ConfigurationError(
                 f"LinearCombination: need one coefficient per CV, got {len(colvars)} CVs and "
                 f"{len(coefficients)} coefficients"
             )
         for colvar in colvars:
             if not isinstance(colvar, Colvar):
-                raise TypeError(f"LinearCombination: {colvar!r} is not a Colvar")
+                raise ArgumentTypeError(f"LinearCombination: {colvar!r} is not a Colvar")
         self.colvars = nn.ModuleList(colvars)
         self.coefficients = coefficients
         self.offset = float(offset)
@@ -413,11 +417,12 @@ class FunctionColvar(Colvar):
     def __init__(self, function, period=None, units=""):
         super().__init__()
         if not callable(function):
-            raise TypeError(f"FunctionColvar: function must be callable, got {function!r}")
+            raise ArgumentTypeError(f"FunctionColvar: function must be callable, got {function!r}")
         if period is not None:
             low, high = (float(value) for value in period)
             if not high > low:
-                raise ValueError(f"FunctionColvar: period must be (low, high), high > low, got {period!r}")
+                raise ConfigurationError(
+                    f"FunctionColvar: period must be (low, high), high > low, got {period!r}")
             period = (low, high)
         self.function = function
         self.period = period

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from common.errors import ConfigurationError
 from mindsponge.constraints import Constraints, Rattle, Settle
 
 __all__ = ["KINDS", "check_against_system", "from_pairs", "from_system"]
@@ -78,10 +79,10 @@ def from_system(system, kind, forcefield=None, tolerance=1e-5):
     if kind is None:
         return None
     if kind not in KINDS:
-        raise ValueError(f"constraints must be one of {KINDS} or None, got {kind!r}")
+        raise ConfigurationError(f"constraints must be one of {KINDS} or None, got {kind!r}")
     topology = system.topology
     if topology is None:
-        raise ValueError(f"constraints={kind!r} needs a System with a topology (elements and bonds)")
+        raise ConfigurationError(f"constraints={kind!r} needs a System with a topology (elements and bonds)")
     lengths, angles = _forcefield_geometry(forcefield)
     positions = system.positions.detach().to(torch.float64)
     parts = []

@@ -28,7 +28,7 @@ Units: nm, nm/ps, amu.
 import torch
 
 from common.deprecation import moved_attributes
-from common.errors import SimulationError
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import _kernels
 
 __all__ = ["Constraints", "ConstraintError", "Rattle", "Settle"]
@@ -100,7 +100,7 @@ class Settle(_CompiledKernels):
         self.oh_distance = _single(oh_distance).expand(n_waters).clone()
         self.hh_distance = _single(hh_distance).expand(n_waters).clone()
         if bool((self.hh_distance >= 2 * self.oh_distance).any()) or bool((self.oh_distance <= 0).any()):
-            raise ValueError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
+            raise ConfigurationError("Settle: need 0 < hh_distance < 2 * oh_distance for every water")
         self.compiled = bool(compiled)
 
     @property
@@ -276,9 +276,9 @@ class Rattle(_CompiledKernels):
         self.pairs = torch.as_tensor(pairs, dtype=torch.long).reshape(-1, 2)
         self.distances = torch.as_tensor(distances, dtype=torch.float64).reshape(-1)
         if len(self.distances) != len(self.pairs):
-            raise ValueError(f"Rattle: {len(self.pairs)} pairs but {len(self.distances)} distances")
+            raise ConfigurationError(f"Rattle: {len(self.pairs)} pairs but {len(self.distances)} distances")
         if not tolerance > 0:
-            raise ValueError(f"Rattle: tolerance must be positive, got {tolerance!r}")
+            raise ConfigurationError(f"Rattle: tolerance must be positive, got {tolerance!r}")
         self.tolerance = float(tolerance)
         self.max_iterations = int(max_iterations)
         self.compiled = bool(compiled)

@@ -49,8 +49,9 @@ import math
 
 import torch
 
-from common import units
+from common import checks, units
 from common.deprecation import warn_deprecated
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge.context import DynamicsContext
 
 __all__ = ["Integrator", "LangevinMiddle", "MultipleTimeStep", "VelocityVerlet"]
@@ -59,7 +60,7 @@ __all__ = ["Integrator", "LangevinMiddle", "MultipleTimeStep", "VelocityVerlet"]
 def _check_positive(value, name, owner):
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if not number or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
+        raise ConfigurationError(f"{owner}: {name} must be a positive number, got {value!r}")
     return float(value)
 
 
@@ -157,7 +158,8 @@ class VelocityVerlet(Integrator):
     def __init__(self, dt, thermostat=None):
         super().__init__(dt)
         if thermostat is not None and not callable(getattr(thermostat, "apply", None)):
-            raise TypeError(f"VelocityVerlet: thermostat must have apply(state, context), got {thermostat!r}")
+            raise ArgumentTypeError(
+                f"VelocityVerlet: thermostat must have apply(state, context), got {thermostat!r}")
         self.thermostat = thermostat
         self._half = None  # (context, the same with dt / 2)
 
@@ -222,7 +224,7 @@ class LangevinMiddle(Integrator):
         force, masses = context.energy_and_forces, context.masses
         constraints, generator = context.constraints, context.generator
         if generator is None or state.rng_state is None:
-            raise ValueError("LangevinMiddle.step needs a torch.Generator and a state with rng_state")
+            raise ConfigurationError("LangevinMiddle.step needs a torch.Generator and a state with rng_state")
         generator.set_state(state.rng_state)
         dt = self.dt
         dtype = state.positions.dtype
@@ -307,10 +309,10 @@ class MultipleTimeStep(Integrator):
 
     def __init__(self, dt, inner_steps, fast):
         super().__init__(dt)
-        if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 1:
-            raise ValueError(f"MultipleTimeStep: inner_steps must be a positive int, got {inner_steps!r}")
+        checks.positive_int(inner_steps, "MultipleTimeStep: inner_steps")
         if not callable(fast):
-            raise TypeError(f"MultipleTimeStep: fast must be callable as fast(positions, box), got {fast!r}")
+            raise ArgumentTypeError(
+                f"MultipleTimeStep: fast must be callable as fast(positions, box), got {fast!r}")
         self.inner_steps = inner_steps
         self.fast = fast
 

@@ -38,7 +38,7 @@ import pathlib
 import numpy as np
 
 from common import units
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, MissingFileError, OutputExistsError
 
 __all__ = ["FORMATS", "write_labels", "read_labels"]
 
@@ -51,7 +51,7 @@ def _format(path: pathlib.Path, format: str | None) -> str:
     if format is None:
         format = FORMATS.get(path.suffix.lower())
     if format not in set(FORMATS.values()):
-        raise ValueError(f"{path}: unknown label format {format!r}; give one of "
+        raise ConfigurationError(f"{path}: unknown label format {format!r}; give one of "
                          f"{sorted(set(FORMATS.values()))} or a suffix among {sorted(FORMATS)}")
     return format
 
@@ -175,7 +175,7 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
     format = _format(path, format)
     arrays = _checked(labels)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+        raise OutputExistsError(f"{path} exists; pass overwrite=True to replace it")
     path.unlink(missing_ok=True)
     if format == "npz":
         with open(path, "wb") as file:  # an open file keeps numpy from appending ".npz"
@@ -220,7 +220,7 @@ def read_labels(path: str | os.PathLike, format: str | None = None) -> dict[str,
     path = pathlib.Path(path)
     format = _format(path, format)
     if not path.is_file():
-        raise FileNotFoundError(f"no label file {str(path)!r}")
+        raise MissingFileError(f"no label file {str(path)!r}")
     if format == "npz":
         with np.load(path) as archive:
             return _checked(dict(archive))

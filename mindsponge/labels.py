@@ -35,7 +35,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from common import units
+from common import checks, units
+from common.errors import ConfigurationError, SimulationError
 from mindsponge.molecules import MOLECULES, Molecule, load_molecule, molecule
 
 __all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES", "SAMPLINGS", "TrajectoryLabels"]
@@ -87,10 +88,11 @@ class XTB(nn.Module):
         except ImportError as error:
             raise ImportError("XTB needs the tblite package: pip install 'mindscience-torch[xtb]'") from error
         if method not in ("GFN2-xTB", "GFN1-xTB"):
-            raise ValueError(f"method must be 'GFN2-xTB' or 'GFN1-xTB', got {method!r}")
+            raise ConfigurationError(f"method must be 'GFN2-xTB' or 'GFN1-xTB', got {method!r}")
         numbers = torch.as_tensor(atomic_numbers)
         if numbers.ndim != 1 or numbers.is_floating_point() or bool((numbers < 1).any()):
-            raise ValueError(f"atomic_numbers must be an (N,) tensor of integers >= 1, got {numbers!r}")
+            raise ConfigurationError(
+                f"atomic_numbers must be an (N,) tensor of integers >= 1, got {numbers!r}")
         self.register_buffer("atomic_numbers", numbers.long(), persistent=False)
         self.method, self.charge, self.accuracy = method, charge, accuracy
         self.unpaired_electrons = unpaired_electrons
@@ -102,7 +104,7 @@ class XTB(nn.Module):
         from tblite.interface import Calculator
 
         if positions.shape != (len(self.atomic_numbers), 3):
-            raise ValueError(
+            raise ConfigurationError(
                 f"XTB: positions must be ({len(self.atomic_numbers)}, 3) nm for its atoms, got "
                 f"{tuple(positions.shape)}"
             )
@@ -122,7 +124,7 @@ class XTB(nn.Module):
             self._result = self._calculator.singlepoint(self._result)
         except RuntimeError as error:
             self._result = None
-            raise RuntimeError(f"XTB ({self.method}, {len(bohr)} atoms): {error}") from error
+            raise SimulationError(f"XTB ({self.method}, {len(bohr)} atoms): {error}") from error
         energy = float(self._result.get("energy")) * units.HARTREE_TO_KJ_PER_MOL
         gradient = torch.from_numpy(self._result.get("gradient") * units.HARTREE_PER_BOHR_TO_KJ_PER_MOL_NM)
         return energy, gradient.to(positions.device)
@@ -177,18 +179,19 @@ def label(potential, positions, box=None, progress: bool = False) -> dict[str, n
     if _is_structure(positions):
         potential, positions, source = _structure_and_potential(potential, positions)
     elif isinstance(potential, str):
-        raise ValueError(f"label: a method name ({potential!r}) needs a structure (a file, ase.Atoms, "
+        raise ConfigurationError(
+            f"label: a method name ({potential!r}) needs a structure (a file, ase.Atoms, "
                          "'smiles:...'), not bare positions; pass XTB(atomic_numbers) instead")
     positions = torch.as_tensor(positions)
     single = positions.ndim == 2
     batch = positions.unsqueeze(0) if single else positions
     if batch.ndim != 3 or batch.shape[-1] != 3:
-        raise ValueError(f"positions must be (S, N, 3) or (N, 3) nm, got {tuple(positions.shape)}")
+        raise ConfigurationError(f"positions must be (S, N, 3) or (N, 3) nm, got {tuple(positions.shape)}")
     boxes = None if box is None else torch.as_tensor(box).to(batch)
     if boxes is not None and boxes.ndim == 2:
         boxes = boxes.expand(len(batch), 3, 3)
     if boxes is not None and boxes.shape != (len(batch), 3, 3):
-        raise ValueError(f"box must be (3, 3) or ({len(batch)}, 3, 3) nm, got {tuple(boxes.shape)}")
+        raise ConfigurationError(f"box must be (3, 3) or ({len(batch)}, 3, 3) nm, got {tuple(boxes.shape)}")
     energies, forces = [], []
     for index in tqdm(range(len(batch)), desc="labels", disable=not progress):
         energy, force = energy_and_forces(potential, batch[index], None if boxes is None else boxes[index])
@@ -223,8 +226,7 @@ class TrajectoryLabels:
     """
 
     def __init__(self, every: int = 1, bias=None):
-        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
-            raise ValueError(f"TrajectoryLabels: every must be a positive int (steps), got {every!r}")
+        checks.positive_int(every, "TrajectoryLabels: every (steps)")
         self.every, self.bias = every, bias
         self._frames: list[tuple[np.ndarray, float, np.ndarray]] = []
 
@@ -246,7 +248,7 @@ class TrajectoryLabels:
     def labels(self) -> dict[str, np.ndarray]:
         """``positions`` (F, N, 3) nm, ``energy`` (F,) kJ/mol, ``forces`` (F, N, 3) kJ/mol/nm (float64)."""
         if not self._frames:
-            raise ValueError("TrajectoryLabels has recorded no frames yet (run the simulation first)")
+            raise ConfigurationError("TrajectoryLabels has recorded no frames yet (run the simulation first)")
         positions, energies, forces = zip(*self._frames, strict=True)
         return {"positions": np.stack(positions), "energy": np.asarray(energies), "forces": np.stack(forces)}
 
@@ -261,7 +263,8 @@ _NORMAL_MODES_CACHE: dict[tuple, object] = {}  # per process: (structure, method
 def _temperature(params) -> float:
     temperature = params.get("temperature") if isinstance(params, dict) else None
     if not isinstance(temperature, int | float) or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"xtb_sample: params['temperature'] must be a positive number of K, got {params!r}")
+        raise ConfigurationError(
+            f"xtb_sample: params['temperature'] must be a positive number of K, got {params!r}")
     return float(temperature)
 
 
@@ -341,7 +344,7 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
 
     temperature = _temperature(params)
     if sampling not in SAMPLINGS:
-        raise ValueError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
+        raise ConfigurationError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
     structure = load_molecule(molecule, charge)
     # the topology (elements, masses) from ASE, the positions exactly as loaded (nm)
     system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
+from common import checks
 from common.deprecation import renamed_arguments
+from common.errors import ConfigurationError
 from common.progress import bar as progress_bar
 from mindsponge.constraints import ConstraintError
 
@@ -263,11 +265,10 @@ def minimize(
         ValueError: an unknown method or non-positive tolerance or iteration limit.
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ConfigurationError(f"method must be one of {METHODS}, got {method!r}")
     if not tolerance > 0:
-        raise ValueError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
-    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations <= 0:
-        raise ValueError(f"max_iterations must be a positive int, got {max_iterations!r}")
+        raise ConfigurationError(f"tolerance must be a positive force in kJ/mol/nm, got {tolerance!r}")
+    checks.positive_int(max_iterations, "max_iterations")
     problem = _Problem(energy_and_forces, masses, box, constraints, compute_dtype)
     if constraints is not None:
         positions = constraints.positions(positions, positions, masses)

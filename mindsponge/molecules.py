@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import units
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, MissingFileError
 from mindsponge import elements
 
 __all__ = ["MOLECULES", "Molecule", "load_molecule", "molecule", "from_smiles", "read_xyz"]
@@ -84,7 +84,7 @@ def molecule(name: str):
 
     key = MOLECULES.get(name, name)
     if key not in g2.names:
-        raise ValueError(
+        raise ConfigurationError(
             f"unknown molecule {name!r}; built-in: {sorted(MOLECULES)} or a name of ase's G2 set, "
             f"a file (.xyz, .pdb, anything ase.io reads), or '{SMILES_PREFIX}<SMILES>'")
     return ase.build.molecule(key)
@@ -232,6 +232,6 @@ def load_molecule(source, charge: float | None = None) -> Molecule:
     if path.is_file():
         return _from_file(path, charge)
     if isinstance(source, os.PathLike) or path.suffix.lower() in (".xyz", ".pdb", ".extxyz", ".traj", ".cif"):
-        raise FileNotFoundError(f"no structure file {str(source)!r}")
+        raise MissingFileError(f"no structure file {str(source)!r}")
     return _from_atoms(molecule(str(source)), charge, str(source))
 

@@ -70,7 +70,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from common.errors import SimulationError
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import _kernels, space
 
 __all__ = ["ClusterPairs", "NeighborList", "NeighborListOverflowError", "all_pairs", "pair_keys"]
@@ -163,12 +163,12 @@ def _check_exclusions(exclusions) -> Tensor | None:
     if exclusions.numel() == 0:
         return None
     if exclusions.ndim != 2 or exclusions.shape[1] != 2 or exclusions.is_floating_point():
-        raise ValueError(
+        raise ConfigurationError(
             f"exclusions must be an (E, 2) integer tensor of atom index pairs, got "
             f"{tuple(exclusions.shape)} {exclusions.dtype}"
         )
     if bool((exclusions[:, 0] == exclusions[:, 1]).any()):
-        raise ValueError("exclusions must pair two different atoms; found a pair (i, i)")
+        raise ConfigurationError("exclusions must pair two different atoms; found a pair (i, i)")
     return exclusions.long()
 
 
@@ -198,11 +198,11 @@ class NeighborList:
     def __init__(self, cutoff: float, skin: float = 0.1, exclusions: Tensor | None = None,
                  max_pairs: int | None = None, all_pairs_below: int | None = None, compiled: bool = True):
         if not (isinstance(cutoff, int | float) and math.isfinite(cutoff) and cutoff > 0):
-            raise ValueError(f"cutoff must be a positive finite number of nm, got {cutoff!r}")
+            raise ConfigurationError(f"cutoff must be a positive finite number of nm, got {cutoff!r}")
         if not (isinstance(skin, int | float) and skin >= 0):
-            raise ValueError(f"skin must be a non-negative number of nm, got {skin!r}")
+            raise ConfigurationError(f"skin must be a non-negative number of nm, got {skin!r}")
         if max_pairs is not None and (not isinstance(max_pairs, int) or max_pairs < 0):
-            raise ValueError(f"max_pairs must be a non-negative int or None, got {max_pairs!r}")
+            raise ConfigurationError(f"max_pairs must be a non-negative int or None, got {max_pairs!r}")
         self.cutoff = float(cutoff)
         self.skin = float(skin)
         self.exclusions = _check_exclusions(exclusions)
@@ -321,7 +321,7 @@ class NeighborList:
         """
         if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[1] != 3:
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-            raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")
+            raise ConfigurationError(f"positions must be an (N, 3) tensor in nm, got {shape}")
         if self.needs_rebuild(positions, box):
             self.build(positions, box)
         return self.pairs

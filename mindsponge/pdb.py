@@ -33,7 +33,7 @@ import torch
 from ase.data import covalent_radii
 
 from common import units
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, UnknownNameError
 from mindsponge import elements, space
 from mindsponge.topology import Atom, Residue, Topology
 
@@ -118,7 +118,7 @@ def _infer_element(name, residue_atom_names):
         return None  # a Drude particle
     symbol = elements.normalize_symbol(upper[:1])
     if symbol is None:
-        raise KeyError(name)
+        raise UnknownNameError(name)
     return symbol
 
 
@@ -437,7 +437,8 @@ def _format_index(index, places):
 def _format_coordinate(value, atom_index):
     if -999.999 < value < 9999.999:
         return f"{value:8.3f}"
-    raise ValueError(f"atom {atom_index}: coordinate {value:.6g} Å does not fit the 8-column PDB field")
+    raise ConfigurationError(
+        f"atom {atom_index}: coordinate {value:.6g} Å does not fit the 8-column PDB field")
 
 
 def write_pdb(path, topology, positions, box=None):
@@ -473,10 +474,11 @@ def _angstrom_positions(topology, positions):
     """Positions ``(N, 3)`` in Å, float64 on the CPU, checked against the topology and finite."""
     values = positions.detach().to(device="cpu", dtype=torch.float64) * units.NM_TO_ANGSTROM
     if tuple(values.shape) != (topology.n_atoms, 3):
-        raise ValueError(f"positions must have shape ({topology.n_atoms}, 3), got {tuple(values.shape)}")
+        raise ConfigurationError(
+            f"positions must have shape ({topology.n_atoms}, 3), got {tuple(values.shape)}")
     if not torch.isfinite(values).all():
         bad = int(torch.nonzero(~torch.isfinite(values).all(dim=1))[0, 0])
-        raise ValueError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
+        raise ConfigurationError(f"position of atom {bad} is not finite: {values[bad].tolist()}")
     return values
 
 

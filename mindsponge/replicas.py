@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge.colvar import Colvar
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState, geometric_temperatures
@@ -60,9 +62,7 @@ __all__ = [
 
 
 def _count(count, owner: str) -> int:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"{owner}: the number of replicas must be a positive int, got {count!r}")
-    return count
+    return checks.positive_int(count, f"{owner}: the number of replicas")
 
 
 def replicate(system, count: int, positions=None, spacing: float = 2.0):
@@ -86,13 +86,13 @@ def replicate(system, count: int, positions=None, spacing: float = 2.0):
 
     count = _count(count, "replicate")
     if system.box is not None:
-        raise ValueError("replicate: copies of a molecule in vacuum only; this System has a box")
+        raise ConfigurationError("replicate: copies of a molecule in vacuum only; this System has a box")
     n_atoms = system.n_atoms
     if positions is None:
         positions = system.positions.expand(count, n_atoms, 3)
     positions = torch.as_tensor(positions, dtype=system.positions.dtype, device=system.device)
     if tuple(positions.shape) != (count, n_atoms, 3):
-        raise ValueError(
+        raise ConfigurationError(
             f"replicate: positions must be ({count}, {n_atoms}, 3) nm, got {tuple(positions.shape)}"
         )
     atoms = system.to_ase()
@@ -137,12 +137,13 @@ class WindowRestraints(EnergyTerm):
     def __init__(self, colvar: Colvar, centers, force_constant: float, name: str | None = None):
         super().__init__(name)
         if not isinstance(colvar, Colvar):
-            raise TypeError(f"WindowRestraints: colvar must be a Colvar, got {colvar!r}")
+            raise ArgumentTypeError(f"WindowRestraints: colvar must be a Colvar, got {colvar!r}")
         centers = torch.as_tensor(np.asarray(centers, dtype=np.float64)).reshape(-1)
         if len(centers) < 1 or not bool(torch.isfinite(centers).all()):
-            raise ValueError("WindowRestraints: centers must be one finite value per copy")
+            raise ConfigurationError("WindowRestraints: centers must be one finite value per copy")
         if not (isinstance(force_constant, int | float) and 0 < force_constant < np.inf):
-            raise ValueError(f"WindowRestraints: force_constant must be positive, got {force_constant!r}")
+            raise ConfigurationError(
+                f"WindowRestraints: force_constant must be positive, got {force_constant!r}")
         self.colvar = colvar
         self.register_buffer("centers", centers)
         self.force_constant = float(force_constant)
@@ -153,7 +154,7 @@ class WindowRestraints(EnergyTerm):
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if box is not None:
-            raise ValueError("WindowRestraints: copies of a molecule in vacuum (box must be None)")
+            raise ConfigurationError("WindowRestraints: copies of a molecule in vacuum (box must be None)")
         values = self.values(positions)
         differences = self.colvar.difference(values, self.centers.to(values.dtype))
         return 0.5 * self.force_constant * (differences * differences).sum()

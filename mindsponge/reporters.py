@@ -38,7 +38,9 @@ import os
 import sys
 import time
 
+from common import checks
 from common.deprecation import warn_deprecated
+from common.errors import ConfigurationError
 
 __all__ = ["H5MDReporter", "LogReporter", "Reporter", "next_report", "report"]
 
@@ -58,8 +60,7 @@ class Reporter:
     needs: tuple[str, ...] = ()  # observables the reports read: "energies", "pressure"
 
     def __init__(self, every):
-        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
-            raise ValueError(f"{type(self).__name__}: every must be a positive int (steps), got {every!r}")
+        checks.positive_int(every, f"{type(self).__name__}: every (steps)")
         self.every = every
 
     def describe_next_report(self, state):
@@ -98,7 +99,7 @@ def next_report(reporter, state) -> tuple[int, set]:
     if _is_legacy(reporter):
         needs = {"energies"}
     if steps < 1:
-        raise ValueError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; "
+        raise ConfigurationError(f"{type(reporter).__name__}.describe_next_report returned {steps} steps; "
                          "it must be >= 1")
     return steps, needs
 

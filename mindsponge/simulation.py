@@ -38,7 +38,7 @@ import torch
 from common import checks, progress
 from common import threads as threads_module
 from common.deprecation import deprecated_method
-from common.errors import SimulationError
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import checkpoint as checkpoint_module
 from mindsponge import reporters as report_schedule
 from mindsponge import simulation_setup as setup
@@ -359,7 +359,7 @@ class Simulation:
         simulation's generator (and its state advances).
         """
         if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 K, got {temperature!r}")
+            raise ConfigurationError(f"temperature must be >= 0 K, got {temperature!r}")
         positions = self.state.positions
         generator = torch.Generator(device=positions.device)
         if seed is None:
@@ -439,8 +439,7 @@ class Simulation:
                 barostat shrank the box below what the cutoff allows (the message names the step; the
                 last good state is written to the checkpoint path if any).
         """
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative int, got {steps!r}")
+        checks.non_negative_int(steps, "steps")
         if self.state.positions is not self._checked_positions:  # positions set from outside
             self.check_overlaps()
         if self.overlaps:

@@ -9,7 +9,7 @@ field's masses (:func:`integration_system`), the constraints checked against the
 
 import torch
 
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.precision import Precision
 from mindsponge import constraint_sets
 from mindsponge import constraints as constraints_module
@@ -30,13 +30,14 @@ def check_parts(system, forcefield, integrator, barostat):
     from mindsponge.system import System
 
     if not isinstance(system, System):
-        raise TypeError(f"system must be a mindsponge System, got {type(system).__name__}")
+        raise ArgumentTypeError(f"system must be a mindsponge System, got {type(system).__name__}")
     if not callable(forcefield):
-        raise TypeError(f"forcefield must be callable as forcefield(positions, box), got {forcefield!r}")
+        raise ArgumentTypeError(
+            f"forcefield must be callable as forcefield(positions, box), got {forcefield!r}")
     if not hasattr(integrator, "step") or not hasattr(integrator, "dt"):
-        raise TypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
+        raise ArgumentTypeError(f"integrator must be a mindsponge integrator, got {integrator!r}")
     if barostat is not None and system.box is None:
-        raise ValueError("a barostat needs a periodic system; this System's box is None")
+        raise ConfigurationError("a barostat needs a periodic system; this System's box is None")
 
 
 def with_thermostat(integrator, thermostat):
@@ -117,7 +118,8 @@ def resolve_precision(precision, forcefield):
     if isinstance(precision, str):
         precision = Precision.from_name(precision)
     if not isinstance(precision, Precision):
-        raise TypeError(f"precision must be None, a name or a common.precision.Precision, got {precision!r}")
+        raise ArgumentTypeError(
+            f"precision must be None, a name or a common.precision.Precision, got {precision!r}")
     if requested is not None and requested != precision.compute:
         raise ConfigurationError(
             f"the force field was converted with forcefield.to({requested}) but this precision computes "
@@ -184,7 +186,7 @@ def resolve_constraints(constraints, forcefield, system, masses, tolerance):
     elif isinstance(constraints, constraints_module.Constraints):
         choice = "the constraints argument"
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"constraints must be None, 'none', one of {constraint_sets.KINDS} or a Constraints, "
             f"got {constraints!r}"
         )

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from common.errors import ConfigurationError
+
 __all__ = ["State"]
 
 
@@ -52,14 +54,14 @@ class State:
             value = getattr(self, name)
             if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] != 3:
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ValueError(f"State.{name} must be an (N, 3) tensor, got {shape}")
+                raise ConfigurationError(f"State.{name} must be an (N, 3) tensor, got {shape}")
         if self.velocities.shape != self.positions.shape:
-            raise ValueError(
+            raise ConfigurationError(
                 f"State.velocities has shape {tuple(self.velocities.shape)} but positions "
                 f"{tuple(self.positions.shape)}"
             )
         if self.box is not None and (not isinstance(self.box, torch.Tensor) or self.box.shape != (3, 3)):
-            raise ValueError("State.box must be a (3, 3) tensor of box vectors (rows) in nm, or None")
+            raise ConfigurationError("State.box must be a (3, 3) tensor of box vectors (rows) in nm, or None")
 
     def replace(self, **changes):
         """A new State with some fields replaced."""
@@ -79,5 +81,5 @@ class State:
         names = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in names if name not in data]
         if missing:
-            raise ValueError(f"State data lacks the fields {missing}")
+            raise ConfigurationError(f"State data lacks the fields {missing}")
         return cls(**{name: data[name] for name in names})

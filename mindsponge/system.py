@@ -21,7 +21,7 @@ import torch
 
 from common import checks, units
 from common.deprecation import moved_attributes
-from common.errors import DataError
+from common.errors import ArgumentTypeError, ConfigurationError, DataError
 from mindsponge import pdb, space
 from mindsponge.topology import Atom, Residue, Topology
 
@@ -55,11 +55,11 @@ class LengthUnitError(DataError):
 
 def _as_float_tensor(value, name, dtype, device):
     if isinstance(value, torch.Tensor) and value.is_complex():
-        raise TypeError(f"{name} must be real, got {value.dtype}")
+        raise ArgumentTypeError(f"{name} must be real, got {value.dtype}")
     try:
         return torch.as_tensor(value, dtype=dtype, device=device)
     except (TypeError, ValueError, RuntimeError) as error:
-        raise TypeError(f"{name} must be convertible to a {dtype} tensor: {error}") from error
+        raise ArgumentTypeError(f"{name} must be convertible to a {dtype} tensor: {error}") from error
 
 
 def _as_positions(positions):
@@ -67,7 +67,7 @@ def _as_positions(positions):
     if not isinstance(positions, torch.Tensor) or not positions.is_floating_point():
         positions = _as_float_tensor(positions, "positions", torch.get_default_dtype(), None)
     if positions.dim() != 2 or positions.shape[1] != 3:
-        raise ValueError(f"positions must have shape (N, 3) in nm, got {tuple(positions.shape)}")
+        raise ConfigurationError(f"positions must have shape (N, 3) in nm, got {tuple(positions.shape)}")
     return checks.finite(positions, "positions", item="atom")
 
 
@@ -75,7 +75,8 @@ def _per_atom(value, name, positions, shape):
     """``value`` as a finite tensor of ``shape`` in the dtype and on the device of ``positions``."""
     tensor = _as_float_tensor(value, name, positions.dtype, positions.device)
     if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape} to match positions, got {tuple(tensor.shape)}")
+        raise ConfigurationError(
+            f"{name} must have shape {shape} to match positions, got {tuple(tensor.shape)}")
     return checks.finite(tensor, name, item="atom")
 
 
@@ -83,9 +84,9 @@ def _check_topology(topology, n_atoms):
     if topology is None:
         return
     if not isinstance(topology, Topology):
-        raise TypeError(f"topology must be a mindsponge Topology, got {type(topology).__name__}")
+        raise ArgumentTypeError(f"topology must be a mindsponge Topology, got {type(topology).__name__}")
     if topology.n_atoms != n_atoms:
-        raise ValueError(f"topology has {topology.n_atoms} atoms but positions has {n_atoms}")
+        raise ConfigurationError(f"topology has {topology.n_atoms} atoms but positions has {n_atoms}")
 
 
 def _first_bad_row(mask):
@@ -170,7 +171,7 @@ class System:
         bad = _first_bad_row((values < 0) | ((values == 0) & ~extra))
         if bad is not None:
             what = "" if topology is None else f" ({topology.atoms[bad].name!r})"
-            raise ValueError(
+            raise ConfigurationError(
                 f"masses must be positive (zero only for extra particles with element None), "
                 f"atom {bad}{what} has mass {float(values[bad])}"
             )
@@ -234,14 +235,14 @@ class System:
     def atomic_numbers(self):
         """(N,) long tensor of atomic numbers from the topology (on the system's device)."""
         if self.topology is None:
-            raise ValueError("atomic_numbers needs a topology; this System has none")
+            raise ConfigurationError("atomic_numbers needs a topology; this System has none")
         return self.topology.atomic_numbers.to(self.device)
 
     @property
     def volume(self):
         """Box volume, nm^3 (0-dim tensor)."""
         if self.box is None:
-            raise ValueError("volume needs a periodic box; this System's box is None")
+            raise ConfigurationError("volume needs a periodic box; this System's box is None")
         return space.volume(self.box)
 
     @property
@@ -302,7 +303,7 @@ class System:
     def to_pdb(self, path):
         """Write the system as a PDB file (CRYST1 box, ATOM/HETATM, TER, CONECT, END)."""
         if self.topology is None:
-            raise ValueError("to_pdb needs a topology (atom and residue names); this System has none")
+            raise ConfigurationError("to_pdb needs a topology (atom and residue names); this System has none")
         pdb.write_pdb(path, self.topology, self.positions, self.box)
 
     # --- ASE ---
@@ -326,7 +327,7 @@ class System:
         box = None
         if atoms.pbc.any():
             if not atoms.pbc.all():
-                raise ValueError(
+                raise ConfigurationError(
                     f"ase Atoms must be periodic in all three directions or none, got pbc={atoms.pbc}"
                 )
             cell = np.asarray(atoms.cell[:], dtype=np.float64)

@@ -21,6 +21,7 @@ import math
 import torch
 
 from common import units
+from common.errors import ConfigurationError
 
 __all__ = [
     "maxwell_boltzmann",
@@ -65,7 +66,7 @@ def degrees_of_freedom(masses, n_constraints=0, remove_center_of_mass=True):
     """
     dof = 3 * int((masses > 0).sum()) - int(n_constraints) - (3 if remove_center_of_mass else 0)
     if dof <= 0:
-        raise ValueError(
+        raise ConfigurationError(
             f"no degrees of freedom left: {int((masses > 0).sum())} massive particles, "
             f"{n_constraints} constraints, remove_center_of_mass={remove_center_of_mass}"
         )
@@ -139,7 +140,7 @@ def pressure(potential, positions, velocities, masses, box, groups):
         () tensor, bar.
     """
     if box is None:
-        raise ValueError("pressure needs a periodic box; box is None")
+        raise ConfigurationError("pressure needs a periodic box; box is None")
     dtype = positions.dtype
     masses = masses.to(dtype)
     n_groups = int(groups.max()) + 1

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from common import units
+from common import checks, units
 from common.deprecation import moved_attributes
 from mindsponge import thermo
 from mindsponge.integrators import Integrator, _check_positive
@@ -108,8 +108,7 @@ class NoseHooverChain(_Thermostat):
 
     def __init__(self, temperature, time_constant=0.1, chain_length=3):
         super().__init__(temperature, time_constant)
-        if isinstance(chain_length, bool) or not isinstance(chain_length, int) or chain_length < 1:
-            raise ValueError(f"NoseHooverChain: chain_length must be a positive int, got {chain_length!r}")
+        checks.positive_int(chain_length, "NoseHooverChain: chain_length")
         self.chain_length = chain_length
 
     def _masses(self, dof, dtype, device):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.errors import ConfigurationError
 from mindsponge import elements
 
 __all__ = ["Atom", "Residue", "Topology"]
@@ -85,15 +86,15 @@ class Topology:
         n_residues = len(self.residues)
         for index, atom in enumerate(self.atoms):
             if atom.element is not None and not elements.is_element(atom.element):
-                raise ValueError(f"atom {index} ({atom.name!r}): unknown element {atom.element!r}")
+                raise ConfigurationError(f"atom {index} ({atom.name!r}): unknown element {atom.element!r}")
             if not 0 <= atom.residue_index < n_residues:
-                raise ValueError(
+                raise ConfigurationError(
                     f"atom {index} ({atom.name!r}): residue_index {atom.residue_index} is out of range "
                     f"for {n_residues} residues"
                 )
         for index, (i, j) in enumerate(self.bonds):
             if not (0 <= i < self.n_atoms and 0 <= j < self.n_atoms) or i == j:
-                raise ValueError(
+                raise ConfigurationError(
                     f"bond {index} ({i}, {j}) must join two different atoms in [0, {self.n_atoms})"
                 )
 
@@ -167,7 +168,7 @@ class Topology:
         residue_indices = [atom.residue_index for atom in self.atoms]
         if any(later < earlier for earlier, later in zip(residue_indices, residue_indices[1:])):
             first = next(i for i in range(1, self.n_atoms) if residue_indices[i] < residue_indices[i - 1])
-            raise ValueError(
+            raise ConfigurationError(
                 f"{purpose} needs the atoms of each residue to be contiguous and residues in atom order; "
                 f"atom {first} ({self.atoms[first].name!r}) belongs to residue {residue_indices[first]} "
                 f"after an atom of residue {residue_indices[first - 1]}"

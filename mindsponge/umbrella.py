@@ -15,6 +15,7 @@ Units: the collective variable's, kJ/mol, K.
 import numpy as np
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError, OutOfRangeError
 from common.units import BOLTZMANN_MD
 from mindsponge.bias import ColvarReporter, HarmonicRestraint
 from mindsponge.colvar import Colvar
@@ -39,13 +40,13 @@ class UmbrellaSampling:
 
     def __init__(self, colvar, centers, force_constant, temperature):
         if not isinstance(colvar, Colvar):
-            raise TypeError(f"UmbrellaSampling: colvar must be a Colvar, got {colvar!r}")
+            raise ArgumentTypeError(f"UmbrellaSampling: colvar must be a Colvar, got {colvar!r}")
         if not temperature > 0 or not force_constant > 0:
-            raise ValueError("UmbrellaSampling: temperature and force_constant must be positive")
+            raise ConfigurationError("UmbrellaSampling: temperature and force_constant must be positive")
         self.colvar = colvar
         self.centers = [float(center) for center in centers]
         if len(self.centers) < 2:
-            raise ValueError(f"UmbrellaSampling: needs at least two windows, got {len(self.centers)}")
+            raise ConfigurationError(f"UmbrellaSampling: needs at least two windows, got {len(self.centers)}")
         self.force_constant = float(force_constant)
         self.temperature = float(temperature)
         self.restraints = [
@@ -57,10 +58,11 @@ class UmbrellaSampling:
     def add_samples(self, window, values):
         """Set the CV samples of window ``window`` (a 1D array, CV units)."""
         if not 0 <= window < len(self.centers):
-            raise IndexError(f"UmbrellaSampling: window {window} out of range (0..{len(self.centers) - 1})")
+            raise OutOfRangeError(
+                f"UmbrellaSampling: window {window} out of range (0..{len(self.centers) - 1})")
         values = np.asarray(values, dtype=np.float64).reshape(-1)
         if len(values) == 0:
-            raise ValueError(f"UmbrellaSampling: window {window} has no samples")
+            raise ConfigurationError(f"UmbrellaSampling: window {window} has no samples")
         self.samples[window] = values
 
     def run(self, simulate, steps, every=10, equilibration=0, progress=True):
@@ -113,7 +115,7 @@ class UmbrellaSampling:
         from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState
 
         if not isinstance(forcefield, ForceField):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"UmbrellaSampling.run_exchange: forcefield must be a ForceField, got {forcefield!r}"
             )
         states = [
@@ -167,12 +169,13 @@ class UmbrellaSampling:
         """
         missing = [index for index, samples in enumerate(self.samples) if samples is None]
         if missing:
-            raise ValueError(
+            raise ConfigurationError(
                 f"UmbrellaSampling: windows {missing} have no samples (run or add_samples first)"
             )
         edges = np.asarray(bin_edges, dtype=np.float64)
         if edges.ndim != 1 or len(edges) < 2 or not np.all(np.diff(edges) > 0):
-            raise ValueError("UmbrellaSampling: bin_edges must be an increasing 1D array of at least 2 edges")
+            raise ConfigurationError(
+                "UmbrellaSampling: bin_edges must be an increasing 1D array of at least 2 edges")
         centers = 0.5 * (edges[1:] + edges[:-1])
         values = np.concatenate(self.samples)
         counts = np.array([len(samples) for samples in self.samples])
@@ -182,7 +185,7 @@ class UmbrellaSampling:
         elif method == "wham":
             free_energy = self._wham(values, counts, edges, centers, tolerance, max_iterations)
         else:
-            raise ValueError(f"UmbrellaSampling: method must be 'mbar' or 'wham', got {method!r}")
+            raise ConfigurationError(f"UmbrellaSampling: method must be 'mbar' or 'wham', got {method!r}")
         free_energy = kT * free_energy
         return centers, free_energy - np.nanmin(free_energy)
 

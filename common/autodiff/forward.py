@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from common.autodiff.graph import _canonical_wrt, _distinct_dims
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.nn import MLP, FourierFeatures, MultiScaleMLP, Sine
 
 __all__ = ["HessianJet", "Jet", "forward_derivative", "forward_hessian", "forward_laplacian", "propagate"]
@@ -303,7 +304,7 @@ def propagate(module: nn.Module, jet):
         return type(jet).combine(outputs, _add)
     derivatives = _elementwise_derivatives(module, jet.value, jet.order)
     if derivatives is None:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"no forward derivative rule for module {type(module).__name__}; supported: nn.Linear, "
             "nn.Sequential, nn.Tanh, nn.SiLU and common.nn's Sine, MLP, FourierFeatures, MultiScaleMLP "
             "(use the graph functions, e.g. laplacian(model(x), x), for any other pointwise model)"
@@ -313,7 +314,7 @@ def propagate(module: nn.Module, jet):
 
 def _check_model_points(x: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"x must be a tensor of shape (B, d) (a batch of points), got {getattr(x, 'shape', x)}"
         )
 

@@ -51,6 +51,8 @@ from collections.abc import Sequence
 
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
+
 __all__ = [
     "Derivatives",
     "curl",
@@ -66,23 +68,25 @@ __all__ = [
 
 def _check_points(x: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor of points (B, d), got {type(x).__name__}")
+        raise ArgumentTypeError(f"x must be a torch.Tensor of points (B, d), got {type(x).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"x must have shape (B, d) (a batch of points), got shape {tuple(x.shape)}")
+        raise ConfigurationError(f"x must have shape (B, d) (a batch of points), got shape {tuple(x.shape)}")
     if not x.requires_grad:
-        raise ValueError("x does not require grad: call x.requires_grad_() before evaluating the model on it")
+        raise ConfigurationError(
+            "x does not require grad: call x.requires_grad_() before evaluating the model on it")
 
 
 def _check_field(field: torch.Tensor, x: torch.Tensor, name: str) -> None:
     if not isinstance(field, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(field).__name__}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(field).__name__}")
     if field.dim() == 0 or field.shape[0] != x.shape[0]:
-        raise ValueError(
+        raise ConfigurationError(
             f"{name} must have the batch size of x ({x.shape[0]} points) as its first dimension, "
             f"got shape {tuple(field.shape)}"
         )
     if not field.requires_grad:
-        raise ValueError(f"{name} does not depend on x (it does not require grad); was it computed from x?")
+        raise ConfigurationError(
+            f"{name} does not depend on x (it does not require grad); was it computed from x?")
 
 
 def _scalar_field(u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -92,7 +96,8 @@ def _scalar_field(u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if u.dim() == 2 and u.shape[1] == 1:
         return u[:, 0]
     if u.dim() != 1:
-        raise ValueError(f"u must be a scalar field of shape (B,) or (B, 1), got shape {tuple(u.shape)}")
+        raise ConfigurationError(
+            f"u must be a scalar field of shape (B,) or (B, 1), got shape {tuple(u.shape)}")
     return u
 
 
@@ -101,7 +106,7 @@ def _vector_field(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _check_points(x)
     _check_field(v, x, "v")
     if v.dim() != 2:
-        raise ValueError(f"v must be a vector field of shape (B, k), got shape {tuple(v.shape)}")
+        raise ConfigurationError(f"v must be a vector field of shape (B, k), got shape {tuple(v.shape)}")
     return v
 
 
@@ -124,19 +129,19 @@ def _first_derivatives(field: torch.Tensor, x: torch.Tensor, name: str) -> torch
     """Gradient (B, d) of a (B,) field, raising if the field does not depend on x."""
     gradient = _reverse_pass(field, x)
     if gradient is None:
-        raise ValueError(f"{name} does not depend on x: autograd finds no path from x to {name}")
+        raise ConfigurationError(f"{name} does not depend on x: autograd finds no path from x to {name}")
     return gradient
 
 
 def _canonical_wrt(wrt: Sequence[int], dimension: int, name: str = "wrt") -> tuple[int, ...]:
     """Validate a tuple of input indices and sort it (mixed partials of smooth fields commute)."""
     if isinstance(wrt, (int, str)) or not isinstance(wrt, Sequence):
-        raise TypeError(f"{name} must be a tuple of input indices such as (0, 0, 1), got {wrt!r}")
+        raise ArgumentTypeError(f"{name} must be a tuple of input indices such as (0, 0, 1), got {wrt!r}")
     for index in wrt:
         if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"{name} must hold integer input indices, got {wrt!r}")
+            raise ArgumentTypeError(f"{name} must hold integer input indices, got {wrt!r}")
         if not 0 <= index < dimension:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{name} index {index} in {tuple(wrt)} is out of range for x with d={dimension} inputs "
                 f"(valid indices are 0..{dimension - 1})"
             )
@@ -147,7 +152,7 @@ def _distinct_dims(dims: Sequence[int], dimension: int) -> list[int]:
     """Validate the input indices a Laplacian sums over."""
     indices = _canonical_wrt(dims, dimension, "dims")
     if len(indices) == 0 or len(set(indices)) != len(indices):
-        raise ValueError(f"dims must name distinct input indices, at least one, got {dims!r}")
+        raise ConfigurationError(f"dims must name distinct input indices, at least one, got {dims!r}")
     return list(indices)
 
 
@@ -341,9 +346,10 @@ def hvp(u: torch.Tensor, x: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
     """
     gradient = grad(u, x)
     if not isinstance(vector, torch.Tensor):
-        raise TypeError(f"vector must be a torch.Tensor of shape (B, d) or (d,), got {type(vector).__name__}")
+        raise ArgumentTypeError(
+            f"vector must be a torch.Tensor of shape (B, d) or (d,), got {type(vector).__name__}")
     if vector.shape not in (x.shape, x.shape[1:]):
-        raise ValueError(
+        raise ConfigurationError(
             f"vector must have shape {tuple(x.shape)} or ({x.shape[1]},) to match x, "
             f"got {tuple(vector.shape)}"
         )
@@ -370,7 +376,7 @@ def jacobian(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     field = _vector_field(v, x)
     gradients = [_reverse_pass(field[:, component], x) for component in range(field.shape[1])]
     if all(gradient is None for gradient in gradients):
-        raise ValueError("v does not depend on x: autograd finds no path from x to v")
+        raise ConfigurationError("v does not depend on x: autograd finds no path from x to v")
     rows = [torch.zeros_like(x) if gradient is None else gradient for gradient in gradients]
     return torch.stack(rows, dim=1)
 
@@ -391,7 +397,7 @@ def divergence(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """
     field = _vector_field(v, x)
     if field.shape[1] != x.shape[1]:
-        raise ValueError(
+        raise ConfigurationError(
             f"divergence needs v with as many components as x has inputs (d={x.shape[1]}), "
             f"got v of shape {tuple(field.shape)}"
         )
@@ -415,7 +421,7 @@ def curl(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """
     field = _vector_field(v, x)
     if field.shape[1] != 3 or x.shape[1] != 3:
-        raise ValueError(
+        raise ConfigurationError(
             f"curl needs a 3D field on 3D points: v (B, 3) and x (B, 3), "
             f"got v {tuple(field.shape)} and x {tuple(x.shape)}"
         )

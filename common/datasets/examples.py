@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 
+from common.errors import ConfigurationError, UnknownNameError
+
 __all__ = ["damped_oscillator"]
 
 
@@ -48,12 +50,13 @@ def damped_oscillator(
     """
     missing = [name for name in ("frequency", "damping") if name not in params]
     if missing:
-        raise KeyError(f"damped_oscillator: params lacks {missing}; it needs 'frequency' and 'damping'")
+        raise UnknownNameError(
+            f"damped_oscillator: params lacks {missing}; it needs 'frequency' and 'damping'")
     omega, zeta = float(params["frequency"]), float(params["damping"])
     if not omega > 0:
-        raise ValueError(f"damped_oscillator: frequency must be > 0 rad/s, got {omega}")
+        raise ConfigurationError(f"damped_oscillator: frequency must be > 0 rad/s, got {omega}")
     if not 0 <= zeta < 1:
-        raise ValueError(f"damped_oscillator: damping must be in [0, 1) (underdamped), got {zeta}")
+        raise ConfigurationError(f"damped_oscillator: damping must be in [0, 1) (underdamped), got {zeta}")
     if delay > 0:
         time.sleep(delay)
     times = np.linspace(0.0, float(duration), int(n_times))

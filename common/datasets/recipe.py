@@ -65,6 +65,7 @@ from typing import Any, Literal
 import numpy as np
 
 from common import checks, config
+from common.errors import ConfigurationError, MissingFileError
 
 __all__ = [
     "Recipe",
@@ -126,7 +127,7 @@ class GeneratorTable:
 
     def __post_init__(self):
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
+            raise ConfigurationError(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
         checks.non_negative_int(self.retries, "retries")
 
 
@@ -159,12 +160,12 @@ class Parameter:
 
     def _check_values(self) -> None:
         if self.low is not None or self.high is not None or self.points is not None:
-            raise ValueError("give either values or a range (low, high, points), not both")
+            raise ConfigurationError("give either values or a range (low, high, points), not both")
         if not self.values:
-            raise ValueError("values must list at least one value")
+            raise ConfigurationError("values must list at least one value")
         kinds = {_kind(value) for value in self.values}
         if len(kinds) > 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"values must be all numbers, all strings or all booleans, got {self.values}"
             )
         if kinds == {"number"} and any(isinstance(value, float) for value in self.values):
@@ -172,13 +173,14 @@ class Parameter:
 
     def _check_range(self) -> None:
         if self.low is None or self.high is None:
-            raise ValueError("give a range { low = ..., high = ... } or a list { values = [...] }")
+            raise ConfigurationError("give a range { low = ..., high = ... } or a list { values = [...] }")
         if not math.isfinite(self.low):
-            raise ValueError(f"low must be finite, got {self.low}")
+            raise ConfigurationError(f"low must be finite, got {self.low}")
         if not (math.isfinite(self.high) and self.high > self.low):
-            raise ValueError(f"high must be finite and above the lower bound {self.low}, got {self.high}")
+            raise ConfigurationError(
+                f"high must be finite and above the lower bound {self.low}, got {self.high}")
         if self.scale == "log" and self.low <= 0:
-            raise ValueError(f"low must be > 0 for a log scale, got {self.low}")
+            raise ConfigurationError(f"low must be > 0 for a log scale, got {self.low}")
         if self.points is not None:
             checks.positive_int(self.points, "points")
 
@@ -320,17 +322,18 @@ def resolve_function(reference: str) -> Callable:
     """
     module_name, separator, attribute = reference.partition(":")
     if not separator or not module_name or not attribute:
-        raise ValueError(f"{reference!r} must have the form 'package.module:callable'")
+        raise ConfigurationError(f"{reference!r} must have the form 'package.module:callable'")
     try:
         target = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"cannot import module {module_name!r} of {reference!r}: {error}") from error
+        raise ConfigurationError(f"cannot import module {module_name!r} of {reference!r}: {error}") from error
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"module {module_name!r} has no attribute {attribute!r} (from {reference!r})")
+            raise ConfigurationError(
+                f"module {module_name!r} has no attribute {attribute!r} (from {reference!r})")
         target = getattr(target, part)
     if not callable(target):
-        raise ValueError(f"{reference!r} is a {type(target).__name__}, not a callable")
+        raise ConfigurationError(f"{reference!r} is a {type(target).__name__}, not a callable")
     return target
 
 
@@ -457,7 +460,7 @@ def load_recipe(path: str | pathlib.Path) -> Recipe:
     """Read and validate the recipe file ``path`` (see :func:`loads_recipe`)."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"recipe {str(path)!r} does not exist or is not a file")
+        raise MissingFileError(f"recipe {str(path)!r} does not exist or is not a file")
     return loads_recipe(path.read_text(encoding="utf-8"), filename=str(path))
 
 

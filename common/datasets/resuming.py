@@ -27,7 +27,7 @@ import numpy as np
 from common import io
 from common.datasets.code_fingerprint import CodeFingerprint, describe_changes
 from common.datasets.recipe import EXTENDABLE_METHODS, Recipe
-from common.errors import ConfigurationError
+from common.errors import BusyError, ConfigurationError
 
 __all__ = ["FileState", "open_locked", "generator_fingerprint", "UncheckedImportsWarning"]
 
@@ -99,7 +99,7 @@ def open_locked(
     try:
         writer = io.H5Writer(path, attributes=attributes)
     except RuntimeError as error:
-        raise RuntimeError(
+        raise BusyError(
             f"{path} is being written by another process (another generate run of this recipe?); "
             f"wait for it to finish, or give another output file ({error})"
         ) from error

@@ -85,7 +85,7 @@ from common.datasets.recipe import (
 )
 from common.datasets.recipe import sample_seed as derive_seed
 from common.datasets.resuming import FileState, generator_fingerprint, open_locked
-from common.errors import ConfigurationError, DataError
+from common.errors import ArgumentTypeError, ConfigurationError, DataError
 
 __all__ = ["generate", "GenerationSummary", "read_dataset", "NonFiniteLabelError"]
 
@@ -221,7 +221,7 @@ def _run_sample(
             f"(pid {os.getpid()}): {error}"
         ) from error
     if not isinstance(result, dict) or not result or not all(isinstance(key, str) for key in result):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{function_reference} must return a non-empty dict of name -> array, got {type(result).__name__}"
         )
     result = {key: _to_numpy(value) for key, value in result.items()}
@@ -267,7 +267,7 @@ def _checked_result(recipe: Recipe, parameters: dict, result: dict) -> dict:
     echoed = {key for key in set(result) & set(parameters) if np.array_equal(result[key], parameters[key])}
     clashes = sorted((set(result) - echoed) & (set(parameters) | set(RESERVED_COLUMNS)))
     if clashes:
-        raise ValueError(
+        raise ConfigurationError(
             f"{reference} returned keys {clashes}, which are parameters (with other values) "
             f"or reserved columns {RESERVED_COLUMNS}"
         )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
+
 from .samplers import UnitSampler, check_count, rejection_sample, resolve_dtype
 
 
@@ -24,11 +26,11 @@ def as_vector(value, name: str, length: int | None = None) -> torch.Tensor:
     try:
         vector = torch.as_tensor(value, dtype=torch.float64).detach().cpu().reshape(-1).clone()
     except (TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(f"{name} must be a sequence of numbers, got {value!r}") from error
+        raise ConfigurationError(f"{name} must be a sequence of numbers, got {value!r}") from error
     if length is not None and vector.numel() != length:
-        raise ValueError(f"{name} must have {length} coordinates, got {vector.numel()} ({value!r})")
+        raise ConfigurationError(f"{name} must have {length} coordinates, got {vector.numel()} ({value!r})")
     if vector.numel() == 0 or not bool(torch.isfinite(vector).all()):
-        raise ValueError(f"{name} must be finite numbers, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite numbers, got {value!r}")
     return vector
 
 
@@ -36,7 +38,7 @@ def as_positive(value, name: str) -> float:
     """``value`` as a finite float ``> 0``, or ``ValueError`` naming ``name``."""
     number = float(as_vector(value, name, 1)[0])
     if not number > 0:
-        raise ValueError(f"{name} must be > 0, got {number}")
+        raise ConfigurationError(f"{name} must be > 0, got {number}")
     return number
 
 
@@ -44,7 +46,8 @@ def check_bounds(lo: torch.Tensor, hi: torch.Tensor, what: str) -> None:
     """Raise ``ValueError`` unless ``lo < hi`` on every axis."""
     bad = (lo >= hi).nonzero().flatten().tolist()
     if bad:
-        raise ValueError(f"{what}: inverted or empty bounds on axis {bad}: lower corner {lo.tolist()} "
+        raise ConfigurationError(
+            f"{what}: inverted or empty bounds on axis {bad}: lower corner {lo.tolist()} "
                          f"must be strictly below upper corner {hi.tolist()} on every axis")
 
 
@@ -127,10 +130,10 @@ class Geometry:
     def check_points(self, points, name: str = "points") -> torch.Tensor:
         """Return ``points`` as a floating ``(B, d)`` tensor or raise ``ValueError``/``TypeError``."""
         if not isinstance(points, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, {self.dim}), "
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape (B, {self.dim}), "
                             f"got {type(points).__name__}")
         if points.dim() != 2 or points.shape[-1] != self.dim:
-            raise ValueError(f"{name} must have shape (B, {self.dim}) for this {self.dim}D "
+            raise ConfigurationError(f"{name} must have shape (B, {self.dim}) for this {self.dim}D "
                              f"{type(self).__name__}, got {tuple(points.shape)}")
         if not points.is_floating_point():
             points = points.to(torch.get_default_dtype())
@@ -265,9 +268,10 @@ class Geometry:
 
     def _check_operand(self, other, operator: str) -> None:
         if not isinstance(other, Geometry):
-            raise TypeError(f"{operator}: both operands must be geometry shapes, got {type(other).__name__}")
+            raise ArgumentTypeError(
+                f"{operator}: both operands must be geometry shapes, got {type(other).__name__}")
         if other.dim != self.dim:
-            raise ValueError(f"{operator}: operands must have the same dimension, got {self.dim}D "
+            raise ConfigurationError(f"{operator}: operands must have the same dimension, got {self.dim}D "
                              f"{type(self).__name__} and {other.dim}D {type(other).__name__}")
 
     def __or__(self, other: Geometry) -> Geometry:

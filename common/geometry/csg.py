@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from common.errors import ArgumentTypeError
+
 from .base import Geometry, split_by_measure
 from .shapes import TimeDomain
 
@@ -31,7 +33,8 @@ class _Combination(Geometry):
         first._check_operand(second, f"'{self._operator}'")
         for operand in (first, second):
             if isinstance(operand, SpaceTime):
-                raise TypeError(f"'{self._operator}': combine the spatial shapes first, then multiply the "
+                raise ArgumentTypeError(
+                    f"'{self._operator}': combine the spatial shapes first, then multiply the "
                                 "result by a TimeDomain (space x time products cannot be combined)")
         self.first, self.second = first, second
         self.dim = first.dim
@@ -143,9 +146,11 @@ class SpaceTime(Geometry):
 
     def __init__(self, space: Geometry, time: TimeDomain):
         if not isinstance(time, TimeDomain):
-            raise TypeError(f"'*': the right operand must be a TimeDomain(t0, t1), got {type(time).__name__}")
+            raise ArgumentTypeError(
+                f"'*': the right operand must be a TimeDomain(t0, t1), got {type(time).__name__}")
         if isinstance(space, (TimeDomain, SpaceTime)) or not isinstance(space, Geometry):
-            raise TypeError(f"'*': the left operand must be a spatial shape, got {type(space).__name__}")
+            raise ArgumentTypeError(
+                f"'*': the left operand must be a spatial shape, got {type(space).__name__}")
         self.space, self.time = space, time
         self.dim = space.dim + 1
 

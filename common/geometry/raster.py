@@ -12,23 +12,26 @@ from collections.abc import Sequence
 
 import torch
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
+
 from .base import Geometry
 from .csg import SpaceTime
 
 
 def _check_grid(shape, centers, spacing, supersample) -> tuple[list[torch.Tensor], list[float]]:
     if not isinstance(shape, Geometry) or isinstance(shape, SpaceTime):
-        raise TypeError(f"shape must be a spatial common.geometry shape, got {type(shape).__name__}")
+        raise ArgumentTypeError(f"shape must be a spatial common.geometry shape, got {type(shape).__name__}")
     if len(centers) != shape.dim:
-        raise ValueError(f"centers must hold one 1D tensor per axis ({shape.dim} for this {shape.dim}D "
+        raise ConfigurationError(
+            f"centers must hold one 1D tensor per axis ({shape.dim} for this {shape.dim}D "
                          f"{type(shape).__name__}), got {len(centers)}")
     if len(spacing) != shape.dim:
-        raise ValueError(f"spacing must hold one cell size per axis ({shape.dim}), got {len(spacing)}")
+        raise ConfigurationError(
+            f"spacing must hold one cell size per axis ({shape.dim}), got {len(spacing)}")
     checked = [_check_centers(axis, axis_centers) for axis, axis_centers in enumerate(centers)]
     sizes = [_check_size(axis, size) for axis, size in enumerate(spacing)]
-    if isinstance(supersample, bool) or not isinstance(supersample, int) or supersample < 1:
-        raise ValueError(f"supersample must be an integer >= 1 (sub-points per cell and axis), "
-                         f"got {supersample!r}")
+    checks.positive_int(supersample, "supersample (sub-points per cell and axis)")
     return checked, sizes
 
 
@@ -37,7 +40,7 @@ def _check_centers(axis: int, axis_centers) -> torch.Tensor:
     if not isinstance(axis_centers, torch.Tensor):
         axis_centers = torch.as_tensor(axis_centers, dtype=torch.get_default_dtype())
     if axis_centers.dim() != 1 or len(axis_centers) == 0:
-        raise ValueError(f"centers[{axis}] must be a non-empty 1D tensor of cell-centre coordinates, "
+        raise ConfigurationError(f"centers[{axis}] must be a non-empty 1D tensor of cell-centre coordinates, "
                          f"got shape {tuple(axis_centers.shape)}")
     if not axis_centers.is_floating_point():
         axis_centers = axis_centers.to(torch.get_default_dtype())
@@ -47,7 +50,7 @@ def _check_centers(axis: int, axis_centers) -> torch.Tensor:
 def _check_size(axis: int, size) -> float:
     size = float(size)
     if not (math.isfinite(size) and size > 0):
-        raise ValueError(f"spacing[{axis}] must be a finite cell size > 0, got {size}")
+        raise ConfigurationError(f"spacing[{axis}] must be a finite cell size > 0, got {size}")
     return size
 
 

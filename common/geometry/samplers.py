@@ -15,20 +15,22 @@ import warnings
 
 import torch
 
+from common.errors import ConfigurationError
+
 SAMPLERS = ("uniform", "sobol", "lhs")
 
 
 def check_sampler(sampler: str) -> str:
     """Return ``sampler`` if it names a known sampler, else raise ``ValueError``."""
     if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        raise ConfigurationError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     return sampler
 
 
 def check_count(n, name: str = "n") -> int:
     """Return ``n`` as an int if it is a positive integer, else raise ``ValueError``."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
-        raise ValueError(f"{name} must be a positive integer (number of points), got {n!r}")
+        raise ConfigurationError(f"{name} must be a positive integer (number of points), got {n!r}")
     return int(n)
 
 
@@ -36,7 +38,7 @@ def resolve_dtype(dtype: torch.dtype | None) -> torch.dtype:
     """``dtype`` or the torch default dtype; raise ``ValueError`` unless it is a floating dtype."""
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch dtype (e.g. torch.float32), got {dtype!r}")
+        raise ConfigurationError(f"dtype must be a floating torch dtype (e.g. torch.float32), got {dtype!r}")
     return dtype
 
 
@@ -64,7 +66,7 @@ class UnitSampler:
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+            raise ConfigurationError(f"seed must be a non-negative integer or None, got {seed!r}")
         seed = int(seed)
         self.dtype = resolve_dtype(dtype)
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -126,7 +128,8 @@ def rejection_sample(n: int, draw, candidates, acceptance: float, what: str):
         drawn += batch
         accepted += kept
         if accepted == 0 and drawn >= 2**21:
-            raise ValueError(f"{what}: none of {drawn} candidate points was accepted; is the shape empty?")
+            raise ConfigurationError(
+                f"{what}: none of {drawn} candidate points was accepted; is the shape empty?")
         acceptance = max(accepted / drawn, 1e-3) if accepted else acceptance / 8
         acceptance = min(acceptance, 0.999)  # after the first batch, always oversample a little
     return tuple(torch.cat(parts)[:n] for parts in zip(*chunks))

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from common.errors import ConfigurationError
+
 from .base import Geometry, as_positive, as_vector, check_bounds, split_by_measure, unit_axis_normal
 
 
@@ -234,7 +236,7 @@ class Cylinder(Geometry):
         self.radius = as_positive(radius, "radius")
         self.height = as_positive(height, "height")
         if isinstance(axis, bool) or axis not in (0, 1, 2):
-            raise ValueError(f"axis must be 0, 1 or 2 (x, y or z), got {axis!r}")
+            raise ConfigurationError(f"axis must be 0, 1 or 2 (x, y or z), got {axis!r}")
         self.axis = int(axis)
         self._perpendicular = [i for i in range(3) if i != self.axis]
 
@@ -315,15 +317,17 @@ class Polygon(Geometry):
         try:
             vertices = torch.as_tensor(vertices, dtype=torch.float64).detach().cpu().clone()
         except (TypeError, ValueError, RuntimeError) as error:
-            raise ValueError(f"vertices must be a (V, 2) array of numbers, got {vertices!r}") from error
+            raise ConfigurationError(
+                f"vertices must be a (V, 2) array of numbers, got {vertices!r}") from error
         if vertices.dim() != 2 or vertices.shape[1] != 2 or len(vertices) < 3:
-            raise ValueError(f"vertices must have shape (V, 2) with V >= 3, got {tuple(vertices.shape)}")
+            raise ConfigurationError(
+                f"vertices must have shape (V, 2) with V >= 3, got {tuple(vertices.shape)}")
         if not bool(torch.isfinite(vertices).all()):
-            raise ValueError("vertices must be finite numbers")
+            raise ConfigurationError("vertices must be finite numbers")
         following = vertices.roll(-1, 0)
         signed_area = 0.5 * float((vertices[:, 0] * following[:, 1] - following[:, 0] * vertices[:, 1]).sum())
         if signed_area == 0.0:
-            raise ValueError("vertices: the polygon has zero area")
+            raise ConfigurationError("vertices: the polygon has zero area")
         self.vertices = vertices if signed_area > 0 else vertices.flip(0)  # counter-clockwise
         self.area = abs(signed_area)
         self._check_simple()
@@ -352,7 +356,7 @@ class Polygon(Geometry):
         crosses &= (gap > 1) & (gap < count - 1)
         if bool(crosses.any()):
             i, j = crosses.nonzero()[0].tolist()
-            raise ValueError(f"vertices: the polygon intersects itself (edge {i} crosses edge {j})")
+            raise ConfigurationError(f"vertices: the polygon intersects itself (edge {i} crosses edge {j})")
 
     @property
     def bounds_float64(self):

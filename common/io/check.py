@@ -26,7 +26,7 @@ from typing import Any
 
 import h5py
 
-from common.errors import DataError
+from common.errors import DataError, MissingFileError
 from common.io import heaps, recovery
 from common.io.locking import writer_is_live
 from common.io.reading import open_for_reading, read_column, read_counter
@@ -235,7 +235,7 @@ def _existing_file(path: str | os.PathLike) -> pathlib.Path:
     if path.is_dir():
         raise IsADirectoryError(f"{path}: a directory, not an HDF5 file")
     if not path.exists():
-        raise FileNotFoundError(f"HDF5 file {str(path)!r} does not exist")
+        raise MissingFileError(f"HDF5 file {str(path)!r} does not exist")
     return path
 
 

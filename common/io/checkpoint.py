@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.errors import DataError
+from common.errors import ArgumentTypeError, ConfigurationError, DataError, MissingFileError
 from common.io.recovery import fsync_path
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _encode(value: Any, where: str) -> Any:
         return value
     if isinstance(value, (np.ndarray, np.generic)):
         if value.dtype.kind == "O" or value.dtype.fields is not None:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"save_checkpoint: {where} is a numpy array of dtype {value.dtype}; "
                 "object and structured arrays are not supported"
             )
@@ -63,13 +63,13 @@ def _encode(value: Any, where: str) -> Any:
         return {_NUMPY_MARK: (array.tobytes(), array.dtype.str, array.shape, isinstance(value, np.generic))}
     if type(value) in (dict, collections.OrderedDict):
         if set(value) == {_NUMPY_MARK}:
-            raise ValueError(f"save_checkpoint: {where} uses the reserved key {_NUMPY_MARK!r}")
+            raise ConfigurationError(f"save_checkpoint: {where} uses the reserved key {_NUMPY_MARK!r}")
         encoded = {key: _encode(item, f"{where}[{key!r}]") for key, item in value.items()}
         return collections.OrderedDict(encoded) if isinstance(value, collections.OrderedDict) else encoded
     if type(value) in (list, tuple):
         return type(value)(_encode(item, f"{where}[{index}]") for index, item in enumerate(value))
     hint = "; store generator.get_state() instead" if isinstance(value, torch.Generator) else ""
-    raise TypeError(
+    raise ArgumentTypeError(
         f"save_checkpoint: {where} is a {type(value).__name__}, which a checkpoint cannot hold "
         f"(use tensors, numpy arrays, numbers, strings, lists, tuples and dicts){hint}"
     )
@@ -111,7 +111,8 @@ def _kinds(kind: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     if not kinds or not all(isinstance(name, str) and name for name in kinds):
-        raise TypeError(f"checkpoint kind must be a non-empty str or a sequence of them, got {kind!r}")
+        raise ArgumentTypeError(
+            f"checkpoint kind must be a non-empty str or a sequence of them, got {kind!r}")
     return kinds
 
 
@@ -135,7 +136,7 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any], kind: str
         DataError: if a floating tensor or array holds NaN or inf (names the key); nothing is written.
     """
     if not isinstance(state, Mapping):
-        raise TypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
+        raise ArgumentTypeError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
     import torch
 
     path = pathlib.Path(path)
@@ -212,7 +213,7 @@ def load_checkpoint(
 
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        raise MissingFileError(f"checkpoint {str(path)!r} does not exist")
     payload = _read_verified(path, _kinds(kind))
     if payload is None:
         warnings.warn(

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import torch.utils.data
 
+from common.errors import ArgumentTypeError, ConfigurationError, OutOfRangeError
 from common.io import recovery
 from common.io.reading import open_for_reading, read_column, read_consistently, table_columns
 from common.io.tables import group_name
@@ -47,7 +48,7 @@ class H5Dataset(torch.utils.data.Dataset):
             paths = [paths]
         self.paths = [pathlib.Path(path) for path in paths]
         if not self.paths:
-            raise ValueError("H5Dataset: paths is empty; give at least one HDF5 file")
+            raise ConfigurationError("H5Dataset: paths is empty; give at least one HDF5 file")
         self.keys = None if keys is None else list(keys)
         self.transform = transform
         self.group = group
@@ -64,10 +65,10 @@ class H5Dataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> Any:
         if not isinstance(index, (int, np.integer)):
-            raise TypeError(f"H5Dataset index must be an int, got {type(index).__name__}")
+            raise ArgumentTypeError(f"H5Dataset index must be an int, got {type(index).__name__}")
         length = len(self)
         if not -length <= index < length:
-            raise IndexError(f"H5Dataset index {index} out of range for {length} records")
+            raise OutOfRangeError(f"H5Dataset index {index} out of range for {length} records")
         index = int(index) % length
         file_index = int(np.searchsorted(self.offsets, index, side="right")) - 1
         columns, tails = self._columns(file_index)

@@ -30,6 +30,8 @@ import struct
 import tempfile
 import time
 
+from common.errors import BusyError
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -107,7 +109,7 @@ class WriterLock:
             self._lock_descriptor = _try_lock(self.descriptor, exclusive=True)
         if self._lock_descriptor is None:
             os.close(self.descriptor)
-            raise RuntimeError(
+            raise BusyError(
                 f"H5Writer: {self.path} is already open in another H5Writer, in this or another process "
                 f"(the file, device {status.st_dev} inode {status.st_ino}, is locked; links and other "
                 "names of it share the lock)"

@@ -18,6 +18,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from common.errors import ArgumentTypeError
+
 __all__ = ["provenance", "write_provenance"]
 
 def _json_default(value: Any) -> Any:
@@ -31,7 +33,7 @@ def _json_default(value: Any) -> Any:
         return str(value)
     if hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
         return config.to_dict(value)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"provenance: parameters hold {type(value).__name__} {value!r:.80}, not JSON-serialisable"
     )
 
@@ -98,7 +100,7 @@ def provenance(parameters: Any = None, seed: int | None = None) -> dict[str, Any
         record["parameters"] = json.dumps(parameters, default=_json_default, sort_keys=True)
     if seed is not None:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise TypeError(f"provenance: seed must be an int, got {type(seed).__name__} {seed!r}")
+            raise ArgumentTypeError(f"provenance: seed must be an int, got {type(seed).__name__} {seed!r}")
         record["seed"] = int(seed)
     return record
 
@@ -112,7 +114,7 @@ def write_provenance(
         The dict that was written.
     """
     if not isinstance(h5_object, (h5py.Group, h5py.Dataset)):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"write_provenance: h5_object must be an h5py File, Group or Dataset, "
             f"got {type(h5_object).__name__}"
         )

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import h5py
 import numpy as np
 
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, MissingFileError
 from common.io import recovery
 from common.io.locking import writer_is_live
 from common.io.tables import COMMITTED, column_datasets, decode, group_name, table_groups
@@ -114,7 +114,7 @@ def open_for_reading(path: str | os.PathLike, check_length: bool = True) -> h5py
     """
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"HDF5 file {str(path)!r} does not exist")
+        raise MissingFileError(f"HDF5 file {str(path)!r} does not exist")
     source = _source(path) if check_length else path
     try:
         superblock = recovery.read_superblock(source)
@@ -159,7 +159,7 @@ def table_columns(
     name = group_name(group)
     target = file if name == "/" else file.get(name)
     if not isinstance(target, h5py.Group) or COMMITTED not in target:
-        raise ValueError(
+        raise ConfigurationError(
             f"{path}: no H5Writer table at group {name!r} "
             f"(tables: {[table for table, _ in table_groups(file)]})"
         )
@@ -169,7 +169,7 @@ def table_columns(
         keys = list(keys)
         unknown = [key for key in keys if key not in columns]
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{path}, group {name!r}: unknown keys {unknown}; the table has {sorted(columns)}"
             )
         columns = {key: columns[key] for key in keys}

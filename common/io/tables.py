@@ -47,6 +47,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.io import heaps, recovery
 from common.io.locking import WriterLock
 
@@ -96,7 +97,7 @@ class H5Writer:
 
     def __init__(self, path: str | os.PathLike, mode: str = "a", attributes: Mapping[str, Any] | None = None):
         if mode not in ("a", "w"):
-            raise ValueError(f"H5Writer: mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
+            raise ConfigurationError(f"H5Writer: mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
         self.path = pathlib.Path(path)
         self._file: h5py.File | None = None
         self._tables: dict[str, _Table] = {}
@@ -129,10 +130,10 @@ class H5Writer:
             TypeError: if a value cannot be stored (names the key).
         """
         if self._file is None:
-            raise ValueError(f"H5Writer({str(self.path)!r}) is closed")
+            raise ConfigurationError(f"H5Writer({str(self.path)!r}) is closed")
         group = group_name(group)
         if not isinstance(record, Mapping) or not record:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"H5Writer.append: record must be a non-empty dict of column -> value, got {record!r}"
             )
         values = {key: _as_array(key, value) for key, value in record.items()}
@@ -177,14 +178,14 @@ class H5Writer:
             column name -> array of shape ``(n_records, *record_shape)``; strings as object arrays.
         """
         if self._file is None:
-            raise ValueError(f"H5Writer({str(self.path)!r}) is closed")
+            raise ConfigurationError(f"H5Writer({str(self.path)!r}) is closed")
         table = self._tables.get(group_name(group))
         if table is None:
             return {}
         keys = list(table.columns) if keys is None else list(keys)
         unknown = [key for key in keys if key not in table.columns]
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self.path}, group {group!r}: unknown keys {unknown}; the table has {sorted(table.columns)}"
             )
         where = f"{self.path}, group {group!r}"
@@ -196,7 +197,7 @@ class H5Writer:
     def attributes(self) -> dict[str, Any]:
         """The root group's attributes (for instance the :func:`provenance` written at creation)."""
         if self._file is None:
-            raise ValueError(f"H5Writer({str(self.path)!r}) is closed")
+            raise ConfigurationError(f"H5Writer({str(self.path)!r}) is closed")
         return dict(self._file.attrs)
 
     @property
@@ -253,7 +254,7 @@ class H5Writer:
     def _create_table(self, group: str, values: dict[str, np.ndarray]) -> None:
         for key in values:
             if "/" in key or key.startswith("_") or not key:
-                raise ValueError(
+                raise ConfigurationError(
                     f"H5Writer.append: column name {key!r} must be non-empty, without '/', "
                     "and not start with '_' (reserved)"
                 )
@@ -262,7 +263,7 @@ class H5Writer:
             target = file.require_group(group)
             clashes = sorted(set(values) & set(target))
             if clashes:
-                raise ValueError(
+                raise ConfigurationError(
                     f"H5Writer.append: {self.path}: group {group!r} already holds {clashes} "
                     f"but no {COMMITTED!r} counter; it was not written by H5Writer"
                 )
@@ -317,7 +318,7 @@ class _Table:
         where = f"H5Writer.append: {path}, group {group!r}"
         missing, extra = sorted(set(self.columns) - set(values)), sorted(set(values) - set(self.columns))
         if missing or extra:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{where}: the record's keys differ from the table's ({sorted(self.columns)}): "
                 f"missing {missing}, unexpected {extra}"
             )
@@ -325,13 +326,15 @@ class _Table:
         for key, dataset in self.columns.items():
             value, shape = values[key], dataset.shape[1:]
             if value.shape != shape:
-                raise ValueError(f"{where}: key {key!r} has shape {value.shape}, the table's is {shape}")
+                raise ConfigurationError(
+                    f"{where}: key {key!r} has shape {value.shape}, the table's is {shape}")
             if h5py.check_string_dtype(dataset.dtype) is not None:
                 if value.dtype.kind not in "OU":
-                    raise ValueError(f"{where}: key {key!r} has dtype {value.dtype}, the table holds strings")
+                    raise ConfigurationError(
+                        f"{where}: key {key!r} has dtype {value.dtype}, the table holds strings")
                 ready[key] = value.astype(object)
             elif value.dtype != dataset.dtype:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{where}: key {key!r} has dtype {value.dtype}, the table's is {dataset.dtype}"
                 )
             else:
@@ -366,7 +369,7 @@ def _clear_unfinished_strings(dataset: h5py.Dataset, count: int) -> None:
 def group_name(group: str) -> str:
     """The HDF5 path of a table, ``"/"`` for the root (leading and trailing slashes dropped)."""
     if not isinstance(group, str):
-        raise TypeError(f"group must be a str (an HDF5 group path), got {type(group).__name__}")
+        raise ArgumentTypeError(f"group must be a str (an HDF5 group path), got {type(group).__name__}")
     name = group.strip("/")
     return name or "/"
 
@@ -412,7 +415,8 @@ def _as_array(key: str, value: Any) -> np.ndarray:
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach()
         if value.dtype == torch.bfloat16:
-            raise TypeError(f"record key {key!r}: bfloat16 cannot be stored in HDF5; convert it to float32")
+            raise ArgumentTypeError(
+                f"record key {key!r}: bfloat16 cannot be stored in HDF5; convert it to float32")
         return value.resolve_conj().cpu().numpy()
     if isinstance(value, str):
         return np.array(value, dtype=object)
@@ -422,7 +426,7 @@ def _as_array(key: str, value: Any) -> np.ndarray:
             return array.astype(object)
         if array.dtype.kind in "biufc":
             return array
-    raise TypeError(
+    raise ArgumentTypeError(
         f"record key {key!r}: cannot store {type(value).__name__} {value!r:.80}; expected a "
         "number, string, numpy array or tensor"
     )

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from common import threads as thread_budgets
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.parallel.dask_cluster import run_dask
 from common.parallel.distributed import DistributedContext
 from common.parallel.pool import run_pool
@@ -116,7 +116,7 @@ def run_jobs(
     from common.checks import non_negative_int, positive_int  # here: common.checks imports torch
 
     if not callable(fn):
-        raise TypeError(f"run_jobs: fn must be callable, got {type(fn).__name__}")
+        raise ArgumentTypeError(f"run_jobs: fn must be callable, got {type(fn).__name__}")
     if workers is not None:
         non_negative_int(workers, "run_jobs: workers (0 = in this process)")
     if max_in_flight is not None:

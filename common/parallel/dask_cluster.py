@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from common import threads as thread_budgets
+from common.errors import ArgumentTypeError
 from common.parallel.pool import NO_MORE_JOBS
 from common.parallel.worker import JobFailure, lost_worker, worker_name
 
@@ -71,7 +72,7 @@ def _client(distributed, scheduler) -> tuple[Any, bool]:
         return distributed.Client(scheduler, set_as_default=False), True
     if isinstance(scheduler, distributed.Client):
         return scheduler, False
-    raise TypeError(
+    raise ArgumentTypeError(
         f"run_jobs: scheduler must be an address like 'tcp://host:8786' or a distributed.Client, "
         f"got {type(scheduler).__name__}"
     )

@@ -4,6 +4,7 @@ import os
 from typing import TYPE_CHECKING
 
 from common import threads as thread_budgets
+from common.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import torch
@@ -18,7 +19,7 @@ def _environment_int(name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError as error:
-        raise ValueError(
+        raise ConfigurationError(
             f"environment variable {name}={text!r} must be an integer (torchrun sets it)"
         ) from error
 
@@ -60,9 +61,9 @@ class DistributedContext:
         self, rank: int, world_size: int, local_rank: int, device: "torch.device", backend: str | None
     ):
         if world_size < 1:
-            raise ValueError(f"DistributedContext: world_size must be >= 1, got {world_size}")
+            raise ConfigurationError(f"DistributedContext: world_size must be >= 1, got {world_size}")
         if not 0 <= rank < world_size:
-            raise ValueError(f"DistributedContext: rank must be in [0, {world_size}), got {rank}")
+            raise ConfigurationError(f"DistributedContext: rank must be in [0, {world_size}), got {rank}")
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -117,7 +118,7 @@ class DistributedContext:
             return context
         missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
         if missing:
-            raise ValueError(
+            raise ConfigurationError(
                 f"DistributedContext: WORLD_SIZE={world_size} but {missing} unset; launch with "
                 "torchrun (python -m torch.distributed.run), which sets them"
             )

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.geometry import Geometry, SpaceTime, TimeDomain
 from common.geometry.samplers import check_count, check_sampler
 
@@ -20,7 +22,7 @@ Sampler = str | Callable[..., torch.Tensor]
 def _check_weight(weight, name: str) -> float:
     weight = float(weight)
     if not (math.isfinite(weight) and weight >= 0):
-        raise ValueError(f"constraint {name!r}: weight must be a non-negative number, got {weight!r}")
+        raise ConfigurationError(f"constraint {name!r}: weight must be a non-negative number, got {weight!r}")
     return weight
 
 
@@ -37,7 +39,7 @@ class Constraint:
 
     def __init__(self, name: str, n_points: int, weight: float = 1.0, sampler: Sampler = "sobol"):
         if not isinstance(name, str) or not name:
-            raise ValueError(f"a constraint name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"a constraint name must be a non-empty string, got {name!r}")
         self.name = name
         self.n_points = check_count(n_points, f"constraint {name!r}: n_points")
         self.weight = _check_weight(weight, name)
@@ -70,12 +72,13 @@ class _DomainConstraint(Constraint):
     def __init__(self, name, domain, function, n_points, weight=1.0, sampler="sobol"):
         super().__init__(name, n_points, weight, sampler)
         if not isinstance(domain, Geometry):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"constraint {name!r}: domain must be a common.geometry shape (e.g. Rectangle(...) * "
                 f"TimeDomain(...)), got {type(domain).__name__}"
             )
         if not callable(function):
-            raise TypeError(f"constraint {name!r}: the residual function must be callable, got {function!r}")
+            raise ArgumentTypeError(
+                f"constraint {name!r}: the residual function must be callable, got {function!r}")
         self.domain, self.function = domain, function
 
     @property
@@ -86,7 +89,7 @@ class _DomainConstraint(Constraint):
         if callable(self.sampler):
             points = self.sampler(self.n_points, seed, dtype, device)
             if not isinstance(points, torch.Tensor) or points.shape != (self.n_points, self.dim):
-                raise ValueError(
+                raise ConfigurationError(
                     f"constraint {self.name!r}: the sampler must return "
                     f"({self.n_points}, {self.dim}) points, "
                     f"got {getattr(points, 'shape', type(points).__name__)}"
@@ -123,10 +126,7 @@ class Residual(_DomainConstraint):
         causal_epsilon: float = 1.0,
     ):
         super().__init__(name, domain, function, n_points, weight, sampler)
-        if isinstance(causal_bins, bool) or not isinstance(causal_bins, int) or causal_bins < 0:
-            raise ValueError(
-                f"constraint {name!r}: causal_bins must be a non-negative integer, got {causal_bins!r}"
-            )
+        checks.non_negative_int(causal_bins, f"constraint {name!r}: causal_bins")
         self.causal_bins, self.causal_epsilon = causal_bins, float(causal_epsilon)
         self.causal_weights = None
 
@@ -182,7 +182,7 @@ class Boundary(_DomainConstraint):
     def __init__(self, name, domain, function, n_points, weight=1.0, sampler="sobol"):
         super().__init__(name, domain, function, n_points, weight, sampler)
         if not _has_boundary(domain):
-            raise ValueError(
+            raise ConfigurationError(
                 f"constraint {name!r}: domain {domain!r} has no boundary to sample (a bare TimeDomain has "
                 "only initial and final instants: use Initial for t = t0); give a spatial shape or "
                 "space * TimeDomain"
@@ -216,7 +216,7 @@ class Initial(_DomainConstraint):
 
     def __init__(self, name, domain, function, n_points, weight=1.0, sampler="sobol"):
         if not isinstance(domain, SpaceTime):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"constraint {name!r}: an initial condition needs a space x time domain "
                 f"(space * TimeDomain(t0, t1)), got {domain!r}"
             )
@@ -252,7 +252,7 @@ class Data(Constraint):
     ):
         points, values = torch.as_tensor(points), torch.as_tensor(values)
         if points.dim() != 2 or values.dim() not in (1, 2) or len(points) != len(values) or len(points) == 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"constraint {name!r}: points must be (N, n_inputs) and values (N, n_outputs) with the same "
                 f"N > 0, got {tuple(points.shape)} and {tuple(values.shape)}"
             )
@@ -261,7 +261,7 @@ class Data(Constraint):
         self.values = values[:, None] if values.dim() == 1 else values
         self.components = list(range(self.values.shape[1])) if components is None else list(components)
         if len(self.components) != self.values.shape[1]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"constraint {name!r}: {len(self.components)} components given for values with "
                 f"{self.values.shape[1]} columns"
             )

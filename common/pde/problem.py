@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.geometry import UnitSampler
 from common.pde.constraints import Constraint, Data
 
@@ -18,7 +19,7 @@ __all__ = ["Problem", "relative_l2"]
 def relative_l2(prediction: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """Relative L2 error ``||prediction - reference|| / ||reference||`` over all entries (a 0-d tensor)."""
     if prediction.shape != reference.shape:
-        raise ValueError(
+        raise ConfigurationError(
             f"relative_l2: prediction has shape {tuple(prediction.shape)} but reference has shape "
             f"{tuple(reference.shape)}"
         )
@@ -31,7 +32,7 @@ def _residual_matrix(residual, batch: int, name: str) -> torch.Tensor:
     columns = []
     for part in parts:
         if not isinstance(part, torch.Tensor) or part.dim() not in (1, 2) or part.shape[0] != batch:
-            raise ValueError(
+            raise ConfigurationError(
                 f"constraint {name!r}: the residual function must return tensors of shape ({batch},) or "
                 f"({batch}, m) (one row per point), got {getattr(part, 'shape', type(part).__name__)}"
             )
@@ -64,32 +65,33 @@ class Problem:
     ):
         self.variables, self.outputs = tuple(variables), tuple(outputs)
         if not self.variables or not self.outputs:
-            raise ValueError("Problem: variables and outputs must be non-empty sequences of names")
+            raise ConfigurationError("Problem: variables and outputs must be non-empty sequences of names")
         self.parameters = {
             name: (float(low), float(high)) for name, (low, high) in (parameters or {}).items()
         }
         for name, (low, high) in self.parameters.items():
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
-                raise ValueError(f"Problem: parameter {name!r} needs a range low <= high, got {(low, high)}")
+                raise ConfigurationError(
+                    f"Problem: parameter {name!r} needs a range low <= high, got {(low, high)}")
         names = self.variables + tuple(self.parameters)
         if len(set(names)) != len(names):
-            raise ValueError(f"Problem: variable and parameter names must be distinct, got {names}")
+            raise ConfigurationError(f"Problem: variable and parameter names must be distinct, got {names}")
         self.constraints = {}
         for constraint in constraints:
             if not isinstance(constraint, Constraint):
-                raise TypeError(f"Problem: expected Constraint objects, got {constraint!r}")
+                raise ArgumentTypeError(f"Problem: expected Constraint objects, got {constraint!r}")
             if constraint.name in self.constraints:
-                raise ValueError(f"Problem: two constraints are named {constraint.name!r}")
+                raise ConfigurationError(f"Problem: two constraints are named {constraint.name!r}")
             expected = len(self.inputs) if isinstance(constraint, Data) else len(self.variables)
             if constraint.dim != expected:
-                raise ValueError(
+                raise ConfigurationError(
                     f"Problem: constraint {constraint.name!r} has {constraint.dim}-dimensional points "
                     "but the "
                     f"problem expects {expected} ({', '.join(self.inputs[:expected])})"
                 )
             self.constraints[constraint.name] = constraint
         if not self.constraints:
-            raise ValueError("Problem: at least one constraint is needed")
+            raise ConfigurationError("Problem: at least one constraint is needed")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -100,7 +102,7 @@ class Problem:
         """Raise ``ValueError`` unless ``model`` maps ``(B, len(inputs))`` to ``(B, len(outputs))``."""
         declared = getattr(model, "in_features", None)
         if declared is not None and declared != len(self.inputs):
-            raise ValueError(
+            raise ConfigurationError(
                 f"the model takes {declared} inputs but the problem has {len(self.inputs)} "
                 f"({', '.join(self.inputs)})"
             )
@@ -109,12 +111,12 @@ class Problem:
             with torch.no_grad():
                 outputs = model(probe)
         except RuntimeError as error:
-            raise ValueError(
+            raise ConfigurationError(
                 f"the model cannot take the problem's {len(self.inputs)} inputs ({', '.join(self.inputs)}): "
                 f"{error}"
             ) from error
         if outputs.shape != (2, len(self.outputs)):
-            raise ValueError(
+            raise ConfigurationError(
                 f"the model must return (B, {len(self.outputs)}) outputs ({', '.join(self.outputs)}), "
                 f"got shape {tuple(outputs.shape)} for B = 2"
             )

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from common import progress as progress_bars
-from common.checks import positive_int
+from common.checks import non_negative_int, positive_int
 from common.deprecation import deprecated_method, renamed_arguments
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.geometry.samplers import check_count
 from common.pde.problem import Problem
 from common.training import History, TrainingLoop
@@ -31,7 +32,7 @@ def _schedule_factor(schedule, steps: int, decay: float) -> Callable[[int], floa
         return lambda step: (
             decay + (1 - decay) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / max(steps, 1)))
         )
-    raise ValueError(
+    raise ConfigurationError(
         f"Trainer: learning_rate_schedule must be None, 'constant', 'exponential', 'cosine' or a callable "
         f"step -> factor, got {schedule!r}"
     )
@@ -40,15 +41,15 @@ def _schedule_factor(schedule, steps: int, decay: float) -> Callable[[int], floa
 def _check_arguments(problem, model, balance, steps, lbfgs_steps, resample_every, *intervals) -> list:
     """The model's parameters, after checking the :class:`Trainer` arguments (naming the bad one)."""
     if not isinstance(problem, Problem):
-        raise TypeError(f"Trainer: problem must be a common.pde.Problem, got {type(problem).__name__}")
+        raise ArgumentTypeError(
+            f"Trainer: problem must be a common.pde.Problem, got {type(problem).__name__}")
     parameters = list(model.parameters())
     if not parameters:
-        raise ValueError("Trainer: the model has no parameters to train")
+        raise ConfigurationError("Trainer: the model has no parameters to train")
     if balance not in (None, "gradnorm"):
-        raise ValueError(f"Trainer: balance must be None or 'gradnorm', got {balance!r}")
+        raise ConfigurationError(f"Trainer: balance must be None or 'gradnorm', got {balance!r}")
     for name, value in (("steps", steps), ("lbfgs_steps", lbfgs_steps), ("resample_every", resample_every)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"Trainer: {name} must be a non-negative integer, got {value!r}")
+        non_negative_int(value, f"Trainer: {name}")
     names = ("balance_every", "checkpoint_every", "log_every", "monitor_every")
     for name, value in zip(names, intervals, strict=True):
         check_count(value, f"Trainer: {name}")

@@ -28,6 +28,7 @@ import time
 import numpy as np
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge import bias as bias_module
 from mindsponge.active.exploration import distance_combination
 from mindsponge.colvar import Distance, Torsion
@@ -198,14 +199,14 @@ def umbrella_profile(
     given = None if starts is None or isinstance(starts, str) else _given_starts(starts, len(centers))
     starts = ("pulled" if replicas else "sequential") if starts is None else starts
     if given is None and (starts not in ("sequential", "pulled") or (replicas and starts != "pulled")):
-        raise ValueError(
+        raise ConfigurationError(
             f"umbrella_profile: starts must be 'sequential', 'pulled' ('pulled' with replicas=True) or "
             f"configurations (K, N, 3), got {starts!r} with replicas={replicas}"
         )
     if replicas and labels is not None:
-        raise ValueError("umbrella_profile: labels record a reference run, not replicas=True")
+        raise ConfigurationError("umbrella_profile: labels record a reference run, not replicas=True")
     if replicas and not hasattr(potential, "replicated"):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"umbrella_profile: replicas=True needs a potential with replicated(count) (a bound learned "
             f"potential or committee), got {type(potential).__name__}"
         )
@@ -232,7 +233,7 @@ def _given_starts(starts, count: int) -> list[torch.Tensor]:
     frames = torch.as_tensor(np.asarray(starts, dtype=np.float64))
     atoms = len(reactant().atomic_numbers)
     if frames.shape != (count, atoms, 3) or not torch.isfinite(frames).all():
-        raise ValueError(
+        raise ConfigurationError(
             f"umbrella_profile: starts must be finite configurations ({count}, {atoms}, 3) nm, one per "
             f"window, got shape {tuple(frames.shape)}"
             + ("" if frames.shape != (count, atoms, 3) else " with non-finite values")
@@ -359,7 +360,7 @@ def ring_conformation(positions) -> list[str]:
         frames = torch.as_tensor(np.asarray(positions, dtype=np.float64))
     frames = frames[None] if frames.dim() == 2 else frames
     if frames.dim() != 3 or frames.shape[-1] != 3 or frames.shape[1] < len(RING):
-        raise ValueError(
+        raise ConfigurationError(
             f"ring_conformation: expected positions (N, 3) or (K, N, 3) in nm with N >= {len(RING)}, "
             f"got shape {tuple(np.shape(positions))}"
         )
@@ -392,7 +393,7 @@ def barrier_and_reaction(centers, free_energy, reactant_below: float = -0.1, pro
     finite = np.isfinite(free_energy)
     left, right = finite & (centers < reactant_below), finite & (centers > product_above)
     if not left.any() or not right.any():
-        raise ValueError(
+        raise ConfigurationError(
             "barrier_and_reaction: the profile has no finite value in the reactant or product range"
         )
     r = np.flatnonzero(left)[np.argmin(free_energy[left])]

@@ -28,6 +28,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge import potentials as potentials_module
 from mindsponge import space
 
@@ -48,10 +50,10 @@ class Committee(nn.Module):
         super().__init__()
         models = list(models)
         if len(models) < 2:
-            raise ValueError(f"Committee needs at least 2 models, got {len(models)}")
+            raise ConfigurationError(f"Committee needs at least 2 models, got {len(models)}")
         for index, model in enumerate(models):
             if not isinstance(model, potentials_module.LearnedPotential):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"Committee: model {index} is a {type(model).__name__}, not a LearnedPotential"
                 )
         self.models = nn.ModuleList(models)
@@ -83,7 +85,8 @@ class Committee(nn.Module):
         dtype = self.models[0].energy_scale.dtype
         frames = torch.as_tensor(positions).to(dtype)
         if frames.ndim != 3 or frames.shape[-1] != 3:
-            raise ValueError(f"Committee.predict: positions must be (F, N, 3) nm, got {tuple(frames.shape)}")
+            raise ConfigurationError(
+                f"Committee.predict: positions must be (F, N, 3) nm, got {tuple(frames.shape)}")
         count, atoms = frames.shape[:2]
         numbers = torch.as_tensor(atomic_numbers).long().repeat(count)
         batch = torch.repeat_interleave(torch.arange(count), atoms)
@@ -146,8 +149,7 @@ class CommitteePotential(nn.Module):
 
     def __init__(self, committee: Committee, atomic_numbers, replicas: int = 1):
         super().__init__()
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-            raise ValueError(f"replicas must be a positive int, got {replicas!r}")
+        checks.positive_int(replicas, "replicas")
         atomic_numbers = torch.as_tensor(atomic_numbers).long()
         species = [model.species(atomic_numbers) for model in committee.models]  # raises now if unknown
         self.committee = committee

@@ -16,7 +16,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from common.errors import SimulationError
+from common import checks
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import bias as bias_module
 from mindsponge import colvar as colvar_module
 
@@ -27,7 +28,7 @@ def distance_combination(distances, coefficients) -> colvar_module.Colvar:
     """The CV ``sum_i c_i d(a_i, b_i)`` (nm) of atom pairs ``distances`` ``[(a, b), ...]``."""
     pairs = [tuple(int(atom) for atom in pair) for pair in distances]
     if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(
+        raise ConfigurationError(
             f"distance_combination: every entry of distances must be an atom pair, got {distances!r}"
         )
     return colvar_module.LinearCombination([colvar_module.Distance(pair) for pair in pairs], coefficients)
@@ -51,11 +52,12 @@ class Umbrella:
 
     def __post_init__(self):
         if len(self.distances) != len(self.coefficients) or not self.distances:
-            raise ValueError("give one coefficient per distance (and at least one distance)")
+            raise ConfigurationError("give one coefficient per distance (and at least one distance)")
         if not self.centers:
-            raise ValueError("centers must list at least one window centre")
+            raise ConfigurationError("centers must list at least one window centre")
         if not self.force_constant > 0:
-            raise ValueError(f"force_constant must be positive (kJ/mol/nm^2), got {self.force_constant}")
+            raise ConfigurationError(
+                f"force_constant must be positive (kJ/mol/nm^2), got {self.force_constant}")
 
     def colvar(self) -> colvar_module.Colvar:
         """The CV (a :class:`~mindsponge.colvar.LinearCombination` of distances)."""
@@ -88,11 +90,9 @@ class Exploration:
 
     def __post_init__(self):
         for name in ("temperature", "timestep", "friction", "stop_factor"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            checks.positive(getattr(self, name), name)
         for name in ("steps", "every", "trajectories"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            checks.positive_int(getattr(self, name), name)
 
 
 class _Runaway(Exception):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from common import datasets
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, SimulationError
 
 __all__ = ["write_frames", "xtb_frame", "frames_recipe", "label_frames"]
 
@@ -90,7 +90,7 @@ def frames_recipe(
 ) -> datasets.Recipe:
     """The recipe labelling ``count`` frames of the ``frames`` file into the HDF5 file ``output``."""
     if count < 1:
-        raise ValueError(f"frames_recipe: needs at least one frame, got {count}")
+        raise ConfigurationError(f"frames_recipe: needs at least one frame, got {count}")
     options = {"frames": str(pathlib.Path(frames).resolve()), "method": method, "charge": float(charge)}
     text = "\n".join(
         [
@@ -133,7 +133,7 @@ def label_frames(
     recipe = frames_recipe(frames, count, output, method, charge)
     summary = datasets.generate(recipe, workers=workers, progress=progress)
     if summary.exit_status == 3:
-        raise RuntimeError(
+        raise SimulationError(
             f"labelling the frames of {str(frames)!r} into {str(output)!r} did not finish: {summary}"
         )
     return summary

@@ -27,8 +27,9 @@ from typing import Literal
 import numpy as np
 import torch
 
+from common import checks, datasets
 from common import config as config_module
-from common import datasets
+from common.errors import ConfigurationError, SimulationError
 from mindsponge import potentials as potentials_module
 from mindsponge.active.committee import Committee
 from mindsponge.active.exploration import Exploration, explore
@@ -92,15 +93,14 @@ class CommitteeSettings:
 
     def __post_init__(self):
         if not all(epoch.isdigit() for epoch in self.weight_schedule):
-            raise ValueError(
+            raise ConfigurationError(
                 f"weight_schedule: keys must be first epochs (0-based) as strings such as \"80\", got "
                 f"{list(self.weight_schedule)}"
             )
-        if self.size < 2:
-            raise ValueError(f"size must be >= 2 (a committee), got {self.size}")
+        if checks.positive_int(self.size, "size") < 2:
+            raise ConfigurationError(f"size must be >= 2 (a committee), got {self.size}")
         for name in ("features", "interactions", "epochs", "retrain_epochs", "batch_size", "patience"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            checks.positive_int(getattr(self, name), name)
 
 
 @dataclasses.dataclass
@@ -112,9 +112,9 @@ class Selection:
 
     def __post_init__(self):
         if not self.threshold > 0:
-            raise ValueError(f"threshold must be positive (kJ/mol/nm), got {self.threshold}")
+            raise ConfigurationError(f"threshold must be positive (kJ/mol/nm), got {self.threshold}")
         if self.max_frames < 1:
-            raise ValueError(f"max_frames must be >= 1, got {self.max_frames}")
+            raise ConfigurationError(f"max_frames must be >= 1, got {self.max_frames}")
 
 
 @dataclasses.dataclass
@@ -219,7 +219,7 @@ class ActiveLearning:
             progress=self.progress,
         )
         if summary.exit_status == 3:
-            raise RuntimeError(f"initial data {str(source)!r}: some samples could not run: {summary}")
+            raise SimulationError(f"initial data {str(source)!r}: some samples could not run: {summary}")
         return output
 
     def round_directory(self, index: int) -> pathlib.Path:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from common import checks
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError, UnknownNameError
 
 __all__ = [
     "EnergyTerm",
@@ -68,7 +68,7 @@ class EnergyTerm(nn.Module):
     def __init__(self, name: str | None = None):
         super().__init__()
         if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"EnergyTerm name must be a non-empty string, got {name!r}")
+            raise ArgumentTypeError(f"EnergyTerm name must be a non-empty string, got {name!r}")
         self.name = name if name is not None else type(self).__name__
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
@@ -134,12 +134,12 @@ class VirtualSites(nn.Module):
         cross = torch.zeros(len(sites), dtype=torch.float64) if cross_weights is None else cross_weights
         cross = torch.as_tensor(cross, dtype=torch.float64).reshape(-1)
         if not len(parents) == len(weights) == len(cross) == len(sites):
-            raise ValueError(
+            raise ConfigurationError(
                 f"VirtualSites: sites ({len(sites)}), parents ({len(parents)}), weights ({len(weights)}) and "
                 f"cross_weights ({len(cross)}) must have one row per site"
             )
         if bool(torch.isin(parents, sites).any()):
-            raise ValueError("VirtualSites: a virtual site cannot be the parent of another site")
+            raise ConfigurationError("VirtualSites: a virtual site cannot be the parent of another site")
         self.register_buffer("sites", sites)
         self.register_buffer("parents", parents)
         self.register_buffer("weights", weights)
@@ -179,9 +179,10 @@ class SystemConstraints:
 
     def __post_init__(self):
         if not (self.pairs.ndim == 2 and self.pairs.shape[1] == 2):
-            raise ValueError(f"SystemConstraints: pairs must be (C, 2), got {tuple(self.pairs.shape)}")
+            raise ConfigurationError(
+                f"SystemConstraints: pairs must be (C, 2), got {tuple(self.pairs.shape)}")
         if not len(self.pairs) == len(self.distances) == len(self.required):
-            raise ValueError(
+            raise ConfigurationError(
                 f"SystemConstraints: {len(self.pairs)} pairs, {len(self.distances)} distances and "
                 f"{len(self.required)} required flags must match"
             )
@@ -225,11 +226,12 @@ class ForceField(nn.Module):
     ):
         super().__init__()
         if virtual_sites is not None and not isinstance(virtual_sites, VirtualSites):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"virtual_sites must be a VirtualSites module, got {type(virtual_sites).__name__}"
             )
         if constraints is not None and not isinstance(constraints, SystemConstraints):
-            raise TypeError(f"constraints must be SystemConstraints, got {type(constraints).__name__}")
+            raise ArgumentTypeError(
+                f"constraints must be SystemConstraints, got {type(constraints).__name__}")
         self.virtual_sites = virtual_sites
         self.masses = None if masses is None else torch.as_tensor(masses, dtype=torch.float64).reshape(-1)
         self.constraints = constraints
@@ -259,7 +261,7 @@ class ForceField(nn.Module):
     def add(self, term: EnergyTerm) -> ForceField:
         """Append an energy term (its name must not be taken). Returns ``self``."""
         if not isinstance(term, EnergyTerm):
-            raise TypeError(f"ForceField terms must be EnergyTerm modules, got {type(term).__name__}")
+            raise ArgumentTypeError(f"ForceField terms must be EnergyTerm modules, got {type(term).__name__}")
         if term.name in self.names:
             raise DuplicateTermError(
                 f"ForceField already has a term named {term.name!r}; give the new "
@@ -283,7 +285,7 @@ class ForceField(nn.Module):
         for term in self.terms:
             if term.name == name:
                 return term
-        raise KeyError(f"ForceField has no term named {name!r}; it has {self.names}")
+        raise UnknownNameError(f"ForceField has no term named {name!r}; it has {self.names}")
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         """Total potential energy.
@@ -348,10 +350,11 @@ def check_inputs(positions: Tensor, box: Tensor | None) -> None:
     infinite values in either (:class:`common.errors.DataError` naming the atom or box vector)."""
     if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[-1] != 3:
         shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-        raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")
+        raise ConfigurationError(f"positions must be an (N, 3) tensor in nm, got {shape}")
     if box is not None and (not isinstance(box, Tensor) or tuple(box.shape) != (3, 3)):
         shape = tuple(box.shape) if isinstance(box, Tensor) else type(box).__name__
-        raise ValueError(f"box must be a (3, 3) tensor of box vectors in nm (rows) or None, got {shape}")
+        raise ConfigurationError(
+            f"box must be a (3, 3) tensor of box vectors in nm (rows) or None, got {shape}")
     _check_finite(positions, box)
 
 

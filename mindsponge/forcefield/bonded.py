@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge import _kernels
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.pair_kernels import AnalyticEnergies
@@ -76,14 +77,16 @@ class _BondedTerm(EnergyTerm):
         if atoms.ndim == 1 and atoms.numel() == 0:
             atoms = atoms.reshape(0, self.atoms_per_term)
         if atoms.dtype.is_floating_point or atoms.dtype == torch.bool or atoms.dtype.is_complex:
-            raise TypeError(f"{type(self).__name__}: atoms must be an integer tensor, got {atoms.dtype}")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}: atoms must be an integer tensor, got {atoms.dtype}")
         if atoms.ndim != 2 or atoms.shape[1] != self.atoms_per_term:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{type(self).__name__}: atoms must have shape (M, {self.atoms_per_term}), "
                 f"got {tuple(atoms.shape)}"
             )
         if atoms.numel() and int(atoms.min()) < 0:
-            raise ValueError(f"{type(self).__name__}: atom indices must be >= 0, got {int(atoms.min())}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: atom indices must be >= 0, got {int(atoms.min())}")
         self.register_buffer("atoms", atoms.long())
         count = atoms.shape[0]
         for key, value in parameters.items():
@@ -97,7 +100,7 @@ class _BondedTerm(EnergyTerm):
             if value.ndim == 0:
                 value = value.expand(count).clone()
             if tuple(value.shape) != (count,):
-                raise ValueError(
+                raise ConfigurationError(
                     f"{type(self).__name__}: parameter {key!r} must have one value per interaction "
                     f"({count}), got shape {tuple(value.shape)}"
                 )
@@ -123,7 +126,7 @@ class _BondedTerm(EnergyTerm):
         vectors = positions[self.atoms[:, end]] - positions[self.atoms[:, start]]
         if self.periodic:
             if box is None:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{type(self).__name__} {self.name!r} uses periodic boundary conditions but box is None"
                 )
             from mindsponge.space import minimum_image
@@ -133,7 +136,7 @@ class _BondedTerm(EnergyTerm):
 
     def _check_atoms(self, positions: Tensor) -> None:
         if self.atoms.numel() and int(self.atoms.max()) >= positions.shape[0]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{type(self).__name__} {self.name!r}: atom index {int(self.atoms.max())} out of range "
                 f"for {positions.shape[0]} positions"
             )
@@ -333,7 +336,7 @@ class PeriodicTorsion(_TorsionTerm):
         if periodicity.ndim == 0:
             periodicity = periodicity.expand(len(self)).clone()
         if tuple(periodicity.shape) != (len(self),):
-            raise ValueError(
+            raise ConfigurationError(
                 f"PeriodicTorsion: periodicity must have one value per torsion ({len(self)}), "
                 f"got shape {tuple(periodicity.shape)}"
             )
@@ -378,7 +381,7 @@ class HarmonicImproper(_TorsionTerm):
     ):
         super().__init__(atoms, {"angle": angle, "k": k}, periodic, trainable, name, compiled)
         if period is not None and not float(period) > 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"HarmonicImproper: period must be positive (normally 2 pi) or None, got {period!r}"
             )
         self.period = None if period is None else float(period)
@@ -481,7 +484,7 @@ class CMAPTorsion(_BondedTerm):
         super().__init__(atoms, {}, periodic, False, name, compiled=False)
         map_index = torch.as_tensor(map_index, dtype=torch.long).reshape(-1)
         if tuple(map_index.shape) != (len(self),):
-            raise ValueError(
+            raise ConfigurationError(
                 f"CMAPTorsion: map_index must have one entry per torsion pair ({len(self)}), "
                 f"got shape {tuple(map_index.shape)}"
             )
@@ -489,14 +492,15 @@ class CMAPTorsion(_BondedTerm):
         for number, energy in enumerate(maps):
             energy = np.asarray(energy, dtype=np.float64)
             if energy.ndim != 2 or energy.shape[0] != energy.shape[1] or energy.shape[0] < 2:
-                raise ValueError(
+                raise ConfigurationError(
                     f"CMAPTorsion: map {number} must be a square (size, size) array, got {energy.shape}"
                 )
             offsets.append(sum(len(table) for table in tables))
             sizes.append(energy.shape[0])
             tables.append(_cmap_patches(energy))
         if len(self) and (int(map_index.min()) < 0 or int(map_index.max()) >= len(tables)):
-            raise ValueError(f"CMAPTorsion: map_index must lie in [0, {len(tables)}), the number of maps")
+            raise ConfigurationError(
+                f"CMAPTorsion: map_index must lie in [0, {len(tables)}), the number of maps")
         coefficients = np.concatenate(tables) if tables else np.zeros((0, 16))
         self.register_buffer("coefficients", torch.as_tensor(coefficients))
         self.register_buffer("map_size", torch.as_tensor(sizes, dtype=torch.long)[map_index])

@@ -42,6 +42,7 @@ import math
 import torch
 from torch import Tensor
 
+from common.errors import ConfigurationError
 from common.units import COULOMB_MD
 from mindsponge import _kernels, space
 
@@ -64,7 +65,7 @@ def ewald_alpha(cutoff: float, tolerance: float) -> float:
         tolerance: OpenMM's ``ewaldErrorTolerance`` (relative force error), in (0, 0.5).
     """
     if not 0.0 < tolerance < 0.5:
-        raise ValueError(f"ewald_tolerance must lie in (0, 0.5), got {tolerance!r}")
+        raise ConfigurationError(f"ewald_tolerance must lie in (0, 0.5), got {tolerance!r}")
     return math.sqrt(-math.log(2.0 * tolerance)) / cutoff
 
 
@@ -178,9 +179,10 @@ class PMEReciprocal:
 
     def __init__(self, alpha: float, grid: tuple[int, int, int], order: int = 5, compiled: bool = True):
         if order < 2:
-            raise ValueError(f"pme_order must be at least 2, got {order!r}")
+            raise ConfigurationError(f"pme_order must be at least 2, got {order!r}")
         if len(grid) != 3 or any(int(n) < order for n in grid):
-            raise ValueError(f"pme_grid must be three sizes, each at least pme_order={order}, got {grid!r}")
+            raise ConfigurationError(
+                f"pme_grid must be three sizes, each at least pme_order={order}, got {grid!r}")
         self.alpha = float(alpha)
         self.grid = tuple(int(n) for n in grid)
         self.order = int(order)

@@ -189,17 +189,18 @@ def _vector(values, name: str, n: int | None) -> Tensor:
         tensor = tensor.to(torch.get_default_dtype())
     if tensor.ndim != 1 or (n is not None and len(tensor) != n):
         expected = f"({n},)" if n is not None else "(X,)"
-        raise ValueError(f"{name} must be a {expected} tensor, got shape {tuple(tensor.shape)}")
+        raise ConfigurationError(f"{name} must be a {expected} tensor, got shape {tuple(tensor.shape)}")
     if not bool(torch.isfinite(tensor).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise ConfigurationError(f"{name} contains NaN or infinite values")
     return tensor
 
 
 def _check_cutoff(cutoff, switch_distance) -> None:
     if not (isinstance(cutoff, int | float) and cutoff > 0 and math.isfinite(cutoff)):
-        raise ValueError(f"cutoff must be a positive number of nm, got {cutoff!r}")
+        raise ConfigurationError(f"cutoff must be a positive number of nm, got {cutoff!r}")
     if switch_distance is not None and not 0.0 <= switch_distance < cutoff:
-        raise ValueError(f"switch_distance must lie in [0, cutoff={cutoff}) nm, got {switch_distance!r}")
+        raise ConfigurationError(
+            f"switch_distance must lie in [0, cutoff={cutoff}) nm, got {switch_distance!r}")
 
 
 def _index_pairs(values, name: str, n_atoms: int) -> Tensor:
@@ -209,12 +210,12 @@ def _index_pairs(values, name: str, n_atoms: int) -> Tensor:
     if pairs.numel() == 0:
         return torch.zeros((0, 2), dtype=torch.long)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or pairs.is_floating_point():
-        raise ValueError(f"{name} must be an (E, 2) integer tensor of atom index pairs, got "
+        raise ConfigurationError(f"{name} must be an (E, 2) integer tensor of atom index pairs, got "
                          f"{tuple(pairs.shape)} {pairs.dtype}")
     if bool((pairs < 0).any()) or bool((pairs >= n_atoms).any()):
-        raise ValueError(f"{name} holds atom indices outside [0, {n_atoms})")
+        raise ConfigurationError(f"{name} holds atom indices outside [0, {n_atoms})")
     if bool((pairs[:, 0] == pairs[:, 1]).any()):
-        raise ValueError(f"{name} pairs an atom with itself")
+        raise ConfigurationError(f"{name} pairs an atom with itself")
     return pairs.long()
 
 
@@ -271,13 +272,13 @@ class Nonbonded(EnergyTerm):
                  compiled: bool = True, name: str | None = None):
         super().__init__(name)
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+            raise ConfigurationError(f"method must be one of {METHODS}, got {method!r}")
         charges = _vector(charges, "charges", None)
         n_atoms = len(charges)
         sigma = _vector(sigma, "sigma", n_atoms).to(charges.dtype)
         epsilon = _vector(epsilon, "epsilon", n_atoms).to(charges.dtype)
         if bool((epsilon < 0).any()) or bool((sigma < 0).any()):
-            raise ValueError("sigma and epsilon must be non-negative")
+            raise ConfigurationError("sigma and epsilon must be non-negative")
         if method == "nocutoff":
             switch_distance = None
         _check_cutoff(cutoff, switch_distance)
@@ -323,7 +324,7 @@ class Nonbonded(EnergyTerm):
                               (sigma, "exception_sigma"), (epsilon, "exception_epsilon")):
             if values is None:
                 if n_exceptions:
-                    raise ValueError(f"{label} is required with {n_exceptions} exceptions")
+                    raise ConfigurationError(f"{label} is required with {n_exceptions} exceptions")
                 values = torch.zeros(0)
             self.register_buffer(label, _vector(values, label, n_exceptions).to(dtype))
         exclusions = _index_pairs(exclusions, "exclusions", n_atoms)
@@ -424,7 +425,8 @@ class Nonbonded(EnergyTerm):
         n_atoms = len(self.charges)
         if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape != (n_atoms, 3):
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-            raise ValueError(f"{self.name}: positions must be a ({n_atoms}, 3) tensor in nm, got {shape}")
+            raise ConfigurationError(
+                f"{self.name}: positions must be a ({n_atoms}, 3) tensor in nm, got {shape}")
         if self.method == "nocutoff":
             return None
         if box is None and self.method in ("ewald", "pme"):

@@ -25,6 +25,7 @@ from ase.calculators.calculator import Calculator as _ASECalculator
 from ase.calculators.calculator import all_changes
 
 from common import units
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge import space
 
 __all__ = ["Calculator"]
@@ -55,7 +56,7 @@ class Calculator(_ASECalculator):
     def __init__(self, potential: torch.nn.Module, dtype: torch.dtype = torch.float64, device=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(potential, torch.nn.Module):
-            raise TypeError(f"potential must be a torch.nn.Module, got {type(potential).__name__}")
+            raise ArgumentTypeError(f"potential must be a torch.nn.Module, got {type(potential).__name__}")
         self.potential = potential
         self.dtype = dtype
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -76,7 +77,7 @@ class Calculator(_ASECalculator):
         box = None
         if atoms.pbc.any():
             if not atoms.pbc.all():
-                raise ValueError(f"Calculator needs pbc all True or all False, got pbc={atoms.pbc}")
+                raise ConfigurationError(f"Calculator needs pbc all True or all False, got pbc={atoms.pbc}")
             cell = np.asarray(atoms.cell[:], dtype=np.float64)
             if np.abs(np.triu(cell, 1)).max() > 1e-12 * np.abs(cell).max():
                 standard, rotation = atoms.cell.standard_form()

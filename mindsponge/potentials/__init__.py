@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from common import io
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge.potentials.ace import ACENet
 from mindsponge.potentials.base import BoundPotential, LearnedPotential, UnknownElementError
 from mindsponge.potentials.hybrid import MechanicalEmbedding, SumPotential
@@ -42,9 +43,9 @@ _FORMAT = "mindsponge.potentials/1"
 def model_state(model: LearnedPotential) -> dict:
     """The class name, hyperparameters and weights of a learned potential (a plain dict)."""
     if type(model).__name__ not in MODELS:
-        raise TypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be one of {sorted(MODELS)}, got {type(model).__name__}")
     if model.hyperparameters is None:
-        raise TypeError(f"this {type(model).__name__} wraps a given module, not one built from "
+        raise ArgumentTypeError(f"this {type(model).__name__} wraps a given module, not one built from "
                         f"hyperparameters: save that module itself (torch.save(model.mace_model, path)) and "
                         f"load it with MACE.from_file(path, trust=True)")
     return {"format": _FORMAT, "class": type(model).__name__, "hyperparameters": dict(model.hyperparameters),
@@ -54,7 +55,8 @@ def model_state(model: LearnedPotential) -> dict:
 def model_from_state(state: dict) -> LearnedPotential:
     """Rebuild a learned potential from :func:`model_state`."""
     if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("class") not in MODELS:
-        raise ValueError(f"not a saved mindsponge learned potential (format {_FORMAT!r} with a class in "
+        raise ConfigurationError(
+            f"not a saved mindsponge learned potential (format {_FORMAT!r} with a class in "
                          f"{sorted(MODELS)})")
     hyperparameters = dict(state["hyperparameters"])
     hyperparameters["elements"] = tuple(hyperparameters["elements"])
@@ -78,4 +80,4 @@ def load(path: str | os.PathLike, map_location=None) -> LearnedPotential:
     try:
         return model_from_state(state)
     except ValueError as error:
-        raise ValueError(f"{str(path)!r}: {error}") from error
+        raise ConfigurationError(f"{str(path)!r}: {error}") from error

@@ -35,6 +35,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from common.errors import ConfigurationError
 from mindsponge.potentials.base import DEFAULT_ELEMENTS, LearnedPotential, atom_readout, scatter_sum
 
 __all__ = ["ACENet", "BesselBasis", "PolynomialEnvelope"]
@@ -164,13 +165,13 @@ class ACENet(LearnedPotential):
                  skin: float = 0.1):
         super().__init__(cutoff, elements, skin)
         if max_l not in (1, 2):
-            raise ValueError(f"ACENet: max_l must be 1 or 2, got {max_l!r}")
+            raise ConfigurationError(f"ACENet: max_l must be 1 or 2, got {max_l!r}")
         if correlation not in (1, 2, 3):
-            raise ValueError(f"ACENet: correlation must be 1, 2 or 3, got {correlation!r}")
+            raise ConfigurationError(f"ACENet: correlation must be 1, 2 or 3, got {correlation!r}")
         if not (isinstance(neighbours, int | float) and neighbours > 0):
-            raise ValueError(f"ACENet: neighbours must be a positive number, got {neighbours!r}")
-        self.hyperparameters.update(features=features, interactions=interactions, n_basis=n_basis,
-                                    max_l=max_l, correlation=correlation, neighbours=neighbours)
+            raise ConfigurationError(f"ACENet: neighbours must be a positive number, got {neighbours!r}")
+        self._record_hyperparameters(dict(features=features, interactions=interactions, n_basis=n_basis),
+                                     max_l=max_l, correlation=correlation, neighbours=neighbours)
         self.embedding = nn.Embedding(self.n_elements, features)
         self.basis = BesselBasis(n_basis, cutoff)
         self.envelope = PolynomialEnvelope(cutoff)

@@ -45,7 +45,8 @@ import torch
 from ase.data import chemical_symbols
 from torch import Tensor, nn
 
-from common.errors import DataError
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError, DataError
 from mindsponge import space
 from mindsponge.elements import atomic_number as _atomic_number
 from mindsponge.neighbors import NeighborList
@@ -173,10 +174,12 @@ class LearnedPotential(nn.Module):
     def __init__(self, cutoff: float, elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__()
         if not (isinstance(cutoff, int | float) and math.isfinite(cutoff) and cutoff > 0):
-            raise ValueError(f"{type(self).__name__}: cutoff must be a positive number of nm, got {cutoff!r}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: cutoff must be a positive number of nm, got {cutoff!r}")
         numbers = sorted({_atomic_number(e) if isinstance(e, str) else int(e) for e in elements})
         if not numbers or numbers[0] < 1:
-            raise ValueError(f"{type(self).__name__}: elements must be atomic numbers >= 1, got {elements!r}")
+            raise ConfigurationError(
+                f"{type(self).__name__}: elements must be atomic numbers >= 1, got {elements!r}")
         self.cutoff = float(cutoff)
         self.elements = tuple(numbers)
         lookup = torch.full((max(numbers) + 1,), -1, dtype=torch.long)
@@ -189,6 +192,13 @@ class LearnedPotential(nn.Module):
         self.neighbors = NeighborList(cutoff, skin=skin)
         self._all_pairs_cache: dict = {}  # (atom count, device) -> directed pairs of one molecule
         self.hyperparameters = {"cutoff": self.cutoff, "elements": self.elements, "skin": skin}
+
+    def _record_hyperparameters(self, counts: dict, **others) -> None:
+        """Record a model's hyperparameters; ``counts`` (features, interactions, basis sizes...) must be
+        positive ints, refused naming the model and the argument otherwise."""
+        for name, value in counts.items():
+            checks.positive_int(value, f"{type(self).__name__}: {name}")
+        self.hyperparameters.update(counts, **others)
 
     @property
     def n_elements(self) -> int:
@@ -225,7 +235,7 @@ class LearnedPotential(nn.Module):
         """
         atomic_numbers = torch.as_tensor(atomic_numbers, device=self.element_index.device)
         if atomic_numbers.is_floating_point() or atomic_numbers.ndim != 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"atomic_numbers must be an (N,) integer tensor, got {tuple(atomic_numbers.shape)} "
                 f"{atomic_numbers.dtype}"
             )
@@ -277,13 +287,14 @@ class LearnedPotential(nn.Module):
         n_atoms = len(positions)
         if replicas != 1:
             if box is not None or batch is not None or replicas < 1 or n_atoms % replicas:
-                raise ValueError(
+                raise ConfigurationError(
                     f"replicas={replicas}: copies of one molecule without a box or batch, dividing the "
                     f"{n_atoms} atoms"
                 )
             n_atoms //= replicas
             if n_atoms >= ALL_PAIRS_BELOW:
-                raise ValueError(f"replicas: molecules of fewer than {ALL_PAIRS_BELOW} atoms, got {n_atoms}")
+                raise ConfigurationError(
+                    f"replicas: molecules of fewer than {ALL_PAIRS_BELOW} atoms, got {n_atoms}")
         if batch is None and box is None and n_atoms < ALL_PAIRS_BELOW:
             pairs = self._all_pairs(n_atoms, positions.device, replicas)
             vectors = positions.index_select(0, pairs[:, 1]) - positions.index_select(0, pairs[:, 0])
@@ -320,23 +331,25 @@ class LearnedPotential(nn.Module):
         """
         if not isinstance(positions, Tensor) or positions.ndim != 2 or positions.shape[1] != 3:
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-            raise ValueError(f"positions must be an (N, 3) tensor in nm, got {shape}")
+            raise ConfigurationError(f"positions must be an (N, 3) tensor in nm, got {shape}")
         species = self.species(atomic_numbers)
         if len(species) != len(positions):
-            raise ValueError(
+            raise ConfigurationError(
                 f"atomic_numbers has {len(species)} entries but positions has {len(positions)} atoms"
             )
         if box is not None:
             if batch is not None:
-                raise ValueError("batch cannot be combined with box: evaluate periodic systems one at a time")
+                raise ConfigurationError(
+                    "batch cannot be combined with box: evaluate periodic systems one at a time")
             space.check_box(box)
         if batch is not None:
             batch = torch.as_tensor(batch, device=positions.device).long()
             if batch.shape != (len(positions),):
-                raise ValueError(
+                raise ConfigurationError(
                     f"batch must be an (N,) tensor with N={len(positions)}, got {tuple(batch.shape)}")
             if len(batch) and (bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0):
-                raise ValueError("batch must hold non-negative molecule indices sorted in ascending order")
+                raise ConfigurationError(
+                    "batch must hold non-negative molecule indices sorted in ascending order")
         return self.species_energy(positions, species, box, batch)
 
     def species_energy(self, positions: Tensor, species: Tensor, box: Tensor | None = None,
@@ -454,9 +467,8 @@ class BoundPotential(nn.Module):
     def __init__(self, model: LearnedPotential, atomic_numbers, name: str | None = None, replicas: int = 1):
         super().__init__()
         if not isinstance(model, LearnedPotential):
-            raise TypeError(f"model must be a LearnedPotential, got {type(model).__name__}")
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-            raise ValueError(f"replicas must be a positive int, got {replicas!r}")
+            raise ArgumentTypeError(f"model must be a LearnedPotential, got {type(model).__name__}")
+        checks.positive_int(replicas, "replicas")
         atomic_numbers = torch.as_tensor(atomic_numbers).long()
         species = model.species(atomic_numbers)  # raises now for an element the model does not accept
         self.model = model
@@ -482,7 +494,8 @@ class BoundPotential(nn.Module):
         """
         if not isinstance(positions, Tensor) or positions.shape != (len(self.species), 3):
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-            raise ValueError(f"{self.name}: positions must be ({len(self.species)}, 3) nm for the bound "
+            raise ConfigurationError(
+                f"{self.name}: positions must be ({len(self.species)}, 3) nm for the bound "
                              f"atoms, got {shape}")
         if box is not None:
             space.check_box(box)

@@ -23,12 +23,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from common.errors import ArgumentTypeError, ConfigurationError
+
 __all__ = ["SumPotential", "MechanicalEmbedding"]
 
 
 def _check_potential(potential, name: str) -> nn.Module:
     if not isinstance(potential, nn.Module):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{name} must be an nn.Module called as (positions, box) -> energy (a ForceField, a bound "
             f"learned potential from model.bind(atomic_numbers), ...), got {type(potential).__name__}"
         )
@@ -51,7 +53,7 @@ class SumPotential(nn.Module):
     def __init__(self, *potentials: nn.Module):
         super().__init__()
         if not potentials:
-            raise ValueError("SumPotential needs at least one potential")
+            raise ConfigurationError("SumPotential needs at least one potential")
         self.potentials = nn.ModuleList(
             _check_potential(potential, f"potential {index}") for index, potential in enumerate(potentials))
 
@@ -90,9 +92,10 @@ class MechanicalEmbedding(nn.Module):
             region_forcefield, "region_forcefield")
         atoms = torch.as_tensor(atoms)
         if atoms.ndim != 1 or atoms.is_floating_point() or len(atoms) == 0:
-            raise ValueError(f"atoms must be a non-empty (n,) integer tensor of atom indices, got {atoms!r}")
+            raise ConfigurationError(
+                f"atoms must be a non-empty (n,) integer tensor of atom indices, got {atoms!r}")
         if len(torch.unique(atoms)) != len(atoms):
-            raise ValueError("atoms lists an atom more than once")
+            raise ConfigurationError("atoms lists an atom more than once")
         self.register_buffer("atoms", atoms.long(), persistent=False)
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
@@ -102,7 +105,7 @@ class MechanicalEmbedding(nn.Module):
     def energy_terms(self, positions: Tensor, box: Tensor | None = None) -> dict[str, Tensor]:
         """``{"ml": E_ML(region), "mm": E_MM(all), "mm_region": -E_MM(region)}`` in kJ/mol."""
         if int(self.atoms.max()) >= len(positions):
-            raise ValueError(
+            raise ConfigurationError(
                 f"MechanicalEmbedding: region atom {int(self.atoms.max())} is out of range for "
                 f"{len(positions)} positions"
             )

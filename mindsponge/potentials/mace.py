@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from common.errors import ConfigurationError
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError, MissingFileError
 from mindsponge.potentials.base import DEFAULT_ELEMENTS, LearnedPotential
 
 __all__ = ["MACE", "EV_IN_KJ_PER_MOL"]
@@ -108,10 +109,12 @@ class MACE(LearnedPotential):
         super().__init__(cutoff, elements, skin)
         if _model is None:
             if dtype not in ("float32", "float64"):
-                raise ValueError(f"MACE: dtype must be 'float32' or 'float64', got {dtype!r}")
-            self.hyperparameters.update(features=features, interactions=interactions, max_l=max_l,
-                                        correlation=correlation, n_basis=n_basis, hidden_l=hidden_l,
-                                        neighbours=neighbours, dtype=dtype)
+                raise ConfigurationError(f"MACE: dtype must be 'float32' or 'float64', got {dtype!r}")
+            checks.non_negative_int(hidden_l, "MACE: hidden_l")
+            checks.positive(neighbours, "MACE: neighbours")
+            self._record_hyperparameters(
+                dict(features=features, interactions=interactions, max_l=max_l, correlation=correlation,
+                     n_basis=n_basis), hidden_l=hidden_l, neighbours=neighbours, dtype=dtype)
             previous = torch.get_default_dtype()
             torch.set_default_dtype(getattr(torch, dtype))  # e3nn builds constants in the default dtype
             try:
@@ -130,11 +133,13 @@ class MACE(LearnedPotential):
         """Wrap a mace-torch model (its cutoff ``r_max`` in Angstrom and elements ``atomic_numbers``
         are read from it); energies in eV and lengths in Angstrom, as mace-torch's own models."""
         if not (hasattr(model, "r_max") and hasattr(model, "atomic_numbers")):
-            raise TypeError(f"model must be a mace-torch MACE model (with r_max and atomic_numbers), got "
+            raise ArgumentTypeError(
+                f"model must be a mace-torch MACE model (with r_max and atomic_numbers), got "
                             f"{type(model).__name__}")
         numbers = [int(z) for z in model.atomic_numbers]
         if numbers != sorted(set(numbers)):
-            raise ValueError(f"the mace-torch model's atomic_numbers {numbers} are not sorted and distinct")
+            raise ConfigurationError(
+                f"the mace-torch model's atomic_numbers {numbers} are not sorted and distinct")
         cutoff = float(model.r_max) / _ANGSTROM_PER_NM
         return cls(cutoff, elements=numbers, skin=skin, _model=model)
 
@@ -161,7 +166,7 @@ class MACE(LearnedPotential):
         """
         _import_mace()
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"MACE model file {str(path)!r} does not exist")
+            raise MissingFileError(f"MACE model file {str(path)!r} does not exist")
         if trust is not True:
             raise ConfigurationError(
                 f"MACE.from_file: {str(path)!r} was not loaded: a mace-torch .model file is a Python pickle, "

@@ -19,6 +19,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from common.errors import ConfigurationError
 from mindsponge.potentials.base import (
     DEFAULT_ELEMENTS,
     CosineCutoff,
@@ -35,7 +36,7 @@ class _AttentionBlock(nn.Module):
     def __init__(self, features: int, heads: int, n_rbf: int):
         super().__init__()
         if features % heads:
-            raise ValueError(f"MolCT: features ({features}) must be a multiple of heads ({heads})")
+            raise ConfigurationError(f"MolCT: features ({features}) must be a multiple of heads ({heads})")
         self.heads, self.head_features = heads, features // heads
         self.query_key_value = nn.Linear(features, 3 * features, bias=False)
         self.distance_key = nn.Linear(n_rbf, features)
@@ -90,7 +91,8 @@ class MolCT(LearnedPotential):
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 3, heads: int = 8,
                  n_rbf: int = 20, elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__(cutoff, elements, skin)
-        self.hyperparameters.update(features=features, interactions=interactions, heads=heads, n_rbf=n_rbf)
+        self._record_hyperparameters(
+            dict(features=features, interactions=interactions, heads=heads, n_rbf=n_rbf))
         self.embedding = nn.Embedding(self.n_elements, features)
         self.rbf = GaussianRBF(n_rbf, cutoff)
         self.envelope = CosineCutoff(cutoff)

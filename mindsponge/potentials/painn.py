@@ -105,7 +105,7 @@ class PaiNN(LearnedPotential):
     def __init__(self, cutoff: float = 0.5, features: int = 64, interactions: int = 3, n_rbf: int = 20,
                  elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__(cutoff, elements, skin)
-        self.hyperparameters.update(features=features, interactions=interactions, n_rbf=n_rbf)
+        self._record_hyperparameters(dict(features=features, interactions=interactions, n_rbf=n_rbf))
         self.features = features
         self.embedding = nn.Embedding(self.n_elements, features)
         self.rbf = _SineRBF(n_rbf, cutoff)

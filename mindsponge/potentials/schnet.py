@@ -73,8 +73,8 @@ class SchNet(LearnedPotential):
                  filters: int | None = None, elements=DEFAULT_ELEMENTS, skin: float = 0.1):
         super().__init__(cutoff, elements, skin)
         filters = features if filters is None else filters
-        self.hyperparameters.update(
-            features=features, interactions=interactions, n_rbf=n_rbf, filters=filters)
+        self._record_hyperparameters(
+            dict(features=features, interactions=interactions, n_rbf=n_rbf, filters=filters))
         self.embedding = nn.Embedding(self.n_elements, features)
         self.rbf = GaussianRBF(n_rbf, cutoff)
         self.envelope = CosineCutoff(cutoff)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from common import io
-from common.errors import DataError
+from common.errors import ConfigurationError, DataError, MissingFileError
 
 __all__ = ["TrainingData", "DatasetError", "SPLIT_NAMES", "make_split", "store_split", "read_split"]
 
@@ -133,7 +133,7 @@ class TrainingData:
         parts = []
         for path in paths:
             if not pathlib.Path(path).is_file():
-                raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
+                raise MissingFileError(f"dataset file {str(path)!r} does not exist")
             _check_hdf5(path)
             try:
                 table = io.read_table(path, group=group)
@@ -232,10 +232,11 @@ def make_split(data: TrainingData, validation_fraction: float, test_fraction: fl
     """
     if not 0.0 < validation_fraction < 1.0 or not 0.0 <= test_fraction < 1.0 \
             or validation_fraction + test_fraction >= 1.0:
-        raise ValueError(f"validation_fraction in (0, 1) and test_fraction in [0, 1) must leave samples to "
+        raise ConfigurationError(
+            f"validation_fraction in (0, 1) and test_fraction in [0, 1) must leave samples to "
                          f"train on, got {validation_fraction!r} and {test_fraction!r}")
     if by not in ("random", "group"):
-        raise ValueError(f"split by must be 'random' or 'group', got {by!r}")
+        raise ConfigurationError(f"split by must be 'random' or 'group', got {by!r}")
     if by == "group" and data.groups is None:
         raise DatasetError("a split by group needs the dataset's 'group' column (trajectory ids); it has "
                            "none")

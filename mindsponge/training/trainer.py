@@ -48,7 +48,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common import checks
 from common.checks import positive_int
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.parallel import DistributedContext
 from common.threads import default_threads
 from common.training import History, TrainingLoop
@@ -350,17 +352,18 @@ class Trainer:
 
 def _check_arguments(model, data, batch_size, ema_decay, gradient_clip) -> None:
     if not isinstance(model, potentials_module.LearnedPotential):
-        raise TypeError(f"model must be a mindsponge LearnedPotential, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a mindsponge LearnedPotential, got {type(model).__name__}")
     if not isinstance(data, TrainingData):
-        raise TypeError(f"data must be a TrainingData, got {type(data).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        raise ArgumentTypeError(f"data must be a TrainingData, got {type(data).__name__}")
+    checks.positive_int(batch_size, "batch_size")
     if len(data) < 2:
         raise DatasetError(f"training needs at least 2 samples (one for validation), got {len(data)}")
     if ema_decay is not None and not 0.0 < ema_decay < 1.0:
-        raise ValueError(f"ema_decay must be in (0, 1) (or None: no moving average), got {ema_decay!r}")
+        raise ConfigurationError(
+            f"ema_decay must be in (0, 1) (or None: no moving average), got {ema_decay!r}")
     if gradient_clip is not None and not gradient_clip > 0:
-        raise ValueError(f"gradient_clip must be a positive gradient norm (or None), got {gradient_clip!r}")
+        raise ConfigurationError(
+            f"gradient_clip must be a positive gradient norm (or None), got {gradient_clip!r}")
 
 
 def _check_schedule(schedule) -> dict[int, tuple[float, float]]:
@@ -369,7 +372,8 @@ def _check_schedule(schedule) -> dict[int, tuple[float, float]]:
     for start, weights in (schedule or {}).items():
         if isinstance(start, bool) or not isinstance(start, int) or start < 0 or len(weights) != 2 \
                 or min(weights) < 0:
-            raise ValueError(f"weight_schedule maps epochs >= 0 to (energy_weight, force_weight) >= 0, got "
+            raise ConfigurationError(
+                f"weight_schedule maps epochs >= 0 to (energy_weight, force_weight) >= 0, got "
                              f"{start!r}: {weights!r}")
         checked[start] = (float(weights[0]), float(weights[1]))
     return checked

@@ -122,13 +122,13 @@ def test_bad_names_and_sizes_raise():
         make_activation(3)
     with pytest.raises(ValueError, match="unknown init 'he'"):
         MLP(2, 1, init="he")
-    with pytest.raises(ValueError, match="hidden_layers must be a positive integer"):
+    with pytest.raises(ValueError, match="hidden_layers must be a positive int"):
         MLP(2, 1, hidden_layers=0)
-    with pytest.raises(ValueError, match="in_features must be a positive integer"):
+    with pytest.raises(ValueError, match="in_features must be a positive int"):
         MLP(2.5, 1)
     with pytest.raises(ValueError, match=r"MLP expects inputs \(\.\.\., 2\)"):
         MLP(2, 1)(torch.rand(4, 3))
-    with pytest.raises(ValueError, match="num_frequencies must be a positive integer"):
+    with pytest.raises(ValueError, match="num_frequencies must be a positive int"):
         FourierFeatures(2, 0, scale=1.0)
     with pytest.raises(ValueError, match="scale must be positive"):
         FourierFeatures(2, 4, scale=-1.0)
@@ -138,5 +138,5 @@ def test_bad_names_and_sizes_raise():
         MultiScaleMLP(2, 1, scales=())
     with pytest.raises(ValueError, match="input_center must have 2 entries"):
         MultiScaleMLP(2, 1, input_center=(0.0, 0.0, 0.0))
-    with pytest.raises(ValueError, match="w0 must be positive"):
+    with pytest.raises(ValueError, match="w0 must be a positive"):
         Sine(0.0)

@@ -18,8 +18,9 @@ from scipy.integrate import solve_ivp
 from scipy.stats import qmc
 
 from common import config, datasets, io
-from common.datasets.code_fingerprint import CodeFingerprint, package_versions
+from common.datasets.code_fingerprint import CodeFingerprint, code_fingerprint
 from common.datasets.examples import damped_oscillator
+from common.datasets.recipe import resolve_function
 from common.errors import DataError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -170,7 +171,7 @@ def test_generated_dataset_holds_every_sample_and_records_failures(tmp_path):
     failed = datasets.read_dataset(tmp_path / "recipe.h5", group="failed")
     assert set(failed["sample_id"]) == should_fail
     assert all("damping must be in [0, 1)" in message for message in failed["message"])
-    assert all(error_type == "ValueError" for error_type in failed["error_type"])
+    assert all(error_type == "ConfigurationError" for error_type in failed["error_type"])
     assert table["sample_id"].tolist() == sorted(set(range(32)) - should_fail)
     assert table["displacement"].shape == (len(table["sample_id"]), 16)
     for row, sample_id in enumerate(table["sample_id"]):
@@ -750,9 +751,8 @@ def test_a_worker_holding_other_generator_code_refuses_to_run_it():
     reference = "common.datasets.examples:damped_oscillator"
     job = (0, {"frequency": 1.0, "damping": 0.1}, 0)
     examples = ROOT / "common" / "datasets" / "examples.py"
-    # examples.py imports no module of the project: its code is that one file, and the package versions
-    code = CodeFingerprint({"common/datasets/examples.py": hashlib.sha256(examples.read_bytes()).hexdigest()},
-                           package_versions())
+    code = code_fingerprint(resolve_function(reference), reference)  # the code the run started with
+    assert code.files["common/datasets/examples.py"] == hashlib.sha256(examples.read_bytes()).hexdigest()
     result = runner._run_sample(reference, {"n_times": 4}, code, False, job)  # the code the run started with
     assert result["displacement"].shape == (4,)
     other = CodeFingerprint({**code.files, "common/datasets/examples.py": "0" * 64}, code.packages)

@@ -104,9 +104,9 @@ def test_log_to_standard_output_only_without_a_box(capsys):
 
 @pytest.mark.parametrize("every", [0, -5, 2.5, True])
 def test_reporters_refuse_a_bad_interval(tmp_path, every):
-    with pytest.raises(ValueError, match="LogReporter: every must be a positive int"):
+    with pytest.raises(ValueError, match=r"LogReporter: every \(steps\) must be a positive int"):
         reporters.LogReporter(tmp_path / "log.csv", every=every)
-    with pytest.raises(ValueError, match="H5MDReporter: every must be a positive int"):
+    with pytest.raises(ValueError, match=r"H5MDReporter: every \(steps\) must be a positive int"):
         reporters.H5MDReporter(tmp_path / "traj.h5md", every=every)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from common.errors import ConfigurationError
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _angle, _BondedTerm, _dihedral, _norm
 from mindsponge.forcefield.custom.energy import ExpressionEnergy, total_energy
@@ -138,7 +139,8 @@ class CustomExternal(_CustomBonded):
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if self.expression.compiled.uses_box and box is None:
-            raise ValueError(f"CustomExternal {self.name!r}: periodicdistance() needs a box, got box=None")
+            raise ConfigurationError(
+                f"CustomExternal {self.name!r}: periodicdistance() needs a box, got box=None")
         return super().forward(positions, box)
 
 
@@ -250,7 +252,7 @@ class CustomCentroidBond(EnergyTerm):
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if self.periodic and box is None:
-            raise ValueError(
+            raise ConfigurationError(
                 f"CustomCentroidBond {self.name!r} uses periodic boundary conditions but box is None"
             )
         variables = self.expression.parameter_variables(positions.dtype)

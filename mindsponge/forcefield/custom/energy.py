@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from common.errors import ConfigurationError, UnknownNameError
 from mindsponge import space
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction, compile_expression
 
@@ -127,7 +128,8 @@ class ExpressionEnergy(nn.Module):
     def set_global_parameter(self, name: str, value: float) -> None:
         """Change a global parameter (in place: like ``Context.setParameter`` in OpenMM)."""
         if name not in self.global_names:
-            raise KeyError(f"{self.context}: no global parameter {name!r}; it has {self.global_names}")
+            raise UnknownNameError(
+                f"{self.context}: no global parameter {name!r}; it has {self.global_names}")
         with torch.no_grad():
             self.global_values[self.global_names.index(name)] = float(value)
 
@@ -179,7 +181,7 @@ def pair_box(term, box: Tensor | None) -> Tensor | None:
     if not term.periodic:
         return None
     if box is None:
-        raise ValueError(
+        raise ConfigurationError(
             f"{type(term).__name__} {term.name!r} uses periodic boundary conditions but box is None"
         )
     space.check_box(box)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from common.errors import ConfigurationError
 from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _norm
@@ -436,7 +437,7 @@ class CustomNonbonded(EnergyTerm):
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if positions.ndim != 2 or positions.shape != (self.n_atoms, 3):
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self.name}: positions must be a ({self.n_atoms}, 3) tensor in nm, "
                 f"got {tuple(positions.shape)}"
             )

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
+from common.errors import ConfigurationError, MissingFileError
 from mindsponge.interop.openmm.reading import md
 from mindsponge.interop.openmm.system import from_openmm, masses
 
@@ -15,7 +16,7 @@ from mindsponge.interop.openmm.system import from_openmm, masses
 def _check_file(path, what: str) -> str:
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} file not found: {path!r}")
+        raise MissingFileError(f"{what} file not found: {path!r}")
     return path
 
 
@@ -50,9 +51,10 @@ def load(system_xml, pdb, dtype: torch.dtype = torch.float64):
     try:
         openmm_system = openmm.XmlSerializer.deserialize(text)
     except Exception as error:
-        raise ValueError(f"{system_xml!r} is not a serialized OpenMM object: {error}") from error
+        raise ConfigurationError(f"{system_xml!r} is not a serialized OpenMM object: {error}") from error
     if not isinstance(openmm_system, openmm.System):
-        raise ValueError(f"{system_xml!r} holds a serialized {type(openmm_system).__name__}, not a System")
+        raise ConfigurationError(
+            f"{system_xml!r} holds a serialized {type(openmm_system).__name__}, not a System")
     return _system_from_openmm(openmm_system, pdb, dtype), from_openmm(openmm_system, dtype=dtype)
 
 
@@ -61,7 +63,7 @@ def _system_from_openmm(openmm_system, pdb, dtype):
 
     structure = System.from_pdb(pdb, dtype=dtype)
     if structure.positions.shape[0] != openmm_system.getNumParticles():
-        raise ValueError(
+        raise ConfigurationError(
             f"PDB {os.fspath(pdb)!r} has {structure.positions.shape[0]} atoms but the OpenMM System has "
             f"{openmm_system.getNumParticles()} particles"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge.forcefield.base import EnergyTerm, ForceField, VirtualSites
 from mindsponge.interop.openmm import custom, standard
 from mindsponge.interop.openmm.reading import UnsupportedOpenMMForceError, md, unsupported
@@ -78,11 +79,11 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
     import openmm
 
     if not isinstance(openmm_system, openmm.System):
-        raise TypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
+        raise ArgumentTypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
     if topology is not None:
         atoms = topology.n_atoms if hasattr(topology, "n_atoms") else topology.getNumAtoms()
         if atoms != openmm_system.getNumParticles():
-            raise ValueError(
+            raise ConfigurationError(
                 f"topology has {atoms} atoms but the OpenMM System has "
                 f"{openmm_system.getNumParticles()} particles"
             )
