@@ -40,7 +40,7 @@ import numpy as np
 from common import units
 from common.errors import ConfigurationError, DataError, MissingFileError, OutputExistsError
 
-__all__ = ["FORMATS", "write_labels", "read_labels"]
+__all__ = ["FORMATS", "DEFAULT_KEYS", "write_labels", "read_labels", "read_configurations"]
 
 FORMATS = {".extxyz": "extxyz", ".xyz": "extxyz", ".db": "db", ".npz": "npz", ".h5": "h5", ".hdf5": "h5"}
 _REQUIRED = ("positions", "atomic_numbers", "energy", "forces")
@@ -101,30 +101,65 @@ def _extras(arrays: dict[str, np.ndarray], index: int) -> dict:
             if key not in _REQUIRED and key != "box" and value.ndim == 1}
 
 
-def _from_frames(frames: list, extras: list[dict], source: str) -> dict[str, np.ndarray]:
-    """Labels from ``ase.Atoms`` with calculators (eV, eV/Å) and per-frame scalars."""
-    if not frames:
-        raise DataError(f"{source}: no configurations")
-    atoms = len(frames[0])
-    for index, frame in enumerate(frames):
-        if len(frame) != atoms:
-            raise DataError(f"{source}: configuration {index} has {len(frame)} atoms, the first has {atoms}")
-        if frame.calc is None:
-            raise DataError(f"{source}: configuration {index} has no energy and forces")
-    result = {
-        "positions": np.stack([frame.positions * units.ANGSTROM_TO_NM for frame in frames]),
-        "atomic_numbers": np.stack([frame.numbers for frame in frames]).astype(np.int64),
-        "energy": np.array([frame.get_potential_energy() * units.EV_TO_KJ_PER_MOL for frame in frames]),
-        "forces": np.stack([frame.get_forces() * _EV_PER_ANGSTROM for frame in frames]),
-    }
-    if all(frame.pbc.all() for frame in frames):
-        result["box"] = np.stack([frame.cell[:] * units.ANGSTROM_TO_NM for frame in frames])
-    shared = set.intersection(*(set(extra) for extra in extras)) if extras else set()
-    for key in sorted(shared):
-        values = [extra[key] for extra in extras]
-        if all(isinstance(value, int | float | np.number) for value in values):
-            result[key] = np.asarray(values)
-    return result
+#: where the reference labels are, by default: ASE's own calculator results
+DEFAULT_KEYS = {"energy": "energy", "forces": "forces"}
+
+
+def _checked_keys(keys: dict | None) -> dict[str, str]:
+    unknown = sorted(set(keys or {}) - {"energy", "forces"})
+    if unknown:
+        raise ConfigurationError(f"label keys: unknown label(s) {unknown}; keys maps 'energy' and 'forces' "
+                                 f"to the names a file uses, e.g. {{'energy': 'REF_energy', 'forces': "
+                                 f"'REF_forces'}}")
+    return {**DEFAULT_KEYS, **(keys or {})}
+
+
+def _frame_label(frame, info: dict, data: dict, label: str, key: str, where: str):
+    """The ``label`` ("energy" or "forces") of one frame, in eV or eV/Å: from the calculator when
+    ``key`` is ASE's own name, else from the per-frame values (``info``) or per-atom arrays (``data``)."""
+    if key == label and frame.calc is not None and label in frame.calc.results:
+        return frame.calc.results[label]
+    stored = info if label == "energy" else data
+    if key in stored:
+        return stored[key]
+    raise DataError(
+        f"{where} has no {label} under {key!r} (per-configuration keys {sorted(info)}, per-atom arrays "
+        f"{sorted(data)}); name it with keys={{{label!r}: ...}} (MACE files use 'REF_{label}')")
+
+
+def _frame_configuration(frame, info: dict, data: dict, keys: dict, where: str) -> dict:
+    """One ``ase.Atoms`` (eV, eV/Å) as a configuration in the labels' units."""
+    energy = np.asarray(_frame_label(frame, info, data, "energy", keys["energy"], where), dtype=np.float64)
+    forces = np.asarray(_frame_label(frame, info, data, "forces", keys["forces"], where), dtype=np.float64)
+    if energy.size != 1 or forces.shape != (len(frame), 3):
+        raise DataError(f"{where}: energy {keys['energy']!r} has shape {energy.shape} and forces "
+                        f"{keys['forces']!r} {forces.shape}; expected one value and ({len(frame)}, 3)")
+    configuration = {"positions": frame.positions * units.ANGSTROM_TO_NM,
+                     "atomic_numbers": frame.numbers.astype(np.int64),
+                     "energy": float(energy.reshape(())) * units.EV_TO_KJ_PER_MOL,
+                     "forces": forces * _EV_PER_ANGSTROM}
+    if frame.pbc.all():
+        configuration["box"] = frame.cell[:] * units.ANGSTROM_TO_NM
+    for key, value in info.items():
+        if key not in keys.values() and isinstance(value, int | float | np.number) \
+                and not isinstance(value, bool):
+            configuration[key] = value
+    return configuration
+
+
+def _stack(configurations: list[dict], source: str) -> dict[str, np.ndarray]:
+    """Configurations of one size as the labels' arrays (scalars every configuration has are kept)."""
+    atoms = len(configurations[0]["positions"])
+    for index, configuration in enumerate(configurations):
+        if len(configuration["positions"]) != atoms:
+            raise DataError(
+                f"{source}: configuration {index} has {len(configuration['positions'])} atoms, the first "
+                f"has {atoms}; read_configurations (or TrainingData.from_file) reads mixed sizes")
+    shared = set.intersection(*(set(configuration) for configuration in configurations))
+    if not all("box" in configuration for configuration in configurations):
+        shared.discard("box")
+    return {key: np.stack([np.asarray(configuration[key]) for configuration in configurations])
+            for key in sorted(shared)}
 
 
 def _write_ase(path: pathlib.Path, arrays: dict[str, np.ndarray], format: str) -> None:
@@ -187,26 +222,89 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
     return path
 
 
-def _read_ase(path: pathlib.Path, format: str) -> dict[str, np.ndarray]:
+def _read_ase(path: pathlib.Path, format: str, keys: dict[str, str]) -> list[dict]:
     if format == "extxyz":
         import ase.io
 
         frames = ase.io.read(path, index=":", format="extxyz")
-        return _from_frames(frames, [dict(frame.info) for frame in frames], str(path))
-    import ase.db
+        entries = [(frame, dict(frame.info), dict(frame.arrays)) for frame in frames]
+    else:
+        import ase.db
 
-    with ase.db.connect(path, type="db") as database:
-        rows = sorted(database.select(), key=lambda row: row.id)
-        return _from_frames([row.toatoms() for row in rows], [dict(row.key_value_pairs) for row in rows],
-                            str(path))
+        with ase.db.connect(path, type="db") as database:
+            rows = sorted(database.select(), key=lambda row: row.id)
+            entries = [(row.toatoms(), dict(row.key_value_pairs), dict(row.data)) for row in rows]
+    if not entries:
+        raise DataError(f"{path}: no configurations")
+    return [_frame_configuration(frame, info, data, keys, f"{path}: configuration {index}")
+            for index, (frame, info, data) in enumerate(entries)]
 
 
-def read_labels(path: str | os.PathLike, format: str | None = None) -> dict[str, np.ndarray]:
-    """Read labelled configurations written by :func:`write_labels` or by other tools.
+def _renamed(table: dict, keys: dict[str, str], source: str) -> dict:
+    """A table's columns under the labels' names (``keys`` maps label -> the file's column)."""
+    missing = [name for name in keys.values() if name not in table]
+    if missing:
+        raise DataError(f"{source} has no column(s) {missing}; it has {sorted(table)}")
+    renamed = {label: table[name] for label, name in keys.items()}
+    return {**{key: value for key, value in table.items() if key not in keys.values()}, **renamed}
+
+
+def _source(path, format: str | None, keys: dict | None) -> tuple[pathlib.Path, str, dict[str, str]]:
+    """The checked path, format and label keys of a file to read."""
+    path = pathlib.Path(path)
+    format = _format(path, format)
+    keys = _checked_keys(keys)
+    if not path.is_file():
+        raise MissingFileError(f"no label file {str(path)!r}")
+    return path, format, keys
+
+
+def _read_columns(path: pathlib.Path, format: str, keys: dict[str, str]) -> dict[str, np.ndarray]:
+    """An npz archive's or HDF5 table's labels as arrays."""
+    if format == "npz":
+        with np.load(path) as archive:
+            return _checked(_renamed(dict(archive), keys, str(path)))
+    from common.datasets import read_dataset
+
+    return _checked(_renamed(read_dataset(path), keys, str(path)))
+
+
+def read_configurations(path: str | os.PathLike, format: str | None = None,
+                        keys: dict[str, str] | None = None) -> list[dict]:
+    """Read labelled configurations one by one, of any sizes (molecules of different sizes in one file).
 
     Args:
         path: an extxyz file, ASE database, npz archive or HDF5 table (``common.datasets``).
         format: as in :func:`write_labels` (default from the suffix).
+        keys: where the reference labels are when the file does not use ASE's own ``energy`` and
+            ``forces``: ``{"energy": "REF_energy", "forces": "REF_forces"}`` (MACE's convention; an
+            extxyz's per-configuration ``info`` key and per-atom ``arrays`` key, an ASE database's
+            key-value pair and ``data`` entry, an npz/HDF5 column). Still eV and eV/Å in ASE files.
+
+    Returns:
+        one dict per configuration: ``positions`` ``(N, 3)`` nm, ``atomic_numbers`` ``(N,)`` int64,
+        ``energy`` kJ/mol, ``forces`` ``(N, 3)`` kJ/mol/nm, ``box`` ``(3, 3)`` nm when periodic, and
+        the configuration's numeric scalars (``temperature``, ``group``...).
+
+    Raises:
+        MissingFileError: no such file. DataError: no configurations, a configuration without the
+            labels (naming it and the keys it has), shapes that do not match.
+    """
+    path, format, keys = _source(path, format, keys)
+    if format in ("extxyz", "db"):
+        return _read_ase(path, format, keys)
+    arrays = _read_columns(path, format, keys)
+    return [{key: value[index] for key, value in arrays.items()} for index in range(len(arrays["energy"]))]
+
+
+def read_labels(path: str | os.PathLike, format: str | None = None,
+                keys: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Read labelled configurations of one size, written by :func:`write_labels` or by other tools.
+
+    Args:
+        path: an extxyz file, ASE database, npz archive or HDF5 table (``common.datasets``).
+        format: as in :func:`write_labels` (default from the suffix).
+        keys: the file's names of ``energy`` and ``forces``, as in :func:`read_configurations`.
 
     Returns:
         ``positions`` ``(S, N, 3)`` nm, ``atomic_numbers`` ``(S, N)`` int64, ``energy`` ``(S,)``
@@ -214,21 +312,13 @@ def read_labels(path: str | os.PathLike, format: str | None = None) -> dict[str,
         scalars when stored.
 
     Raises:
-        FileNotFoundError: no such file. DataError: configurations without energy and forces,
-            different atom counts (extxyz/db cannot be stacked then), missing keys.
+        MissingFileError: no such file. DataError: configurations without energy and forces,
+            different atom counts (:func:`read_configurations` reads those), missing keys.
     """
-    path = pathlib.Path(path)
-    format = _format(path, format)
-    if not path.is_file():
-        raise MissingFileError(f"no label file {str(path)!r}")
-    if format == "npz":
-        with np.load(path) as archive:
-            return _checked(dict(archive))
-    if format == "h5":
-        from common.datasets import read_dataset
-
-        return _checked(read_dataset(path))
-    return _read_ase(path, format)
+    path, format, keys = _source(path, format, keys)
+    if format in ("extxyz", "db"):
+        return _stack(_read_ase(path, format, keys), str(path))
+    return _read_columns(path, format, keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,8 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("input", help="extxyz, ASE db, npz or HDF5 file with labelled configurations")
     parser.add_argument("output", help="the file to write; its suffix chooses the format")
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.add_argument("--energy-key", default="energy", help="INPUT's energy key (MACE: REF_energy)")
+    parser.add_argument("--forces-key", default="forces", help="INPUT's forces key (MACE: REF_forces)")
     arguments = parser.parse_args(argv)
-    labels = read_labels(arguments.input)
+    keys = {"energy": arguments.energy_key, "forces": arguments.forces_key}
+    labels = read_labels(arguments.input, keys=keys)
     write_labels(arguments.output, labels, overwrite=arguments.overwrite)
     count, atoms = labels["positions"].shape[:2]
     print(f"{arguments.output}: {count} configurations of {atoms} atoms")

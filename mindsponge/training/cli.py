@@ -1,4 +1,7 @@
-"""``python -m mindsponge.train DATA.h5 [...]`` (or under ``torchrun``): train and save a potential."""
+"""``python -m mindsponge.train DATA [...]`` (or under ``torchrun``): train and save a potential.
+
+DATA: HDF5 tables, extxyz files, ASE databases or npz archives (:mod:`mindsponge.label_io`).
+"""
 
 from __future__ import annotations
 
@@ -19,14 +22,22 @@ def main(argv=None) -> int:
     """``python -m mindsponge.train DATA.h5 [...]`` (or under ``torchrun``): train and save a potential."""
     parser = argparse.ArgumentParser(
         prog="python -m mindsponge.train",
-        description="Fit a learned potential to reference energies and forces from HDF5 datasets.")
+        description="Fit a learned potential to reference energies and forces.")
     parser.add_argument("data", nargs="+",
-                        help="HDF5 dataset files (positions, atomic_numbers, energy, forces)")
+                        help="dataset files: HDF5 tables (positions, atomic_numbers, energy, forces), "
+                             "extxyz, "
+                             "ASE databases or npz (mindsponge.label_io); molecules may differ in size")
+    parser.add_argument("--energy-key", default="energy",
+                        help="the files' name of the energy (MACE's extxyz files: REF_energy)")
+    parser.add_argument("--forces-key", default="forces",
+                        help="the files' name of the forces (MACE's extxyz files: REF_forces)")
     parser.add_argument("--model", default="SchNet", choices=sorted(potentials_module.MODELS))
     parser.add_argument("--cutoff", type=float, default=0.5, help="nm")
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--interactions", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--time-limit", type=float,
+                        help="wall-clock budget, s: training stops at the first batch after it")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--force-weight", type=float, default=1.0)
@@ -52,7 +63,7 @@ def main(argv=None) -> int:
     model = potentials_module.MODELS[args.model](cutoff=args.cutoff, features=args.features,
                                                  interactions=args.interactions)
     model = model.to(getattr(torch, args.dtype))
-    data = TrainingData.from_hdf5(args.data)
+    data = TrainingData.from_file(args.data, keys={"energy": args.energy_key, "forces": args.forces_key})
     trainer = Trainer(model, data, energy_weight=args.energy_weight, force_weight=args.force_weight,
                       learning_rate=args.learning_rate, batch_size=args.batch_size,
                       validation_fraction=args.validation_fraction, patience=args.patience,
@@ -63,7 +74,7 @@ def main(argv=None) -> int:
         if len(args.data) != 1:
             parser.error("--store-split needs a single dataset file")
         store_split(args.data[0], trainer.split)
-    history = trainer.fit(args.epochs)
+    history = trainer.fit(args.epochs, time_limit=args.time_limit)
     if trainer.context.is_main:
         if args.output:
             potentials_module.save(trainer.model, args.output)

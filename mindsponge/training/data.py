@@ -154,6 +154,66 @@ class TrainingData:
         return data
 
     @classmethod
+    def from_file(cls, paths, keys: dict[str, str] | None = None) -> TrainingData:
+        """Read one or more files of labelled configurations, each in any format
+        :mod:`mindsponge.label_io` reads (chosen by suffix): HDF5 tables (:meth:`from_hdf5`), extxyz,
+        ASE databases, npz. Molecules of different sizes may share a file.
+
+        Args:
+            paths: a file or a list of files (concatenated).
+            keys: the files' names of ``energy`` and ``forces`` (and, in HDF5 tables, of the other
+                columns, as in :meth:`from_hdf5`), e.g. ``{"energy": "REF_energy", "forces":
+                "REF_forces"}`` for MACE's extxyz files. ASE files hold eV and eV/Å.
+
+        Raises:
+            MissingFileError: a missing file. ConfigurationError: an unknown suffix.
+            DatasetError: no samples, a configuration without labels (naming the file, the
+                configuration and the keys it has), non-finite values.
+        """
+        from mindsponge import label_io
+
+        paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        if not paths:
+            raise DatasetError("TrainingData.from_file: no files given")
+        if len(paths) == 1 and label_io.FORMATS.get(pathlib.Path(paths[0]).suffix.lower()) == "h5":
+            return cls.from_hdf5(paths[0], keys=keys)
+        parts = []
+        for path in paths:
+            if label_io.FORMATS.get(pathlib.Path(path).suffix.lower()) == "h5":
+                parts.append(cls.from_hdf5(path, keys=keys))
+                continue
+            label_keys = {label: name for label, name in (keys or {}).items()
+                          if label in ("energy", "forces")}
+            try:
+                configurations = label_io.read_configurations(path, keys=label_keys)
+            except DataError as error:
+                raise DatasetError(str(error)) from error
+            parts.append(cls.from_configurations(configurations, source=f"dataset file {str(path)!r}"))
+        return cls.concatenate(parts)
+
+    @classmethod
+    def from_configurations(cls, configurations: list[dict], source: str = "configurations") -> TrainingData:
+        """From configurations of any sizes, as :func:`mindsponge.label_io.read_configurations` gives
+        them (``positions`` (N, 3) nm, ``atomic_numbers`` (N,), ``energy`` kJ/mol, ``forces`` (N, 3)
+        kJ/mol/nm, optionally an integer ``group``)."""
+        if not configurations:
+            raise DatasetError(f"{source}: the dataset holds no samples")
+        by_size: dict[int, list[int]] = {}
+        for index, configuration in enumerate(configurations):
+            by_size.setdefault(len(configuration["positions"]), []).append(index)
+        parts, order = [], []
+        for size, indices in by_size.items():
+            columns = [np.stack([np.asarray(configurations[index][key]) for index in indices])
+                       for key in ("positions", "atomic_numbers", "energy", "forces")]
+            parts.append(cls.from_arrays(*columns, source=f"{source} ({size}-atom samples)"))
+            order.extend(indices)
+        data = cls.concatenate(parts)
+        groups = [configuration.get("group") for configuration in configurations]
+        if all(group is not None for group in groups):
+            data.groups = _groups(np.asarray(groups)[order], len(configurations), source)
+        return data.subset(torch.as_tensor(np.argsort(order)))
+
+    @classmethod
     def concatenate(cls, parts: list[TrainingData]) -> TrainingData:
         """Samples of several datasets one after another (groups of later parts renumbered after the
         earlier ones'; no stored split)."""

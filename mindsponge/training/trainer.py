@@ -128,6 +128,7 @@ class Trainer:
         self.ema_decay, self.gradient_clip = ema_decay, gradient_clip
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.patience, self.checkpoint, self.progress = patience, checkpoint, progress
+        self._deadline = None  # fit()'s time limit, time.monotonic() s
         if split is None:
             split = data.split or make_split(data, validation_fraction, test_fraction, split_by, seed)
         self._use_split(split)
@@ -219,6 +220,8 @@ class Trainer:
             self._update_average()
             total += value * len(global_batch)
             count += len(global_batch)
+            if self._past_deadline():
+                break
         self._swap_in_average()
         return total / count
 
@@ -308,7 +311,8 @@ class Trainer:
 
         Args:
             epochs: total epochs (a resumed run counts those done).
-            time_limit: optional wall-clock budget of this call, s: no epoch starts after it.
+            time_limit: optional wall-clock budget of this call, s: training stops at the first batch
+                boundary after it (that part epoch is validated and recorded like a whole one).
 
         Returns:
             the :class:`common.training.History`, one row per epoch: ``step`` (optimiser steps done),
@@ -319,10 +323,12 @@ class Trainer:
         """
         if self.loop.resume_if_present():
             self._use_split(self.loop.split)
-        deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+        if time_limit is not None:
+            checks.positive(time_limit, "Trainer.fit: time_limit (s)")
+        self._deadline = None if time_limit is None else time.monotonic() + float(time_limit)
         try:
-            self.loop.run(epochs, self._epoch, stop=lambda: self._stale_epochs() >= self.patience or (
-                deadline is not None and time.monotonic() >= deadline))
+            self.loop.run(epochs, self._epoch,
+                          stop=lambda: self._stale_epochs() >= self.patience or self._past_deadline())
         finally:
             self.loop.close()
         self.loop.restore_best()
@@ -339,6 +345,16 @@ class Trainer:
                 "learning_rate": self.optimizer.param_groups[0]["lr"], "energy_weight": energy_weight,
                 "force_weight": force_weight,
                 **{f"validation_{key}": value for key, value in metrics.items()}}
+
+    def _past_deadline(self) -> bool:
+        """Whether :meth:`fit`'s time limit has passed (all processes agree: rank 0's clock decides)."""
+        if self._deadline is None:
+            return False
+        past = time.monotonic() >= self._deadline
+        if self.context.distributed:
+            flag = torch.tensor(float(past and self.context.is_main), dtype=torch.float64)
+            past = float(self.context.all_reduce_mean(flag)) > 0.0
+        return past
 
     def _stale_epochs(self) -> int:
         """Epochs since the best validation loss."""
