@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from common import checks, units
 from common.errors import ConfigurationError, SimulationError
 from mindsponge.molecules import MOLECULES, Molecule, load_molecule, molecule
+from mindsponge.molecules import conformers as conformer_ensemble
 
 __all__ = ["XTB", "label", "xtb_sample", "molecule", "MOLECULES", "SAMPLINGS", "TrajectoryLabels"]
 
@@ -258,6 +259,17 @@ class TrajectoryLabels:
 
 SAMPLINGS = ("md", "displace", "normal_modes")
 _NORMAL_MODES_CACHE: dict[tuple, object] = {}  # per process: (structure, method, charge) -> NormalModes
+_CONFORMERS_CACHE: dict[tuple, list] = {}  # per process: (molecule, count, charge) -> conformers
+
+
+def _conformers(molecule, count: int, charge: float | None) -> list[Molecule]:
+    """The conformer ensemble of ``molecule`` (cached per process for names, files and SMILES)."""
+    if not isinstance(molecule, str | os.PathLike):
+        return conformer_ensemble(molecule, count, charge)
+    key = (str(molecule), count, charge)
+    if key not in _CONFORMERS_CACHE:
+        _CONFORMERS_CACHE[key] = conformer_ensemble(molecule, count, charge)
+    return _CONFORMERS_CACHE[key]
 
 
 def _temperature(params) -> float:
@@ -304,10 +316,13 @@ def _normal_mode_positions(system, potential, structure: Molecule, temperature, 
 
 def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md", md_steps: int = 20,
                timestep: float = 0.0005, friction: float = 20.0, method: str = "GFN2-xTB",
-               charge: float | None = None) -> dict[str, np.ndarray]:
+               charge: float | None = None, conformers: int = 10) -> dict[str, np.ndarray]:
     """One configuration of a molecule with its GFN-xTB energy and forces (a dataset generator).
 
-    The configuration is drawn at ``params["temperature"]`` (K):
+    Sample ``seed`` starts from conformer ``seed % C`` of the molecule's ensemble
+    (:func:`mindsponge.molecules.conformers`: RDKit's ETKDG conformers of a SMILES, the frames of a
+    multi-frame file, else the one structure), so that a dataset covers every rotamer rather than
+    the basin of one geometry. The configuration is drawn at ``params["temperature"]`` (K):
 
     - ``sampling="md"``: a Langevin run of ``md_steps`` steps under GFN2-xTB from the given
       geometry with Maxwell-Boltzmann velocities at twice the temperature (half the kinetic
@@ -331,6 +346,7 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
         friction: Langevin friction, 1/ps.
         method: ``"GFN2-xTB"`` or ``"GFN1-xTB"``.
         charge: total charge, e (default: from the structure, see ``load_molecule``).
+        conformers: the most conformers to start from (1: the one structure ``load_molecule`` gives).
 
     Returns:
         ``positions`` (N, 3) nm, ``atomic_numbers`` (N,) int64, ``energy`` () kJ/mol,
@@ -345,7 +361,8 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
     temperature = _temperature(params)
     if sampling not in SAMPLINGS:
         raise ConfigurationError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
-    structure = load_molecule(molecule, charge)
+    ensemble = _conformers(molecule, conformers, charge)
+    structure = ensemble[int(seed) % len(ensemble)]
     # the topology (elements, masses) from ASE, the positions exactly as loaded (nm)
     system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
     potential = XTB(system.atomic_numbers, method=method, charge=structure.charge)

@@ -13,6 +13,11 @@ nm, total charge):
   fixed seed) and optimises them with MMFF94 (UFF when MMFF has no parameters); the charge is
   the sum of the formal charges.
 
+:func:`conformers` gives several structures of one molecule: RDKit's ETKDG ensemble of a SMILES
+(MMFF-optimised, pruned by RMSD), or every frame of a multi-frame file; labelling from all of them
+covers the conformers that molecular dynamics will visit (rotamers, ring puckers), which short runs
+from one geometry do not.
+
 A molecule has no periodic box (a periodic ``ase.Atoms`` is refused: label a crystal or a box of
 solvent with ``label(XTB(numbers), positions, box)``). Every structure is checked: element
 numbers >= 1 (no dummy atoms) and finite coordinates; an error names the atom (and ``file:line``
@@ -36,13 +41,15 @@ from common import units
 from common.errors import ConfigurationError, DataError, MissingFileError
 from mindsponge import elements
 
-__all__ = ["MOLECULES", "Molecule", "load_molecule", "molecule", "from_smiles", "read_xyz"]
+__all__ = ["MOLECULES", "Molecule", "load_molecule", "molecule", "from_smiles", "read_xyz", "conformers"]
 
 # built-in molecules: name -> name in ase's G2 collection (MP2 geometries)
 MOLECULES = {"ethanol": "CH3CH2OH", "water": "H2O", "methane": "CH4", "methanol": "CH3OH",
              "acetaldehyde": "CH3CHO", "formamide": "HCONH2"}
 SMILES_PREFIX = "smiles:"
 _EMBEDDING_SEED = 0xC0FFEE  # fixed: the same SMILES gives the same starting geometry
+_MULTI_FRAME_SUFFIXES = (".extxyz", ".xyz", ".traj")
+_CONFORMER_RMSD = 0.3  # Å: ETKDG conformers closer than this (after alignment) count as one
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,38 @@ def read_xyz(path: str | os.PathLike, charge: float = 0.0) -> Molecule:
                     lines=list(range(3, count + 3)))
 
 
+def _rdkit():
+    try:
+        from rdkit import Chem
+        from rdkit.Chem import AllChem
+    except ImportError as error:
+        raise ImportError("SMILES input needs RDKit: pip install rdkit "
+                          "(or 'mindscience-torch[xtb]')") from error
+    return Chem, AllChem
+
+
+def _embedded(smiles: str, count: int):
+    """RDKit molecule of ``smiles`` with explicit hydrogens and up to ``count`` optimised conformers."""
+    Chem, AllChem = _rdkit()
+    parsed = Chem.MolFromSmiles(smiles)
+    if parsed is None:
+        raise DataError(f"RDKit cannot parse the SMILES {smiles!r}")
+    mol = Chem.AddHs(parsed)
+    if count == 1:
+        ok = AllChem.EmbedMolecule(mol, randomSeed=_EMBEDDING_SEED) == 0
+    else:
+        parameters = AllChem.ETKDGv3()
+        parameters.randomSeed, parameters.pruneRmsThresh = _EMBEDDING_SEED, _CONFORMER_RMSD
+        ok = len(AllChem.EmbedMultipleConfs(mol, numConfs=count, params=parameters)) > 0
+    if not ok:
+        raise DataError(f"RDKit could not embed {smiles!r} in 3D")
+    if AllChem.MMFFHasAllMoleculeParams(mol):
+        AllChem.MMFFOptimizeMoleculeConfs(mol, maxIters=2000)
+    else:
+        AllChem.UFFOptimizeMoleculeConfs(mol, maxIters=2000)
+    return mol
+
+
 def from_smiles(smiles: str, charge: float | None = None) -> Molecule:
     """3D structure of a SMILES string through RDKit (explicit hydrogens, ETKDG, MMFF94 or UFF).
 
@@ -162,26 +201,48 @@ def from_smiles(smiles: str, charge: float | None = None) -> Molecule:
         ImportError: RDKit is not installed (``pip install 'mindscience-torch[xtb]'``).
         DataError: RDKit cannot parse the SMILES or embed it in 3D.
     """
-    try:
-        from rdkit import Chem
-        from rdkit.Chem import AllChem
-    except ImportError as error:
-        raise ImportError("SMILES input needs RDKit: pip install rdkit "
-                          "(or 'mindscience-torch[xtb]')") from error
-    parsed = Chem.MolFromSmiles(smiles)
-    if parsed is None:
-        raise DataError(f"RDKit cannot parse the SMILES {smiles!r}")
-    mol = Chem.AddHs(parsed)
-    if AllChem.EmbedMolecule(mol, randomSeed=_EMBEDDING_SEED) != 0:
-        raise DataError(f"RDKit could not embed {smiles!r} in 3D")
-    if AllChem.MMFFHasAllMoleculeParams(mol):
-        AllChem.MMFFOptimizeMolecule(mol, maxIters=2000)
-    else:
-        AllChem.UFFOptimizeMolecule(mol, maxIters=2000)
+    return _smiles_conformers(smiles, 1, charge)[0]
+
+
+def _smiles_conformers(smiles: str, count: int, charge: float | None) -> list[Molecule]:
+    Chem, _ = _rdkit()
+    mol = _embedded(smiles, count)
     numbers = [atom.GetAtomicNum() for atom in mol.GetAtoms()]
-    positions = mol.GetConformer().GetPositions() * units.ANGSTROM_TO_NM
     total = Chem.GetFormalCharge(mol) if charge is None else charge
-    return _checked(numbers, positions, total, f"{SMILES_PREFIX}{smiles}")
+    source = f"{SMILES_PREFIX}{smiles}"
+    return [_checked(numbers, conformer.GetPositions() * units.ANGSTROM_TO_NM, total, source)
+            for conformer in mol.GetConformers()]
+
+
+def conformers(source, count: int = 10, charge: float | None = None) -> list[Molecule]:
+    """Several structures of one molecule, to start labelling runs from.
+
+    Args:
+        source: ``"smiles:..."`` (RDKit's ETKDG v3 ensemble with a fixed seed, each conformer
+            optimised with MMFF94 or UFF, near-duplicates within 0.03 nm RMSD pruned), a
+            multi-frame file ASE reads (every frame, up to ``count``), or anything
+            :func:`load_molecule` takes (then its one structure).
+        count: the most conformers to return (>= 1).
+        charge: total charge, e, as in :func:`load_molecule`.
+
+    Returns:
+        1 to ``count`` :class:`Molecule` with the same atoms in the same order.
+
+    Raises:
+        ConfigurationError: a bad ``count``; as :func:`load_molecule` for the source.
+    """
+    from common import checks
+
+    count = checks.positive_int(count, "conformers: count")
+    if isinstance(source, str) and source.startswith(SMILES_PREFIX):
+        return _smiles_conformers(source[len(SMILES_PREFIX):], count, charge)
+    path = pathlib.Path(source) if isinstance(source, str | os.PathLike) else None
+    if path is not None and path.is_file() and path.suffix.lower() in _MULTI_FRAME_SUFFIXES and count > 1:
+        import ase.io
+
+        frames = ase.io.read(path, index=f":{count}")
+        return [_from_atoms(frame, charge, f"{path} frame {index}") for index, frame in enumerate(frames)]
+    return [load_molecule(source, charge)]
 
 
 def _from_atoms(atoms, charge: float | None, source: str) -> Molecule:

@@ -10,6 +10,7 @@ import mindsponge as ms
 pytest.importorskip("tblite")
 from tblite.ase import TBLite  # noqa: E402
 
+from common.errors import ConfigurationError  # noqa: E402
 from mindsponge.labels import XTB, label, molecule, xtb_sample  # noqa: E402
 
 EV_TO_KJ_PER_MOL = 96.48533212331  # CODATA: e * N_A / 1000
@@ -48,6 +49,29 @@ def test_xtb_forces_are_minus_finite_differences():
         minus = float(potential(shifted))
         finite = -(plus - minus) / (2 * step)
         assert abs(finite - float(forces[atom, axis])) < 2e-3 * float(forces.abs().max())
+
+
+def _dihedral(positions, i, j, k, l):
+    """The i-j-k-l dihedral angle, degrees (IUPAC sign), by the textbook formula."""
+    b0, b1, b2 = positions[i] - positions[j], positions[k] - positions[j], positions[l] - positions[k]
+    b1 = b1 / np.linalg.norm(b1)
+    v, w = b0 - (b0 @ b1) * b1, b2 - (b2 @ b1) * b1
+    return np.degrees(np.arctan2(np.cross(b1, v) @ w, v @ w))
+
+
+def test_samples_start_from_every_conformer():
+    """2-fluoroethanol (OCCF): one RDKit geometry is anti (O-C-C-F near 180 degrees), but MD visits
+    gauche (near +-60) most of the time. The samples start from the ETKDG ensemble, so both rotamers
+    are labelled; with conformers=1 every sample is anti, as before."""
+    samples = [xtb_sample({"temperature": 300.0}, seed=seed, molecule="smiles:OCCF", md_steps=5)
+               for seed in range(6)]
+    angles = [abs(_dihedral(sample["positions"], 0, 1, 2, 3)) for sample in samples]
+    assert any(angle > 150 for angle in angles) and any(30 < angle < 90 for angle in angles), angles
+    single = [xtb_sample({"temperature": 300.0}, seed=seed, molecule="smiles:OCCF", md_steps=5, conformers=1)
+              for seed in range(3)]
+    assert all(abs(_dihedral(sample["positions"], 0, 1, 2, 3)) > 150 for sample in single)
+    with pytest.raises(ConfigurationError, match="conformers: count must be a positive int"):
+        xtb_sample({"temperature": 300.0}, seed=0, molecule="smiles:OCCF", conformers=0)
 
 
 def test_xtb_sample_contract():
