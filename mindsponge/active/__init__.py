@@ -2,6 +2,9 @@
 
 - :class:`Committee`: ``k`` models; the mean is the potential, the largest per-atom RMS force
   deviation the uncertainty (:mod:`~mindsponge.active.committee`);
+- :class:`UncertaintyReporter`: the committee's uncertainty along any run, a warning
+  (:class:`OutOfDistributionWarning`) when it leaves the training data, the flagged frames saved for
+  labelling (:mod:`~mindsponge.active.uncertainty`);
 - :func:`explore`: MD with the committee mean (optionally in umbrella windows) recording the
   uncertainty (:mod:`~mindsponge.active.exploration`);
 - :func:`label_frames`: GFN-xTB labels of flagged frames through a resumable
@@ -20,13 +23,7 @@ Example::
 """
 
 from mindsponge.active.committee import Committee, CommitteePotential
-from mindsponge.active.exploration import (
-    Exploration,
-    Umbrella,
-    UncertaintyReporter,
-    distance_combination,
-    explore,
-)
+from mindsponge.active.exploration import Exploration, Umbrella, distance_combination, explore
 from mindsponge.active.labelling import frames_recipe, label_frames, write_frames, xtb_frame
 from mindsponge.active.loop import (
     LOG_COLUMNS,
@@ -39,6 +36,7 @@ from mindsponge.active.loop import (
     select_frames,
 )
 from mindsponge.active.plots import plot_rounds
+from mindsponge.active.uncertainty import OutOfDistributionWarning, UncertaintyReporter
 
 __all__ = [
     "Committee",
@@ -46,6 +44,7 @@ __all__ = [
     "Exploration",
     "Umbrella",
     "UncertaintyReporter",
+    "OutOfDistributionWarning",
     "explore",
     "distance_combination",
     "write_frames",

@@ -20,8 +20,9 @@ from common import checks
 from common.errors import ConfigurationError, SimulationError
 from mindsponge import bias as bias_module
 from mindsponge import colvar as colvar_module
+from mindsponge.active.uncertainty import UncertaintyReporter, _Runaway
 
-__all__ = ["Umbrella", "Exploration", "UncertaintyReporter", "explore", "distance_combination"]
+__all__ = ["Umbrella", "Exploration", "explore", "distance_combination"]
 
 
 def distance_combination(distances, coefficients) -> colvar_module.Colvar:
@@ -95,39 +96,6 @@ class Exploration:
             checks.positive_int(getattr(self, name), name)
 
 
-class _Runaway(Exception):
-    """Raised by :class:`UncertaintyReporter` to stop a trajectory that left the known region."""
-
-
-class UncertaintyReporter:
-    """A reporter recording positions ``(N, 3)`` nm and the committee's force disagreement (kJ/mol/nm).
-
-    Args:
-        committee: a :class:`~mindsponge.active.Committee`.
-        atomic_numbers: ``(N,)``.
-        every: steps between records.
-        stop_above: stop the run (by an exception :func:`explore` catches) above this disagreement.
-    """
-
-    def __init__(self, committee, atomic_numbers, every: int, stop_above: float | None = None):
-        self.committee, self.atomic_numbers = committee, torch.as_tensor(atomic_numbers)
-        self.every, self.stop_above = every, stop_above
-        self.positions: list[np.ndarray] = []
-        self.disagreement: list[float] = []
-
-    def report(self, state, observables) -> None:
-        """Record the frame; raise if its disagreement is above ``stop_above``."""
-        positions = state.positions.detach().cpu().double()
-        value = float(self.committee.force_disagreement(positions[None], self.atomic_numbers)[0])
-        self.positions.append(positions.numpy())
-        self.disagreement.append(value)
-        if self.stop_above is not None and value > self.stop_above:
-            raise _Runaway
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 def _starts(settings: Exploration, data_positions: np.ndarray, seed: int) -> tuple[np.ndarray, list]:
     """Starting frames ``(T, N, 3)`` and the restraint of every trajectory (``None``: plain MD)."""
     if settings.umbrella is None:
@@ -160,7 +128,7 @@ def _trajectory(committee, atomic_numbers, start, restraint, settings, seed, sto
     potential = committee.bind(atomic_numbers)
     if restraint is not None:
         potential = SumPotential(potential, restraint)
-    reporter = UncertaintyReporter(committee, atomic_numbers, settings.every, stop_above)
+    reporter = UncertaintyReporter(committee, atomic_numbers, settings.every, stop_above, keep="all")
     simulation = Simulation(
         system,
         potential,
