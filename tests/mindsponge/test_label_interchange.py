@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-ase = pytest.importorskip("ase")
+pytest.importorskip("ase")
+import ase  # noqa: E402
 import ase.db  # noqa: E402
 import ase.io  # noqa: E402
 
@@ -43,7 +44,8 @@ def test_extxyz_with_mace_keys_and_mixed_sizes(tmp_path):
     assert [len(c["positions"]) for c in configurations] == [len(frame) for frame in frames]
     for configuration, frame in zip(configurations, frames, strict=True):
         np.testing.assert_allclose(configuration["energy"], frame.info["REF_energy"] * EV, rtol=1e-9)
-        np.testing.assert_allclose(configuration["forces"], frame.arrays["REF_forces"] * EV / ANGSTROM, rtol=1e-9)
+        np.testing.assert_allclose(configuration["forces"], frame.arrays["REF_forces"] * EV / ANGSTROM,
+                                   rtol=1e-9)
         np.testing.assert_allclose(configuration["positions"], frame.positions * ANGSTROM, rtol=1e-12)
         np.testing.assert_array_equal(configuration["atomic_numbers"], frame.numbers)
         assert "config_type" not in configuration  # strings are not labels
@@ -85,7 +87,8 @@ def test_ase_database_with_keys(tmp_path):
     configurations = read_configurations(path, keys={"energy": "REF_energy", "forces": "REF_forces"})
     for configuration, frame in zip(configurations, frames, strict=True):
         np.testing.assert_allclose(configuration["energy"], frame.info["REF_energy"] * EV, rtol=1e-9)
-        np.testing.assert_allclose(configuration["forces"], frame.arrays["REF_forces"] * EV / ANGSTROM, rtol=1e-9)
+        np.testing.assert_allclose(configuration["forces"], frame.arrays["REF_forces"] * EV / ANGSTROM,
+                                   rtol=1e-9)
 
 
 def test_train_command_line_reads_extxyz(tmp_path, capsys):
