@@ -154,14 +154,25 @@ class SurfaceRecorder(_DFTRecorder):
 
     def face_fields(self):
         """``{face label: {component: (F, n1, n2, n3) complex}}`` on the face cell centres."""
-        faces = {face.label: {} for face in self.surface.faces}
-        for (label, component), value in self.transforms().items():
-            averaged = self.surface.entries[(label, component)][1]
-            faces[label][component] = _colocate(value, averaged)
-        return faces
+        return colocated_faces(self.surface, self.transforms())
 
     def finish(self, samples):
         return self.build(self.surface, self.face_fields())
+
+
+def colocated_faces(surface, transforms):
+    """``{face label: {component: (F, n1, n2, n3) complex}}`` on ``surface``'s face cell centres, from the
+    DFTs ``transforms[(face label, component)]`` of the Yee-node fields its ``entries`` name."""
+    faces = {face.label: {} for face in surface.faces}
+    for (label, component), value in transforms.items():
+        faces[label][component] = _colocate(value, surface.entries[(label, component)][1])
+    return faces
+
+
+def surface_flux(surface, faces):
+    """Outward ``Re oint (E x conj H) . n dA`` (F,) over the whole ``surface``, from its colocated
+    ``faces``."""
+    return sum(face_flux(surface, face, faces[face.label]) for face in surface.faces)
 
 
 def face_flux(surface, face, fields):
