@@ -50,7 +50,10 @@ def _box_nodes(grid, center, size, owner):
     """Per axis of the simulation, the integer nodes ``(lo, hi)`` of the box faces (``lo < hi``)."""
     if center is None or size is None:
         raise ConfigurationError(f"{owner}: give the box's center and size (m), one value per dimension")
-    center = grid.check_inside(center, owner)
+    try:
+        center = grid.check_inside(center, owner)
+    except ValueError as error:  # a plain ValueError from the grid: the box's own refusal names it
+        raise ConfigurationError(str(error)) from None
     size = tuple(float(value) for value in size)
     if len(size) != grid.ndim or any(not value > 0 for value in size):
         raise ConfigurationError(f"{owner}: size must hold {grid.ndim} positive extents (m), got {size}")

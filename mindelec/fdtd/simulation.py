@@ -164,8 +164,10 @@ class Simulation:
         self._conformal = conformal_geometry(self)
         self.dt_limit = self._stability_limit() * time_step_factor(self, self._conformal)
         self.dt = self._time_step(dt, courant)
-        self.monitors = self._check_monitors(monitors)
+        self.monitors, recorders = self._check_monitors(monitors)
         limits.check_frequencies(self)
+        for recorder in recorders:  # after the grid's limits: a cross-section monitor checks its spectrum
+            recorder.set_incident(self._tfsf)
         limits.check_memory(self)
         threads_module.set_threads(threads, "Simulation threads")
 
@@ -240,8 +242,9 @@ class Simulation:
         return dt
 
     def _check_monitors(self, monitors):
+        """``(monitors, one recorder per monitor)``, each checked against the grid and the PML."""
         monitors = tuple(monitors)
-        names = set()
+        names, recorders = set(), []
         for monitor in monitors:
             if not isinstance(monitor, Monitor):
                 raise TypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
@@ -249,11 +252,11 @@ class Simulation:
                 raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
             recorder = monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
-            recorder.set_incident(self._tfsf)
             check_monitor_placement(monitor, recorder, self.grid, self.boundaries)
             if isinstance(monitor, NearToFarMonitor):
                 monitor.check_medium(self.default_medium)
-        return monitors
+            recorders.append(recorder)
+        return monitors, recorders
 
     def _recorders(self):
         """A new :class:`~mindelec.fdtd.monitors.Recorder` per monitor (one set per run), told the band."""

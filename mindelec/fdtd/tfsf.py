@@ -56,18 +56,20 @@ def direction_from_angles(theta, phi):
 
 
 def _unit_vector(value, owner, what):
-    """``value`` (2 or 3 numbers) as a float64 3-vector; ConfigurationError unless it has unit length."""
+    """``value`` (2 or 3 finite numbers, not all zero) normalised to a float64 3-vector; ConfigurationError
+    naming ``owner`` otherwise."""
     vector = np.zeros(3)
-    values = np.asarray(value, dtype=np.float64).reshape(-1)
+    try:
+        values = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        values = np.array([np.nan])
     if values.size not in (2, 3) or not np.all(np.isfinite(values)):
         raise ConfigurationError(f"{owner}: {what} must be 2 or 3 finite numbers, got {value!r}")
     vector[: values.size] = values
-    if abs(np.linalg.norm(vector) - 1) > 1e-6:
-        raise ConfigurationError(
-            f"{owner}: {what} must be a unit vector, got {tuple(values)} of length "
-            f"{np.linalg.norm(vector):.6g}"
-        )
-    return vector / np.linalg.norm(vector)
+    length = float(np.linalg.norm(vector))
+    if length < 1e-12 * max(1.0, float(np.abs(values).max())) or length == 0:
+        raise ConfigurationError(f"{owner}: {what} must be a non-zero vector, got {value!r}")
+    return vector / length
 
 
 class TFSFBox:
@@ -82,18 +84,19 @@ class TFSFBox:
     Args:
         center: (m), one coordinate per dimension.
         size: (m), one positive extent per dimension; the faces sit on the nearest integer nodes.
-        direction: unit vector of propagation, 3 numbers (2 in 2D; a 3D one needs z = 0 there), e.g.
-            ``direction_from_angles(theta, phi)``.
-        polarization: unit vector of the incident E, perpendicular to ``direction``. Default: 2D TM ``z``;
-            2D TE ``z x direction`` (so that H is along +z); 3D ``z`` made perpendicular to the direction
-            (``x`` for propagation along z).
+        direction: vector of propagation (normalised here), 3 numbers or 2 (then z = 0; a 2D run needs
+            z = 0), e.g. ``direction_from_angles(theta, phi)``.
+        polarization: vector of the incident E (normalised here), perpendicular to ``direction``. Default:
+            2D TM ``z``; 2D TE ``z x direction`` (so that H is along +z); 3D ``z`` made perpendicular to the
+            direction (``x`` for propagation along z).
         waveform: a callable of times (s), e.g. :class:`GaussianPulse`.
         amplitude: incident field (V/m) at the reference plane.
 
     Raises:
-        ConfigurationError: naming the box, for a direction or polarisation that is not a unit vector, or a
-            polarisation not perpendicular to the direction (here); for a box that does not fit the grid, in
-            the PML, in a dispersive or lossy medium, crossed by a structure, or a 1D run (when bound).
+        ConfigurationError: naming the box, for a direction or polarisation that is zero, not finite or not
+            2 or 3 numbers, or a polarisation not perpendicular to the direction (here); for a box that does
+            not fit the grid, in the PML, in a dispersive or lossy medium, crossed by a structure, or a 1D run
+            (when bound).
     """
 
     def __init__(self, center, size, direction, polarization=None, waveform=None, amplitude=1.0):
