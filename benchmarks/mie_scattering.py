@@ -96,7 +96,8 @@ def main():
             ext, sca, seconds, steps = measure(medium_name, cell)
             print(
                 f"{medium_name:10s} {cell * 1e9:4.0f} nm cells: extinction error mean "
-                f"{np.abs(ext).mean():6.2%} worst {np.abs(ext).max():6.2%}; scattering mean {np.abs(sca).mean():6.2%}; "
+                f"{np.abs(ext).mean():6.2%} worst {np.abs(ext).max():6.2%}; "
+                f"scattering mean {np.abs(sca).mean():6.2%}; "
                 f"{seconds:6.1f} s ({steps} steps)",
                 flush=True,
             )
