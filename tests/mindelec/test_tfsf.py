@@ -128,16 +128,24 @@ CYLINDER_WAVELENGTHS = np.linspace(0.6e-6, 1.6e-6, 6)
 
 
 @pytest.mark.parametrize(
-    "polarization, permittivity, mean_tolerance, worst_tolerance",
-    [("TM", 4.0, 0.01, 0.025), ("TE", 4.0, 0.01, 0.025), ("TM", None, 0.01, 0.025)],
-    ids=["TM-dielectric", "TE-dielectric", "TM-PEC"],
+    "polarization, permittivity, dtype, mean_tolerance, worst_tolerance",
+    [
+        ("TM", 4.0, torch.float64, 0.01, 0.025),
+        ("TM", 4.0, torch.float32, 0.01, 0.025),
+        ("TE", 4.0, torch.float64, 0.01, 0.025),
+        ("TM", None, torch.float64, 0.01, 0.025),
+    ],
+    ids=["TM-dielectric", "TM-dielectric-float32", "TE-dielectric", "TM-PEC"],
 )
-def test_cylinder_cross_sections_match_the_series(polarization, permittivity, mean_tolerance, worst_tolerance,
-                                                  validation_figure):
+def test_cylinder_cross_sections_match_the_series(polarization, permittivity, dtype, mean_tolerance,
+                                                  worst_tolerance, validation_figure):
+    """Measured mean (worst): TM 0.40 % (2.0 %, at 0.6 um: 7.5 cells per wavelength in the cylinder), the
+    same in float32; TE 0.47 % (0.73 %); TM PEC, conformal, 0.30 % (0.70 %)."""
     radius = 200e-9
     medium = fdtd.PEC() if permittivity is None else fdtd.Medium(permittivity=permittivity)
     values = _run_cross_sections(2, radius, 20e-9, [fdtd.Structure(Disk((0, 0), radius), medium)],
-                                 CYLINDER_WAVELENGTHS, (math.cos(0.3), math.sin(0.3)), polarization)
+                                 CYLINDER_WAVELENGTHS, (math.cos(0.3), math.sin(0.3)), polarization,
+                                 dtype=dtype)
     extinction, scattering, _ = mie.cylinder_cross_sections(permittivity, radius, CYLINDER_WAVELENGTHS,
                                                             polarization)
     errors = _errors(values["scattering"], scattering)
@@ -189,14 +197,21 @@ def _sphere(medium_name, radius, cell, dtype=torch.float64):
 
 
 @pytest.mark.parametrize(
-    "medium_name, tolerance, absorption_tolerance",
-    [("dielectric", 0.04, None), ("absorbing", 0.03, 0.06), ("PEC", 0.025, None)],
+    "medium_name, tolerance, absorption_tolerance, dtype",
+    [
+        ("dielectric", 0.04, None, torch.float64),
+        ("dielectric", 0.04, None, torch.float32),
+        ("absorbing", 0.03, 0.06, torch.float64),
+        ("PEC", 0.025, None, torch.float64),
+    ],
+    ids=["dielectric", "dielectric-float32", "absorbing", "PEC"],
 )
-def test_sphere_cross_sections_match_mie_small(medium_name, tolerance, absorption_tolerance,
+def test_sphere_cross_sections_match_mie_small(medium_name, tolerance, absorption_tolerance, dtype,
                                                validation_figure):
     """CI's version: 50 nm cells, radius 400 nm (8 cells), size parameter 1-3. Measured mean errors of the
-    extinction: dielectric 2.95 %, absorbing 2.0 % (absorption 4.6 %), PEC (conformal) 1.5 %."""
-    values, exact = _sphere(medium_name, **CI_SPHERE)
+    extinction: dielectric 2.95 % (float32 alike), absorbing 2.0 % (absorption 4.6 %), PEC (conformal)
+    1.5 %."""
+    values, exact = _sphere(medium_name, dtype=dtype, **CI_SPHERE)
     error = _errors(values["extinction"], exact["extinction"])
     validation_figure(f"50 nm cells, radius 400 nm: mean |sigma_e / Mie - 1| = {error.mean():.2%}")
     assert error.mean() < tolerance
