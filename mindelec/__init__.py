@@ -22,6 +22,7 @@ _SUBMODULES = {
     "data",
     "surrogate",
     "sweeps",
+    "mie",
 }
 
 

@@ -14,8 +14,11 @@ The entry point is :class:`Simulation`::
 Modules: :mod:`~mindelec.fdtd.grid` (Yee staggering), :mod:`~mindelec.fdtd.materials` (media, structures,
 design regions), :mod:`~mindelec.fdtd.thin_wire` (sub-cell wires), :mod:`~mindelec.fdtd.boundaries`
 (CPML, periodic, PEC), :mod:`~mindelec.fdtd.sources`,
-:mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
-recorders), :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
+:mod:`~mindelec.fdtd.waveforms`, :mod:`~mindelec.fdtd.tfsf` (a plane wave through the faces of a
+total-field/scattered-field box), :mod:`~mindelec.fdtd.monitors` (specifications and their per-run
+recorders), :mod:`~mindelec.fdtd.flux_box` (closed-box flux), :mod:`~mindelec.fdtd.cross_sections`
+(scattering and absorption cross-sections), :mod:`~mindelec.fdtd.near_to_far` (far fields),
+:mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
 :mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.limits` (what a set-up can carry:
 frequencies, time step, memory), :mod:`~mindelec.fdtd.placement` (refusals and warnings about where things
@@ -30,6 +33,7 @@ hands the fields to the recorders after every step, and collects their outputs i
 """
 
 from .boundaries import PML, Periodic
+from .cross_sections import CrossSectionMonitor
 from .flux_box import FluxBox
 from .grid import Grid, GridWarning
 from .lumped import LumpedPort, lumped_resistor
@@ -44,6 +48,7 @@ from .result import Result
 from .run_control import Decay
 from .simulation import FieldBlowUpError, Simulation
 from .sources import CurrentSource, PlaneWave, PointDipole
+from .tfsf import TFSFBox, direction_from_angles
 from .thin_wire import ThinWire
 from .waveforms import ContinuousWave, GaussianPulse, Ricker
 
@@ -63,6 +68,8 @@ __all__ = [
     "DesignRegion",
     "PointDipole",
     "PlaneWave",
+    "TFSFBox",
+    "direction_from_angles",
     "CurrentSource",
     "GaussianPulse",
     "Ricker",
@@ -71,6 +78,7 @@ __all__ = [
     "DFTMonitor",
     "FluxMonitor",
     "FluxBox",
+    "CrossSectionMonitor",
     "Decay",
     "NearToFarMonitor",
     "NearToFarResult",

@@ -50,7 +50,10 @@ def _box_nodes(grid, center, size, owner):
     """Per axis of the simulation, the integer nodes ``(lo, hi)`` of the box faces (``lo < hi``)."""
     if center is None or size is None:
         raise ConfigurationError(f"{owner}: give the box's center and size (m), one value per dimension")
-    center = grid.check_inside(center, owner)
+    try:
+        center = grid.check_inside(center, owner)
+    except ValueError as error:  # a plain ValueError from the grid: the box's own refusal names it
+        raise ConfigurationError(str(error)) from None
     size = tuple(float(value) for value in size)
     if len(size) != grid.ndim or any(not value > 0 for value in size):
         raise ConfigurationError(f"{owner}: size must hold {grid.ndim} positive extents (m), got {size}")
@@ -154,14 +157,25 @@ class SurfaceRecorder(_DFTRecorder):
 
     def face_fields(self):
         """``{face label: {component: (F, n1, n2, n3) complex}}`` on the face cell centres."""
-        faces = {face.label: {} for face in self.surface.faces}
-        for (label, component), value in self.transforms().items():
-            averaged = self.surface.entries[(label, component)][1]
-            faces[label][component] = _colocate(value, averaged)
-        return faces
+        return colocated_faces(self.surface, self.transforms())
 
     def finish(self, samples):
         return self.build(self.surface, self.face_fields())
+
+
+def colocated_faces(surface, transforms):
+    """``{face label: {component: (F, n1, n2, n3) complex}}`` on ``surface``'s face cell centres, from the
+    DFTs ``transforms[(face label, component)]`` of the Yee-node fields its ``entries`` name."""
+    faces = {face.label: {} for face in surface.faces}
+    for (label, component), value in transforms.items():
+        faces[label][component] = _colocate(value, surface.entries[(label, component)][1])
+    return faces
+
+
+def surface_flux(surface, faces):
+    """Outward ``Re oint (E x conj H) . n dA`` (F,) over the whole ``surface``, from its colocated
+    ``faces``."""
+    return sum(face_flux(surface, face, faces[face.label]) for face in surface.faces)
 
 
 def face_flux(surface, face, fields):

@@ -124,7 +124,7 @@ def check_frequencies(simulation) -> None:
             "expect phase errors above about 1 %",
             stacklevel=4,  # check_frequencies, Simulation.__init__, its renamed_arguments wrapper, the caller
         )
-    for source in [bound[0] for bound in simulation._bound_sources] + simulation._plane_waves:
+    for source in simulation._sources_with_waveforms:
         spectrum_limit = getattr(source.waveform, "spectrum_limit", None)
         if spectrum_limit is None:
             continue
@@ -142,7 +142,8 @@ def memory_estimate(simulation, steps=None) -> int:
     Counted per cell: the field components, one difference buffer, the update coefficients of every
     component when the materials are not uniform, three tensors per dispersive pole and E component;
     then each DFT or flux monitor's complex accumulators, and, when ``steps`` is given, the snapshots and
-    (for a differentiable run) the ``2 sqrt(steps)`` stored and recomputed states. Rasterisation
+    (for a differentiable run) the ``2 sqrt(steps)`` stored and recomputed states, and the TF/SF boxes'
+    incident tables (:mod:`~mindelec.fdtd.tfsf`). Rasterisation
     temporaries, CPML slabs and probes are small and not counted.
 
     Args:
@@ -166,6 +167,8 @@ def memory_estimate(simulation, steps=None) -> int:
     total += sum(recorder.memory(steps) for recorder in simulation._recorders())
     if steps is not None and simulation.differentiable:
         total += 2 * math.ceil(math.sqrt(steps)) * len(active) * cells * value
+    if steps is not None:
+        total += sum(box.memory(steps) for box in simulation._tfsf)
     return int(total)
 
 

@@ -106,6 +106,10 @@ class Recorder:
         """Told by the simulation before :meth:`start`: the fields carry nothing above ``band`` (Hz), or
         ``None`` when that is unknown. Recorders that can use it (running DFTs sample less often) do."""
 
+    def set_incident(self, boxes):
+        """Told by the simulation when it checks the monitor and before :meth:`start`: its TF/SF boxes
+        (:class:`~mindelec.fdtd.tfsf.BoundTFSF`). Recorders that normalise by an incident wave take theirs."""
+
     def index_boxes(self):
         """The index boxes (tuples of three slices) of the grid this recorder reads; empty when it reads
         whole fields. The simulation checks them against the PML."""

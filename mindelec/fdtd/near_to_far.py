@@ -27,7 +27,7 @@ import torch
 from common.errors import ConfigurationError, DataError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 
-from .flux_box import FluxBox, face_flux
+from .flux_box import FluxBox, surface_flux
 from .grid import AXES
 
 #: angle-by-surface-point products computed at once (bounds the memory of a pattern)
@@ -67,7 +67,7 @@ class NearToFarMonitor(FluxBox):
     def _output(self, surface, faces):
         device = next(iter(next(iter(faces.values())).values())).device
         frequencies = self.frequencies.to(device)
-        flux = sum(face_flux(surface, face, faces[face.label]) for face in surface.faces)
+        flux = surface_flux(surface, faces)
         positions, currents_j, currents_m, areas = [], [], [], []
         for face in surface.faces:
             fields = faces[face.label]

@@ -73,6 +73,7 @@ def sources_off_step(stepper):
     """The number of steps after which every source of ``stepper`` stays below ``SOURCE_OFF_LEVEL``."""
     last = 0
     series = [values for _, _, values in stepper.sources] + [line.drive for line in stepper.plane_waves]
+    series += [box.drive for box in stepper.tfsf]
     for values in series:
         values = torch.tensor(values, dtype=torch.float64).abs()
         peak = float(values.max()) if len(values) else 0.0

@@ -49,6 +49,7 @@ from .placement import check_monitor_placement, check_source_placement, check_st
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
+from .tfsf import TFSFBox
 from .thin_wire import WireCorrections
 from .updates import YeeStepper
 
@@ -76,7 +77,8 @@ class Simulation:
             ``resolution=`` still works for one release, with a ``DeprecationWarning``.
         boundary: one of :class:`PML`, :class:`Periodic`, :class:`PEC` for every axis, or a tuple with one per
             axis. A PML lies inside the domain. Default: PEC walls.
-        sources: :class:`PointDipole`, :class:`CurrentSource` (line, area) and :class:`PlaneWave` (TF/SF).
+        sources: :class:`PointDipole`, :class:`CurrentSource` (line, area), :class:`PlaneWave` (a TF/SF plane
+            along x) and :class:`TFSFBox` (a plane wave of any direction through the faces of a box).
         monitors: :class:`FieldProbe`, :class:`DFTMonitor`, :class:`FluxMonitor`, :class:`FluxBox`,
             :class:`NearToFarMonitor`, :class:`Snapshots` objects, with distinct names.
         structures: :class:`Structure` objects; later ones override earlier ones.
@@ -158,12 +160,14 @@ class Simulation:
         self.boundaries = per_axis_boundaries(boundary, self.grid)
         self._set_materials(default_medium, structures, design_regions)
         self.sources = tuple(sources)
-        self._bound_sources, self._plane_waves = self._bind_sources(self.sources)
+        self._bound_sources, self._plane_waves, self._tfsf = self._bind_sources(self.sources)
         self._conformal = conformal_geometry(self)
         self.dt_limit = self._stability_limit() * time_step_factor(self, self._conformal)
         self.dt = self._time_step(dt, courant)
-        self.monitors = self._check_monitors(monitors)
+        self.monitors, recorders = self._check_monitors(monitors)
         limits.check_frequencies(self)
+        for recorder in recorders:  # after the grid's limits: a cross-section monitor checks its spectrum
+            recorder.set_incident(self._tfsf)
         limits.check_memory(self)
         threads_module.set_threads(threads, "Simulation threads")
 
@@ -196,10 +200,14 @@ class Simulation:
         return self.boundaries[0].thickness if isinstance(self.boundaries[0], PML) else 0
 
     def _bind_sources(self, sources):
-        """``(current sources as (source, slices, scale), plane waves)``, each checked against the grid."""
-        bound, plane_waves = [], []
+        """``(current sources as (source, slices, scale), plane waves, bound TF/SF boxes)``, each checked
+        against the grid."""
+        bound, plane_waves, boxes = [], [], []
         for source in sources:
-            if isinstance(source, PlaneWave):
+            if isinstance(source, TFSFBox):
+                boxes.append(source.bind(self.grid, self.polarization, self.boundaries, self.default_medium,
+                                         self.structures))
+            elif isinstance(source, PlaneWave):
                 medium = self.default_medium
                 if not all(
                     isinstance(getattr(medium, name), float) and not medium._pole()
@@ -215,9 +223,10 @@ class Simulation:
                 check_source_placement(source, bound[-1][1], self.grid, self.boundaries)
             else:
                 raise TypeError(
-                    f"Simulation sources: expected PointDipole, CurrentSource or PlaneWave, got {source!r}"
+                    "Simulation sources: expected PointDipole, CurrentSource, PlaneWave or TFSFBox, "
+                    f"got {source!r}"
                 )
-        return bound, plane_waves
+        return bound, plane_waves, boxes
 
     def _time_step(self, dt, courant):
         if dt is None:
@@ -233,8 +242,9 @@ class Simulation:
         return dt
 
     def _check_monitors(self, monitors):
+        """``(monitors, one recorder per monitor)``, each checked against the grid and the PML."""
         monitors = tuple(monitors)
-        names = set()
+        names, recorders = set(), []
         for monitor in monitors:
             if not isinstance(monitor, Monitor):
                 raise TypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
@@ -245,18 +255,26 @@ class Simulation:
             check_monitor_placement(monitor, recorder, self.grid, self.boundaries)
             if isinstance(monitor, NearToFarMonitor):
                 monitor.check_medium(self.default_medium)
-        return monitors
+            recorders.append(recorder)
+        return monitors, recorders
 
     def _recorders(self):
         """A new :class:`~mindelec.fdtd.monitors.Recorder` per monitor (one set per run), told the band."""
-        band = field_band([bound[0] for bound in self._bound_sources] + self._plane_waves)
+        band = field_band(self._sources_with_waveforms)
         recorders = [
             monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
             for monitor in self.monitors
         ]
         for recorder in recorders:
             recorder.set_band(band)
+            recorder.set_incident(self._tfsf)
         return recorders
+
+    @property
+    def _sources_with_waveforms(self):
+        """Every source of the set-up (its ``waveform`` the source's time function)."""
+        bound = [entry[0] for entry in self._bound_sources]
+        return bound + self._plane_waves + [box.source for box in self._tfsf]
 
     def _check_design_region(self, region):
         if not isinstance(region, DesignRegion):
@@ -361,6 +379,7 @@ class Simulation:
             wave.incident_line(self.grid, self.polarization, self._pml_x, self.dt, self.default_medium, steps)
             for wave in self._plane_waves
         ]
+        tfsf = [box.corrections(self.dt, steps, self.dtype, self.device) for box in self._tfsf]
         return YeeStepper(
             self.grid,
             self.active,
@@ -376,6 +395,7 @@ class Simulation:
             compiled=self.compiled, wires=self._wires,
             off_diagonal=off_diagonal_update(self, electric),
             conformal=self._conformal and conformal_update(self, self._conformal, electric, magnetic),
+            tfsf=tfsf,
         )
 
     def run(self, until=None, steps=None, progress=True, until_decayed=None):

@@ -134,11 +134,13 @@ class YeeStepper:
             (:class:`~mindelec.fdtd.offdiagonal.OffDiagonalUpdate`) or None.
         conformal: the conformal PEC's H correction (:class:`~mindelec.fdtd.conformal.ConformalUpdate`),
             applied after the H updates, or None.
+        tfsf: the TF/SF boxes' corrections (:class:`~mindelec.fdtd.tfsf.TFSFCorrections`), added to the H and
+            E updates next to their faces.
     """
 
     def __init__(
         self, grid, active, periodic, pml, dt, electric, magnetic, sources, plane_waves, dtype, device,
-        compiled=True, wires=None, off_diagonal=None, conformal=None,
+        compiled=True, wires=None, off_diagonal=None, conformal=None, tfsf=(),
     ):
         self.grid = grid
         self.wires = wires
@@ -149,6 +151,7 @@ class YeeStepper:
         self.magnetic = magnetic
         self.sources = sources
         self.plane_waves = plane_waves
+        self.tfsf = tfsf
         self.off_diagonal = off_diagonal  # the smoothed tensor's off-diagonal terms (.offdiagonal)
         self.conformal = conformal  # the conformal PEC's H correction (.conformal)
         self.dtype, self.device = dtype, device
@@ -464,6 +467,8 @@ class YeeStepper:
                 incident = incident_e.narrow(0, line.index, 1).reshape(1, 1, 1)
                 scale = -line.sign / self.grid.spacing[0]
                 _accumulate(field, 0, line.index - 1, 1, incident, scale, coefficient)
+        for box in self.tfsf:
+            box.apply(field, component, coefficient, step)
         state.fields[component] = field
 
     def _update_electric(self, state, component, currents, step, inplace, bulk):
@@ -487,6 +492,8 @@ class YeeStepper:
             if line.electric == component:  # E at i0 is total: add the incident H its curl misses
                 incident = incident_h.narrow(0, line.index - 1, 1).reshape(1, 1, 1)
                 _accumulate(field, 0, line.index, 1, incident, -line.sign / self.grid.spacing[0], cb)
+        for box in self.tfsf:
+            box.apply(field, component, cb, step)
         cached = self._pec_walls.get(component)
         if cached is None or cached[0] is not field:  # views made once while the field is updated in place
             along = AXES.index(component[1])
