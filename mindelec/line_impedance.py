@@ -52,23 +52,38 @@ class LineImpedance:
     """Voltage, current and power of a travelling wave and the impedances they define (module docstring).
 
     Attributes:
-        voltage: complex V, signal minus ground.
+        voltage: complex V, signal minus ground; None when no automatic voltage path exists (then
+            ``voltage_problem`` says why, and the voltage-based impedances refuse).
         current: complex A, along the propagation axis on the signal conductor.
         power: W, ``1/2 Re integral (E x conj H) . axis dA``.
-        voltage_path: ``((i0, j0), (i1, j1))``, the integer nodes it runs between (signal, ground).
+        voltage_path: ``((i0, j0), (i1, j1))``, the integer nodes it runs between (signal, ground), or None.
         current_contour: ``(i_low, i_high, j_low, j_high)``, the integer nodes the contour encloses.
+        voltage_problem: why there is no voltage (None when there is one), naming the caller.
     """
 
-    voltage: complex
+    voltage: complex | None
     current: complex
     power: float
-    voltage_path: tuple
+    voltage_path: tuple | None
     current_contour: tuple
+    voltage_problem: str | None = None
+
+    def _voltage(self, name) -> complex:
+        if self.voltage is None:
+            raise ConfigurationError(
+                f"{self.voltage_problem}; {name} needs a voltage: give voltage_path=((i0, j0), (i1, j1)), or "
+                "use the power-current impedance (Z_PI = 2 P / |I|^2), which needs no voltage path"
+            )
+        return self.voltage
 
     @property
     def power_voltage(self) -> float:
-        """``Z_PV = |V|^2 / (2 P)``, ohm."""
-        return abs(self.voltage) ** 2 / (2 * self.power)
+        """``Z_PV = |V|^2 / (2 P)``, ohm.
+
+        Raises:
+            ConfigurationError: no voltage path (``voltage`` is None).
+        """
+        return abs(self._voltage("Z_PV = |V|^2 / 2P")) ** 2 / (2 * self.power)
 
     @property
     def power_current(self) -> float:
@@ -77,8 +92,12 @@ class LineImpedance:
 
     @property
     def voltage_current(self) -> complex:
-        """``Z_VI = V / I``, ohm (complex on a lossy line)."""
-        return self.voltage / self.current
+        """``Z_VI = V / I``, ohm (complex on a lossy line).
+
+        Raises:
+            ConfigurationError: no voltage path (``voltage`` is None).
+        """
+        return self._voltage("Z_VI = V / I") / self.current
 
 
 def _given_voltage_path(labels, signal, path, owner):
@@ -102,7 +121,8 @@ def _given_voltage_path(labels, signal, path, owner):
 
 
 def _voltage_path(labels, signal, path, owner):
-    """``((i0, j0), (i1, j1))``: the given path checked, or the shortest automatic one (module docstring)."""
+    """``((i0, j0), (i1, j1))``: the given path checked, or the shortest automatic one (module docstring),
+    None when there is none."""
     if path is not None:
         return _given_voltage_path(labels, signal, path, owner)
     nodes = np.argwhere(labels == signal)
@@ -123,10 +143,7 @@ def _voltage_path(labels, signal, path, owner):
             if labels[end] == 0 and (best is None or abs(end[axis] - begin[axis]) < best[0]):
                 best = (abs(end[axis] - begin[axis]), (begin, end))
     if best is None:
-        raise ConfigurationError(
-            f"{owner}: no straight path through dielectric from the signal conductor's centre to the ground; "
-            "give voltage_path=((i0, j0), (i1, j1))"
-        )
+        return None
     return tuple(tuple(int(v) for v in node) for node in best[1])
 
 
@@ -164,7 +181,15 @@ def _current_contour(labels, signal, contour, owner):
 
 
 def line_impedance(
-    electric, magnetic, conductor, cell_size, axis="x", signal=None, voltage_path=None, current_contour=None
+    electric,
+    magnetic,
+    conductor,
+    cell_size,
+    axis="x",
+    signal=None,
+    voltage_path=None,
+    current_contour=None,
+    owner="line_impedance",
 ) -> LineImpedance:
     """Voltage, current, power and impedances of one travelling wave on a line's cross-section.
 
@@ -182,13 +207,16 @@ def line_impedance(
             ground; default automatic (module docstring).
         current_contour: ``(i_low, i_high, j_low, j_high)``, the integer nodes the contour encloses;
             default the signal's bounding box.
+        owner: the name the errors give (a port, a cross-section).
 
     Returns:
-        :class:`LineImpedance`.
+        :class:`LineImpedance`; when no automatic straight voltage path exists (a conductor enclosed by
+        another), its ``voltage`` is None and the voltage-based impedances refuse, ``Z_PI`` does not.
 
     Raises:
-        ConfigurationError: an unknown axis, bad shapes; no signal conductor or several without
-            ``signal``; a path or contour through metal, off the signal or the ground; no straight path.
+        ConfigurationError: an unknown axis, bad shapes; no signal conductor (no return conductor apart from
+            it, or all metal joined to the ground) or several without ``signal``; a given path or contour
+            through metal, off the signal or the ground.
     """
     if axis not in _TRANSVERSE:
         raise ConfigurationError(f"line_impedance: axis must be 'x', 'y' or 'z', got {axis!r}")
@@ -204,34 +232,42 @@ def line_impedance(
     first, second, orientation, along = _TRANSVERSE[axis]
     pec = metal.pec_mask(metal.conductor_nodes(conductor, electric.shape[1:]))
     labels = metal.conductor_labels(pec[[along, first, second]])  # to (along the line, axis 1, axis 2)
-    signal = metal.signal_conductor(labels, signal, "line_impedance")
+    signal = metal.signal_conductor(labels, signal, owner)
     e1, e2, h1, h2 = electric[first], electric[second], magnetic[first], magnetic[second]
-    (i0, j0), (i1, j1) = path = _voltage_path(labels, signal, voltage_path, "line_impedance")
-    if i0 == i1:  # along axis 2: the E_2 edges between j0 and j1
-        voltage = np.sign(j1 - j0) * e2[i0, min(j0, j1) : max(j0, j1)].sum() * d2
+    path = _voltage_path(labels, signal, voltage_path, owner)
+    voltage, problem = None, None
+    if path is None:
+        problem = (
+            f"{owner}: no straight path through dielectric from the signal conductor's centre to the ground "
+            "(the signal is enclosed by other metal)"
+        )
     else:
-        voltage = np.sign(i1 - i0) * e1[min(i0, i1) : max(i0, i1), j0].sum() * d1
-    il, ih, jl, jh = box = _current_contour(labels, signal, current_contour, "line_impedance")
+        (i0, j0), (i1, j1) = path
+        if i0 == i1:  # along axis 2: the E_2 edges between j0 and j1
+            voltage = complex(np.sign(j1 - j0) * e2[i0, min(j0, j1) : max(j0, j1)].sum() * d2)
+        else:
+            voltage = complex(np.sign(i1 - i0) * e1[min(i0, i1) : max(i0, i1), j0].sum() * d1)
+    il, ih, jl, jh = box = _current_contour(labels, signal, current_contour, owner)
     # counterclockwise in (axis 1, axis 2): +1 along the bottom (half node jl - 1/2), +2 up the right side
     circulation = (h1[il : ih + 1, jl - 1].sum() - h1[il : ih + 1, jh].sum()) * d1 + (
         h2[ih, jl : jh + 1].sum() - h2[il - 1, jl : jh + 1].sum()
     ) * d2
     power = 0.5 * orientation * np.sum(e1 * h2.conj() - e2 * h1.conj()).real * d1 * d2
-    return LineImpedance(complex(voltage), complex(orientation * circulation), float(power), path, box)
+    return LineImpedance(voltage, complex(orientation * circulation), float(power), path, box, problem)
 
 
-def mode_impedance(modes, mode_index=0, axis="x", **paths) -> LineImpedance:
+def mode_impedance(modes, mode_index=0, axis="x", owner="mode_impedance", **paths) -> LineImpedance:
     """:func:`line_impedance` of mode ``mode_index`` of :func:`mindelec.modes.cross_section_modes` (solved
     with a ``conductor``; ``axis`` the one it was solved for); ``paths``: ``signal``, ``voltage_path``,
-    ``current_contour``.
+    ``current_contour``; ``owner`` names the caller in errors.
 
     Raises:
         ConfigurationError: modes solved without a conductor, or as :func:`line_impedance`.
     """
     if modes.conductor is None:
         raise ConfigurationError(
-            "mode_impedance: these modes were solved without a conductor; a characteristic impedance needs "
+            f"{owner}: these modes were solved without a conductor; a characteristic impedance needs "
             "the line's metal (cross_section_modes(..., conductor=...))"
         )
     fields = modes.electric[mode_index], modes.magnetic[mode_index]
-    return line_impedance(*fields, modes.conductor, modes.cell_size, axis, **paths)
+    return line_impedance(*fields, modes.conductor, modes.cell_size, axis, owner=owner, **paths)

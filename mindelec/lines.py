@@ -24,7 +24,12 @@ Closed forms (zero-thickness, lossless conductors; lengths in m, frequencies in 
   as in scikit-rf's ``MLine`` and Qucs;
 * :func:`coplanar_backed` - conformal mapping of conductor-backed CPW (Ghione & Naldi, Electron. Lett.
   20, 179 (1984); Simons, Coplanar Waveguide Circuits, Components and Systems, Wiley 2001, sec. 3.2);
-* :func:`coax_impedance` - ``Z0 = eta0 / (2 pi sqrt(eps_r)) ln(b / a)``.
+* :func:`coax_impedance` - ``Z0 = eta0 / (2 pi sqrt(eps_r)) ln(b / a)``;
+* :func:`microstrip_open_end` - the length by which an open end's fringing field lengthens a microstrip
+  (Kirschning, Jansen & Koster, Electron. Lett. 17, 123 (1981), as Qucs's ``MOPEN``), for stubs;
+* :func:`microstrip_tee_stub_offset` - where a T-junction's side arm (a stub) starts: Hammerstad's
+  reference-plane displacement (Hammerstad, Proc. 5th European Microwave Conf. 1975, pp. 268-272; as
+  Qucs's ``MTEE``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ __all__ = [
     "microstrip_dispersive",
     "coplanar_backed",
     "coax_impedance",
+    "microstrip_open_end",
+    "microstrip_tee_stub_offset",
 ]
 
 
@@ -205,3 +212,46 @@ def coplanar_backed(width, gap, height, permittivity):
 def coax_impedance(inner_radius, outer_radius, permittivity):
     """``Z0 = eta0 / (2 pi sqrt(eps_r)) ln(b / a)`` (ohm) of a coaxial line (Pozar, eq. 2.32)."""
     return VACUUM_IMPEDANCE / (2 * math.pi * math.sqrt(permittivity)) * math.log(outer_radius / inner_radius)
+
+
+def microstrip_open_end(width, height, permittivity, effective_permittivity=None):
+    """``delta_l`` (m): the extra length of line equivalent to the fringing capacitance of a microstrip's
+    open end (Kirschning, Jansen & Koster 1981; 2.5 % of their reference for ``0.01 <= w/h <= 100``,
+    ``eps_r <= 50``). ``effective_permittivity`` defaults to Hammerstad & Jensen's static one
+    (:func:`microstrip_static`); pass a solver's to follow it.
+    """
+    u, eps_r = width / height, permittivity
+    eps = effective_permittivity
+    if eps is None:
+        eps = microstrip_static(width, height, permittivity)[1]
+    q1 = 0.434907 * (eps**0.81 + 0.26) / (eps**0.81 - 0.189) * (u**0.8544 + 0.236) / (u**0.8544 + 0.87)
+    q2 = 1 + u**0.371 / (2.358 * eps_r + 1)
+    q3 = 1 + 0.5274 * math.atan(0.084 * u ** (1.9413 / q2)) / eps**0.9236
+    q4 = 1 + 0.0377 * math.atan(0.067 * u**1.456) * (6 - 5 * math.exp(0.036 * (1 - eps_r)))
+    q5 = 1 - 0.218 * math.exp(-7.5 * u)
+    return height * q1 * q3 * q5 / q4
+
+
+def microstrip_tee_stub_offset(width, stub_width, height, permittivity, frequency):
+    """``d2`` (m): how far from the main line's centre line a symmetric microstrip T-junction's side arm
+    (a shunt stub) effectively starts, Hammerstad's model (as Qucs's ``MTEE``)::
+
+        D = eta0 h / (Z0 sqrt(eps_eff))         (equivalent parallel-plate width of the main line)
+        r = Z0_main / Z0_stub,  q = (f / fp)^2,  fp = 0.4 Z0_main / h  (GHz, h in mm)
+        d2 = D (0.5 - r (0.05 + 0.7 exp(-1.6 r) + 0.25 r q - 0.17 ln r))
+
+    with Kirschning-Jansen's ``Z0`` and ``eps_eff`` (:func:`microstrip_dispersive`). An ideal-line model of
+    a stub of physical length ``L`` from the main line's edge, open at its end, is then a line of length
+    ``L + width / 2 - d2 + delta_l`` (:func:`microstrip_open_end`) from the junction's centre; for wide
+    lines ``d2`` exceeds ``width / 2`` (the stub starts past the main line's edge).
+
+    Args:
+        width: the main line's width (m); stub_width: the stub's (m); height: the substrate's (m).
+        permittivity: the substrate's relative permittivity. frequency: Hz.
+    """
+    z_main, eps_main = microstrip_dispersive(width, height, permittivity, frequency)
+    z_stub = microstrip_dispersive(stub_width, height, permittivity, frequency)[0]
+    plate = VACUUM_IMPEDANCE * height / (z_main * math.sqrt(eps_main))
+    cutoff = 0.4e6 * z_main / height  # Hz, the main line's first higher-order mode
+    r, q = z_main / z_stub, (frequency / cutoff) ** 2
+    return plate * (0.5 - r * (0.05 + 0.7 * math.exp(-1.6 * r) + 0.25 * r * q - 0.17 * math.log(r)))

@@ -315,14 +315,17 @@ class ModePort:
         section = self.cross_section.shifted(-self.direction * self.source_offset)
         return ModeSource(section, waveform, self.direction, self.mode_index, frequency)
 
-    def impedance(self, frequencies, definition="power_current") -> torch.Tensor:
+    def impedance(self, frequencies, definition="power_current", **paths) -> torch.Tensor:
         """(F,) float64 tensor: the port's characteristic impedance (ohm) at ``frequencies`` (Hz), by
         ``definition`` ``"power_current"`` (``2 P / |I|^2``, the default, Jansen & Kirschning's for
         microstrip), ``"power_voltage"`` (``|V|^2 / (2 P)``) or ``"voltage_current"`` (``Re V / I``) of its
-        mode (:meth:`~mindelec.fdtd.CrossSection.impedance`).
+        mode (:meth:`~mindelec.fdtd.CrossSection.impedance`; ``paths``: ``signal``, ``voltage_path``,
+        ``current_contour`` in the plane's integer (y, z) nodes, default automatic).
 
         Raises:
-            ConfigurationError: an unknown definition, or no metal on the port's plane.
+            ConfigurationError: naming the port: an unknown definition, no metal on the port's plane, no
+                signal conductor apart from the ground, or (for ``"power_voltage"`` and
+                ``"voltage_current"``) no voltage path from the signal to the ground.
         """
         if definition not in ("power_current", "power_voltage", "voltage_current"):
             raise ConfigurationError(
@@ -330,10 +333,11 @@ class ModePort:
                 f"'voltage_current', got {definition!r}"
             )
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
-        values = [
-            complex(getattr(self.cross_section.impedance(float(f), self.mode_index), definition)).real
-            for f in frequencies
-        ]
+        owner = f"ModePort {self.name!r} at {self.cross_section!r}"
+        values = []
+        for frequency in frequencies.tolist():
+            line = self.cross_section.impedance(frequency, self.mode_index, owner, **paths)
+            values.append(complex(getattr(line, definition)).real)
         return torch.tensor(values, dtype=torch.float64)
 
     def waves(self, result):

@@ -39,7 +39,7 @@ import torch
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMITTIVITY
 
-from .. import line_impedance
+from .. import conductors, line_impedance
 from .. import modes as mode_solvers
 from .coefficients import update_coefficients
 from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
@@ -199,20 +199,34 @@ class CrossSection:
         kappa = 2.0 / self.spacing * math.asin(beta * self.spacing / 2)
         return solved.electric[mode_index].real, solved.magnetic[mode_index].real, kappa
 
-    def impedance(self, frequency, mode_index=0, **paths) -> line_impedance.LineImpedance:
+    @property
+    def has_return_conductor(self) -> bool:
+        """Whether metal on the plane is joined to its walls (a ground plane, a shield), so the line has a
+        return conductor of its own besides the mode solver's PEC walls (False without metal)."""
+        if self.conductor is None:
+            return False
+        labels = conductors.conductor_labels(self.conductor.numpy())
+        return bool((labels[1:-1, 1:-1] == 0).any())
+
+    def impedance(self, frequency, mode_index=0, owner=None, **paths) -> line_impedance.LineImpedance:
         """Voltage, current, power and characteristic impedances of mode ``mode_index`` at ``frequency``
         (Hz): :func:`mindelec.line_impedance.mode_impedance` on the plane's metal (``paths``: ``signal``,
-        ``voltage_path``, ``current_contour`` in the plane's integer (y, z) nodes).
+        ``voltage_path``, ``current_contour`` in the plane's integer (y, z) nodes; ``owner``: the name the
+        errors give, default this cross-section).
 
         Raises:
-            ConfigurationError: no metal crosses the plane (no line), or as ``mode_impedance``.
+            ConfigurationError: no metal crosses the plane (no line), or as ``mode_impedance`` (no signal
+                conductor apart from the ground, several without ``signal``, a bad path).
         """
+        owner = repr(self) if owner is None else owner
         if self.conductor is None:
             raise ConfigurationError(
-                f"{self!r}: no metal crosses the plane; a characteristic impedance needs a transmission "
-                "line's conductors (PEC structures or pec_sheet strips through the port)"
+                f"{owner}: no metal crosses the plane; a characteristic impedance (a voltage path, a current "
+                "contour) needs a transmission line's conductors (PEC structures or pec_sheet strips through "
+                "the port)"
             )
-        return line_impedance.mode_impedance(self.modes(frequency, mode_index + 1), mode_index, **paths)
+        modes = self.modes(frequency, mode_index + 1)
+        return line_impedance.mode_impedance(modes, mode_index, owner=owner, **paths)
 
     def __repr__(self):
         return f"CrossSection(x={self.position:g} m, index={self.index}, grid={tuple(self.grid.shape)})"

@@ -258,8 +258,12 @@ def test_bad_lines_are_refused():
     mode = modes.cross_section_modes(permittivity, 1e-3, 1e9, conductor=ring, num_modes=1)
     with pytest.raises(ConfigurationError, match="2 conductors"):
         line_impedance.mode_impedance(mode)
-    with pytest.raises(ConfigurationError, match="no straight path through dielectric"):
-        line_impedance.mode_impedance(mode, signal=(15, 10))
+    enclosed = line_impedance.mode_impedance(mode, signal=(15, 10))  # the current needs no voltage path
+    assert enclosed.voltage is None and enclosed.voltage_path is None and enclosed.power_current > 0
+    with pytest.raises(ConfigurationError, match="no straight path through dielectric.*Z_PV"):
+        _ = enclosed.power_voltage
+    with pytest.raises(ConfigurationError, match="no straight path through dielectric.*Z_VI"):
+        _ = enclosed.voltage_current
     with pytest.raises(ConfigurationError, match="passes through metal"):
         line_impedance.mode_impedance(mode, signal=(15, 10), voltage_path=((15, 10), (15, 0)))
     with pytest.raises(ConfigurationError, match="solved without a conductor"):
@@ -274,4 +278,6 @@ def test_bad_lines_are_refused():
         modes.cross_section_modes(permittivity, 30e-6, 1e9, conductor=two)
     with pytest.raises(ConfigurationError, match="whole number"):
         lines.microstrip_section(3.05e-3, SUBSTRATE, FR4, 0.1e-3, *BOX)
+    with pytest.raises(ConfigurationError, match="quasi_tem_line: no signal conductor"):
+        quasi_tem.quasi_tem_line(permittivity, np.zeros((30, 20), dtype=bool), 1e-3)  # no metal, no line
 
