@@ -20,6 +20,10 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
   the port accepts is radiated": the far field's radiated power within 10 % of the port's accepted power
   at every pattern frequency.
 
+- ``em_transmission_lines``: the microstrip's full-wave eps_eff within 1 % of Kirschning-Jansen at every
+  frequency of the sweep, the extrapolated quasi-TEM Z0 within 2 % of Hammerstad-Jensen, the coplanar
+  waveguide within 2 % (Z0) and 1 % (eps_eff) of the conformal mapping, the through-line's |S11| below -30 dB.
+
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
 
@@ -58,6 +62,12 @@ assert float(error_db) < float(baseline_db), (float(error_db), float(baseline_db
 assert abs(resonance - 7.5e9) <= 0.04 * 7.5e9, resonance
 efficiency = far.efficiency(feed["accepted_power"][::10])
 assert ((efficiency - 1).abs() < 0.1).all(), efficiency  # lossless board: radiated = accepted
+""",
+    "em_transmission_lines": """
+assert worst_eps_error < 0.01, eps_errors  # full-wave eps_eff within 1 % of Kirschning-Jansen
+assert abs(z_extrapolated / z_static - 1) < 0.02, z_extrapolated
+assert abs(z_cpw_extrapolated / z_cpw - 1) < 0.02 and abs(eps_cpw_extrapolated / eps_cpw - 1) < 0.01
+assert float(s11_db.max()) < -30, s11_db
 """,
     "em_fdtd_basics": """
 beyond = np.abs(x) > wavelength
