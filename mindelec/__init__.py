@@ -22,6 +22,10 @@ _SUBMODULES = {
     "data",
     "surrogate",
     "sweeps",
+    "conductors",
+    "lines",
+    "line_impedance",
+    "quasi_tem",
 }
 
 
