@@ -216,8 +216,8 @@ def coax_impedance(inner_radius, outer_radius, permittivity):
 
 def microstrip_open_end(width, height, permittivity, effective_permittivity=None):
     """``delta_l`` (m): the extra length of line equivalent to the fringing capacitance of a microstrip's
-    open end (Kirschning, Jansen & Koster 1981; 2.5 % of their reference for ``0.01 <= w/h <= 100``,
-    ``eps_r <= 50``). ``effective_permittivity`` defaults to Hammerstad & Jensen's static one
+    open end (Kirschning, Jansen & Koster 1981, the formula of Qucs's ``MOPEN``; zero-thickness strip).
+    ``effective_permittivity`` defaults to Hammerstad & Jensen's static one
     (:func:`microstrip_static`); pass a solver's to follow it.
     """
     u, eps_r = width / height, permittivity
