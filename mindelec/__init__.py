@@ -23,6 +23,10 @@ _SUBMODULES = {
     "surrogate",
     "sweeps",
     "mie",
+    "conductors",
+    "lines",
+    "line_impedance",
+    "quasi_tem",
 }
 
 

@@ -8,8 +8,10 @@ a negative imaginary one, and a mode losing power (to a lossy material or a PML)
 imaginary part.
 
 * :func:`cross_section_modes` - the full-vector modes of a 2D cross-section ``(ny, nz)``, for 3D
-  waveguides: dielectric strips and fibres, metallic (hollow or filled) waveguides. Its ``axis``
-  argument turns the frame for guides along ``y`` (cross-section ``(x, z)``) or ``z`` (``(x, y)``).
+  waveguides: dielectric strips and fibres, metallic (hollow or filled) waveguides, and transmission
+  lines with metal inside (microstrip, coplanar waveguide, stripline, coax: its ``conductor`` argument,
+  :mod:`mindelec.conductors`). Its ``axis`` argument turns the frame for guides along ``y``
+  (cross-section ``(x, z)``) or ``z`` (``(x, y)``).
 * :func:`line_modes` - the modes of a 1D line ``(n,)`` of a 2D simulation (slab waveguides), for
   one of mindelec's 2D polarizations, travelling along ``x`` (a line along ``y``) or ``y``.
 
@@ -29,7 +31,11 @@ at ``(i + 1/2) * dy`` from the low wall. ``E_y`` and ``H_z`` live on (half, inte
 (half, half) nodes; every returned field has shape ``(ny, nz)`` indexed by those nodes. The
 permittivity of a component is the arithmetic mean of the cells touching its node (as the FDTD's
 sub-cell averaging for E), unless given per component. The domain walls (integer nodes 0 and
-``ny``, ``nz``) are perfect electric conductors, optionally lined inside with a PML.
+``ny``, ``nz``) are perfect electric conductors, optionally lined inside with a PML. Metal inside the
+domain pins the E nodes it covers to zero as the walls do (the FDTD's staircase of PEC on the Yee
+grid, so the modes can feed its ports), and the normal H on those nodes (``H_z`` beside a pinned
+``E_y``, ``H_y`` beside ``E_z``) is zero; a finite conductivity adds ``-j sigma / (omega eps0)`` to the
+permittivity, for complex ``n_eff`` on lossy lines.
 
 Units: metres, hertz; E in V/m and H in A/m, each mode normalised to carry 1 W (cross-sections)
 or 1 W/m (lines) along ``+x``, with its largest transverse E component real and positive at its
@@ -61,10 +67,24 @@ from common import checks
 from common.errors import ConfigurationError, DataError, SimulationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 
-__all__ = ["Modes", "cross_section_modes", "line_modes", "MIN_CELLS_PER_WAVELENGTH"]
+from . import conductors as metal
+
+__all__ = [
+    "Modes",
+    "cross_section_modes",
+    "line_modes",
+    "MIN_CELLS_PER_WAVELENGTH",
+    "MAX_CELLS_PER_WAVELENGTH",
+]
 
 #: the solvers refuse a frequency whose shortest wavelength in the material spans fewer cells
 MIN_CELLS_PER_WAVELENGTH = 10
+
+#: and one whose vacuum wavelength spans more of the smallest cells: the operator ``P Q`` holds curl-curl
+#: terms of order ``1 / h^4`` that cancel on the modes (``beta^2 ~ k0^2``), so round-off costs about
+#: ``1e-16 / (k0 h)^4`` of ``n_eff^2`` (1e-4 at this limit; 3e-2 for a microstrip at 50 MHz in 0.2 mm
+#: cells). Quasi-TEM lines at lower frequencies: :func:`mindelec.quasi_tem.quasi_tem_line`.
+MAX_CELLS_PER_WAVELENGTH = 6000
 
 #: problems with at most this many unknowns are solved densely (every eigenpair, exactly)
 _DENSE_LIMIT = 200
@@ -88,6 +108,8 @@ class Modes:
             for a line, (M, 3, n).
         frequency: Hz.
         cell_size: ``(dy, dz)`` in m (``dz = inf`` for a line).
+        conductor: (3, ny, nz) bool tensor, the E nodes (E_x, E_y, E_z) that metal inside the domain pins
+            to zero (the walls not included), or None without metal.
     """
 
     effective_index: torch.Tensor
@@ -95,6 +117,7 @@ class Modes:
     magnetic: torch.Tensor
     frequency: float
     cell_size: tuple
+    conductor: torch.Tensor | None = None
 
     @property
     def propagation_constant(self) -> torch.Tensor:
@@ -173,7 +196,16 @@ def _pml_cells(pml_cells, shape) -> tuple:
 
 
 def _check_resolution(frequency: float, cell_sizes, largest_permittivity: float) -> None:
-    """Refuse a frequency whose shortest wavelength in the material the grid does not resolve."""
+    """Refuse a frequency whose shortest wavelength in the material the grid does not resolve, or whose
+    vacuum wavelength spans more than :data:`MAX_CELLS_PER_WAVELENGTH` cells (round-off)."""
+    finest = SPEED_OF_LIGHT / frequency / min(cell_sizes)
+    if finest > MAX_CELLS_PER_WAVELENGTH:
+        raise ConfigurationError(
+            f"frequency={frequency:.6g} Hz is too low for cell_size={min(cell_sizes):.6g} m: the vacuum "
+            f"wavelength spans {finest:.4g} cells, more than {MAX_CELLS_PER_WAVELENGTH}, and the eigen-solve "
+            "would lose about 1e-16 / (k0 h)^4 of n_eff^2 to round-off; use larger cells or a higher "
+            "frequency (for a quasi-TEM line, mindelec.quasi_tem.quasi_tem_line gives the static limit)"
+        )
     wavelength = SPEED_OF_LIGHT / (frequency * math.sqrt(largest_permittivity))
     cells = wavelength / max(cell_sizes)
     if cells < MIN_CELLS_PER_WAVELENGTH:
@@ -235,6 +267,17 @@ def _component_permittivities(values: np.ndarray):
     return eps_x, eps_y, eps_z
 
 
+def _with_conductor(eps, conductor, k0):
+    """``(eps_x, eps_y, eps_z)`` with the conductivity's ``-j sigma / (omega eps0)`` and the (3, ny, nz) PEC
+    node mask (all False without a conductor)."""
+    shape = eps[0].shape
+    if conductor is None:
+        return eps, np.zeros((3, *shape), dtype=bool)
+    sigma = _component_permittivities(conductor.conductivity)  # the same means, per node
+    eps = tuple(e - 1j * s * VACUUM_IMPEDANCE / k0 for e, s in zip(eps, sigma))  # sigma / (omega eps0)
+    return eps, metal.pec_mask(conductor)
+
+
 @dataclass
 class _Operators:
     """The sparse pieces of ``beta E_t = P H_t``, ``beta H_t = Q E_t`` (``H_t`` scaled by Z0)."""
@@ -246,16 +289,15 @@ class _Operators:
     inverse_eps_x: sparse.dia_matrix
     p: sparse.csr_matrix
     q: sparse.csr_matrix
-    free: np.ndarray  # indices of the E_t unknowns not pinned to zero by a PEC wall
-    wall_y: np.ndarray  # (ny, nz) bool, the integer nodes on the wall y = 0
-    wall_z: np.ndarray  # (ny, nz) bool, the integer nodes on the wall z = 0
+    free: np.ndarray  # indices of the E_t unknowns not pinned to zero by a PEC wall or metal
+    pec: np.ndarray  # (3, ny, nz) bool, the E nodes pinned to zero (walls and metal)
 
 
-def _build_operators(values, cell_sizes, k0, pml) -> _Operators:
+def _build_operators(values, cell_sizes, k0, pml, conductor=None) -> _Operators:
     """The operators in the frame ``(w, u, v) = (x, y, z)``; an axis of one cell is invariant (a line)."""
     ny, nz = values.shape[-2:]
     dy, dz = cell_sizes
-    eps_x, eps_y, eps_z = _component_permittivities(values)
+    (eps_x, eps_y, eps_z), pec = _with_conductor(_component_permittivities(values), conductor, k0)
     fy, by = _differences(ny, dy, ny == 1, pml[0], k0)
     fz, bz = _differences(nz, dz, nz == 1, pml[1], k0)
     eye_y, eye_z = sparse.identity(ny), sparse.identity(nz)
@@ -265,7 +307,9 @@ def _build_operators(values, cell_sizes, k0, pml) -> _Operators:
     wall_y, wall_z = np.zeros((ny, nz), dtype=bool), np.zeros((ny, nz), dtype=bool)
     wall_y[0, :] = ny > 1
     wall_z[:, 0] = nz > 1
-    inverse_x = np.where(wall_y | wall_z, 0.0, 1.0 / eps_x).reshape(-1)
+    # E_y is tangential to the walls z = 0 (its integer z node 0), E_z to the walls y = 0
+    pec = pec | np.stack([wall_y | wall_z, wall_z, wall_y])
+    inverse_x = np.where(pec[0], 0.0, 1.0 / eps_x).reshape(-1)
     inverse_eps_x = sparse.diags(inverse_x)
     identity = sparse.identity(ny * nz)
     # d/dy and d/dz of E_x, which curl H gives in terms of H_t
@@ -283,8 +327,9 @@ def _build_operators(values, cell_sizes, k0, pml) -> _Operators:
             [k0**2 * eps_y + backward_z @ forward_z, -backward_z @ forward_y],
         ]
     )
-    # E_y is tangential to the walls z = 0 (its integer z node 0), E_z to the walls y = 0
-    free = np.flatnonzero(~np.concatenate([wall_z.reshape(-1), wall_y.reshape(-1)]))
+    # H_t on a pinned E_t node is normal to the metal: zero (Ampere's law, the rows of Q, does not hold there)
+    h_free = sparse.diags(np.where(np.concatenate([pec[2], pec[1]]).reshape(-1), 0.0, 1.0))  # (H_y, H_z)
+    free = np.flatnonzero(~pec[1:].reshape(-1))
     return _Operators(
         forward_y,
         forward_z,
@@ -292,10 +337,9 @@ def _build_operators(values, cell_sizes, k0, pml) -> _Operators:
         backward_z,
         inverse_eps_x,
         p.tocsr() / k0,
-        q.tocsr() / k0,
+        (h_free @ q).tocsr() / k0,
         free,
-        wall_y,
-        wall_z,
+        pec,
     )
 
 
@@ -347,8 +391,6 @@ def _fields(ops: _Operators, shape, k0, beta, transverse):
     h_x = 1j * (ops.forward_y @ e_z - ops.forward_z @ e_y) / k0
     electric = np.stack([e_x, e_y, e_z]).reshape(3, *shape)
     magnetic = np.stack([h_x, h_y, h_z]).reshape(3, *shape)
-    magnetic[1][ops.wall_y] = 0.0  # normal H on the PEC walls
-    magnetic[2][ops.wall_z] = 0.0
     return electric, magnetic
 
 
@@ -364,12 +406,13 @@ def _normalise(electric, magnetic, cell_area: float):
     return electric * scale, magnetic * scale
 
 
-def _solve(values, cell_sizes, frequency, pml, num_modes, block=None) -> Modes:
-    """Assemble, solve and package the modes (``block``: 0 = E_y only, 1 = E_z only, None = both)."""
+def _solve(values, cell_sizes, frequency, pml, num_modes, block=None, conductor=None) -> Modes:
+    """Assemble, solve and package the modes (``block``: 0 = E_y only, 1 = E_z only, None = both;
+    ``conductor``: a :class:`~mindelec.conductors.ConductorNodes` in the frame, or None)."""
     shape = values.shape[-2:]
     size = shape[0] * shape[1]
     k0 = 2.0 * math.pi * frequency / SPEED_OF_LIGHT
-    ops = _build_operators(values, cell_sizes, k0, pml)
+    ops = _build_operators(values, cell_sizes, k0, pml, conductor)
     free = ops.free if block is None else ops.free[(ops.free >= size) == bool(block)]
     num_modes = _check_mode_count(num_modes, free.size)
     matrix = (ops.p @ ops.q).tocsr()[free][:, free]
@@ -390,6 +433,7 @@ def _solve(values, cell_sizes, frequency, pml, num_modes, block=None) -> Modes:
         magnetic=torch.from_numpy(np.stack(magnetic)),
         frequency=frequency,
         cell_size=tuple(cell_sizes),
+        conductor=None if conductor is None else torch.from_numpy(metal.pec_mask(conductor)),
     )
 
 
@@ -401,20 +445,26 @@ def _solve(values, cell_sizes, frequency, pml, num_modes, block=None) -> Modes:
 _FRAMES = {"x": (0, 1, 2), "y": (1, 2, 0), "z": (2, 0, 1)}
 
 
-def _to_frame(values: np.ndarray, cell_sizes, pml, axis: str):
-    """Permittivity, cell sizes and PML from the caller's axis order (transverse axes increasing) to
-    the frame's (u, v); only ``axis="y"`` swaps them, its frame being (z, x)."""
+def _array_to_frame(values: np.ndarray, axis: str) -> np.ndarray:
+    """A per-cell (n1, n2) or per-component (3, n1, n2) array from the caller's axis order (transverse
+    axes increasing) to the frame's (u, v); only ``axis="y"`` swaps them, its frame being (z, x)."""
     if values.ndim == 3:
         values = values[list(_FRAMES[axis])]  # (eps_w, eps_u, eps_v)
+    return np.swapaxes(values, -1, -2) if axis == "y" else values
+
+
+def _to_frame(values: np.ndarray, cell_sizes, pml, axis: str):
+    """Permittivity, cell sizes and PML in the frame (:func:`_array_to_frame`)."""
     if axis != "y":
-        return values, cell_sizes, pml
-    return np.swapaxes(values, -1, -2), cell_sizes[::-1], pml[::-1]
+        return _array_to_frame(values, axis), cell_sizes, pml
+    return _array_to_frame(values, axis), cell_sizes[::-1], pml[::-1]
 
 
 def _from_frame(modes: Modes, axis: str) -> Modes:
     """The frame's (E_w, E_u, E_v) fields back to (E_x, E_y, E_z) in the caller's axis order."""
     order = np.argsort(_FRAMES[axis])  # physical component c is frame component order[c]
     electric, magnetic = modes.electric[:, order], modes.magnetic[:, order]
+    conductor = None if modes.conductor is None else modes.conductor[order]
     cell_size = modes.cell_size
     if axis == "y":
         electric, magnetic, cell_size = (
@@ -422,12 +472,20 @@ def _from_frame(modes: Modes, axis: str) -> Modes:
             magnetic.transpose(-1, -2),
             cell_size[::-1],
         )
+        conductor = None if conductor is None else conductor.transpose(-1, -2)
     return Modes(
-        modes.effective_index, electric.contiguous(), magnetic.contiguous(), modes.frequency, cell_size
+        modes.effective_index,
+        electric.contiguous(),
+        magnetic.contiguous(),
+        modes.frequency,
+        cell_size,
+        None if conductor is None else conductor.contiguous(),
     )
 
 
-def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cells=0, axis="x") -> Modes:
+def cross_section_modes(
+    permittivity, cell_size, frequency, num_modes=1, pml_cells=0, axis="x", conductor=None
+) -> Modes:
     """Full-vector eigenmodes of a waveguide cross-section, travelling along ``axis``.
 
     The module docstring writes the default ``axis="x"`` (cross-section ``(y, z)``); for ``"y"`` the
@@ -441,21 +499,31 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
             as in :mod:`mindelec.fdtd.materials`), with a positive real part; finite.
         cell_size: the cell size (m), one length or one per transverse axis, e.g. ``(dy, dz)``.
         frequency: Hz. The shortest wavelength in the material must span at least
-            :data:`MIN_CELLS_PER_WAVELENGTH` cells.
+            :data:`MIN_CELLS_PER_WAVELENGTH` cells, the vacuum wavelength at most
+            :data:`MAX_CELLS_PER_WAVELENGTH` of the smallest cells.
         num_modes: how many modes to return (those of ``n_eff^2`` nearest the largest permittivity).
         pml_cells: cells of PML lining the PEC walls, one int or one per transverse axis; 0 (the
             default) leaves bare metal walls, right for metallic waveguides and for dielectric
             guides whose fields have decayed at the walls.
         axis: the propagation axis, ``"x"``, ``"y"`` or ``"z"``.
+        conductor: metal inside the domain (:mod:`mindelec.conductors`): a boolean PEC mask or
+            conductivities (S/m, ``inf`` = PEC), per cell (n1, n2) or per E node (3, n1, n2), a tensor
+            or numpy array. The permittivity under PEC is not used. Lines with metal are the
+            transmission lines of :mod:`mindelec.line_impedance` (their characteristic impedance) and
+            :mod:`mindelec.quasi_tem`; their fundamental (quasi-)TEM mode has ``n_eff`` near
+            ``sqrt(eps_eff)``, below the largest permittivity, and comes first when no hollow-guide
+            mode of the enclosure propagates.
 
     Returns:
         :class:`Modes` with ``electric`` and ``magnetic`` of shape (num_modes, 3, n1, n2), components
-        (x, y, z); ``cell_size`` in the permittivity's axis order.
+        (x, y, z); ``cell_size`` in the permittivity's axis order; ``conductor`` the PEC node mask.
 
     Raises:
         ConfigurationError: a wrong shape, cell size, axis, frequency (including one the grid cannot
-            resolve), ``num_modes`` above the grid's number of modes, or ``pml_cells`` too thick.
-        DataError: a non-finite permittivity or one with a non-positive real part.
+            resolve or one too low for its cells), ``num_modes`` above the grid's number of modes,
+            ``pml_cells`` too thick, or a ``conductor`` of the wrong shape.
+        DataError: a non-finite permittivity or one with a non-positive real part, a negative
+            conductivity.
         SimulationError: the sparse eigen-solve did not converge.
     """
     if axis not in _FRAMES:
@@ -465,8 +533,11 @@ def cross_section_modes(permittivity, cell_size, frequency, num_modes=1, pml_cel
     frequency = _positive(frequency, "frequency")
     pml = _pml_cells(pml_cells, values.shape[-2:])
     _check_resolution(frequency, cell_sizes, float(np.max(values.real)))
+    if conductor is not None:
+        nodes = metal.conductor_nodes(conductor, values.shape[-2:])
+        conductor = metal.ConductorNodes(*(_array_to_frame(a, axis) for a in (nodes.pec, nodes.conductivity)))
     values, cell_sizes, pml = _to_frame(values, cell_sizes, pml, axis)
-    return _from_frame(_solve(values, cell_sizes, frequency, pml, num_modes), axis)
+    return _from_frame(_solve(values, cell_sizes, frequency, pml, num_modes, conductor=conductor), axis)
 
 
 #: per propagation axis of a 2D simulation and polarization (:data:`mindelec.fdtd.grid.ACTIVE_COMPONENTS`),

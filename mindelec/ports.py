@@ -46,6 +46,14 @@ monitors' half nodes (those of :meth:`mindelec.fdfd.Simulation.mode_amplitudes`)
 (tests/mindelec/test_mode_ports.py): a straight 3D metallic guide, ``|S21|`` >= 0.99 and ``|S11|`` <= 0.01;
 a width step in a 2D slab guide against the FDFD, complex S11 and S21 to 0.01.
 
+Mode ports on transmission lines (3D, the port plane cutting a microstrip's strip or any PEC conductors):
+the mode S-parameters are those of power waves referenced to each port's characteristic impedance
+(:meth:`ModePort.impedance`, :mod:`mindelec.line_impedance`); :func:`mode_network` hands them to scikit-rf
+with those impedances, and ``network.renormalize(50)`` gives the S-parameters of a 50 ohm system.
+Validation (tests/mindelec/test_mode_ports.py): a microstrip through-line, ``|S11|`` below -30 dB, ``|S21|``
+1 with the phase of the mode's ``beta``, the FDTD's own ``V / I`` the port's impedance, and the 50 ohm
+renormalisation that of a line section of that impedance.
+
 A :class:`WaveguidePort` reads one field component only: directions are told apart by the
 reference-run subtraction, so each run must carry one direction of travel at each non-source port
 and only the incident wave at the source port in the reference run. Lumped (circuit) ports are not
@@ -64,6 +72,7 @@ from common.errors import ConfigurationError
 __all__ = [
     "WaveguidePort",
     "ModePort",
+    "mode_network",
     "mode_s_matrix",
     "s_parameters",
     "scattering_column",
@@ -206,7 +215,7 @@ def to_network(frequencies, s_matrix, z0=50.0, name=None):
     Args:
         frequencies: (F,) frequencies (Hz), increasing.
         s_matrix: (F, P, P) complex S-parameters (``s_matrix[f, p, q] = S_pq``); (F,) is taken as a 1-port.
-        z0: reference impedance (ohm).
+        z0: reference impedance (ohm): one value, or one per port (P,) or per frequency and port (F, P).
         name: the network's name.
 
     Returns:
@@ -306,6 +315,31 @@ class ModePort:
         section = self.cross_section.shifted(-self.direction * self.source_offset)
         return ModeSource(section, waveform, self.direction, self.mode_index, frequency)
 
+    def impedance(self, frequencies, definition="power_current", **paths) -> torch.Tensor:
+        """(F,) float64 tensor: the port's characteristic impedance (ohm) at ``frequencies`` (Hz), by
+        ``definition`` ``"power_current"`` (``2 P / |I|^2``, the default, Jansen & Kirschning's for
+        microstrip), ``"power_voltage"`` (``|V|^2 / (2 P)``) or ``"voltage_current"`` (``Re V / I``) of its
+        mode (:meth:`~mindelec.fdtd.CrossSection.impedance`; ``paths``: ``signal``, ``voltage_path``,
+        ``current_contour`` in the plane's integer (y, z) nodes, default automatic).
+
+        Raises:
+            ConfigurationError: naming the port: an unknown definition, no metal on the port's plane, no
+                signal conductor apart from the ground, or (for ``"power_voltage"`` and
+                ``"voltage_current"``) no voltage path from the signal to the ground.
+        """
+        if definition not in ("power_current", "power_voltage", "voltage_current"):
+            raise ConfigurationError(
+                f"ModePort {self.name!r}: definition must be 'power_current', 'power_voltage' or "
+                f"'voltage_current', got {definition!r}"
+            )
+        frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
+        owner = f"ModePort {self.name!r} at {self.cross_section!r}"
+        values = []
+        for frequency in frequencies.tolist():
+            line = self.cross_section.impedance(frequency, self.mode_index, owner, **paths)
+            values.append(complex(getattr(line, definition)).real)
+        return torch.tensor(values, dtype=torch.float64)
+
     def waves(self, result):
         """``(incoming, outgoing)``: (F,) complex mode amplitudes at this port in a run's result."""
         amplitudes = result[self.monitor_name]
@@ -341,3 +375,22 @@ def mode_s_matrix(results, port_list) -> torch.Tensor:
         incoming = excited.waves(result)[0]
         columns.append(torch.stack([port.waves(result)[1] / incoming for port in port_list], dim=-1))
     return torch.stack(columns, dim=-1)
+
+
+def mode_network(frequencies, s_matrix, port_list, definition="power_current", name=None):
+    """A scikit-rf ``Network`` of mode S-parameters with each port's characteristic impedance as its
+    reference (:meth:`ModePort.impedance`); ``network.renormalize(50)`` then gives 50 ohm S-parameters.
+
+    Args:
+        frequencies: (F,) Hz, increasing.
+        s_matrix: (F, P, P) complex, e.g. :func:`mode_s_matrix`'s.
+        port_list: the P :class:`ModePort` objects, on transmission lines (metal on their planes).
+        definition: the impedance definition, as :meth:`ModePort.impedance`.
+        name: the network's name.
+
+    Raises:
+        ConfigurationError: a port without metal on its plane, an unknown definition.
+        ValueError: as :func:`to_network`.
+    """
+    impedances = torch.stack([port.impedance(frequencies, definition) for port in port_list], dim=-1)
+    return to_network(frequencies, s_matrix, z0=_as_numpy(impedances), name=name)

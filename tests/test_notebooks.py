@@ -22,6 +22,9 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
 - ``em_mie_scattering``: cross-sections from one TF/SF run against the Mie series: the cylinder's scattering
   within 1 % mean (TM and TE, 20 nm cells) and, at the small size (50 nm cells), the spheres' extinction
   within 4 % mean (the full size, 33 nm cells, reaches 1 %: ``tests/mindelec/test_tfsf.py``).
+- ``em_transmission_lines``: the microstrip's full-wave eps_eff within 1 % of Kirschning-Jansen at every
+  frequency of the sweep, the extrapolated quasi-TEM Z0 within 2 % of Hammerstad-Jensen, the coplanar
+  waveguide within 2 % (Z0) and 1 % (eps_eff) of the conformal mapping, the through-line's |S11| below -30 dB.
 
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
@@ -67,6 +70,12 @@ for error in cylinder_errors.values():
     assert error.mean() < 0.01, error
 for error in sphere_errors.values():
     assert error.mean() < (0.04 if SMALL else 0.01), error
+""",
+    "em_transmission_lines": """
+assert worst_eps_error < 0.01, eps_errors  # full-wave eps_eff within 1 % of Kirschning-Jansen
+assert abs(z_extrapolated / z_static - 1) < 0.02, z_extrapolated
+assert abs(z_cpw_extrapolated / z_cpw - 1) < 0.02 and abs(eps_cpw_extrapolated / eps_cpw - 1) < 0.01
+assert float(s11_db.max()) < -30, s11_db
 """,
     "em_fdtd_basics": """
 beyond = np.abs(x) > wavelength

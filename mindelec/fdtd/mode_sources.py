@@ -22,6 +22,12 @@ into other modes, which mode monitors do not count.
 
 Only cross-sections normal to ``x`` are supported; the FDTD's walls along ``y`` and ``z`` should
 be PEC (the mode solver's boundary) or far enough from a dielectric guide that the mode has decayed.
+
+In 3D the plane may cut through PEC (:class:`~mindelec.fdtd.PEC` structures, :func:`~mindelec.fdtd.pec_sheet`
+strips): a transmission line's strips, grounds and coax conductors. The mode solver then pins the very E
+nodes the FDTD zeroes on the plane (its staircase of the metal, :attr:`CrossSection.conductor`), so the
+launched mode is the FDTD line's own, and :meth:`CrossSection.impedance` gives the line's characteristic
+impedance (:mod:`mindelec.line_impedance`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMITTIVITY
 
+from .. import conductors, line_impedance
 from .. import modes as mode_solvers
 from .coefficients import update_coefficients
 from .grid import ACTIVE_COMPONENTS, E_COMPONENTS, Grid
@@ -54,12 +61,16 @@ class CrossSection:
         grid: the simulation's :class:`Grid`.
         index: the integer node along x of the plane (E_y, E_z live there).
         permittivity: (3, ny, nz) (3D) or (3, ny) (2D) float64 tensor, the relative permittivity at
-            the E_x, E_y, E_z nodes of the plane (components a 2D polarization lacks copy one it has).
+            the E_x, E_y, E_z nodes of the plane (components a 2D polarization lacks copy one it has; 1
+            on PEC nodes).
+        conductor: (3, ny, nz) bool tensor, the E_x, E_y, E_z nodes of the plane that PEC zeroes in the
+            FDTD, or None where no metal crosses the plane.
         polarization: ``None`` in 3D, ``"TM"`` or ``"TE"`` in 2D.
 
     Raises:
         ConfigurationError: a 1D simulation, a plane outside the domain or on its first/last node,
-            lossy, dispersive or metallic (PEC) media on the plane, naming the structures.
+            lossy or dispersive media on the plane, or metal on a 2D simulation's line, naming the
+            structures.
     """
 
     def __init__(self, position, size, cell_size, structures=(), default_medium=None, polarization="TM"):
@@ -91,10 +102,11 @@ class CrossSection:
         electric, _ = update_coefficients(
             self.grid, self.active, 1.0, medium, tuple(structures), [], torch.float64, "cpu"
         )
-        self.permittivity = self._plane_permittivity(electric)
+        self.permittivity, self.conductor = self._plane_media(electric)
 
-    def _plane_permittivity(self, electric):
-        planes = {}
+    def _plane_media(self, electric):
+        """``(permittivity, conductor)`` on the plane (the attributes), refusing what modes cannot take."""
+        planes, metal = {}, {}
         for component in E_COMPONENTS:
             if component not in electric:
                 continue
@@ -104,15 +116,20 @@ class CrossSection:
             if any(bool((torch.as_tensor(pole[2]).expand(self.grid.shape)[self.index] != 0).any())
                    for pole in poles):
                 self._refuse("dispersive", "its permittivity depends on frequency (Drude or Lorentz poles)")
-            if bool((cb <= 0).any()):
-                self._refuse("metal", "the mode solver takes a permittivity only, not a PEC; model metal "
-                             "walls around a port by the simulation's PEC boundary")
-            if not bool((ca == 1.0).all()):
+            pec = cb <= 0
+            if self.grid.ndim != 3 and bool(pec.any()):
+                self._refuse("metal", "the 2D (line) mode solver takes no metal; model metal walls around a "
+                             "port by the simulation's PEC boundary, or use a 3D simulation")
+            if not bool((ca[~pec] == 1.0).all()):
                 self._refuse("lossy", "a conductivity makes its modes lossy (complex n_eff)")
-            planes[component] = 1.0 / (VACUUM_PERMITTIVITY * cb)
+            planes[component] = torch.where(pec, 1.0, 1.0 / (VACUUM_PERMITTIVITY * cb.clamp_min(1e-300)))
+            metal[component] = pec
         present = next(iter(planes.values()))
         stacked = torch.stack([planes.get(component, present) for component in E_COMPONENTS])
-        return stacked if self.grid.ndim == 3 else stacked[..., 0]
+        if self.grid.ndim != 3:
+            return stacked[..., 0], None
+        conductor = torch.stack([metal[component] for component in E_COMPONENTS])
+        return stacked, (conductor if bool(conductor.any()) else None)
 
     def _refuse(self, kind, why):
         """ConfigurationError naming what on the plane is ``kind`` ("metal", "lossy", "dispersive")."""
@@ -132,8 +149,8 @@ class CrossSection:
         named = ", ".join(culprits) or f"a {kind} medium"
         raise ConfigurationError(
             f"CrossSection at x = {self.position:g} m: {named} crosses the plane and is {kind}: {why}. A "
-            "mode source or monitor needs a lossless, non-dispersive, metal-free cross-section (the port's "
-            "modes are real); move the port to where that holds")
+            "mode source or monitor needs a lossless, non-dispersive cross-section (the port's modes are "
+            "real), with metal only in 3D; move the port to where that holds")
 
     def _crosses(self, geometry):
         try:
@@ -157,7 +174,7 @@ class CrossSection:
         or :func:`mindelec.modes.line_modes` (2D) on the FDTD's permittivity."""
         if self.grid.ndim == 3:
             return mode_solvers.cross_section_modes(
-                self.permittivity, self.grid.spacing[1:], frequency, num_modes=num_modes
+                self.permittivity, self.grid.spacing[1:], frequency, num_modes, conductor=self.conductor
             )
         return mode_solvers.line_modes(
             self.permittivity, self.grid.spacing[1], frequency, self.polarization, num_modes=num_modes
@@ -181,6 +198,35 @@ class CrossSection:
             )
         kappa = 2.0 / self.spacing * math.asin(beta * self.spacing / 2)
         return solved.electric[mode_index].real, solved.magnetic[mode_index].real, kappa
+
+    @property
+    def has_return_conductor(self) -> bool:
+        """Whether metal on the plane is joined to its walls (a ground plane, a shield), so the line has a
+        return conductor of its own besides the mode solver's PEC walls (False without metal)."""
+        if self.conductor is None:
+            return False
+        labels = conductors.conductor_labels(self.conductor.numpy())
+        return bool((labels[1:-1, 1:-1] == 0).any())
+
+    def impedance(self, frequency, mode_index=0, owner=None, **paths) -> line_impedance.LineImpedance:
+        """Voltage, current, power and characteristic impedances of mode ``mode_index`` at ``frequency``
+        (Hz): :func:`mindelec.line_impedance.mode_impedance` on the plane's metal (``paths``: ``signal``,
+        ``voltage_path``, ``current_contour`` in the plane's integer (y, z) nodes; ``owner``: the name the
+        errors give, default this cross-section).
+
+        Raises:
+            ConfigurationError: no metal crosses the plane (no line), or as ``mode_impedance`` (no signal
+                conductor apart from the ground, several without ``signal``, a bad path).
+        """
+        owner = repr(self) if owner is None else owner
+        if self.conductor is None:
+            raise ConfigurationError(
+                f"{owner}: no metal crosses the plane; a characteristic impedance (a voltage path, a current "
+                "contour) needs a transmission line's conductors (PEC structures or pec_sheet strips through "
+                "the port)"
+            )
+        modes = self.modes(frequency, mode_index + 1)
+        return line_impedance.mode_impedance(modes, mode_index, owner=owner, **paths)
 
     def __repr__(self):
         return f"CrossSection(x={self.position:g} m, index={self.index}, grid={tuple(self.grid.shape)})"

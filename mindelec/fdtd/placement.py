@@ -8,7 +8,8 @@ the domain, a cross-section such as a mode port) the PML is crossed on purpose a
 :func:`check_source_placement` warns about a current source inside a PML (part of what it radiates is
 absorbed as it is emitted), and :func:`check_structure_placement` about a structure wholly outside the
 domain (it changes nothing). The grid itself warns when the domain is not a whole number of cells
-(:class:`~mindelec.fdtd.grid.Grid`).
+(:class:`~mindelec.fdtd.grid.Grid`). :func:`check_line_return` refuses a mode port on a transmission line
+(metal on its plane) whose only return conductor would be walls the simulation does not have.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .boundaries import PML
 from .grid import AXES
 
 __all__ = ["PlacementWarning", "check_monitor_placement", "check_source_placement",
-           "check_structure_placement"]
+           "check_structure_placement", "check_line_return"]
 
 
 class PlacementWarning(UserWarning):
@@ -83,3 +84,27 @@ def check_structure_placement(structure, grid):
                           f"spans {-half:g} to {half:g} m): it changes nothing",
                           PlacementWarning, stacklevel=5)
             return
+
+
+def check_line_return(monitor, boundaries):
+    """Refuse a mode monitor whose plane cuts metal (a transmission line) when the line's only return
+    conductor is the mode solver's PEC walls and the simulation has no PEC wall along y or z.
+
+    The port's mode solver (:class:`~mindelec.fdtd.CrossSection`) closes the plane with PEC walls, the ground
+    of its line; in the FDTD a PML or periodic boundary is not metal, so a line whose ground is those walls
+    alone (a strip with no ground plane or shield) has no return conductor there and its port's mode is not
+    the FDTD's. ConfigurationError naming the monitor and the boundaries.
+    """
+    from .materials import PEC
+
+    section = getattr(monitor, "cross_section", None)
+    if section is None or getattr(section, "conductor", None) is None or len(boundaries) < 3:
+        return
+    if any(isinstance(boundaries[axis], PEC) for axis in (1, 2)) or section.has_return_conductor:
+        return
+    raise ConfigurationError(
+        f"{monitor!r}: the line on its plane has no return conductor: no metal on the plane is joined to "
+        f"the walls, and the boundaries along y and z ({boundaries[1]!r}, {boundaries[2]!r}) are not metal; "
+        "add a ground plane or shield (a PEC structure or pec_sheet reaching the walls) or make the boundary "
+        "along y or z PEC()"
+    )

@@ -45,7 +45,12 @@ from .materials import DesignRegion, Medium, Structure
 from .monitors import Monitor
 from .near_to_far import NearToFarMonitor
 from .offdiagonal import check_subpixel, off_diagonal_update
-from .placement import check_monitor_placement, check_source_placement, check_structure_placement
+from .placement import (
+    check_line_return,
+    check_monitor_placement,
+    check_source_placement,
+    check_structure_placement,
+)
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
@@ -253,6 +258,7 @@ class Simulation:
             names.add(monitor.name)
             recorder = monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
             check_monitor_placement(monitor, recorder, self.grid, self.boundaries)
+            check_line_return(monitor, self.boundaries)
             if isinstance(monitor, NearToFarMonitor):
                 monitor.check_medium(self.default_medium)
             recorders.append(recorder)

@@ -111,8 +111,8 @@ def test_a_domain_that_is_not_whole_cells_warns_with_the_cell_it_gets():
 @pytest.mark.parametrize(
     ("medium", "cause"),
     [
-        (fdtd.PEC(), r"structure 1 \(PEC\(\)\) crosses the plane and is metal: the mode solver takes a "
-                     r"permittivity only"),
+        (fdtd.PEC(), r"structure 1 \(PEC\(\)\) crosses the plane and is metal: the 2D \(line\) mode solver "
+                     r"takes no metal"),
         (fdtd.Medium(4.0, conductivity=0.5), r"structure 1 \(Medium.*\) crosses the plane and is lossy"),
         (fdtd.Drude(2e14, 1e12), r"structure 1 \(Drude.*\) crosses the plane and is dispersive"),
     ],

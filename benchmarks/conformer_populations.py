@@ -1,0 +1,171 @@
+"""Conformer populations of a learned potential against GFN2-xTB MD: 2-fluoroethanol (OCCF).
+
+RDKit's one geometry of ``OCCF`` is anti (O-C-C-F near 180 degrees), but GFN2-xTB MD at 300 K
+spends most of its time gauche (near +-60: the gauche effect and the O-H...F contact). A model
+trained on samples that all start from that one geometry has never seen gauche, and its MD
+populations are wrong without a sign. This script measures that, and the fix: samples started from
+every conformer of RDKit's ETKDG ensemble (``xtb_sample``'s default ``conformers=10``).
+
+1. Reference: Langevin MD under GFN2-xTB (tblite) at 300 K, several independent trajectories.
+2. Two datasets of ``xtb_sample`` labels (GFN2-xTB MD of 40 steps at 300-600 K): from the conformer
+   ensemble, and from the single geometry (``conformers=1``, the old default).
+3. One ACENet per dataset, trained for the same wall-clock budget.
+4. Learned MD of the same length, the trajectories run as batched replicas.
+
+Printed: the gauche fraction (|O-C-C-F| < 120 degrees) of each, with the standard error over
+trajectories, and last the difference learned (ensemble data) - GFN2-xTB in percentage points.
+Every stage is cached under ``benchmarks/output/conformer_populations`` (a killed run resumes at the
+stage it reached); the populations are written to ``benchmarks/data/conformer_populations.json``.
+
+    python benchmarks/conformer_populations.py [--quick] [--threads 2]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import time
+
+import ase
+import numpy as np
+import torch
+
+import mindsponge as ms
+from common import datasets
+from mindsponge.colvar import Torsion
+from mindsponge.replicas import ReplicaColvarReporter, replicate
+from mindsponge.training import Trainer, TrainingData
+
+OUTPUT = pathlib.Path(__file__).parent / "output" / "conformer_populations"  # gitignored
+RESULT = pathlib.Path(__file__).parent / "data" / "conformer_populations.json"
+SMILES = "OCCF"
+TORSION = (0, 1, 2, 3)  # O-C-C-F in RDKit's atom order of OCCF
+TEMPERATURE, TIMESTEP, FRICTION = 300.0, 0.0005, 5.0  # K, ps, 1/ps
+RECIPE = """
+name = "fluoroethanol_{name}"
+description = "2-fluoroethanol, GFN2-xTB MD at 300-600 K from {what}, GFN2-xTB energies and forces"
+[generator]
+function = "mindsponge.labels:xtb_sample"
+options = {{ molecule = "smiles:OCCF", sampling = "md", md_steps = 40, conformers = {conformers} }}
+labels = ["positions", "atomic_numbers", "energy", "forces"]
+[parameters]
+temperature = {{ low = 300.0, high = 600.0 }}
+[sampling]
+method = "sobol"
+n = {samples}
+seed = 0
+[output]
+path = "fluoroethanol_{name}.h5"
+"""
+SIZES = {  # trajectories x ps for the reference and the learned MD, samples per dataset, training budget s
+    "full": {"trajectories": 4, "picoseconds": 25.0, "samples": 400, "budget": 300.0},
+    "quick": {"trajectories": 2, "picoseconds": 4.0, "samples": 96, "budget": 45.0},
+}
+
+
+def gauche_fraction(torsions: np.ndarray) -> tuple[float, float]:
+    """Gauche fraction of torsions ``(T, R)`` rad and its standard error over the ``R`` trajectories."""
+    gauche = (np.abs(np.degrees(torsions)) < 120.0).mean(0)
+    error = gauche.std(ddof=1) / np.sqrt(len(gauche)) if len(gauche) > 1 else float("nan")
+    return float(gauche.mean()), float(error)
+
+
+def molecule_atoms():
+    structure = ms.molecules.from_smiles(SMILES)
+    return structure, ase.Atoms(numbers=structure.atomic_numbers, positions=10.0 * structure.positions)
+
+
+def run_md(potential, system, count: int, steps: int, seed: int) -> np.ndarray:
+    """Langevin MD at 300 K of ``count`` copies: the O-C-C-F torsions ``(T, count)`` rad, every 10 fs."""
+    integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
+    simulation = ms.Simulation(system, potential, integrator, seed=seed, progress=True, overlap_distance=None)
+    simulation.set_velocities(TEMPERATURE, seed=seed)
+    recorder = ReplicaColvarReporter(Torsion(TORSION), count, every=20)
+    simulation.reporters.append(recorder)
+    simulation.run(steps)
+    return recorder.values
+
+
+def reference(size: dict) -> np.ndarray:
+    """GFN2-xTB torsions ``(T, R)``; each trajectory cached as it finishes."""
+    structure, atoms = molecule_atoms()
+    steps = int(round(size["picoseconds"] / TIMESTEP))
+    columns = []
+    for trajectory in range(size["trajectories"]):
+        path = OUTPUT / f"xtb_{size['picoseconds']:g}ps_{trajectory}.npy"
+        if not path.exists():
+            system = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(structure.positions))
+            start = time.perf_counter()
+            values = run_md(ms.labels.XTB(structure.atomic_numbers), system, 1, steps, seed=trajectory)
+            np.save(path, values[:, 0])
+            print(f"GFN2-xTB trajectory {trajectory}: {steps} steps in {time.perf_counter() - start:.0f} s")
+        columns.append(np.load(path))
+    return np.stack(columns, axis=1)
+
+
+def dataset(name: str, conformers: int, size: dict) -> pathlib.Path:
+    what = "every ETKDG conformer" if conformers > 1 else "one RDKit geometry"
+    recipe = datasets.loads_recipe(RECIPE.format(name=name, what=what, conformers=conformers,
+                                                 samples=size["samples"]))
+    path = OUTPUT / f"fluoroethanol_{name}_{size['samples']}.h5"
+    datasets.generate(recipe, output=path, workers=1, progress=True)
+    return path
+
+
+def trained(name: str, path: pathlib.Path, size: dict):
+    data = TrainingData.from_hdf5(path)
+    torch.manual_seed(0)
+    model = ms.potentials.ACENet(cutoff=0.5, features=32, interactions=2, max_l=2, correlation=3)
+    trainer = Trainer(model, data, batch_size=8, learning_rate=5e-3, ema_decay=0.99, validation_fraction=0.1,
+                      checkpoint=OUTPUT / f"{name}_{size['samples']}_{size['budget']:g}s.chk", progress=False)
+    trainer.fit(epochs=10_000, time_limit=size["budget"])
+    metrics = trainer.evaluate()
+    print(f"ACENet on the {name} data: validation force MAE {metrics['force_mae']:.1f} kJ/mol/nm")
+    return trainer.model
+
+
+def learned(name: str, model, size: dict) -> np.ndarray:
+    """Learned-MD torsions ``(T, R)``: the trajectories as batched replicas, cached."""
+    path = OUTPUT / f"learned_{name}_{size['samples']}_{size['picoseconds']:g}ps.npy"
+    if not path.exists():
+        structure, atoms = molecule_atoms()
+        count = size["trajectories"]
+        molecule = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(structure.positions))
+        system = replicate(molecule, count)
+        potential = model.double().bind(torch.as_tensor(structure.atomic_numbers), replicas=count)
+        steps = int(round(size["picoseconds"] / TIMESTEP))
+        np.save(path, run_md(potential, system, count, steps, seed=100))
+    return np.load(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    arguments = parser.parse_args()
+    torch.set_num_threads(arguments.threads)
+    size = SIZES["quick" if arguments.quick else "full"]
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    results = {"reference": gauche_fraction(reference(size))}
+    for name, conformers in (("ensemble", 10), ("single", 1)):
+        model = trained(name, dataset(name, conformers, size), size)
+        results[name] = gauche_fraction(learned(name, model, size))
+    labels = {"reference": "GFN2-xTB MD", "ensemble": "ACENet, data from the conformer ensemble",
+              "single": "ACENet, data from one geometry (conformers=1)"}
+    for key, (fraction, error) in results.items():
+        print(f"{labels[key]:48s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %")
+    if not arguments.quick:
+        RESULT.parent.mkdir(exist_ok=True)
+        RESULT.write_text(json.dumps({
+            "how": "python benchmarks/conformer_populations.py (full size)", "size": size,
+            "gauche_fraction": {key: {"mean": value[0], "standard_error": value[1]}
+                                for key, value in results.items()},
+            "seconds": round(time.perf_counter() - start), "threads": arguments.threads,
+            "cpu": os.cpu_count()}, indent=1) + "\n")
+    difference = 100 * (results["ensemble"][0] - results["reference"][0])
+    print(f"gauche population, learned (ensemble data) - GFN2-xTB: {difference:+.1f} points")
+
+
+if __name__ == "__main__":
+    main()
