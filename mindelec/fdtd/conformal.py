@@ -61,8 +61,8 @@ face: a line, a ground plane or a rod that runs into the PML) the two edges of s
 face's own weight, so Yee's difference is the conformal one and the faces there stay conformal
 (:func:`_conformal_region`). Elsewhere in a slab faces keep the staircase, and so do the edges of faces
 there: each edge carries one weight in all its faces' updates. In the compensated scheme the faces at the
-rim of the conformal region (with such an edge) keep a whole cell's mass. A conductor cut at a slab's inner
-face that changes within the slab turns to the staircase there, a step in its cross-section, and the
+rim of the conformal region (with such an edge) keep a whole cell's mass. A conductor that cuts a slab's
+first layer and changes within the slab turns to the staircase there, a step in its cross-section, and the
 simulation warns (:class:`~mindelec.fdtd.PlacementWarning`, naming the structure). Staircasing every slab
 had done this to every line that ran into the PML: a 50 ohm microstrip on FR4 read a standing wave of
 6-10 % in ``|V|`` and ``V / I`` of 47.7-56.9 ohm along it (the staircase's line 0.4-0.9 %); with its
@@ -183,10 +183,10 @@ def conformal_geometry(simulation):
     if not any(isinstance(s.medium, PEC) for s in simulation.structures):
         return None
     compensated = not (grid.ndim == 2 and simulation.polarization == "TE")
-    fractions = _fractions(simulation, compensated)
+    fractions, cut = _fractions(simulation, compensated)
     if not any(bool(((f > 0) & (f != 1)).any()) for f in fractions.values()):
         return None
-    region = _conformal_region(fractions, simulation)
+    region = _conformal_region(fractions, cut, simulation)
     edge_region = region.clone()  # an edge also borders the faces one cell back along the other axes
     for axis in range(grid.ndim):
         if isinstance(simulation.boundaries[axis], Periodic):
@@ -197,7 +197,7 @@ def conformal_geometry(simulation):
     return ConformalGeometry(fractions, region, edge_region, compensated)
 
 
-def _conformal_region(fractions, simulation):
+def _conformal_region(fractions, cut, simulation):
     """The cells where the conformal rule applies (bool, grid shape): those outside the PML slabs, and those
     in a slab whose conductors continue the ones at the slab's inner face unchanged along its axis (every
     component's fraction equal to that in the first cell inside, and so in every cell between).
@@ -205,8 +205,8 @@ def _conformal_region(fractions, simulation):
     There the CPML's stretch of the derivatives along the slab's axis, built on Yee's differences, is the
     conformal one: the two edges of such a derivative carry one weight, the face's (the face and its edges
     cut by the same section), so a line that runs into the PML keeps one cross-section and one impedance.
-    Where the conductors change within a slab its cells keep the staircase, and a conductor cut at the
-    slab's inner face then changes treatment there (:func:`_warn_at_pml`).
+    Where the conductors change within a slab its cells keep the staircase, and a conductor that cuts the
+    slab's first layer then changes treatment there (:func:`_warn_at_pml`).
     """
     grid = simulation.grid
     region = torch.ones(grid.shape, dtype=torch.bool)
@@ -224,27 +224,27 @@ def _conformal_region(fractions, simulation):
                 running = running & ((stacked.select(axis + 1, index) - face).abs() < _SAME).all(0)
                 continued.select(axis, index).copy_(running)
         region &= continued
-    _warn_at_pml(region, stacked, simulation)
+    _warn_at_pml(region, cut, simulation)
     return region
 
 
-def _warn_at_pml(region, stacked, simulation):
-    """Warn (PlacementWarning) when a conductor cut at a PML slab's inner face (a fraction there neither 0
-    nor 1) is not continued unchanged into the slab: there it turns to the staircase, a
-    step in the line's cross-section that reflects part of what crosses it."""
+def _warn_at_pml(region, cut, simulation):
+    """Warn (PlacementWarning) when a conductor cuts the cells of a PML slab's first layer (a fraction there
+    neither 0 nor 1) but does not continue unchanged from the slab's inner face: those cells are staircased,
+    a step in the conductor's cross-section that reflects part of what crosses it. (A conductor near the
+    slab but outside it, whose rim factors reach the inner face, changes nothing there.)"""
     grid = simulation.grid
-    cut = ((stacked > _SAME) & ((stacked - 1).abs() >= _SAME)).any(0)  # rim factors exceed 1
     for axis, boundary in enumerate(simulation.boundaries[: grid.ndim]):
         if not isinstance(boundary, PML):
             continue
         cells, thickness = grid.shape[axis], boundary.thickness
-        for inner, first in ((thickness, thickness - 1), (cells - thickness - 1, cells - thickness)):
-            changed = cut.select(axis, inner) & ~region.select(axis, first) & region.select(axis, inner)
+        for first in (thickness - 1, cells - thickness):
+            changed = cut.select(axis, first) & ~region.select(axis, first)
             if not bool(changed.any()):
                 continue
             position = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
             index = changed.nonzero()[0].tolist()
-            index.insert(axis, inner)
+            index.insert(axis, first)
             point = (torch.tensor(index[: grid.ndim], dtype=torch.float64) * position
                      - torch.tensor(grid.size[: grid.ndim], dtype=torch.float64) / 2)
             names = _conductors_at(simulation.structures, point, float(position.max()))
@@ -270,21 +270,24 @@ def _conductors_at(structures, point, reach):
 def _fractions(simulation, compensated):
     """Per active component, the outside fractions of its edges or faces (:func:`_outside_fraction`), with
     E edges under ``EDGE_MINIMUM`` held at zero (compensated scheme) and the factors of sheets' free rims
-    (:func:`~mindelec.fdtd.sheet_rims.rim_factors`)."""
+    (:func:`~mindelec.fdtd.sheet_rims.rim_factors`); and where a conductor cuts an edge or face of a cell
+    (bool, grid shape: some component's outside fraction, before the rims' factors, strictly between 0 and
+    1)."""
     grid = simulation.grid
     mixer = media_mixer(grid, simulation.default_medium, simulation.structures, torch.float64, "cpu")
     sheets = any(isinstance(s.medium, PECSheet) for s in simulation.structures)
-    fractions = {}
+    fractions, cut = {}, torch.zeros(grid.shape, dtype=torch.bool)
     for component in simulation.active:
         points = node_points(grid, component)
         fraction = _outside_fraction(mixer, component, points, simulation.structures)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
+        cut |= (fraction > _SAME) & (fraction < 1 - _SAME)
         if sheets:
             factors = rim_factors(simulation.structures, grid, component, points)
             fraction = fraction * factors.reshape(grid.shape)
         fractions[component] = fraction
-    return fractions
+    return fractions, cut
 
 
 def conformal_update(simulation, geometry, electric, magnetic):
