@@ -53,21 +53,34 @@ conformal one put in, a gather of the faces' edges: in 2D TE +75-140 us per step
 a plate and a disk (float32, one thread; the set-up takes 0.04-0.4 s more); in 3D, where each face's edges
 carry one precomputed coefficient, +0.7-0.9 ms (+45-65 %) and +2.5 ms (+27-29 %) per step on 64^3 and
 100^3 grids with a sphere and a rod (17,000 and 42,000 faces; set-up +0.9 and +2.5 s), whose time step
-was 0.58-0.60 of Yee's. Faces in a PML slab keep the
-staircase (their CPML terms are built on Yee's differences), and so do the edges of faces there: each edge
-carries one weight in all its faces' updates. In the compensated scheme the faces at the rim of the
-conformal region (with such an edge) keep a whole cell's mass.
+was 0.58-0.60 of Yee's.
+
+In a PML slab the CPML stretches the derivatives along the slab's axis with Yee's differences. Where the
+conductors continue unchanged along that axis (every fraction in the slab equal to the one at its inner
+face: a line, a ground plane or a rod that runs into the PML) the two edges of such a derivative carry the
+face's own weight, so Yee's difference is the conformal one and the faces there stay conformal
+(:func:`_conformal_region`). Elsewhere in a slab faces keep the staircase, and so do the edges of faces
+there: each edge carries one weight in all its faces' updates. In the compensated scheme the faces at the
+rim of the conformal region (with such an edge) keep a whole cell's mass. A conductor that cuts a slab's
+first layer and changes within the slab turns to the staircase there, a step in its cross-section, and the
+simulation warns (:class:`~mindelec.fdtd.PlacementWarning`, naming the structure). Staircasing every slab
+had done this to every line that ran into the PML: a 50 ohm microstrip on FR4 read a standing wave of
+6-10 % in ``|V|`` and ``V / I`` of 47.7-56.9 ohm along it (the staircase's line 0.4-0.9 %); with its
+conformal strip continued through the slab 0.4-0.8 %, and a coplanar line 0.1-0.7 % (32-38 % before)
+(``tests/mindelec/test_conformal_lines.py``).
 """
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import torch
 
 from .boundaries import PML, Periodic
 from .coefficients import media_mixer
-from .grid import E_COMPONENTS, H_COMPONENTS, component_axis, flat_index
+from .grid import AXES, E_COMPONENTS, H_COMPONENTS, component_axis, flat_index
 from .materials import PEC, PECSheet
+from .placement import PlacementWarning
 from .sheet_rims import rim_factors, sheets_cover
 from .smoothing import _planar_fill, _region_weights, node_points
 from .updates import curl_terms
@@ -82,6 +95,8 @@ SMALL_FACE = 0.1
 LENDER_FLOOR = 0.3
 #: conductors are grown by this fraction of the smallest cell side: what lies on their surface is covered
 _CLOSED = 1e-6
+#: fractions closer than this are the same (a conductor continued along a PML slab's axis)
+_SAME = 1e-9
 
 
 @dataclass(frozen=True)
@@ -168,14 +183,10 @@ def conformal_geometry(simulation):
     if not any(isinstance(s.medium, PEC) for s in simulation.structures):
         return None
     compensated = not (grid.ndim == 2 and simulation.polarization == "TE")
-    fractions = _fractions(simulation, compensated)
+    fractions, cut = _fractions(simulation, compensated)
     if not any(bool(((f > 0) & (f != 1)).any()) for f in fractions.values()):
         return None
-    region = torch.ones(grid.shape, dtype=torch.bool)
-    for axis, boundary in enumerate(simulation.boundaries[: grid.ndim]):
-        if isinstance(boundary, PML):
-            region.narrow(axis, 0, boundary.thickness).fill_(False)
-            region.narrow(axis, grid.shape[axis] - boundary.thickness, boundary.thickness).fill_(False)
+    region = _conformal_region(fractions, cut, simulation)
     edge_region = region.clone()  # an edge also borders the faces one cell back along the other axes
     for axis in range(grid.ndim):
         if isinstance(simulation.boundaries[axis], Periodic):
@@ -186,24 +197,97 @@ def conformal_geometry(simulation):
     return ConformalGeometry(fractions, region, edge_region, compensated)
 
 
+def _conformal_region(fractions, cut, simulation):
+    """The cells where the conformal rule applies (bool, grid shape): those outside the PML slabs, and those
+    in a slab whose conductors continue the ones at the slab's inner face unchanged along its axis (every
+    component's fraction equal to that in the first cell inside, and so in every cell between).
+
+    There the CPML's stretch of the derivatives along the slab's axis, built on Yee's differences, is the
+    conformal one: the two edges of such a derivative carry one weight, the face's (the face and its edges
+    cut by the same section), so a line that runs into the PML keeps one cross-section and one impedance.
+    Where the conductors change within a slab its cells keep the staircase, and a conductor that cuts the
+    slab's first layer then changes treatment there (:func:`_warn_at_pml`).
+    """
+    grid = simulation.grid
+    region = torch.ones(grid.shape, dtype=torch.bool)
+    stacked = torch.stack(list(fractions.values()))
+    for axis, boundary in enumerate(simulation.boundaries[: grid.ndim]):
+        if not isinstance(boundary, PML):
+            continue
+        cells, thickness = grid.shape[axis], boundary.thickness
+        continued = torch.ones(grid.shape, dtype=torch.bool)
+        for inner, outward in ((thickness, range(thickness - 1, -1, -1)),
+                               (cells - thickness - 1, range(cells - thickness, cells))):
+            face = stacked.select(axis + 1, inner)
+            running = torch.ones(face.shape[1:], dtype=torch.bool)
+            for index in outward:  # slab layers from the inner face out: equal to it so far
+                running = running & ((stacked.select(axis + 1, index) - face).abs() < _SAME).all(0)
+                continued.select(axis, index).copy_(running)
+        region &= continued
+    _warn_at_pml(region, cut, simulation)
+    return region
+
+
+def _warn_at_pml(region, cut, simulation):
+    """Warn (PlacementWarning) when a conductor cuts the cells of a PML slab's first layer (a fraction there
+    neither 0 nor 1) but does not continue unchanged from the slab's inner face: those cells are staircased,
+    a step in the conductor's cross-section that reflects part of what crosses it. (A conductor near the
+    slab but outside it, whose rim factors reach the inner face, changes nothing there.)"""
+    grid = simulation.grid
+    for axis, boundary in enumerate(simulation.boundaries[: grid.ndim]):
+        if not isinstance(boundary, PML):
+            continue
+        cells, thickness = grid.shape[axis], boundary.thickness
+        for first in (thickness - 1, cells - thickness):
+            changed = cut.select(axis, first) & ~region.select(axis, first)
+            if not bool(changed.any()):
+                continue
+            position = torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
+            index = changed.nonzero()[0].tolist()
+            index.insert(axis, first)
+            point = (torch.tensor(index[: grid.ndim], dtype=torch.float64) * position
+                     - torch.tensor(grid.size[: grid.ndim], dtype=torch.float64) / 2)
+            names = _conductors_at(simulation.structures, point, float(position.max()))
+            warnings.warn(
+                f"Simulation subpixel={simulation.subpixel!r}: {names} changes along {AXES[axis]} within "
+                f"the PML ({thickness} cells at each end), so its conformal treatment cannot continue there "
+                f"and turns to the staircase at the PML's inner face (near cell {tuple(index[:grid.ndim])}): "
+                "the step reflects part of a wave that crosses it (a line that runs into the PML reads a "
+                "standing wave of a few %). Keep conductors uniform along the PML's axis through it, or use "
+                "subpixel=False",
+                PlacementWarning, stacklevel=6)
+            return
+
+
+def _conductors_at(structures, point, reach):
+    """The PEC structures within ``reach`` (m) of ``point`` (m), named by index and repr for a warning."""
+    found = [f"structure {index} ({structure!r})" for index, structure in enumerate(structures)
+             if isinstance(structure.medium, PEC)
+             and bool(structure.geometry.contains(point[None], tolerance=reach).any())]
+    return " and ".join(found) if found else "a conductor"
+
+
 def _fractions(simulation, compensated):
     """Per active component, the outside fractions of its edges or faces (:func:`_outside_fraction`), with
     E edges under ``EDGE_MINIMUM`` held at zero (compensated scheme) and the factors of sheets' free rims
-    (:func:`~mindelec.fdtd.sheet_rims.rim_factors`)."""
+    (:func:`~mindelec.fdtd.sheet_rims.rim_factors`); and where a conductor cuts an edge or face of a cell
+    (bool, grid shape: some component's outside fraction, before the rims' factors, strictly between 0 and
+    1)."""
     grid = simulation.grid
     mixer = media_mixer(grid, simulation.default_medium, simulation.structures, torch.float64, "cpu")
     sheets = any(isinstance(s.medium, PECSheet) for s in simulation.structures)
-    fractions = {}
+    fractions, cut = {}, torch.zeros(grid.shape, dtype=torch.bool)
     for component in simulation.active:
         points = node_points(grid, component)
         fraction = _outside_fraction(mixer, component, points, simulation.structures)
         if compensated and component[0] == "E":
             fraction = torch.where(fraction < EDGE_MINIMUM, 0.0, fraction)
+        cut |= (fraction > _SAME) & (fraction < 1 - _SAME)
         if sheets:
             factors = rim_factors(simulation.structures, grid, component, points)
             fraction = fraction * factors.reshape(grid.shape)
         fractions[component] = fraction
-    return fractions
+    return fractions, cut
 
 
 def conformal_update(simulation, geometry, electric, magnetic):

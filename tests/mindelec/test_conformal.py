@@ -284,7 +284,8 @@ def test_compiled_torch_and_differentiable_paths_agree(polarization):
 @pytest.mark.parametrize("polarization", ["TE", "TM"])
 def test_conductors_reaching_into_the_pml_radiate_away(polarization):
     """A tilted PEC plate running through the domain into the PML (staircased there: the CPML terms are
-    built on Yee's differences) and a PEC disk: the pulse scatters and leaves through the PML; the fields
+    built on Yee's differences, and the plate changes along the PML's axis, so the simulation warns, naming
+    it) and a PEC disk: the pulse scatters and leaves through the PML; the fields
     stay finite and fall below 1e-3 of their peak (measured 1e-7 by step 4000 in TE, as the staircase, and
     6e-8 in TM, where merged cells had rung at 1e-2: a cut cell that the merging missed, an edge weighed
     differently by two of its faces, or a mismatch at the PML's edge would ring or grow)."""
@@ -296,16 +297,17 @@ def test_conductors_reaching_into_the_pml_radiate_away(polarization):
     frequency = SPEED_OF_LIGHT / (15 * cell)
     pulse = fdtd.GaussianPulse(frequency, 0.5 * frequency)
     component = "Hz" if polarization == "TE" else "Ez"
-    sim = fdtd.Simulation(
-        size=(size, size),
-        cell_size=cell,
-        polarization=polarization,
-        boundary=fdtd.PML(10),
-        structures=[fdtd.Structure(plate, fdtd.PEC()), fdtd.Structure(disk, fdtd.PEC())],
-        sources=[fdtd.PointDipole((-0.2 * size, 0.1 * size), component, pulse)],
-        monitors=[fdtd.FieldProbe("p", (0.25 * size, 0.3 * size), (component,))],
-        subpixel=True,
-    )
+    with pytest.warns(fdtd.PlacementWarning, match=r"structure 0 \(Structure\(Polygon.* changes along x"):
+        sim = fdtd.Simulation(
+            size=(size, size),
+            cell_size=cell,
+            polarization=polarization,
+            boundary=fdtd.PML(10),
+            structures=[fdtd.Structure(plate, fdtd.PEC()), fdtd.Structure(disk, fdtd.PEC())],
+            sources=[fdtd.PointDipole((-0.2 * size, 0.1 * size), component, pulse)],
+            monitors=[fdtd.FieldProbe("p", (0.25 * size, 0.3 * size), (component,))],
+            subpixel=True,
+        )
     assert sim._stepper(1).conformal.count > 50
     series = sim.run(steps=4000, progress=False)["p"][component].abs()
     assert bool(torch.isfinite(series).all())
@@ -319,26 +321,29 @@ def test_3d_conductors_reaching_into_the_pml_radiate_away():
     the PMLs: both had sat in them until the placement check refused it). Faces at the rim of the
     conformal region (an edge in the PML slab's staircase) keep a whole cell's mass: with a small mass
     there the time step had to fall to 0.39 of Yee's, and with an edge weighed differently by its faces on
-    either side of the rim a static magnetic field was left at the rod."""
+    either side of the rim a static magnetic field was left at the rod. The rod, uniform along z, is now
+    conformal through the z slabs too; the sphere, which reaches into the x PML, warns (it turns to the
+    staircase there)."""
     cell, cells = 1e-4, 30
     size = cells * cell
     rod = geometry.Cylinder((0.05 * size, -0.07 * size, 0.0), 0.12 * size, 2 * size)
     ball = geometry.Sphere((0.2 * size, 0.2 * size, 0.1 * size), 0.12 * size)
     frequency = SPEED_OF_LIGHT / (12 * cell)
     near_rod = (0.05 * size - 0.12 * size - 1.5 * cell, -0.07 * size, 0.1 * size)  # outside the PMLs
-    sim = fdtd.Simulation(
-        size=(size,) * 3,
-        cell_size=cell,
-        boundary=fdtd.PML(8),
-        structures=[fdtd.Structure(rod, fdtd.PEC()), fdtd.Structure(ball, fdtd.PEC())],
-        sources=[fdtd.PointDipole((-0.25 * size, 0.1 * size, 0.05 * size), "Ez",
-                                  fdtd.GaussianPulse(frequency, 0.5 * frequency))],
-        monitors=[
-            fdtd.FieldProbe("behind", (0.18 * size, -0.2 * size, -0.1 * size), ("Ez", "Hx")),
-            fdtd.FieldProbe("near", near_rod, ("Ez", "Hy")),
-        ],
-        subpixel=True,
-    )
+    with pytest.warns(fdtd.PlacementWarning, match=r"structure 1 \(Structure\(Sphere"):
+        sim = fdtd.Simulation(
+            size=(size,) * 3,
+            cell_size=cell,
+            boundary=fdtd.PML(8),
+            structures=[fdtd.Structure(rod, fdtd.PEC()), fdtd.Structure(ball, fdtd.PEC())],
+            sources=[fdtd.PointDipole((-0.25 * size, 0.1 * size, 0.05 * size), "Ez",
+                                      fdtd.GaussianPulse(frequency, 0.5 * frequency))],
+            monitors=[
+                fdtd.FieldProbe("behind", (0.18 * size, -0.2 * size, -0.1 * size), ("Ez", "Hx")),
+                fdtd.FieldProbe("near", near_rod, ("Ez", "Hy")),
+            ],
+            subpixel=True,
+        )
     assert sim._stepper(1).conformal.count > 500
     assert 0.5 * sim._stability_limit() < sim.dt < 0.8 * sim._stability_limit()
     result = sim.run(steps=6000, progress=False)
