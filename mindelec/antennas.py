@@ -36,8 +36,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from common import checks
 from common.deprecation import moved_attributes
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, NonFiniteResultError
 from common.units import SPEED_OF_LIGHT
 
 __all__ = [
@@ -96,8 +97,9 @@ class PatchSetup:
             if k.startswith(("n_", "strip", "gap", "line", "margin", "air", "pml"))
         }
         for key, value in counts.items():
-            if not (isinstance(value, int) and value >= 1):
-                raise ConfigurationError(f"PatchSetup: {key} must be a positive integer, got {value!r}")
+            checks.positive_int(value, f"PatchSetup: {key}")
+        for key in ("f_min", "f_max", "duration"):
+            checks.positive(getattr(self, key), f"PatchSetup: {key}")
         if self.n_width % 2 or self.strip_cells % 2:
             raise ConfigurationError(
                 f"PatchSetup: n_width ({self.n_width}) and strip_cells ({self.strip_cells}) must be even"
@@ -296,7 +298,7 @@ def patch_antenna_sample(
     result = simulation.run(until=setup.duration, progress=False)
     s11 = result["feed"]["s11"].to(torch.complex128)
     if not bool(torch.isfinite(torch.view_as_real(s11)).all()):
-        raise FloatingPointError(f"patch_antenna_sample: the FDTD run of {params} gave a non-finite S11")
+        raise NonFiniteResultError(f"patch_antenna_sample: the FDTD run of {params} gave a non-finite S11")
     frequencies = setup.frequencies
     offset, depth = _feed_cells(_design(params), setup)
     s11_db = 20 * torch.log10(s11.abs().clamp(min=1e-12))
@@ -371,9 +373,9 @@ def _cavity(length, width, permittivity, height):
     )
     for name, value in (("length", length), ("width", width), ("height", height)):
         if not bool((value > 0).all()):
-            raise ValueError(f"patch cavity: {name} must be positive (m), got {value}")
+            raise ConfigurationError(f"patch cavity: {name} must be positive (m), got {value}")
     if not bool((permittivity >= 1).all()):
-        raise ValueError(f"patch cavity: permittivity must be >= 1, got {permittivity}")
+        raise ConfigurationError(f"patch cavity: permittivity must be >= 1, got {permittivity}")
     return length, width, permittivity, height
 
 

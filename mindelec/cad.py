@@ -26,6 +26,7 @@ import pathlib
 import numpy as np
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError, MissingFileError
 from common.geometry import Geometry
 from common.geometry.base import split_by_measure
 
@@ -61,14 +62,14 @@ def load_mesh(path, repair: bool = True, scale: float = 1.0):
 
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"load_mesh: mesh file {str(path)!r} does not exist")
+        raise MissingFileError(f"load_mesh: mesh file {str(path)!r} does not exist")
     if path.suffix.lower() not in MESH_SUFFIXES:
-        raise ValueError(
+        raise ConfigurationError(
             f"load_mesh: {str(path)!r} has suffix {path.suffix!r}; expected one of {MESH_SUFFIXES}"
         )
     loaded = trimesh.load(str(path), force="mesh", process=True)
     if not isinstance(loaded, trimesh.Trimesh) or len(loaded.faces) == 0:
-        raise ValueError(f"load_mesh: {str(path)!r} holds no triangles")
+        raise ConfigurationError(f"load_mesh: {str(path)!r} holds no triangles")
     mesh = loaded.copy()
     if scale != 1.0:
         mesh.apply_scale(float(scale))
@@ -91,7 +92,7 @@ def repair_mesh(mesh):
     import trimesh
 
     if not isinstance(mesh, trimesh.Trimesh):
-        raise TypeError(f"repair_mesh: expected a trimesh.Trimesh, got {type(mesh).__name__}")
+        raise ArgumentTypeError(f"repair_mesh: expected a trimesh.Trimesh, got {type(mesh).__name__}")
     mesh = mesh.copy()
     mesh.merge_vertices()
     mesh.update_faces(mesh.nondegenerate_faces())
@@ -116,16 +117,17 @@ def require_watertight(mesh, what: str = "mesh") -> None:
     import trimesh
 
     if not isinstance(mesh, trimesh.Trimesh):
-        raise TypeError(f"{what}: expected a trimesh.Trimesh, got {type(mesh).__name__}")
+        raise ArgumentTypeError(f"{what}: expected a trimesh.Trimesh, got {type(mesh).__name__}")
     if not mesh.is_watertight:
         edges = trimesh.grouping.group_rows(mesh.edges_sorted, require_count=1)
-        raise ValueError(
+        raise ConfigurationError(
             f"{what} {_mesh_name(mesh)!r} is not watertight ({len(edges)} boundary edges): a volume (voxels, "
             "signed distances, interior points, an FDTD structure) needs a closed surface; repair_mesh fills "
             "small holes, larger ones must be closed in the CAD model"
         )
     if not mesh.is_winding_consistent:
-        raise ValueError(f"{what} {_mesh_name(mesh)!r} has inconsistent face winding; run repair_mesh on it")
+        raise ConfigurationError(
+            f"{what} {_mesh_name(mesh)!r} has inconsistent face winding; run repair_mesh on it")
 
 
 def _segment_distance_squared(offset, edge, edge_length_squared):
@@ -371,13 +373,13 @@ def require_in_grid(geometry: Geometry, grid, what: str) -> None:
     """
     grid = getattr(grid, "grid", grid)
     if geometry.dim != grid.ndim:
-        raise ValueError(f"{what}: a {geometry.dim}D shape does not fit a {grid.ndim}D grid")
+        raise ConfigurationError(f"{what}: a {geometry.dim}D shape does not fit a {grid.ndim}D grid")
     lo, hi = geometry.bounds_float64
     half = torch.tensor(grid.size[: grid.ndim], dtype=torch.float64) / 2
     slack = 1e-9 * float(half.max())
     outside = ((lo < -half - slack) | (hi > half + slack)).nonzero().flatten().tolist()
     if outside:
-        raise ValueError(
+        raise ConfigurationError(
             f"{what} {geometry!r} extends outside the FDTD grid along {['xyz'[a] for a in outside]}: bounds "
             f"{lo.tolist()} .. {hi.tolist()} m, the domain -{half.tolist()} .. {half.tolist()} m; "
             "check the mesh's units (scale) and position"

@@ -31,6 +31,7 @@ from typing import Literal
 from common import checks
 from common import config as configuration
 from common.deprecation import warn_deprecated
+from common.errors import ConfigurationError
 from common.output_paths import OutputFolder, output_folder
 
 #: the files ``run`` writes into the output folder
@@ -64,17 +65,17 @@ class GridConfig:
     def __post_init__(self):
         if self.resolution is not None:
             if self.cell_size is not None:
-                raise ValueError("give cell_size only, not also the deprecated resolution")
+                raise ConfigurationError("give cell_size only, not also the deprecated resolution")
             warn_deprecated("the [grid] key resolution", "cell_size", stacklevel=2)
             self.cell_size, self.resolution = self.resolution, None
         if self.cell_size is None:
-            raise ValueError("missing required key cell_size (the cell size, m)")
+            raise ConfigurationError("missing required key cell_size (the cell size, m)")
         checks.positive(self.cell_size, "cell_size (m)")
         if not 1 <= len(self.size) <= 3 or not all(0 < length < math.inf for length in self.size):
-            raise ValueError(f"size must be 1, 2 or 3 positive lengths (m), got {self.size}")
+            raise ConfigurationError(f"size must be 1, 2 or 3 positive lengths (m), got {self.size}")
         checks.non_negative_int(self.pml_thickness, "pml_thickness (cells)")
         if not 0 < self.courant <= 1:
-            raise ValueError(f"courant must lie in (0, 1] (a fraction of the stability limit), "
+            raise ConfigurationError(f"courant must lie in (0, 1] (a fraction of the stability limit), "
                              f"got {self.courant}")
 
 
@@ -129,11 +130,11 @@ class StructureConfig:
     def __post_init__(self):
         if self.shape in ("rectangle", "box", "interval"):
             if not self.lower or len(self.lower) != len(self.upper):
-                raise ValueError(f"a {self.shape} needs 'lower' and 'upper' corners of equal length")
+                raise ConfigurationError(f"a {self.shape} needs 'lower' and 'upper' corners of equal length")
         elif not self.center:
-            raise ValueError(f"a {self.shape} needs its center")
+            raise ConfigurationError(f"a {self.shape} needs its center")
         elif not self.radius > 0:
-            raise ValueError(f"a {self.shape} needs a positive radius (m), got {self.radius}")
+            raise ConfigurationError(f"a {self.shape} needs a positive radius (m), got {self.radius}")
 
 
 @dataclass
@@ -177,10 +178,11 @@ class OutputConfig:
         checks.positive_int(self.spectrum_points, "spectrum_points")
         for key in ("spectrum_min", "spectrum_max"):
             if not 0 <= getattr(self, key) < math.inf:
-                raise ValueError(f"{key} must be 0 (the source's band) or a frequency in Hz, "
+                raise ConfigurationError(f"{key} must be 0 (the source's band) or a frequency in Hz, "
                                  f"got {getattr(self, key)}")
         if 0 < self.spectrum_max <= self.spectrum_min:
-            raise ValueError(f"spectrum_max must be above the band's lower end ({self.spectrum_min} Hz), "
+            raise ConfigurationError(
+                f"spectrum_max must be above the band's lower end ({self.spectrum_min} Hz), "
                              f"got {self.spectrum_max}")
 
 
@@ -207,7 +209,7 @@ class RunConfig:
     def __post_init__(self):
         checks.positive(self.until, "until (the simulated time, s)")
         if not self.sources:
-            raise ValueError("sources must hold at least one [[sources]] table")
+            raise ConfigurationError("sources must hold at least one [[sources]] table")
 
 
 def _waveform(source, fdtd):

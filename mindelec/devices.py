@@ -7,11 +7,11 @@ objects); :func:`patch_antenna_meshes` returns the watertight meshes of the ante
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from common import checks
 from common.deprecation import moved_attributes
+from common.errors import ConfigurationError
 
 __all__ = ["waveguide_obstacle", "patch_antenna_meshes"]
 
@@ -69,11 +69,10 @@ def patch_antenna_meshes(
         ("metal_thickness", metal_thickness),
         ("feed_width", feed_width),
     ):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"patch_antenna_meshes: {name} must be > 0 (m), got {value}")
+        checks.positive(value, f"patch_antenna_meshes: {name} (m)")
     sx, sy = (float(v) for v in substrate_size)
     if patch_length >= sx or patch_width >= sy or feed_width >= patch_width:
-        raise ValueError(
+        raise ConfigurationError(
             f"patch_antenna_meshes: the patch ({patch_length} x {patch_width} m) and feed ({feed_width} m) "
             f"must fit on the substrate ({sx} x {sy} m)"
         )

@@ -26,7 +26,7 @@ import pathlib
 
 import torch
 
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError, MissingFileError
 from common.geometry import Geometry, Polygon
 from common.geometry.base import unit_axis_normal
 
@@ -49,10 +49,11 @@ class Prism(Geometry):
 
     def __init__(self, polygon: Polygon, z_min: float, z_max: float):
         if not isinstance(polygon, Polygon):
-            raise TypeError(f"Prism: polygon must be a common.geometry.Polygon, got {type(polygon).__name__}")
+            raise ArgumentTypeError(
+                f"Prism: polygon must be a common.geometry.Polygon, got {type(polygon).__name__}")
         self.polygon, self.z_min, self.z_max = polygon, float(z_min), float(z_max)
         if not self.z_max > self.z_min:
-            raise ValueError(f"Prism: z_max must exceed z_min, got z_min={z_min}, z_max={z_max}")
+            raise ConfigurationError(f"Prism: z_max must exceed z_min, got z_min={z_min}, z_max={z_max}")
 
     def __repr__(self) -> str:
         return f"Prism({self.polygon!r}, z_min={self.z_min:g}, z_max={self.z_max:g})"
@@ -92,7 +93,7 @@ def _library(source):
         return source
     path = pathlib.Path(source)
     if not path.is_file():
-        raise FileNotFoundError(f"structures_from_gds: no GDS file at {path}")
+        raise MissingFileError(f"structures_from_gds: no GDS file at {path}")
     return gdstk.read_gds(str(path))
 
 

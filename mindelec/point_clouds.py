@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from common.errors import ConfigurationError
 from common.geometry import Geometry
 
 __all__ = ["sample_point_cloud"]
@@ -45,19 +46,19 @@ def sample_point_cloud(
         ValueError: for labels < 1, negative densities or shapes of another dimension than ``domain``.
     """
     if surface_density < 0 or volume_density < 0:
-        raise ValueError(
+        raise ConfigurationError(
             f"sample_point_cloud: densities must be >= 0, got surface_density={surface_density}, "
             f"volume_density={volume_density}"
         )
     points, labels, normals, surface = [], [], [], []
     for index, (shape, label) in enumerate(objects):
         if int(label) < 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"sample_point_cloud: objects[{index}] has label {label}; labels must be >= 1 "
                 "(0 is the background)"
             )
         if shape.dim != domain.dim:
-            raise ValueError(
+            raise ConfigurationError(
                 f"sample_point_cloud: objects[{index}] is {shape.dim}D, the domain {domain.dim}D"
             )
         count = round(surface_density * shape.boundary_measure)
@@ -79,7 +80,7 @@ def sample_point_cloud(
         labels.append(volume_labels)
         surface.append(torch.zeros(count, dtype=torch.bool, device=volume_points.device))
     if not points:
-        raise ValueError("sample_point_cloud: the densities give no points")
+        raise ConfigurationError("sample_point_cloud: the densities give no points")
     return {
         "points": torch.cat(points),
         "labels": torch.cat(labels),

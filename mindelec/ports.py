@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError, UnknownNameError
 
 __all__ = [
     "WaveguidePort",
@@ -97,11 +97,12 @@ class WaveguidePort:
 
     def __init__(self, name, position, axis="x", span=None, profile=None, component="Ez"):
         if not isinstance(name, str) or not name:
-            raise ValueError(f"WaveguidePort: name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"WaveguidePort: name must be a non-empty string, got {name!r}")
         if axis not in ("x", "y"):
-            raise ValueError(f"WaveguidePort({name!r}): axis must be 'x' or 'y', got {axis!r}")
+            raise ConfigurationError(f"WaveguidePort({name!r}): axis must be 'x' or 'y', got {axis!r}")
         if profile is not None and (not isinstance(profile, torch.Tensor) or profile.dim() != 1):
-            raise TypeError(f"WaveguidePort({name!r}): profile must be a 1D tensor (one value per node)")
+            raise ArgumentTypeError(
+                f"WaveguidePort({name!r}): profile must be a 1D tensor (one value per node)")
         self.name = name
         self.position = tuple(float(value) for value in position)
         self.axis = axis
@@ -125,11 +126,11 @@ class WaveguidePort:
         if len(self.position) == 1:
             return fdtd.DFTMonitor(self.monitor_name, frequencies, (self.component,), self.position, (0.0,))
         if len(self.position) != 2:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: ports exist in 1D and 2D; position has {len(self.position)} coordinates"
             )
         if self.span is None:
-            raise ValueError(f"{self!r}: a 2D port needs its span (m) across the guide")
+            raise ConfigurationError(f"{self!r}: a 2D port needs its span (m) across the guide")
         size = (0.0, float(self.span)) if self.axis == "x" else (float(self.span), 0.0)
         return fdtd.DFTMonitor(self.monitor_name, frequencies, (self.component,), self.position, size)
 
@@ -144,13 +145,14 @@ class WaveguidePort:
             ValueError: if the profile does not have one value per port node.
         """
         if self.monitor_name not in result:
-            raise KeyError(f"{self!r}: the run has no monitor {self.monitor_name!r}; add port.monitor(...)")
+            raise UnknownNameError(
+                f"{self!r}: the run has no monitor {self.monitor_name!r}; add port.monitor(...)")
         field = result[self.monitor_name][self.component]
         field = field.reshape(field.shape[0], -1)
         if self.profile is None:
             return field.mean(dim=1)
         if self.profile.numel() != field.shape[1]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: profile has {self.profile.numel()} values; "
                 f"the port line has {field.shape[1]} nodes"
             )
@@ -175,12 +177,12 @@ def scattering_column(reference_amplitudes, device_amplitudes, source_port: int)
     reference = torch.as_tensor(reference_amplitudes)
     device = torch.as_tensor(device_amplitudes)
     if reference.shape != device.shape or reference.dim() != 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"scattering_column: amplitudes must both be (ports, frequencies); got {tuple(reference.shape)} "
             f"and {tuple(device.shape)}"
         )
     if not 0 <= source_port < reference.shape[0]:
-        raise ValueError(
+        raise ConfigurationError(
             f"scattering_column: source_port {source_port} is not one of {reference.shape[0]} ports"
         )
     outgoing = device.clone()
@@ -231,12 +233,12 @@ def to_network(frequencies, s_matrix, z0=50.0, name=None):
     if s_matrix.ndim == 1:
         s_matrix = s_matrix[:, None, None]
     if s_matrix.ndim != 3 or s_matrix.shape[0] != frequencies.size or s_matrix.shape[1] != s_matrix.shape[2]:
-        raise ValueError(
+        raise ConfigurationError(
             f"to_network: s_matrix has shape {s_matrix.shape}; expected ({frequencies.size}, P, P) "
             f"for {frequencies.size} frequencies"
         )
     if frequencies.size > 1 and not np.all(np.diff(frequencies) > 0):
-        raise ValueError("to_network: frequencies must be strictly increasing (Hz)")
+        raise ConfigurationError("to_network: frequencies must be strictly increasing (Hz)")
     return skrf.Network(frequency=skrf.Frequency.from_f(frequencies, unit="Hz"), s=s_matrix, z0=z0, name=name)
 
 
@@ -257,7 +259,7 @@ def write_touchstone(path, frequencies, s_matrix, z0=50.0) -> Path:
     path = Path(path)
     expected = f".s{network.nports}p"
     if path.suffix.lower() != expected:
-        raise ValueError(
+        raise ConfigurationError(
             f"write_touchstone: {path} must end in {expected} for a {network.nports}-port network"
         )
     network.write_touchstone(filename=path.stem, dir=str(path.parent), form="ri")

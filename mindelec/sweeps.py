@@ -31,7 +31,9 @@ import math
 import numpy as np
 import torch
 
+from common import checks
 from common.deprecation import renamed_arguments, warn_deprecated
+from common.errors import ArgumentTypeError, ConfigurationError, UnknownNameError
 from common.units import SPEED_OF_LIGHT
 
 __all__ = [
@@ -84,19 +86,22 @@ class WaveguideSetup:
         until=None,
         dtype=torch.float32,
     ):
-        self.height, self.guide_length, self.cell_size = (
-            float(height),
-            float(guide_length),
-            float(cell_size),
-        )
+        self.height = checks.positive(height, "WaveguideSetup: height (m)")
+        self.guide_length = checks.positive(guide_length, "WaveguideSetup: guide_length (m)")
+        self.cell_size = checks.positive(cell_size, "WaveguideSetup: cell_size (m)")
+        f_min = checks.positive(f_min, "WaveguideSetup: f_min (Hz)")
+        f_max = checks.positive(f_max, "WaveguideSetup: f_max (Hz)")
+        n_frequencies = checks.positive_int(n_frequencies, "WaveguideSetup: n_frequencies")
+        pml = checks.non_negative_int(pml, "WaveguideSetup: pml (cells)")
+        port_offset = checks.positive(port_offset, "WaveguideSetup: port_offset (m)")
         cutoff_1, cutoff_2 = SPEED_OF_LIGHT / (2 * self.height), SPEED_OF_LIGHT / self.height
         if not cutoff_1 < f_min < f_max < cutoff_2:
-            raise ValueError(
+            raise ConfigurationError(
                 f"WaveguideSetup: band f_min={f_min:.4g} Hz .. f_max={f_max:.4g} Hz must lie inside the "
                 f"single-mode range ({cutoff_1:.4g} Hz, {cutoff_2:.4g} Hz) of a {self.height} m guide"
             )
         if not 0 < port_offset < self.guide_length / 2 - (pml + 2) * self.cell_size:
-            raise ValueError(
+            raise ConfigurationError(
                 f"WaveguideSetup: port_offset={port_offset} m must lie inside the domain, "
                 f"outside the PML ({pml} cells of {self.cell_size} m)"
             )
@@ -175,14 +180,14 @@ def _reference_run(setup_key, setup: WaveguideSetup):
 
 def _check_parameters(params, setup: WaveguideSetup) -> dict[str, float]:
     if not isinstance(params, dict):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"params must be a dict with keys {_PARAMETERS[:2]} (and optionally "
             f"'width'), got {type(params).__name__}"
         )
     unknown = sorted(set(params) - set(_PARAMETERS))
     missing = [name for name in _PARAMETERS[:2] if name not in params]
     if unknown or missing:
-        raise KeyError(
+        raise UnknownNameError(
             f"params: unknown keys {unknown} / missing keys {missing}; expected 'length' (m), "
             "'permittivity' (relative) and optionally 'width' (m)"
         )
@@ -190,11 +195,12 @@ def _check_parameters(params, setup: WaveguideSetup) -> dict[str, float]:
     values.setdefault("width", setup.height)
     for name, value in values.items():
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"params[{name!r}] must be a finite number > 0, got {params[name]!r}")
+            raise ConfigurationError(f"params[{name!r}] must be a finite number > 0, got {params[name]!r}")
     if values["width"] > setup.height:
-        raise ValueError(f"params['width'] = {values['width']} m exceeds the guide height {setup.height} m")
+        raise ConfigurationError(
+            f"params['width'] = {values['width']} m exceeds the guide height {setup.height} m")
     if values["length"] / 2 > setup.port_offset - 2 * setup.cell_size:
-        raise ValueError(
+        raise ConfigurationError(
             f"params['length'] = {values['length']} m: the block must end at least two cells "
             f"before the ports at x = +-{setup.port_offset} m"
         )
@@ -252,12 +258,12 @@ def _setup_from_options(options) -> WaveguideSetup:
     if isinstance(options.get("dtype"), str):
         name = options["dtype"]
         if name not in ("float32", "float64"):
-            raise ValueError(f"options['dtype'] must be 'float32' or 'float64', got {name!r}")
+            raise ConfigurationError(f"options['dtype'] must be 'float32' or 'float64', got {name!r}")
         options["dtype"] = getattr(torch, name)
     try:
         return WaveguideSetup(**options)
     except TypeError as error:
-        raise TypeError(f"sparameter options: {error}; see mindelec.sweeps.WaveguideSetup") from error
+        raise ArgumentTypeError(f"sparameter options: {error}; see mindelec.sweeps.WaveguideSetup") from error
 
 
 def field_sample(params: dict, seed: int, frequency: float = 11.5e9, **options) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from common.errors import ArgumentTypeError
 from common.geometry import Geometry, rasterize
 from mindelec.cad import MeshGeometry, require_in_grid
 
@@ -91,7 +92,7 @@ def _structure_list(structures):
     structures = list(structures)
     for index, structure in enumerate(structures):
         if not isinstance(structure, fdtd.Structure):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"structures[{index}] must be a mindelec.fdtd.Structure, got {type(structure).__name__}"
             )
     return structures
@@ -132,7 +133,7 @@ def permittivity_grid(
     permittivity = torch.full(grid.shape[: grid.ndim], float(background), dtype=torch.float64)
     for index, structure in enumerate(_structure_list(structures)):
         if not isinstance(structure.medium, fdtd.Medium):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"permittivity_grid: structures[{index}] is filled with {structure.medium!r}; "
                 "only Medium fillings have a permittivity"
             )

@@ -15,7 +15,7 @@ import torch
 
 from common import checks
 from common.deprecation import renamed_arguments
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from ..fdtd.grid import Grid
@@ -85,15 +85,16 @@ class Simulation:
     @renamed_arguments(resolution="cell_size")
     def __init__(self, size, cell_size, frequency, permittivity, pml_thickness=10, polarization="TM"):
         if len(size) != 2 or any(float(length) <= 0 for length in size):
-            raise ValueError(f"fdfd.Simulation: size must be two positive lengths (m), got {size!r}")
+            raise ConfigurationError(f"fdfd.Simulation: size must be two positive lengths (m), got {size!r}")
         if not cell_size > 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation: cell_size must be a positive cell size (m), got {cell_size!r}"
             )
         if not frequency > 0:
-            raise ValueError(f"fdfd.Simulation: frequency must be positive (Hz), got {frequency!r}")
+            raise ConfigurationError(f"fdfd.Simulation: frequency must be positive (Hz), got {frequency!r}")
         if polarization not in _POLARIZATIONS:
-            raise ValueError(f"fdfd.Simulation: polarization must be 'TM' or 'TE', got {polarization!r}")
+            raise ConfigurationError(
+                f"fdfd.Simulation: polarization must be 'TM' or 'TE', got {polarization!r}")
         self.grid = Grid(size, cell_size)
         self.size = self.grid.size[:2]
         self.frequency = float(frequency)
@@ -104,21 +105,21 @@ class Simulation:
         self._main = "Ez" if polarization == "TM" else "Hz"
         self._offset = self.grid.offsets(self._main)[0]
         if not isinstance(permittivity, torch.Tensor):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"fdfd.Simulation: permittivity must be a torch tensor of shape {self.shape}, "
                 f"got {type(permittivity).__name__}"
             )
         if tuple(permittivity.shape) != self.shape:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation: permittivity has shape {tuple(permittivity.shape)}, expected {self.shape} "
                 f"(size / cell_size cells along x and y)"
             )
         if int(pml_thickness) != pml_thickness or pml_thickness < 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation: pml_thickness must be a whole number of cells, got {pml_thickness!r}"
             )
         if 2 * pml_thickness >= min(self.shape):
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation: PML of {pml_thickness} cells on each side is thicker than the domain "
                 f"({self.shape[0]} x {self.shape[1]} cells); it must leave an interior"
             )
@@ -205,7 +206,7 @@ class Simulation:
         """Nearest main-field node (or, with ``half``, the node before the nearest half node)."""
         length = self.size[axis]
         if not -length / 2 <= float(coordinate) <= length / 2:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.{what}: position {coordinate!r} lies outside the domain "
                 f"[{-length / 2:g}, {length / 2:g}] m along {'xy'[axis]}"
             )
@@ -232,7 +233,8 @@ class Simulation:
             (Nx, Ny) complex tensor, the current density.
         """
         if len(position) != 2:
-            raise ValueError(f"fdfd.Simulation.point_source: position must be (x, y), got {position!r}")
+            raise ConfigurationError(
+                f"fdfd.Simulation.point_source: position must be (x, y), got {position!r}")
         source = self._zeros()
         index = tuple(self._node_index(axis, position[axis], "point_source") for axis in (0, 1))
         source[index] = amplitude / (self.spacing[0] * self.spacing[1])
@@ -252,7 +254,7 @@ class Simulation:
         first = [self._node_index(axis, start[axis], "line_source") for axis in (0, 1)]
         last = [self._node_index(axis, end[axis], "line_source") for axis in (0, 1)]
         if first[0] != last[0] and first[1] != last[1]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.line_source: segment {tuple(start)!r} -> {tuple(end)!r} "
                 "must be parallel to x or y"
             )
@@ -279,11 +281,11 @@ class Simulation:
             DataError: (a ValueError) for a NaN or infinite source value, naming the cell.
         """
         if not isinstance(source, torch.Tensor):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"fdfd.Simulation.solve: source must be a torch tensor, got {type(source).__name__}"
             )
         if tuple(source.shape[-2:]) != self.shape or source.dim() not in (2, 3):
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.solve: source has shape {tuple(source.shape)}, expected {self.shape} "
                 f"or (batch, {self.shape[0]}, {self.shape[1]})"
             )
@@ -308,7 +310,7 @@ class Simulation:
         ``index + 1`` along ``axis``, the (M,) W weights on the half-node line, and ``index``.
         """
         if axis not in _AXES:
-            raise ValueError(f"fdfd.Simulation.{what}: axis must be 'x' or 'y', got {axis!r}")
+            raise ConfigurationError(f"fdfd.Simulation.{what}: axis must be 'x' or 'y', got {axis!r}")
         dim = _AXES[axis]
         index = self._node_index(dim, position, what, half=True)
         weights = self._half_cell_weights()[dim]
@@ -370,7 +372,7 @@ class Simulation:
             ValueError: if the requested mode is not guided.
         """
         if axis not in _AXES:
-            raise ValueError(f"fdfd.Simulation.mode: axis must be 'x' or 'y', got {axis!r}")
+            raise ConfigurationError(f"fdfd.Simulation.mode: axis must be 'x' or 'y', got {axis!r}")
         dim = _AXES[axis]
         # the nearest node line (one short of the far edge: the metric lives on the half nodes after it)
         index = min(self._node_index(dim, position, "mode"), self.shape[dim] - 2)
@@ -381,7 +383,7 @@ class Simulation:
         mask = self._span_mask(axis, span, line.real).detach().to("cpu").numpy().astype(bool)
         count = int(mask.sum())
         if count < 3 or mode_index >= count:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.mode: the cross-section (span {span!r}) holds {count} nodes; "
                 f"need at least 3 and more than mode_index = {mode_index}"
             )
@@ -406,7 +408,7 @@ class Simulation:
         beta_squared = eigenvalues[0]
         cosine = 1.0 - beta_squared * along**2 / 2.0
         if beta_squared <= 0 or cosine <= -1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.mode: mode {mode_index} at {axis} = {position:g} m is not guided "
                 f"(beta^2 = {beta_squared:.4g} rad^2/m^2)"
             )
@@ -447,11 +449,12 @@ class Simulation:
             (Nx, Ny) complex tensor, current density (A/m^2 TM, V/m^2 TE).
         """
         if direction not in (1, -1):
-            raise ValueError(f"fdfd.Simulation.mode_source: direction must be +1 or -1, got {direction!r}")
+            raise ConfigurationError(
+                f"fdfd.Simulation.mode_source: direction must be +1 or -1, got {direction!r}")
         dim = _AXES[mode.axis]
         second = mode.index + direction
         if not 0 <= second < self.shape[dim]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"fdfd.Simulation.mode_source: the mode line at {mode.position:g} m lies on the domain edge"
             )
         along = self.spacing[dim]

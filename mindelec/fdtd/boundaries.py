@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import VACUUM_IMPEDANCE, VACUUM_PERMITTIVITY
 
 
@@ -33,14 +35,12 @@ class PML:
     def __init__(
         self, thickness=20, grading_order=3.0, sigma_factor=1.0, kappa_max=2.0, alpha_frequency=None
     ):
-        if not (isinstance(thickness, int) and thickness >= 1):
-            raise ValueError(f"PML: thickness must be a positive number of cells, got {thickness!r}")
-        if kappa_max < 1:
-            raise ValueError(f"PML: kappa_max must be >= 1, got {kappa_max}")
-        self.thickness = thickness
-        self.grading_order = float(grading_order)
-        self.sigma_factor = float(sigma_factor)
-        self.kappa_max = float(kappa_max)
+        self.thickness = checks.positive_int(thickness, "PML: thickness (cells)")
+        self.grading_order = checks.non_negative(grading_order, "PML: grading_order")
+        self.sigma_factor = checks.positive(sigma_factor, "PML: sigma_factor")
+        self.kappa_max = checks.positive(kappa_max, "PML: kappa_max")
+        if self.kappa_max < 1:
+            raise ConfigurationError(f"PML: kappa_max must be >= 1, got {kappa_max}")
         self.alpha_frequency = alpha_frequency
 
     def profiles(self, length: int, spacing: float, dt: float, half: bool, dtype, device):
@@ -111,14 +111,14 @@ def per_axis_boundaries(boundary, grid):
     boundary = PEC() if boundary is None else boundary
     per_axis = tuple(boundary) if isinstance(boundary, (tuple, list)) else (boundary,) * grid.ndim
     if len(per_axis) != grid.ndim:
-        raise ValueError(
+        raise ConfigurationError(
             f"Simulation boundary: expected one boundary or {grid.ndim} (one per axis), got {len(per_axis)}")
     for axis, item in enumerate(per_axis):
         if not isinstance(item, (PML, Periodic, PEC)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Simulation boundary along {AXES[axis]}: expected PML, Periodic or PEC, got {item!r}")
         if isinstance(item, PML) and 2 * item.thickness + 1 > grid.shape[axis]:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{item!r} along {AXES[axis]}: two layers of {item.thickness} cells do not fit in "
                 f"the domain's {grid.shape[axis]} cells; make the PML thinner or the domain larger")
     return per_axis + (PEC(),) * (3 - grid.ndim)

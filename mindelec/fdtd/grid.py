@@ -20,6 +20,7 @@ import warnings
 import torch
 
 from common.deprecation import renamed_arguments
+from common.errors import ConfigurationError
 
 AXES = "xyz"
 E_COMPONENTS = ("Ex", "Ey", "Ez")
@@ -49,14 +50,14 @@ def _cell_sizes(cell_size, ndim) -> tuple[float, ...]:
     """``cell_size`` (one length, or one per axis; m) as ``ndim`` positive floats, else a ValueError."""
     if isinstance(cell_size, (tuple, list)):
         if len(cell_size) != ndim:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Simulation cell_size: expected one length or {ndim} (one per axis, m), got {cell_size!r}"
             )
         cell_sizes = tuple(float(edge) for edge in cell_size)
     else:
         cell_sizes = (float(cell_size),) * ndim
     if not all(math.isfinite(edge) and edge > 0 for edge in cell_sizes):
-        raise ValueError(f"Simulation cell_size: expected positive cell sizes (m), got {cell_size!r}")
+        raise ConfigurationError(f"Simulation cell_size: expected positive cell sizes (m), got {cell_size!r}")
     return cell_sizes
 
 
@@ -86,9 +87,10 @@ class Grid:
     def __init__(self, size, cell_size):
         size = tuple(float(value) for value in size)
         if not 1 <= len(size) <= 3:
-            raise ValueError(f"Simulation size: expected 1 to 3 extents (m), got {len(size)}: {size}")
+            raise ConfigurationError(f"Simulation size: expected 1 to 3 extents (m), got {len(size)}: {size}")
         if not all(math.isfinite(value) and value > 0 for value in size):
-            raise ValueError(f"Simulation size: every extent must be a positive length (m), got {size}")
+            raise ConfigurationError(
+                f"Simulation size: every extent must be a positive length (m), got {size}")
         cell_sizes = _cell_sizes(cell_size, len(size))
         counts = [max(1, round(length / edge)) for length, edge in zip(size, cell_sizes)]
         for axis, (length, edge, count) in enumerate(zip(size, cell_sizes, counts)):
@@ -100,7 +102,7 @@ class Grid:
                     f"to keep {edge:g} m cells",
                     GridWarning, stacklevel=4)
         if min(counts) < 2:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Simulation cell_size {cell_size} m is coarser than the domain size {size}; "
                 "expected at least 2 cells per axis"
             )
@@ -139,13 +141,13 @@ class Grid:
         """
         position = tuple(float(value) for value in position)
         if len(position) != self.ndim:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{what}: position {position} has {len(position)} coordinates; the simulation is {self.ndim}D"
             )
         for a, value in enumerate(position):
             half = self.size[a] / 2
             if not -half <= value <= half:
-                raise ValueError(
+                raise ConfigurationError(
                     f"{what}: position {position} lies outside the domain "
                     f"[-{half:g}, {half:g}] m along {AXES[a]}"
                 )
@@ -172,12 +174,12 @@ class Grid:
         center = self.check_inside(center, what)
         size = tuple(float(value) for value in size)
         if len(size) != self.ndim or any(value < 0 for value in size):
-            raise ValueError(f"{what}: size {size} must hold {self.ndim} non-negative extents (m)")
+            raise ConfigurationError(f"{what}: size {size} must hold {self.ndim} non-negative extents (m)")
         size = size + (0.0,) * (3 - self.ndim)
         for a in range(self.ndim):
             for corner in (center[a] - size[a] / 2, center[a] + size[a] / 2):
                 if abs(corner) > self.size[a] / 2 * (1 + 1e-9):
-                    raise ValueError(
+                    raise ConfigurationError(
                         f"{what}: the box center {center[: self.ndim]} size {size[: self.ndim]} "
                         f"extends outside the domain along {AXES[a]}"
                     )

@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from common.errors import ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError
 
 from .grid import AXES
 from .materials import AxialConductivity, Structure
@@ -167,7 +167,8 @@ class LumpedPort(DFTMonitor):
         if not (math.isfinite(impedance) and impedance > 0):
             raise ConfigurationError(f"{owner}: impedance must be positive (ohm), got {impedance}")
         if not callable(waveform):
-            raise TypeError(f"{owner}: waveform must be callable on a tensor of times, got {waveform!r}")
+            raise ArgumentTypeError(
+                f"{owner}: waveform must be callable on a tensor of times, got {waveform!r}")
         self._set(
             center=center, size=size, axis=axis, axis_index=index, impedance=impedance, waveform=waveform
         )

@@ -27,6 +27,7 @@ import math
 import torch
 
 from common import checks
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import VACUUM_PERMITTIVITY
 
 
@@ -34,20 +35,20 @@ def _parameter(value, name, owner, positive=True, allow_zero=False):
     """A float or a tensor (kept as is, so that it may require grad), checked for finiteness and sign."""
     if isinstance(value, torch.Tensor):
         if not value.is_floating_point():
-            raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {value.dtype}")
+            raise ArgumentTypeError(f"{owner}: {name} must be a floating-point tensor, got {value.dtype}")
         check = value.detach()
     else:
         try:
             value = float(value)
         except (TypeError, ValueError):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{owner}: {name} must be a number or a tensor, got {type(value).__name__}"
             ) from None
         check = torch.tensor(value)
     checks.finite_cells(value, f"{owner}: {name}")
     if positive and bool((check < 0).any() if allow_zero else (check <= 0).any()):
         bound = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{owner}: {name} must be {bound}, got {value}")
+        raise ConfigurationError(f"{owner}: {name} must be {bound}, got {value}")
     return value
 
 
@@ -222,7 +223,7 @@ class PECSheet(PEC):
         if self.center is None:
             return
         if grid.ndim != 3:
-            raise ValueError(f"{name}: a pec_sheet lies in a 3D simulation; this one is {grid.ndim}D")
+            raise ConfigurationError(f"{name}: a pec_sheet lies in a 3D simulation; this one is {grid.ndim}D")
         for axis in range(grid.ndim):
             if self.size[axis] != 0:
                 continue
@@ -230,7 +231,7 @@ class PECSheet(PEC):
             offset = (self.center[axis] + grid.size[axis] / 2) / spacing
             if abs(offset - round(offset)) > 1e-6:
                 below = -grid.size[axis] / 2 + math.floor(offset) * spacing
-                raise ValueError(
+                raise ConfigurationError(
                     f"{name}: the sheet lies at {'xyz'[axis]} = {self.center[axis]:g} m, "
                     f"{offset - math.floor(offset):.3f} cells past the node plane {below:g} m; a zero extent "
                     f"must lie on a node plane (here {below:g} or {below + spacing:g} m)"
@@ -258,7 +259,7 @@ class AxialConductivity:
 
     def __init__(self, axis, conductivity):
         if axis not in ("x", "y", "z"):
-            raise ValueError(f"AxialConductivity: axis must be 'x', 'y' or 'z', got {axis!r}")
+            raise ConfigurationError(f"AxialConductivity: axis must be 'x', 'y' or 'z', got {axis!r}")
         self.axis = axis
         conductivity = _parameter(conductivity, "conductivity", "AxialConductivity", allow_zero=True)
         self.conductivity = float(conductivity)
@@ -306,12 +307,12 @@ def pec_sheet(center, size, cell_size):
     size = tuple(float(value) for value in size)
     cells = tuple(cell_size) if isinstance(cell_size, (tuple, list)) else (cell_size,) * 3
     if not len(center) == len(size) == len(cells) == 3:
-        raise ValueError(
+        raise ConfigurationError(
             f"pec_sheet: center, size and cell_size need 3 values each, got {center}, {size}, {cells}"
         )
     zero_axes = sum(1 for extent in size if extent == 0)
     if zero_axes not in (1, 2) or any(extent < 0 for extent in size):
-        raise ValueError(
+        raise ConfigurationError(
             f"pec_sheet: size {size} must have one zero extent (a plate) or two (a wire), the others positive"
         )
     half = [
@@ -335,11 +336,11 @@ class Structure:
 
     def __init__(self, geometry, medium):
         if not hasattr(geometry, "contains"):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Structure: geometry must be a common.geometry shape, got {type(geometry).__name__}"
             )
         if not isinstance(medium, (Medium, PEC, AxialConductivity)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "Structure: medium must be a Medium, Drude, Lorentz, PEC or AxialConductivity, "
                 f"got {medium!r}"
             )
@@ -383,7 +384,8 @@ class DesignRegion:
 
     def __init__(self, center, size, permittivity):
         if not isinstance(permittivity, torch.Tensor) or not permittivity.is_floating_point():
-            raise TypeError("DesignRegion: permittivity must be a floating-point tensor (one value per cell)")
+            raise ArgumentTypeError(
+                "DesignRegion: permittivity must be a floating-point tensor (one value per cell)")
         self.center = tuple(float(value) for value in center)
         self.size = tuple(float(value) for value in size)
         self.permittivity = permittivity
@@ -400,7 +402,7 @@ class DesignRegion:
         bad = self.permittivity.detach() <= 0
         if bool(bad.any()):
             cell = tuple(int(index) for index in torch.nonzero(bad)[0])
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: permittivity must be positive in every cell, got "
                 f"{float(self.permittivity.detach()[cell])} at cell {cell}; a negative "
                 "permittivity needs a dispersive medium (Drude, Lorentz)"

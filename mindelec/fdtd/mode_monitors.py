@@ -82,9 +82,9 @@ class ModeMonitor(DFTMonitor):
             tuple(grid.shape) != tuple(self.cross_section.grid.shape)
             or grid.size != self.cross_section.grid.size
         ):
-            raise ValueError(f"{self!r}: its cross-section belongs to another grid")
+            raise ConfigurationError(f"{self!r}: its cross-section belongs to another grid")
         if polarization != self.cross_section.polarization:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: its cross-section is for polarization {self.cross_section.polarization!r}, "
                 f"the simulation's is {polarization!r}"
             )

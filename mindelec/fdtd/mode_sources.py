@@ -298,11 +298,11 @@ class _SheetCurrent(CurrentSource):
 
     def bind(self, grid, polarization):
         if self.component not in ACTIVE_COMPONENTS[(grid.ndim, polarization)]:
-            raise ValueError(f"{self.owner!r}: component {self.component} is not simulated")
+            raise ConfigurationError(f"{self.owner!r}: component {self.component} is not simulated")
         expected = tuple(grid.shape[1:3])
         profile = self.profile.reshape((1,) + expected) if grid.ndim == 3 else self.profile[None, :, None]
         if tuple(profile.shape[1:]) != expected:
-            raise ValueError(f"{self.owner!r}: its cross-section does not belong to this grid")
+            raise ConfigurationError(f"{self.owner!r}: its cross-section does not belong to this grid")
         slices = (slice(self.index, self.index + 1), slice(0, expected[0]), slice(0, expected[1]))
         return slices, _Profile(profile)
 

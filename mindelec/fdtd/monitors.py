@@ -43,7 +43,7 @@ def _check_components(components, grid, polarization, owner):
     active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
     for component in components:
         if component not in active:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{owner}: component {component!r} is not simulated; this {grid.ndim}D "
                 f"simulation has {', '.join(active)}"
             )
@@ -125,7 +125,7 @@ class Monitor:
 
     def __init__(self, name):
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
         self._set(name=name)
 
     def _set(self, **attributes):
@@ -398,7 +398,7 @@ class FluxMonitor(DFTMonitor):
         size = (0.0,) * grid.ndim if self.size is None else tuple(float(value) for value in self.size)
         zeros = [a for a in range(len(size)) if size[a] == 0]
         if len(size) != grid.ndim or len(zeros) != 1:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: size must have {grid.ndim} entries with exactly one 0 (the normal axis)"
             )
         normal = zeros[0]
@@ -423,7 +423,7 @@ class FluxMonitor(DFTMonitor):
         # the plane sits on the integer node along the normal; E_t lives there, H_t half a cell either side
         plane = grid.nearest_index("E" + AXES[tangential[0]], position)[normal]
         if not 1 <= plane <= grid.shape[normal] - 1:
-            raise ValueError(f"{self!r}: the plane must lie at least one cell inside the domain")
+            raise ConfigurationError(f"{self!r}: the plane must lie at least one cell inside the domain")
         box = []
         for a in range(3):
             if a == normal or a >= grid.ndim:
@@ -434,7 +434,7 @@ class FluxMonitor(DFTMonitor):
             start = max(1, math.ceil((low + grid.size[a] / 2) / grid.spacing[a] - 1e-9))
             stop = min(grid.shape[a], math.floor((high + grid.size[a] / 2) / grid.spacing[a] + 1e-9) + 1)
             if stop <= start:
-                raise ValueError(f"{self!r}: the surface covers no grid node along {AXES[a]}")
+                raise ConfigurationError(f"{self!r}: the surface covers no grid node along {AXES[a]}")
             box.append((start, stop))
         return box
 
@@ -488,7 +488,8 @@ class Snapshots(Monitor):
     def __init__(self, name, every, components=("Ez",)):
         super().__init__(name)
         if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"Snapshots({name!r}): every must be a positive number of steps, got {every!r}")
+            raise ConfigurationError(
+                f"Snapshots({name!r}): every must be a positive number of steps, got {every!r}")
         self._set(every=every, components=_as_components(components))
 
     def recorder(self, grid, polarization, dt, dtype, device):

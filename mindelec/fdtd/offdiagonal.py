@@ -56,6 +56,7 @@ from itertools import combinations
 
 import torch
 
+from common.errors import ConfigurationError
 from common.units import VACUUM_PERMITTIVITY
 
 from .boundaries import Periodic
@@ -74,7 +75,7 @@ def check_subpixel(value):
     """``Simulation(subpixel=...)``: False, True (the full tensor) or ``"diagonal"``; else a ValueError."""
     if value is False or value is True or (isinstance(value, str) and value == "diagonal"):
         return value
-    raise ValueError(
+    raise ConfigurationError(
         f"Simulation subpixel: expected False, True (the full smoothed tensor) or 'diagonal' (its diagonal "
         f"only), got {value!r}"
     )

@@ -19,6 +19,8 @@ Lengths are shown in the largest of m, mm, um, nm that keeps the domain at least
 
 import torch
 
+from common.errors import ConfigurationError
+
 from .grid import AXES
 
 _UNITS = ((1.0, "m"), (1e-3, "mm"), (1e-6, "um"), (1e-9, "nm"))
@@ -44,12 +46,12 @@ class _Section:
             self.axes, self.normal, self.position = tuple(range(grid.ndim)), None, None
             return
         if normal not in AXES:
-            raise ValueError(f"Simulation.plot: normal must be 'x', 'y' or 'z' in 3D, got {normal!r}")
+            raise ConfigurationError(f"Simulation.plot: normal must be 'x', 'y' or 'z' in 3D, got {normal!r}")
         self.normal = AXES.index(normal)
         half = grid.size[self.normal] / 2
         self.position = float(position)
         if not -half <= self.position <= half:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Simulation.plot: the plane {normal} = {self.position:g} m lies outside the domain "
                 f"[-{half:g}, {half:g}] m along {normal}"
             )

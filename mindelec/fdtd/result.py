@@ -2,6 +2,8 @@
 
 import torch
 
+from common.errors import UnknownNameError
+
 
 def _write_group(group, data):
     for key, value in data.items():
@@ -34,7 +36,7 @@ class Result:
 
     def __getitem__(self, name):
         if name not in self._monitors:
-            raise KeyError(
+            raise UnknownNameError(
                 f"no monitor named {name!r}; this result has {', '.join(self._monitors) or 'none'}"
             )
         return self._monitors[name]

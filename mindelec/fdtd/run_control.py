@@ -15,6 +15,7 @@ its run reaches the maximum. ``result.steps`` and ``result.times`` show where th
 
 import torch
 
+from common import checks
 from common.errors import ConfigurationError
 from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
@@ -49,7 +50,7 @@ class Decay:
     """
 
     def __init__(self, threshold=1e-5, probe=None, check_every=50):
-        threshold = float(threshold)
+        threshold = checks.positive(threshold, "Decay: threshold")
         if not 0 < threshold < 1:
             raise ConfigurationError(f"Decay: threshold must lie in (0, 1), got {threshold}")
         if not (isinstance(check_every, int) and check_every >= 1):

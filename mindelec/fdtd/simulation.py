@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from common import threads as threads_module
 from common.deprecation import renamed_arguments
-from common.errors import SimulationError
+from common.errors import ArgumentTypeError, ConfigurationError, SimulationError
 
 from . import limits
 from .boundaries import PML, Periodic, per_axis_boundaries
@@ -158,7 +158,7 @@ class Simulation:
         self.subpixel = check_subpixel(subpixel)
         self.compiled = bool(compiled)
         if dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
+            raise ArgumentTypeError(f"Simulation dtype: expected torch.float32 or torch.float64, got {dtype}")
         self.dtype, self.device = dtype, torch.device(device)
         self.polarization = self._check_polarization(polarization)
         self.active = ACTIVE_COMPONENTS[(self.grid.ndim, self.polarization)]
@@ -182,17 +182,20 @@ class Simulation:
         if self.grid.ndim != 2:
             return None
         if polarization not in ("TM", "TE"):
-            raise ValueError(f"Simulation polarization: expected 'TM' or 'TE' in 2D, got {polarization!r}")
+            raise ConfigurationError(
+                f"Simulation polarization: expected 'TM' or 'TE' in 2D, got {polarization!r}")
         return polarization
 
     def _set_materials(self, default_medium, structures, design_regions):
         self.default_medium = Medium() if default_medium is None else default_medium
         if not isinstance(self.default_medium, Medium):
-            raise TypeError(f"Simulation default_medium: expected a Medium, got {self.default_medium!r}")
+            raise ArgumentTypeError(
+                f"Simulation default_medium: expected a Medium, got {self.default_medium!r}")
         self.structures = tuple(structures)
         for structure in self.structures:
             if not isinstance(structure, Structure):
-                raise TypeError(f"Simulation structures: expected Structure objects, got {structure!r}")
+                raise ArgumentTypeError(
+                    f"Simulation structures: expected Structure objects, got {structure!r}")
             check_structure_placement(structure, self.grid)
         self.design_regions = tuple(design_regions)
         self._design_slices = [self._check_design_region(region) for region in self.design_regions]
@@ -218,7 +221,7 @@ class Simulation:
                     isinstance(getattr(medium, name), float) and not medium._pole()
                     for name in ("permittivity", "permeability")
                 ):
-                    raise ValueError(
+                    raise ConfigurationError(
                         f"{source!r}: the default medium must be non-dispersive with float parameters"
                     )
                 source.bind(self.grid, self.polarization, self._pml_x)
@@ -227,7 +230,7 @@ class Simulation:
                 bound.append((source,) + source.bind(self.grid, self.polarization))
                 check_source_placement(source, bound[-1][1], self.grid, self.boundaries)
             else:
-                raise TypeError(
+                raise ArgumentTypeError(
                     "Simulation sources: expected PointDipole, CurrentSource, PlaneWave or TFSFBox, "
                     f"got {source!r}"
                 )
@@ -236,11 +239,11 @@ class Simulation:
     def _time_step(self, dt, courant):
         if dt is None:
             if not 0 < courant <= 1:
-                raise ValueError(f"Simulation courant: expected 0 < courant <= 1, got {courant}")
+                raise ConfigurationError(f"Simulation courant: expected 0 < courant <= 1, got {courant}")
             return courant * self.dt_limit
         dt = float(dt)
         if not 0 < dt <= self.dt_limit:
-            raise ValueError(
+            raise ConfigurationError(
                 f"Simulation dt = {dt:.6g} s is unstable: the Courant limit for this grid "
                 f"and these media is dt <= {self.dt_limit:.6g} s"
             )
@@ -252,9 +255,9 @@ class Simulation:
         names, recorders = set(), []
         for monitor in monitors:
             if not isinstance(monitor, Monitor):
-                raise TypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
+                raise ArgumentTypeError(f"Simulation monitors: expected monitor objects, got {monitor!r}")
             if monitor.name in names:
-                raise ValueError(f"Simulation monitors: two monitors are named {monitor.name!r}")
+                raise ConfigurationError(f"Simulation monitors: two monitors are named {monitor.name!r}")
             names.add(monitor.name)
             recorder = monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
             check_monitor_placement(monitor, recorder, self.grid, self.boundaries)
@@ -284,11 +287,12 @@ class Simulation:
 
     def _check_design_region(self, region):
         if not isinstance(region, DesignRegion):
-            raise TypeError(f"Simulation design_regions: expected DesignRegion objects, got {region!r}")
+            raise ArgumentTypeError(
+                f"Simulation design_regions: expected DesignRegion objects, got {region!r}")
         slices = self.grid.index_range(region.center, region.size, None, repr(region))
         expected = tuple(s.stop - s.start for s in slices[: self.grid.ndim])
         if tuple(region.permittivity.shape) != expected:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{region!r}: permittivity has shape {tuple(region.permittivity.shape)}; the region "
                 f"covers {expected} cells"
             )
@@ -360,13 +364,13 @@ class Simulation:
 
     def _steps(self, until, steps):
         if (until is None) == (steps is None):
-            raise ValueError("Simulation.run: give exactly one of until (s) or steps")
+            raise ConfigurationError("Simulation.run: give exactly one of until (s) or steps")
         if steps is not None:
             if not (isinstance(steps, int) and steps >= 1):
-                raise ValueError(f"Simulation.run: steps must be a positive int, got {steps!r}")
+                raise ConfigurationError(f"Simulation.run: steps must be a positive int, got {steps!r}")
             return steps
         if not until > 0:
-            raise ValueError(f"Simulation.run: until must be a positive time (s), got {until!r}")
+            raise ConfigurationError(f"Simulation.run: until must be a positive time (s), got {until!r}")
         return max(1, math.ceil(until / self.dt - 1e-9))
 
     def _source_values(self, steps):

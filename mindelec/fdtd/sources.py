@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import ACTIVE_COMPONENTS
@@ -34,7 +35,7 @@ class CurrentSource:
 
     def __init__(self, component, waveform, center, size=None, amplitude=1.0):
         if not callable(waveform):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{type(self).__name__}: waveform must be callable on a tensor of times, got {waveform!r}"
             )
         self.component = component
@@ -51,7 +52,7 @@ class CurrentSource:
         """
         active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
         if self.component not in active:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: component {self.component!r} is not simulated; "
                 f"this {grid.ndim}D simulation has {', '.join(active)}"
             )
@@ -107,9 +108,10 @@ class PlaneWave:
 
     def __init__(self, waveform, x0, component="Ez", amplitude=1.0):
         if not callable(waveform):
-            raise TypeError(f"PlaneWave: waveform must be callable on a tensor of times, got {waveform!r}")
+            raise ArgumentTypeError(
+                f"PlaneWave: waveform must be callable on a tensor of times, got {waveform!r}")
         if component not in ("Ez", "Ey"):
-            raise ValueError(
+            raise ConfigurationError(
                 f"PlaneWave: component must be 'Ez' or 'Ey' (propagation along +x), got {component!r}"
             )
         self.waveform = waveform
@@ -122,14 +124,15 @@ class PlaneWave:
         active = ACTIVE_COMPONENTS[(grid.ndim, polarization)]
         magnetic = "Hy" if self.component == "Ez" else "Hz"
         if self.component not in active or magnetic not in active:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{self!r}: needs {self.component} and {magnetic}; this {grid.ndim}D simulation "
                 f"has {', '.join(active)}"
             )
         grid.check_inside((self.x0,) + (0.0,) * (grid.ndim - 1), repr(self))
         index = grid.nearest_index(self.component, (self.x0, 0.0, 0.0))[0]
         if not pml_thickness + 1 <= index <= grid.shape[0] - pml_thickness - 1:
-            raise ValueError(f"{self!r}: the TF/SF plane must lie inside the domain, outside the PML along x")
+            raise ConfigurationError(
+                f"{self!r}: the TF/SF plane must lie inside the domain, outside the PML along x")
         return self.component, magnetic, index
 
     def incident_line(self, grid, polarization, pml_thickness, dt, medium, steps):

@@ -16,6 +16,7 @@ from torch import nn
 
 from common import nn as cnn
 from common import pde
+from common.errors import ConfigurationError
 from mindelec.pinn.potential import POTENTIAL_JET, PointSourcePotential, PotentialTE
 
 __all__ = ["ZeroInitialFields", "default_model"]
@@ -98,7 +99,8 @@ def default_model(
             retarded_time,
         )
     if retarded_time:
-        raise ValueError("default_model: retarded_time needs the potential formulation and radial_softening")
+        raise ConfigurationError(
+            "default_model: retarded_time needs the potential formulation and radial_softening")
     center, scale = _input_normalisation(problem)
     n_inputs, n_outputs = len(problem.inputs), len(problem.outputs)
     if fourier_features:
@@ -127,9 +129,11 @@ def _potential_model(
     center, scale = _input_normalisation(problem)
     radial = {}
     if retarded_time and softening is None:
-        raise ValueError("default_model: retarded_time needs radial_softening (the distance it is over)")
+        raise ConfigurationError(
+            "default_model: retarded_time needs radial_softening (the distance it is over)")
     if retarded_time and problem.permeability is None:
-        raise ValueError("default_model: retarded_time needs a fixed permeability, got a permeability range")
+        raise ConfigurationError(
+            "default_model: retarded_time needs a fixed permeability, got a permeability range")
     if softening is not None:
         source = problem.point_source
         radial_center = [

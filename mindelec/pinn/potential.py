@@ -18,6 +18,7 @@ from torch import nn
 
 from common import autodiff as ad
 from common import nn as cnn
+from common.errors import ConfigurationError
 from mindelec.pinn.sources import PointSource, Scales
 
 __all__ = [
@@ -124,7 +125,8 @@ class PotentialTE(nn.Module):
     ):
         super().__init__()
         if retarded_time and radial_center is None:
-            raise ValueError("PotentialTE: retarded_time needs radial_center (the distance it is taken over)")
+            raise ConfigurationError(
+                "PotentialTE: retarded_time needs radial_center (the distance it is taken over)")
         extra = (radial_center is not None) + bool(retarded_time)
         if (
             not isinstance(network, cnn.MultiScaleMLP)
@@ -132,22 +134,22 @@ class PotentialTE(nn.Module):
             or network.out_features != 1
         ):
             radial = ", s" * (radial_center is not None) + ", t - n s" * bool(retarded_time)
-            raise ValueError(
+            raise ConfigurationError(
                 f"PotentialTE: network must be a MultiScaleMLP with inputs (x, y, t [, parameters]{radial}) "
                 f"and 1 output, got {network!r}"
             )
         if extra and (len(radial_center) != 2 or not radial_softening > 0):
-            raise ValueError(
+            raise ConfigurationError(
                 "PotentialTE: radial_center must be (x, y) and radial_softening positive, got "
                 f"{radial_center!r} and {radial_softening!r}"
             )
         if permittivity_column is not None and not 3 <= permittivity_column < network.in_features:
-            raise ValueError(
+            raise ConfigurationError(
                 f"PotentialTE: permittivity_column must index a parameter input (3 .. "
                 f"{network.in_features - 1}), got {permittivity_column!r}"
             )
         if not all(isinstance(sub.activation, cnn.Sine) for sub in network.subnetworks):
-            raise ValueError(
+            raise ConfigurationError(
                 "PotentialTE: the network's activation must be a sine (forward-mode derivatives)"
             )
         self.network, self.tau, self.amplitude = network, float(tau), float(amplitude)
@@ -171,7 +173,7 @@ class PotentialTE(nn.Module):
     def forward(self, inputs: torch.Tensor, second: bool = True) -> torch.Tensor:
         """Columns :data:`POTENTIAL_JET` ``(B, 10)``; without ``second`` the first four (value, gradient)."""
         if inputs.dim() != 2 or inputs.shape[1] != self.in_features:
-            raise ValueError(
+            raise ConfigurationError(
                 f"PotentialTE expects (B, {self.in_features}) points (x, y, t [, parameters]), got shape "
                 f"{tuple(inputs.shape)}"
             )
@@ -242,7 +244,7 @@ class PointSourcePotential(nn.Module):
     def __init__(self, source: PointSource, scales: Scales, cutoff: float | None = 0.1):
         super().__init__()
         if cutoff is not None and not cutoff > 0:
-            raise ValueError(f"PointSourcePotential: cutoff must be positive or None, got {cutoff!r}")
+            raise ConfigurationError(f"PointSourcePotential: cutoff must be positive or None, got {cutoff!r}")
         self.source, self.scales, self.cutoff = source, scales, cutoff
         self.center = tuple((p - o) / scales.length for p, o in zip(source.position, scales.origin))
         self.sigma = source.radius / scales.length
@@ -334,7 +336,7 @@ def wave_potential_residual(
         source: optional (B,) magnetic current density Mz (dimensionless, as in :func:`maxwell_te_residual`).
     """
     if jet.dim() != 2 or jet.shape[1] != len(POTENTIAL_JET):
-        raise ValueError(
+        raise ConfigurationError(
             f"wave_potential_residual: jet must be (B, {len(POTENTIAL_JET)}), got {tuple(jet.shape)}"
         )
     residual = permittivity * permeability * jet[:, _pair(2, 2)] - jet[:, _pair(0, 0)] - jet[:, _pair(1, 1)]

@@ -14,6 +14,7 @@ import torch
 
 from common import geometry as geo
 from common import pde
+from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 from mindelec.pinn.potential import (
     POTENTIAL_JET,
@@ -42,7 +43,7 @@ def _parameter(value, name: str, parameters: dict, columns: list):
         parameters[name] = (low, high)
         return None
     if not float(value) > 0:
-        raise ValueError(f"PointSourceSetup: {name} must be positive, got {value!r}")
+        raise ConfigurationError(f"PointSourceSetup: {name} must be positive, got {value!r}")
     return float(value)
 
 
@@ -60,17 +61,17 @@ def _domains(setup: PointSourceSetup, scales: Scales):
 def _check_formulation(setup: PointSourceSetup, formulation: str, absorbing_order: int) -> None:
     """Refuse a formulation or absorbing order that :func:`point_source_problem` does not offer."""
     if formulation not in ("fields", "potential"):
-        raise ValueError(
+        raise ConfigurationError(
             f"point_source_problem: formulation must be 'fields' or 'potential', got {formulation!r}"
         )
     potential = formulation == "potential"
     if absorbing_order not in (1, 2) or (absorbing_order == 2 and not potential):
-        raise ValueError(
+        raise ConfigurationError(
             "point_source_problem: absorbing_order must be 1, or 2 with formulation='potential', got "
             f"{absorbing_order!r} with formulation={formulation!r}"
         )
     if potential and setup.polarization != "TE":
-        raise ValueError(
+        raise ConfigurationError(
             "point_source_problem: the potential formulation needs polarization 'TE', "
             f"got {setup.polarization!r}"
         )
@@ -171,7 +172,8 @@ def point_source_problem(
         ``(problem, scales)``.
     """
     if setup.polarization not in ("TE", "TM"):
-        raise ValueError(f"PointSourceSetup: polarization must be 'TE' or 'TM', got {setup.polarization!r}")
+        raise ConfigurationError(
+            f"PointSourceSetup: polarization must be 'TE' or 'TM', got {setup.polarization!r}")
     scales = setup.scales()
     source = setup.source()
     space_time, near_source = _domains(setup, scales)

@@ -18,6 +18,7 @@ from torch import nn
 
 from common import pde
 from common.deprecation import renamed_arguments
+from common.errors import ConfigurationError
 from common.units import VACUUM_IMPEDANCE
 from mindelec.pinn.sources import PointSourceSetup, Scales
 
@@ -98,7 +99,7 @@ def fdtd_reference(
     from mindelec import fdtd
 
     if isinstance(setup.permittivity, (tuple, list)) or isinstance(setup.permeability, (tuple, list)):
-        raise ValueError("fdtd_reference: give one permittivity and permeability value, not a range")
+        raise ConfigurationError("fdtd_reference: give one permittivity and permeability value, not a range")
     extent = [u - lo for lo, u in zip(setup.lower, setup.upper)]
     cells = [round(e / cell_size) for e in extent]
     spacing = [e / n for e, n in zip(extent, cells)]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from common import autodiff as ad
+from common.errors import ConfigurationError
 
 __all__ = [
     "helmholtz_residual",
@@ -28,7 +29,7 @@ __all__ = [
 def _columns(fields: torch.Tensor, points: torch.Tensor, count: int, name: str) -> torch.Tensor:
     """Jacobian (B, count, d) of the first ``count`` field columns, validated."""
     if fields.dim() != 2 or fields.shape[1] < count:
-        raise ValueError(
+        raise ConfigurationError(
             f"{name}: fields must be (B, {count}) network outputs, got shape {tuple(fields.shape)}"
         )
     return ad.jacobian(fields[:, :count], points)
@@ -44,7 +45,8 @@ def _terms(points, fields, permittivity, permeability, current, count: int, name
     if current is None:
         sources = [0.0] * count
     elif current.shape != (len(points), count):
-        raise ValueError(f"{name}: current must be ({len(points)}, {count}), got {tuple(current.shape)}")
+        raise ConfigurationError(
+            f"{name}: current must be ({len(points)}, {count}), got {tuple(current.shape)}")
     else:
         sources = [current[:, i] for i in range(count)]
     jac = _columns(fields, points, count, name)
@@ -150,7 +152,7 @@ def mur_residual(points, fields, normals, speed=1.0, components: Sequence[int] |
     components = list(range(fields.shape[1])) if components is None else list(components)
     space = normals.shape[1]
     if points.shape[1] <= space:
-        raise ValueError(
+        raise ConfigurationError(
             f"mur_residual: points need {space} space columns and a time column, "
             f"got shape {tuple(points.shape)}"
         )
@@ -178,7 +180,7 @@ def helmholtz_residual(points, fields, wavenumber, permittivity=1.0, source=None
         Tuple of two (B,) residuals (real, imaginary).
     """
     if fields.dim() != 2 or fields.shape[1] != 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"helmholtz_residual: fields must be (B, 2) (real, imaginary), got {tuple(fields.shape)}"
         )
     k2 = wavenumber**2 * _material(permittivity, points)

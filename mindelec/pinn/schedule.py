@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from torch import nn
 
-from common import pde
+from common import checks, pde
 from common.deprecation import renamed_arguments, warn_deprecated
+from common.errors import ConfigurationError
 from mindelec.pinn.potential import PotentialTE
 from mindelec.pinn.problems import point_source_problem
 from mindelec.pinn.reference import FDTDReference
@@ -51,16 +52,16 @@ class Schedule:
 
     def __post_init__(self):
         for name in ("steps", "windows"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Schedule: {name} must be a positive integer, got {value!r}")
+            checks.positive_int(getattr(self, name), f"Schedule: {name}")
+        for name in ("learning_rate", "whole_fraction", "final_factor"):
+            checks.positive(getattr(self, name), f"Schedule: {name}")
         if not 0 < self.whole_fraction <= 1 or (self.windows == 1 and self.whole_fraction != 1):
-            raise ValueError(
+            raise ConfigurationError(
                 f"Schedule: whole_fraction must be in (0, 1] (1 with windows=1), got {self.whole_fraction!r} "
                 f"with windows={self.windows}"
             )
         if not (self.learning_rate > 0 and 0 < self.final_factor <= 1):
-            raise ValueError(
+            raise ConfigurationError(
                 "Schedule: learning_rate must be positive and final_factor in (0, 1], got "
                 f"{self.learning_rate!r}, {self.final_factor!r}"
             )
@@ -69,7 +70,8 @@ class Schedule:
             or not isinstance(self.warmup, int)
             or not 0 <= self.warmup < self.steps
         ):
-            raise ValueError(f"Schedule: warmup must be an integer in [0, steps), got {self.warmup!r}")
+            raise ConfigurationError(
+                f"Schedule: warmup must be an integer in [0, steps), got {self.warmup!r}")
 
     def phases(self) -> list[tuple[float, int]]:
         """``(fraction of T, steps)`` of every phase, in order; the steps add up to :attr:`steps`."""
@@ -238,10 +240,12 @@ def freeze_early_layers(model: nn.Module, layers: int) -> list[nn.Parameter]:
     """
     network = next((module for module in model.modules() if hasattr(module, "subnetworks")), None)
     if network is None:
-        raise ValueError(f"freeze_early_layers: {type(model).__name__} holds no MultiScaleMLP to freeze")
+        raise ConfigurationError(
+            f"freeze_early_layers: {type(model).__name__} holds no MultiScaleMLP to freeze")
     depth = min(len(sub.hidden) for sub in network.subnetworks)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= depth:
-        raise ValueError(f"freeze_early_layers: layers must be an integer in [0, {depth}], got {layers!r}")
+        raise ConfigurationError(
+            f"freeze_early_layers: layers must be an integer in [0, {depth}], got {layers!r}")
     frozen = [p for sub in network.subnetworks for layer in sub.hidden[:layers] for p in layer.parameters()]
     for parameter in frozen:
         parameter.requires_grad_(False)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from common.errors import ArgumentTypeError, ConfigurationError
 from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 
 __all__ = ["FIELDS", "PointSource", "PointSourceSetup", "Scales"]
@@ -88,9 +89,9 @@ class PointSource:
         self.position = tuple(float(value) for value in position)
         self.radius = float(radius)
         if not self.radius > 0:
-            raise ValueError(f"PointSource: radius must be a positive length (m), got {radius!r}")
+            raise ConfigurationError(f"PointSource: radius must be a positive length (m), got {radius!r}")
         if not callable(waveform):
-            raise TypeError(f"PointSource: waveform must be callable on times (s), got {waveform!r}")
+            raise ArgumentTypeError(f"PointSource: waveform must be callable on times (s), got {waveform!r}")
         self.waveform, self.amplitude = waveform, float(amplitude)
 
     def profile(self, space: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ except ImportError:  # no flock (Windows): members are trained in order, one pro
 
 import torch
 
+from common.errors import ConfigurationError, MissingFileError, UnknownNameError
 from mindelec.surrogate.fields import ConvAutoencoder
 from mindelec.surrogate.sparameters import SParameterSurrogate, load_sweep
 from mindelec.surrogate.training import db, fit, relative_error
@@ -77,7 +78,7 @@ def design_split(
     """
     ids = torch.as_tensor(list(sample_ids), dtype=torch.long)
     if not (0 <= test_fraction < 1 and 0 < extrapolation_quantile <= 1) or len(ids) != len(parameters):
-        raise ValueError(
+        raise ConfigurationError(
             "design_split: need 0 <= test_fraction < 1, 0 < extrapolation_quantile <= 1 and one id per "
             f"design; got {test_fraction}, {extrapolation_quantile}, {len(ids)} ids for {len(parameters)} "
             "designs"
@@ -90,7 +91,7 @@ def design_split(
     order = inside[torch.randperm(len(inside), generator=torch.Generator().manual_seed(seed))]
     tested = round(test_fraction * len(inside))
     if len(inside) - tested < 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"design_split: {len(ids)} designs leave {len(inside) - tested} for training; need 2"
         )
     return {
@@ -106,7 +107,7 @@ def _stored_split(folder: pathlib.Path, split: dict) -> dict:
     if path.exists():
         stored = json.loads(path.read_text())
         if stored != split:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{path}: the stored split differs from this run's (other data or split options); "
                 "use a new run folder"
             )
@@ -133,7 +134,7 @@ class Ensemble:
 
     def __init__(self, members: Sequence[SParameterSurrogate], split: dict):
         if not members:
-            raise ValueError("Ensemble: needs at least one member")
+            raise ConfigurationError("Ensemble: needs at least one member")
         self.members, self.split = list(members), split
 
     @property
@@ -154,7 +155,7 @@ class Ensemble:
         folder = pathlib.Path(folder)
         paths = sorted(folder.glob("member_*.model.pt"))
         if not paths:
-            raise FileNotFoundError(f"{folder}: no trained member (member_*.model.pt)")
+            raise MissingFileError(f"{folder}: no trained member (member_*.model.pt)")
         split = json.loads((folder / SPLIT_FILE).read_text())
         return cls([SParameterSurrogate.load(path) for path in paths], split)
 
@@ -201,7 +202,7 @@ def train_ensemble(
     )
     if train_limit is not None:
         if not 2 <= train_limit <= len(split["train"]):
-            raise ValueError(
+            raise ConfigurationError(
                 f"train_ensemble: train_limit must be in [2, {len(split['train'])}], got {train_limit}"
             )
         split = {**split, "train": split["train"][:train_limit]}
@@ -286,7 +287,7 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = 
     split = ensemble.split
     ids, train = split.get(subset, []), set(split["train"])
     if subset == "train" or not ids or train.intersection(ids):
-        raise ValueError(
+        raise ConfigurationError(
             f"evaluate: subset {subset!r} must be a non-empty held-out set of the split "
             "(never training designs)"
         )
@@ -379,7 +380,7 @@ def inverse_design(
     names = ensemble.members[0].parameter_names
     frequencies = ensemble.frequencies
     if set(bounds) != set(names) or not float(frequencies[0]) <= target <= float(frequencies[-1]):
-        raise ValueError(
+        raise ConfigurationError(
             f"inverse_design: bounds must name exactly {names} and the target {target} Hz lie in the band "
             f"{float(frequencies[0]):.4g} .. {float(frequencies[-1]):.4g} Hz"
         )
@@ -395,7 +396,7 @@ def inverse_design(
         if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
             lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
         if name not in names or lowest > highest:
-            raise ValueError(
+            raise ConfigurationError(
                 f"inverse_design: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
                 f"inside its bounds {bounds.get(name)}"
             )
@@ -448,12 +449,12 @@ def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: 
     names = ensemble.members[0].parameter_names
     missing = [name for name in names if name not in parameters]
     if missing:
-        raise KeyError(f"check_patch_design: the design lacks {missing}; the ensemble takes {names}")
+        raise UnknownNameError(f"check_patch_design: the design lacks {missing}; the ensemble takes {names}")
     frequencies = PatchSetup(**(generator_options or {})).frequencies  # refused before the FDTD runs
     if frequencies.shape != ensemble.frequencies.shape or not torch.allclose(
         frequencies, ensemble.frequencies.to(frequencies), rtol=1e-9
     ):
-        raise ValueError(
+        raise ConfigurationError(
             f"check_patch_design: the FDTD's {len(frequencies)} frequencies ({float(frequencies[0]):.4g} .. "
             f"{float(frequencies[-1]):.4g} Hz) are not the ensemble's; pass the recipe's generator options"
         )
@@ -478,7 +479,8 @@ def check_patch_design(ensemble: Ensemble, parameters: dict, generator_options: 
 def _layers(voxels: torch.Tensor) -> torch.Tensor:
     """``(N, C, nx, ny, nz)`` -> ``(N, C nz, nx, ny)``: the z layers of every channel as 2D channels."""
     if voxels.dim() != 5:
-        raise ValueError(f"voxel_autoencoder: voxels must be (N, C, nx, ny, nz), got {tuple(voxels.shape)}")
+        raise ConfigurationError(
+            f"voxel_autoencoder: voxels must be (N, C, nx, ny, nz), got {tuple(voxels.shape)}")
     count, channels, nx, ny, nz = voxels.shape
     return voxels.permute(0, 1, 4, 2, 3).reshape(count, channels * nz, nx, ny)
 

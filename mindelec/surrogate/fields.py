@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from common import checks
+from common.errors import ConfigurationError
 from mindelec.surrogate.sparameters import sweep_columns
 
 __all__ = ["FieldSurrogate", "load_field_dataset", "ConvAutoencoder"]
@@ -43,7 +45,9 @@ class FieldSurrogate(nn.Module):
 
     def __init__(self, width: int = 16, levels: int = 3, permittivity_scale: float = 3.0):
         super().__init__()
-        self.levels, self.permittivity_scale = int(levels), float(permittivity_scale)
+        checks.positive_int(width, "FieldSurrogate: width (channels)")
+        self.levels = checks.positive_int(levels, "FieldSurrogate: levels")
+        self.permittivity_scale = checks.positive(permittivity_scale, "FieldSurrogate: permittivity_scale")
         self.options = {"width": width, "levels": levels, "permittivity_scale": permittivity_scale}
         channels = [width * 2**level for level in range(levels + 1)]
         self.stem = _conv_block(3, channels[0])
@@ -63,7 +67,7 @@ class FieldSurrogate(nn.Module):
 
     def forward(self, permittivity: torch.Tensor) -> torch.Tensor:
         if permittivity.dim() != 3:
-            raise ValueError(
+            raise ConfigurationError(
                 f"FieldSurrogate expects permittivity (B, H, W), got {tuple(permittivity.shape)}"
             )
         dtype = self.head.weight.dtype
@@ -98,7 +102,7 @@ def load_field_dataset(path) -> dict:
     table = sweep_columns(path, ["permittivity", "field_real", "field_imag", "frequency"])
     frequency = np.unique(np.asarray(table["frequency"], dtype=np.float64))
     if len(frequency) != 1:
-        raise ValueError(f"field file {os.fspath(path)!r} mixes frequencies {frequency.tolist()} Hz")
+        raise ConfigurationError(f"field file {os.fspath(path)!r} mixes frequencies {frequency.tolist()} Hz")
     field = np.asarray(table["field_real"]) + 1j * np.asarray(table["field_imag"])
     return {
         "permittivity": torch.as_tensor(np.asarray(table["permittivity"], dtype=np.float64)),
@@ -130,7 +134,10 @@ class ConvAutoencoder(nn.Module):
 
     def __init__(self, channels: int = 1, latent_channels: int = 4, width: int = 16, levels: int = 3):
         super().__init__()
-        self.channels, self.latent_channels, self.levels = int(channels), int(latent_channels), int(levels)
+        self.channels = checks.positive_int(channels, "ConvAutoencoder: channels")
+        self.latent_channels = checks.positive_int(latent_channels, "ConvAutoencoder: latent_channels")
+        self.levels = checks.positive_int(levels, "ConvAutoencoder: levels")
+        checks.positive_int(width, "ConvAutoencoder: width (channels)")
         widths = [width * 2**level for level in range(levels)]
         encoder, decoder = [], []
         previous = channels
@@ -164,7 +171,7 @@ class ConvAutoencoder(nn.Module):
             or grid.shape[2] % factor
             or grid.shape[3] % factor
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"ConvAutoencoder expects (B, {self.channels}, H, W) with H and W multiples of "
                 f"{factor}, got {tuple(grid.shape)}"
             )

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.errors import ConfigurationError, MissingFileError, UnknownNameError
 from common.nn import MLP
 from mindelec.surrogate.training import db, fit
 
@@ -22,20 +23,20 @@ def sweep_columns(path, keys) -> dict[str, np.ndarray]:
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"sweep file {path!r} does not exist")
+        raise MissingFileError(f"sweep file {path!r} does not exist")
     table = read_table(path)
     missing = [key for key in keys if key not in table]
     if missing:
-        raise KeyError(f"sweep file {path!r} has no column(s) {missing}; it has {sorted(table)}")
+        raise UnknownNameError(f"sweep file {path!r} has no column(s) {missing}; it has {sorted(table)}")
     if len(table[keys[0]]) == 0:
-        raise ValueError(f"sweep file {path!r} holds no samples")
+        raise ConfigurationError(f"sweep file {path!r} holds no samples")
     return table
 
 
 def _common_axis(table, key, path) -> np.ndarray:
     axis = np.asarray(table[key], dtype=np.float64)
     if axis.ndim != 2 or not np.array_equal(axis, np.broadcast_to(axis[0], axis.shape)):
-        raise ValueError(
+        raise ConfigurationError(
             f"sweep file {os.fspath(path)!r}: the rows of {key!r} differ; the samples must share one "
             "frequency axis"
         )
@@ -89,7 +90,7 @@ def _frequency_reference(reference: str | None, parameter_names: tuple, conditio
     from common.datasets.recipe import resolve_function
 
     if conditioning != "frequency":
-        raise ValueError("SParameterSurrogate: frequency_reference needs conditioning='frequency'")
+        raise ConfigurationError("SParameterSurrogate: frequency_reference needs conditioning='frequency'")
     function = resolve_function(reference)
     arguments = [
         name
@@ -99,7 +100,7 @@ def _frequency_reference(reference: str | None, parameter_names: tuple, conditio
     ]
     missing = [name for name in arguments if name not in parameter_names]
     if missing:
-        raise ValueError(
+        raise ConfigurationError(
             f"SParameterSurrogate: frequency_reference {reference!r} needs the parameters {missing}, "
             f"which are not among the model's inputs {parameter_names}"
         )
@@ -108,7 +109,7 @@ def _frequency_reference(reference: str | None, parameter_names: tuple, conditio
         probe = function(**{name: torch.ones(1, dtype=torch.float64) for name in columns})
         count = torch.as_tensor(probe).reshape(1, -1).shape[1]
     except Exception as error:
-        raise ValueError(
+        raise ConfigurationError(
             f"SParameterSurrogate: frequency_reference {reference!r} failed on unit inputs ({error}); it "
             "must map (B,) parameter columns to (B,) or (B, M) frequencies (Hz)"
         ) from error
@@ -163,19 +164,19 @@ class SParameterSurrogate(nn.Module):
         if conditioning not in ("frequency", "none") or not (
             isinstance(frequency_features, int) and frequency_features >= 0
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 "SParameterSurrogate: conditioning must be 'frequency' or 'none' and frequency_features a "
                 f"non-negative integer, got {conditioning!r}, {frequency_features!r}"
             )
         self.parameter_names, self.outputs = tuple(parameter_names), tuple(outputs)
         if not self.parameter_names or not self.outputs:
-            raise ValueError("SParameterSurrogate: parameter_names and outputs must not be empty")
+            raise ConfigurationError("SParameterSurrogate: parameter_names and outputs must not be empty")
         self.reference, self.reference_columns, self.reference_count = _frequency_reference(
             frequency_reference, self.parameter_names, conditioning
         )
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1)
         if len(frequencies) > 1 and not bool((frequencies.diff() > 0).all()):
-            raise ValueError("SParameterSurrogate: frequencies must be strictly increasing (Hz)")
+            raise ConfigurationError("SParameterSurrogate: frequencies must be strictly increasing (Hz)")
         self.options = {
             "hidden_features": hidden_features,
             "hidden_layers": hidden_layers,
@@ -210,7 +211,7 @@ class SParameterSurrogate(nn.Module):
         frequencies = torch.as_tensor(frequencies, dtype=torch.float64).reshape(-1).cpu()
         mine = self.frequencies.cpu()
         if frequencies.shape != mine.shape or not torch.allclose(frequencies, mine, rtol=1e-9, atol=0.0):
-            raise ValueError(
+            raise ConfigurationError(
                 f"{source}: its frequency axis ({len(frequencies)} points, {float(frequencies[0]):.6g} .. "
                 f"{float(frequencies[-1]):.6g} Hz) does not match the model's ({len(mine)} points, "
                 f"{float(mine[0]):.6g} .. {float(mine[-1]):.6g} Hz); resample the data or train a new model"
@@ -228,7 +229,7 @@ class SParameterSurrogate(nn.Module):
         """``(N, F, K)`` complex -> ``(N, F, K, 2)`` standardised features in the model's dtype."""
         expected = (len(self.frequencies), len(self.outputs))
         if s.dim() != 3 or tuple(s.shape[1:]) != expected:
-            raise ValueError(
+            raise ConfigurationError(
                 f"encode_targets: s must have shape (N, {expected[0]}, {expected[1]}) (frequencies, "
                 f"{self.outputs}), got {tuple(s.shape)}"
             )
@@ -237,7 +238,7 @@ class SParameterSurrogate(nn.Module):
 
     def forward(self, parameters: torch.Tensor) -> torch.Tensor:
         if parameters.dim() != 2 or parameters.shape[1] != len(self.parameter_names):
-            raise ValueError(
+            raise ConfigurationError(
                 f"SParameterSurrogate expects parameters (B, {len(self.parameter_names)}) "
                 f"{self.parameter_names}, got shape {tuple(parameters.shape)}"
             )
@@ -267,7 +268,7 @@ class SParameterSurrogate(nn.Module):
         if reference.shape[1] != self.reference_count or not bool(
             (torch.isfinite(reference) & (reference > 0)).all()
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"SParameterSurrogate: {self.options['frequency_reference']} gave {reference.shape[1]} "
                 f"frequency scales per design (the model was built for {self.reference_count}), or a "
                 "non-positive or non-finite one"
@@ -347,7 +348,7 @@ def train_sparameter_surrogate(
         model.set_normalization(sweep["parameters"], sweep["s"])
     else:
         if tuple(parameter_names) != model.parameter_names or tuple(outputs) != model.outputs:
-            raise ValueError(
+            raise ConfigurationError(
                 f"sweep {os.fspath(path)!r}: parameters {tuple(parameter_names)} and outputs "
                 f"{tuple(outputs)} differ from the model's {model.parameter_names}, {model.outputs}"
             )

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from common.deprecation import renamed_arguments
+from common.errors import ConfigurationError, NonFiniteResultError
 from common.training import History, TrainingLoop
 
 __all__ = ["fit", "relative_error", "db"]
@@ -18,11 +19,11 @@ __all__ = ["fit", "relative_error", "db"]
 
 def _split(count: int, validation_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     if not 0 <= validation_fraction < 1:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+        raise ConfigurationError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
     validation = round(validation_fraction * count)
     if count - validation < 1:
-        raise ValueError(f"fit: {count} samples leave none for training")
+        raise ConfigurationError(f"fit: {count} samples leave none for training")
     return order[validation:], order[:validation]
 
 
@@ -96,9 +97,9 @@ def _threads(threads, context) -> int | None:
 
 def _check_arguments(inputs, targets, epochs) -> None:
     if len(inputs) != len(targets):
-        raise ValueError(f"fit: inputs hold {len(inputs)} samples but targets {len(targets)}")
+        raise ConfigurationError(f"fit: inputs hold {len(inputs)} samples but targets {len(targets)}")
     if not (isinstance(epochs, int) and epochs >= 1):
-        raise ValueError(f"fit: epochs must be a positive integer, got {epochs!r}")
+        raise ConfigurationError(f"fit: epochs must be a positive integer, got {epochs!r}")
 
 
 @renamed_arguments(lr="learning_rate", lr_decay="learning_rate_decay")
@@ -205,7 +206,7 @@ def fit(
     finally:
         loop.close()
     if loop.best_state is None:
-        raise FloatingPointError(
+        raise NonFiniteResultError(
             f"fit: every epoch's loss was nan or inf (last {history['loss'][-1]}); "
             "lower lr or check the data for nan"
         )
@@ -218,7 +219,7 @@ def fit(
 def relative_error(prediction: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """Per-sample relative L2 error ``||prediction - reference|| / ||reference||``: ``(B, ...) -> (B,)``."""
     if prediction.shape != reference.shape:
-        raise ValueError(
+        raise ConfigurationError(
             f"relative_error: prediction {tuple(prediction.shape)} and reference "
             f"{tuple(reference.shape)} differ in shape"
         )

@@ -53,7 +53,7 @@ def test_branches_keep_the_builtin_bases_old_callers_catch():
 
 # bad values tried for each parameter of a public callable that can be called with its defaults alone
 _BAD_VALUES = {int: (-1, 0, 2.5, "bad"), float: (float("nan"), -1.0, "bad"), bool: ("bad",), str: ("",)}
-_WALKED_PACKAGES = ("common", "mindsponge")
+_WALKED_PACKAGES = ("common", "mindelec", "mindsponge")
 
 
 def _public_callables():
@@ -112,3 +112,11 @@ def test_named_bad_inputs_raise_the_suites_errors():
     with pytest.raises(ArgumentTypeError, match="callable") as error:
         ms.colvar.FunctionColvar("not a function")
     assert isinstance(error.value, TypeError)  # old `except TypeError` clauses still catch it
+    from mindelec import fdtd
+
+    with pytest.raises(ConfigurationError, match="FieldProbe: name must be a non-empty string"):
+        fdtd.FieldProbe(name="", position=(0.0, 0.0))
+    with pytest.raises(ConfigurationError, match="positive cell sizes"):
+        fdtd.Grid(size=(1.0, 1.0), cell_size=-1)
+    with pytest.raises(ConfigurationError, match="PML: thickness"):
+        fdtd.PML(thickness=0)
