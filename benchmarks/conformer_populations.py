@@ -6,11 +6,13 @@ trained on samples that all start from that one geometry has never seen gauche, 
 populations are wrong without a sign. This script measures that, and the fix: samples started from
 every conformer of RDKit's ETKDG ensemble (``xtb_sample``'s default ``conformers=10``).
 
-1. Reference: Langevin MD under GFN2-xTB (tblite) at 300 K, several independent trajectories.
+1. Reference: Langevin MD under GFN2-xTB (tblite) at 300 K, several independent trajectories
+   started in turn from each conformer of the ETKDG ensemble (anti, gauche+, gauche-), so that the
+   populations do not depend on which basin one trajectory starts in.
 2. Two datasets of ``xtb_sample`` labels (GFN2-xTB MD of 40 steps at 300-600 K): from the conformer
    ensemble, and from the single geometry (``conformers=1``, the old default).
 3. One ACENet per dataset, trained for the same wall-clock budget.
-4. Learned MD of the same length, the trajectories run as batched replicas.
+4. Learned MD of the same length from the same starts, the trajectories run as batched replicas.
 
 Printed: the gauche fraction (|O-C-C-F| < 120 degrees) of each, with the standard error over
 trajectories, and last the difference learned (ensemble data) - GFN2-xTB in percentage points.
@@ -58,8 +60,8 @@ seed = 0
 path = "fluoroethanol_{name}.h5"
 """
 SIZES = {  # trajectories x ps for the reference and the learned MD, samples per dataset, training budget s
-    "full": {"trajectories": 4, "picoseconds": 25.0, "samples": 400, "budget": 300.0},
-    "quick": {"trajectories": 2, "picoseconds": 4.0, "samples": 96, "budget": 45.0},
+    "full": {"trajectories": 6, "picoseconds": 20.0, "samples": 400, "budget": 300.0},
+    "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0},
 }
 
 
@@ -70,9 +72,13 @@ def gauche_fraction(torsions: np.ndarray) -> tuple[float, float]:
     return float(gauche.mean()), float(error)
 
 
-def molecule_atoms():
-    structure = ms.molecules.from_smiles(SMILES)
-    return structure, ase.Atoms(numbers=structure.atomic_numbers, positions=10.0 * structure.positions)
+def starts(count: int):
+    """The first structure, its ``ase.Atoms``, and ``count`` starting positions ``(count, N, 3)`` nm that
+    cycle through the conformer ensemble."""
+    ensemble = ms.molecules.conformers(f"smiles:{SMILES}")
+    first = ensemble[0]
+    atoms = ase.Atoms(numbers=first.atomic_numbers, positions=10.0 * first.positions)
+    return first, atoms, np.stack([ensemble[index % len(ensemble)].positions for index in range(count)])
 
 
 def run_md(potential, system, count: int, steps: int, seed: int) -> np.ndarray:
@@ -88,13 +94,13 @@ def run_md(potential, system, count: int, steps: int, seed: int) -> np.ndarray:
 
 def reference(size: dict) -> np.ndarray:
     """GFN2-xTB torsions ``(T, R)``; each trajectory cached as it finishes."""
-    structure, atoms = molecule_atoms()
+    structure, atoms, positions = starts(size["trajectories"])
     steps = int(round(size["picoseconds"] / TIMESTEP))
     columns = []
     for trajectory in range(size["trajectories"]):
         path = OUTPUT / f"xtb_{size['picoseconds']:g}ps_{trajectory}.npy"
         if not path.exists():
-            system = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(structure.positions))
+            system = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(positions[trajectory]))
             start = time.perf_counter()
             values = run_md(ms.labels.XTB(structure.atomic_numbers), system, 1, steps, seed=trajectory)
             np.save(path, values[:, 0])
@@ -128,10 +134,9 @@ def learned(name: str, model, size: dict) -> np.ndarray:
     """Learned-MD torsions ``(T, R)``: the trajectories as batched replicas, cached."""
     path = OUTPUT / f"learned_{name}_{size['samples']}_{size['picoseconds']:g}ps.npy"
     if not path.exists():
-        structure, atoms = molecule_atoms()
         count = size["trajectories"]
-        molecule = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(structure.positions))
-        system = replicate(molecule, count)
+        structure, atoms, positions = starts(count)
+        system = replicate(ms.System.from_ase(atoms), count, positions=torch.as_tensor(positions))
         potential = model.double().bind(torch.as_tensor(structure.atomic_numbers), replicas=count)
         steps = int(round(size["picoseconds"] / TIMESTEP))
         np.save(path, run_md(potential, system, count, steps, seed=100))
