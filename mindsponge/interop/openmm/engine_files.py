@@ -109,7 +109,8 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
     Args:
         top: path of the GROMACS topology. ``#include``\\ d files are looked for next to the file that
             includes them, then in ``include_dir``.
-        gro: path of the matching coordinates; its box (the last line) is the system's box.
+        gro: path of the matching coordinates; its box (the last line) is the system's box (a box
+            line of zeros: no periodic box).
         include_dir: the folder holding the force-field files the topology includes (GROMACS's
             ``share/gromacs/top``, or a folder with ``amber99sb-ildn.ff/``...); by default OpenMM's
             guess of the GROMACS installation. OpenMM's ``GromacsTopFile`` searches one such folder.
@@ -129,7 +130,7 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
             count differs from the topology's (both named).
         UnknownNameError, ConfigurationError, UnsupportedOpenMMForceError: as :func:`load_amber`.
     """
-    from openmm import app
+    from openmm import app, unit
 
     top = _check_file(top, "GROMACS topology (top)")
     gro = _check_file(gro, "GROMACS coordinate (gro)")
@@ -138,9 +139,11 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
         if not os.path.isdir(include_dir):
             raise MissingFileError(f"GROMACS include folder not found: {include_dir!r}")
     coordinates = _read(app.GromacsGroFile, gro, "GROMACS coordinate (gro)")
-    topology_file = _read(app.GromacsTopFile, top, "GROMACS topology (top)",
-                          periodicBoxVectors=coordinates.getPeriodicBoxVectors(), includeDir=include_dir,
-                          defines=defines)
+    box = coordinates.getPeriodicBoxVectors()
+    if box is not None and not any(any(vector) for vector in box.value_in_unit(unit.nanometer)):
+        box = None  # an all-zero box line: a system without periodicity
+    topology_file = _read(app.GromacsTopFile, top, "GROMACS topology (top)", periodicBoxVectors=box,
+                          includeDir=include_dir, defines=defines)
     _check_counts(top, topology_file.topology.getNumAtoms(), gro, len(coordinates.positions))
     openmm_system = _create_system(topology_file, top, "load_gromacs", system_options)
     return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype)
