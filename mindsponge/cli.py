@@ -11,8 +11,13 @@ reported with its file, line and key) describes a complete simulation::
 
     [system.water_box]               # or: [system] pdb = "protein.pdb"
     n_molecules = 216                #     [system] pdb = "x.pdb", openmm_xml = "system.xml"
+                                     #     [system] prmtop = "x.prmtop", inpcrd = "x.inpcrd" (Amber)
+                                     #     [system] top = "x.top", gro = "x.gro" (GROMACS)
+                                     #     [system] psf, crd, params = [...], box (CHARMM)
+                                     #   (mindsponge.cli_system)
 
-    [forcefield]                     # OpenMM force-field files (not used with openmm_xml)
+    [forcefield]                     # OpenMM force-field files (not used with openmm_xml,
+                                     #   refused with Amber, GROMACS and CHARMM files)
     files = ["amber14-all.xml", "amber14/tip3pfb.xml"]
     nonbonded_method = "PME"
     cutoff = 0.9
@@ -40,8 +45,9 @@ reported with its file, line and key) describes a complete simulation::
     steps_per_round = 500            # steps = the steps of every replica
     exchange = "neighbors"           # or "all"
 
-Relative paths (``pdb``, ``openmm_xml``, ``[output] directory``, and force-field files found
-next to the configuration, which take precedence over OpenMM's bundled files of the same name)
+Relative paths (``pdb``, ``openmm_xml``, the Amber, GROMACS and CHARMM files, ``[output] directory``,
+and force-field files found next to the configuration, which take precedence over OpenMM's bundled
+files of the same name)
 are relative to the configuration file's folder, not to the working directory. Where the run
 writes follows :mod:`common.output_paths` (as ``mindelec run``): ``[output] directory`` must lie
 inside the configuration file's folder, and the output files (``log``, ``trajectory``,
@@ -71,61 +77,11 @@ from common import config as config_module
 from common.deprecation import warn_deprecated
 from common.errors import ConfigurationError, SimulationError
 from common.output_paths import output_folder
-from mindsponge import cli_replicas
+from mindsponge import cli_replicas, cli_system
 from mindsponge.cli_replicas import ReplicasConfig
+from mindsponge.cli_system import SystemConfig, WaterBoxConfig  # noqa: F401  (their home was here)
 
 __all__ = ["RunConfig", "main", "run"]
-
-
-@dataclass
-class WaterBoxConfig:
-    """``[system.water_box]``: a cubic box of rigid water (:func:`mindsponge.build.water_box`).
-
-    Attributes:
-        n_molecules: number of water molecules (give two of ``n_molecules``, ``box_size``, ``density``;
-            ``density`` defaults to 0.997 g/cm^3, so one of the others suffices).
-        box_size: edge of the cubic box (nm).
-        model: ``"tip3p"``, ``"spce"`` or ``"tip4pew"`` (:data:`mindsponge.build.WATER_MODELS`).
-        density: mass density (g/cm^3).
-        seed: seed of the random placement and orientations.
-    """
-
-    n_molecules: int | None = None
-    box_size: float | None = None
-    model: str = "tip3p"
-    density: float | None = None
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.n_molecules is not None:
-            checks.positive_int(self.n_molecules, "n_molecules")
-        for key in ("box_size", "density"):
-            if getattr(self, key) is not None:
-                checks.positive(getattr(self, key), key)
-
-
-@dataclass
-class SystemConfig:
-    """``[system]``: where the system comes from: a PDB (with ``[forcefield]``), a water box, or OpenMM
-    XML + PDB.
-
-    Attributes:
-        pdb: the structure (path relative to the configuration file); its box is read from CRYST1.
-        openmm_xml: a serialized OpenMM System for ``pdb`` (then ``[forcefield]`` is not used): its
-            forces, constraints and masses are read as OpenMM would run them.
-        water_box: a ``[system.water_box]`` table instead of ``pdb``.
-    """
-
-    pdb: pathlib.Path | None = None
-    openmm_xml: pathlib.Path | None = None
-    water_box: WaterBoxConfig | None = None
-
-    def __post_init__(self):
-        if (self.water_box is None) == (self.pdb is None):
-            raise ConfigurationError(
-                "give either pdb (optionally with openmm_xml) or a [system.water_box] table")
-        if self.openmm_xml is not None and self.pdb is None:
-            raise ConfigurationError("openmm_xml needs the matching pdb")
 
 
 @dataclass
@@ -133,20 +89,26 @@ class ForceFieldConfig:
     """``[forcefield]``: OpenMM force-field files and non-bonded settings.
 
     Attributes:
-        files: force-field XML files, found next to the configuration first, then among OpenMM's own.
-        nonbonded_method: OpenMM's non-bonded method.
+        files: force-field XML files, found next to the configuration first, then among OpenMM's own;
+            not set: ``["amber14-all.xml", "amber14/tip3pfb.xml"]``. Refused with Amber, GROMACS and
+            CHARMM files, which carry their parameters.
+        nonbonded_method: OpenMM's non-bonded method; not set: PME for a PDB or a water box, and for
+            Amber, GROMACS and CHARMM files PME when the coordinates carry a box, NoCutoff otherwise.
         cutoff: non-bonded cutoff (nm).
         switch_distance: where the Lennard-Jones switching function starts (nm); not set: no switch.
         ewald_tolerance: OpenMM's ``ewaldErrorTolerance`` (sets the PME grid and splitting).
         hydrogen_mass: hydrogen mass repartitioning (amu), OpenMM's ``hydrogenMass``; not set: none.
+        implicit_solvent: OpenMM's implicit solvent model for Amber and CHARMM files (``"OBC2"``...);
+            not set: none.
     """
 
-    files: list[str] = field(default_factory=lambda: ["amber14-all.xml", "amber14/tip3pfb.xml"])
-    nonbonded_method: Literal["PME", "Ewald", "CutoffPeriodic", "CutoffNonPeriodic", "NoCutoff"] = "PME"
+    files: list[str] | None = None
+    nonbonded_method: Literal["PME", "Ewald", "CutoffPeriodic", "CutoffNonPeriodic", "NoCutoff"] | None = None
     cutoff: float = 0.9
     switch_distance: float | None = None
     ewald_tolerance: float = 5e-4
     hydrogen_mass: float | None = None
+    implicit_solvent: Literal["HCT", "OBC1", "OBC2", "GBn", "GBn2"] | None = None
 
     def __post_init__(self):
         checks.positive(self.cutoff, "cutoff (nm)")
@@ -337,74 +299,6 @@ class RunConfig:
                 "a replica exchange runs at constant volume: remove the [barostat] table")
 
 
-def _build(config, dtype):
-    """System and force field of a configuration."""
-    from openmm import app, unit
-
-    from mindsponge import build
-    from mindsponge.interop import openmm as interop
-
-    options = {  # the System carries the configured constraints, which the Simulation then applies
-        "nonbondedMethod": getattr(app, config.forcefield.nonbonded_method),
-        "rigidWater": "water" in config.constraints,
-        "constraints": app.HBonds if "hbonds" in config.constraints else None,
-        "removeCMMotion": True,  # the System's CMMotionRemover: the Simulation removes it, as OpenMM
-    }
-    if config.forcefield.hydrogen_mass is not None:
-        options["hydrogenMass"] = config.forcefield.hydrogen_mass * unit.amu
-    if config.forcefield.nonbonded_method != "NoCutoff":
-        options["nonbondedCutoff"] = config.forcefield.cutoff * unit.nanometer
-    if config.forcefield.nonbonded_method in ("PME", "Ewald"):
-        options["ewaldErrorTolerance"] = config.forcefield.ewald_tolerance
-    if config.forcefield.switch_distance is not None:
-        options["switchDistance"] = config.forcefield.switch_distance * unit.nanometer
-    source = config.system
-    if source.openmm_xml is not None:
-        return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
-    if source.pdb is not None:
-        system, forcefield, _ = interop.from_pdb_with_forcefield(
-            source.pdb, config.forcefield.files, dtype=dtype, **options
-        )
-        return system, forcefield
-    box = source.water_box
-    system = build.water_box(
-        box.n_molecules, box.box_size, model=box.model, density=box.density, seed=box.seed, dtype=dtype
-    )
-    openmm_system = app.ForceField(*config.forcefield.files).createSystem(
-        system.topology.to_openmm(system.box), **options
-    )
-    forcefield = interop.from_openmm(openmm_system, dtype=dtype)
-    masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
-    import torch
-
-    return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield
-
-
-def _resolve_paths(config, folder):
-    """Make the input paths of ``config`` relative to ``folder``.
-
-    Force-field files are taken from ``folder`` when a file of that name is there, else left to
-    OpenMM (which looks among its bundled force fields).
-    """
-
-    def resolve(path):
-        return path if path is None or path.is_absolute() else folder / path
-
-    config.system.pdb = resolve(config.system.pdb)
-    config.system.openmm_xml = resolve(config.system.openmm_xml)
-    config.forcefield.files = [
-        str(folder / name) if (folder / name).is_file() else name for name in config.forcefield.files
-    ]
-
-
-def _refuse_combinations(config, config_path):
-    """Settings that are valid alone but not together, named with the file, line and key."""
-    if config.system.openmm_xml is not None and config.forcefield.hydrogen_mass is not None:
-        raise config_module.key_error(config_path, ("forcefield", "hydrogen_mass"), (
-            "cannot apply to [system] openmm_xml: the serialized System fixes the masses (build it "
-            "with createSystem(hydrogenMass=...)), so remove the key"))
-
-
 def _output_files(config, folder):
     """The output files of the run (by ``[output]`` key, or by name for ``[replicas]``), resolved and
     inside ``folder``; nothing is written."""
@@ -442,13 +336,13 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     from mindsponge import pdb
 
     config = config_module.load(config_path, RunConfig)
-    _resolve_paths(config, pathlib.Path(config_path).resolve().parent)
-    _refuse_combinations(config, config_path)
+    cli_system.resolve_paths(config, pathlib.Path(config_path).resolve().parent)
+    cli_system.refuse_combinations(config, config_path)
     folder = output_folder(config_path, config.output.directory, command_line=output_directory)
     config.output.directory = folder.path
     files = _output_files(config, folder)
     precision = Precision.from_name(config.precision)
-    system, forcefield = _build(config, precision.compute)
+    system, forcefield = cli_system.build(config, precision.compute)
     if config.barostat is not None and system.box is None:
         raise config_module.key_error(config_path, ("barostat",), "needs a periodic system, but the "
                                       "system has no box: remove the table or give the system a box")

@@ -3,8 +3,10 @@
 Any force field OpenMM can assign (Amber, CHARMM, TIP3P water, GAFF through
 openmmforcefields...) reaches mindsponge through OpenMM's ``System``: :func:`from_openmm`
 translates its forces term by term, :func:`load` reads a serialized ``System`` (XML) plus
-a PDB, and :func:`from_pdb_with_forcefield` parameterises a PDB with OpenMM force-field
-files in one call.
+a PDB, :func:`from_pdb_with_forcefield` parameterises a PDB with OpenMM force-field
+files in one call, and :func:`load_amber`, :func:`load_gromacs` and :func:`load_charmm` read
+systems prepared for those engines (prmtop/inpcrd, top/gro, psf/crd with parameter files)
+through OpenMM's own readers.
 
 Supported forces (anything else raises :class:`UnsupportedOpenMMForceError` naming it):
 
@@ -68,9 +70,11 @@ OpenMM is imported only when these functions run, so importing this module is ch
 Modules: :mod:`.reading` (a force's rows in MD units, the error), :mod:`.standard` and
 :mod:`.custom` (the converters per force class), :mod:`.system` (:func:`from_openmm`: the
 forces, masses, constraints and virtual sites), :mod:`.files` (:func:`load`,
-:func:`from_pdb_with_forcefield`).
+:func:`from_pdb_with_forcefield`), :mod:`.engine_files` (:func:`load_amber`, :func:`load_gromacs`,
+:func:`load_charmm`).
 """
 
+from mindsponge.interop.openmm.engine_files import load_amber, load_charmm, load_gromacs
 from mindsponge.interop.openmm.files import from_pdb_with_forcefield, load
 from mindsponge.interop.openmm.reading import SUPPORTED_FORCES, UnsupportedOpenMMForceError
 from mindsponge.interop.openmm.system import from_openmm
@@ -80,5 +84,8 @@ __all__ = [
     "from_openmm",
     "load",
     "from_pdb_with_forcefield",
+    "load_amber",
+    "load_gromacs",
+    "load_charmm",
     "SUPPORTED_FORCES",
 ]
