@@ -66,11 +66,14 @@ __all__ = [
     "AlchemicalRegion",
     "AlchemicalState",
     "MBARResult",
+    "StateSamples",
     "alchemical_force_field",
     "alchemical_system",
     "lambda_schedule",
     "mbar",
     "reduced_potentials",
+    "sample_states",
+    "force_fields_at",
 ]
 
 PME_TREATMENTS = ("exact", "direct-space", "coulomb")
@@ -463,3 +466,109 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
         result = estimator.compute_free_energy_differences()
         overlap = estimator.compute_overlap()["matrix"]
     return MBARResult(np.asarray(result["Delta_f"]), np.asarray(result["dDelta_f"]), np.asarray(overlap))
+
+
+def force_fields_at(force_field: ForceField, states) -> list[ForceField]:
+    """One copy of ``force_field`` per state, each set to it: the potentials of
+    :class:`~mindsponge.replica_exchange.ThermodynamicState` for Hamiltonian replica exchange over
+    alchemical states (``ThermodynamicState(temperature, potential=copy)``)."""
+    import copy
+
+    parameters = _state_parameters(states, force_field.global_parameters)
+    return [copy.deepcopy(force_field).set_global_parameters(values) for values in parameters]
+
+
+@dataclass(frozen=True)
+class StateSamples:
+    """Reduced potentials of samples drawn in a family of states, saved so a run can be re-analysed.
+
+    Attributes:
+        u_kn: ``(K, N)`` kT, every sample in every state; samples ordered by the state they came from.
+        samples_per_state: ``(K,)`` int.
+        states: the states as global-parameter dicts.
+        temperature: K.
+    """
+
+    u_kn: np.ndarray
+    samples_per_state: np.ndarray
+    states: tuple
+    temperature: float
+
+    def mbar(self) -> MBARResult:
+        """:func:`mbar` of these samples."""
+        return mbar(self.u_kn, self.samples_per_state)
+
+    def save(self, path) -> None:
+        """Write an ``.npz`` file (``u_kn``, ``samples_per_state``, ``state_names``, ``state_values``,
+        ``temperature``) atomically."""
+        import os
+
+        names = sorted(set().union(*self.states))
+        values = np.array([[state.get(name, np.nan) for name in names] for state in self.states])
+        temporary = f"{path}.partial.npz"
+        np.savez(temporary, u_kn=self.u_kn, samples_per_state=self.samples_per_state,
+                 state_names=np.array(names), state_values=values, temperature=self.temperature)
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path) -> StateSamples:
+        """Read a file written by :meth:`save`."""
+        with np.load(path) as data:
+            names = [str(name) for name in data["state_names"]]
+            states = tuple({name: float(value) for name, value in zip(names, row) if not np.isnan(value)}
+                           for row in data["state_values"])
+            return cls(data["u_kn"], data["samples_per_state"], states, float(data["temperature"]))
+
+
+def sample_states(system, force_field: ForceField, states, integrator, *, steps: int, every: int,
+                  equilibration: int = 0, path=None, **simulation_options) -> StateSamples:
+    """Independent windows: sample every state by MD, then every sample in every state (``u_kn``).
+
+    Each state runs its own :class:`~mindsponge.simulation.Simulation` (a copy of the force field set
+    to the state, a copy of the integrator; constant volume) from ``system``: ``equilibration`` steps,
+    then ``steps`` steps with a sample every ``every`` steps. For exchanges between the states, run
+    :class:`~mindsponge.replica_exchange.ReplicaExchange` over :func:`force_fields_at` instead.
+
+    Args:
+        system: :class:`~mindsponge.system.System`, the starting configuration.
+        force_field: :class:`~mindsponge.forcefield.ForceField` with the states' global parameters.
+        states: :class:`AlchemicalState` objects or global-parameter mappings.
+        integrator: a thermostatted integrator with ``temperature`` (K), e.g. ``LangevinMiddle``.
+        steps, every, equilibration: numbers of steps.
+        path: optional ``.npz`` file to save the result in (:meth:`StateSamples.save`).
+        simulation_options: passed to each Simulation (``constraints=``, ``precision=``, ``seed=``...).
+
+    Returns:
+        :class:`StateSamples`.
+    """
+    import copy
+
+    from common import checks
+    from mindsponge.simulation import Simulation
+
+    checks.positive_int(steps, "sample_states: steps")
+    checks.positive_int(every, "sample_states: every")
+    temperature = getattr(integrator, "temperature", None)
+    if temperature is None:
+        raise ConfigurationError("sample_states: the integrator must be thermostatted (have a temperature)")
+    simulation_options = {"progress": False, "barostat": None, **simulation_options}
+    parameters = _state_parameters(states, force_field.global_parameters)
+    positions, boxes, counts = [], [], []
+    for values in parameters:
+        state_field = copy.deepcopy(force_field).set_global_parameters(values)
+        simulation = Simulation(system, state_field, copy.deepcopy(integrator), **simulation_options)
+        simulation.set_velocities(temperature=float(temperature), seed=simulation_options.get("seed", 0))
+        if equilibration:
+            simulation.run(equilibration)
+        for _ in range(steps // every):
+            simulation.run(every)
+            positions.append(simulation.state.positions.detach().clone())
+            boxes.append(None if simulation.state.box is None else simulation.state.box.detach().clone())
+        counts.append(steps // every)
+    box = None if boxes[0] is None else torch.stack(boxes)
+    u_kn = reduced_potentials(force_field, parameters, torch.stack(positions), box, temperature=temperature)
+    result = StateSamples(u_kn.numpy(), np.asarray(counts, dtype=np.int64), tuple(parameters),
+                          float(temperature))
+    if path is not None:
+        result.save(path)
+    return result
