@@ -27,6 +27,8 @@ returning a NaN energy (one ``isfinite`` reduction per call).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -101,6 +103,33 @@ class EnergyTerm(nn.Module):
             dict mapping names to ``()`` tensors, kJ/mol.
         """
         return {self.name: self(positions, box)}
+
+    @property
+    def global_parameters(self) -> dict[str, float]:
+        """Current values of the term's global parameters (OpenMM's context parameters), by name;
+        ``{}`` for a term without any. Custom terms hold theirs in their expressions."""
+        values: dict[str, float] = {}
+        for holder in self._global_parameter_holders():
+            values.update(holder.global_parameters)
+        return values
+
+    def set_global_parameter(self, name: str, value: float) -> None:
+        """Set one global parameter (as OpenMM's ``Context.setParameter``), in place.
+
+        Raises:
+            UnknownNameError: the term has no global parameter ``name``.
+        """
+        holders = [holder for holder in self._global_parameter_holders() if name in holder.global_parameters]
+        if not holders:
+            raise UnknownNameError(
+                f"{type(self).__name__} {self.name!r}: no global parameter {name!r}; it has "
+                f"{sorted(self.global_parameters)}")
+        for holder in holders:
+            holder.set_global_parameter(name, value)
+
+    def _global_parameter_holders(self) -> list:
+        """The sub-modules that hold global parameters (expressions with ``global_names``)."""
+        return [module for module in self.modules() if getattr(module, "global_names", None)]
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
@@ -286,6 +315,43 @@ class ForceField(nn.Module):
             if term.name == name:
                 return term
         raise UnknownNameError(f"ForceField has no term named {name!r}; it has {self.names}")
+
+    @property
+    def global_parameters(self) -> dict[str, float]:
+        """The global parameters of all terms (OpenMM's context parameters: ``lambda_sterics``,
+        ``softcore_alpha``...) and their current values, by name."""
+        values: dict[str, float] = {}
+        for term in self.terms:
+            values.update(term.global_parameters)
+        return values
+
+    def set_global_parameters(self, values: dict[str, float] | None = None, /, **named: float) -> ForceField:
+        """Set global parameters in every term that has them (OpenMM's ``Context.setParameter``), in place.
+
+        Takes a mapping or keywords: ``ff.set_global_parameters(lambda_sterics=0.5)``. Set them before a
+        :class:`~mindsponge.simulation.Simulation` is built: its compiled step loop keeps the parameters
+        it started with. Returns ``self``.
+
+        Raises:
+            UnknownNameError: a name that no term has (nothing is changed).
+            ConfigurationError: a value that is not a finite number.
+        """
+        values = {**(values or {}), **named}
+        known = self.global_parameters
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise UnknownNameError(
+                f"ForceField: no global parameter named {unknown}; its terms have {sorted(known)}")
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ConfigurationError(
+                    f"ForceField: global parameter {name!r} must be a finite number, got {value!r}")
+        for term in self.terms:
+            own = term.global_parameters
+            for name, value in values.items():
+                if name in own:
+                    term.set_global_parameter(name, float(value))
+        return self
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         """Total potential energy.

@@ -97,7 +97,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, UnknownNameError
 from common.units import COULOMB_MD
 from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
@@ -110,6 +110,7 @@ from mindsponge.forcefield.ewald import (
 )
 from mindsponge.forcefield.nonbonded_backends import CompiledBackend, TorchBackend, compiled_terms
 from mindsponge.forcefield.pair_kernels import AnalyticEnergies, CoulombKind, PairSet, lj_first
+from mindsponge.forcefield.parameter_offsets import ParameterOffsets
 from mindsponge.neighbors import NeighborList, pair_keys
 
 __all__ = ["Nonbonded", "NonbondedMethodError", "dispersion_coefficient"]
@@ -249,6 +250,13 @@ class Nonbonded(EnergyTerm):
         exception_sigma: ``(X,)`` tensor, nm.
         exception_epsilon: ``(X,)`` tensor, kJ/mol.
         exceptions_periodic: apply the minimum image to exception pairs.
+        global_parameters: name to default value of the global parameters that scale parameter
+            offsets (OpenMM's ``NonbondedForce.addGlobalParameter``); see
+            :mod:`~mindsponge.forcefield.parameter_offsets` and :meth:`set_global_parameter`.
+        particle_offsets: rows ``(parameter name, particle, charge scale, sigma scale, epsilon scale)``.
+        exception_offsets: rows ``(parameter name, exception index into exceptions, charge-product
+            scale, sigma scale, epsilon scale)``. With offsets, ``charges``... are the base values
+            and the buffers ``charges``, ``sigma``... hold the effective ones.
         skin: Verlet skin of the neighbour list, nm.
         analytic_forces: compute forces analytically with the energy (see module docstring).
         compiled: with analytic forces on CPU, use the compiled kernels (:mod:`mindsponge._kernels`:
@@ -268,7 +276,8 @@ class Nonbonded(EnergyTerm):
                  ewald_kmax: tuple[int, int, int] | None = None,
                  reaction_field_dielectric: float = 78.3, exclusions=None, exceptions=None,
                  exception_charge_products=None, exception_sigma=None, exception_epsilon=None,
-                 exceptions_periodic: bool = False, skin: float = 0.1, analytic_forces: bool = True,
+                 exceptions_periodic: bool = False, global_parameters=None, particle_offsets=(),
+                 exception_offsets=(), skin: float = 0.1, analytic_forces: bool = True,
                  compiled: bool = True, name: str | None = None):
         super().__init__(name)
         if method not in METHODS:
@@ -296,6 +305,14 @@ class Nonbonded(EnergyTerm):
         self.register_buffer("epsilon", epsilon)
         self._register_exceptions(exclusions, exceptions, exception_charge_products, exception_sigma,
                                   exception_epsilon)
+        self.offsets = None
+        if global_parameters or len(particle_offsets) or len(exception_offsets):
+            self.offsets = ParameterOffsets(
+                global_parameters or {}, torch.stack([charges, sigma, epsilon], 1),
+                torch.stack([self.exception_charge_products, self.exception_sigma,
+                             self.exception_epsilon], 1),
+                particle_offsets, exception_offsets, context=f"Nonbonded {self.name!r}")
+            self._apply_offsets()
         self._set_coulomb_constants(alpha, reaction_field_dielectric)
         self.pme_grid = None if pme_grid is None else tuple(int(n) for n in pme_grid)
         self.ewald_kmax = None if ewald_kmax is None else tuple(int(k) for k in ewald_kmax)
@@ -331,6 +348,29 @@ class Nonbonded(EnergyTerm):
         excluded = torch.cat([exclusions, exceptions])
         keys = torch.unique(pair_keys(excluded, n_atoms))
         self.register_buffer("excluded_pairs", torch.stack([keys // n_atoms, keys % n_atoms], 1))
+
+    @property
+    def global_parameters(self) -> dict[str, float]:
+        """Current values of the global parameters (those of parameter offsets), by name."""
+        return {} if self.offsets is None else self.offsets.global_parameters
+
+    def set_global_parameter(self, name: str, value: float) -> None:
+        """Set a global parameter and the effective parameters it scales (in place, as OpenMM's
+        ``Context.setParameter``); the dispersion correction follows when offsets change LJ parameters.
+
+        Raises:
+            UnknownNameError: not a global parameter of this term.
+        """
+        if self.offsets is None:
+            raise UnknownNameError(f"Nonbonded {self.name!r}: no global parameter {name!r}; it has none")
+        self.offsets.set(name, value)
+        self._apply_offsets()
+
+    def _apply_offsets(self) -> None:
+        self.offsets.write_to(self)
+        if getattr(self, "use_dispersion_correction", False) and self.offsets.changes_lennard_jones:
+            self.dispersion_coefficient = dispersion_coefficient(self.sigma, self.epsilon, self.cutoff,
+                                                                 self.switch_distance)
 
     def _set_coulomb_constants(self, alpha: float | None, reaction_field_dielectric: float) -> None:
         """``alpha`` (1/nm) of Ewald and PME, ``krf`` (1/nm^3) and ``crf`` (1/nm) of the cutoff methods."""

@@ -19,7 +19,8 @@ OpenMM force                 mindsponge term
 ``CMAPTorsionForce``         :class:`~mindsponge.forcefield.bonded.CMAPTorsion`
 ``NonbondedForce``           :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (no cutoff,
                              cutoff, reaction field, Ewald, PME; switching, dispersion correction,
-                             exceptions)
+                             exceptions; global parameters with particle and exception parameter
+                             offsets, set with ``ForceField.set_global_parameters``)
 ``CustomTorsionForce``       :class:`~mindsponge.forcefield.bonded.HarmonicImproper` for the CHARMM
                              expressions ``k*(theta-theta0)^2`` and ParmEd's wrapped form (fast
                              path), :class:`~mindsponge.forcefield.custom.CustomTorsion` otherwise
@@ -44,15 +45,16 @@ OpenMM force                 mindsponge term
 ===========================  ==========================================================
 
 Every Custom*Force supports the whole Lepton expression language (``;`` definitions, all
-functions), per-interaction and global parameters (their default values; see
-:class:`~mindsponge.forcefield.custom.ExpressionEnergy`) and the tabulated functions
+functions), per-interaction and global parameters (their default values, changed at run time with
+``ForceField.set_global_parameters``; see :class:`~mindsponge.forcefield.custom.ExpressionEnergy`)
+and the tabulated functions
 ``Continuous1D/2D/3DFunction`` and ``Discrete1D/2D/3DFunction`` (CHARMM's NBFIX tables);
 energy-parameter derivatives are ignored (they do not change the energy).
 
 Not supported (each refusal says what to use instead where there is something): ``CustomHbondForce``,
 ``CustomManyParticleForce``, ``CustomCVForce``, ``GBSAOBCForce`` (use ``implicit/obc2.xml``),
-``NonbondedForce`` with ``LJPME`` (use PME), global parameters or parameter offsets,
-``setIncludeDirectSpace(False)``; ``AndersenThermostat`` (use Langevin dynamics or a thermostat),
+``NonbondedForce`` with ``LJPME`` (use PME), ``setIncludeDirectSpace(False)``;
+``AndersenThermostat`` (use Langevin dynamics or a thermostat),
 ``MonteCarloMembraneBarostat`` and ``MonteCarloFlexibleBarostat`` (pass
 ``barostat=ms.barostats.MonteCarloAnisotropicBarostat(...)``); the AMOEBA, Drude, RPMD and ATM forces;
 ``CustomCentroidBondForce`` groups without explicit weights (OpenMM weights them by the

@@ -109,7 +109,9 @@ def custom_nonbonded_term(index, force, dtype):
             periodic=method == openmm.CustomNonbondedForce.CutoffPeriodic,
             switch_distance=md(force.getSwitchingDistance())
             if force.getUseSwitchingFunction() and cutoff is not None else None,
-            long_range_correction=force.getUseLongRangeCorrection(),
+            # OpenMM ignores the long-range correction without periodic images (NoCutoff included)
+            long_range_correction=force.getUseLongRangeCorrection()
+            and method == openmm.CustomNonbondedForce.CutoffPeriodic,
             exclusions=_exclusions(force), interaction_groups=[(list(a), list(b)) for a, b in groups] or None,
         )
     return term.to(dtype)

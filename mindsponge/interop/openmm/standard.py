@@ -17,7 +17,7 @@ from mindsponge.forcefield.bonded import (
     PeriodicTorsion,
 )
 from mindsponge.interop.openmm.custom import custom_bonded_term
-from mindsponge.interop.openmm.reading import md, table, unsupported
+from mindsponge.interop.openmm.reading import global_parameters, md, table, unsupported
 
 # CustomTorsionForce energy expressions of harmonic impropers (whitespace removed, a numeric
 # definition of pi dropped), to whether the angle difference is taken on the circle: OpenMM's
@@ -118,12 +118,6 @@ def nonbonded_term(index, force, dtype):
         raise unsupported(
             index, force,
             f"nonbonded method {method_name} is not supported{instead} (supported: {supported})")
-    if (
-        force.getNumGlobalParameters()
-        or force.getNumParticleParameterOffsets()
-        or force.getNumExceptionParameterOffsets()
-    ):
-        raise unsupported(index, force, "global parameters and parameter offsets are not supported")
     if force.getIncludeDirectSpace() is False:
         raise unsupported(index, force, "setIncludeDirectSpace(False) is not supported")
     _, particles = table([force.getParticleParameters(i) for i in range(force.getNumParticles())], 0, 3)
@@ -131,7 +125,13 @@ def nonbonded_term(index, force, dtype):
     pairs, (charge_products, exception_sigma, exception_epsilon) = table(
         [force.getExceptionParameters(i) for i in range(force.getNumExceptions())], 2, 3
     )
+    offsets = _parameter_offsets(force)
     excluded = (charge_products == 0) & (exception_epsilon == 0)
+    if offsets["exception_offsets"]:  # an exception with offsets stays one, whatever its base values
+        excluded[[row[1] for row in offsets["exception_offsets"]]] = False
+        position = torch.cumsum((~excluded).long(), 0) - 1  # OpenMM's exception index -> the term's
+        offsets["exception_offsets"] = [(name, int(position[item]), *scales)
+                                        for name, item, *scales in offsets["exception_offsets"]]
     options = {}
     if method_name == "PME":  # explicit PME parameters; OpenMM derives Ewald's from the tolerance
         alpha, *grid = force.getPMEParameters()
@@ -155,6 +155,26 @@ def nonbonded_term(index, force, dtype):
         exception_sigma=exception_sigma[~excluded].to(dtype),
         exception_epsilon=exception_epsilon[~excluded].to(dtype),
         exceptions_periodic=force.getExceptionsUsePeriodicBoundaryConditions(),
+        **offsets,
         **options,
     )
+
+
+def _parameter_offsets(force) -> dict:
+    """The global parameters (name to default value) and the particle and exception parameter offsets of a
+    ``NonbondedForce``, as keyword arguments of :class:`~mindsponge.forcefield.nonbonded.Nonbonded`
+    (exception indices still OpenMM's)."""
+    return {
+        "global_parameters": global_parameters(force),
+        "particle_offsets": [
+            (name, particle, md(charge), md(sigma), md(epsilon))
+            for name, particle, charge, sigma, epsilon in (
+                force.getParticleParameterOffset(i) for i in range(force.getNumParticleParameterOffsets()))
+        ],
+        "exception_offsets": [
+            (name, exception, md(charge), md(sigma), md(epsilon))
+            for name, exception, charge, sigma, epsilon in (
+                force.getExceptionParameterOffset(i) for i in range(force.getNumExceptionParameterOffsets()))
+        ],
+    }
 
