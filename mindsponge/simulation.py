@@ -218,6 +218,7 @@ class Simulation:
         self._integrator = integrator
         self._loop = None  # the compiled step loop (mindsponge.step_loop), built when first needed
         self._loop_built = False
+        self._loop_parameters = self._forces_parameters = getattr(forcefield, "parameters_version", 0)
         self.context = DynamicsContext(
             masses=self.masses,
             degrees_of_freedom=self.degrees_of_freedom,
@@ -255,12 +256,20 @@ class Simulation:
     def step_loop(self):
         """The compiled step loop (:class:`mindsponge.step_loop.StepLoop`) that runs this simulation's
         steps, or ``None`` when they run in Python (see :mod:`mindsponge.step_loop`)."""
-        if not self._loop_built:
+        version = getattr(self.forcefield, "parameters_version", 0)  # ForceField.set_global_parameters
+        if not self._loop_built or self._loop_parameters != version:
+            self._loop_parameters = version
             self._loop = step_loop.build(self.forcefield, self.precision, self.masses, self._integrator,
                                          self.constraints, self.remove_center_of_mass_motion,
                                          self.degrees_of_freedom, self.generator, self.system.box)
             self._loop_built = True
         return self._loop
+
+    def _follow_parameters(self) -> None:
+        """Recompute the state's forces if the force field's global parameters changed since then."""
+        version = getattr(self.forcefield, "parameters_version", 0)
+        if self._forces_parameters != version:
+            self._forces_parameters, self.state = version, self._with_forces(self.state)
 
     def _initial_state(self):
         """The system's positions (each molecule moved into the periodic box, constrained) and velocities
@@ -440,6 +449,7 @@ class Simulation:
                 last good state is written to the checkpoint path if any).
         """
         checks.non_negative_int(steps, "steps")
+        self._follow_parameters()
         if self.state.positions is not self._checked_positions:  # positions set from outside
             self.check_overlaps()
         if self.overlaps:

@@ -267,6 +267,7 @@ class ForceField(nn.Module):
         self.barostat = None  # an OpenMM System's barostat (mindsponge.interop.openmm), used by Simulation
         self.remove_center_of_mass_motion: bool | None = None  # whether the System removes it
         self.requested_dtype: torch.dtype | None = None
+        self.parameters_version = 0  # counts changes of the global parameters (a Simulation follows it)
         self.terms = nn.ModuleList()
         for term in terms:
             self.add(term)
@@ -328,9 +329,10 @@ class ForceField(nn.Module):
     def set_global_parameters(self, values: dict[str, float] | None = None, /, **named: float) -> ForceField:
         """Set global parameters in every term that has them (OpenMM's ``Context.setParameter``), in place.
 
-        Takes a mapping or keywords: ``ff.set_global_parameters(lambda_sterics=0.5)``. Set them before a
-        :class:`~mindsponge.simulation.Simulation` is built: its compiled step loop keeps the parameters
-        it started with. Returns ``self``.
+        Takes a mapping or keywords: ``ff.set_global_parameters(lambda_sterics=0.5)``. A
+        :class:`~mindsponge.simulation.Simulation` of this force field follows the change at its next
+        ``run``, ``minimize`` or energy evaluation (its compiled loop is rebuilt and its forces
+        recomputed, as OpenMM's ``Context.setParameter``). Returns ``self``.
 
         Raises:
             UnknownNameError: a name that no term has (nothing is changed).
@@ -349,8 +351,9 @@ class ForceField(nn.Module):
         for term in self.terms:
             own = term.global_parameters
             for name, value in values.items():
-                if name in own:
+                if name in own and own[name] != float(value):
                     term.set_global_parameter(name, float(value))
+                    self.parameters_version += 1
         return self
 
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:

@@ -273,3 +273,22 @@ def test_independent_windows_of_a_harmonic_oscillator(tmp_path):
     assert 0 < uncertainty < 0.1
     assert abs(delta - expected) < 0.3
     assert result.overlap[0, 1] > 0.1  # neighbouring states overlap
+
+
+def test_a_simulation_follows_lambdas_set_after_it_was_built(vacuum):
+    """Setting a global parameter after the Simulation exists changes its energies and forces at the
+    next evaluation and run, as OpenMM's Context.setParameter does (its compiled loop is rebuilt)."""
+    force_field = ms.alchemy.alchemical_force_field(vacuum.system, range(10))
+    positions = torch.tensor(vacuum.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    system = ms.System(positions, force_field.masses)
+    simulation = ms.Simulation(system, force_field, ms.integrators.LangevinMiddle(0.0005, 300.0, 5.0),
+                               progress=False, overlap_distance=None, precision="double")
+    full, _ = simulation.energy_and_forces(simulation.state.positions, None)
+    AlchemicalState(lambda_sterics=0.3, lambda_electrostatics=0.0).apply_to(force_field)
+    scaled, scaled_forces = simulation.energy_and_forces(simulation.state.positions, None)
+    expected, expected_forces = ms.energy_and_forces(force_field, simulation.state.positions, None)
+    assert abs(float(full) - float(scaled)) > 1.0
+    torch.testing.assert_close(scaled, expected.to(scaled), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(scaled_forces, expected_forces.to(scaled_forces), rtol=1e-9, atol=1e-6)
+    state = simulation.run(0)  # the state's forces follow too
+    torch.testing.assert_close(state.forces, expected_forces.to(state.forces), rtol=1e-9, atol=1e-6)
