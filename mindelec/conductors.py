@@ -46,6 +46,7 @@ class ConductorNodes:
 
     @property
     def per_cell(self) -> bool:
+        """Whether the PEC mask is per cell ``(n1, n2)`` rather than per E node ``(3, n1, n2)``."""
         return self.pec.ndim == 2
 
 

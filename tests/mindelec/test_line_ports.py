@@ -70,6 +70,7 @@ def _through_line(cell, frequencies):
     return np.array(impedances), eps_eff, s11.abs().numpy()
 
 
+@pytest.mark.slow  # 15-30 s: `make test` runs it, `make check` does not
 def test_microstrip_through_line_matches_hammerstad_jensen_and_kirschning_jansen():
     """Z_PI (Jansen & Kirschning's definition) of the FDTD's own fields and eps_eff from the phase of S21
     over the 16 mm between the ports, at 2, 3 and 4 GHz. Measured: Z_PI 43.6-43.8 ohm (0.8 mm cells),
@@ -136,6 +137,7 @@ def _notch(frequencies, transmission):
     return -b / (2 * a)
 
 
+@pytest.mark.slow  # 15-30 s: `make test` runs it, `make check` does not
 def test_open_stub_notch_matches_ideal_line_circuit():
     """An open-circuit shunt stub (3.2 mm wide, 8 mm from the through-line's edge) on the FR4 microstrip, 0.4
     mm cells, in a 36 x 19.2 x 6.4 mm box; one FDTD run. Circuit theory: scikit-rf lines of the mode

@@ -66,6 +66,7 @@ def test_microstrip_quasi_tem_matches_hammerstad_jensen():
     assert potential[120, 8] == 1.0 and potential[120, 0] == 0.0 and 0 < potential[120, 4] < 1
 
 
+@pytest.mark.slow  # 15-30 s: `make test` runs it, `make check` does not
 def test_full_wave_tends_to_the_quasi_tem_solution_at_low_frequency():
     """At 300 and 600 MHz (near the solver's lowest frequency for 0.2 mm cells,
     modes.MAX_CELLS_PER_WAVELENGTH) the full-wave mode departs from the electrostatic one of the same grid
@@ -115,6 +116,7 @@ def test_microstrip_full_wave_matches_kirschning_jansen():
     assert abs(rise / exact_rise - 1) < 0.25
 
 
+@pytest.mark.slow  # 15-30 s: `make test` runs it, `make check` does not
 def test_coplanar_waveguide_matches_conformal_mapping():
     """Conductor-backed CPW, w = 1 mm, gaps 0.2 mm, h = 0.8 mm FR4, in a 12 x 8 mm box: quasi-TEM at 0.05 and
     0.025 mm cells (4 and 8 across a gap) extrapolated, within 2 % (Z0) and 1 % (eps_eff) of the conformal

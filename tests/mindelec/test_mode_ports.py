@@ -232,6 +232,7 @@ def test_cross_section_through_a_strip_solves_the_fdtd_staircase():
         fdtd.CrossSection(-10e-3, MICROSTRIP_SIZE, MICROSTRIP_CELL, structures=structures + lossy)
 
 
+@pytest.mark.slow  # 15-30 s: `make test` runs it, `make check` does not
 def test_microstrip_through_line_is_matched_with_the_port_impedance():
     """A 40 mm FR4 microstrip between two mode ports 20 mm apart (float32, one run; the line is symmetric
     and reciprocal, so S22 = S11 and S12 = S21). Measured: |S11| below -84 dB, |S21| = 1 to 1e-4, the phase

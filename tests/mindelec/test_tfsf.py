@@ -196,6 +196,7 @@ def _sphere(medium_name, radius, cell, dtype=torch.float64):
     return values, exact
 
 
+@pytest.mark.slow  # 15-50 s each: `make test` runs them, `make check` has the cylinders and the empty 3D box
 @pytest.mark.parametrize(
     "medium_name, tolerance, absorption_tolerance, dtype",
     [
