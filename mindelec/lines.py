@@ -72,6 +72,16 @@ def _strip(pec, low, high, row):
     pec[1, low:high, row] = True
 
 
+def _substrate_in_box(height, permittivity, cell_size, box_width, box_height):
+    """A substrate of ``height`` (m) on the bottom wall of a box: ``(permittivity (n1, n2), an empty
+    conductor mask (3, n1, n2), the substrate's cells)``."""
+    cells_1, cells_2 = _cells(box_width, cell_size, "box_width"), _cells(box_height, cell_size, "box_height")
+    substrate = _cells(height, cell_size, "height")
+    eps = torch.ones(cells_1, cells_2, dtype=torch.float64)
+    eps[:, :substrate] = permittivity
+    return eps, np.zeros((3, cells_1, cells_2), dtype=bool), substrate
+
+
 def microstrip_section(width, height, permittivity, cell_size, box_width, box_height):
     """A microstrip in a PEC box: ``(permittivity (n1, n2), conductor (3, n1, n2))`` tensors.
 
@@ -85,13 +95,11 @@ def microstrip_section(width, height, permittivity, cell_size, box_width, box_he
     Raises:
         ConfigurationError: a length that is not a whole number of cells, or a strip that does not fit.
     """
-    cells_1, cells_2 = _cells(box_width, cell_size, "box_width"), _cells(box_height, cell_size, "box_height")
-    strip, substrate = _cells(width, cell_size, "width"), _cells(height, cell_size, "height")
-    if strip >= cells_1 - 1 or substrate >= cells_2 - 1:
+    eps, pec, substrate = _substrate_in_box(height, permittivity, cell_size, box_width, box_height)
+    cells_1 = pec.shape[1]
+    strip = _cells(width, cell_size, "width")
+    if strip >= cells_1 - 1 or substrate >= pec.shape[2] - 1:
         raise ConfigurationError("microstrip_section: the strip must lie inside the box, off its walls")
-    eps = torch.ones(cells_1, cells_2, dtype=torch.float64)
-    eps[:, :substrate] = permittivity
-    pec = np.zeros((3, cells_1, cells_2), dtype=bool)
     low = (cells_1 - strip) // 2
     _strip(pec, low, low + strip, substrate)
     return eps, torch.from_numpy(pec)
@@ -104,14 +112,11 @@ def coplanar_section(width, gap, height, permittivity, cell_size, box_width, box
     substrate (``height``, on the bottom wall, which is the backing ground). Arguments as
     :func:`microstrip_section`; ``gap`` (m) is each slot's width.
     """
-    cells_1, cells_2 = _cells(box_width, cell_size, "box_width"), _cells(box_height, cell_size, "box_height")
+    eps, pec, substrate = _substrate_in_box(height, permittivity, cell_size, box_width, box_height)
+    cells_1 = pec.shape[1]
     strip, slot = _cells(width, cell_size, "width"), _cells(gap, cell_size, "gap")
-    substrate = _cells(height, cell_size, "height")
-    if strip + 2 * slot >= cells_1 - 2 or substrate >= cells_2 - 1:
+    if strip + 2 * slot >= cells_1 - 2 or substrate >= pec.shape[2] - 1:
         raise ConfigurationError("coplanar_section: the strip and its gaps must fit inside the box")
-    eps = torch.ones(cells_1, cells_2, dtype=torch.float64)
-    eps[:, :substrate] = permittivity
-    pec = np.zeros((3, cells_1, cells_2), dtype=bool)
     low = (cells_1 - strip) // 2
     _strip(pec, low, low + strip, substrate)
     _strip(pec, 0, low - slot, substrate)
