@@ -15,6 +15,8 @@ _SUBMODULES = {
     "modes",
     "pinn",
     "cad",
+    "cad_assembly",
+    "cad_materials",
     "gds",
     "voxels",
     "point_clouds",
