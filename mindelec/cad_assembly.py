@@ -18,10 +18,11 @@ non-manifold edges); a body the materials table does not cover. For a grid
 * a body smaller than one cell along every axis is refused: as PEC it would vanish (a cell needs to
   be half covered), as a dielectric it would only blur into the averaged cells; refine the cells or map
   it to ``"ignore"``;
-* a PEC body thinner than a cell along one axis (a plate) or two (a strip or pin) becomes a
-  conformal zero-thickness sheet or wire (:func:`mindelec.fdtd.pec_sheet`) on the nearest node plane
-  (line) through it, provided it is an axis-aligned box (sheets are rectangles); another thin PEC shape
-  is refused;
+* a PEC body thinner than a cell along one axis (a plate) or two (a pin) becomes a zero-thickness
+  sheet or a one-cell wire (:func:`mindelec.fdtd.pec_sheet`; its rims conformal with
+  ``Simulation(subpixel=True)``) on the nearest node plane (line) through it, a wire's ends moved to the
+  nearest nodes so that it meets the sheets it joins, provided it is an axis-aligned box (sheets are
+  rectangles); another thin PEC shape, or a wire shorter than half a cell, is refused;
 * a dielectric thinner than a cell along some axes stays a solid: the sub-cell averaging carries its
   fill fraction.
 
@@ -263,11 +264,21 @@ class Assembly:
                 "CAD model, make it at least a cell thick, or refine the cells"
             )
         center, size = (lo + hi) / 2, hi - lo
-        for axis in thin:
+
+        def node(axis, position):  # the nearest integer-node coordinate along axis
             spacing = grid.spacing[axis]
-            plane = round((center[axis] + grid.size[axis] / 2) / spacing)
-            center[axis] = -grid.size[axis] / 2 + plane * spacing
-            size[axis] = 0.0
+            return -grid.size[axis] / 2 + round((position + grid.size[axis] / 2) / spacing) * spacing
+
+        for axis in thin:
+            center[axis], size[axis] = node(axis, center[axis]), 0.0
+        if len(thin) == 2:  # a wire: its ends on nodes too, so that it meets the sheets it joins
+            (axis,) = set(range(3)) - set(thin)
+            start, stop = node(axis, lo[axis]), node(axis, hi[axis])
+            if stop <= start:
+                raise ConfigurationError(
+                    f"{self._where(body)} is a PEC wire {1e3 * size[axis]:.4g} mm long along {'xyz'[axis]}, "
+                    f"shorter than half a cell ({1e3 * grid.spacing[axis]:.4g} mm): it spans no Yee edge")
+            center[axis], size[axis] = (start + stop) / 2, stop - start
         sheet = fdtd.pec_sheet(tuple(center), tuple(size), grid.spacing[:3])
         return fdtd.Structure(sheet.geometry, sheet.medium, name=body.name)
 
@@ -470,6 +481,7 @@ def _step_string(text: str) -> str:
     return text.replace("'", "''")
 
 
+_OCCURRENCE = re.compile(r"NEXT_ASSEMBLY_USAGE_OCCURRENCE\(\s*'[^']*'")
 _PRODUCT = re.compile(r"(?<![A-Z_])PRODUCT\(\s*'((?:[^']|'')*)'\s*,\s*'((?:[^']|'')*)'", re.DOTALL)
 
 
@@ -515,5 +527,9 @@ def write_step(path, named_volumes, model_name: str | None = None) -> pathlib.Pa
             f"write_step: gmsh wrote {len(products)} products for {len(volumes)} solids; cannot name them")
     replacements = iter(names)
     text = _PRODUCT.sub(lambda match: (lambda name: f"PRODUCT('{name}','{name}'")(next(replacements)), text)
+    # OpenCASCADE numbers the assembly's occurrences by a counter of the whole process: renumber them
+    # from 1, so that the same model always gives the same file
+    occurrences = itertools.count(1)
+    text = _OCCURRENCE.sub(lambda match: f"NEXT_ASSEMBLY_USAGE_OCCURRENCE('{next(occurrences)}'", text)
     path.write_text(text, encoding="ascii")
     return path

@@ -81,15 +81,23 @@ def test_materials_by_name_glob_and_toml(three_bodies, tmp_path):
     assert battery.medium.conductivity == 1.0  # the first matching glob, not the later "*"
     assert isinstance(pin.medium, fdtd.PEC)
     drude = cad_assembly.load_step(
-        three_bodies, tolerance=1e-4,
-        materials={"feed_*": {"model": "drude", "plasma_frequency": 2e15}, "housing": "ignore",
-                   "bat*": "pec"})
+        three_bodies,
+        tolerance=1e-4,
+        materials={
+            "feed_*": {"model": "drude", "plasma_frequency": 2e15},
+            "housing": "ignore",
+            "bat*": "pec",
+        },
+    )
     assert isinstance(drude.body("feed_pin").medium, fdtd.Drude) and drude.body("housing").medium == "ignore"
 
 
 def test_missing_material_names_the_bodies(three_bodies):
-    with pytest.raises(ConfigurationError, match=r"three.step: no material for the bodies \['battery_cell', "
-                       r"'feed_pin'\] in <dict>"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"three.step: no material for the bodies \['battery_cell', "
+        r"'feed_pin'\] in <dict>",
+    ):
         cad_assembly.load_step(three_bodies, tolerance=1e-4, materials={"housing": {"permittivity": 3.0}})
     with pytest.raises(ConfigurationError, match="'housing'.*unknown material 'copper'"):
         cad_assembly.load_step(three_bodies, materials={"housing": "copper"})
@@ -137,8 +145,13 @@ def plates(tmp_path_factory):
 
 def test_thin_metal_becomes_sheets_and_wires(plates):
     grid = fdtd.Grid((24e-3, 20e-3, 14e-3), 0.5e-3)
-    materials = {"ground": "pec", "short_pin": "pec", "ring": "ignore", "glass": {"permittivity": 6.5},
-                 "screw": "ignore"}
+    materials = {
+        "ground": "pec",
+        "short_pin": "pec",
+        "ring": "ignore",
+        "glass": {"permittivity": 6.5},
+        "screw": "ignore",
+    }
     assembly = cad_assembly.load_step(plates, tolerance=1e-4, materials=materials)
     glass, ground, pin = assembly.structures(grid)
     assert (glass.name, ground.name, pin.name) == ("glass", "ground", "short_pin")
@@ -156,8 +169,11 @@ def test_thin_metal_becomes_sheets_and_wires(plates):
 def test_part_smaller_than_a_cell_is_refused(plates):
     materials = {"screw": {"permittivity": 4.0}, "*": "ignore"}
     assembly = cad_assembly.load_step(plates, tolerance=1e-4, materials=materials)
-    with pytest.raises(ConfigurationError, match=r"body 'screw' measures 0.3 x 0.3 x 0.3 mm, smaller than "
-                       r"one cell \(0.5 x 0.5 x 0.5 mm\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"body 'screw' measures 0.3 x 0.3 x 0.3 mm, smaller than "
+        r"one cell \(0.5 x 0.5 x 0.5 mm\)",
+    ):
         assembly.structures(fdtd.Grid((24e-3, 20e-3, 14e-3), 0.5e-3))
     # at finer cells it is kept
     (screw,) = assembly.structures(fdtd.Grid((24e-3, 20e-3, 14e-3), 0.25e-3))
@@ -167,9 +183,14 @@ def test_part_smaller_than_a_cell_is_refused(plates):
 def test_structures_voxelise_to_the_bodies_volume(three_bodies):
     grid = fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)
     assembly = cad_assembly.load_step(
-        three_bodies, tolerance=1e-4,
-        materials={"housing": {"permittivity": 3.0}, "battery_cell": {"permittivity": 4.0},
-                   "feed_pin": "pec"})
+        three_bodies,
+        tolerance=1e-4,
+        materials={
+            "housing": {"permittivity": 3.0},
+            "battery_cell": {"permittivity": 4.0},
+            "feed_pin": "pec",
+        },
+    )
     structures = assembly.structures(grid)
     assert [s.name for s in structures] == ["housing", "battery_cell", "feed_pin"]  # big, small, PEC
     for structure, body in zip(structures, assembly.bodies):
@@ -182,12 +203,78 @@ def test_structures_voxelise_to_the_bodies_volume(three_bodies):
 
 def test_plot_names_the_bodies(three_bodies):
     assembly = cad_assembly.load_step(
-        three_bodies, tolerance=1e-4,
-        materials={"housing": {"permittivity": 3.0}, "battery*": {"permittivity": 4.0}, "feed_pin": "pec"})
-    sim = fdtd.Simulation(size=(20e-3, 16e-3, 10e-3), cell_size=0.5e-3, boundary=fdtd.PML(thickness=2),
-                          structures=assembly.structures(fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)))
+        three_bodies,
+        tolerance=1e-4,
+        materials={"housing": {"permittivity": 3.0}, "battery*": {"permittivity": 4.0}, "feed_pin": "pec"},
+    )
+    sim = fdtd.Simulation(
+        size=(20e-3, 16e-3, 10e-3),
+        cell_size=0.5e-3,
+        boundary=fdtd.PML(thickness=2),
+        structures=assembly.structures(fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)),
+    )
     ax = sim.plot(normal="z", position=-2e-3)
     labels = {artist.get_label() for artist in ax.get_children()}
     assert {"structure 0: housing", "structure 1: battery_cell", "structure 2: feed_pin"} <= labels
     assert {"housing", "battery_cell", "feed_pin"} <= {text.get_text() for text in ax.texts}
     plt.close(ax.figure)
+
+
+PHONE_MEDIA = {
+    "housing": 3.0,
+    "display_glass": 7.0,
+    "pcb": 4.4,
+    "ground_plane": "pec",
+    "battery": 10.0,
+    "ifa_arm": "pec",
+    "ifa_short_stub": "pec",
+    "ifa_feed_stub": "pec",
+    "ifa_short_pin": "pec",
+    "ifa_feed_pin": "pec",
+    "frame_1": "pec",
+    "frame_2": "pec",
+}
+
+
+def test_reference_phone_loads_with_its_bodies_and_media(tmp_path):
+    from mindelec import cad_phone
+
+    # the shipped file is what the generator writes for the default design
+    regenerated = cad_phone.write_phone_step(tmp_path / "phone.step")
+    assert regenerated.read_bytes() == cad_phone.EXAMPLE_STEP.read_bytes()
+    phone = cad_assembly.load_step(
+        cad_phone.EXAMPLE_STEP, tolerance=1e-4, materials=cad_phone.EXAMPLE_MATERIALS
+    )
+    assert phone.names == tuple(PHONE_MEDIA)
+    for body in phone.bodies:
+        expected = PHONE_MEDIA[body.name]
+        if expected == "pec":
+            assert isinstance(body.medium, fdtd.PEC), body.name
+        else:
+            assert body.medium.permittivity == expected and body.medium.conductivity > 0, body.name
+    assert phone.body("ifa_arm").extents * 1e3 == pytest.approx((30.0, 1.0, 0.1))
+    size = (80e-3, 150e-3, 12e-3)
+    structures = {s.name: s for s in phone.structures(fdtd.Grid(size, 1e-3))}
+    assert isinstance(structures["ground_plane"].medium, PECSheet)
+    assert structures["ifa_short_pin"].medium.size == pytest.approx((0.0, 0.0, 3e-3))  # a wire, node to node
+    assert not isinstance(structures["frame_1"].medium, PECSheet)  # 1 mm thick: a solid
+    sim = fdtd.Simulation(
+        size=size, cell_size=1e-3, boundary=fdtd.PML(thickness=2), structures=structures.values()
+    )
+    ax = sim.plot(normal="x", position=-20e-3)
+    shown = {text.get_text() for text in ax.texts}
+    assert {"housing", "pcb", "battery", "ifa_arm"} <= shown  # the 0.7 mm glass fills no cell half
+    plt.close(ax.figure)
+
+
+def test_phone_design_is_parametric_and_checked(tmp_path):
+    from mindelec import cad_phone
+
+    design = cad_phone.PhoneDesign(antenna_length=24.0, feed_to_short=4.0, clearance=8.0, frame=False)
+    phone = cad_assembly.load_step(cad_phone.write_phone_step(tmp_path / "p.step", design), tolerance=1e-4)
+    assert "frame_1" not in phone.names
+    assert phone.body("ifa_arm").extents[0] * 1e3 == pytest.approx(24.0)
+    pins = [phone.body(f"ifa_{name}_pin").bounds.mean(0)[0] for name in ("short", "feed")]
+    assert (pins[1] - pins[0]) * 1e3 == pytest.approx(4.0)
+    with pytest.raises(ConfigurationError, match="antenna_height 9.0 mm must exceed"):
+        cad_phone.PhoneDesign(antenna_height=9.0).check()
