@@ -17,6 +17,7 @@ _SUBMODULES = {
     "cad",
     "cad_assembly",
     "cad_materials",
+    "cad_phone",
     "gds",
     "voxels",
     "point_clouds",
