@@ -332,9 +332,11 @@ class Structure:
             ``Cylinder``, ``Polygon`` or a CSG combination) of the simulation's dimension, in m.
         medium: a :class:`Medium` (or :class:`Drude`, :class:`Lorentz`), :class:`PEC` or
             :class:`AxialConductivity`.
+        name: optional; how pictures (``Simulation.plot``) and ``repr`` name it, e.g. a CAD body's name
+            (:mod:`mindelec.cad_assembly`).
     """
 
-    def __init__(self, geometry, medium):
+    def __init__(self, geometry, medium, name: str | None = None):
         if not hasattr(geometry, "contains"):
             raise ArgumentTypeError(
                 f"Structure: geometry must be a common.geometry shape, got {type(geometry).__name__}"
@@ -346,6 +348,7 @@ class Structure:
             )
         self.geometry = geometry
         self.medium = medium
+        self.name = None if name is None else str(name)
 
     def check(self, grid, name):
         """Refuse what the medium cannot be on ``grid``: NaN, infinite or wrongly signed values (a
@@ -357,7 +360,8 @@ class Structure:
             self.medium.check_plane(grid, name)
 
     def __repr__(self):
-        return f"Structure({self.geometry!r}, {self.medium!r})"
+        named = "" if self.name is None else f", name={self.name!r}"
+        return f"Structure({self.geometry!r}, {self.medium!r}{named})"
 
 
 class DesignRegion:

@@ -12,7 +12,8 @@ each structure's boundary outlined) with, on top:
 * PML slabs as translucent bands; design regions as hatched boxes.
 
 Every artist carries a label naming its object (``"source 0: PointDipole"``, ``"monitor probe"``,
-``"PML x-"``...), so a legend or a test can find it. In 3D the section is the plane ``normal = position``;
+``"PML x-"``...; a named structure, e.g. a CAD body, ``"structure 3: battery"``, with its name written
+on the picture), so a legend or a test can find it. In 3D the section is the plane ``normal = position``;
 in 2D the whole domain; in 1D a line plot of the permittivity along x with the objects as vertical lines.
 Lengths are shown in the largest of m, mm, um, nm that keeps the domain at least one unit wide.
 """
@@ -141,8 +142,14 @@ def outline_structures(sim, ax, fills=None, section=None, colors="white"):
             colors=colors,
             linewidths=1.0,
         )
-        contour.set_label(f"structure {index}")
+        name = getattr(sim.structures[index], "name", None)
+        contour.set_label(f"structure {index}" if name is None else f"structure {index}: {name}")
         drawn.append(contour)
+        if name is not None:  # a named structure (a CAD body) is labelled where it is drawn
+            cells = (fill >= 0.5).nonzero().double()
+            inside = cells[(cells - cells.mean(0)).square().sum(1).argmin()].long()  # nearest the middle
+            ax.annotate(name, (float(coordinates[0][inside[0]]), float(coordinates[1][inside[1]])),
+                        color=colors, fontsize=7, ha="center", va="center")
     return drawn
 
 

@@ -1,0 +1,280 @@
+"""CAD assemblies: STEP files written with gmsh's OCC kernel read back as named, closed, accurate bodies
+with media from a materials table; thin PEC parts become sheets; damaged input is refused by name."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+pytest.importorskip("gmsh")  # the cad extra, part of all: installed by make install
+
+from common.errors import ConfigurationError, DataError, MissingFileError, UnknownNameError  # noqa: E402
+from mindelec import cad_assembly, fdtd, voxels  # noqa: E402
+from mindelec.fdtd.materials import PECSheet  # noqa: E402
+
+MM = 1e-3
+TOLERANCE = 20e-6  # m
+# (name, lower corner, size) of the boxes, (name, base centre, height, radius) of the cylinder, in mm
+BOXES = (
+    ("housing", (-8.25, -6.25, -3.25), (16.0, 12.0, 4.0)),
+    ("battery_cell", (-4.0, -3.0, -2.5), (7.0, 5.0, 1.0)),
+)
+CYLINDER = ("feed_pin", (5.0, 3.0, -2.25), 3.0, 1.2)  # both inside the housing
+
+
+def _write(path, build):
+    """Build solids with gmsh's OCC API (``build(occ) -> {name: tag}``, mm) and write them as STEP in m."""
+    with cad_assembly.gmsh_session() as gmsh:
+        named = build(gmsh.model.occ)
+        gmsh.model.occ.dilate(gmsh.model.occ.getEntities(3), 0, 0, 0, MM, MM, MM)
+        cad_assembly.write_step(path, named)
+    return path
+
+
+def _three_bodies(occ):
+    named = {name: occ.addBox(*lo, *size) for name, lo, size in BOXES}
+    name, base, height, radius = CYLINDER
+    named[name] = occ.addCylinder(*base, 0, 0, height, radius)
+    return named
+
+
+@pytest.fixture(scope="module")
+def three_bodies(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("cad") / "three.step", _three_bodies)
+
+
+def test_bodies_read_back_named_closed_and_within_tolerance(three_bodies):
+    assembly = cad_assembly.load_step(three_bodies, tolerance=TOLERANCE)
+    assert assembly.names == ("housing", "battery_cell", "feed_pin")
+    name, _, height, radius = CYLINDER
+    exact = {box: math.prod(size) * MM**3 for box, _, size in BOXES}
+    exact[name] = math.pi * radius**2 * height * MM**3
+    for body in assembly.bodies:
+        assert body.mesh.is_watertight and body.mesh.is_winding_consistent
+        assert body.deviation <= TOLERANCE
+        # a chordal deviation d moves the surface inwards by at most d: |dV| <= area * d
+        assert abs(body.volume - exact[body.name]) <= body.mesh.area * TOLERANCE, body.name
+    lo, hi = assembly.body("battery_cell").bounds
+    assert lo * 1e3 == pytest.approx([-4.0, -3.0, -2.5]) and hi * 1e3 == pytest.approx([3.0, 2.0, -1.5])
+    # the cylinder is faceted: it loses volume, less when the tolerance is finer
+    pin = assembly.body("feed_pin")
+    assert 0 < exact[name] - pin.volume <= pin.mesh.area * TOLERANCE
+    with pytest.raises(UnknownNameError, match="no body 'antenna'.*feed_pin"):
+        assembly.body("antenna")
+
+
+def test_materials_by_name_glob_and_toml(three_bodies, tmp_path):
+    table = tmp_path / "materials.toml"
+    table.write_text(
+        "[materials]\n"
+        "housing = { permittivity = 3.0, conductivity = 0.002 }\n"
+        '"battery*" = { permittivity = 4.0, conductivity = 1.0 }\n'
+        '"*" = "pec"\n'
+    )
+    assembly = cad_assembly.load_step(three_bodies, tolerance=1e-4, materials=table)
+    housing, battery, pin = assembly.bodies
+    assert isinstance(housing.medium, fdtd.Medium) and housing.medium.permittivity == 3.0  # exact name
+    assert battery.medium.conductivity == 1.0  # the first matching glob, not the later "*"
+    assert isinstance(pin.medium, fdtd.PEC)
+    drude = cad_assembly.load_step(
+        three_bodies,
+        tolerance=1e-4,
+        materials={
+            "feed_*": {"model": "drude", "plasma_frequency": 2e15},
+            "housing": "ignore",
+            "bat*": "pec",
+        },
+    )
+    assert isinstance(drude.body("feed_pin").medium, fdtd.Drude) and drude.body("housing").medium == "ignore"
+
+
+def test_missing_material_names_the_bodies(three_bodies):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"three.step: no material for the bodies \['battery_cell', "
+        r"'feed_pin'\] in <dict>",
+    ):
+        cad_assembly.load_step(three_bodies, tolerance=1e-4, materials={"housing": {"permittivity": 3.0}})
+    with pytest.raises(ConfigurationError, match="'housing'.*unknown material 'copper'"):
+        cad_assembly.load_step(three_bodies, materials={"housing": "copper"})
+
+
+def test_damaged_missing_and_unknown_files(three_bodies, tmp_path):
+    truncated = tmp_path / "truncated.step"
+    truncated.write_text(three_bodies.read_text()[: len(three_bodies.read_text()) // 2])
+    with pytest.raises(DataError, match="truncated.step: OpenCASCADE could not read this STEP file"):
+        cad_assembly.load_step(truncated)
+    with pytest.raises(MissingFileError, match="nowhere.step"):
+        cad_assembly.load_step(tmp_path / "nowhere.step")
+    with pytest.raises(MissingFileError, match="nowhere.toml"):
+        cad_assembly.load_step(three_bodies, materials=tmp_path / "nowhere.toml")
+    (tmp_path / "part.stl").write_text("solid x\nendsolid x\n")
+    with pytest.raises(ConfigurationError, match="part.stl.*suffix '.stl'.*load_mesh"):
+        cad_assembly.load_step(tmp_path / "part.stl")
+
+
+def test_open_shell_is_refused(tmp_path):
+    path = tmp_path / "open.brep"
+    with cad_assembly.gmsh_session() as gmsh:
+        gmsh.model.occ.addBox(0, 0, 0, 1e-3, 1e-3, 1e-3)
+        gmsh.model.occ.addRectangle(0, 0, 2e-3, 1e-3, 1e-3)  # a sheet body: bounds no volume
+        gmsh.model.occ.synchronize()
+        gmsh.write(str(path))
+    with pytest.raises(ConfigurationError, match="open.brep: 1 surfaces bound no solid"):
+        cad_assembly.load_step(path)
+
+
+def _plates(occ):
+    return {
+        "ground": occ.addBox(-10, -8, -0.0175, 20, 16, 0.035),  # a 35 um copper plane: a sheet (z)
+        "short_pin": occ.addBox(6.9, 2.9, 0.0, 0.2, 0.2, 4.0),  # 0.2 mm square pin: a wire (z)
+        "ring": occ.addCylinder(0, 0, 3.0, 0, 0, 0.05, 2.0),  # a thin disc of metal: not a rectangle
+        "glass": occ.addBox(-9, -7, 5.0, 18, 14, 0.3),  # thin but a dielectric: stays a solid
+        "screw": occ.addBox(8.0, -7.5, 1.0, 0.3, 0.3, 0.3),
+    }
+
+
+@pytest.fixture(scope="module")
+def plates(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("cad") / "plates.step", _plates)
+
+
+def test_thin_metal_becomes_sheets_and_wires(plates):
+    grid = fdtd.Grid((24e-3, 20e-3, 14e-3), 0.5e-3)
+    materials = {
+        "ground": "pec",
+        "short_pin": "pec",
+        "ring": "ignore",
+        "glass": {"permittivity": 6.5},
+        "screw": "ignore",
+    }
+    assembly = cad_assembly.load_step(plates, tolerance=1e-4, materials=materials)
+    glass, ground, pin = assembly.structures(grid)
+    assert (glass.name, ground.name, pin.name) == ("glass", "ground", "short_pin")
+    assert isinstance(glass.medium, fdtd.Medium) and not isinstance(glass.medium, PECSheet)
+    assert isinstance(ground.medium, PECSheet) and ground.medium.size == pytest.approx((20e-3, 16e-3, 0.0))
+    assert ground.medium.center[2] == pytest.approx(0.0, abs=1e-12)  # the node plane z = 0 (7 mm from -z)
+    assert isinstance(pin.medium, PECSheet) and pin.medium.size == pytest.approx((0.0, 0.0, 4e-3))
+    assert pin.medium.center[:2] == pytest.approx((7e-3, 3e-3))  # the node line nearest (7, 3) mm
+    ground.check(grid, "ground")  # on a node plane: accepted when a simulation is built
+    # the thin disc as metal: not a rectangle, so no sheet
+    with pytest.raises(ConfigurationError, match=r"body 'ring' is PEC and thinner than a cell along \['z'\]"):
+        cad_assembly.load_step(plates, materials={**materials, "ring": "pec"}).structures(grid)
+
+
+def test_part_smaller_than_a_cell_is_refused(plates):
+    materials = {"screw": {"permittivity": 4.0}, "*": "ignore"}
+    assembly = cad_assembly.load_step(plates, tolerance=1e-4, materials=materials)
+    with pytest.raises(
+        ConfigurationError,
+        match=r"body 'screw' measures 0.3 x 0.3 x 0.3 mm, smaller than "
+        r"one cell \(0.5 x 0.5 x 0.5 mm\)",
+    ):
+        assembly.structures(fdtd.Grid((24e-3, 20e-3, 14e-3), 0.5e-3))
+    # at finer cells it is kept
+    (screw,) = assembly.structures(fdtd.Grid((24e-3, 20e-3, 14e-3), 0.25e-3))
+    assert screw.name == "screw"
+
+
+def test_structures_voxelise_to_the_bodies_volume(three_bodies):
+    grid = fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)
+    assembly = cad_assembly.load_step(
+        three_bodies,
+        tolerance=1e-4,
+        materials={
+            "housing": {"permittivity": 3.0},
+            "battery_cell": {"permittivity": 4.0},
+            "feed_pin": "pec",
+        },
+    )
+    structures = assembly.structures(grid)
+    assert [s.name for s in structures] == ["housing", "battery_cell", "feed_pin"]  # big, small, PEC
+    for structure, body in zip(structures, assembly.bodies):
+        fill = voxels.fill_fractions(structure.geometry, grid, component=None)
+        assert float(fill.sum()) * grid.cell_volume == pytest.approx(body.volume, rel=0.01), body.name
+    # the housing's faces lie on cell faces (half-way between nodes): its voxels are exactly its volume
+    labels = voxels.material_grid(structures[:1], grid, component=None)
+    assert int((labels == 1).sum()) == round(math.prod(BOXES[0][2]) * MM**3 / grid.cell_volume) == 32 * 24 * 8
+
+
+def test_plot_names_the_bodies(three_bodies):
+    assembly = cad_assembly.load_step(
+        three_bodies,
+        tolerance=1e-4,
+        materials={"housing": {"permittivity": 3.0}, "battery*": {"permittivity": 4.0}, "feed_pin": "pec"},
+    )
+    sim = fdtd.Simulation(
+        size=(20e-3, 16e-3, 10e-3),
+        cell_size=0.5e-3,
+        boundary=fdtd.PML(thickness=2),
+        structures=assembly.structures(fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)),
+    )
+    ax = sim.plot(normal="z", position=-2e-3)
+    labels = {artist.get_label() for artist in ax.get_children()}
+    assert {"structure 0: housing", "structure 1: battery_cell", "structure 2: feed_pin"} <= labels
+    assert {"housing", "battery_cell", "feed_pin"} <= {text.get_text() for text in ax.texts}
+    plt.close(ax.figure)
+
+
+PHONE_MEDIA = {
+    "housing": 3.0,
+    "display_glass": 7.0,
+    "pcb": 4.4,
+    "ground_plane": "pec",
+    "battery": 10.0,
+    "ifa_arm": "pec",
+    "ifa_short_stub": "pec",
+    "ifa_feed_stub": "pec",
+    "ifa_short_pin": "pec",
+    "ifa_feed_pin": "pec",
+    "frame_1": "pec",
+    "frame_2": "pec",
+}
+
+
+def test_reference_phone_loads_with_its_bodies_and_media(tmp_path):
+    from mindelec import cad_phone
+
+    # the shipped file is what the generator writes for the default design
+    regenerated = cad_phone.write_phone_step(tmp_path / "phone.step")
+    assert regenerated.read_bytes() == cad_phone.EXAMPLE_STEP.read_bytes()
+    phone = cad_assembly.load_step(
+        cad_phone.EXAMPLE_STEP, tolerance=1e-4, materials=cad_phone.EXAMPLE_MATERIALS
+    )
+    assert phone.names == tuple(PHONE_MEDIA)
+    for body in phone.bodies:
+        expected = PHONE_MEDIA[body.name]
+        if expected == "pec":
+            assert isinstance(body.medium, fdtd.PEC), body.name
+        else:
+            assert body.medium.permittivity == expected and body.medium.conductivity > 0, body.name
+    assert phone.body("ifa_arm").extents * 1e3 == pytest.approx((30.0, 1.0, 0.1))
+    size = (80e-3, 150e-3, 12e-3)
+    structures = {s.name: s for s in phone.structures(fdtd.Grid(size, 1e-3))}
+    assert isinstance(structures["ground_plane"].medium, PECSheet)
+    assert structures["ifa_short_pin"].medium.size == pytest.approx((0.0, 0.0, 3e-3))  # a wire, node to node
+    assert not isinstance(structures["frame_1"].medium, PECSheet)  # 1 mm thick: a solid
+    sim = fdtd.Simulation(
+        size=size, cell_size=1e-3, boundary=fdtd.PML(thickness=2), structures=structures.values()
+    )
+    ax = sim.plot(normal="x", position=-20e-3)
+    shown = {text.get_text() for text in ax.texts}
+    assert {"housing", "pcb", "battery", "ifa_arm"} <= shown  # the 0.7 mm glass fills no cell half
+    plt.close(ax.figure)
+
+
+def test_phone_design_is_parametric_and_checked(tmp_path):
+    from mindelec import cad_phone
+
+    design = cad_phone.PhoneDesign(antenna_length=24.0, feed_to_short=4.0, clearance=8.0, frame=False)
+    phone = cad_assembly.load_step(cad_phone.write_phone_step(tmp_path / "p.step", design), tolerance=1e-4)
+    assert "frame_1" not in phone.names
+    assert phone.body("ifa_arm").extents[0] * 1e3 == pytest.approx(24.0)
+    pins = [phone.body(f"ifa_{name}_pin").bounds.mean(0)[0] for name in ("short", "feed")]
+    assert (pins[1] - pins[0]) * 1e3 == pytest.approx(4.0)
+    with pytest.raises(ConfigurationError, match="antenna_height 9.0 mm must exceed"):
+        cad_phone.PhoneDesign(antenna_height=9.0).check()
