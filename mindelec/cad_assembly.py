@@ -182,6 +182,7 @@ class Assembly:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The bodies' names, in the file's order."""
         return tuple(body.name for body in self.bodies)
 
     def body(self, name: str) -> Body:

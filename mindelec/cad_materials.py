@@ -135,6 +135,7 @@ class MaterialTable:
 
     @property
     def patterns(self) -> tuple[str, ...]:
+        """The table's names and glob patterns, in the order they are matched."""
         return tuple(pattern for pattern, _ in self.entries)
 
 
