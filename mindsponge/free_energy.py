@@ -326,7 +326,8 @@ def combine(legs: dict, kind: str = "hydration", signs: dict | None = None, temp
         raise ConfigurationError(f"combine: kind must be one of {[*COMBINATIONS, 'sum']}, got {kind!r}")
     missing = sorted(set(signs) - set(legs))
     if missing:
-        raise ConfigurationError(f"combine: a {kind} free energy needs the legs {sorted(signs)}; missing {missing}")
+        raise ConfigurationError(
+            f"combine: a {kind} free energy needs the legs {sorted(signs)}; missing {missing}")
     value, variance, bootstrap = float(correction_kT), 0.0, 0.0
     for name, sign in signs.items():
         difference, error = legs[name].estimate.mbar_difference()

@@ -324,9 +324,10 @@ def estimate(samples: FreeEnergySamples, *, bootstrap: int = 0, seed: int = 0,
     _check(samples)
     counts = samples.samples_per_state
     with _pymbar() as pymbar:
-        np.random.seed(seed)
+        np.random.seed(seed)  # pymbar draws its bootstrap from the global generator (reseeded randomly
+        # unless rseed is given: pymbar 4 then keeps the state set here)
         estimator = pymbar.MBAR(samples.u_kn, counts, relative_tolerance=1e-12,
-                                n_bootstraps=int(bootstrap))
+                                n_bootstraps=int(bootstrap), rseed=seed)
         analytic = estimator.compute_free_energy_differences()
         bootstrapped = None
         if bootstrap:
@@ -334,9 +335,10 @@ def estimate(samples: FreeEnergySamples, *, bootstrap: int = 0, seed: int = 0,
                 uncertainty_method="bootstrap")["dDelta_f"])
         overlap = np.asarray(estimator.compute_overlap()["matrix"])
         steps, step_errors = _bar_steps(samples, pymbar)
+    if inefficiencies is not None:
+        inefficiencies = np.asarray(inefficiencies, dtype=np.float64)
     return FreeEnergyEstimate(np.asarray(analytic["Delta_f"]), np.asarray(analytic["dDelta_f"]), bootstrapped,
-                              overlap, steps, step_errors, counts, samples.temperature,
-                              None if inefficiencies is None else np.asarray(inefficiencies, dtype=np.float64))
+                              overlap, steps, step_errors, counts, samples.temperature, inefficiencies)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def overlap_matrix(result, ax=None, annotate: bool | None = None):
                             color="white" if value > 0.5 * overlap.max() else "black")
     ax.set_xlabel("state")
     ax.set_ylabel("state")
-    ax.set_title(f"overlap (lowest neighbour {result.neighbor_overlap().min():.3f})" if count > 1 else "overlap")
+    if count > 1:
+        ax.set_title(f"overlap (lowest neighbour {result.neighbor_overlap().min():.3f})")
     return ax
 
 
@@ -101,4 +102,5 @@ def lambda_steps(result, ax=None, unit: str = "kT", states=None):
 def _step_label(first: dict, second: dict) -> str:
     changed = [name for name in sorted(second) if first.get(name) != second.get(name)]
     short = {"lambda_electrostatics": "elec", "lambda_sterics": "vdw"}
-    return " ".join(f"{short.get(name, name)} {first.get(name, 0):.2g}>{second[name]:.2g}" for name in changed)
+    return " ".join(f"{short.get(name, name)} {first.get(name, 0):.2g}>{second[name]:.2g}"
+                    for name in changed)

@@ -150,7 +150,8 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
                           includeDir=include_dir, defines=defines)
     _check_counts(top, topology_file.topology.getNumAtoms(), gro, len(coordinates.positions))
     openmm_system = _create_system(topology_file, top, "load_gromacs", system_options)
-    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype, return_openmm_system)
+    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
+                      return_openmm_system)
 
 
 def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, *,
@@ -200,7 +201,8 @@ def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, 
     except Exception as error:
         raise DataError(f"OpenMM cannot read the CHARMM parameter files {params}: {error}") from error
     openmm_system = _create_system(topology_file, psf, "load_charmm", system_options, parameters)
-    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype, return_openmm_system)
+    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
+                      return_openmm_system)
 
 
 def _box_rows(box) -> list[list[float]]:
