@@ -149,7 +149,7 @@ class ScheduleConfig:
             raise ConfigurationError(f"{given} needs its partner list (lambda_electrostatics and "
                                      "lambda_sterics, one value per state each)")
         if lists[0] is not None and len(lists[0]) != len(lists[1]):
-            raise ConfigurationError(f"lambda_sterics has {len(lists[1])} values but lambda_electrostatics "
+            raise ConfigurationError(f"lambda_sterics has {len(lists[1])} values but the electrostatics list "
                                      f"{len(lists[0])}: give one of each per state")
         for key in ("electrostatics", "sterics"):
             if getattr(self, key) is not None and getattr(self, key) < 2:
@@ -215,8 +215,8 @@ class FreeEnergyConfig:
         checks.positive_int(self.iterations, "iterations")
         checks.non_negative_int(self.equilibration, "equilibration")
         if self.equilibration >= self.iterations:
-            raise ConfigurationError(f"equilibration must be fewer than the iterations ({self.iterations}), "
-                                     f"got {self.equilibration}")
+            raise ConfigurationError(f"equilibration ({self.equilibration}) leaves no sample: it must be "
+                                     f"fewer than the run's length, {self.iterations}")
         for key in ("npt_steps", "bootstrap", "workers"):
             checks.non_negative_int(getattr(self, key), key)
         if not self.leg:
@@ -318,6 +318,7 @@ def _build_leg(config, index, config_path, dtype):
             raise config_module.key_error(config_path, ("free_energy", "leg", index, "name"), (
                 "has no alchemical region and no schedule parameters: give [free_energy.region] (atoms or "
                 "residue), or schedule.parameters of the force field's global parameters"))
+        _check_parameters(states, plain, config_path, where_schedule)
         return system, plain, states
     where = ("free_energy", "leg", index, "region") if leg.region else ("free_energy", "region")
     atoms = _region_atoms(region, system, config_path, where)
@@ -329,12 +330,17 @@ def _build_leg(config, index, config_path, dtype):
                                                      pme_treatment=settings.pme_treatment)
     except ConfigurationError as error:
         raise config_module.key_error(config_path, where, str(error)) from error
+    _check_parameters(states, force_field, config_path, where_schedule)
+    return system, force_field, states
+
+
+def _check_parameters(states, force_field, config_path, where) -> None:
     unknown = sorted(set().union(*states) - set(force_field.global_parameters))
     if unknown:
-        raise config_module.key_error(config_path, where_schedule, (
+        key = "parameters" if "lambda_sterics" not in unknown else "lambda_sterics"
+        raise config_module.key_error(config_path, (*where, key), (
             f"sets {unknown}, which the force field does not have (it has "
             f"{sorted(force_field.global_parameters)})"))
-    return system, force_field, states
 
 
 def _logger(path: pathlib.Path):
