@@ -44,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -155,8 +156,6 @@ def _start(system, force_field, integrator, *, directory, resume, minimize, pres
             box = None if data["box"].size == 0 else torch.as_tensor(data["box"]).to(system.positions)
             return system.replace(positions=torch.as_tensor(data["positions"]).to(system.positions), box=box)
     if minimize or pressure is not None:
-        import copy
-
         from mindsponge import barostats
         from mindsponge.simulation import Simulation
 
@@ -165,7 +164,7 @@ def _start(system, force_field, integrator, *, directory, resume, minimize, pres
             if system.box is None:
                 raise ConfigurationError("pressure needs a periodic system, but this leg's system has no box")
             barostat = barostats.MonteCarloBarostat(pressure, integrator.temperature)
-        simulation = Simulation(system, force_field, copy.deepcopy(integrator), barostat=barostat,
+        simulation = Simulation(system, force_field, copy.copy(integrator), barostat=barostat,
                                 constraints=constraints, precision=precision, progress=progress, seed=seed)
         if minimize:
             simulation.minimize()
@@ -239,11 +238,15 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
         resume = _check_directory(directory, record)
     integrator = integrators.LangevinMiddle(dt, float(temperature), friction)
     force_field.barostat = None  # the replicas run at constant volume (see the module docstring)
-    start = _start(system, force_field, integrator, directory=directory, resume=resume, minimize=minimize,
-                   pressure=pressure, npt_steps=npt_steps, constraints=constraints, precision=precision,
+    # the states' copies first: a force field that has run in a Simulation holds compiled kernels, which
+    # neither copy nor pickle (workers get the states' force fields pickled)
+    state_fields = alchemy.force_fields_at(force_field, parameters)
+    start = _start(system, copy.deepcopy(force_field), integrator, directory=directory, resume=resume,
+                   minimize=minimize, pressure=pressure, npt_steps=npt_steps, constraints=constraints,
+                   precision=precision,
                    seed=seed, progress=progress)
     thermodynamic = [rex.ThermodynamicState(float(temperature), potential=state_field)
-                     for state_field in alchemy.force_fields_at(force_field, parameters)]
+                     for state_field in state_fields]
     sampler_class = rex.ReplicaExchange if hrex else _independent_windows()
     checkpoint = None if directory is None else directory / CHECKPOINT
     sampler = sampler_class(start, force_field, thermodynamic, integrator, steps_per_iteration,
