@@ -14,7 +14,8 @@ _SUBMODULES = {
     "system", "topology", "space", "neighbors", "forcefield", "interop", "build", "potentials",
     "integrators", "constraints", "thermostats", "barostats", "minimize", "simulation", "context",
     "constraint_sets", "checkpoint", "overlaps", "reporters", "colvar", "bias", "train", "analysis", "labels",
-    "molecules", "normal_modes", "label_io", "alchemy",
+    "molecules", "normal_modes", "label_io", "alchemy", "free_energy", "free_energy_analysis",
+    "free_energy_plots",
 }
 # public names re-exported from submodules: name -> module
 _EXPORTS = {

@@ -1,4 +1,5 @@
-"""The ``mindsponge`` command line: ``mindsponge run config.toml [--resume] [--quiet] [--output DIR]``.
+"""The ``mindsponge`` command line: ``mindsponge run config.toml [--resume] [--quiet] [--output DIR]``, and
+``mindsponge fe config.toml`` (same options) for alchemical free energies (:mod:`mindsponge.cli_free_energy`).
 
 Also ``python -m mindsponge run`` (:mod:`mindsponge.__main__` calls :func:`main`).
 
@@ -443,9 +444,20 @@ def main(argv=None):
     run_parser.add_argument(
         "--output", type=pathlib.Path, default=None, help="output folder (replaces [output] directory)"
     )
+    fe_parser = commands.add_parser("fe", help="an alchemical free energy (mindsponge.cli_free_energy)")
+    fe_parser.add_argument("config", type=pathlib.Path, help="the TOML free-energy configuration")
+    fe_parser.add_argument("--resume", action="store_true", help="continue every leg from its checkpoint")
+    fe_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    fe_parser.add_argument("--output", type=pathlib.Path, default=None, help="output folder")
     arguments = parser.parse_args(argv)
+    if arguments.command == "fe":
+        from mindsponge import cli_free_energy
+
+        command = cli_free_energy.run
+    else:
+        command = run
     try:
-        run(
+        command(
             arguments.config,
             resume=arguments.resume,
             progress=not arguments.quiet,

@@ -188,15 +188,17 @@ def refuse_combinations(config, config_path) -> None:
             "OpenMM's implicit/*.xml in files instead"))
 
 
-def build(config, dtype):
-    """System and force field of a configuration (paths resolved: :func:`resolve_paths`)."""
+def build(config, dtype, return_openmm_system=False):
+    """System and force field of a configuration (paths resolved: :func:`resolve_paths`); with
+    ``return_openmm_system``, ``(system, forcefield, openmm_system)`` (the alchemical workflow,
+    :mod:`mindsponge.cli_free_energy`, builds its force field from the OpenMM System)."""
     from openmm import app, unit
 
     from mindsponge.interop import openmm as interop
 
     source = config.system
     if source.source in _ENGINE_SOURCES:
-        return _load_engine_files(config, dtype)
+        return _load_engine_files(config, dtype, return_openmm_system)
     settings = config.forcefield
     files = settings.files if settings.files is not None else list(DEFAULT_FORCEFIELD_FILES)
     method = settings.nonbonded_method or "PME"
@@ -215,11 +217,17 @@ def build(config, dtype):
     if settings.switch_distance is not None:
         options["switchDistance"] = settings.switch_distance * unit.nanometer
     if source.openmm_xml is not None:
-        return interop.load(source.openmm_xml, source.pdb, dtype=dtype)
+        loaded = interop.load(source.openmm_xml, source.pdb, dtype=dtype)
+        if return_openmm_system:
+            import openmm
+
+            loaded = (*loaded, openmm.XmlSerializer.deserialize(source.openmm_xml.read_text()))
+        return loaded
     if source.pdb is not None:
-        system, forcefield, _ = interop.from_pdb_with_forcefield(source.pdb, files, dtype=dtype, **options)
-        return system, forcefield
-    return _water_box(source.water_box, files, options, dtype)
+        loaded = interop.from_pdb_with_forcefield(source.pdb, files, dtype=dtype, **options)
+    else:
+        loaded = _water_box(source.water_box, files, options, dtype)
+    return loaded if return_openmm_system else loaded[:2]
 
 
 def _water_box(settings, files, options, dtype):
@@ -234,15 +242,16 @@ def _water_box(settings, files, options, dtype):
     openmm_system = app.ForceField(*files).createSystem(system.topology.to_openmm(system.box), **options)
     forcefield = interop.from_openmm(openmm_system, dtype=dtype)
     masses = [openmm_system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.n_atoms)]
-    return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield
+    return system.replace(masses=torch.tensor(masses, dtype=dtype)), forcefield, openmm_system
 
 
-def _load_engine_files(config, dtype):
+def _load_engine_files(config, dtype, return_openmm_system=False):
     """Amber, GROMACS or CHARMM files through :mod:`mindsponge.interop.openmm.engine_files`."""
     from mindsponge.interop.openmm import engine_files
 
     source, settings = config.system, config.forcefield
     options = {
+        "return_openmm_system": return_openmm_system,
         "rigidWater": "water" in config.constraints,
         "constraints": "HBonds" if "hbonds" in config.constraints else None,
         "removeCMMotion": True,

@@ -60,7 +60,8 @@ _UNITS = {
 _NOT_OPTIONS = {"self", "params", "verbose"}
 
 
-def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, **system_options):
+def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_openmm_system: bool = False,
+               **system_options):
     """Load an Amber system (tleap's ``prmtop`` and ``inpcrd``/``rst7``) through OpenMM.
 
     Args:
@@ -79,7 +80,9 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, **system_opti
         ``(system, forcefield)`` as :func:`~mindsponge.interop.openmm.load` returns them: a
         :class:`mindsponge.system.System` (positions ``(N, 3)`` nm, masses ``(N,)`` amu from the OpenMM
         System, charges ``(N,)`` e, box ``(3, 3)`` nm or ``None``, the prmtop's topology) and a
-        :class:`~mindsponge.forcefield.ForceField` carrying the System's masses and constraints.
+        :class:`~mindsponge.forcefield.ForceField` carrying the System's masses and constraints; with
+        ``return_openmm_system=True`` also the ``openmm.System`` itself, third (for
+        :func:`mindsponge.alchemy.alchemical_force_field`).
 
     Raises:
         MissingFileError: a file is missing (named).
@@ -99,11 +102,12 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, **system_opti
     if box is not None:
         topology_file.topology.setPeriodicBoxVectors(box)
     openmm_system = _create_system(topology_file, prmtop, "load_amber", system_options)
-    return _translate(_obc2_as_custom_gb(openmm_system), topology_file.topology, coordinates.positions, dtype)
+    return _translate(_obc2_as_custom_gb(openmm_system), topology_file.topology, coordinates.positions, dtype,
+                      return_openmm_system)
 
 
 def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype: torch.dtype = torch.float64,
-                 **system_options):
+                 *, return_openmm_system: bool = False, **system_options):
     """Load a GROMACS system (``top`` and ``gro``) through OpenMM.
 
     Args:
@@ -146,10 +150,12 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
                           includeDir=include_dir, defines=defines)
     _check_counts(top, topology_file.topology.getNumAtoms(), gro, len(coordinates.positions))
     openmm_system = _create_system(topology_file, top, "load_gromacs", system_options)
-    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype)
+    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
+                      return_openmm_system)
 
 
-def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, **system_options):
+def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, *,
+                return_openmm_system: bool = False, **system_options):
     """Load a CHARMM system (CHARMM-GUI's ``psf``, ``crd`` and parameter files) through OpenMM.
 
     Args:
@@ -195,7 +201,8 @@ def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, 
     except Exception as error:
         raise DataError(f"OpenMM cannot read the CHARMM parameter files {params}: {error}") from error
     openmm_system = _create_system(topology_file, psf, "load_charmm", system_options, parameters)
-    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype)
+    return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
+                      return_openmm_system)
 
 
 def _box_rows(box) -> list[list[float]]:
@@ -322,8 +329,9 @@ def _custom_obc2(force, customgbforces):
     return custom
 
 
-def _translate(openmm_system, openmm_topology, positions, dtype):
-    """``(System, ForceField)`` of an OpenMM System, its topology and positions (a quantity)."""
+def _translate(openmm_system, openmm_topology, positions, dtype, return_openmm_system=False):
+    """``(System, ForceField)`` of an OpenMM System, its topology and positions (a quantity); with
+    ``return_openmm_system``, ``(System, ForceField, openmm_system)`` (as ``from_pdb_with_forcefield``)."""
     from openmm import unit
 
     from mindsponge.system import System
@@ -337,4 +345,5 @@ def _translate(openmm_system, openmm_topology, positions, dtype):
         box=_box(openmm_system, dtype),
         topology=Topology.from_openmm(openmm_topology),
     )
-    return system, from_openmm(openmm_system, openmm_topology, dtype=dtype)
+    forcefield = from_openmm(openmm_system, openmm_topology, dtype=dtype)
+    return (system, forcefield, openmm_system) if return_openmm_system else (system, forcefield)

@@ -1,0 +1,385 @@
+"""Free-energy estimates from the reduced potentials of a family of states: MBAR, BAR, uncertainties,
+overlap, decorrelation and convergence.
+
+The data of an alchemical (or any multi-state) run is a :class:`FreeEnergySamples`: the reduced
+potential ``u_kn[k, n] = beta (U_k(x_n) + p V_n)`` of every sample ``n`` in every state ``k`` (kT), the
+state each sample was drawn in, its iteration and its simulation time. It is saved as an ``.npz`` file
+(:meth:`FreeEnergySamples.save`, the layout below) so that a run can be re-analysed without running it
+again, and converts to alchemlyb's ``u_nk`` DataFrame (:meth:`FreeEnergySamples.to_u_nk`).
+
+``.npz`` layout (one file per leg of a workflow)::
+
+    u_kn           (K, N) float64   reduced potential of sample n in state k, kT
+    state_index    (N,)   int64     the state sample n was drawn in (0..K-1)
+    iteration      (N,)   int64     the iteration (exchange round) after which it was taken, from 0
+    time           (N,)   float64   its simulation time within its replica, ps
+    state_names    (P,)   str       the global parameters that define the states
+    state_values   (K, P) float64   their values in every state (NaN: not set by that state)
+    temperature    ()     float64   K
+    format         ()     str       "mindsponge.FreeEnergySamples 1"
+
+:func:`estimate` runs the estimators through pymbar 4: MBAR over all states with its analytic
+uncertainty and, optionally, a bootstrap one (resampling each state's samples, ``bootstrap=`` times);
+BAR between every pair of neighbouring states (``pymbar.other_estimators.bar``) summed along the path,
+with the uncertainties of the steps added in quadrature; MBAR's overlap matrix. :func:`decorrelate`
+keeps every ``g``-th sample of each state, ``g`` its statistical inefficiency (``pymbar.timeseries``,
+computed from the series of the state's reduced potential in its own state). :func:`convergence`
+estimates the difference from the first (forward) and last (reverse) 10 %, 20 %... 100 % of every
+state's samples. Plots: :mod:`mindsponge.free_energy_plots`.
+
+Signs: ``delta_f[i, j] = f_j - f_i`` (kT); along an alchemical schedule from the fully interacting
+state (first) to the non-interacting one (last), ``delta_f[0, -1]`` is the free energy of decoupling
+(or annihilating) the region.
+
+Example::
+
+    samples = FreeEnergySamples.load("solvent/u_kn.npz")
+    result = estimate(decorrelate(samples), bootstrap=200)
+    result.mbar_difference()              # (dF, analytic error) kT, first state to last
+    result.bar_difference()               # (dF, error) kT, the sum of BAR over neighbouring steps
+    result.overlap                        # (K, K)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from common.errors import ConfigurationError, DataError
+from common.units import BOLTZMANN_MD
+
+__all__ = ["ConvergenceResult", "FreeEnergyEstimate", "FreeEnergySamples", "convergence", "decorrelate",
+           "estimate", "statistical_inefficiencies", "KCAL_PER_KJ"]
+
+FORMAT = "mindsponge.FreeEnergySamples 1"
+KCAL_PER_KJ = 1.0 / 4.184
+
+
+@contextlib.contextmanager
+def _pymbar():
+    """pymbar without its notices (missing JAX, timeseries warnings), the global numpy RNG restored."""
+    from mindsponge.alchemy import _quiet_import
+
+    state = np.random.get_state()
+    try:
+        with _quiet_import():
+            import pymbar
+
+            yield pymbar
+    finally:
+        np.random.set_state(state)
+
+
+@dataclass(frozen=True)
+class FreeEnergySamples:
+    """Reduced potentials of samples drawn in a family of states (see the module docstring for the file).
+
+    Attributes:
+        u_kn: ``(K, N)`` float64, kT.
+        state_index: ``(N,)`` int, the state each sample was drawn in.
+        iteration: ``(N,)`` int, the iteration each sample was taken after (from 0).
+        time: ``(N,)`` float64, ps, the sample's simulation time.
+        states: ``K`` dicts of global-parameter values (``{"lambda_sterics": 0.5, ...}``).
+        temperature: K.
+    """
+
+    u_kn: np.ndarray
+    state_index: np.ndarray
+    iteration: np.ndarray
+    time: np.ndarray
+    states: tuple
+    temperature: float
+
+    def __post_init__(self):
+        u_kn = np.asarray(self.u_kn, dtype=np.float64)
+        index = np.asarray(self.state_index, dtype=np.int64).reshape(-1)
+        iteration = np.asarray(self.iteration, dtype=np.int64).reshape(-1)
+        time = np.asarray(self.time, dtype=np.float64).reshape(-1)
+        if u_kn.ndim != 2 or u_kn.shape[0] != len(self.states):
+            raise ConfigurationError(f"FreeEnergySamples: u_kn must be (K, N) with K = {len(self.states)} "
+                                     f"states, got {u_kn.shape}")
+        for name, values in (("state_index", index), ("iteration", iteration), ("time", time)):
+            if len(values) != u_kn.shape[1]:
+                raise ConfigurationError(f"FreeEnergySamples: {name} must have one entry per sample "
+                                         f"({u_kn.shape[1]}), got {len(values)}")
+        if len(index) and (index.min() < 0 or index.max() >= len(self.states)):
+            raise ConfigurationError(f"FreeEnergySamples: state_index must lie in 0..{len(self.states) - 1}")
+        order = np.lexsort((iteration, index))  # by state, then in time: the order pymbar and BAR expect
+        for name, values in (("u_kn", u_kn[:, order]), ("state_index", index[order]),
+                             ("iteration", iteration[order]), ("time", time[order])):
+            object.__setattr__(self, name, values)
+        object.__setattr__(self, "states", tuple(dict(state) for state in self.states))
+        object.__setattr__(self, "temperature", float(self.temperature))
+
+    @property
+    def n_states(self) -> int:
+        """``K``."""
+        return len(self.states)
+
+    @property
+    def samples_per_state(self) -> np.ndarray:
+        """``(K,)`` int."""
+        return np.bincount(self.state_index, minlength=self.n_states)
+
+    @property
+    def kT(self) -> float:  # noqa: N802 - the physical symbol
+        """``k_B T`` in kJ/mol."""
+        return BOLTZMANN_MD * self.temperature
+
+    def select(self, mask) -> FreeEnergySamples:
+        """The samples where ``mask`` (``(N,)`` bool, or indices) holds."""
+        mask = np.asarray(mask)
+        return replace(self, u_kn=self.u_kn[:, mask], state_index=self.state_index[mask],
+                       iteration=self.iteration[mask], time=self.time[mask])
+
+    def discard(self, iterations: int) -> FreeEnergySamples:
+        """Without the samples of the first ``iterations`` iterations (equilibration)."""
+        return self.select(self.iteration >= iterations)
+
+    def own_state_series(self, state: int) -> np.ndarray:
+        """The reduced potential of state ``state``'s samples in that state, in time order (kT)."""
+        return self.u_kn[state, self.state_index == state]
+
+    def save(self, path) -> None:
+        """Write the ``.npz`` file of the module docstring (atomically: a temporary file renamed)."""
+        names = sorted(set().union(*self.states)) if self.states else []
+        values = np.array([[state.get(name, np.nan) for name in names] for state in self.states],
+                          dtype=np.float64).reshape(self.n_states, len(names))
+        temporary = f"{path}.partial.npz"
+        np.savez(temporary, u_kn=self.u_kn, state_index=self.state_index, iteration=self.iteration,
+                 time=self.time, state_names=np.array(names, dtype=str), state_values=values,
+                 temperature=np.float64(self.temperature), format=np.array(FORMAT))
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path) -> FreeEnergySamples:
+        """Read a file written by :meth:`save`.
+
+        Raises:
+            DataError: not such a file (named), or a key missing.
+        """
+        try:
+            with np.load(path) as data:
+                if str(data["format"]) != FORMAT:
+                    raise DataError(f"{path}: not a FreeEnergySamples file (format {str(data['format'])!r})")
+                names = [str(name) for name in data["state_names"]]
+                states = tuple({name: float(value) for name, value in zip(names, row, strict=True)
+                                if not np.isnan(value)} for row in data["state_values"])
+                return cls(data["u_kn"], data["state_index"], data["iteration"], data["time"], states,
+                           float(data["temperature"]))
+        except (KeyError, ValueError, OSError) as error:
+            raise DataError(f"{path}: cannot read FreeEnergySamples: {error}") from error
+
+    def to_u_nk(self):
+        """alchemlyb's ``u_nk`` layout: a pandas DataFrame with one row per sample, indexed by ``time``
+        (ps) and the state's parameters (``lambda_electrostatics``...), one column per state (labelled by
+        its parameter values, a tuple where there are several), values in kT; ``attrs`` carries
+        ``temperature`` (K) and ``energy_unit`` ("kT"), as alchemlyb's parsers set them."""
+        import pandas as pd
+
+        names = sorted(set().union(*self.states))
+        labels = [tuple(state.get(name, np.nan) for name in names) for state in self.states]
+        labels = [label[0] if len(label) == 1 else label for label in labels]
+        index_columns = {"time": self.time}
+        for position, name in enumerate(names):
+            column = [labels[k] if len(names) == 1 else labels[k][position] for k in self.state_index]
+            index_columns[name] = column
+        index = pd.MultiIndex.from_arrays(list(index_columns.values()), names=list(index_columns))
+        frame = pd.DataFrame(self.u_kn.T, index=index, columns=labels)
+        frame.attrs = {"temperature": self.temperature, "energy_unit": "kT"}
+        return frame
+
+
+def statistical_inefficiencies(samples: FreeEnergySamples) -> np.ndarray:
+    """``(K,)``: the statistical inefficiency ``g >= 1`` of every state's samples (pymbar.timeseries, from
+    the series of the state's reduced potential in its own state); 1 for fewer than 3 samples or a
+    constant series."""
+    result = np.ones(samples.n_states)
+    with _pymbar() as pymbar:
+        for state in range(samples.n_states):
+            series = samples.own_state_series(state)
+            if len(series) >= 3 and np.ptp(series) > 0:
+                result[state] = max(1.0, float(pymbar.timeseries.statistical_inefficiency(series)))
+    return result
+
+
+def decorrelate(samples: FreeEnergySamples, inefficiencies=None) -> FreeEnergySamples:
+    """Every state's samples subsampled by its statistical inefficiency (pymbar's
+    ``subsample_correlated_data``), so that they are roughly independent."""
+    if inefficiencies is None:
+        inefficiencies = statistical_inefficiencies(samples)
+    keep = []
+    with _pymbar() as pymbar:
+        for state in range(samples.n_states):
+            where = np.flatnonzero(samples.state_index == state)
+            if len(where) == 0:
+                continue
+            chosen = pymbar.timeseries.subsample_correlated_data(samples.u_kn[state, where],
+                                                                 g=float(inefficiencies[state]))
+            keep.extend(where[np.asarray(chosen, dtype=np.int64)])
+    return samples.select(np.sort(np.asarray(keep, dtype=np.int64)))
+
+
+@dataclass(frozen=True)
+class FreeEnergyEstimate:
+    """Free energies of a family of states (all in kT; ``K`` states).
+
+    Attributes:
+        delta_f: ``(K, K)`` MBAR ``f_j - f_i``.
+        d_delta_f: ``(K, K)`` its analytic uncertainty (one standard deviation).
+        d_delta_f_bootstrap: ``(K, K)`` its bootstrap uncertainty, or ``None`` (no bootstrap asked).
+        overlap: ``(K, K)`` MBAR's overlap matrix.
+        bar_steps: ``(K - 1,)`` BAR ``f_{k+1} - f_k`` between neighbouring states.
+        d_bar_steps: ``(K - 1,)`` their uncertainties.
+        samples_per_state: ``(K,)`` the samples used.
+        temperature: K.
+        statistical_inefficiency: ``(K,)`` of the samples given, when known.
+    """
+
+    delta_f: np.ndarray
+    d_delta_f: np.ndarray
+    d_delta_f_bootstrap: np.ndarray | None
+    overlap: np.ndarray
+    bar_steps: np.ndarray
+    d_bar_steps: np.ndarray
+    samples_per_state: np.ndarray
+    temperature: float
+    statistical_inefficiency: np.ndarray | None = field(default=None)
+
+    def mbar_difference(self, first: int = 0, last: int = -1) -> tuple[float, float]:
+        """``(f_last - f_first, analytic uncertainty)`` from MBAR, kT."""
+        return float(self.delta_f[first, last]), float(self.d_delta_f[first, last])
+
+    def bar_difference(self) -> tuple[float, float]:
+        """``(f_last - f_first, uncertainty)``: BAR summed over the neighbouring steps, kT."""
+        return float(self.bar_steps.sum()), float(np.sqrt(np.sum(self.d_bar_steps**2)))
+
+    def neighbor_overlap(self) -> np.ndarray:
+        """``(K - 1,)``: the overlap between each state and the next (MBAR's overlap matrix; below about
+        0.03, the states are too far apart)."""
+        return np.array([self.overlap[k, k + 1] for k in range(len(self.overlap) - 1)])
+
+    def summary(self) -> dict:
+        """The first-to-last difference in kT, kJ/mol and kcal/mol with its uncertainties, the lowest
+        neighbour overlap and the sample counts, as plain numbers (for JSON)."""
+        kT = BOLTZMANN_MD * self.temperature  # noqa: N806
+        value, error = self.mbar_difference()
+        bar_value, bar_error = self.bar_difference()
+        bootstrap = None if self.d_delta_f_bootstrap is None else float(self.d_delta_f_bootstrap[0, -1])
+        result = {}
+        for unit, scale in (("kT", 1.0), ("kJ/mol", kT), ("kcal/mol", kT * KCAL_PER_KJ)):
+            result[unit] = {
+                "mbar": value * scale, "mbar_error": error * scale,
+                "mbar_bootstrap_error": None if bootstrap is None else bootstrap * scale,
+                "bar": bar_value * scale, "bar_error": bar_error * scale,
+            }
+        result["overlap_min"] = float(self.neighbor_overlap().min()) if len(self.overlap) > 1 else 1.0
+        result["samples_per_state"] = [int(count) for count in self.samples_per_state]
+        if self.statistical_inefficiency is not None:
+            result["statistical_inefficiency"] = [float(g) for g in self.statistical_inefficiency]
+        result["temperature"] = self.temperature
+        return result
+
+
+def _bar_steps(samples: FreeEnergySamples, pymbar) -> tuple[np.ndarray, np.ndarray]:
+    steps, errors = [], []
+    for k in range(samples.n_states - 1):
+        from_k = samples.state_index == k
+        from_next = samples.state_index == k + 1
+        if not from_k.any() or not from_next.any():
+            raise ConfigurationError(f"BAR: states {k} and {k + 1} both need samples")
+        work_forward = samples.u_kn[k + 1, from_k] - samples.u_kn[k, from_k]
+        work_reverse = samples.u_kn[k, from_next] - samples.u_kn[k + 1, from_next]
+        result = pymbar.other_estimators.bar(work_forward, work_reverse, relative_tolerance=1e-12)
+        steps.append(float(result["Delta_f"]))
+        errors.append(float(result["dDelta_f"]))
+    return np.array(steps), np.array(errors)
+
+
+def _check(samples) -> None:
+    if not isinstance(samples, FreeEnergySamples):
+        raise ConfigurationError(f"expected FreeEnergySamples, got {type(samples).__name__}")
+    empty = np.flatnonzero(samples.samples_per_state == 0)
+    if len(empty):
+        raise ConfigurationError(f"state {int(empty[0])} has no samples (of {samples.n_states} states)")
+
+
+def estimate(samples: FreeEnergySamples, *, bootstrap: int = 0, seed: int = 0,
+             inefficiencies=None) -> FreeEnergyEstimate:
+    """MBAR, BAR and the overlap matrix of ``samples`` (see the module docstring).
+
+    Args:
+        samples: :class:`FreeEnergySamples` (every state with samples); decorrelate them first
+            (:func:`decorrelate`) for honest uncertainties.
+        bootstrap: number of bootstrap resamplings for MBAR's bootstrap uncertainty (0: none).
+        seed: seeds the bootstrap (the global numpy generator is restored afterwards).
+        inefficiencies: optional ``(K,)`` statistical inefficiencies to record in the result.
+
+    Returns:
+        :class:`FreeEnergyEstimate`.
+    """
+    _check(samples)
+    counts = samples.samples_per_state
+    with _pymbar() as pymbar:
+        np.random.seed(seed)  # pymbar draws its bootstrap from the global generator (reseeded randomly
+        # unless rseed is given: pymbar 4 then keeps the state set here)
+        estimator = pymbar.MBAR(samples.u_kn, counts, relative_tolerance=1e-12,
+                                n_bootstraps=int(bootstrap), rseed=seed)
+        analytic = estimator.compute_free_energy_differences()
+        bootstrapped = None
+        if bootstrap:
+            bootstrapped = np.asarray(estimator.compute_free_energy_differences(
+                uncertainty_method="bootstrap")["dDelta_f"])
+        overlap = np.asarray(estimator.compute_overlap()["matrix"])
+        steps, step_errors = _bar_steps(samples, pymbar)
+    if inefficiencies is not None:
+        inefficiencies = np.asarray(inefficiencies, dtype=np.float64)
+    return FreeEnergyEstimate(np.asarray(analytic["Delta_f"]), np.asarray(analytic["dDelta_f"]), bootstrapped,
+                              overlap, steps, step_errors, counts, samples.temperature, inefficiencies)
+
+
+@dataclass(frozen=True)
+class ConvergenceResult:
+    """The first-to-last free energy from growing fractions of the samples (kT).
+
+    Attributes:
+        fractions: ``(F,)`` the fraction of every state's samples used.
+        forward, forward_error: ``(F,)`` from the first ``fraction`` of the samples.
+        reverse, reverse_error: ``(F,)`` from the last ``fraction``.
+    """
+
+    fractions: np.ndarray
+    forward: np.ndarray
+    forward_error: np.ndarray
+    reverse: np.ndarray
+    reverse_error: np.ndarray
+
+
+def convergence(samples: FreeEnergySamples, fractions=None) -> ConvergenceResult:
+    """MBAR's first-to-last difference from the first and from the last ``fraction`` of every state's
+    samples (time order), for ``fractions`` (default 0.1, 0.2, ... 1.0); each state keeps at least one
+    sample."""
+    _check(samples)
+    fractions = np.linspace(0.1, 1.0, 10) if fractions is None else np.asarray(fractions, dtype=np.float64)
+    if fractions.ndim != 1 or not len(fractions) or (fractions <= 0).any() or (fractions > 1).any():
+        raise ConfigurationError(f"convergence: fractions must lie in (0, 1], got {fractions.tolist()}")
+    position = np.empty(samples.u_kn.shape[1], dtype=np.int64)  # rank of each sample within its state
+    counts = samples.samples_per_state
+    for state in range(samples.n_states):
+        position[samples.state_index == state] = np.arange(counts[state])
+    per_sample_count = counts[samples.state_index]
+    rows = {"forward": [], "reverse": []}
+    with _pymbar() as pymbar:
+        for fraction in fractions:
+            keep = np.maximum(1, np.ceil(fraction * per_sample_count - 1e-9)).astype(np.int64)
+            for direction, mask in (("forward", position < keep),
+                                    ("reverse", position >= per_sample_count - keep)):
+                part = samples.select(mask)
+                estimator = pymbar.MBAR(part.u_kn, part.samples_per_state, relative_tolerance=1e-12)
+                result = estimator.compute_free_energy_differences()
+                rows[direction].append((result["Delta_f"][0, -1], result["dDelta_f"][0, -1]))
+    forward, reverse = np.array(rows["forward"]), np.array(rows["reverse"])
+    return ConvergenceResult(fractions, forward[:, 0], forward[:, 1], reverse[:, 0], reverse[:, 1])

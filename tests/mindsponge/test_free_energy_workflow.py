@@ -1,0 +1,123 @@
+"""The free-energy workflow (``mindsponge fe``) end to end on an analytic case, and resuming it.
+
+The Hamiltonian: ``n`` independent particles in a harmonic well ``U = k r^2 / 2`` (an OpenMM
+``CustomExternalForce`` with a global parameter ``k``, read from a serialized System and a PDB as any
+``[system]`` source), taken through ``k = 100, 200, 400, 800`` kJ/mol/nm^2. Exactly,
+``f(k1) - f(k0) = (3 n / 2) ln(k1 / k0)`` kT.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+N_PARTICLES = 4
+FORCE_CONSTANTS = [100.0, 200.0, 400.0, 800.0]
+EXACT_KT = 1.5 * N_PARTICLES * math.log(FORCE_CONSTANTS[-1] / FORCE_CONSTANTS[0])
+
+CONFIG = """\
+constraints = "none"
+precision = "double"
+minimize = false
+seed = {seed}
+
+[integrator]
+friction = 20.0
+
+[free_energy]
+temperature = 300.0
+steps_per_iteration = 50
+iterations = {iterations}
+equilibration = 5
+hrex = {hrex}
+bootstrap = 20
+
+[free_energy.schedule]
+parameters = {{ k = {constants} }}
+
+[[free_energy.leg]]
+name = "oscillator"
+[free_energy.leg.system]
+pdb = "oscillator.pdb"
+openmm_xml = "oscillator.xml"
+
+[output]
+directory = "out"
+"""
+
+
+def write_oscillator(folder, iterations=60, hrex="true", seed=0):
+    """The System (1 amu particles, harmonic well around the origin), a PDB and the configuration."""
+    import openmm
+    from openmm import app, unit
+
+    system = openmm.System()
+    force = openmm.CustomExternalForce("0.5*k*(x^2+y^2+z^2)")
+    force.addGlobalParameter("k", FORCE_CONSTANTS[0])
+    topology = app.Topology()
+    residue = topology.addResidue("OSC", topology.addChain())
+    for index in range(N_PARTICLES):
+        system.addParticle(1.0)
+        force.addParticle(index, [])
+        topology.addAtom(f"P{index}", app.element.argon, residue)
+    system.addForce(force)
+    (folder / "oscillator.xml").write_text(openmm.XmlSerializer.serialize(system))
+    positions = np.random.default_rng(1).normal(0.0, 0.05, (N_PARTICLES, 3)) * unit.nanometer
+    with open(folder / "oscillator.pdb", "w") as handle:
+        app.PDBFile.writeFile(topology, positions, handle)
+    path = folder / "fe.toml"
+    path.write_text(CONFIG.format(iterations=iterations, hrex=hrex, seed=seed, constants=FORCE_CONSTANTS))
+    return path
+
+
+@pytest.mark.parametrize("hrex", ["true", "false"])
+def test_harmonic_force_constant_change_matches_the_exact_free_energy(tmp_path, hrex):
+    from mindsponge import cli_free_energy
+
+    results = cli_free_energy.run(write_oscillator(tmp_path, hrex=hrex), progress=False)
+    leg = results["legs"]["oscillator"]
+    value, error = leg["kT"]["mbar"], leg["kT"]["mbar_error"]
+    assert abs(value - EXACT_KT) < 4 * error + 0.1, (value, error, EXACT_KT)
+    assert error < 1.0
+    # BAR along the neighbouring steps agrees with MBAR within their uncertainties
+    assert abs(leg["kT"]["bar"] - value) < 2 * leg["kT"]["bar_error"], leg["kT"]
+    assert leg["kT"]["mbar_bootstrap_error"] > 0
+    assert leg["overlap_min"] > 0.03
+    assert leg["samples_per_state_total"] == [60] * 4
+    # units: kJ/mol = kT * k_B T
+    assert leg["kJ/mol"]["mbar"] == pytest.approx(value * 0.0083144626 * 300.0, rel=1e-6)
+    assert leg["kcal/mol"]["mbar"] == pytest.approx(leg["kJ/mol"]["mbar"] / 4.184)
+    combined = json.loads((tmp_path / "out" / "results.json").read_text())["combined"]
+    assert combined["kT"]["value"] == pytest.approx(value)
+    for name in ("u_kn.npz", "overlap.png", "convergence.png", "steps.png", "replicas.chk"):
+        assert (tmp_path / "out" / "oscillator" / name).exists(), name
+    assert "dG" in (tmp_path / "out" / "free_energy.log").read_text()
+    if hrex == "true":
+        assert all(0.0 < value <= 1.0 for value in leg["exchange_acceptance"])
+
+
+def test_a_stopped_run_resumes_without_losing_or_repeating_a_sample(tmp_path):
+    """Stopped after 4 of 10 iterations, then resumed: the samples are an uninterrupted run's, bit for bit."""
+    from mindsponge import cli_free_energy
+    from mindsponge.free_energy_analysis import FreeEnergySamples
+
+    straight = tmp_path / "straight"
+    parts = tmp_path / "parts"
+    straight.mkdir()
+    parts.mkdir()
+    cli_free_energy.run(write_oscillator(straight, iterations=10), progress=False)
+    config = write_oscillator(parts, iterations=10)
+    partial = cli_free_energy.run(config, progress=False, stop_after=4)
+    assert "combined" not in partial and not (parts / "out" / "results.json").exists()
+    stopped = FreeEnergySamples.load(parts / "out" / "oscillator" / "u_kn.npz")
+    assert stopped.samples_per_state.tolist() == [4] * 4
+    resumed = cli_free_energy.run(config, progress=False, resume=True)
+    first = FreeEnergySamples.load(straight / "out" / "oscillator" / "u_kn.npz")
+    second = FreeEnergySamples.load(parts / "out" / "oscillator" / "u_kn.npz")
+    assert second.samples_per_state.tolist() == [10] * 4
+    np.testing.assert_array_equal(first.u_kn, second.u_kn)
+    np.testing.assert_array_equal(first.iteration, second.iteration)
+    np.testing.assert_array_equal(first.u_kn[:, first.iteration < 4], stopped.u_kn)
+    original = json.loads((straight / "out" / "results.json").read_text())
+    assert resumed["legs"]["oscillator"]["kT"] == original["legs"]["oscillator"]["kT"]
