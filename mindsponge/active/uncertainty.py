@@ -61,9 +61,9 @@ class UncertaintyReporter(Reporter):
         keep: frames kept in memory: ``"flagged"`` (above ``threshold``), ``"all"`` or ``"none"``.
         append: continue an existing ``path`` (a resumed run, after :meth:`truncate`).
 
-    Attributes:
-        steps, disagreement: every record (lists of int and float).
-        positions: the kept frames ``(N, 3)`` nm (list), at :attr:`kept_steps`.
+    The records are in ``steps`` (a list of the steps recorded) and ``disagreement`` (the values there,
+    kJ/mol/nm); the kept frames in ``positions`` (a list of ``(N, 3)`` arrays, nm), taken at the steps
+    in ``kept_steps``.
     """
 
     def __init__(self, committee, atomic_numbers, every: int, stop_above: float | None = None, *,
