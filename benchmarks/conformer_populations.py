@@ -15,7 +15,8 @@ every conformer of RDKit's ETKDG ensemble (``xtb_sample``'s default ``conformers
 4. Learned MD of the same length from the same starts, the trajectories run as batched replicas.
 
 Printed: the gauche fraction (|O-C-C-F| < 120 degrees) of each, with the standard error over
-trajectories, and last the difference learned (ensemble data) - GFN2-xTB in percentage points.
+trajectories, and the median torsion of the gauche frames (where the model puts the gauche well); last,
+the difference learned (ensemble data) - GFN2-xTB in percentage points.
 Every stage is cached under ``benchmarks/output/conformer_populations`` (a killed run resumes at the
 stage it reached); the populations are written to ``benchmarks/data/conformer_populations.json``.
 
@@ -63,6 +64,12 @@ SIZES = {  # trajectories x ps for the reference and the learned MD, samples per
     "full": {"trajectories": 6, "picoseconds": 20.0, "samples": 400, "budget": 300.0},
     "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0},
 }
+
+
+def gauche_centre(torsions: np.ndarray) -> float:
+    """Median |O-C-C-F| (degrees) of the gauche frames of torsions ``(T, R)`` rad: the gauche well."""
+    degrees = np.abs(np.degrees(torsions))
+    return float(np.median(degrees[degrees < 120.0]))
 
 
 def gauche_fraction(torsions: np.ndarray) -> tuple[float, float]:
@@ -130,10 +137,12 @@ def trained(name: str, path: pathlib.Path, size: dict):
     return trainer.model
 
 
-def learned(name: str, model, size: dict) -> np.ndarray:
-    """Learned-MD torsions ``(T, R)``: the trajectories as batched replicas, cached."""
+def learned(name: str, conformers: int, size: dict) -> np.ndarray:
+    """Learned-MD torsions ``(T, R)`` of the model trained on the ``name`` data: the trajectories as batched
+    replicas (cached: the data, the training and the MD run only when the file is missing)."""
     path = OUTPUT / f"learned_{name}_{size['samples']}_{size['picoseconds']:g}ps.npy"
     if not path.exists():
+        model = trained(name, dataset(name, conformers, size), size)
         count = size["trajectories"]
         structure, atoms, positions = starts(count)
         system = replicate(ms.System.from_ase(atoms), count, positions=torch.as_tensor(positions))
@@ -152,21 +161,25 @@ def main() -> None:
     size = SIZES["quick" if arguments.quick else "full"]
     OUTPUT.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    results = {"reference": gauche_fraction(reference(size))}
+    reference_torsions = reference(size)
+    results = {"reference": gauche_fraction(reference_torsions)}
+    centres = {"reference": gauche_centre(reference_torsions)}
     for name, conformers in (("ensemble", 10), ("single", 1)):
-        model = trained(name, dataset(name, conformers, size), size)
-        results[name] = gauche_fraction(learned(name, model, size))
+        torsions = learned(name, conformers, size)
+        results[name], centres[name] = gauche_fraction(torsions), gauche_centre(torsions)
     labels = {"reference": "GFN2-xTB MD", "ensemble": "ACENet, data from the conformer ensemble",
               "single": "ACENet, data from one geometry (conformers=1)"}
     for key, (fraction, error) in results.items():
-        print(f"{labels[key]:48s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %")
+        print(f"{labels[key]:48s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %, "
+              f"median |O-C-C-F| of gauche frames {centres[key]:5.1f} deg")
     if not arguments.quick:
         RESULT.parent.mkdir(exist_ok=True)
         RESULT.write_text(json.dumps({
             "how": "python benchmarks/conformer_populations.py (full size)", "size": size,
             "gauche_fraction": {key: {"mean": value[0], "standard_error": value[1]}
                                 for key, value in results.items()},
-            "seconds": round(time.perf_counter() - start), "threads": arguments.threads,
+            "gauche_median_torsion_degrees": centres,
+            "seconds_this_invocation": round(time.perf_counter() - start), "threads": arguments.threads,
             "cpu": os.cpu_count()}, indent=1) + "\n")
     difference = 100 * (results["ensemble"][0] - results["reference"][0])
     print(f"gauche population, learned (ensemble data) - GFN2-xTB: {difference:+.1f} points")
