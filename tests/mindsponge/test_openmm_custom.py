@@ -293,10 +293,14 @@ def test_custom_nonbonded_global_parameter_change_follows_openmm_set_parameter(r
     assert term(torch.tensor(positions), torch.tensor(box)).item() == pytest.approx(openmm_energy, rel=1e-8)
 
 
+@pytest.mark.parametrize("search", ["group pairs", "cell list"])
 @pytest.mark.parametrize("method", ["NoCutoff", "CutoffNonPeriodic", "CutoffPeriodic"])
-def test_custom_nonbonded_interaction_groups_match_openmm(method, reference):
+def test_custom_nonbonded_interaction_groups_match_openmm(method, search, reference, monkeypatch):
     """Overlapping sets (pairs inside the overlap count once per group), a pair in two groups
-    (counted twice), exclusions honoured, and the long-range correction's pair counts."""
+    (counted twice), exclusions honoured, and the long-range correction's pair counts; with the
+    groups' pairs searched directly (small groups) and through the cell list of all atoms."""
+    if search == "cell list":
+        monkeypatch.setattr("mindsponge.forcefield.custom.nonbonded._CANDIDATES_PER_ATOM", 0)
     periodic = method == "CutoffPeriodic"
     force = _nonbonded_force(getattr(openmm.CustomNonbondedForce, method), periodic, periodic)
     force.addInteractionGroup(list(range(0, 15)), list(range(10, 30)))

@@ -26,7 +26,54 @@ from mindsponge.forcefield.pair_kernels import (
     pair_kernel,
     unwrap_to_reference,
 )
-from mindsponge.neighbors import NeighborList, all_pairs
+from mindsponge.neighbors import NeighborList, all_pairs, pair_keys
+
+# up to this many interaction-group pairs per atom, search only them (see _CandidateNeighborList)
+_CANDIDATES_PER_ATOM = 32
+
+
+def _group_candidates(membership: Tensor, exclusions: Tensor | None) -> Tensor | None:
+    """Every pair ``i < j`` of the interaction groups (``(G, 2, N)`` membership), excluded pairs left out;
+    ``None`` when there are too many to list (more than ``_CANDIDATES_PER_ATOM`` per atom)."""
+    n_atoms = membership.shape[-1]
+    counts = membership.sum(-1)  # (G, 2)
+    if int((counts[:, 0] * counts[:, 1]).sum()) > _CANDIDATES_PER_ATOM * n_atoms:
+        return None
+    keys = []
+    for first_set, second_set in membership:
+        first, second = torch.nonzero(first_set).squeeze(1), torch.nonzero(second_set).squeeze(1)
+        i, j = torch.meshgrid(first, second, indexing="ij")
+        i, j = i.reshape(-1), j.reshape(-1)
+        distinct = i != j
+        i, j = i[distinct], j[distinct]
+        keys.append(torch.minimum(i, j) * n_atoms + torch.maximum(i, j))
+    keys = torch.unique(torch.cat(keys))
+    if exclusions is not None and len(exclusions) > 0:
+        keys = keys[~torch.isin(keys, torch.unique(pair_keys(exclusions, n_atoms)))]
+    return torch.stack([keys // n_atoms, keys % n_atoms], dim=1).contiguous()
+
+
+class _CandidateNeighborList(NeighborList):
+    """A Verlet list over given candidate pairs: at each build, those within ``cutoff + skin`` (minimum
+    image). For interaction groups with a small set (an alchemical ligand against its solvent) this is
+    much cheaper than a cell search over all atoms followed by filtering to the groups; same pairs."""
+
+    def __init__(self, cutoff: float, skin: float, candidates: Tensor):
+        super().__init__(cutoff, skin=skin)
+        self.candidates = candidates
+
+    def build(self, positions: Tensor, box: Tensor | None = None) -> None:
+        positions = positions.detach()
+        if box is not None:
+            box = box.detach().to(positions)
+            if self.cutoff > space.max_cutoff(box) + 1e-12:
+                raise space.BoxTooSmallError(
+                    f"NeighborList cutoff {self.cutoff} nm is longer than half the box "
+                    f"({space.max_cutoff(box)} nm); use a larger box or a shorter cutoff", box)
+        candidates = self.candidates.to(positions.device)
+        offsets = space.minimum_image(positions[candidates[:, 1]] - positions[candidates[:, 0]], box)
+        near = (offsets * offsets).sum(-1) <= self.list_cutoff**2
+        self._store(positions, box, candidates[near].contiguous(), None)
 
 
 @dataclass
@@ -163,9 +210,13 @@ class CustomNonbonded(EnergyTerm):
                 membership[number, 1, torch.as_tensor(sorted(second), dtype=torch.long)] = True
             del self.groups
             self.register_buffer("groups", membership)
-        self.neighbors = (
-            None if self.cutoff is None else NeighborList(self.cutoff, skin=skin, exclusions=exclusions)
-        )
+        self.neighbors = None
+        if self.cutoff is not None:
+            candidates = _group_candidates(membership, exclusions) if interaction_groups else None
+            if candidates is not None and len(candidates) <= _CANDIDATES_PER_ATOM * self.n_atoms:
+                self.neighbors = _CandidateNeighborList(self.cutoff, skin, candidates)
+            else:
+                self.neighbors = NeighborList(self.cutoff, skin=skin, exclusions=exclusions)
         self._pairs_cache: tuple | None = None
         self._pair_set_cache: tuple | None = None
         self._lrc_cache: tuple | None = None

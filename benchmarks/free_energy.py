@@ -1,0 +1,560 @@
+"""Hydration free energies: mindsponge against openmmtools (OpenMM CPU) and experiment; speed per window.
+
+The same alchemical protocol on both sides, for a small GAFF molecule of openmmtools' data (p-xylene, the
+ligand of ``T4-lysozyme-L99A-implicit``; ``--molecules`` adds toluene... where their files are given below):
+
+- systems: the molecule in a cubic box of TIP3P water (OpenMM's Modeller, ``amber14/tip3p.xml``; the
+  molecule's GAFF parameters from its prmtop through ParmEd; waters within 0.25 nm of it removed; PME
+  with OpenMM's default error tolerance, 0.9 nm cutoff, dispersion correction, bonds to hydrogen
+  constrained, rigid water, about 1,700 atoms) and the molecule in vacuum (no cutoff); hydrogens of the
+  molecule at 1.5 amu (mass repartitioning from their heavy atoms; waters untouched). The box is
+  equilibrated once by OpenMM (minimised, 10 ps NPT at 1 bar); both engines then run NVT at that box;
+- alchemical region: the molecule, openmmtools' ``AbsoluteAlchemicalFactory`` with its defaults (exact
+  PME, soft-core alpha 0.5, a = b = 1, c = 6, electrostatics annihilated, sterics decoupled, the same
+  convention in vacuum); 14 states: 5 electrostatics (1 -> 0) then 10 sterics (1 -> 0, the first
+  shared), :func:`mindsponge.alchemy.lambda_schedule`;
+- sampling: Hamiltonian replica exchange, one replica per state, ``swap-all`` mixing after every
+  iteration of ``steps`` steps of Langevin dynamics (BAOAB / ``LangevinMiddleIntegrator``, 300 K,
+  1/ps, 2 fs). Reference: ``openmmtools.multistate.ReplicaExchangeSampler`` with a move that runs
+  OpenMM's ``LangevinMiddleIntegrator`` (OpenMM CPU platform, one thread); ours:
+  :class:`mindsponge.replica_exchange.ReplicaExchange` over :func:`mindsponge.alchemy.force_fields_at`
+  of :func:`mindsponge.alchemy.alchemical_force_field` (float32, the compiled step loop, one thread);
+- analysis, the same for both: the reduced potentials of every sample in every state (``u_kn``, the
+  energies each sampler computed after each iteration), the first ``burn_in`` iterations dropped, MBAR
+  (:func:`mindsponge.alchemy.mbar`, pymbar 4); ``dG_hyd = dF_vacuum - dF_solvent`` where ``dF`` is the
+  free energy of the decoupled state minus the coupled one (kcal/mol), errors MBAR's analytic ones
+  added in quadrature. No long-range correction beyond PME's dispersion correction (both sides alike).
+
+Experimental values: FreeSolv (D. L. Mobley and J. P. Guthrie, J. Comput. Aided Mol. Des. 28, 711-720
+(2014)), the ``expt`` column: p-xylene (1,4-xylene) -0.80 kcal/mol.
+
+Speed: ns/day per window = simulated time of all windows / wall time, from the production iterations
+(the reduced-potential matrix and checkpoints included on both sides), and a short timing run of each
+side on the solvent leg, idle and with one core kept busy by another process (``--no-speed`` skips it).
+The ratio ours / OpenMM comes last.
+
+Every leg and side caches its state under ``benchmarks/output/free_energy/<size>/<molecule>/``
+(openmmtools' NetCDF storage, our checkpoint, the per-iteration wall times), saved after every
+iteration, so a killed run continues where it stopped. The derived figures go to
+``benchmarks/data/free_energy.json``.
+
+Usage::
+
+    .venv/bin/python benchmarks/free_energy.py [--quick] [--molecules p-xylene] [--no-speed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import torch
+from md_common import busy_core, print_load_average, report_kernels_and_load
+
+TEMPERATURE = 300.0  # K
+FRICTION = 1.0  # 1/ps
+DT = 0.002  # ps
+HYDROGEN_MASS = 1.5  # amu
+CUTOFF = 0.9  # nm
+BOX = 2.6  # nm, edge of the water box before equilibration
+KJ_PER_KCAL = 4.184
+ELECTROSTATICS, STERICS = 5, 10
+SIZES = {
+    "quick": {"iterations": 3, "steps": 50, "burn_in": 1, "equilibration": 500},
+    "full": {"iterations": 40, "steps": 250, "burn_in": 4, "equilibration": 5000},
+}
+SPEED = {"iterations": 3, "steps": 50}  # the timing runs on the solvent leg, idle and one core busy
+OUTPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output", "free_energy")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "free_energy.json")
+
+# FreeSolv (Mobley & Guthrie 2014), experimental hydration free energies, kcal/mol, with the
+# openmmtools data files of the molecule (GAFF prmtop and coordinates)
+MOLECULES = {
+    "p-xylene": {
+        "prmtop": "T4-lysozyme-L99A-implicit/ligand.prmtop",
+        "coordinates": "T4-lysozyme-L99A-implicit/ligand.crd",
+        "experiment": -0.80,
+    },
+}
+
+
+def _quiet():
+    """Silence pymbar's and openmmtools' notices (JAX, timeseries) while importing and running them."""
+    for name in ("pymbar", "openmmtools", "mpiplus"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def openmmtools_data(path: str) -> str:
+    """Absolute path of a file in openmmtools' data folder."""
+    import openmmtools
+
+    return os.path.join(os.path.dirname(openmmtools.__file__), "data", path)
+
+
+# --- systems ------------------------------------------------------------------------------------------
+def ligand_structure(molecule: str):
+    """The molecule's ParmEd structure (GAFF parameters, coordinates) from openmmtools' data."""
+    import parmed
+
+    entry = MOLECULES[molecule]
+    return parmed.load_file(openmmtools_data(entry["prmtop"]), openmmtools_data(entry["coordinates"]))
+
+
+def _repartition_hydrogens(openmm_system, structure, atoms) -> None:
+    """Hydrogens among ``atoms`` to ``HYDROGEN_MASS``, taken from their bonded heavy atom (in place)."""
+    from openmm import unit
+
+    for bond in structure.bonds:
+        first, second = bond.atom1, bond.atom2
+        if first.idx not in atoms or second.idx not in atoms:
+            continue
+        if second.element == 1 and first.element != 1:
+            first, second = second, first
+        if first.element != 1 or second.element == 1:
+            continue
+        hydrogen = openmm_system.getParticleMass(first.idx).value_in_unit(unit.dalton)
+        heavy = openmm_system.getParticleMass(second.idx).value_in_unit(unit.dalton)
+        openmm_system.setParticleMass(first.idx, HYDROGEN_MASS)
+        openmm_system.setParticleMass(second.idx, heavy - (HYDROGEN_MASS - hydrogen))
+
+
+def vacuum_system(molecule: str):
+    """``(openmm_system, topology, positions (N, 3) nm)`` of the molecule in vacuum."""
+    from openmm import app
+
+    structure = ligand_structure(molecule)
+    system = structure.createSystem(nonbondedMethod=app.NoCutoff, constraints=app.HBonds,
+                                    flexibleConstraints=False)
+    _repartition_hydrogens(system, structure, set(range(len(structure.atoms))))
+    return system, structure.topology, np.asarray(structure.coordinates) / 10.0
+
+
+def solvated_structure(molecule: str):
+    """The molecule (first) in a TIP3P box: a ParmEd structure, built by OpenMM's Modeller and ParmEd."""
+    import openmm
+    import parmed
+    from openmm import app, unit
+
+    ligand = ligand_structure(molecule)
+    forcefield = app.ForceField("amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(BOX, BOX, BOX) * unit.nanometer)
+    # flexible water so that ParmEd gets the O-H bond and H-O-H angle types it constrains (rigidWater below)
+    water_system = forcefield.createSystem(modeller.topology, nonbondedMethod=app.PME, rigidWater=False)
+    water = parmed.openmm.load_topology(modeller.topology, water_system, xyz=modeller.positions)
+    waters = np.asarray(modeller.positions.value_in_unit(unit.nanometer))
+    coordinates = np.asarray(ligand.coordinates) / 10.0
+    ligand.coordinates = 10.0 * (coordinates - coordinates.mean(0) + waters.mean(0))
+    combined = ligand + water
+    positions = np.asarray(combined.coordinates) / 10.0
+    count = len(ligand.atoms)
+    overlapping = []
+    for residue in combined.residues[1:]:
+        atoms = [atom.idx for atom in residue.atoms]
+        offsets = positions[atoms][:, None] - positions[:count][None]
+        offsets -= BOX * np.round(offsets / BOX)
+        if np.linalg.norm(offsets, axis=-1).min() < 0.25:
+            overlapping.extend(atom.idx + 1 for atom in residue.atoms)
+    combined.strip("@" + ",".join(str(index) for index in overlapping))
+    combined.box = [10.0 * BOX] * 3 + [90.0] * 3
+    return combined, count
+
+
+def solvated_system(molecule: str, output: str, equilibration: int):
+    """``(openmm_system, topology, positions (N, 3) nm, box (3, 3) nm, ligand atoms)`` of the solvated
+    molecule after OpenMM's minimisation and ``equilibration`` steps of NPT (cached in ``output``)."""
+    import openmm
+    from openmm import app, unit
+
+    structure, count = solvated_structure(molecule)
+    system = structure.createSystem(nonbondedMethod=app.PME, nonbondedCutoff=CUTOFF * unit.nanometer,
+                                    constraints=app.HBonds, rigidWater=True, flexibleConstraints=False)
+    _repartition_hydrogens(system, structure, set(range(count)))
+    path = os.path.join(output, "equilibrated.npz")
+    if not os.path.exists(path):
+        npt = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+        npt.addForce(openmm.MonteCarloBarostat(1.0, TEMPERATURE, 25))
+        integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
+        integrator.setRandomNumberSeed(1)
+        context = openmm.Context(npt, integrator, openmm.Platform.getPlatformByName("CPU"), {"Threads": "1"})
+        context.setPositions(np.asarray(structure.coordinates) / 10.0)
+        openmm.LocalEnergyMinimizer.minimize(context, 10.0, 1000)
+        context.setVelocitiesToTemperature(TEMPERATURE, 1)
+        integrator.step(equilibration)
+        state = context.getState(getPositions=True, getVelocities=True)
+        box = np.asarray(state.getPeriodicBoxVectors(asNumpy=True).value_in_unit(unit.nanometer))
+        positions = np.asarray(state.getPositions(asNumpy=True).value_in_unit(unit.nanometer))
+        os.makedirs(output, exist_ok=True)
+        np.savez(path + ".partial.npz", positions=positions, box=box)
+        os.replace(path + ".partial.npz", path)
+    with np.load(path) as data:
+        positions, box = data["positions"], data["box"]
+    system.setDefaultPeriodicBoxVectors(*(openmm.Vec3(*row) for row in box))
+    return system, structure.topology, positions, box, list(range(count))
+
+
+def check_ligand_terms(solvated, vacuum, count: int) -> float:
+    """Checks the molecule's terms in the solvated System against the vacuum System: the same charges and
+    Lennard-Jones parameters, and the same bonded energies (bonds, angles, torsions: the change between two
+    conformations). Returns the largest relative difference of those energies; AssertionError above 1e-9."""
+    import openmm
+
+    def parameters(system):
+        force = next(f for f in system.getForces() if isinstance(f, openmm.NonbondedForce))
+        return [tuple(x._value for x in force.getParticleParameters(i)) for i in range(count)]
+
+    assert parameters(solvated) == parameters(vacuum), "the molecule's non-bonded parameters differ"
+    # bonded terms never couple the molecule to water: the change of each bonded energy between two
+    # conformations of the molecule (random ones, the waters anywhere) must be the same in both Systems
+    generator = np.random.default_rng(0)
+    conformations = [generator.normal(scale=0.3, size=(count, 3)) for _ in range(2)]
+    waters = generator.uniform(0.0, 3.0, size=(solvated.getNumParticles() - count, 3))
+    worst = 0.0
+    for kind in (openmm.HarmonicBondForce, openmm.HarmonicAngleForce, openmm.PeriodicTorsionForce):
+        changes = []
+        for system in (solvated, vacuum):
+            single = openmm.System()
+            for index in range(system.getNumParticles()):
+                single.addParticle(system.getParticleMass(index))
+            force = next(f for f in system.getForces() if isinstance(f, kind))
+            single.addForce(openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(force)))
+            context = openmm.Context(single, openmm.VerletIntegrator(0.001),
+                                     openmm.Platform.getPlatformByName("Reference"))
+            energies = []
+            for conformation in conformations:
+                context.setPositions(conformation if system is vacuum else np.vstack([conformation, waters]))
+                energies.append(context.getState(getEnergy=True).getPotentialEnergy()._value)
+            changes.append(energies[1] - energies[0])
+        worst = max(worst, abs(changes[0] - changes[1]) / max(1.0, abs(changes[1])))
+    assert worst < 1e-9, f"the molecule's bonded energies differ by {worst} (relative)"
+    return worst
+
+
+# --- the reference: openmmtools -----------------------------------------------------------------------
+def _langevin_middle_move():
+    """An openmmtools MCMC move running OpenMM's ``LangevinMiddleIntegrator`` (the class is made here so that
+    openmmtools is imported only when needed)."""
+    import openmm
+    from openmmtools import mcmc
+
+    class LangevinMiddleMove(mcmc.BaseIntegratorMove):
+        """``n_steps`` steps of ``openmm.LangevinMiddleIntegrator`` (300 K, 1/ps, 2 fs)."""
+
+        def _get_integrator(self, thermodynamic_state):
+            return openmm.LangevinMiddleIntegrator(thermodynamic_state.temperature, FRICTION, DT)
+
+    LangevinMiddleMove.__module__ = __name__
+    globals()["LangevinMiddleMove"] = LangevinMiddleMove  # openmmtools' storage finds it by name
+    return LangevinMiddleMove
+
+
+def _context_cache():
+    import openmm
+    from openmmtools import cache
+
+    platform = openmm.Platform.getPlatformByName("CPU")
+    return cache.ContextCache(capacity=None, time_to_live=None, platform=platform,
+                              platform_properties={"Threads": "1"})
+
+
+def run_openmmtools(openmm_system, positions, box, atoms, states, iterations, steps, directory) -> dict:
+    """Replica exchange with openmmtools (continuing its storage in ``directory``): ``{"u_kn": (K, N),
+    "counts": (K,), "seconds": per-iteration wall times}``."""
+    from openmm import unit
+
+    with _quiet():
+        from openmmtools import alchemy, multistate
+        from openmmtools import states as mmstates
+
+    os.makedirs(directory, exist_ok=True)
+    storage = os.path.join(directory, "openmmtools.nc")
+    timing = os.path.join(directory, "openmmtools_seconds.json")
+    seconds = json.load(open(timing)) if os.path.exists(timing) else []
+    move_class = _langevin_middle_move()
+    with _quiet():
+        if os.path.exists(storage) and os.path.exists(timing):
+            reporter = multistate.MultiStateReporter(storage, open_mode="a", checkpoint_interval=1)
+            sampler = multistate.ReplicaExchangeSampler.from_storage(reporter)
+        else:
+            if os.path.exists(storage):
+                os.remove(storage)  # created but no iteration finished: start again
+            factory = alchemy.AbsoluteAlchemicalFactory()
+            region = alchemy.AlchemicalRegion(alchemical_atoms=atoms)
+            alchemical = factory.create_alchemical_system(openmm_system, region)
+            reference = mmstates.ThermodynamicState(alchemical, TEMPERATURE * unit.kelvin)
+            alchemical_state = alchemy.AlchemicalState.from_system(alchemical)
+            thermodynamic_states = []
+            for state in states:
+                compound = mmstates.CompoundThermodynamicState(reference, [alchemical_state])
+                compound.lambda_sterics = state.lambda_sterics
+                compound.lambda_electrostatics = state.lambda_electrostatics
+                thermodynamic_states.append(compound)
+            sampler_state = mmstates.SamplerState(positions * unit.nanometer,
+                                                  box_vectors=None if box is None else box * unit.nanometer)
+            move = move_class(n_steps=steps)
+            sampler = multistate.ReplicaExchangeSampler(mcmc_moves=move, number_of_iterations=iterations,
+                                                        replica_mixing_scheme="swap-all",
+                                                        online_analysis_interval=None)
+            reporter = multistate.MultiStateReporter(storage, checkpoint_interval=1)
+            sampler.energy_context_cache = sampler.sampler_context_cache = _context_cache()
+            sampler.create(thermodynamic_states, [sampler_state], storage=reporter)
+            json.dump(seconds, open(timing, "w"))
+        sampler.energy_context_cache = sampler.sampler_context_cache = _context_cache()
+        if sampler.number_of_iterations < iterations:
+            sampler.number_of_iterations = iterations
+        while sampler.iteration < iterations:
+            start = time.perf_counter()
+            sampler.run(n_iterations=1)
+            seconds.append(time.perf_counter() - start)
+            with open(timing + ".partial", "w") as handle:
+                json.dump(seconds, handle)
+            os.replace(timing + ".partial", timing)
+        energies, _, _ = reporter.read_energies()  # (T + 1, R, K) reduced, iteration 0: the start
+        replica_states = reporter.read_replica_thermodynamic_states()  # (T + 1, R)
+        reporter.close()
+    energies = np.asarray(energies)[1:iterations + 1]
+    replica_states = np.asarray(replica_states)[1:iterations + 1]
+    return {"energies": energies, "replica_states": replica_states, "seconds": seconds[:iterations]}
+
+
+# --- ours: mindsponge ---------------------------------------------------------------------------------
+def run_mindsponge(openmm_system, topology, positions, box, atoms, states, iterations, steps,
+                   directory) -> dict:
+    """Replica exchange with mindsponge (continuing its checkpoint in ``directory``): as
+    :func:`run_openmmtools`."""
+    import mindsponge as ms
+    from mindsponge import replica_exchange as rex
+    from mindsponge.topology import Topology
+
+    os.makedirs(directory, exist_ok=True)
+    checkpoint = os.path.join(directory, "mindsponge.ckpt")
+    timing = os.path.join(directory, "mindsponge_seconds.json")
+    forcefield = ms.alchemy.alchemical_force_field(openmm_system, atoms, dtype=torch.float32)
+    masses = [openmm_system.getParticleMass(i)._value for i in range(openmm_system.getNumParticles())]
+    system = ms.System(positions=torch.as_tensor(positions, dtype=torch.float32),
+                       masses=torch.tensor(masses, dtype=torch.float32),
+                       box=None if box is None else torch.as_tensor(box, dtype=torch.float32),
+                       topology=Topology.from_openmm(topology))
+    thermodynamic_states = [rex.ThermodynamicState(TEMPERATURE, potential=potential)
+                            for potential in ms.alchemy.force_fields_at(forcefield, states)]
+    sampler = rex.ReplicaExchange(system, forcefield, thermodynamic_states,
+                                  ms.integrators.LangevinMiddle(DT, TEMPERATURE, FRICTION), steps,
+                                  exchange="all", checkpoint=checkpoint, progress=False)
+    sampler.run(0)  # loads the checkpoint if there is one
+    seconds = json.load(open(timing)) if os.path.exists(timing) and sampler.rounds_done else []
+    seconds = seconds[:sampler.rounds_done]
+    while sampler.rounds_done < iterations:
+        start = time.perf_counter()
+        sampler.run(1)
+        seconds.append(time.perf_counter() - start)
+        with open(timing + ".partial", "w") as handle:
+            json.dump(seconds, handle)
+        os.replace(timing + ".partial", timing)
+    record = sampler.record
+    energies = np.asarray(record.reduced_potentials, dtype=np.float64)[:iterations]
+    # the state each replica was sampled in during round t: the assignment before round t's exchange
+    assignment = np.vstack([np.arange(len(states))[None], record.state_trajectory()])[:iterations]
+    return {"energies": energies, "replica_states": assignment, "seconds": seconds[:iterations]}
+
+
+# --- analysis -----------------------------------------------------------------------------------------
+def free_energy(run: dict, burn_in: int) -> dict:
+    """MBAR of a run's samples after ``burn_in`` iterations: ``dF`` (decoupled - coupled) and per
+    neighbouring pair, kcal/mol, with errors, and the neighbour overlaps."""
+    import mindsponge as ms
+
+    energies = run["energies"][burn_in:]  # (T, R, K)
+    replica_states = run["replica_states"][burn_in:]  # (T, R)
+    rounds, count = replica_states.shape
+    u_kn = np.empty((count, rounds * count))
+    for k in range(count):
+        replica = np.argmax(replica_states == k, axis=1)  # (T,) the replica in state k
+        u_kn[:, k * rounds:(k + 1) * rounds] = energies[np.arange(rounds), replica].T
+    with _quiet():
+        result = ms.alchemy.mbar(u_kn, np.full(count, rounds))
+    kt = 0.0083144626 * TEMPERATURE / KJ_PER_KCAL  # kcal/mol
+    pairs = np.arange(count - 1)
+    return {
+        "delta_f": kt * float(result.delta_f[0, -1]),
+        "error": kt * float(result.d_delta_f[0, -1]),
+        "pairs": (kt * result.delta_f[pairs, pairs + 1]).round(4).tolist(),
+        "pair_errors": (kt * result.d_delta_f[pairs, pairs + 1]).round(4).tolist(),
+        "overlaps": result.overlap[pairs, pairs + 1].round(4).tolist(),
+        "samples_per_state": rounds,
+    }
+
+
+def ns_per_day_per_window(seconds, steps: int, windows: int) -> float:
+    """Simulated ns/day of one window: all windows' simulated time over the wall time (median iteration)."""
+    return windows * steps * DT * 1e-3 * 86400.0 / float(np.median(seconds))
+
+
+def speed_runs(solvent, states, directory, busy: bool) -> dict:
+    """Short timing runs of both samplers on the solvent leg (fresh storage): ns/day per window."""
+    import shutil
+
+    openmm_system, topology, positions, box, atoms = solvent
+    label = "busy" if busy else "idle"
+    path = os.path.join(directory, f"speed_{label}")
+    shutil.rmtree(path, ignore_errors=True)
+    figures = {}
+    with busy_core(busy):
+        for name in ("openmm", "mindsponge"):
+            if name == "openmm":
+                run = run_openmmtools(openmm_system, positions, box, atoms, states, SPEED["iterations"],
+                                      SPEED["steps"], os.path.join(path, name))
+            else:
+                run = run_mindsponge(openmm_system, topology, positions, box, atoms, states,
+                                     SPEED["iterations"], SPEED["steps"], os.path.join(path, name))
+            # the first iteration includes building contexts and compiling: time the later ones
+            figures[name] = ns_per_day_per_window(run["seconds"][1:], SPEED["steps"], len(states))
+    shutil.rmtree(path, ignore_errors=True)
+    return figures
+
+
+def run_molecule(molecule: str, size: dict, size_name: str, states, sides) -> tuple[dict, tuple]:
+    """Both legs of one molecule with the samplers ``sides``: the figures of each (leg, side), and the solvent
+    leg's ``(openmm_system, topology, positions, box, atoms)``."""
+    output = os.path.join(OUTPUT, size_name, molecule)
+    start = time.perf_counter()
+    vacuum = vacuum_system(molecule)
+    solvent = solvated_system(molecule, output, size["equilibration"])
+    atoms = solvent[4]
+    worst = check_ligand_terms(solvent[0], vacuum[0], len(atoms))
+    print(f"{molecule}: {solvent[0].getNumParticles()} atoms solvated (box {solvent[3][0, 0]:.3f} nm after "
+          f"NPT), {len(atoms)} in vacuum; bonded energies of the molecule solvated vs in vacuum differ by "
+          f"{worst:.1e} (relative), non-bonded parameters identical "
+          f"(set-up {time.perf_counter() - start:.0f} s)")
+    legs = {"vacuum": (vacuum[0], vacuum[1], vacuum[2], None), "solvent": solvent[:4]}
+    figures = {}
+    for leg, (openmm_system, topology, positions, box) in legs.items():
+        for side in sides:
+            start = time.perf_counter()
+            directory = os.path.join(output, leg, side)
+            if side == "openmm":
+                run = run_openmmtools(openmm_system, positions, box, atoms, states, size["iterations"],
+                                      size["steps"], directory)
+            else:
+                run = run_mindsponge(openmm_system, topology, positions, box, atoms, states,
+                                     size["iterations"], size["steps"], directory)
+            result = free_energy(run, size["burn_in"])
+            timed = run["seconds"][1:] or run["seconds"]  # the first iteration builds contexts, compiles
+            result["ns_per_day_per_window"] = ns_per_day_per_window(timed, size["steps"], len(states))
+            result["wall_seconds"] = float(np.sum(run["seconds"]))
+            figures[(leg, side)] = result
+            print(f"  {leg:7s} {side:10s} dF = {result['delta_f']:8.3f} +- {result['error']:.3f} kcal/mol, "
+                  f"min overlap {min(result['overlaps']):.3f}, {result['ns_per_day_per_window']:.2f} ns/day "
+                  f"per window, {result['wall_seconds']:.0f} s of sampling "
+                  f"({time.perf_counter() - start:.0f} s now)")
+    return figures, solvent
+
+
+def hydration(molecule: str, figures: dict, solvent) -> dict:
+    """The hydration free energies of both samplers from their legs, and how they compare."""
+    entry = {"atoms_solvated": solvent[0].getNumParticles(), "box_nm": float(solvent[3][0, 0]),
+             "experiment": MOLECULES[molecule]["experiment"], "legs": {}}
+    for side in ("openmm", "mindsponge"):
+        vacuum_leg, solvent_leg = figures[("vacuum", side)], figures[("solvent", side)]
+        entry[side] = {
+            "dG_hydration": vacuum_leg["delta_f"] - solvent_leg["delta_f"],
+            "error": float(np.hypot(vacuum_leg["error"], solvent_leg["error"])),
+        }
+        for leg in ("vacuum", "solvent"):
+            entry["legs"][f"{leg}/{side}"] = figures[(leg, side)]
+    ours, reference = entry["mindsponge"], entry["openmm"]
+    entry["difference_in_sigma"] = (ours["dG_hydration"] - reference["dG_hydration"]) / float(
+        np.hypot(ours["error"], reference["error"]))
+    return entry
+
+
+def report(results: dict, speed: dict, size: dict, size_name: str, minutes: float) -> list[str]:
+    """Print the hydration free energies and speeds; returns the speed ratios as text."""
+    print()
+    print(f"hydration free energies, kcal/mol ({size_name}: {size['iterations']} iterations x "
+          f"{size['steps']} steps per state; sampling and analysis took {minutes:.1f} min)")
+    for molecule, entry in results.items():
+        ours, reference = entry["mindsponge"], entry["openmm"]
+        print(f"  {molecule}: mindsponge {ours['dG_hydration']:.2f} +- {ours['error']:.2f}, openmmtools "
+              f"{reference['dG_hydration']:.2f} +- {reference['error']:.2f}, difference "
+              f"{entry['difference_in_sigma']:+.2f} sigma; experiment (FreeSolv) {entry['experiment']:.2f}")
+    ratios = []
+    for molecule, entry in results.items():
+        ours, reference = (entry["legs"][f"solvent/{side}"]["ns_per_day_per_window"]
+                           for side in ("mindsponge", "openmm"))
+        ratios.append(f"{molecule} production {ours / reference:.2f}")
+        print(f"  {molecule} solvent, production: mindsponge {ours:.2f} ns/day per window, "
+              f"OpenMM+openmmtools {reference:.2f}")
+    for label, figures in speed.items():
+        print(f"  timing run, {label}: mindsponge {figures['mindsponge']:.2f} ns/day per window, "
+              f"OpenMM+openmmtools {figures['openmm']:.2f}")
+        ratios.append(f"{label} {figures['mindsponge'] / figures['openmm']:.2f}")
+    return ratios
+
+
+def main() -> None:
+    import mindsponge as ms
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few iterations (exercises everything)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="override the size's number of iterations (the caches are reused)")
+    parser.add_argument("--molecules", nargs="+", default=["p-xylene"], choices=sorted(MOLECULES))
+    parser.add_argument("--no-speed", action="store_true", help="skip the idle / busy timing runs")
+    parser.add_argument("--sides", nargs="+", default=["openmm", "mindsponge"],
+                        choices=["openmm", "mindsponge"],
+                        help="run only these samplers (e.g. the reference first and ours later)")
+    arguments = parser.parse_args()
+    size_name = "quick" if arguments.quick else "full"
+    size = dict(SIZES[size_name])
+    if arguments.iterations is not None:
+        size["iterations"] = arguments.iterations
+    torch.set_num_threads(1)
+    print(f"mindsponge from {os.path.dirname(ms.__file__)}")
+    report_kernels_and_load()
+    states = ms.alchemy.lambda_schedule(electrostatics=ELECTROSTATICS, sterics=STERICS)
+    print(f"{len(states)} states, {size['iterations']} iterations x {size['steps']} steps of {DT * 1e3:g} fs "
+          f"per state, burn-in {size['burn_in']} iterations; one thread per engine")
+    results = {}
+    wall = time.perf_counter()
+    both = len(arguments.sides) == 2
+    for molecule in arguments.molecules:
+        figures, solvent = run_molecule(molecule, size, size_name, states, arguments.sides)
+        if both:
+            results[molecule] = hydration(molecule, figures, solvent)
+    minutes = (time.perf_counter() - wall) / 60
+    speed = {}
+    if not arguments.no_speed and both:
+        for busy in (False, True):
+            directory = os.path.join(OUTPUT, size_name)
+            speed["busy" if busy else "idle"] = speed_runs(solvent, states, directory, busy)
+    print_load_average("end")
+    if not results:
+        return
+    ratios = report(results, speed, size, size_name, minutes)
+    if not arguments.quick:
+        made = {
+            "made_by": "benchmarks/free_energy.py (full size); see its docstring for the protocol",
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average_at_end": [round(load, 2) for load in os.getloadavg()],
+            "states": [state.parameters for state in states],
+            "size": size,
+            "minutes_this_run": minutes,
+            "molecules": results,
+            "speed_ns_per_day_per_window": speed,
+        }
+        os.makedirs(os.path.dirname(DATA), exist_ok=True)
+        with open(DATA, "w") as handle:
+            json.dump(made, handle, indent=1)
+        print(f"  derived results written to {os.path.relpath(DATA)}")
+    print("speed ratio mindsponge / OpenMM+openmmtools (ns/day per window): " + ", ".join(ratios))
+
+
+if __name__ == "__main__":
+    main()
