@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import os
 import pathlib
@@ -254,6 +255,8 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
                             workers=workers, scheduler=scheduler, progress=progress)
     if resume:
         sampler.load_checkpoint(checkpoint)
+        logging.getLogger(__name__).info("resumed from the checkpoint of iteration %d of %d (%s)",
+                                         sampler.rounds_done, iterations, checkpoint)
     target = iterations if stop_after is None else min(iterations, stop_after)
     sampler.run(max(target - sampler.rounds_done, 0))
     samples = _samples_of(sampler.record, parameters, temperature, steps_per_iteration * dt)

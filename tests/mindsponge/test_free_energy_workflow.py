@@ -121,3 +121,52 @@ def test_a_stopped_run_resumes_without_losing_or_repeating_a_sample(tmp_path):
     np.testing.assert_array_equal(first.u_kn[:, first.iteration < 4], stopped.u_kn)
     original = json.loads((straight / "out" / "results.json").read_text())
     assert resumed["legs"]["oscillator"]["kT"] == original["legs"]["oscillator"]["kT"]
+
+
+@pytest.mark.slow  # two command-line processes (about 30 s): `make test` runs it
+def test_a_killed_run_resumes_without_losing_or_repeating_a_sample(tmp_path):
+    """``mindsponge fe`` killed with SIGKILL after a few iterations, then run again with ``--resume``: the
+    samples equal an uninterrupted run's, bit for bit."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mindsponge import cli_free_energy
+    from mindsponge.free_energy_analysis import FreeEnergySamples
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    straight.mkdir()
+    killed.mkdir()
+    cli_free_energy.run(write_oscillator(straight, iterations=40), progress=False)
+    config = write_oscillator(killed, iterations=40)
+    environment = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "mindsponge", "fe", str(config), "--quiet"]
+    checkpoint = killed / "out" / "oscillator" / "replicas.chk"
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    writes, last, deadline = 0, None, time.monotonic() + 240
+    while writes < 3 and process.poll() is None and time.monotonic() < deadline:
+        stamp = checkpoint.stat().st_mtime_ns if checkpoint.exists() else None
+        if stamp is not None and stamp != last:
+            writes, last = writes + 1, stamp
+        time.sleep(0.02)
+    assert process.poll() is None, "the run finished before it could be killed: give it more iterations"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "out" / "results.json").exists()
+    log = killed / "out" / "free_energy.log"
+    before = log.read_text() if log.exists() else ""
+    resumed = subprocess.run([*command, "--resume"], env=environment, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # it continued from a checkpoint of the killed run (a fresh start would give the same samples too)
+    written = log.read_text()[len(before):]
+    resumed_at = re.findall(r"resumed from the checkpoint of iteration (\d+) of 40", written)
+    assert resumed_at and 0 < int(resumed_at[0]) < 40, log.read_text()
+    first = FreeEnergySamples.load(straight / "out" / "oscillator" / "u_kn.npz")
+    second = FreeEnergySamples.load(killed / "out" / "oscillator" / "u_kn.npz")
+    assert second.samples_per_state.tolist() == [40] * 4
+    np.testing.assert_array_equal(first.iteration, second.iteration)
+    np.testing.assert_array_equal(first.u_kn, second.u_kn)
