@@ -41,6 +41,10 @@ reported with its file, line and key) describes a complete simulation::
     directory = "run"
     report_every = 100
 
+    [potential]                      # with [system] molecule: a learned potential or a committee, its
+    models = ["model_0.pt", "model_1.pt"]  # uncertainty along the run; --active labels the flagged
+    threshold = 40.0                 #   frames and retrains ([active] table; mindsponge.cli_learned)
+
     [replicas]                       # optional: replica exchange instead of one run (constant volume);
     temperatures = [300.0, 330.0, 363.0]   # or low, high, count: geometric temperatures
     steps_per_round = 500            # steps = the steps of every replica
@@ -56,6 +60,9 @@ inside the configuration file's folder, and the output files (``log``, ``traject
 inside the output folder, with ``..`` and symbolic links resolved; anything else is refused with
 the file, line and key before anything is written. At the end of the run the final positions and
 box are written as PDB (``final_structure``, default ``final.pdb``).
+
+``--active`` (with ``[potential]`` and ``[active]``) labels the frames the committee flagged and retrains
+it after the run (:mod:`mindsponge.cli_learned`).
 
 ``--resume`` continues from the checkpoint in the output directory up to ``steps``; the CSV log
 and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
@@ -78,7 +85,8 @@ from common import config as config_module
 from common.deprecation import warn_deprecated
 from common.errors import ConfigurationError, SimulationError
 from common.output_paths import output_folder
-from mindsponge import cli_replicas, cli_system
+from mindsponge import cli_learned, cli_replicas, cli_system
+from mindsponge.cli_learned import ActiveConfig, PotentialConfig
 from mindsponge.cli_replicas import ReplicasConfig
 from mindsponge.cli_system import SystemConfig, WaterBoxConfig  # noqa: F401  (their home was here)
 
@@ -275,6 +283,9 @@ class RunConfig:
         output: the ``[output]`` table.
         replicas: an optional ``[replicas]`` table: temperature replica exchange instead of one run
             (:mod:`mindsponge.cli_replicas`).
+        potential: a ``[potential]`` table: the learned potential of ``[system] molecule``
+            (:mod:`mindsponge.cli_learned`).
+        active: an ``[active]`` table: what ``--active`` does after the run.
     """
 
     system: SystemConfig
@@ -290,6 +301,8 @@ class RunConfig:
     barostat: BarostatConfig | None = None
     output: OutputConfig = field(default_factory=OutputConfig)
     replicas: ReplicasConfig | None = None
+    potential: PotentialConfig | None = None
+    active: ActiveConfig | None = None
 
     def __post_init__(self):
         checks.non_negative_int(self.steps, "steps")
@@ -307,10 +320,13 @@ def _output_files(config, folder):
         return {name: folder.file(name) for name in cli_replicas.OUTPUT_FILES}
     output = config.output
     keys = ("log", "trajectory", "checkpoint", "final_structure")
-    return {key: folder.file(getattr(output, key), key=key) for key in keys if getattr(output, key)}
+    files = {key: folder.file(getattr(output, key), key=key) for key in keys if getattr(output, key)}
+    if config.potential is not None:
+        files.update({name: folder.file(name) for name in cli_learned.OUTPUT_FILES})
+    return files
 
 
-def run(config_path, resume=False, progress=True, output_directory=None):
+def run(config_path, resume=False, progress=True, output_directory=None, active=False):
     """Run the simulation a configuration file describes (see the module docstring).
 
     Args:
@@ -320,6 +336,8 @@ def run(config_path, resume=False, progress=True, output_directory=None):
         resume: continue from the checkpoint in the output directory, cutting the log and the
             trajectory back to its step first.
         progress: show progress bars (rate-limited when standard error is not a terminal).
+        active: after the run, label the frames the committee flagged and retrain it (``[active]``;
+            :func:`mindsponge.cli_learned.retrain`).
 
     Returns:
         the :class:`~mindsponge.simulation.Simulation` after the run (with ``[replicas]``: the
@@ -338,7 +356,9 @@ def run(config_path, resume=False, progress=True, output_directory=None):
 
     config = config_module.load(config_path, RunConfig)
     cli_system.resolve_paths(config, pathlib.Path(config_path).resolve().parent)
+    cli_learned.resolve_paths(config, pathlib.Path(config_path).resolve().parent)
     cli_system.refuse_combinations(config, config_path)
+    cli_learned.refuse_combinations(config, config_path, active)
     folder = output_folder(config_path, config.output.directory, command_line=output_directory)
     config.output.directory = folder.path
     files = _output_files(config, folder)
@@ -356,6 +376,9 @@ def run(config_path, resume=False, progress=True, output_directory=None):
                                 resume, progress)
     checkpoint = files["checkpoint"]
     reporters = _reporters(output, files, resume)
+    if config.potential is not None:
+        forcefield, monitors = cli_learned.potential(config, system, files, resume)
+        reporters += monitors
     simulation = ms.Simulation(
         system,
         forcefield,
@@ -387,6 +410,8 @@ def run(config_path, resume=False, progress=True, output_directory=None):
     if output.final_structure:
         state = simulation.state
         pdb.write_pdb(files["final_structure"], system.topology, state.positions, state.box)
+    if active:
+        cli_learned.retrain(config, files, folder.path, progress)
     return simulation
 
 
@@ -441,6 +466,8 @@ def main(argv=None):
     run_parser.add_argument("config", type=pathlib.Path, help="the TOML run configuration")
     run_parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     run_parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    run_parser.add_argument("--active", action="store_true",
+                            help="after the run, label the frames the committee flagged and retrain it")
     run_parser.add_argument(
         "--output", type=pathlib.Path, default=None, help="output folder (replaces [output] directory)"
     )
@@ -450,18 +477,20 @@ def main(argv=None):
     fe_parser.add_argument("--quiet", action="store_true", help="no progress bar")
     fe_parser.add_argument("--output", type=pathlib.Path, default=None, help="output folder")
     arguments = parser.parse_args(argv)
+    options = {}
     if arguments.command == "fe":
         from mindsponge import cli_free_energy
 
         command = cli_free_energy.run
     else:
-        command = run
+        command, options = run, {"active": arguments.active}
     try:
         command(
             arguments.config,
             resume=arguments.resume,
             progress=not arguments.quiet,
             output_directory=arguments.output,
+            **options,
         )
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)

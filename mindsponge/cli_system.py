@@ -19,6 +19,9 @@ One source per configuration::
     gro = "conf.gro"
     include_dir = "forcefields"         # optional: where the top's #include files are
 
+    [system]                            # a molecule on a learned potential ([potential] table,
+    molecule = "smiles:OCCF"            #   mindsponge.cli_learned), or a structure file (.xyz, .pdb ...)
+
     [system]                            # CHARMM (CHARMM-GUI): ms.interop.load_charmm
     psf = "step3_input.psf"
     crd = "step3_input.crd"
@@ -48,7 +51,7 @@ DEFAULT_FORCEFIELD_FILES = ("amber14-all.xml", "amber14/tip3pfb.xml")
 # the key that names each source, and how a message describes it (without naming a key, so that the
 # configuration loader reports the line of the one key it does name)
 _SOURCES = {"pdb": "a PDB structure", "prmtop": "Amber files", "top": "GROMACS files", "psf": "CHARMM files",
-            "water_box": "a water box table"}
+            "water_box": "a water box table", "molecule": "a molecule for a learned potential"}
 # keys that belong with a source: key -> its source's key
 _COMPANIONS = {"openmm_xml": "pdb", "inpcrd": "prmtop", "gro": "top", "include_dir": "top", "crd": "psf",
                "params": "psf", "box": "psf"}
@@ -99,6 +102,8 @@ class SystemConfig:
         include_dir: the folder of the GROMACS force-field files the top includes.
         psf, crd, params: a CHARMM psf, its coordinates and the parameter files (one or a list).
         box: the CHARMM system's periodic box, edge lengths (nm); not set: not periodic.
+        molecule: ``"smiles:..."`` or a structure file (relative to the configuration file): a molecule
+            for the learned potential of ``[potential]`` (:mod:`mindsponge.cli_learned`).
     """
 
     pdb: pathlib.Path | None = None
@@ -113,6 +118,7 @@ class SystemConfig:
     crd: pathlib.Path | None = None
     params: pathlib.Path | list[pathlib.Path] | None = None
     box: tuple[float, float, float] | None = None
+    molecule: str | None = None
 
     def __post_init__(self):
         # each message names exactly one key that was given, so that the loader reports its line
@@ -140,7 +146,7 @@ def _check_source(system: SystemConfig) -> None:
     if not given:
         raise ConfigurationError(
             "give the system's source: pdb (optionally with openmm_xml), prmtop and inpcrd, top and gro, "
-            "psf with crd and params, or a [system.water_box] table")
+            "psf with crd and params, a [system.water_box] table, or molecule (a learned potential)")
     if len(given) > 1:
         raise ConfigurationError(f"{given[1]} cannot be used: this table already takes the system from "
                                  f"{_SOURCES[given[0]]}; give one source")
@@ -164,6 +170,8 @@ def resolve_paths(config, folder: pathlib.Path) -> None:
         setattr(system, key, resolve(getattr(system, key)))
     if system.params is not None:
         system.params = [resolve(path) for path in system.params]
+    if system.molecule is not None and not system.molecule.startswith("smiles:"):
+        system.molecule = str(resolve(pathlib.Path(system.molecule)))
     if config.forcefield.files is not None:
         config.forcefield.files = [
             str(folder / name) if (folder / name).is_file() else name for name in config.forcefield.files
@@ -197,6 +205,11 @@ def build(config, dtype, return_openmm_system=False):
     from mindsponge.interop import openmm as interop
 
     source = config.system
+    if source.molecule is not None:  # its potential is the learned one of [potential]
+        if return_openmm_system:
+            raise ConfigurationError("[system] molecule runs on a learned potential, which has no OpenMM "
+                                     "System: give a force-field source (pdb, prmtop, top, psf, water_box)")
+        return _molecule(source.molecule, dtype)
     if source.source in _ENGINE_SOURCES:
         return _load_engine_files(config, dtype, return_openmm_system)
     settings = config.forcefield
@@ -228,6 +241,18 @@ def build(config, dtype, return_openmm_system=False):
     else:
         loaded = _water_box(source.water_box, files, options, dtype)
     return loaded if return_openmm_system else loaded[:2]
+
+
+def _molecule(molecule, dtype):
+    """``(System, None)`` of a SMILES or a structure file (:func:`mindsponge.molecules.load_molecule`)."""
+    import torch
+
+    from mindsponge.molecules import load_molecule
+    from mindsponge.system import System
+
+    structure = load_molecule(molecule)
+    system = System.from_ase(structure.to_ase())
+    return system.replace(positions=torch.as_tensor(structure.positions, dtype=dtype)), None
 
 
 def _water_box(settings, files, options, dtype):

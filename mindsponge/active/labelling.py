@@ -22,14 +22,16 @@ from common.errors import ConfigurationError, DataError, SimulationError
 __all__ = ["write_frames", "xtb_frame", "frames_recipe", "label_frames"]
 
 
-def write_frames(path, positions, atomic_numbers) -> pathlib.Path:
-    """Write frames ``(F, N, 3)`` nm and atomic numbers ``(N,)`` to ``path`` (.npz) atomically."""
+def write_frames(path, positions, atomic_numbers, **columns) -> pathlib.Path:
+    """Write frames ``(F, N, 3)`` nm and atomic numbers ``(N,)`` to ``path`` (.npz) atomically, with any
+    per-frame ``columns`` (arrays ``(F, ...)``, e.g. ``steps``)."""
     path = pathlib.Path(path)
     temporary = path.with_name(path.name + ".tmp.npz")
     np.savez(
         temporary,
         positions=np.asarray(positions, dtype=np.float64),
         atomic_numbers=np.asarray(atomic_numbers, dtype=np.int64),
+        **{name: np.asarray(values) for name, values in columns.items()},
     )
     os.replace(temporary, path)
     return path

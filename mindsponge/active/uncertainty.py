@@ -59,7 +59,12 @@ class UncertaintyReporter(Reporter):
             this disagreement, kJ/mol/nm (the ``[selection] threshold`` of active learning).
         path: a CSV file of ``step,disagreement`` rows (kJ/mol/nm), or ``None``.
         keep: frames kept in memory: ``"flagged"`` (above ``threshold``), ``"all"`` or ``"none"``.
-        append: continue an existing ``path`` (a resumed run, after :meth:`truncate`).
+        frames_path: an ``.npz`` file the flagged frames are written to (atomically) each time one is flagged,
+            so that a run killed on the way loses none: positions ``(F, N, 3)`` nm, ``atomic_numbers``,
+            ``steps`` ``(F,)`` and ``disagreement`` ``(F,)`` kJ/mol/nm (readable by
+            :func:`~mindsponge.active.label_frames`); needs ``threshold``.
+        append: continue an existing ``path`` and ``frames_path`` (a resumed run, then :meth:`truncate`):
+            their records and frames are read back.
 
     The records are in ``steps`` (a list of the steps recorded) and ``disagreement`` (the values there,
     kJ/mol/nm); the kept frames in ``positions`` (a list of ``(N, 3)`` arrays, nm), taken at the steps
@@ -68,22 +73,27 @@ class UncertaintyReporter(Reporter):
 
     def __init__(self, committee, atomic_numbers, every: int, stop_above: float | None = None, *,
                  threshold: float | None = None, path: str | os.PathLike | None = None,
-                 keep: str = "flagged", append: bool = False):
+                 keep: str = "flagged", frames_path: str | os.PathLike | None = None, append: bool = False):
         super().__init__(every)
         for name, value in (("stop_above", stop_above), ("threshold", threshold)):
             if value is not None:
                 checks.positive(value, f"UncertaintyReporter: {name} (kJ/mol/nm)")
         if keep not in KEEP:
             raise ConfigurationError(f"UncertaintyReporter: keep must be one of {KEEP}, got {keep!r}")
+        if frames_path is not None and (threshold is None or keep != "flagged"):
+            raise ConfigurationError("UncertaintyReporter: frames_path saves the flagged frames: it needs a "
+                                     "threshold and keep=\"flagged\"")
         self.committee, self.atomic_numbers = committee, torch.as_tensor(atomic_numbers)
         self.stop_above, self.threshold, self.keep = stop_above, threshold, keep
-        self.path, self._handle = path, None
+        self.path, self.frames_path, self._handle = path, frames_path, None
         self._append = bool(append) and path is not None and os.path.isfile(path)
         self.steps: list[int] = []
         self.disagreement: list[float] = []
         self.positions: list[np.ndarray] = []
         self.kept_steps: list[int] = []
         self._outside = False  # the previous record was above the threshold
+        if append:
+            self._read_back()
 
     def report(self, state, observables) -> None:
         """Record the frame's disagreement; warn, flag or stop as configured."""
@@ -97,6 +107,8 @@ class UncertaintyReporter(Reporter):
             self.positions.append(positions.numpy())
             self.kept_steps.append(step)
         self._write(f"{step},{value:.6g}")
+        if above and self.frames_path is not None:
+            self._write_frames()
         if above and not self._outside:
             warnings.warn(OutOfDistributionWarning(
                 f"step {step}: the committee's force disagreement is {value:.3g} kJ/mol/nm, above the "
@@ -132,6 +144,32 @@ class UncertaintyReporter(Reporter):
         positions, _ = self.flagged_frames()
         return write_frames(path, positions, self.atomic_numbers.numpy())
 
+    def _write_frames(self) -> None:
+        from mindsponge.active.labelling import write_frames
+
+        positions, steps = self.flagged_frames()
+        disagreement = dict(zip(self.steps, self.disagreement, strict=True))
+        write_frames(self.frames_path, positions, self.atomic_numbers.numpy(), steps=steps,
+                     disagreement=np.array([disagreement[int(step)] for step in steps]))
+
+    def _read_back(self) -> None:
+        """The records of ``path`` and the frames of ``frames_path`` written before (a resumed run)."""
+        if self._append:
+            with open(self.path) as file:
+                rows = [line.split(",") for line in file.read().splitlines()[1:] if line]
+            self.steps = [int(row[0]) for row in rows]
+            self.disagreement = [float(row[1]) for row in rows]
+        if self.frames_path is not None and os.path.isfile(self.frames_path):
+            with np.load(self.frames_path) as content:
+                self.positions = list(content["positions"])
+                self.kept_steps = [int(step) for step in content["steps"]]
+                values = content["disagreement"]
+            recorded = set(self.steps)  # frames whose record the CSV lost (no path): their records back
+            for step, value in zip(self.kept_steps, values, strict=True):
+                if step not in recorded:
+                    self.steps.append(step)
+                    self.disagreement.append(float(value))
+
     def _write(self, line: str) -> None:
         if self.path is None:
             return
@@ -150,6 +188,8 @@ class UncertaintyReporter(Reporter):
         frames = [index for index, recorded in enumerate(self.kept_steps) if recorded <= step]
         self.positions = [self.positions[i] for i in frames]
         self.kept_steps = [self.kept_steps[i] for i in frames]
+        if self.frames_path is not None and os.path.isfile(self.frames_path):
+            self._write_frames()
         if self.path is not None and os.path.isfile(self.path):
             self.close()
             with open(self.path) as file:

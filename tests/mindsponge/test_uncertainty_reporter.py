@@ -114,5 +114,7 @@ def test_bad_settings_are_refused(committee):
         active.UncertaintyReporter(committee, NUMBERS, every=10, keep="some")
     with pytest.raises(ConfigurationError, match="every"):
         active.UncertaintyReporter(committee, NUMBERS, every=0)
+    with pytest.raises(ConfigurationError, match="frames_path saves the flagged frames"):
+        active.UncertaintyReporter(committee, NUMBERS, every=10, frames_path="flagged.npz")
     with pytest.raises(ConfigurationError, match="no threshold"):
         active.UncertaintyReporter(committee, NUMBERS, every=10).flagged_frames()
