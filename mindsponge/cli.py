@@ -45,7 +45,8 @@ reported with its file, line and key) describes a complete simulation::
     models = ["model_0.pt", "model_1.pt"]  # uncertainty along the run; --active labels the flagged
     threshold = 40.0                 #   frames and retrains ([active] table; mindsponge.cli_learned)
 
-    [replicas]                       # optional: replica exchange instead of one run (constant volume);
+    [replicas]                       # optional: replica exchange instead of one run (constant pressure
+                                     #   with [barostat]: monte_carlo or c_rescale);
     temperatures = [300.0, 330.0, 363.0]   # or low, high, count: geometric temperatures
     steps_per_round = 500            # steps = the steps of every replica
     exchange = "neighbors"           # or "all"
@@ -307,10 +308,11 @@ class RunConfig:
     def __post_init__(self):
         checks.non_negative_int(self.steps, "steps")
         checks.positive(self.minimize_tolerance, "minimize_tolerance (kJ/mol/nm)")
-        if self.replicas is not None and self.barostat is not None:
+        if self.replicas is not None and self.barostat is not None and self.barostat.type == "berendsen":
             # names the barostat key only, so that the loader reports the [barostat] line
             raise ConfigurationError(
-                "a replica exchange runs at constant volume: remove the [barostat] table")
+                "a replica exchange samples the isothermal-isobaric ensemble, which the Berendsen barostat "
+                "does not: use type = \"monte_carlo\" or \"c_rescale\" in the [barostat] table")
 
 
 def _output_files(config, folder):
@@ -372,8 +374,8 @@ def run(config_path, resume=False, progress=True, output_directory=None, active=
     barostat = _barostat(config.barostat)
     output = config.output
     if config.replicas is not None:
-        return cli_replicas.run(config, files, system, forcefield, integrator, thermostat, precision,
-                                resume, progress)
+        return cli_replicas.run(config, files, system, forcefield, integrator, thermostat, barostat,
+                                precision, resume, progress)
     checkpoint = files["checkpoint"]
     reporters = _reporters(output, files, resume)
     if config.potential is not None:

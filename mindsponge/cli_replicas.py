@@ -79,7 +79,7 @@ class ReplicasConfig:
         checks.non_negative_int(self.workers, "workers")
 
 
-def run(config, files, system, forcefield, integrator, thermostat, precision, resume, progress):
+def run(config, files, system, forcefield, integrator, thermostat, barostat, precision, resume, progress):
     """Run the replica exchange of ``config`` (a :class:`mindsponge.cli.RunConfig` with ``replicas``).
 
     Args:
@@ -99,7 +99,7 @@ def run(config, files, system, forcefield, integrator, thermostat, precision, re
     )
     if thermostat is not None:
         integrator = integrator.with_thermostat(thermostat)
-    forcefield.barostat = None  # constant volume (a barostat of an OpenMM System is refused by the config)
+    forcefield.barostat = None  # the [barostat] table's, or constant volume
     checkpoint = files["replicas.chk"]
     if not resume and checkpoint.exists():
         checkpoint.unlink()  # a new run
@@ -123,6 +123,7 @@ def run(config, files, system, forcefield, integrator, thermostat, precision, re
         settings.steps_per_round,
         exchange=settings.exchange,
         starts=starts,
+        barostat=barostat,
         constraints=config.constraints,
         precision=precision,
         seed=config.seed,

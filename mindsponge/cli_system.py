@@ -206,10 +206,7 @@ def build(config, dtype, return_openmm_system=False):
 
     source = config.system
     if source.molecule is not None:  # its potential is the learned one of [potential]
-        if return_openmm_system:
-            raise ConfigurationError("[system] molecule runs on a learned potential, which has no OpenMM "
-                                     "System: give a force-field source (pdb, prmtop, top, psf, water_box)")
-        return _molecule(source.molecule, dtype)
+        return _molecule(source.molecule, dtype, return_openmm_system)
     if source.source in _ENGINE_SOURCES:
         return _load_engine_files(config, dtype, return_openmm_system)
     settings = config.forcefield
@@ -243,9 +240,13 @@ def build(config, dtype, return_openmm_system=False):
     return loaded if return_openmm_system else loaded[:2]
 
 
-def _molecule(molecule, dtype):
+def _molecule(molecule, dtype, return_openmm_system):
     """``(System, None)`` of a SMILES or a structure file (:func:`mindsponge.molecules.load_molecule`)."""
     import torch
+
+    if return_openmm_system:
+        raise ConfigurationError("[system] molecule runs on a learned potential, which has no OpenMM System: "
+                                 "give a force-field source (pdb, prmtop, top, psf, water_box)")
 
     from mindsponge.molecules import load_molecule
     from mindsponge.system import System

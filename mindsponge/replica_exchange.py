@@ -12,6 +12,11 @@ are computed and states are exchanged between replicas:
 - ``exchange="all"``: Gibbs sampling over all permutations, approximated as openmmtools' ``swap-all``
   does, by ``R^3`` Metropolis swaps of random pairs of replicas.
 
+At constant pressure (``barostat=``, or the force field's: a Monte Carlo or C-rescale barostat), every
+replica moves its box in its rounds with a copy of the barostat at its state's temperature, and the
+reduced potentials are ``u[r, k] = beta_k (U_k(x_r) + p V_r)``: the exchanges and MBAR sample the
+isothermal-isobaric ensemble of every state (openmmtools' ``multistate`` does the same).
+
 A replica that moves to another temperature has its velocities scaled by ``sqrt(T_new / T_old)``. The
 roles are openmmtools' ``multistate`` split: states (:class:`ThermodynamicState`), the sampler
 (:class:`ReplicaExchange`), what it records (:class:`ExchangeRecord`: the state of every replica after
@@ -54,7 +59,7 @@ import torch
 
 from common import checks, io
 from common.errors import ConfigurationError, SimulationError
-from common.units import BOLTZMANN_MD
+from common.units import BAR_NM3_TO_KJ_PER_MOL, BOLTZMANN_MD
 from mindsponge.replica_rounds import RoundSpec, run_round, simulation_of
 from mindsponge.state import State
 
@@ -212,6 +217,10 @@ class ReplicaExchange:
         steps_per_round: MD steps between exchanges.
         exchange: ``"neighbors"`` or ``"all"`` (see the module docstring).
         starts: optional ``(R, N, 3)`` nm: each replica's starting positions (default: the system's).
+        barostat: a :class:`~mindsponge.barostats.MonteCarloBarostat` (isotropic or anisotropic at one
+            pressure) or :class:`~mindsponge.barostats.CRescale`: sample at constant pressure (each state's
+            simulation gets a copy at its temperature). ``None``: the force field's barostat (an OpenMM
+            System's), or constant volume.
         constraints, precision, remove_center_of_mass_motion: as :class:`~mindsponge.simulation.Simulation`.
         colvars: collective variables recorded for every replica at the end of every round
             (:attr:`colvar_values`), and every ``sample_every`` steps into ``record.samples`` of the
@@ -225,8 +234,9 @@ class ReplicaExchange:
         progress: a progress bar over rounds.
 
     Raises:
-        common.errors.ConfigurationError: fewer than two states, a bad exchange kind, a barostat (constant
-            pressure is not supported), ``starts`` of the wrong shape.
+        common.errors.ConfigurationError: fewer than two states, a bad exchange kind, a barostat that does
+            not sample the isothermal-isobaric ensemble (Berendsen) or has several pressures, a periodic-box
+            barostat on a system without a box, ``starts`` of the wrong shape.
     """
 
     def __init__(
@@ -239,6 +249,7 @@ class ReplicaExchange:
         *,
         exchange="neighbors",
         starts=None,
+        barostat=None,
         constraints=None,
         precision=None,
         remove_center_of_mass_motion=None,
@@ -257,11 +268,10 @@ class ReplicaExchange:
             raise ConfigurationError(
                 f"ReplicaExchange: exchange must be one of {EXCHANGES}, got {exchange!r}"
             )
-        if getattr(forcefield, "barostat", None) is not None:
-            raise ConfigurationError(
-                "ReplicaExchange: the force field carries a barostat (its OpenMM System's); replica exchange "
-                "runs at constant volume: set forcefield.barostat = None"
-            )
+        if barostat is None:
+            barostat = getattr(forcefield, "barostat", None)
+        barostat = _checked_barostat(barostat, system)
+        self.pressure = None if barostat is None else _pressure(barostat)  # bar
         self.steps_per_round = checks.positive_int(steps_per_round, "ReplicaExchange: steps_per_round")
         if sample_every is not None:
             checks.positive_int(sample_every, "ReplicaExchange: sample_every")
@@ -285,6 +295,7 @@ class ReplicaExchange:
             tuple(colvars),
             sample_every,
             remove_center_of_mass_motion,
+            barostat,
         )
         self.record = ExchangeRecord(
             self.temperatures,
@@ -378,6 +389,10 @@ class ReplicaExchange:
                 )
             results[job["replica"]] = result
         energies = np.array([result["energies"] for result in results])  # (R, K) kJ/mol
+        if self.pressure is not None:  # the enthalpy: p V of each replica's box
+            volumes = np.array([abs(float(torch.linalg.det(State.from_dict(result["state"]).box)))
+                                for result in results])
+            energies = energies + (self.pressure * BAR_NM3_TO_KJ_PER_MOL * volumes)[:, None]
         reduced = energies / (BOLTZMANN_MD * self.temperatures[None, :])
         for replica, result in enumerate(results):
             self.replica_states[replica] = State.from_dict(result["state"])
@@ -487,6 +502,33 @@ class ReplicaExchange:
         record.accepted = data["accepted"].numpy().copy()
         record.samples = [values.tolist() for values in data["samples"]]
         self.colvar_values = data["colvar_values"].tolist()
+
+
+def _checked_barostat(barostat, system):
+    """``barostat`` if replica exchange can sample with it (see :class:`ReplicaExchange`), else refused."""
+    from mindsponge import barostats
+
+    if barostat is None:
+        return None
+    if not isinstance(barostat, barostats.MonteCarloBarostat | barostats.CRescale):
+        raise ConfigurationError(
+            f"ReplicaExchange: {type(barostat).__name__} does not sample the isothermal-isobaric ensemble: "
+            "use MonteCarloBarostat, MonteCarloAnisotropicBarostat or CRescale")
+    if system.box is None:
+        raise ConfigurationError("ReplicaExchange: a barostat needs a periodic system; this System's box is "
+                                 "None")
+    _pressure(barostat)
+    return barostat
+
+
+def _pressure(barostat) -> float:
+    """The barostat's one pressure (bar)."""
+    pressures = np.atleast_1d(np.asarray(barostat.pressure, dtype=np.float64))
+    if not np.all(pressures == pressures[0]):
+        raise ConfigurationError(
+            f"ReplicaExchange: the barostat's pressures {pressures.tolist()} bar differ along the axes: the "
+            "reduced potentials need one pressure")
+    return float(pressures[0])
 
 
 def _encode_rng(generator: np.random.Generator) -> dict:

@@ -35,6 +35,7 @@ class RoundSpec:
     colvars: tuple
     sample_every: int | None
     remove_center_of_mass_motion: bool | None
+    barostat: object = None
 
 
 _WORKER_SIMULATIONS: dict = {}  # (spec key, state) -> Simulation, in each process that runs rounds
@@ -73,6 +74,15 @@ class _Sampler:
             self.values.append([float(colvar(state.positions, box)) for colvar in self.colvars])
 
 
+def _barostat_at(template, temperature):
+    """A copy of the barostat ``template`` at ``temperature`` (``None``: none)."""
+    if template is None:
+        return None
+    barostat = copy.copy(template)
+    barostat.temperature = float(temperature)
+    return barostat
+
+
 def simulation_of(spec: RoundSpec, index: int):
     """The simulation of state ``index`` of ``spec`` in this process (built once)."""
     import mindsponge as ms
@@ -81,6 +91,10 @@ def simulation_of(spec: RoundSpec, index: int):
     if key not in _WORKER_SIMULATIONS:
         state = spec.states[index]
         potential = spec.forcefield if state.potential is None else state.potential
+        if spec.barostat is None and getattr(potential, "barostat", None) is not None:
+            raise ConfigurationError(
+                f"ReplicaExchange: the potential of state {index} carries a barostat but the sampler runs at "
+                "constant volume: pass barostat= to ReplicaExchange, or set the potential's barostat to None")
         reporters = [_Sampler(spec.colvars, spec.sample_every)] if spec.colvars and spec.sample_every else []
         _WORKER_SIMULATIONS[key] = ms.Simulation(
             spec.system,
@@ -91,7 +105,7 @@ def simulation_of(spec: RoundSpec, index: int):
             progress=False,
             overlap_distance=None,
             reporters=reporters,
-            barostat=None,
+            barostat=_barostat_at(spec.barostat, state.temperature),
             remove_center_of_mass_motion=spec.remove_center_of_mass_motion,
         )
     return _WORKER_SIMULATIONS[key]

@@ -20,6 +20,7 @@ import mindsponge as ms
 from common import io
 from mindsponge import pdb
 from mindsponge.cli import main
+from mindsponge.cli import run as cli_run
 
 openmm = pytest.importorskip("openmm")
 h5py = pytest.importorskip("h5py")
@@ -302,8 +303,21 @@ def test_replicas_table_runs_temperature_exchange_and_resumes(tmp_path, capsys):
     assert "0-1,300-330.193," in exchange and "round_trips" in exchange and "free_energy_kT" in exchange
 
 
-def test_replicas_with_a_barostat_are_refused_with_the_line(tmp_path, capsys):
+def test_replicas_with_a_berendsen_barostat_are_refused_with_the_line(tmp_path, capsys):
     path = tmp_path / "run.toml"
-    path.write_text(CONFIG + "\n[replicas]\ntemperatures = [300.0, 310.0]\n")
+    config = CONFIG.replace('type = "c_rescale"', 'type = "berendsen"')
+    path.write_text(config + "\n[replicas]\ntemperatures = [300.0, 310.0]\n")
     assert main(["run", str(path), "--quiet"]) == 2
-    assert "remove the [barostat] table" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "which the Berendsen barostat does not" in error and "run.toml:17: key 'barostat'" in error, error
+
+
+def test_replicas_with_a_barostat_move_their_boxes(tmp_path):
+    path = tmp_path / "run.toml"
+    config = CONFIG.replace(f"steps = {STEPS}", "steps = 20").replace("every = 5", "every = 2")
+    path.write_text(config + "\n[replicas]\ntemperatures = [300.0, 310.0]\nsteps_per_round = 10\n")
+    sampler = cli_run(path, progress=False)
+    assert sampler.pressure == 1.0
+    volumes = [float(torch.linalg.det(state.box)) for state in sampler.replica_states]
+    start = float(torch.linalg.det(sampler._spec.system.box))
+    assert all(abs(volume / start - 1) > 1e-9 for volume in volumes)
