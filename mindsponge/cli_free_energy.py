@@ -38,7 +38,8 @@ schedule of states, and how they combine::
 
     [[free_energy.leg]]
     name = "solvent"
-    pressure = 1.0                      # optional, bar: NPT equilibration of the start (npt_steps) first
+    pressure = 1.0                      # optional, bar: NPT equilibration of the start (npt_steps), then
+                                        #   every state sampled at this pressure
     [free_energy.leg.system]            # any source of mindsponge run's [system] (mindsponge.cli_system)
     prmtop = "solvent.prmtop"
     inpcrd = "solvent.inpcrd"
@@ -169,7 +170,8 @@ class LegConfig:
         name: the leg's name (a folder name; ``vacuum``/``solvent``/``complex`` for ``combine``).
         system, forcefield: as ``mindsponge run``'s ``[system]`` and ``[forcefield]``.
         region, schedule: this leg's own (default: ``[free_energy]``'s).
-        pressure: bar: equilibrate the starting box at this pressure first (``npt_steps``).
+        pressure: bar: equilibrate the starting box at this pressure first (``npt_steps``), then sample every
+            state at it (not set: constant volume).
         sign: this leg's sign with ``combine = "sum"``.
     """
 

@@ -17,10 +17,10 @@ after the last completed iteration, and the samples, hence the analysis, are tho
 run. ``stop_after=`` stops after that many iterations in all (a run split in parts). A leg's settings are
 kept in ``leg.json``; a directory holding a run of other states or settings is refused.
 
-Constant pressure: the replicas run at constant volume; with ``pressure=`` the starting structure is
-first equilibrated at that pressure (Monte Carlo barostat, fully interacting state, ``npt_steps``), and
-the states are sampled in that box. ``p V`` is then the same in every state and cancels from every
-free-energy difference.
+Constant pressure: with ``pressure=`` the starting structure is first equilibrated at that pressure
+(Monte Carlo barostat, fully interacting state, ``npt_steps``), and then every replica samples its state
+at that pressure (a Monte Carlo barostat each; the reduced potentials carry ``beta p V``, as openmmtools'
+do). Without it the replicas run at constant volume.
 
 Results: :class:`LegResult` holds the samples (:class:`~mindsponge.free_energy_analysis.FreeEnergySamples`,
 the first ``equilibration`` iterations discarded and the rest decorrelated), the MBAR/BAR estimate and
@@ -123,10 +123,13 @@ def _independent_windows():
     return IndependentWindows
 
 
-def _settings_record(states, temperature, steps_per_iteration, hrex, seed, n_atoms) -> dict:
-    return {"states": [dict(state) for state in states], "temperature": float(temperature),
-            "steps_per_iteration": int(steps_per_iteration), "hrex": bool(hrex), "seed": int(seed),
-            "n_atoms": int(n_atoms)}
+def _settings_record(states, temperature, steps_per_iteration, hrex, seed, n_atoms, pressure) -> dict:
+    record = {"states": [dict(state) for state in states], "temperature": float(temperature),
+              "steps_per_iteration": int(steps_per_iteration), "hrex": bool(hrex), "seed": int(seed),
+              "n_atoms": int(n_atoms)}
+    if pressure is not None:  # sampled at constant pressure (a leg at constant volume has no such key)
+        record["pressure"] = float(pressure)
+    return record
 
 
 def _check_directory(directory: pathlib.Path, record: dict) -> bool:
@@ -201,7 +204,8 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
         iterations: iterations in all (a resumed run continues up to this number).
         equilibration: the first iterations, whose samples are left out of the estimate.
         hrex: Hamiltonian replica exchange between neighbouring states (``False``: independent windows).
-        pressure: bar: equilibrate the starting box at this pressure for ``npt_steps`` first.
+        pressure: bar: equilibrate the starting box at this pressure for ``npt_steps`` first, then sample
+            every state at this pressure (``None``: constant volume).
         minimize: minimise the starting structure (fully interacting state) first.
         constraints, precision: as :class:`~mindsponge.simulation.Simulation` (default: the System's).
         seed: seeds velocities, random streams and exchanges.
@@ -219,7 +223,7 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
     Raises:
         ConfigurationError: fewer than two states, bad counts, a directory of another run.
     """
-    from mindsponge import alchemy, integrators
+    from mindsponge import alchemy, barostats, integrators
     from mindsponge import replica_exchange as rex
 
     checks.positive(temperature, "run_leg: temperature (K)")
@@ -235,10 +239,11 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
     directory = None if directory is None else pathlib.Path(directory)
     resume = False
     if directory is not None:
-        record = _settings_record(parameters, temperature, steps_per_iteration, hrex, seed, system.n_atoms)
+        record = _settings_record(parameters, temperature, steps_per_iteration, hrex, seed, system.n_atoms,
+                                  pressure)
         resume = _check_directory(directory, record)
     integrator = integrators.LangevinMiddle(dt, float(temperature), friction)
-    force_field.barostat = None  # the replicas run at constant volume (see the module docstring)
+    force_field.barostat = None  # the sampler's own barostat, or constant volume (see the module docstring)
     # the states' copies first: a force field that has run in a Simulation holds compiled kernels, which
     # neither copy nor pickle (workers get the states' force fields pickled)
     state_fields = alchemy.force_fields_at(force_field, parameters)
@@ -250,9 +255,10 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
                      for state_field in state_fields]
     sampler_class = rex.ReplicaExchange if hrex else _independent_windows()
     checkpoint = None if directory is None else directory / CHECKPOINT
+    barostat = None if pressure is None else barostats.MonteCarloBarostat(pressure, float(temperature))
     sampler = sampler_class(start, force_field, thermodynamic, integrator, steps_per_iteration,
                             constraints=constraints, precision=precision, seed=seed, checkpoint=checkpoint,
-                            workers=workers, scheduler=scheduler, progress=progress)
+                            workers=workers, scheduler=scheduler, progress=progress, barostat=barostat)
     if resume:
         sampler.load_checkpoint(checkpoint)
         logging.getLogger(__name__).info("resumed from the checkpoint of iteration %d of %d (%s)",

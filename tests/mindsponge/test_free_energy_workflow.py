@@ -47,13 +47,15 @@ directory = "out"
 """
 
 
-def write_oscillator(folder, iterations=60, hrex="true", seed=0):
-    """The System (1 amu particles, harmonic well around the origin), a PDB and the configuration."""
+def write_oscillator(folder, iterations=60, hrex="true", seed=0, box=None, pressure=None):
+    """The System (1 amu particles, a harmonic well around the origin, or with a cubic ``box`` (nm) around
+    its centre), a PDB and the configuration (with ``pressure``, bar, the leg's)."""
     import openmm
     from openmm import app, unit
 
+    centre = 0.0 if box is None else box / 2
     system = openmm.System()
-    force = openmm.CustomExternalForce("0.5*k*(x^2+y^2+z^2)")
+    force = openmm.CustomExternalForce(f"0.5*k*((x-{centre})^2+(y-{centre})^2+(z-{centre})^2)")
     force.addGlobalParameter("k", FORCE_CONSTANTS[0])
     topology = app.Topology()
     residue = topology.addResidue("OSC", topology.addChain())
@@ -62,12 +64,22 @@ def write_oscillator(folder, iterations=60, hrex="true", seed=0):
         force.addParticle(index, [])
         topology.addAtom(f"P{index}", app.element.argon, residue)
     system.addForce(force)
+    if box is not None:  # a periodic System (an empty periodic term): OpenMM then uses the box
+        periodic = openmm.CustomBondForce("0")
+        periodic.setUsesPeriodicBoundaryConditions(True)
+        system.addForce(periodic)
+        topology.setPeriodicBoxVectors(np.eye(3) * box * unit.nanometer)
+        system.setDefaultPeriodicBoxVectors(*(openmm.Vec3(*row) * unit.nanometer for row in np.eye(3) * box))
     (folder / "oscillator.xml").write_text(openmm.XmlSerializer.serialize(system))
-    positions = np.random.default_rng(1).normal(0.0, 0.05, (N_PARTICLES, 3)) * unit.nanometer
+    spread = 0.05 if box is None else 0.15  # in a box, the start's overlap check sees the particles
+    positions = np.random.default_rng(1).normal(centre, spread, (N_PARTICLES, 3)) * unit.nanometer
     with open(folder / "oscillator.pdb", "w") as handle:
         app.PDBFile.writeFile(topology, positions, handle)
     path = folder / "fe.toml"
-    path.write_text(CONFIG.format(iterations=iterations, hrex=hrex, seed=seed, constants=FORCE_CONSTANTS))
+    text = CONFIG.format(iterations=iterations, hrex=hrex, seed=seed, constants=FORCE_CONSTANTS)
+    if pressure is not None:
+        text = text.replace('name = "oscillator"\n', f'name = "oscillator"\npressure = {pressure}\n')
+    path.write_text(text)
     return path
 
 
@@ -95,6 +107,25 @@ def test_harmonic_force_constant_change_matches_the_exact_free_energy(tmp_path, 
     assert "dG" in (tmp_path / "out" / "free_energy.log").read_text()
     if hrex == "true":
         assert all(0.0 < value <= 1.0 for value in leg["exchange_acceptance"])
+
+
+def test_a_leg_at_constant_pressure_moves_the_boxes_and_keeps_the_exact_answer(tmp_path):
+    """The oscillators in a periodic box sampled at 0.01 bar (each replica's box moves with its barostat): the
+    well does not depend on the volume while the box holds it, so the answer is the same exact one."""
+    from mindsponge import cli_free_energy
+    from mindsponge.free_energy_analysis import FreeEnergySamples
+
+    results = cli_free_energy.run(write_oscillator(tmp_path, box=12.0, pressure=0.01), progress=False)
+    leg = results["legs"]["oscillator"]
+    value, error = leg["kT"]["mbar"], leg["kT"]["mbar_error"]
+    assert abs(value - EXACT_KT) < 4 * error + 0.1, (value, error, EXACT_KT)
+    samples = FreeEnergySamples.load(tmp_path / "out" / "oscillator" / "u_kn.npz")
+    # u_k = beta (k_k r^2 / 2 + p V): the well's energy from two states, then each sample's volume
+    kt, first, second = 0.0083144626 * 300.0, FORCE_CONSTANTS[0], FORCE_CONSTANTS[1]
+    well = (samples.u_kn[1] - samples.u_kn[0]) * kt * first / (second - first)  # k0 r^2 / 2, kJ/mol
+    volumes = (samples.u_kn[0] * kt - well) / (0.01 * 0.0602214076)  # nm^3
+    assert volumes.min() > 0 and volumes.std() > 0.01 * volumes.mean(), (volumes.min(), volumes.std())
+    assert abs(np.median(volumes) / 12.0**3 - 1) > 0.01  # the boxes moved away from the start
 
 
 def test_a_stopped_run_resumes_without_losing_or_repeating_a_sample(tmp_path):
