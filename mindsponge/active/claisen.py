@@ -39,6 +39,7 @@ __all__ = [
     "FORMING",
     "reaction_coordinate",
     "reactant",
+    "solvated_reactant",
     "pulled_sample",
     "umbrella_profile",
     "barrier_and_reaction",
@@ -65,6 +66,34 @@ def reactant():
 
     structure = load_molecule(SMILES)
     return System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
+
+
+def solvated_reactant(waters: int = 30, seed: int = 0, clearance: float = 0.25):
+    """The reactant in a droplet of ``waters`` water molecules, not periodic.
+
+    The waters are those nearest to the molecule's centre in a box of rigid TIP3P water at 0.997 g/cm^3
+    (:func:`mindsponge.build.water_box`, ``seed``) centred on the molecule, leaving out any with an atom
+    closer than ``clearance`` nm to the molecule's atoms. The molecule's atoms come first.
+    """
+    import ase
+
+    from mindsponge.build import water_box
+    from mindsponge.system import System
+
+    molecule = reactant()
+    box = water_box(n_molecules=max(8 * waters, 216), seed=seed)
+    edge = float(box.box[0, 0])
+    solvent = box.positions.numpy().reshape(-1, 3, 3)  # (M, O H H, xyz) nm
+    centre = molecule.positions.numpy().mean(0)
+    solvent = solvent - edge / 2 + centre
+    gaps = np.linalg.norm(solvent[:, :, None] - molecule.positions.numpy()[None, None], axis=-1).min((1, 2))
+    oxygen_distance = np.linalg.norm(solvent[:, 0] - centre, axis=-1)
+    kept = [index for index in np.argsort(oxygen_distance) if gaps[index] > clearance][:waters]
+    if len(kept) < waters:
+        raise ConfigurationError(f"solvated_reactant: only {len(kept)} waters fit, {waters} asked for")
+    numbers = np.concatenate([molecule.atomic_numbers.numpy(), np.tile([8, 1, 1], len(kept))])
+    positions = np.concatenate([molecule.positions.numpy(), solvent[kept].reshape(-1, 3)])
+    return System.from_ase(ase.Atoms(numbers=numbers, positions=10.0 * positions))
 
 
 def _simulation(system, potential, temperature, seed, reporters=()):

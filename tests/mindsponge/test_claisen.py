@@ -159,3 +159,29 @@ def test_ring_conformation_tells_chair_from_boat_and_open_chains():
     assert claisen.ring_conformation(chair.requires_grad_()) == ["chair"]
     with pytest.raises(ValueError, match=r"got shape \(14, 2\)"):
         claisen.ring_conformation(chair.detach()[:, :2])
+
+
+def test_solvated_reactant_is_the_molecule_in_whole_separate_waters():
+    """30 waters around the reactant: the molecule's atoms first, then O-H-H triples with TIP3P's geometry
+    (0.09572 nm, 104.52 degrees), none closer than the clearance to the molecule, no two oxygens closer than
+    the box builder's 0.27 nm, all within 1 nm of the molecule's centre."""
+    system = claisen.solvated_reactant(waters=30)
+    molecule = claisen.reactant()
+    assert system.n_atoms == molecule.n_atoms + 90
+    numbers = system.atomic_numbers.numpy()
+    np.testing.assert_array_equal(numbers[:14], molecule.atomic_numbers.numpy())
+    np.testing.assert_array_equal(numbers[14:].reshape(30, 3), np.tile([8, 1, 1], (30, 1)))
+    np.testing.assert_allclose(system.positions[:14].numpy(), molecule.positions.numpy())
+    waters = system.positions[14:].numpy().reshape(30, 3, 3)
+    bonds = np.linalg.norm(waters[:, 1:] - waters[:, :1], axis=-1)
+    np.testing.assert_allclose(bonds, 0.09572, atol=1e-6)
+    first, second = waters[:, 1] - waters[:, 0], waters[:, 2] - waters[:, 0]
+    cosine = (first * second).sum(-1) / (np.linalg.norm(first, axis=-1) * np.linalg.norm(second, axis=-1))
+    np.testing.assert_allclose(np.degrees(np.arccos(cosine)), 104.52, atol=1e-3)
+    gaps = np.linalg.norm(waters.reshape(-1, 1, 3) - molecule.positions.numpy()[None], axis=-1)
+    assert gaps.min() > 0.25
+    oxygens = waters[:, 0]
+    separations = np.linalg.norm(oxygens[:, None] - oxygens[None], axis=-1) + np.eye(30)
+    assert separations.min() > 0.27
+    radius = np.linalg.norm(oxygens - molecule.positions.numpy().mean(0), axis=-1).max()
+    assert radius < 1.0  # a droplet, not a scattered gas: 30 waters and the molecule fit in about 0.8 nm
