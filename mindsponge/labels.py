@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 
 import numpy as np
 import torch
@@ -257,7 +258,9 @@ class TrajectoryLabels:
         """Nothing to release (the frames stay available)."""
 
 
-SAMPLINGS = ("md", "displace", "normal_modes")
+SAMPLINGS = ("md", "trajectory", "displace", "normal_modes")
+_TRAJECTORIES: dict[tuple, tuple[int, object]] = {}  # per process: trajectory key -> (frame, Simulation)
+_KEPT_TRAJECTORIES = 4
 _NORMAL_MODES_CACHE: dict[tuple, object] = {}  # per process: (structure, method, charge) -> NormalModes
 _CONFORMERS_CACHE: dict[tuple, list] = {}  # per process: (molecule, count, charge) -> conformers
 
@@ -292,6 +295,41 @@ def _md_positions(system, potential, temperature, seed, md_steps, timestep, fric
     return simulation.state.positions
 
 
+def _frame(params) -> int:
+    frame = params.get("frame")
+    if isinstance(frame, float) and frame.is_integer():
+        frame = int(frame)
+    if not isinstance(frame, int) or isinstance(frame, bool) or frame < 0:
+        raise ConfigurationError(
+            "xtb_sample: sampling=\"trajectory\" gives one frame of a trajectory: params['frame'] must be a "
+            "non-negative integer (a grid parameter such as frame = { values = [0, 1, ...] }), got "
+            f"{params!r}")
+    return frame
+
+
+def _trajectory_positions(system, potential, key, temperature, frame, stride, equilibration, timestep,
+                          friction) -> Tensor:
+    """Positions of frame ``frame`` of the Langevin trajectory ``key``: ``equilibration + frame * stride``
+    steps from the conformer with velocities at ``temperature``. The trajectory is continued where this
+    process left it when it can (runs continue bit for bit), else run from its start."""
+    from mindsponge.integrators import LangevinMiddle
+    from mindsponge.simulation import Simulation
+
+    done, simulation = _TRAJECTORIES.pop(key, (None, None))
+    if simulation is None or done > frame:
+        seed = zlib.crc32(repr(key).encode())  # the trajectory's own, whatever the sample's seed
+        simulation = Simulation(system, potential, LangevinMiddle(timestep, temperature, friction), seed=seed,
+                                progress=False, remove_center_of_mass_motion=False)
+        simulation.set_velocities(temperature, seed=seed)
+        simulation.run(equilibration)
+        done = 0
+    simulation.run((frame - done) * stride)
+    _TRAJECTORIES[key] = (frame, simulation)
+    while len(_TRAJECTORIES) > _KEPT_TRAJECTORIES:
+        _TRAJECTORIES.pop(next(iter(_TRAJECTORIES)))
+    return simulation.state.positions
+
+
 def _displaced_positions(system, temperature, seed) -> Tensor:
     """Gaussian displacements of every coordinate with the thermal spread of a generic stiffness."""
     generator = torch.Generator().manual_seed(seed)
@@ -316,7 +354,8 @@ def _normal_mode_positions(system, potential, structure: Molecule, temperature, 
 
 def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md", md_steps: int = 20,
                timestep: float = 0.0005, friction: float = 20.0, method: str = "GFN2-xTB",
-               charge: float | None = None, conformers: int = 10) -> dict[str, np.ndarray]:
+               charge: float | None = None, conformers: int = 10, stride: int = 200,
+               equilibration: int = 1000) -> dict[str, np.ndarray]:
     """One configuration of a molecule with its GFN-xTB energy and forces (a dataset generator).
 
     Sample ``seed`` starts from conformer ``seed % C`` of the molecule's ensemble
@@ -324,9 +363,18 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
     multi-frame file, else the one structure), so that a dataset covers every rotamer rather than
     the basin of one geometry. The configuration is drawn at ``params["temperature"]`` (K):
 
+    - ``sampling="trajectory"`` (decorrelated frames of long runs, what a dataset for MD needs): frame
+      ``params["frame"]`` of a GFN-xTB Langevin trajectory at the temperature, started from conformer
+      ``params["conformer"] % C`` (default 0; indices past ``C`` start again from the first conformers,
+      each with its own random stream) with velocities at the temperature: ``equilibration``
+      steps, then a frame every ``stride`` steps (100 fs apart by default). A recipe crosses
+      ``temperature``, ``conformer`` and ``frame`` on a grid, frame last, so that a worker continues
+      each trajectory instead of running it again (a process keeps its last few). A trajectory's random
+      stream comes from its temperature and conformer, so a frame is the same whichever sample, worker
+      or resumed run computes it;
     - ``sampling="md"``: a Langevin run of ``md_steps`` steps under GFN2-xTB from the given
       geometry with Maxwell-Boltzmann velocities at twice the temperature (half the kinetic
-      energy goes into the potential);
+      energy goes into the potential): many short independent runs, each near its start;
     - ``sampling="normal_modes"``: the geometry is optimised under the xTB method, its Hessian
       taken by finite differences of tblite's analytic gradients, and the configuration drawn
       from the classical harmonic distribution at the temperature along the ``3N - 6``
@@ -336,17 +384,20 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
       ``k = 1e5 kJ/mol/nm^2`` (bond stretches are 2e5-4e5, bends and torsions softer).
 
     Args:
-        params: ``{"temperature": K}`` (other keys are ignored).
+        params: ``{"temperature": K}``; with ``sampling="trajectory"`` also ``"frame"`` (and optionally
+            ``"conformer"``); other keys are ignored.
         seed: random seed of this sample.
         molecule: anything :func:`mindsponge.molecules.load_molecule` reads: a built-in name
             (default ethanol), an XYZ or PDB file, ``"smiles:CCO"``, an ``ase.Atoms``.
-        sampling: ``"md"``, ``"normal_modes"`` or ``"displace"``.
+        sampling: ``"trajectory"``, ``"md"``, ``"normal_modes"`` or ``"displace"``.
         md_steps: Langevin steps (``sampling="md"``).
         timestep: ps.
         friction: Langevin friction, 1/ps.
         method: ``"GFN2-xTB"`` or ``"GFN1-xTB"``.
         charge: total charge, e (default: from the structure, see ``load_molecule``).
         conformers: the most conformers to start from (1: the one structure ``load_molecule`` gives).
+        stride: steps between a trajectory's frames (``sampling="trajectory"``).
+        equilibration: steps of a trajectory before its first frame (``sampling="trajectory"``).
 
     Returns:
         ``positions`` (N, 3) nm, ``atomic_numbers`` (N,) int64, ``energy`` () kJ/mol,
@@ -362,12 +413,24 @@ def xtb_sample(params: dict, seed: int, molecule="ethanol", sampling: str = "md"
     if sampling not in SAMPLINGS:
         raise ConfigurationError(f"xtb_sample: sampling must be one of {SAMPLINGS}, got {sampling!r}")
     ensemble = _conformers(molecule, conformers, charge)
-    structure = ensemble[int(seed) % len(ensemble)]
+    if sampling == "trajectory":
+        frame = _frame(params)
+        checks.positive_int(stride, "xtb_sample: stride (steps)")
+        checks.non_negative_int(equilibration, "xtb_sample: equilibration (steps)")
+        start = int(params.get("conformer", 0))  # modulo the conformers found; the index names the trajectory
+        structure = ensemble[start % len(ensemble)]
+    else:
+        structure = ensemble[int(seed) % len(ensemble)]
     # the topology (elements, masses) from ASE, the positions exactly as loaded (nm)
     system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
     potential = XTB(system.atomic_numbers, method=method, charge=structure.charge)
     seed = int(seed)
-    if sampling == "md":
+    if sampling == "trajectory":
+        key = (str(molecule), method, structure.charge, len(ensemble), start, temperature, stride,
+               equilibration, timestep, friction)
+        positions = _trajectory_positions(system, potential, key, temperature, frame, stride, equilibration,
+                                          timestep, friction)
+    elif sampling == "md":
         positions = _md_positions(system, potential, temperature, seed, md_steps, timestep, friction)
     elif sampling == "normal_modes":
         positions = _normal_mode_positions(system, potential, structure, temperature, seed)

@@ -390,6 +390,35 @@ def test_small_ethanol_xtb_recipe_generates_labelled_configurations(tmp_path):
     assert 0.09 < np.sort(bonds[0][bonds[0] > 0])[0] < 0.12  # shortest bond (O-H or C-H) in nm
 
 
+def test_small_fluoroethanol_recipe_samples_trajectories_from_several_conformers(tmp_path):
+    """Four trajectories (two temperatures, two conformers) of four frames each: the frames of one
+    trajectory differ from each other, the two conformers start in different rotamers, and a frame's label
+    is tblite's GFN2-xTB energy of its positions."""
+    import torch
+
+    from mindsponge.labels import XTB, label
+
+    table = _generate_shipped("fluoroethanol_xtb_small", tmp_path, limit=16)
+    assert table["positions"].shape == (16, 9, 3)
+    np.testing.assert_array_equal(table["frame"], np.tile([0, 1, 2, 3], 4))
+    np.testing.assert_array_equal(table["conformer"], np.tile(np.repeat([0, 1], 4), 2))
+    trajectories = table["positions"].reshape(4, 4, 9, 3)
+    moves = np.abs(np.diff(trajectories, axis=1)).max(axis=(2, 3))
+    assert moves.min() > 1e-3  # 20 steps apart: successive frames differ
+
+    def torsion(positions):  # O-C-C-F, degrees
+        b0, b1, b2 = positions[0] - positions[1], positions[2] - positions[1], positions[3] - positions[2]
+        b1 = b1 / np.linalg.norm(b1)
+        v, w = b0 - (b0 @ b1) * b1, b2 - (b2 @ b1) * b1
+        return np.degrees(np.arctan2(np.cross(b1, v) @ w, v @ w))
+
+    starts = [abs(torsion(table["positions"][index])) for index in (0, 4)]  # 300 K, conformers 0 and 1
+    assert abs(starts[0] - starts[1]) > 60, starts  # anti and gauche, not one rotamer twice
+    numbers = torch.as_tensor(table["atomic_numbers"][5])
+    reference = label(XTB(numbers), torch.as_tensor(table["positions"][5]))
+    assert float(table["energy"][5]) == pytest.approx(float(reference["energy"]), abs=1e-6)
+
+
 def test_small_waveguide_recipe_matches_the_analytic_slab_transmission(tmp_path):
     table = _generate_shipped("waveguide_sparameters_small", tmp_path, limit=1)
     assert table["frequencies"].shape == (1, 26) and table["s21_real"].shape == (1, 26)

@@ -173,3 +173,54 @@ def test_trajectory_labels_leave_out_the_bias_that_drove_the_run():
     assert restraint_energy > 10.0  # the restraint is far from negligible
     assert abs(labels["energy"][-1] - atoms.get_potential_energy() * EV_TO_KJ_PER_MOL) < 1e-2
     np.testing.assert_allclose(labels["forces"][-1], forces, atol=1e-3 * np.abs(forces).max())
+
+
+def test_trajectory_frames_are_one_long_run_whichever_order_computes_them():
+    """``sampling="trajectory"``: frame j is the state after ``equilibration + j * stride`` steps of one
+    Langevin run under GFN2-xTB (checked against that run made directly with a Simulation), whether the
+    frames come in order (the trajectory continued), out of order or in a fresh process (run again);
+    the label is tblite's for the frame; other temperatures and conformers are other trajectories. "The
+    same" is to the SCF's convergence (1e-9 nm here): tblite starts each SCF from the last wavefunction of
+    its calculator, which a continued trajectory has and a fresh one has not."""
+    from mindsponge import labels as labels_module
+    from mindsponge.integrators import LangevinMiddle
+    from mindsponge.simulation import Simulation
+    from mindsponge.system import System
+
+    options = {"molecule": "smiles:OCCF", "sampling": "trajectory", "stride": 4, "equilibration": 6}
+    labels_module._TRAJECTORIES.clear()
+    in_order = [xtb_sample({"temperature": 400.0, "frame": frame}, seed=frame, **options)
+                for frame in range(3)]
+    labels_module._TRAJECTORIES.clear()
+    alone = xtb_sample({"temperature": 400.0, "frame": 2}, seed=99, **options)
+    backwards = xtb_sample({"temperature": 400.0, "frame": 1}, seed=7, **options)
+    np.testing.assert_allclose(alone["positions"], in_order[2]["positions"], rtol=0, atol=1e-7)
+    np.testing.assert_allclose(backwards["positions"], in_order[1]["positions"], rtol=0, atol=1e-7)
+    # the same trajectory run directly: conformer 0, its seed from the key
+    key = next(iter(labels_module._TRAJECTORIES))
+    seed = labels_module.zlib.crc32(repr(key).encode())
+    structure = labels_module._conformers("smiles:OCCF", 10, None)[0]
+    system = System.from_ase(structure.to_ase()).replace(positions=torch.as_tensor(structure.positions))
+    direct = Simulation(system, XTB(system.atomic_numbers), LangevinMiddle(0.0005, 400.0, 20.0), seed=seed,
+                        progress=False, remove_center_of_mass_motion=False)
+    direct.set_velocities(400.0, seed=seed)
+    direct.run(6 + 2 * 4)
+    np.testing.assert_allclose(direct.state.positions.numpy(), in_order[2]["positions"], rtol=0, atol=1e-7)
+    steps = [np.abs(in_order[k + 1]["positions"] - in_order[k]["positions"]).max() for k in range(2)]
+    assert min(steps) > 1e-4  # successive frames differ
+    reference = label(XTB(system.atomic_numbers), torch.as_tensor(in_order[1]["positions"]))
+    np.testing.assert_allclose(in_order[1]["forces"], reference["forces"], rtol=1e-10, atol=1e-8)
+    hotter = xtb_sample({"temperature": 600.0, "frame": 2}, seed=0, **options)
+    other_conformer = xtb_sample({"temperature": 400.0, "frame": 2, "conformer": 1}, seed=0, **options)
+    for other in (hotter, other_conformer):
+        assert np.abs(other["positions"] - in_order[2]["positions"]).max() > 1e-3
+
+
+def test_trajectory_sampling_refuses_a_missing_or_bad_frame():
+    for params in ({"temperature": 300.0}, {"temperature": 300.0, "frame": -1},
+                   {"temperature": 300.0, "frame": 1.5}):
+        with pytest.raises(ConfigurationError, match=r"params\['frame'\] must be a non-negative integer"):
+            xtb_sample(params, seed=0, molecule="water", sampling="trajectory")
+    with pytest.raises(ConfigurationError, match="stride"):
+        xtb_sample({"temperature": 300.0, "frame": 0}, seed=0, molecule="water", sampling="trajectory",
+                   stride=0)
