@@ -19,7 +19,9 @@ losses make the imaginary part of the permittivity negative.
 
 Sub-cell averaging: each E component's permittivity and conductivity (and each H component's
 permeability) is the fill-fraction-weighted arithmetic mean of the media covering its Yee cell,
-the fill fractions coming from ``common.geometry.rasterize`` at that component's nodes.
+the fill fractions coming from ``common.geometry.rasterize`` at that component's nodes; with
+``Simulation(subpixel=True)`` the permittivity and the conductivity are smoothed instead
+(:mod:`mindelec.fdtd.smoothing`).
 """
 
 import math
