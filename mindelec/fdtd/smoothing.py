@@ -119,7 +119,7 @@ def smoothed_media(mixer, weights, component):
     normal_squared = normals[..., axis] ** 2
     permittivity = 1 / (normal_squared * _mean(mixer, edge, lambda m: 1 / m.permittivity)
                         + (1 - normal_squared) / mean)
-    if all(_medium(mixer, m).conductivity == 0 for m in mixer.media):
+    if all(bool(torch.as_tensor(_medium(mixer, m).conductivity).eq(0).all()) for m in mixer.media):
         return permittivity, mixer.mix(weights, "conductivity")
     across = _mean(mixer, edge, lambda m: m.conductivity / m.permittivity**2)
     along = mixer.mix(face, "conductivity") / mean**2
