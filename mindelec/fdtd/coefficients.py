@@ -14,8 +14,8 @@ the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half
 runs, where they cover the whole edge or all but ``EDGE_MINIMUM`` of it: :mod:`mindelec.fdtd.conformal`).
 :class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
 their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
-components' permittivity is the anisotropic subpixel average of :mod:`mindelec.fdtd.smoothing` instead
-of the arithmetic fill-fraction mean.
+components' permittivity and conductivity are the anisotropic subpixel averages of
+:mod:`mindelec.fdtd.smoothing` instead of the arithmetic fill-fraction means.
 """
 
 import torch
@@ -24,7 +24,7 @@ from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 
 from .grid import H_COMPONENTS
 from .materials import PEC, AxialConductivity, Medium, PECSheet
-from .smoothing import smoothed_permittivity
+from .smoothing import smoothed_media
 
 
 def update_coefficients(
@@ -55,12 +55,13 @@ def update_coefficients(
             magnetic[component] = dt / (VACUUM_PERMEABILITY * mixer.mix(weights, "permeability"))
             continue
         if subpixel:
-            permittivity = smoothed_permittivity(mixer, weights, component)
+            permittivity, conductivity = smoothed_media(mixer, weights, component)
         else:
             permittivity = mixer.mix(weights, "permittivity")
+            conductivity = mixer.mix(weights, "conductivity")
         for region, slices in design:
             permittivity = mixer.with_design(permittivity, region, slices)
-        conductivity = mixer.mix(weights, "conductivity") + mixer.axial_conductivity(component, axial)
+        conductivity = conductivity + mixer.axial_conductivity(component, axial)
         ca, cb = _lossy_coefficients(dt, permittivity, conductivity)
         poles = mixer.poles(weights, dt)
         conductor = sum((w for w, m in zip(weights, mixer.media) if isinstance(m, PEC)), 0.0)

@@ -19,7 +19,9 @@ losses make the imaginary part of the permittivity negative.
 
 Sub-cell averaging: each E component's permittivity and conductivity (and each H component's
 permeability) is the fill-fraction-weighted arithmetic mean of the media covering its Yee cell,
-the fill fractions coming from ``common.geometry.rasterize`` at that component's nodes.
+the fill fractions coming from ``common.geometry.rasterize`` at that component's nodes; with
+``Simulation(subpixel=True)`` the permittivity and the conductivity are smoothed instead
+(:mod:`mindelec.fdtd.smoothing`).
 """
 
 import math
@@ -87,14 +89,36 @@ class Medium:
         _parameter(self.conductivity, "conductivity", owner, allow_zero=True)
         _parameter(self.permeability, "permeability", owner)
 
-    def relative_permittivity(self, frequencies):
-        """Complex relative permittivity ``eps(f)`` at ``frequencies`` (Hz, tensor), ``exp(+i omega t)``."""
+    def relative_permittivity(self, frequencies, dt=None):
+        """Complex relative permittivity ``eps(f)`` at ``frequencies`` (Hz, tensor), ``exp(+i omega t)``.
+
+        Args:
+            frequencies: (Hz), a float or a tensor of any shape.
+            dt: (s) or None. Given, the permittivity the FDTD update realises with this time step: its
+                semi-implicit conductivity term, ``eps0 (E^{n+1} - E^n) / dt + sigma (E^{n+1} + E^n) / 2``,
+                is ``(i omega~ eps0 + sigma cos(omega dt / 2)) E`` with ``omega~ = 2 sin(omega dt / 2) / dt``
+                the Yee scheme's own frequency, so the conductivity counts as
+                ``sigma (omega dt / 2) cot(omega dt / 2)`` (lower by ``(omega dt)^2 / 12``). Only for
+                non-dispersive media.
+
+        Returns:
+            a complex128 tensor shaped like ``frequencies``.
+
+        Raises:
+            ConfigurationError: ``dt`` given for a dispersive medium, or not positive.
+        """
         omega = 2 * math.pi * torch.as_tensor(frequencies, dtype=torch.float64)
-        return (
-            self.permittivity
-            - 1j * self.conductivity / (omega * VACUUM_PERMITTIVITY)
-            + self._susceptibility(omega)
-        )
+        conductivity = self.conductivity / (omega * VACUUM_PERMITTIVITY)
+        if dt is not None:
+            if self._pole() is not None:
+                raise ConfigurationError(
+                    f"{self!r}: relative_permittivity(dt=...) is for non-dispersive media only"
+                )
+            if not dt > 0:
+                raise ConfigurationError(f"{self!r}: relative_permittivity dt must be positive (s), got {dt}")
+            half = omega * dt / 2
+            conductivity = conductivity * half / torch.tan(half)
+        return self.permittivity - 1j * conductivity + self._susceptibility(omega)
 
     def _susceptibility(self, omega):
         return torch.zeros_like(omega, dtype=torch.complex128)
