@@ -109,6 +109,8 @@ class CrossSectionMonitor(DFTMonitor):
 class _CrossSectionRecorder(_DFTRecorder):
     """One running DFT over the tangential fields of both boxes; cross-sections at :meth:`finish`."""
 
+    WEIGHS_EDGES = True
+
     def __init__(self, monitor, surfaces, grid, dt, dtype, device):
         slices, components = {}, {}
         for kind, surface in surfaces.items():

@@ -149,6 +149,8 @@ class SurfaceRecorder(_DFTRecorder):
     """Running DFTs of the tangential fields around a :class:`BoxSurface`; ``finish`` hands the colocated
     face fields to ``build(surface, faces) -> output``."""
 
+    WEIGHS_EDGES = True
+
     def __init__(self, name, frequencies, surface, dt, dtype, device, build):
         slices = {key: entry[0] for key, entry in surface.entries.items()}
         components = {key: key[1] for key in surface.entries}

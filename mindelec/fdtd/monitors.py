@@ -115,6 +115,13 @@ class Recorder:
         whole fields. The simulation checks them against the PML."""
         return []
 
+    def set_edge_weights(self, weights):
+        """Told by a conformal simulation before :meth:`start`: ``{E component: grid-shape tensor}``, the
+        fraction of each E edge outside the conductors (with the rim factors of sheets), the weight the H
+        update gives the edge; 1 outside the conformal region. Recorders whose results integrate E over a
+        surface (fluxes, far fields, cross-sections) take it; field monitors report the raw node values.
+        """
+
 
 class Monitor:
     """Base class of the monitors: an immutable specification with a ``name``.
@@ -255,6 +262,10 @@ class _DFTRecorder(Recorder):
 
     #: samples gathered before one matrix product folds them into the DFT
     BLOCK = 16
+    #: whether E's transforms are weighted by the conformal edge weights (:meth:`Recorder.set_edge_weights`):
+    #: an E node on an edge a conductor partly covers holds the field on the edge's open part, so its share
+    #: of a surface integral is its value times the open fraction
+    WEIGHS_EDGES = False
 
     def __init__(self, name, frequencies, slices, grid, dt, dtype, device, components=None):
         super().__init__(name)
@@ -271,6 +282,16 @@ class _DFTRecorder(Recorder):
             shape = tuple(s.stop - s.start for s in box)
             entries.append((key, offset, math.prod(shape), shape))
         self.kinds = tuple(self.groups)
+        self.edge_weights = {}  # key -> (box shape) weights of its E component (conformal runs)
+
+    def set_edge_weights(self, weights):
+        if not self.WEIGHS_EDGES:
+            return
+        self.edge_weights = {
+            key: weights[component][self.slices[key]].to(self.device, torch.float64)
+            for key, component in self.components.items()
+            if component in weights
+        }
 
     def _width(self, kind):
         _, offset, size, _ = self.groups[kind][-1]
@@ -365,6 +386,8 @@ class _DFTRecorder(Recorder):
             values = torch.complex(total[:frequencies].double(), total[frequencies:].double()) * self.weight
             for key, offset, size, shape in self.groups[kind]:
                 output[key] = values[:, offset : offset + size].reshape(frequencies, *shape)
+                if key in self.edge_weights:
+                    output[key] = output[key] * self.edge_weights[key]
         return {key: output[key] for key in self.slices}
 
     def finish(self, samples):
@@ -440,39 +463,36 @@ class FluxMonitor(DFTMonitor):
 
 
 class _FluxRecorder(_DFTRecorder):
-    """The DFTs of the tangential components around a surface, combined into a Poynting flux."""
+    """The DFTs of the tangential components around a surface, combined into a Poynting flux.
+
+    Each product pairs the components as Yee's grid does in its discrete Poynting theorem: a tangential
+    ``E_a`` on the plane with the other tangential ``H_b`` at the same tangential nodes (they share them),
+    ``H_b`` averaged over its two planes half a cell either side. Nothing is averaged along the plane:
+    next to a thin conductor, where the fields are singular, averaging both factors onto common nodes first
+    overstated the power through a 50 ohm microstrip's cross-section by 16-21 %.
+    """
+
+    WEIGHS_EDGES = True
 
     def __init__(self, name, frequencies, slices, grid, dt, dtype, device, normal):
         super().__init__(name, frequencies, slices, grid, dt, dtype, device)
         self.normal = normal
 
-    def _colocated(self, value, component):
-        """A component's DFT averaged onto the box's integer nodes: (F, box shape)."""
-        for a, offset in enumerate(self.grid.offsets(component)):
-            if offset:
-                length = value.shape[1 + a]
-                value = 0.5 * (value.narrow(1 + a, 0, length - 1) + value.narrow(1 + a, 1, length - 1))
-        return value
-
     def finish(self, samples):
         grid, normal = self.grid, self.normal
         first, second = (normal + 1) % 3, (normal + 2) % 3
         transforms = self.transforms()
-        zero = None
-        colocated = {}
-        for axis in (first, second):
-            for kind in "EH":
-                component = kind + AXES[axis]
-                if component in transforms:
-                    colocated[component] = self._colocated(transforms[component], component)
-                    zero = torch.zeros_like(colocated[component])
-        get = colocated.get
-        poynting = (
-            get("E" + AXES[first], zero) * get("H" + AXES[second], zero).conj()
-            - get("E" + AXES[second], zero) * get("H" + AXES[first], zero).conj()
-        ).real
+        flux = torch.zeros(len(self.frequencies), dtype=torch.float64, device=self.device)
+        for electric_axis, magnetic_axis, sign in ((first, second, 1.0), (second, first, -1.0)):
+            electric, magnetic = "E" + AXES[electric_axis], "H" + AXES[magnetic_axis]
+            if electric not in transforms or magnetic not in transforms:
+                continue
+            field = transforms[magnetic]
+            length = field.shape[1 + normal]
+            field = 0.5 * (field.narrow(1 + normal, 0, length - 1) + field.narrow(1 + normal, 1, length - 1))
+            flux = flux + sign * (transforms[electric] * field.conj()).real.sum(dim=(1, 2, 3))
         area = math.prod(grid.spacing[a] for a in range(grid.ndim) if a != normal)
-        return {"flux": poynting.sum(dim=(1, 2, 3)) * area, "frequencies": self.frequencies.to(self.device)}
+        return {"flux": flux * area, "frequencies": self.frequencies.to(self.device)}
 
 
 class Snapshots(Monitor):

@@ -274,10 +274,22 @@ class Simulation:
             monitor.recorder(self.grid, self.polarization, self.dt, self.dtype, self.device)
             for monitor in self.monitors
         ]
+        weights = self._edge_weights()
         for recorder in recorders:
             recorder.set_band(band)
             recorder.set_incident(self._tfsf)
+            if weights:
+                recorder.set_edge_weights(weights)
         return recorders
+
+    def _edge_weights(self):
+        """``{E component: grid-shape tensor}``: each E edge's weight in the conformal H update (its fraction
+        outside the conductors; 1 outside the conformal region), or ``{}`` in a staircased run."""
+        geometry = self._conformal
+        if not geometry:
+            return {}
+        return {component: torch.where(geometry.edge_region, fraction, 1.0)
+                for component, fraction in geometry.fractions.items() if component.startswith("E")}
 
     @property
     def _sources_with_waveforms(self):

@@ -24,7 +24,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from scipy.special import ellipk
 
 from common import geometry
@@ -124,6 +123,12 @@ def _line(kind, subpixel, width, gap=None, taper=0.0, frequencies=FREQUENCIES, s
     monitors.append(fdtd.DFTMonitor("line", frequencies, components=("Ex", "Ez", "Hx", "Hz"),
                                     center=(0.0, (box_start + box_end) / 2, (low + high) / 2),
                                     size=(size[0] - 2 * (pml_x + 1) * DX, box_end - box_start, high - low)))
+    if cross_section:  # the power through three planes of the window, on grid nodes
+        for index, fraction in enumerate((0.25, 0.5, 0.75)):
+            y = box_start + fraction * (box_end - box_start)
+            y = -size[1] / 2 + round((y + size[1] / 2) / DX) * DX
+            monitors.append(fdtd.FluxMonitor(f"power{index}", frequencies, center=(0.0, y, (low + high) / 2),
+                                             size=(size[0] - 2 * (pml_x + 1) * DX, 0.0, high - low)))
     sim = fdtd.Simulation(size=size, cell_size=(DX, DX, DZ), boundary=(fdtd.PML(pml_x), fdtd.PML(PML_Y),
                           fdtd.PML(pml_z)), structures=structures, sources=sources, monitors=monitors,
                           subpixel=subpixel, threads=1)
@@ -138,16 +143,15 @@ def _measure(kind, subpixel, width, gap=None, frequencies=FREQUENCIES, shape=(40
     ``Ex`` over its edges' open lengths) and the current ``I`` (the loop of H around the strip); returns
     ``(V (F, n), Z = |V| / |I| (F, n - 1), eps_eff (F,) from the phase's slope, Z_PI (F, n - 1) or None)``.
 
-    With ``cross_section`` (the monitor over the whole cross-section inside the PML), ``Z_PI = 2 P / |I|^2``
-    with ``P`` the power through each H plane: ``Re sum (E x conj H) . y dA`` over the window (the DFTs'
-    product, without the 1/2 of peak phasors), E averaged from the two E planes beside it. In a conformal
-    run an E node on an edge partly covered by a sheet holds the field on the edge's open part: its share of
-    the edge integrals, and of the power, is its value times the weight the H update gives the edge (the
-    open fraction, with the rim factors of ``mindelec.fdtd.sheet_rims``), which the DFT does not apply. The
-    raw node values put 36 % too much power through the rims' cut cells on this line."""
+    With ``cross_section`` (three :class:`~mindelec.fdtd.FluxMonitor` planes over the whole cross-section
+    inside the PML), ``Z_PI = 2 P / |I|^2`` with ``P`` half the monitor's flux (the DFTs' product, peak
+    phasors) and ``|I|^2`` the mean over the two H planes beside it. In a conformal run an E node on an edge
+    a sheet partly covers holds the field on the edge's open part; the flux weights it by the open fraction
+    (before that weight, the rims' cut cells put 36 % too much power through this line's cross-section)."""
     sim, where = _line(kind, subpixel, width, gap, frequencies=frequencies, shape=shape,
                        cross_section=cross_section)
-    result = sim.run(until=1.8e-9, progress=False)["line"]
+    power_results = sim.run(until=1.8e-9, progress=False)
+    result = power_results["line"]
     grid, monitor = sim.grid, sim.monitors[0]
 
     def axis_coordinates(component, axis):
@@ -183,25 +187,14 @@ def _measure(kind, subpixel, width, gap=None, frequencies=FREQUENCIES, shape=(40
     slope = np.polyfit(np.arange(phase.shape[1]) * DX, phase.T, 1)[0]
     effective = (slope * SPEED_OF_LIGHT / (2 * np.pi * np.array(frequencies))) ** 2
     power_current = None
-    if cross_section:  # Ez, Hx share their (x, z) nodes, as Ex, Hz do; the H planes lie between E planes
-        conformal = sim._conformal  # the edges' weights in the H update (None: a staircase, all 1)
-        weighted = {}
-        for component, field in (("Ez", ez), ("Ex", ex)):
-            weight = 1.0
-            if conformal is not None:
-                index = grid.index_range(monitor.center, monitor.size, component, "line")
-                weight = torch.where(conformal.edge_region, conformal.fractions[component], 1.0)
-                weight = weight[index].numpy()
-            weighted[component] = field * weight
-            weighted[component] = (weighted[component][:, :, :-1] + weighted[component][:, :, 1:]) / 2
-        flux = 0.0
-        for electric, magnetic, field, sign in (("Ez", "Hx", hx, 1), ("Ex", "Hz", hz, -1)):
-            pairs = [np.nonzero(abs(axis_coordinates(electric, a)[:, None] - axis_coordinates(magnetic, a))
-                                < 1e-9) for a in (0, 2)]  # the (x, z) nodes both have in the window
-            e = weighted[electric][:, pairs[0][0]][..., pairs[1][0]]
-            h = field[:, pairs[0][1]][..., pairs[1][1]]
-            flux = flux + sign * (e * h.conj()).real.sum((1, 3)) * DX * DZ
-        power_current = flux / abs(current) ** 2
+    if cross_section:  # Z_PI at each flux plane: its flux over the mean |I|^2 of the two H planes beside it
+        y_h = axis_coordinates("Hx", 1)
+        values = []
+        for flux_monitor in sim.monitors[1:]:
+            flux = power_results[flux_monitor.name]["flux"].numpy()
+            beside = np.argsort(abs(y_h - flux_monitor.center[1]))[:2]
+            values.append(flux / (abs(current[:, beside]) ** 2).mean(1))
+        power_current = np.stack(values, axis=1)
     return voltage, impedance, effective, power_current
 
 
