@@ -116,8 +116,9 @@ def coarse_dipole():
 
 def test_reference_dipole_sar_on_a_coarse_grid(coarse_dipole, validation_figure):
     """The standards' 10.8 W/kg (1 g) and 6.99 W/kg (10 g) per watt at 900 MHz within 15 %. At 5 mm cells the
-    10 mm cube is 2 cells across and the 15 mm spacing 3 cells; measured +9.5 % and +5.3 % here, and
-    ``benchmarks/sar_dipole.py`` at 3 mm gives the errors the 10 % goal is judged on."""
+    10 mm cube is 2 cells across and the 15 mm spacing 3 cells, and the dipole a thin wire of 1.25 mm (not
+    1.8 mm) radius; measured +9.5 % and +5.3 % here (+6.6 % and +5.6 % at 3 mm). The 10 % goal is judged
+    on the conformal arms of the slow test below and of ``benchmarks/sar_dipole.py``."""
     figures = coarse_dipole
     validation_figure(f"900 MHz, 5 mm cells: 1 g {figures['sar_1g']:.2f} W/kg ({figures['error_1g']:+.1%}), "
                       f"10 g {figures['sar_10g']:.2f} W/kg ({figures['error_10g']:+.1%})")
@@ -131,3 +132,15 @@ def test_power_balance_of_the_dipole_over_the_phantom(coarse_dipole):
     phantom's edges) equals the power the port accepts within 1 % (measured 0.11 %); most is absorbed."""
     assert coarse_dipole["balance"] == pytest.approx(1.0, abs=0.01)
     assert 0.5 < coarse_dipole["absorbed"] < 1.0 and coarse_dipole["radiated"] > 0.05
+
+
+@pytest.mark.slow
+def test_reference_dipole_sar_with_conformal_arms():
+    """The 900 MHz dipole with conformal PEC arms of its own 1.8 mm radius, 3 mm cells (115 x 84 x 67, about
+    90 s on one loaded core): 1 g and 10 g SAR within the 10 % goal (measured +5.4 % and +4.2 %; +2.6 % and
+    +1.7 % at 2 mm in ``benchmarks/sar_dipole.py``), the power balance within 1 %."""
+    setup = me.sar.dipole_over_phantom(900e6, cell_size=3e-3, liquid_size=(0.24, 0.15, 0.09), margin=4,
+                                       conformal=True)
+    figures = me.sar.validate_dipole(setup)
+    assert abs(figures["error_1g"]) < 0.10 and abs(figures["error_10g"]) < 0.10
+    assert figures["balance"] == pytest.approx(1.0, abs=0.01)
