@@ -137,7 +137,7 @@ def test_power_balance_of_the_dipole_over_the_phantom(coarse_dipole):
 @pytest.mark.slow
 def test_reference_dipole_sar_with_conformal_arms():
     """The 900 MHz dipole with conformal PEC arms of its own 1.8 mm radius, 3 mm cells (115 x 84 x 67, about
-    90 s on one loaded core): 1 g and 10 g SAR within the 10 % goal (measured +5.4 % and +4.2 %; +2.6 % and
+    60-95 s on one loaded core): 1 g and 10 g SAR within the 10 % goal (measured +5.4 % and +4.2 %; +2.6 % and
     +1.7 % at 2 mm in ``benchmarks/sar_dipole.py``), the power balance within 1 %."""
     setup = me.sar.dipole_over_phantom(900e6, cell_size=3e-3, liquid_size=(0.24, 0.15, 0.09), margin=4,
                                        conformal=True)
