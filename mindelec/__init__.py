@@ -30,6 +30,7 @@ _SUBMODULES = {
     "lines",
     "line_impedance",
     "quasi_tem",
+    "sar",
 }
 
 

@@ -548,6 +548,30 @@ RECORD = [
         "test_width_step_in_2d_matches_fdfd",
     ),
     Validation(
+        _EM,
+        'Peak spatial-average SAR over 1 g and 10 g cubes (uniform, exp(-2z/delta), a hot corner voxel)',
+        'the closed-form cube means',
+        '1e-12 relative (whole-voxel cubes), 2.5e-3 (a fractional voxel layer)',
+        "tests/mindelec/test_sar.py::"
+        "test_decaying_sar_peaks_at_the_surface_with_the_closed_form_mean",
+    ),
+    Validation(
+        _EM,
+        '1 g and 10 g SAR of the 900 MHz reference dipole 15 mm under a flat phantom (5 mm cells)',
+        'IEEE Std 1528 / IEC 62209-1 reference values, 10.8 and 6.99 W/kg per W',
+        '15 %',
+        "tests/mindelec/test_sar.py::"
+        "test_reference_dipole_sar_on_a_coarse_grid",
+    ),
+    Validation(
+        _EM,
+        'Power balance of a dipole over a lossy phantom: radiated + absorbed over accepted',
+        'conservation of energy (1)',
+        '1 %',
+        "tests/mindelec/test_sar.py::"
+        "test_power_balance_of_the_dipole_over_the_phantom",
+    ),
+    Validation(
         _MD,
         'HMR + HBonds LangevinMiddle steps at negligible friction',
         'OpenMM Reference platform',
