@@ -35,7 +35,7 @@ from common import threads as threads_module
 from common.deprecation import renamed_arguments
 from common.errors import ArgumentTypeError, ConfigurationError, SimulationError
 
-from . import limits
+from . import limits, thin_wire
 from .boundaries import PML, Periodic, per_axis_boundaries
 from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
@@ -167,7 +167,8 @@ class Simulation:
         self.sources = tuple(sources)
         self._bound_sources, self._plane_waves, self._tfsf = self._bind_sources(self.sources)
         self._conformal = conformal_geometry(self)
-        self.dt_limit = self._stability_limit() * time_step_factor(self, self._conformal)
+        self.dt_limit = (self._stability_limit() * time_step_factor(self, self._conformal)
+                         * thin_wire.time_step_factor(self.structures))
         self.dt = self._time_step(dt, courant)
         self.monitors, recorders = self._check_monitors(monitors)
         limits.check_frequencies(self)

@@ -192,6 +192,16 @@ def radius_scale(spacing, radius):
     return 2.0 / math.pi * math.log(EDGE_RADIUS * spacing / radius)
 
 
+def time_step_factor(structures) -> float:
+    """The factor on the time step that the thin wires among ``structures`` need: ``sqrt(s)`` for the
+    smallest scale ``s < 1`` (a wire thicker than the bare line, ``BARE_RADIUS`` cells: its circulating H
+    takes the permeability ``s mu`` and updates faster than the lattice's), else 1. Without it a wire of
+    0.36 cells' radius blew up within 512 steps at the default Courant number; with it 4,000 steps ran."""
+    scales = [radius_scale(min(wire.cells[a] for a in range(3) if a != wire.axis), wire.radius)
+              for wire in structures if isinstance(wire, ThinWire)]
+    return math.sqrt(min(1.0, *scales)) if scales else 1.0
+
+
 def end_factor(scale, owner="ThinWire"):
     """``p = 1 - END_CORRECTION s`` of a wire end (module docstring), ``scale`` its :func:`radius_scale`;
     at least :data:`END_FLOOR`, with a warning when the floor cuts the correction short."""
