@@ -138,7 +138,7 @@ class Trainer:
                  amsgrad: bool = False, warmup_steps: int = 0):
         _check_arguments(model, data, batch_size, ema_decay, gradient_clip)
         self.loss, self.huber_delta = _check_loss(loss, huber_delta)
-        self.learning_rate = checks.positive(learning_rate, "Trainer: learning_rate")
+        self.learning_rate = checks.non_negative(learning_rate, "Trainer: learning_rate")
         self.warmup_steps = checks.non_negative_int(warmup_steps, "Trainer: warmup_steps")
         self.context = DistributedContext.from_environment() if context is None else context
         if dtype is not None:
