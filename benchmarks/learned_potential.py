@@ -12,31 +12,55 @@ molecule. One call is a forward pass to per-molecule energies and the backward p
 both see the same machine load; the best round of each counts. Prints molecules/s for both and the
 ratio mindsponge / torchmd-net last (above 1: mindsponge is faster).
 
-Accuracy: GFN2-xTB MD data (:func:`mindsponge.labels.xtb_sample`, cached under
-``benchmarks/output/learned_potential``): uracil (400 and 2,000 samples) and butane (400; the
-C-C-C-C torsion). Both models (2 layers, l <= 2, correlation 3, the same channels) are trained
-with :class:`mindsponge.training.Trainer` on the same 80/10/10 split for the same wall-clock
-budget; printed: validation and test force MAE, then ms per energy+forces call of one uracil and
-MD steps/s (torchmd-net's SchNet of 64 features for scale), and last the ratios ACENet / MACE.
-``--quick``: 160 samples of each molecule, 60 s per model, 32 channels.
+Accuracy: our ACENet (:class:`mindsponge.training.Trainer`, the recipe in ``OURS``) against
+mace-torch trained by its own ``mace_run_train`` with its small-molecule (rMD17) recipe
+(:func:`mace_recipe`), on uracil, ethanol and 2-fluoroethanol (``smiles:OCCF``). The data are
+GFN2-xTB MD samples (:func:`mindsponge.labels.xtb_sample` through a ``common.datasets`` recipe,
+cached under ``benchmarks/output/learned_potential``, gitignored), 400 per molecule, split 80/10/10
+(:func:`mindsponge.training.make_split`, seed 0); the split is written as extxyz with MACE's
+``REF_energy``/``REF_forces`` keys, so both train on the same 320, validate on the same 40 and are
+tested on the same held-out 40. The budget: MACE trains 10 epochs on one thread and its CPU time
+(``RUSAGE_CHILDREN``: its whole run, start-up and final error tables included) is measured; ours
+gets the same CPU time of its own process (``Trainer.fit(clock="cpu")``, one thread), so the
+machine's load does not decide. Printed per molecule: test force MAE (kJ/mol/nm) and energy MAE
+(kJ/mol) of both, CPU and wall seconds, and ms per energy+forces call of one molecule in float32
+(MACE's model on a prepared graph); last, on how many molecules ours is at or below MACE's force
+MAE. The full run writes ``benchmarks/data/learned_potential.json``. ``--quick``: 100 samples,
+MACE 2 epochs of 16 channels. ``--molecule NAME`` (repeatable) picks molecules.
 
     python benchmarks/learned_potential.py [--quick] [--part all|throughput|accuracy] [--threads 2]
+        [--molecule uracil|ethanol|fluoroethanol]
 """
 
 import argparse
+import json
 import os
 import pathlib
+import resource
+import subprocess
+import sys
 import time
 
 import ase.build
+import ase.io
+import numpy as np
 import torch
 
 import mindsponge as ms
-from common import datasets
+from common import datasets, units
+from mindsponge.label_io import read_labels, write_labels
 from mindsponge.training import Trainer, TrainingData, make_split
 
 CACHE = pathlib.Path(__file__).parent / "output" / "learned_potential"  # gitignored
-MOLECULES = {"uracil": "O=C1C=CNC(=O)N1", "butane": "CCCC"}  # butane: the C-C-C-C torsion
+RESULTS = pathlib.Path(__file__).parent / "data" / "learned_potential.json"
+MACE_KEYS = {"energy": "REF_energy", "forces": "REF_forces"}
+#: our recipe (ACENet and the Trainer's settings), the best measured (see docs/guide/mindsponge.md)
+OURS = {"model": {"cutoff": 0.5, "features": 32, "interactions": 2, "max_l": 2, "correlation": 3},
+        "trainer": {"batch_size": 8, "learning_rate": 5e-3, "ema_decay": 0.99, "gradient_clip": 100.0,
+                    "energy_weight": 1.0, "force_weight": 1.0, "patience": 10_000, "scheduler_patience": 5,
+                    "loss": "huber", "amsgrad": True, "warmup_steps": 200}}
+MOLECULES = {"uracil": "O=C1C=CNC(=O)N1", "ethanol": "CCO", "fluoroethanol": "OCCF",
+             "butane": "CCCC"}  # butane: the C-C-C-C torsion
 RECIPE = """
 name = "{name}_xtb"
 description = "{name} from GFN2-xTB MD at 300-900 K, GFN2-xTB energies and forces"
@@ -120,90 +144,142 @@ def xtb_data(name: str, samples: int) -> TrainingData:
                                     table["energy"][keep], table["forces"][keep], source=str(path))
 
 
-def models(size: dict) -> dict:
-    """Our equivariant model and mace-torch's MACE of the same size (channels, layers, l, correlation)."""
-    torch.manual_seed(0)
-    ours = ms.potentials.ACENet(cutoff=0.5, features=size["features"], interactions=2, max_l=2, correlation=3)
-    torch.manual_seed(0)
-    mace = ms.potentials.MACE(cutoff=0.5, features=size["features"], interactions=2, max_l=2, correlation=3)
-    return {"ACENet": ours, "MACE": mace}
+def split_files(data: TrainingData, split: dict, directory: pathlib.Path) -> dict:
+    """The split written as extxyz with MACE's ``REF_energy``/``REF_forces`` keys (eV, eV/Å):
+    ``{"train": path, "valid": path, "test": path}``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    atoms = int(data.n_atoms[0])
+    paths = {}
+    for part, key in (("train", "train_indices"), ("valid", "validation_indices"), ("test", "test_indices")):
+        subset = data.subset(torch.as_tensor(split[key], dtype=torch.long))
+        labels = {"positions": subset.positions.reshape(-1, atoms, 3).numpy(),
+                  "atomic_numbers": subset.atomic_numbers.reshape(-1, atoms).numpy(),
+                  "energy": subset.energy.numpy(), "forces": subset.forces.reshape(-1, atoms, 3).numpy()}
+        paths[part] = write_labels(directory / f"{part}.xyz", labels, format="extxyz", overwrite=True,
+                                   keys=MACE_KEYS)
+    return paths
 
 
-def accuracy(name: str, samples: int, budget: float, size: dict) -> dict:
-    """Validation and test force MAE (kJ/mol/nm) of each model after ``budget`` s of training on the
-    same data and split."""
+def mace_errors(model_path: pathlib.Path, path: pathlib.Path) -> dict:
+    """Energy MAE (kJ/mol) and force MAE (kJ/mol/nm) of a mace-torch model on an extxyz file."""
+    from mace.calculators import MACECalculator
+
+    calculator = MACECalculator(model_paths=str(model_path), device="cpu", default_dtype="float64")
+    reference = read_labels(path, keys=MACE_KEYS)
+    energies, forces = [], []
+    for frame in ase.io.read(path, index=":"):
+        frame.calc = calculator
+        energies.append(frame.get_potential_energy() * units.EV_TO_KJ_PER_MOL)
+        forces.append(frame.get_forces() * units.EV_PER_ANGSTROM_TO_KJ_PER_MOL_NM)
+    return {"energy_mae": float(np.abs(np.array(energies) - reference["energy"]).mean()),
+            "force_mae": float(np.abs(np.array(forces) - reference["forces"]).mean())}
+
+
+def mace_recipe(name: str, files: dict, epochs: int, channels: int) -> dict:
+    """mace-torch trained by ``mace_run_train`` with its small-molecule (rMD17) recipe on one thread:
+    float64, r_max 5 Å, 2 interactions, correlation 3, max_L 1, ``channels`` channels, batch 5,
+    lr 0.01, AMSGrad, EMA 0.99, the weighted loss (energy 1, forces 100) and stage two (SWA: energy
+    1000, forces 100, lr 1e-3) from MACE's default start (3/4 of ``epochs``), E0s fitted ("average").
+    Its CPU time (user + system, ``RUSAGE_CHILDREN``) is the budget ours gets. Cached in the split's
+    directory (``mace.json``) so that ours can be re-run against the same MACE."""
+    directory = files["train"].parent
+    settings = {"epochs": epochs, "channels": channels, "version": 1}
+    record = directory / "mace.json"
+    if record.exists() and json.loads(record.read_text())["settings"] == settings:
+        return json.loads(record.read_text())
+    command = [str(pathlib.Path(sys.executable).parent / "mace_run_train"), f"--name={name}", "--model=MACE",
+               f"--train_file={files['train']}", f"--valid_file={files['valid']}",
+               "--energy_key=REF_energy", "--forces_key=REF_forces", "--E0s=average",
+               "--default_dtype=float64", "--device=cpu", "--r_max=5.0", "--num_interactions=2",
+               "--correlation=3", "--max_L=1", f"--num_channels={channels}", "--batch_size=5",
+               "--valid_batch_size=10", f"--max_num_epochs={epochs}", "--lr=0.01", "--amsgrad", "--ema",
+               "--ema_decay=0.99", "--swa", "--loss=weighted", "--energy_weight=1", "--forces_weight=100",
+               "--swa_energy_weight=1000", "--swa_forces_weight=100", "--swa_lr=1e-3",
+               "--error_table=TotalMAE", "--num_workers=0", "--seed=0", f"--work_dir={directory}",
+               f"--model_dir={directory}"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    with open(directory / "mace_run_train.log", "w") as log:
+        subprocess.run(command, check=True, env=environment, cwd=directory, stdout=log, stderr=log)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = {"settings": settings, "wall_s": time.perf_counter() - start,
+              "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
+    # the model MACE's recipe ends with: the stage-two one, unless the stage-one one validates better
+    candidates = [directory / f"{name}_stagetwo.model", directory / f"{name}.model"]
+    validated = [(mace_errors(path, files["valid"])["force_mae"], str(path)) for path in candidates
+                 if path.exists()]
+    result["model"] = min(validated)[1]
+    result["test"] = mace_errors(pathlib.Path(result["model"]), files["test"])
+    record.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def ours_recipe(data: TrainingData, split: dict, cpu_budget: float) -> tuple:
+    """ACENet trained by :class:`mindsponge.training.Trainer` for ``cpu_budget`` s of this process's
+    CPU time (one thread) on the same split; returns ``(model, results)``."""
+    torch.manual_seed(0)
+    model = ms.potentials.ACENet(**OURS["model"])
+    trainer = Trainer(model, data, split=split, threads=1, progress=False, **OURS["trainer"])
+    start, cpu_start = time.perf_counter(), time.process_time()
+    history = trainer.fit(epochs=10_000, time_limit=cpu_budget, clock="cpu")
+    test = trainer.test_metrics
+    return trainer.model, {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu_start,
+                           "epochs": history["epoch"][-1],
+                           "test": {"energy_mae": test["energy_mae"], "force_mae": test["force_mae"]}}
+
+
+def mace_call(model_path: str, atoms):
+    """One energy+forces evaluation of a mace-torch model in float32 on a prepared graph (no neighbour
+    search or conversion from ASE in the timing)."""
+    from mace.calculators import MACECalculator
+
+    calculator = MACECalculator(model_paths=model_path, device="cpu", default_dtype="float32")
+    model, batch = calculator.models[0], calculator._atoms_to_batch(atoms)
+
+    def call():
+        output = model(batch.to_dict(), compute_stress=False, training=False)
+        return output["energy"].detach(), output["forces"].detach()
+    return call
+
+
+def comparison(name: str, samples: int, epochs: int, channels: int) -> dict:
+    """Ours against mace-torch's own recipe on one molecule: same data, split and CPU time."""
     data = xtb_data(name, samples)
     split = make_split(data, 0.1, 0.1, seed=0)
-    results = {}
-    for label, model in models(size).items():
-        trainer = Trainer(model, data, split=split, batch_size=8, learning_rate=5e-3, ema_decay=0.99,
-                          gradient_clip=100.0, energy_weight=1.0, force_weight=1.0, patience=50,
-                          scheduler_patience=5, progress=False)
-        start = time.perf_counter()
-        history = trainer.fit(epochs=10_000, time_limit=budget)
-        result = {"validation": trainer.evaluate()["force_mae"], "test": trainer.test_metrics["force_mae"],
-                  "epochs": len(history["epoch"]), "seconds": time.perf_counter() - start,
-                  "model": trainer.model}
-        results[label] = result
-        print(f"{name} ({samples} samples): {label:7s} validation force MAE {result['validation']:7.1f}, "
-              f"test {result['test']:7.1f} kJ/mol/nm after {result['epochs']} epochs "
-              f"({result['seconds']:.0f} s); "
-              f"mean |force label| {float(data.forces.abs().mean()):.0f}", flush=True)
-    return results
-
-
-def inference(trained: dict, steps: int, repeats: int) -> dict:
-    """ms per energy+forces evaluation of one uracil and MD steps/s in a Simulation, per model."""
-    atoms = ms.molecules.load_molecule("smiles:O=C1C=CNC(=O)N1").to_ase()
-    system = ms.System.from_ase(atoms)
-    positions = system.positions.detach().to(torch.float32)
-    numbers = torch.as_tensor(atoms.numbers)
+    files = split_files(data, split, CACHE / f"{name}_{samples}_split")
+    mace = mace_recipe(name, files, epochs, channels)
+    model, ours = ours_recipe(data, split, mace["cpu_s"])
+    frame = ase.io.read(files["test"], index=0)
+    numbers = torch.as_tensor(frame.numbers)
+    positions = torch.as_tensor(frame.positions * units.ANGSTROM_TO_NM, dtype=torch.float32)
     batch = torch.zeros(len(numbers), dtype=torch.long)
-    calls = {label: mindsponge_call(model.float(), positions, numbers, batch)
-             for label, model in trained.items()}
-    try:
-        torchmd = build_torchmdnet(64, 3, 20, 0.5, len(numbers))
-        calls["torchmd-net SchNet"] = torchmdnet_call(torchmd, positions, numbers, batch)
-    except ImportError as error:
-        print(f"torchmd-net is not installed ({error})")
-    results = {}
+    calls = {"ours": mindsponge_call(model.float(), positions, numbers, batch),
+             "mace": mace_call(mace["model"], frame)}
     for label, call in calls.items():
         call()
-        results[label] = {"ms_per_force": best_time(call, repeats) * 1e3}
-    for label, model in trained.items():
-        simulation = ms.Simulation(system, model.bind(system.atomic_numbers),
-                                   ms.integrators.LangevinMiddle(dt=0.0005, temperature=300.0, friction=1.0),
-                                   progress=False)
-        simulation.set_velocities(temperature=300.0, seed=0)
-        simulation.run(2)
-        start = time.perf_counter()
-        simulation.run(steps)
-        results[label]["md_steps_per_s"] = steps / (time.perf_counter() - start)
-    for label, values in results.items():
-        md = f", {values['md_steps_per_s']:7.1f} MD steps/s" if "md_steps_per_s" in values else ""
-        print(f"{label:20s} {values['ms_per_force']:8.2f} ms per energy+forces call{md}")
-    return results
+        (ours if label == "ours" else mace)["ms_per_call"] = min(best_time(call, 20) for _ in range(3)) * 1e3
+    print(f"{name} ({samples} samples, test {len(split['test_indices'])}): force MAE ours "
+          f"{ours['test']['force_mae']:.1f} / MACE {mace['test']['force_mae']:.1f} kJ/mol/nm, energy MAE "
+          f"ours {ours['test']['energy_mae']:.2f} / MACE {mace['test']['energy_mae']:.2f} kJ/mol; CPU s ours "
+          f"{ours['cpu_s']:.0f} ({ours['epochs']} epochs) / MACE {mace['cpu_s']:.0f} ({epochs} epochs); "
+          f"wall s {ours['wall_s']:.0f} / {mace['wall_s']:.0f}; ms per call "
+          f"{ours['ms_per_call']:.2f} / {mace['ms_per_call']:.2f}", flush=True)
+    return {"ours": ours, "mace": {key: mace[key] for key in ("cpu_s", "wall_s", "test", "ms_per_call")}}
 
 
-def learned_accuracy(quick: bool) -> None:
-    """Accuracy and cost of our ACENet against mace-torch's MACE; prints the ratios last."""
-    size = {"features": 32 if quick else 64}
-    budget = 60.0 if quick else 600.0
-    cases = ([("uracil", 160), ("butane", 160)] if quick
-             else [("uracil", 400), ("uracil", 2000), ("butane", 400)])
-    print(f"training budget {budget:.0f} s per model, {size['features']} channels, load average "
-          f"{os.getloadavg()[0]:.1f} (measured on a loaded machine)")
-    ratios, uracil_models = [], None
-    for name, samples in cases:
-        results = accuracy(name, samples, budget, size)
-        ratios.append(results["ACENet"]["test"] / results["MACE"]["test"])
-        if name == "uracil" and uracil_models is None:  # the cost is measured on uracil
-            uracil_models = {label: value["model"] for label, value in results.items()}
-    cost = inference(uracil_models, steps=20 if quick else 200, repeats=5 if quick else 50)
-    print("ratio ACENet/MACE test force MAE: " + ", ".join(
-        f"{name} {samples}: {ratio:.2f}" for (name, samples), ratio in zip(cases, ratios, strict=True)))
-    print(f"ratio ACENet/MACE inference cost (ms per force call): "
-          f"{cost['ACENet']['ms_per_force'] / cost['MACE']['ms_per_force']:.2f}")
+def learned_accuracy(quick: bool, molecules: list[str]) -> None:
+    """Accuracy and cost of our ACENet against mace-torch trained by its own recipe; writes the JSON."""
+    samples, epochs, channels = (100, 2, 16) if quick else (400, 10, 32)
+    print(f"{samples} samples per molecule, MACE {epochs} epochs of {channels} channels, ours the same CPU "
+          f"time; one thread each; load average {os.getloadavg()[0]:.1f} (a shared machine)", flush=True)
+    results = {name: comparison(name, samples, epochs, channels) for name in molecules}
+    wins = sum(value["ours"]["test"]["force_mae"] <= value["mace"]["test"]["force_mae"]
+               for value in results.values())
+    print(f"ours at or below MACE's test force MAE on {wins} of {len(results)} molecules")
+    if not quick:
+        summary = {"samples": samples, "mace": {"epochs": epochs, "channels": channels}, "ours": OURS,
+                   "load_average": os.getloadavg()[0], "molecules": results}
+        RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 def throughput(args) -> None:
@@ -244,12 +320,14 @@ def main():
     parser.add_argument("--molecules", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--part", choices=("all", "throughput", "accuracy"), default="all")
+    parser.add_argument("--molecule", action="append", choices=("uracil", "ethanol", "fluoroethanol"),
+                        help="accuracy on this molecule (repeatable; default all three)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.part in ("all", "throughput"):
         throughput(args)
     if args.part in ("all", "accuracy"):
-        learned_accuracy(args.quick)
+        learned_accuracy(args.quick, args.molecule or ["uracil", "ethanol", "fluoroethanol"])
 
 
 if __name__ == "__main__":

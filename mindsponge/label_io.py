@@ -162,11 +162,16 @@ def _stack(configurations: list[dict], source: str) -> dict[str, np.ndarray]:
             for key in sorted(shared)}
 
 
-def _write_ase(path: pathlib.Path, arrays: dict[str, np.ndarray], format: str) -> None:
+def _write_ase(path: pathlib.Path, arrays: dict[str, np.ndarray], format: str, keys: dict[str, str]) -> None:
     frames = []
     for index in range(len(arrays["energy"])):
         atoms = _to_atoms(arrays, index)
         atoms.info.update(_extras(arrays, index))
+        if keys != DEFAULT_KEYS:  # the labels under the file's own names, not as calculator results
+            results = atoms.calc.results
+            atoms.calc = None
+            atoms.info[keys["energy"]] = float(results["energy"])
+            atoms.arrays[keys["forces"]] = np.asarray(results["forces"])
         frames.append(atoms)
     if format == "extxyz":
         import ase.io
@@ -191,7 +196,7 @@ def _write_h5(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def write_labels(path: str | os.PathLike, labels: dict, format: str | None = None,
-                 overwrite: bool = False) -> pathlib.Path:
+                 overwrite: bool = False, keys: dict[str, str] | None = None) -> pathlib.Path:
     """Write labelled configurations (see the module docstring for keys, units and formats).
 
     Args:
@@ -199,6 +204,9 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
         labels: the dict of arrays (a single configuration without the first axis is accepted).
         format: ``"extxyz"``, ``"db"``, ``"npz"`` or ``"h5"``.
         overwrite: replace an existing file (otherwise :class:`FileExistsError`).
+        keys: extxyz only: store the energy and forces under these names in ``info`` and ``arrays``
+            instead of as calculator results, e.g. ``{"energy": "REF_energy", "forces":
+            "REF_forces"}`` for ``mace_run_train`` (still eV and eV/Å).
 
     Returns:
         the path written.
@@ -209,6 +217,9 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
     path = pathlib.Path(path)
     format = _format(path, format)
     arrays = _checked(labels)
+    keys = _checked_keys(keys)
+    if keys != DEFAULT_KEYS and format != "extxyz":
+        raise ConfigurationError(f"write_labels: keys are for extxyz files, not {format!r} ({path})")
     if path.exists() and not overwrite:
         raise OutputExistsError(f"{path} exists; pass overwrite=True to replace it")
     path.unlink(missing_ok=True)
@@ -218,7 +229,7 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
     elif format == "h5":
         _write_h5(path, arrays)
     else:
-        _write_ase(path, arrays, format)
+        _write_ase(path, arrays, format, keys)
     return path
 
 

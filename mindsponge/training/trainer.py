@@ -22,6 +22,10 @@ data sets (MACE, NequIP, SchNetPack):
   wall-clock ``time_limit`` is reached), restores the best weights, and reports the test-set
   metrics (:attr:`Trainer.test_metrics`);
 - trains in float64 on request (``dtype="float64"``);
+- MACE's recipe as options: a Huber loss (``loss="huber"``) on per-atom energies and force
+  components, AMSGrad (``amsgrad=True``) and a linear learning-rate warm-up (``warmup_steps``);
+- stops at a budget of wall-clock or of this process's CPU time (``fit(clock="cpu")``: equal
+  budgets on a shared machine, whatever the load);
 - writes an atomic checkpoint every epoch (resumable bit for bit: optimiser, schedule, moving
   average, the training weights behind it, split, history).
 
@@ -57,7 +61,10 @@ from common.training import History, TrainingLoop
 from mindsponge import potentials as potentials_module
 from mindsponge.training.data import DatasetError, TrainingData, make_split
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "CLOCKS"]
+
+#: the clocks a time limit can count (``Trainer.fit(clock=...)``)
+CLOCKS = {"wall": lambda: time.monotonic(), "cpu": lambda: time.process_time()}
 
 
 def _predict(model, data: TrainingData, samples: Tensor, dtype, device, create_graph: bool):
@@ -107,6 +114,16 @@ class Trainer:
             loss from that epoch on; the validation loss (best weights, plateau, early stop) keeps
             ``energy_weight`` and ``force_weight`` so that epochs stay comparable.
         dtype: train in this dtype (``"float64"``, ``torch.float64``); default the model's.
+        loss: ``"mse"`` (the squared errors above) or ``"huber"``: each squared error ``e^2``
+            replaced by ``2 huber(e)``, quadratic below ``huber_delta`` and linear above
+            (``torch.nn.functional.huber_loss`` times 2, so that small errors weigh as in ``"mse"``;
+            MACE's ``--loss=huber``). The validation loss stays the MSE.
+        huber_delta: ``(per-atom energy kJ/mol, force kJ/mol/nm)`` thresholds of the Huber loss;
+            default MACE's 0.01 eV and 0.01 eV/Å (0.965 and 9.65).
+        amsgrad: the AMSGrad variant of Adam (MACE's default).
+        warmup_steps: the learning rate grows linearly from ``learning_rate / warmup_steps`` to
+            ``learning_rate`` over the first optimiser steps (0: none); the plateau schedule takes
+            over after them.
     """
 
     def __init__(self, model, data: TrainingData, *, energy_weight: float = 1.0, force_weight: float = 1.0,
@@ -116,8 +133,13 @@ class Trainer:
                  context: DistributedContext | None = None, fit_statistics: bool = True,
                  threads: int | None = None, log=None, tensorboard=None, test_fraction: float = 0.0,
                  split_by: str = "random", split: dict | None = None, ema_decay: float | None = None,
-                 gradient_clip: float | None = None, weight_schedule: dict | None = None, dtype=None):
+                 gradient_clip: float | None = None, weight_schedule: dict | None = None, dtype=None,
+                 loss: str = "mse", huber_delta: tuple[float, float] = (0.9648533212, 9.648533212),
+                 amsgrad: bool = False, warmup_steps: int = 0):
         _check_arguments(model, data, batch_size, ema_decay, gradient_clip)
+        self.loss, self.huber_delta = _check_loss(loss, huber_delta)
+        self.learning_rate = checks.non_negative(learning_rate, "Trainer: learning_rate")
+        self.warmup_steps = checks.non_negative_int(warmup_steps, "Trainer: warmup_steps")
         self.context = DistributedContext.from_environment() if context is None else context
         if dtype is not None:
             model = model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
@@ -128,7 +150,8 @@ class Trainer:
         self.ema_decay, self.gradient_clip = ema_decay, gradient_clip
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.patience, self.checkpoint, self.progress = patience, checkpoint, progress
-        self._deadline = None  # fit()'s time limit, time.monotonic() s
+        self._deadline = None  # fit()'s time limit, s on self._clock
+        self._clock = time.monotonic
         if split is None:
             split = data.split or make_split(data, validation_fraction, test_fraction, split_by, seed)
         self._use_split(split)
@@ -136,7 +159,7 @@ class Trainer:
             batch = torch.repeat_interleave(torch.arange(len(self.training)), self.training.n_atoms)
             self.model.fit_statistics(self.training.energy, self.training.atomic_numbers, batch,
                                       forces=self.training.forces)
-        optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate)
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate, amsgrad=bool(amsgrad))
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, factor=scheduler_factor, patience=scheduler_patience, min_lr=min_learning_rate)
         self.loop = TrainingLoop(
@@ -187,9 +210,23 @@ class Trainer:
         counts = self.training.n_atoms[samples].to(energies)
         energy_error = (energies - self.training.energy[samples].to(energies)) / counts
         force_error = forces - self.training.forces[atoms].to(forces)
-        energy_term = (energy_error * energy_error).sum() / batch_samples
-        force_term = (force_error * force_error).sum() / (3.0 * batch_atoms)
+        energy_term = self._squared(energy_error, self.huber_delta[0]).sum() / batch_samples
+        force_term = self._squared(force_error, self.huber_delta[1]).sum() / (3.0 * batch_atoms)
         return weights[0] * energy_term + weights[1] * force_term
+
+    def _squared(self, error: Tensor, delta: float) -> Tensor:
+        """The squared errors, or their Huber version (``loss="huber"``), elementwise."""
+        if self.loss == "mse":
+            return error * error
+        return 2.0 * torch.nn.functional.huber_loss(error, torch.zeros_like(error), reduction="none",
+                                                    delta=delta)
+
+    def _warm_up(self) -> None:
+        """The learning rate of the next step during the warm-up (``warmup_steps``)."""
+        steps = self.loop.extra["steps"]
+        if steps < self.warmup_steps:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.learning_rate * (steps + 1) / self.warmup_steps
 
     def _train_epoch(self) -> float:
         context = self.context
@@ -215,6 +252,7 @@ class Trainer:
                 value = float(mean) * context.world_size
             if self.gradient_clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.gradient_clip)
+            self._warm_up()
             self.optimizer.step()
             self.loop.extra["steps"] += 1
             self._update_average()
@@ -301,7 +339,7 @@ class Trainer:
         }
 
     # --- the loop --------------------------------------------------------------------------------
-    def fit(self, epochs: int, time_limit: float | None = None) -> History:
+    def fit(self, epochs: int, time_limit: float | None = None, clock: str = "wall") -> History:
         """Train for up to ``epochs`` epochs (resuming from ``checkpoint`` if it exists), on the shared
         :class:`common.training.TrainingLoop`; the model ends with the best validation weights (of
         the moving average with ``ema_decay``), and :attr:`test_metrics` holds their metrics on the
@@ -311,8 +349,11 @@ class Trainer:
 
         Args:
             epochs: total epochs (a resumed run counts those done).
-            time_limit: optional wall-clock budget of this call, s: training stops at the first batch
+            time_limit: optional budget of this call, s: training stops at the first batch
                 boundary after it (that part epoch is validated and recorded like a whole one).
+            clock: what ``time_limit`` counts: ``"wall"`` (elapsed time) or ``"cpu"`` (this
+                process's CPU time over all its threads, ``time.process_time``: the same budget
+                however loaded the machine is).
 
         Returns:
             the :class:`common.training.History`, one row per epoch: ``step`` (optimiser steps done),
@@ -325,7 +366,10 @@ class Trainer:
             self._use_split(self.loop.split)
         if time_limit is not None:
             checks.positive(time_limit, "Trainer.fit: time_limit (s)")
-        self._deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+        if clock not in CLOCKS:
+            raise ConfigurationError(f"Trainer.fit: clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+        self._clock = CLOCKS[clock]
+        self._deadline = None if time_limit is None else self._clock() + float(time_limit)
         try:
             self.loop.run(epochs, self._epoch,
                           stop=lambda: self._stale_epochs() >= self.patience or self._past_deadline())
@@ -350,7 +394,7 @@ class Trainer:
         """Whether :meth:`fit`'s time limit has passed (all processes agree: rank 0's clock decides)."""
         if self._deadline is None:
             return False
-        past = time.monotonic() >= self._deadline
+        past = self._clock() >= self._deadline
         if self.context.distributed:
             flag = torch.tensor(float(past and self.context.is_main), dtype=torch.float64)
             past = float(self.context.all_reduce_mean(flag)) > 0.0
@@ -380,6 +424,15 @@ def _check_arguments(model, data, batch_size, ema_decay, gradient_clip) -> None:
     if gradient_clip is not None and not gradient_clip > 0:
         raise ConfigurationError(
             f"gradient_clip must be a positive gradient norm (or None), got {gradient_clip!r}")
+
+
+def _check_loss(loss, huber_delta) -> tuple[str, tuple[float, float]]:
+    if loss not in ("mse", "huber"):
+        raise ConfigurationError(f"Trainer: loss must be 'mse' or 'huber', got {loss!r}")
+    if len(huber_delta) != 2 or not min(huber_delta) > 0:
+        raise ConfigurationError(f"Trainer: huber_delta must be two positive thresholds (per-atom energy "
+                                 f"kJ/mol, force kJ/mol/nm), got {huber_delta!r}")
+    return loss, (float(huber_delta[0]), float(huber_delta[1]))
 
 
 def _check_schedule(schedule) -> dict[int, tuple[float, float]]:

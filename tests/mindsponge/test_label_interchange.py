@@ -14,7 +14,7 @@ import ase.io  # noqa: E402
 
 import mindsponge as ms  # noqa: E402
 from common.errors import ConfigurationError, DataError, MindScienceError  # noqa: E402
-from mindsponge.label_io import read_configurations, read_labels  # noqa: E402
+from mindsponge.label_io import read_configurations, read_labels, write_labels  # noqa: E402
 from mindsponge.train import Trainer, TrainingData, main  # noqa: E402
 
 EV = 96.485332123  # kJ/mol per eV (CODATA), written out so the test does not trust the code's constant
@@ -34,6 +34,24 @@ def mace_frames(sizes=(3, 5, 3, 4, 5, 3), seed=0):
         atoms.arrays["REF_forces"] = rng.normal(size=(size, 3))
         frames.append(atoms)
     return frames
+
+
+def test_write_extxyz_with_mace_keys(tmp_path):
+    """Labels written under ``REF_energy``/``REF_forces`` are where mace_run_train looks (plain ASE
+    ``info``/``arrays``, eV and eV/Å, no calculator), and nowhere else."""
+    rng = np.random.default_rng(1)
+    labels = {"positions": rng.normal(size=(3, 4, 3)), "atomic_numbers": np.array([8, 1, 1, 6]),
+              "energy": rng.normal(size=3) * 100.0, "forces": rng.normal(size=(3, 4, 3)) * 500.0}
+    keys = {"energy": "REF_energy", "forces": "REF_forces"}
+    path = write_labels(tmp_path / "train.extxyz", labels, keys=keys)
+    for index, frame in enumerate(ase.io.read(path, index=":")):
+        assert frame.calc is None
+        np.testing.assert_allclose(frame.info["REF_energy"] * EV, labels["energy"][index], rtol=1e-7)
+        np.testing.assert_allclose(frame.arrays["REF_forces"] * EV / ANGSTROM, labels["forces"][index],
+                                   rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(frame.positions * ANGSTROM, labels["positions"][index], atol=1e-9)
+    with pytest.raises(ConfigurationError, match="extxyz"):
+        write_labels(tmp_path / "train.npz", labels, keys=keys)
 
 
 def test_extxyz_with_mace_keys_and_mixed_sizes(tmp_path):

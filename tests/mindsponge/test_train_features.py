@@ -3,11 +3,14 @@ by trajectory, stored in the dataset and the checkpoint), the moving average of 
 clipping, the loss-weight schedule, float64 and bit-for-bit resumption. The labels come from an
 analytic Morse pair potential plus per-element energies (no xTB needed)."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
 import mindsponge as ms
+from common.errors import ConfigurationError
 from common.io import H5Writer, load_checkpoint
 from mindsponge.train import DatasetError, Trainer, TrainingData
 from mindsponge.training import make_split, read_split, store_split
@@ -186,3 +189,55 @@ def test_weight_schedule_and_float64():
         Trainer(small_model(), data, weight_schedule={-1: (1.0, 1.0)})
     with pytest.raises(ValueError, match="ema_decay"):
         Trainer(small_model(), data, ema_decay=1.5)
+
+
+def test_huber_loss_is_the_closed_form():
+    """``loss="huber"``: every squared error e^2 of the MSE loss becomes e^2 below delta and
+    delta (2|e| - delta) above (twice the Huber function), per-atom energies and force components."""
+    data = dataset(samples=24)
+    delta = (0.5, 40.0)
+    trainer = Trainer(small_model(), data, loss="huber", huber_delta=delta, progress=False)
+    samples = torch.arange(6)
+    loss = trainer._loss(samples, 6, int(trainer.training.n_atoms[samples].sum()), (2.0, 3.0))
+    with torch.no_grad():
+        atoms, batch = trainer.training.atom_indices(samples)
+        positions = trainer.training.positions[atoms].clone().requires_grad_(True)
+    with torch.enable_grad():
+        energies = trainer.model(positions, trainer.training.atomic_numbers[atoms], batch=batch)
+        (gradient,) = torch.autograd.grad(energies.sum(), positions)
+    energy_error = ((energies - trainer.training.energy[samples]) / 5.0).detach().numpy()
+    force_error = (-gradient - trainer.training.forces[atoms]).numpy()
+
+    def huber2(error, threshold):
+        size = np.abs(error)
+        return np.where(size <= threshold, error ** 2, threshold * (2.0 * size - threshold))
+
+    assert np.abs(force_error).max() > delta[1] > np.abs(force_error).min()  # both branches used
+    expected = 2.0 * huber2(energy_error, delta[0]).mean() + 3.0 * huber2(force_error, delta[1]).mean()
+    np.testing.assert_allclose(float(loss.detach()), expected, rtol=1e-10)
+    with pytest.raises(ConfigurationError, match="loss"):
+        Trainer(small_model(), data, loss="l1", progress=False)
+
+
+def test_warmup_amsgrad_and_cpu_clock(monkeypatch):
+    """The learning rate rises as learning_rate * k / warmup_steps over the first steps; AMSGrad is
+    Adam's amsgrad; a CPU-time limit counts ``time.process_time`` (a clock that jumps 1000 s per
+    optimiser step stops training after the first batch, whatever the wall clock says)."""
+    data = dataset(samples=40)
+    trainer = Trainer(small_model(), data, batch_size=4, learning_rate=1e-3, warmup_steps=100,
+                      amsgrad=True, scheduler_patience=1000, progress=False)
+    assert trainer.optimizer.param_groups[0]["amsgrad"]
+    rates = []
+    original = trainer.optimizer.step
+    monkeypatch.setattr(trainer.optimizer, "step",
+                        lambda: (rates.append(trainer.optimizer.param_groups[0]["lr"]), original()))
+    trainer.fit(epochs=1)
+    steps = -(-len(trainer.training) // 4)  # batches of 4
+    np.testing.assert_allclose(rates, [1e-3 * k / 100 for k in range(1, steps + 1)], rtol=1e-12)
+
+    trainer = Trainer(small_model(), data, batch_size=4, progress=False)
+    monkeypatch.setattr(time, "process_time", lambda: 1000.0 * trainer.loop.extra["steps"])
+    trainer.fit(epochs=5, time_limit=10.0, clock="cpu")
+    assert trainer.history["step"] == [1]
+    with pytest.raises(ConfigurationError, match="clock"):
+        trainer.fit(epochs=6, clock="gpu")
