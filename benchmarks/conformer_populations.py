@@ -65,9 +65,11 @@ seed = 0
 [output]
 path = "fluoroethanol_{name}.h5"
 """
-SIZES = {  # trajectories x ps for the reference and the learned MD, samples per dataset, training budget s
-    "full": {"trajectories": 12, "picoseconds": 20.0, "samples": 400, "budget": 300.0},
-    "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0},
+# trajectories x ps of the reference and of the learned MD on the trajectory data, samples per dataset,
+# training budget s, and the trajectories of the two short-run comparisons (ensemble, single geometry)
+SIZES = {
+    "full": {"trajectories": 12, "picoseconds": 20.0, "samples": 400, "budget": 300.0, "comparisons": 6},
+    "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0, "comparisons": 3},
 }
 
 
@@ -150,10 +152,10 @@ def trained(name: str, path: pathlib.Path, size: dict):
 def learned(name: str, conformers: int, size: dict) -> np.ndarray:
     """Learned-MD torsions ``(T, R)`` of the model trained on the ``name`` data: the trajectories as batched
     replicas (cached: the data, the training and the MD run only when the file is missing)."""
-    path = OUTPUT / f"learned_{name}_{size['samples']}_{size['trajectories']}x{size['picoseconds']:g}ps.npy"
+    count = size["trajectories"] if name == "trajectory" else size["comparisons"]
+    path = OUTPUT / f"learned_{name}_{size['samples']}_{count}x{size['picoseconds']:g}ps.npy"
     if not path.exists():
         model = trained(name, dataset(name, conformers, size), size)
-        count = size["trajectories"]
         structure, atoms, positions = starts(count)
         system = replicate(ms.System.from_ase(atoms), count, positions=torch.as_tensor(positions))
         potential = model.double().bind(torch.as_tensor(structure.atomic_numbers), replicas=count)
