@@ -83,8 +83,10 @@ def _write(folder, restraint: str):
     return path
 
 
-@pytest.mark.parametrize("restraint", ['kind = "flat-bottom"\nwell_radius = 0.6', 'kind = "boresch"'],
-                         ids=["flat-bottom", "boresch"])
+@pytest.mark.parametrize("restraint", [
+    pytest.param('kind = "flat-bottom"\nwell_radius = 0.6', id="flat-bottom"),
+    # about a minute: the six-particle expression is evaluated term by term at every step
+    pytest.param('kind = "boresch"', id="boresch", marks=pytest.mark.slow)])
 def test_binding_leg_end_to_end(tmp_path, restraint):
     from mindsponge import cli_free_energy
 
