@@ -1,7 +1,8 @@
 """Hydration free energies: mindsponge against openmmtools (OpenMM CPU) and experiment; speed per window.
 
 The same alchemical protocol on both sides, for a small GAFF molecule of openmmtools' data (p-xylene, the
-ligand of ``T4-lysozyme-L99A-implicit``; ``--molecules`` adds toluene... where their files are given below):
+ligand of ``T4-lysozyme-L99A-implicit``; ``--molecules`` adds toluene and benzene, from
+``benzene-toluene-implicit``):
 
 - systems: the molecule in a cubic box of TIP3P water (OpenMM's Modeller, ``amber14/tip3p.xml``; the
   molecule's GAFF parameters from its prmtop through ParmEd; waters within 0.25 nm of it removed; PME
@@ -26,7 +27,7 @@ ligand of ``T4-lysozyme-L99A-implicit``; ``--molecules`` adds toluene... where t
   added in quadrature. No long-range correction beyond PME's dispersion correction (both sides alike).
 
 Experimental values: FreeSolv (D. L. Mobley and J. P. Guthrie, J. Comput. Aided Mol. Des. 28, 711-720
-(2014)), the ``expt`` column: p-xylene (1,4-xylene) -0.80 kcal/mol.
+(2014)), the ``expt`` column: p-xylene (1,4-xylene) -0.80, toluene -0.90, benzene -0.87 kcal/mol.
 
 Speed: ns/day per window = simulated time of all windows / wall time, from the production iterations
 (the reduced-potential matrix and checkpoints included on both sides), and a short timing run of each
@@ -80,6 +81,17 @@ MOLECULES = {
         "prmtop": "T4-lysozyme-L99A-implicit/ligand.prmtop",
         "coordinates": "T4-lysozyme-L99A-implicit/ligand.crd",
         "experiment": -0.80,
+    },
+    # benzene-toluene-implicit: tleap's "solvent" phase is toluene alone, its "receptor" benzene alone
+    "toluene": {
+        "prmtop": "benzene-toluene-implicit/solvent.prmtop",
+        "coordinates": "benzene-toluene-implicit/solvent.inpcrd",
+        "experiment": -0.90,
+    },
+    "benzene": {
+        "prmtop": "benzene-toluene-implicit/receptor.prmtop",
+        "coordinates": "benzene-toluene-implicit/receptor.inpcrd",
+        "experiment": -0.87,
     },
 }
 
@@ -170,13 +182,22 @@ def solvated_structure(molecule: str):
 def solvated_system(molecule: str, output: str, equilibration: int):
     """``(openmm_system, topology, positions (N, 3) nm, box (3, 3) nm, ligand atoms)`` of the solvated
     molecule after OpenMM's minimisation and ``equilibration`` steps of NPT (cached in ``output``)."""
-    import openmm
     from openmm import app, unit
 
     structure, count = solvated_structure(molecule)
     system = structure.createSystem(nonbondedMethod=app.PME, nonbondedCutoff=CUTOFF * unit.nanometer,
                                     constraints=app.HBonds, rigidWater=True, flexibleConstraints=False)
     _repartition_hydrogens(system, structure, set(range(count)))
+    positions, box = equilibrated(system, np.asarray(structure.coordinates) / 10.0, output, equilibration)
+    return system, structure.topology, positions, box, list(range(count))
+
+
+def equilibrated(system, positions, output: str, equilibration: int):
+    """``(positions (N, 3) nm, box (3, 3) nm)`` after OpenMM's minimisation and ``equilibration`` steps of
+    NPT at 1 bar (cached in ``output/equilibrated.npz``); sets the System's default box to it."""
+    import openmm
+    from openmm import unit
+
     path = os.path.join(output, "equilibrated.npz")
     if not os.path.exists(path):
         npt = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
@@ -184,7 +205,7 @@ def solvated_system(molecule: str, output: str, equilibration: int):
         integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, FRICTION, DT)
         integrator.setRandomNumberSeed(1)
         context = openmm.Context(npt, integrator, openmm.Platform.getPlatformByName("CPU"), {"Threads": "1"})
-        context.setPositions(np.asarray(structure.coordinates) / 10.0)
+        context.setPositions(positions)
         openmm.LocalEnergyMinimizer.minimize(context, 10.0, 1000)
         context.setVelocitiesToTemperature(TEMPERATURE, 1)
         integrator.step(equilibration)
@@ -197,7 +218,7 @@ def solvated_system(molecule: str, output: str, equilibration: int):
     with np.load(path) as data:
         positions, box = data["positions"], data["box"]
     system.setDefaultPeriodicBoxVectors(*(openmm.Vec3(*row) for row in box))
-    return system, structure.topology, positions, box, list(range(count))
+    return positions, box
 
 
 def check_ligand_terms(solvated, vacuum, count: int) -> float:

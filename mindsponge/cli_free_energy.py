@@ -36,6 +36,14 @@ schedule of states, and how they combine::
     # lambda_sterics        = [1.0, 1.0, 1.0, 0.5, 0.0]
     # ... or any global parameters of the force field (no region needed): parameters = { k = [100, 200] }
 
+    [free_energy.restraint]             # binding: restrain the ligand (the region) in one leg
+    kind = "flat-bottom"                # "flat-bottom" | "harmonic" | "boresch"
+    leg = "complex"                     # the restrained leg
+    # receptor_atoms = [...]            # centroid group, or (P3, P2, P1) for boresch; default: chosen
+    # ligand_atoms = [...]              # default: the region (boresch: (L1, L2, L3) chosen in it)
+    # spring_constant = 418.4           # kJ/mol/nm^2 (centroid kinds); well_radius (nm, flat-bottom)
+    # k_distance = 4184.0; k_angle = 41.84   # boresch: kJ/mol/nm^2 and kJ/mol/rad^2
+
     [[free_energy.leg]]
     name = "solvent"
     pressure = 1.0                      # optional, bar: NPT equilibration of the start (npt_steps), then
@@ -57,7 +65,18 @@ schedule of states, and how they combine::
     directory = "hydration"
     plots = true
 
-A leg may carry its own ``region`` and ``schedule`` tables (a vacuum leg needs fewer states). Signs: a
+A leg may carry its own ``region`` and ``schedule`` tables (a vacuum leg needs fewer states).
+
+Restraint (:mod:`mindsponge.restraints`): added to the named leg's OpenMM System before the alchemical
+force field is made, on at every state (``lambda_restraints = 1``) unless the schedule gives
+``lambda_restraints`` (one value per state: the openmmtools/YANK way of switching a Boresch restraint on
+before decoupling). The receptor is every atom outside the region that is not water or a monatomic ion
+(``receptor_residues`` names its residues instead). Atoms not given are chosen from the leg's starting
+structure: a centroid restraint takes the receptor heavy atoms within ``radius`` (0.8 nm) of the ligand's
+centroid (:func:`mindsponge.restraints.select_centroid_atoms`); ``well_radius`` defaults to the starting
+centroid distance plus 0.3 nm; Boresch anchors follow :func:`mindsponge.restraints.select_boresch`. The
+standard-state correction is reported separately (``restraint`` in ``results.json``) and enters the
+combined result: ``dG_bind = dG_solvent - dG_complex - dG_restraint``. Signs: a
 leg's ``dG`` is ``f(last state) - f(first)``, the free energy of switching the region off there
 (:func:`mindsponge.free_energy.combine`).
 
@@ -86,6 +105,7 @@ from common import checks
 from common import config as config_module
 from common.errors import ConfigurationError
 from mindsponge.cli import ForceFieldConfig
+from mindsponge.cli_restraint import RestraintConfig, build_restraint, restraint_summary
 from mindsponge.cli_system import SystemConfig
 
 __all__ = ["FreeEnergyRunConfig", "run", "states_of"]
@@ -133,16 +153,17 @@ def _check_lambdas(key, values):
 class ScheduleConfig:
     """``schedule``: counts (``electrostatics``, ``sterics``: :func:`mindsponge.alchemy.lambda_schedule`),
     explicit ``lambda_electrostatics`` and ``lambda_sterics`` lists, or ``parameters`` (global parameter
-    name -> values; any force field)."""
+    name -> values; any force field); ``lambda_restraints``: one value per state (a restrained leg)."""
 
     electrostatics: int | None = None
     sterics: int | None = None
     lambda_electrostatics: list[float] | None = None
     lambda_sterics: list[float] | None = None
+    lambda_restraints: list[float] | None = None
     parameters: dict[str, list[float]] | None = None
 
     def __post_init__(self):
-        for key in ("lambda_electrostatics", "lambda_sterics"):
+        for key in ("lambda_electrostatics", "lambda_sterics", "lambda_restraints"):
             _check_lambdas(key, getattr(self, key))
         lists = (self.lambda_electrostatics, self.lambda_sterics)
         if (lists[0] is None) != (lists[1] is None):
@@ -210,6 +231,7 @@ class FreeEnergyConfig:
     pme_treatment: Literal["exact", "direct-space", "coulomb"] = "exact"
     region: RegionConfig | None = None
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    restraint: RestraintConfig | None = None
 
     def __post_init__(self):
         checks.positive(self.temperature, "temperature (K)")
@@ -269,15 +291,23 @@ def states_of(schedule: ScheduleConfig, alchemical: bool) -> list[dict]:
     if schedule.parameters is not None:
         names = sorted(schedule.parameters)
         count = len(schedule.parameters[names[0]])
-        return [{name: float(schedule.parameters[name][k]) for name in names} for k in range(count)]
-    if schedule.lambda_sterics is not None:
-        return [alchemy.AlchemicalState(sterics, electrostatics).parameters
-                for electrostatics, sterics in zip(schedule.lambda_electrostatics, schedule.lambda_sterics,
-                                                   strict=True)]
-    if not alchemical:
+        states = [{name: float(schedule.parameters[name][k]) for name in names} for k in range(count)]
+    elif schedule.lambda_sterics is not None:
+        states = [alchemy.AlchemicalState(sterics, electrostatics).parameters
+                  for electrostatics, sterics in zip(schedule.lambda_electrostatics, schedule.lambda_sterics,
+                                                     strict=True)]
+    elif not alchemical:
         return []
-    return [state.parameters for state in alchemy.lambda_schedule(schedule.electrostatics or 5,
-                                                                   schedule.sterics or 9)]
+    else:
+        states = [state.parameters for state in alchemy.lambda_schedule(schedule.electrostatics or 5,
+                                                                         schedule.sterics or 9)]
+    if schedule.lambda_restraints is not None:
+        if len(schedule.lambda_restraints) != len(states):
+            raise ConfigurationError(f"lambda_restraints has {len(schedule.lambda_restraints)} values for "
+                                     f"{len(states)} states: give one per state")
+        states = [{**state, "lambda_restraints": float(value)}
+                  for state, value in zip(states, schedule.lambda_restraints, strict=True)]
+    return states
 
 
 def _region_atoms(region: RegionConfig, system, config_path, where) -> list[int]:
@@ -314,16 +344,29 @@ def _build_leg(config, index, config_path, dtype):
     schedule = leg.schedule if leg.schedule is not None else settings.schedule
     where_schedule = ("free_energy", "leg", index, "schedule") if leg.schedule else ("free_energy",
                                                                                        "schedule")
-    states = states_of(schedule, alchemical=region is not None)
+    try:
+        states = states_of(schedule, alchemical=region is not None)
+    except ConfigurationError as error:
+        where = (*where_schedule, "lambda_restraints")
+        raise config_module.key_error(config_path, where, str(error)) from error
     if region is None:
         if not states:
             raise config_module.key_error(config_path, ("free_energy", "leg", index, "name"), (
                 "has no alchemical region and no schedule parameters: give [free_energy.region] (atoms or "
                 "residue), or schedule.parameters of the force field's global parameters"))
         _check_parameters(states, plain, config_path, where_schedule)
-        return system, plain, states
+        return system, plain, states, None
     where = ("free_energy", "leg", index, "region") if leg.region else ("free_energy", "region")
     atoms = _region_atoms(region, system, config_path, where)
+    restraint = None
+    if settings.restraint is not None and settings.restraint.leg == leg.name:
+        from mindsponge import restraints
+
+        restraint = build_restraint(settings.restraint, system, atoms, config_path)
+        try:
+            restraints.add_restraint(openmm_system, restraint)
+        except ConfigurationError as error:
+            raise config_module.key_error(config_path, ("free_energy", "restraint"), str(error)) from error
     region_spec = alchemy.AlchemicalRegion(
         atoms, annihilate_electrostatics=region.annihilate_electrostatics,
         annihilate_sterics=region.annihilate_sterics, softcore_alpha=region.softcore_alpha)
@@ -333,7 +376,7 @@ def _build_leg(config, index, config_path, dtype):
     except ConfigurationError as error:
         raise config_module.key_error(config_path, where, str(error)) from error
     _check_parameters(states, force_field, config_path, where_schedule)
-    return system, force_field, states
+    return system, force_field, states, restraint
 
 
 def _check_parameters(states, force_field, config_path, where) -> None:
@@ -391,13 +434,17 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
     config = config_module.load(config_path, FreeEnergyRunConfig)
     folder = output_folder(config_path, config.output.directory, command_line=output_directory)
     precision = Precision.from_name(config.precision)
+    names = [leg.name for leg in config.free_energy.leg]
+    if config.free_energy.restraint is not None and config.free_energy.restraint.leg not in names:
+        raise config_module.key_error(config_path, ("free_energy", "restraint", "leg"), (
+            f"is {config.free_energy.restraint.leg!r}, which is not a leg (the legs: {names})"))
     legs = [_build_leg(config, index, config_path, precision.compute)
             for index in range(len(config.free_energy.leg))]
     folder.path.mkdir(parents=True, exist_ok=True)
     logger, handler = _logger(folder.file("free_energy.log"))
     settings, results, finished = config.free_energy, {}, {}
     try:
-        for leg, (system, force_field, states) in zip(settings.leg, legs, strict=True):
+        for leg, (system, force_field, states, _) in zip(settings.leg, legs, strict=True):
             directory = folder.file(leg.name)
             if not resume:
                 for name in LEG_FILES:
@@ -424,10 +471,16 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
             if config.output.plots:
                 _plots(directory, result)
         output = {"legs": results, "sign_convention": SIGN_CONVENTION}
+        correction = 0.0
+        for leg, (system, _, _, restraint) in zip(settings.leg, legs, strict=True):
+            if restraint is not None:
+                output["restraint"] = restraint_summary(leg.name, restraint, system, settings.temperature)
+                correction = output["restraint"]["standard_state_correction"]["kT"]
         if len(finished) == len(settings.leg):
             signs = {leg.name: leg.sign for leg in settings.leg} if settings.combine == "sum" else None
             output["combined"] = free_energy.combine(finished, settings.combine, signs=signs,
-                                                     temperature=settings.temperature)
+                                                     temperature=settings.temperature,
+                                                     correction_kT=-correction)
             logger.info("combined (%s): %.4f +- %.4f kJ/mol", settings.combine,
                         output["combined"]["kJ/mol"]["value"], output["combined"]["kJ/mol"]["error"])
             path = folder.file("results.json")
