@@ -299,3 +299,4 @@ def test_a_strip_that_changes_within_the_pml_warns():
     changes = r"structure \d+ \(Structure\(Box.*changes along y within the PML"
     with pytest.warns(fdtd.PlacementWarning, match=changes):
         _line("microstrip", True, MICROSTRIP_WIDTH, taper=0.1 * DX)
+

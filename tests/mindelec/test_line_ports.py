@@ -202,3 +202,28 @@ def test_open_stub_notch_matches_ideal_line_circuit():
     network.renormalize(50.0)
     circuit.renormalize(50.0)
     assert np.abs(np.abs(network.s[[0, -1], 1, 0]) - np.abs(circuit.s[[0, -1], 1, 0])).max() < 0.1
+
+
+def test_a_mode_port_across_conformal_rims_warns():
+    """With ``subpixel=True`` a mode port whose plane crosses the rims of a strip that does not sit on the
+    node lines pairs raw node values with the mode's fields, which its overlap does not weigh by the edges'
+    open fractions: the run warns, naming the monitor; the staircased run does not."""
+    import warnings
+
+    size, cell = (36e-3, 48e-3, 24e-3), 0.8e-3
+    top = -size[2] / 2 + SUBSTRATE
+    structures = [_microstrip(size, cell)[0], fdtd.pec_sheet((0.0, 0.0, top), (1.0, 3.06e-3, 0.0), cell)]
+    section = fdtd.CrossSection(-8e-3, size, cell, structures=structures)
+    port = ports.ModePort("1", section)
+    frequencies = torch.tensor([3e9])
+
+    def run(subpixel):
+        fdtd.Simulation(size, cell, (fdtd.PML(thickness=8), fdtd.PEC(), fdtd.PEC()), structures=structures,
+                        sources=port.source(fdtd.GaussianPulse(f0=3e9, fwidth=4e9)).currents,
+                        monitors=[port.monitor(frequencies)], subpixel=subpixel).run(steps=2, progress=False)
+
+    with pytest.warns(fdtd.PlacementWarning, match="crosses the rims of conformal metal"):
+        run(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fdtd.PlacementWarning)
+        run(False)
