@@ -24,7 +24,8 @@ the box's flux must equal the accepted power (within 1 %), so that in the lossy 
 absorption. (An independent volume integral of ``sigma |E|^2`` over the bodies is not done here.)
 
 Convergence: the resonance frequency at three cell sizes, extrapolated to zero cell by Richardson (the
-order fitted from the three, ``f(h) = f0 + C h^p``). Cost: core-seconds per run (one thread: wall time).
+order fitted from the three, ``f(h) = f0 + C h^p``). Cost: the CPU seconds of each FDTD run (update
+coefficients and steps, one thread); loading the STEP file and building the structures come on top.
 
 Results are cached per cell size under ``benchmarks/output/phone_antenna/`` (a killed run resumes at the
 next cell size); the derived figures are written to ``benchmarks/data/phone_antenna.json``.
@@ -236,7 +237,8 @@ def main():
         figures = run_case(cell)
         rows = summary(figures)
         table[cell] = (figures, rows)
-        print(f"{cell * 1e3:g} mm cells {tuple(figures['cells'])}, {int(figures['steps'])} steps, "
+        shape = tuple(int(n) for n in figures["cells"])
+        print(f"{cell * 1e3:g} mm cells {shape}, {int(figures['steps'])} steps, "
               f"{float(figures['cpu_seconds']):.0f} core-s ({float(figures['wall_seconds']):.0f} s wall)")
         for row in rows:
             print("  resonance {resonance_ghz:.4f} GHz, S11 {s11_db:.1f} dB; at {far_ghz:.1f} GHz: "
