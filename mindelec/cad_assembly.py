@@ -196,6 +196,23 @@ class Assembly:
                 return body
         raise UnknownNameError(f"{self.path}: no body {name!r}; the bodies are {list(self.names)}")
 
+    def translated(self, offset) -> Assembly:
+        """The assembly moved by ``offset`` (m, 3 values): e.g. to put a feed point or a ground plane on the
+        grid's nodes, the domain of a ``Simulation`` being centred on the origin.
+
+        Raises:
+            ConfigurationError: for an offset that is not 3 finite lengths.
+        """
+        offset = np.asarray(offset, dtype=np.float64)
+        if offset.shape != (3,) or not np.isfinite(offset).all():
+            raise ConfigurationError(
+                f"{self.path}: translated(offset) needs 3 finite lengths (m), got {offset.tolist()}")
+        bodies = tuple(
+            dataclasses.replace(body, mesh=body.mesh.copy().apply_translation(offset))
+            for body in self.bodies
+        )
+        return dataclasses.replace(self, bodies=bodies)
+
     def _where(self, body) -> str:
         return f"{self.path}: body {body.name!r}"
 

@@ -509,6 +509,33 @@ RECORD = [
     ),
     Validation(
         _EM,
+        "Quarter-wave monopole on an infinite PEC ground, lumped port at its base: series resonance and its "
+        "resistance, Z(lambda/4), directivity, E-plane pattern, power balance (coarse: 10.5 cells high)",
+        "half the moment-method dipole of twice its height (image theory); King's 36.5 + j21.25 ohm; 3.28 "
+        "(5.16 dBi); cos(pi/2 cos theta)/sin theta; accepted = flux = far-field power",
+        '0.5 %; 3 %; 10 %; 2 %; 2 % of the peak; 1 %',
+        "tests/mindelec/test_monopole.py::"
+        "test_quarter_wave_monopole_coarse",
+    ),
+    Validation(
+        _EM,
+        "Quarter-wave monopole, 20.5 cells high, 2h/a = 5000 and 50000 (as the coarse one)",
+        "half the moment-method dipole; King's 36.5 + j21.25 ohm; 3.28; the half-wave pattern; the port",
+        '0.2 %; 1.5 %; 12 %; 1 %; 1 % of the peak; 0.5 %',
+        "tests/mindelec/test_monopole.py::"
+        "test_quarter_wave_monopole_fine",
+    ),
+    Validation(
+        _EM,
+        "Far field over a PEC ground plane (images of the near-to-far currents)",
+        "the array factors 4 sin^2(kd cos theta) and 4 cos^2(kd cos theta) of horizontal and vertical "
+        "electric and magnetic current elements at height d (Balanis 4.7); the half-space's power",
+        '1e-9; 1e-6',
+        "tests/mindelec/test_monopole.py::"
+        "test_over_ground_images_follow_the_array_factor",
+    ),
+    Validation(
+        _EM,
         'Thin wire at the radius 0.1985 cells (end correction off); compiled, torch and differentiable paths',
         "the bare line of zeroed edges (the square lattice's equivalent radius); each other",
         '1e-9 relative',

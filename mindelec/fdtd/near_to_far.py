@@ -17,6 +17,14 @@ intensity is ``U = (|E_theta|^2 + |E_phi|^2) / eta`` (W/sr per Hz^2 for a pulse)
 ``2 integral_0^inf df``), so ``radiated_power = oint U dOmega`` compares directly with a flux monitor's
 ``flux``, and an ``accepted_power`` for :meth:`NearToFarResult.gain` must be given in the same
 convention (e.g. ``Re(V(f) conj(I(f)))`` of a port's DFT voltage and current, or a flux into the antenna).
+
+Over an infinite PEC ground plane (a monopole, an antenna on a large ground; the plane crossing the whole
+domain, PML included), :meth:`NearToFarResult.over_ground` adds the images of the box's currents (image
+theory, Balanis ch. 4.7: across the plane an electric current keeps its normal component and reverses its
+tangential ones, a magnetic current the opposite) and gives the far field of the half-space above the plane:
+zero below it, the radiated power integrated over the half-space only (half the sphere's integral of the
+mirror-symmetric field). The box may reach the plane or cross it: the fields under the plane are zero, and
+on the plane ``M = 0`` while the tangential ``J`` cancels against its image.
 """
 
 import math
@@ -117,10 +125,12 @@ class NearToFarResult(dict):
     (F, P, 3) complex (A/m and V/m per Hz); ``"flux"`` (F,) the outward flux through the surface.
 
     Angles are in radians: ``theta`` from +z, ``phi`` from +x in the xy plane; ``theta`` and ``phi``
-    broadcast against each other to a shape ``S``.
+    broadcast against each other to a shape ``S``. ``ground`` is ``None`` (free space) or the ``(axis index,
+    position in m)`` of the PEC ground plane of :meth:`over_ground`.
     """
 
-    def __init__(self, frequencies, positions, areas, electric_current, magnetic_current, flux):
+    def __init__(self, frequencies, positions, areas, electric_current, magnetic_current, flux, ground=None):
+        self.ground = ground  # (axis index, position in m) of a PEC ground plane, or None (free space)
         super().__init__(
             frequencies=frequencies,
             positions=positions,
@@ -140,8 +150,56 @@ class NearToFarResult(dict):
             raise DataError("NearToFarResult: theta and phi must be finite angles (rad)")
         return theta, phi
 
+    def over_ground(self, position=0.0, axis="z"):
+        """The far field over an infinite PEC ground plane ``axis = position`` with the radiator above it.
+
+        Args:
+            position: the plane's coordinate along ``axis`` (m); the box's faces must not lie below it
+                except where the fields are zero (under a plane that crosses the whole domain).
+            axis: ``"x"``, ``"y"`` or ``"z"``, the plane's normal; the half-space ``axis > position``.
+
+        Returns:
+            a :class:`NearToFarResult` holding the box's currents and their images (see the module
+            docstring): its pattern is zero below the plane, its radiated power that of the half-space.
+
+        Raises:
+            ConfigurationError: for an unknown axis, a non-finite position, or a result already over a ground.
+        """
+        owner = "NearToFarResult.over_ground"
+        if axis not in AXES:
+            raise ConfigurationError(f"{owner}: axis must be 'x', 'y' or 'z', got {axis!r}")
+        position = float(position)
+        if not math.isfinite(position):
+            raise ConfigurationError(f"{owner}: position must be finite (m), got {position}")
+        if self.ground is not None:
+            raise ConfigurationError(f"{owner}: this result is already over a ground plane")
+        index = AXES.index(axis)
+        flip = torch.ones(3, dtype=self["positions"].dtype, device=self["positions"].device)
+        flip[index] = -1.0
+        mirrored = self["positions"] * flip
+        mirrored[:, index] += 2 * position
+        return NearToFarResult(
+            frequencies=self["frequencies"],
+            positions=torch.cat([self["positions"], mirrored]),
+            areas=torch.cat([self["areas"], self["areas"]]),
+            electric_current=torch.cat([self["electric_current"], -self["electric_current"] * flip], dim=1),
+            magnetic_current=torch.cat([self["magnetic_current"], self["magnetic_current"] * flip], dim=1),
+            flux=self["flux"],
+            ground=(index, position),
+        )
+
     def pattern(self, theta, phi):
-        """The far field ``r E`` (V; per Hz for a pulse) as ``(E_theta, E_phi)``, each ``(F, *S)`` complex."""
+        """The far field ``r E`` (V; per Hz for a pulse) as ``(E_theta, E_phi)``, each ``(F, *S)`` complex;
+        zero below a ground plane (:meth:`over_ground`)."""
+        e_theta, e_phi = self._radiation(theta, phi)
+        if self.ground is None:
+            return e_theta, e_phi
+        theta, phi = self._angles(theta, phi)
+        above = _directions(theta, phi)[0][..., self.ground[0]] >= 0
+        return e_theta * above, e_phi * above
+
+    def _radiation(self, theta, phi):
+        """The far field of the surface currents (and images) in every direction, ground or not."""
         theta, phi = self._angles(theta, phi)
         shape = theta.shape
         r_hat, theta_hat, phi_hat = _directions(theta.reshape(-1), phi.reshape(-1))
@@ -192,7 +250,9 @@ class NearToFarResult(dict):
     def radiated_power(self):
         """``oint U dOmega`` (F,) in W (per Hz^2 for a pulse): the power reaching the far field."""
         theta, phi, weights = self._quadrature()
-        return (self.intensity(theta, phi) * weights).sum(dim=(1, 2))
+        e_theta, e_phi = self._radiation(theta, phi)
+        power = ((e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE * weights).sum(dim=(1, 2))
+        return power if self.ground is None else power / 2  # the half-space of a mirror-symmetric field
 
     def _maximum_intensity(self):
         theta, phi, _ = self._quadrature()

@@ -28,6 +28,7 @@ import time
 import numpy as np
 import torch
 
+from common import checks
 from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge import bias as bias_module
 from mindsponge.active.exploration import distance_combination
@@ -80,6 +81,9 @@ def solvated_reactant(waters: int = 30, seed: int = 0, clearance: float = 0.25):
     from mindsponge.build import water_box
     from mindsponge.system import System
 
+    checks.positive_int(waters, "solvated_reactant: waters")
+    checks.non_negative_int(seed, "solvated_reactant: seed")
+    checks.positive(clearance, "solvated_reactant: clearance (nm)")
     molecule = reactant()
     box = water_box(n_molecules=max(8 * waters, 216), seed=seed)
     edge = float(box.box[0, 0])

@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 pytest.importorskip("gmsh")  # the cad extra, part of all: installed by make install
@@ -278,3 +279,21 @@ def test_phone_design_is_parametric_and_checked(tmp_path):
     assert (pins[1] - pins[0]) * 1e3 == pytest.approx(4.0)
     with pytest.raises(ConfigurationError, match="antenna_height 9.0 mm must exceed"):
         cad_phone.PhoneDesign(antenna_height=9.0).check()
+
+
+def test_translated_assembly_moves_every_body_and_keeps_its_volume():
+    from mindelec import cad_phone
+
+    phone = cad_assembly.load_step(
+        cad_phone.EXAMPLE_STEP, tolerance=1e-4, materials=cad_phone.EXAMPLE_MATERIALS
+    )
+    offset = np.array([0.5e-3, -1.25e-3, 0.3e-3])
+    moved = phone.translated(offset)
+    assert moved.names == phone.names and moved.materials is phone.materials
+    for before, after in zip(phone.bodies, moved.bodies):
+        assert np.allclose(after.bounds, before.bounds + offset, atol=1e-12)
+        assert after.volume == pytest.approx(before.volume, rel=1e-12)
+        assert after.medium is before.medium
+    assert np.allclose(phone.body("ifa_arm").bounds, moved.body("ifa_arm").bounds - offset, atol=1e-12)
+    with pytest.raises(ConfigurationError, match="3 finite lengths"):
+        phone.translated((1.0, 2.0))
