@@ -29,6 +29,7 @@ resonance within 0.25 %, e.g. 42 cells, L/a = 50000: 0.4879 (0.4879), 77.5 + j44
 ``MINDELEC_THIN_WIRE_CELLS`` selects the dipole's length in cells (even, default 22; 42 for a finer run).
 """
 
+import math
 import os
 
 import numpy as np
