@@ -5,8 +5,9 @@ Compared against physics and the recipe machinery, not against numbers of the co
 * with every medium lossless, the power leaving through the near-to-far box equals the power the port
   accepts (energy conservation), within 2 % where the antenna accepts at least a quarter of the
   incident power;
-* with the phone's lossy media, the total efficiency never exceeds the mismatch limit ``1 - |S11|^2``
-  (the battery and the dielectrics absorb);
+* with the phone's lossy media, the total efficiency does not exceed the mismatch limit ``1 - |S11|^2``
+  where the port accepts a fifth of the incident power or more, and stays 2 % under it where it accepts
+  half (the battery and the dielectrics absorb);
 * a limited run of the shipped small recipe resumes with only the missing design, the first one kept;
 * bad cells, alignments, arm heights and parameter names are refused before any FDTD run, and the grid
   draws the arm height and the feed-to-short distance within a cell of the design.
@@ -73,7 +74,8 @@ def test_small_phone_recipe_resumes_and_its_efficiency_stays_under_the_mismatch_
     np.testing.assert_array_equal(table["s11_real"][0], kept)
     s11 = table["s11_real"] + 1j * table["s11_imag"]
     limit = 1 - np.abs(s11) ** 2
-    assert (table["total_efficiency"] <= limit + 0.02).all()  # lossy media: radiated <= accepted
+    accepting = limit > 0.2  # where the port takes a fifth of the incident power (elsewhere: round-off)
+    assert (table["total_efficiency"] <= 1.02 * limit)[accepting].all()  # lossy media: radiated <= accepted
     assert (table["total_efficiency"] < 0.98 * limit)[limit > 0.5].all()  # the battery absorbs
     drawn = datasets.sample_parameters(datasets.load_recipe(recipe))[:2]
     assert np.all(np.abs(table["antenna_height_used"] - [p["antenna_height"] for p in drawn]) <= 1.5 + 1e-9)
