@@ -12,6 +12,8 @@ _SUBMODULES = {
     "fdtd",
     "fdfd",
     "ports",
+    "multiport",
+    "diversity",
     "modes",
     "pinn",
     "cad",
