@@ -14,6 +14,7 @@ _SUBMODULES = {
     "ports",
     "multiport",
     "diversity",
+    "dipole_pairs",
     "modes",
     "pinn",
     "cad",

@@ -27,69 +27,24 @@ import mindelec as me
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT
 from mindelec import diversity
+from mindelec.dipole_pairs import dipole_pair
 from mindelec.multiport import LumpedMultiport
 
 CELL = 1e-3
-PML = 8
 CELLS = 22  # the dipoles' length L in cells: L = lambda/2 at 44 cells per wavelength
 SLENDERNESS = 5000  # L / a
 
 
 def _dipoles(spacing, half_lengths, far_lengths=(), crossed=False):
-    """Two centre-fed thin-wire dipoles of :data:`CELLS` cells and ``L/a =`` :data:`SLENDERNESS`, 50 ohm ports
-    at the frequencies where ``L / lambda`` is ``half_lengths``, a near-to-far box at ``far_lengths``.
-
-    Parallel (both along z, ``spacing`` cells apart along x) or ``crossed`` (the second along x, ``spacing``
-    cells away along y, in the plane of the first one's feed). Returns ``(multiport, build, until)``.
-    """
-    span = CELLS - 1  # the zeroed edges and the gap, half a cell inside each end
-    margin = max(8, span // 3)
-    lower, upper = span // 2, span - 1 - span // 2  # edges below and above the gap
-    reach = max(lower, upper + 1)
+    """The pair of :func:`mindelec.dipole_pairs.dipole_pair` (L = :data:`CELLS` cells, ``L/a =``
+    :data:`SLENDERNESS`) at the frequencies where ``L / lambda`` is ``half_lengths`` (ports) and
+    ``far_lengths`` (far field); returns ``(multiport, build, until)``."""
     half_wave = SPEED_OF_LIGHT / (2 * CELLS * CELL)
-    waveform = me.fdtd.GaussianPulse(f0=half_wave, fwidth=1.2 * half_wave)
     frequencies, far_frequencies = (
         2 * torch.as_tensor(values, dtype=torch.float64) * half_wave for values in (half_lengths, far_lengths)
     )
-    radius = CELLS * CELL / SLENDERNESS
-    if crossed:
-        centres, axes = [(0, 0, CELL / 2), (CELL / 2, spacing * CELL, 0)], "zx"
-        cells = (2 * (reach + margin + PML), 2 * (margin + PML + 1) + 2 * spacing, 2 * (reach + margin + PML))
-    else:
-        left = -(spacing // 2) * CELL
-        centres, axes = [(left, 0, CELL / 2), (left + spacing * CELL, 0, CELL / 2)], "zz"
-        cells = (
-            2 * (margin + PML + 1) + spacing + spacing % 2,
-            2 * (margin + PML + 1),
-            2 * (reach + margin + PML),
-        )
-    ports, wires = [], []
-    for number, (centre, axis) in enumerate(zip(centres, axes)):
-        ports.append(
-            me.fdtd.LumpedPort(f"p{number + 1}", centre, (CELL,) * 3, waveform, frequencies, axis=axis)
-        )
-        index = "xyz".index(axis)
-        start, end = list(centre), list(centre)
-        start[index], end[index] = centre[index] - (lower + 1) * CELL, centre[index] + (upper + 1) * CELL
-        wires.append(me.fdtd.ThinWire(tuple(start), tuple(end), radius, CELL, gaps=[centre]))
-    size = tuple(n * CELL for n in cells)
-    monitors = list(ports)
-    if len(far_frequencies):
-        box = tuple((n - 2 * PML - 4) * CELL for n in cells)
-        monitors.append(me.fdtd.NearToFarMonitor("far", far_frequencies, center=(0, 0, 0), size=box))
-
-    def build(driven):
-        return me.fdtd.Simulation(
-            size=size,
-            cell_size=CELL,
-            boundary=me.fdtd.PML(thickness=PML),
-            structures=[*wires, *(port.resistor for port in ports)],
-            sources=[driven.source],
-            monitors=monitors,
-            threads=1,
-        )
-
-    return LumpedMultiport(ports), build, 50 * CELLS * CELL / SPEED_OF_LIGHT
+    pair = dipole_pair(spacing, frequencies, far_frequencies, CELLS, SLENDERNESS, crossed, CELL)
+    return pair.multiport, pair.build, pair.until
 
 
 def test_two_wire_moment_method_tends_to_the_induced_emf_mutual_impedance():
@@ -293,3 +248,26 @@ def test_multiport_refuses_contradictory_ports():
     for build, message in cases:
         with pytest.raises(ConfigurationError, match=message):
             multiport.run(build, steps=1, progress=False)
+
+
+def test_diversity_and_dipole_pair_refuse_bad_input():
+    with pytest.raises(ConfigurationError, match="lossless_radiation_matrix: expected a \\(F, N, N\\)"):
+        diversity.lossless_radiation_matrix(torch.zeros(2, 3, dtype=torch.complex128))
+    with pytest.raises(ConfigurationError, match="port 1 radiates no power"):
+        diversity.envelope_correlation(torch.diag(torch.tensor([1.0, 0.0])).to(torch.complex128))
+    with pytest.raises(ConfigurationError, match="incident has shape"):
+        far = me.fdtd.NearToFarResult(
+            frequencies=torch.tensor([1e9], dtype=torch.float64),
+            positions=torch.zeros(1, 3, dtype=torch.float64),
+            areas=torch.ones(1, dtype=torch.float64),
+            electric_current=torch.ones(1, 1, 3, dtype=torch.complex128),
+            magnetic_current=torch.zeros(1, 1, 3, dtype=torch.complex128),
+            flux=torch.zeros(1, dtype=torch.float64),
+        )
+        diversity.radiation_matrix([far, far], torch.eye(3, dtype=torch.complex128))
+    with pytest.raises(ConfigurationError, match="result 1 has other frequencies"):
+        me.fdtd.radiation_overlaps([far, far.over_ground(-1.0)])
+    with pytest.raises(ConfigurationError, match="spacing must be at least 2 cells"):
+        dipole_pair(1, [1e9])
+    with pytest.raises(ConfigurationError, match="length must be an even number"):
+        dipole_pair(4, [1e9], length=21)
