@@ -5,7 +5,7 @@ Everything here derives from one ``(N, N)`` matrix per frequency, the *radiation
 incident power wave drives port ``j`` and the other ports are terminated in their reference impedances
 (the embedded pattern). Its diagonal is each port's total embedded efficiency (radiated power over incident
 power: mismatch, coupling into the other ports and losses included), and the envelope correlation
-coefficient of ports ``i`` and ``j`` in a uniform isotropic environment (Vaughan & Andersen 1987) is
+coefficient of ports ``i`` and ``j`` in a uniform isotropic environment (Vaughan & Andersen 1987) is::
 
     rho_e,ij = |R_ij|^2 / (R_ii R_jj).
 
@@ -16,11 +16,12 @@ Two routes give ``R``:
   measured incident waves are taken out, see :mod:`mindelec.multiport`);
 * from the S matrix alone, for lossless antennas (:func:`lossless_radiation_matrix`): power conservation
   ``P_rad = a^H (1 - S^H S) a`` gives ``R = (1 - S^H S)^T``; for two ports its envelope correlation is the
-  formula of Blanch, Romeu & Corbella (Electronics Letters 39 (9), 2003)
+  formula of Blanch, Romeu & Corbella (Electronics Letters 39 (9), 2003)::
 
       rho_e = |S11* S12 + S21* S22|^2 / ((1 - |S11|^2 - |S21|^2) (1 - |S22|^2 - |S12|^2)).
 
-  Losses make it wrong (they lower the true ``R_ii`` and the correlation it gives is not bounded by it).
+  With losses in the antennas the S matrix overstates the radiated power ``R_ii`` and this route
+  misjudges the correlation: use the far fields.
 
 Conventions: tensors ``(F, N, N)`` with ``[f, i, j]``; powers in W per unit incident power (dimensionless
 efficiencies) when the far fields are normalised by the incident waves of the FDTD ports (the spectral

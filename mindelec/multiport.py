@@ -5,7 +5,7 @@ network. :class:`LumpedMultiport` runs the FDTD once per port: in run ``j`` port
 on, a voltage ``V_s`` behind ``R0_j``), every other port stays passive, terminated in its own ``R0`` by its
 resistor, and each port records its gap voltage ``V`` and its current ``I`` into the structure (the
 current into the + terminal of what the port drives, :mod:`mindelec.fdtd.lumped`). With the power waves
-(Kurokawa 1965) at port ``i`` in run ``j``
+(Kurokawa 1965) at port ``i`` in run ``j``::
 
     a_ij = (V_ij + R0_i I_ij) / (2 sqrt(R0_i)),    b_ij = (V_ij - R0_i I_ij) / (2 sqrt(R0_i)),
 
