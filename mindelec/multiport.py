@@ -33,6 +33,7 @@ Example (two dipoles)::
 """
 
 import math
+import pickle
 from pathlib import Path
 
 import torch
@@ -166,7 +167,7 @@ class LumpedMultiport:
     def _load(self, path, driven):
         try:
             saved = torch.load(path, weights_only=True)
-        except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
+        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as error:
             raise DataError(f"LumpedMultiport: cannot read the saved run {path}: {error}") from error
         if saved.get("fingerprint") != self._fingerprint(driven):
             raise ConfigurationError(
@@ -250,6 +251,28 @@ class MultiportResult:
     def far_fields(self, name):
         """The :class:`~mindelec.fdtd.NearToFarResult` of the monitor ``name`` in each run (port order)."""
         return [run[name] for run in self.runs]
+
+    def radiation_matrix(self, name):
+        """The radiation matrix of the ports' embedded patterns from the near-to-far monitor ``name``
+        (:func:`mindelec.diversity.radiation_matrix`): (F', N, N) complex at the monitor's ``F'``
+        frequencies, each of which must be one of the ports'.
+
+        Raises:
+            ConfigurationError: naming the monitor, for a frequency the ports did not measure.
+        """
+        from .diversity import radiation_matrix
+
+        far_fields = self.far_fields(name)
+        wanted = far_fields[0]["frequencies"].to(self.frequencies)
+        matches = (wanted[:, None] - self.frequencies[None, :]).abs() <= 1e-9 * self.frequencies.abs().max()
+        missing = ~matches.any(dim=1)
+        if bool(missing.any()):
+            raise ConfigurationError(
+                f"MultiportResult.radiation_matrix: the monitor {name!r} has frequencies "
+                f"{wanted[missing].tolist()} Hz that the ports did not measure "
+                f"({self.frequencies.tolist()} Hz)"
+            )
+        return radiation_matrix(far_fields, self.incident[matches.to(torch.int64).argmax(dim=1)])
 
     def __repr__(self):
         names = [port.name for port in self.ports]

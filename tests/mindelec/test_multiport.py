@@ -28,7 +28,7 @@ from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT
 from mindelec import diversity
 from mindelec.dipole_pairs import dipole_pair
-from mindelec.multiport import LumpedMultiport
+from mindelec.multiport import LumpedMultiport, MultiportResult
 
 CELL = 1e-3
 CELLS = 22  # the dipoles' length L in cells: L = lambda/2 at 44 cells per wavelength
@@ -148,7 +148,8 @@ def test_parallel_dipoles_against_the_moment_method_and_the_two_correlation_rout
     own = np.abs(z[:, 0, 0] - reference[:, 0, 0]) / np.abs(reference[:, 0, 0])
     reciprocity, largest = _check_network(result, tmp_path)
     by_s = diversity.lossless_radiation_matrix(result.s_matrix)
-    by_far = diversity.radiation_matrix(result.far_fields("far"), result.incident)
+    by_far = result.radiation_matrix("far")
+    assert torch.equal(by_far, diversity.radiation_matrix(result.far_fields("far"), result.incident))
     correlation_s, correlation_far = (diversity.envelope_correlation(r)[:, 0, 1] for r in (by_s, by_far))
     efficiency = (diversity.total_efficiency(by_far) / diversity.total_efficiency(by_s) - 1).abs().max()
     half = int(np.argmin(abs(half_lengths - 0.5)))
@@ -186,12 +187,12 @@ def test_crossed_dipoles_are_uncorrelated(validation_figure):
     dipole's mid-plane (two runs of about 4 s): |S21| below -50 dB (measured -69 and -68 dB), the envelope
     correlation below 1e-5 by either route (measured 6e-7 and 1.5e-7, the routes agreeing)."""
     half_lengths = np.array([0.45, 0.5])
-    multiport, build, until = _dipoles(11, half_lengths, half_lengths, crossed=True)
+    multiport, build, until = _dipoles(11, half_lengths, half_lengths[1:], crossed=True)  # far field: one
     result = multiport.run(build, until=until, progress=False)
     coupling = diversity.coupling_db(result.s_matrix)[:, 1, 0]
     by_s = diversity.envelope_correlation(diversity.lossless_radiation_matrix(result.s_matrix))[:, 0, 1]
-    by_far = diversity.radiation_matrix(result.far_fields("far"), result.incident)
-    by_far = diversity.envelope_correlation(by_far)[:, 0, 1]
+    by_far = diversity.envelope_correlation(result.radiation_matrix("far"))[:, 0, 1]
+    assert len(by_far) == 1
     validation_figure(
         f"crossed dipoles d = lambda/4: |S21| = {coupling.numpy().round(1).tolist()} dB, ECC by S "
         f"{by_s.numpy().tolist()}, by far field {by_far.numpy().tolist()}"
@@ -267,6 +268,15 @@ def test_diversity_and_dipole_pair_refuse_bad_input():
         diversity.radiation_matrix([far, far], torch.eye(3, dtype=torch.complex128))
     with pytest.raises(ConfigurationError, match="result 1 has other frequencies"):
         me.fdtd.radiation_overlaps([far, far.over_ground(-1.0)])
+    ports = [
+        me.fdtd.LumpedPort(name, (x, 0, 0), (CELL,) * 3, lambda t: t, [5e8, 2e9])
+        for name, x in (("a", 0.0), ("b", 4 * CELL))
+    ]
+    ones = torch.ones(2, dtype=torch.complex128)
+    spectra = {"voltage": ones, "current": ones}
+    runs = [{"a": spectra, "b": spectra, "far": far} for _ in ports]
+    with pytest.raises(ConfigurationError, match="monitor 'far' has frequencies \\[1000000000.0\\] Hz that"):
+        MultiportResult(ports, runs).radiation_matrix("far")
     with pytest.raises(ConfigurationError, match="spacing must be at least 2 cells"):
         dipole_pair(1, [1e9])
     with pytest.raises(ConfigurationError, match="length must be an even number"):
