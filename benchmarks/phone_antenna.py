@@ -27,8 +27,9 @@ Convergence: the resonance frequency at three cell sizes, extrapolated to zero c
 order fitted from the three, ``f(h) = f0 + C h^p``). Cost: the CPU seconds of each FDTD run (update
 coefficients and steps, one thread); loading the STEP file and building the structures come on top.
 
-Results are cached per cell size under ``benchmarks/output/phone_antenna/`` (a killed run resumes at the
-next cell size); the derived figures are written to ``benchmarks/data/phone_antenna.json``.
+Results are cached per cell size and STEP file (its hash in the name) under
+``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size); the derived figures
+are written to ``benchmarks/data/phone_antenna.json``.
 
     python benchmarks/phone_antenna.py [--quick] [--cells 1.5 1.0 0.75]   # --quick: 1.5 mm cells only
 """
@@ -36,6 +37,7 @@ next cell size); the derived figures are written to ``benchmarks/data/phone_ante
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import pathlib
@@ -76,17 +78,11 @@ def box_geometries(assembly, structures):
     """The structures with their CAD meshes replaced by the same shapes as boxes and box CSG.
 
     Rasterising a triangle mesh (a parity test per sample point) takes minutes on a million-cell grid; the
-    phone's bodies are boxes (volume equal to their bounding box's), the housing a tray (its bounding box
-    less a cavity open at the top, ``HOUSING_WALL`` thick) and the frame pieces parts of a ring (the frame's
-    bounding box less the housing's, cut to each piece's bounding box). Sheets and wires stay as they are.
+    phone's bodies are boxes (volume equal to their bounding box's) and the housing a tray (its bounding
+    box less a cavity open at the top, ``HOUSING_WALL`` thick). Sheets and wires stay as they are.
     """
     from common.geometry import Box
 
-    housing = assembly.body("housing").bounds
-    frame = [  # the frame's pieces, if the design has the frame
-        body.bounds for body in assembly.bodies if body.name.startswith("frame_")
-    ]
-    frame_box = Box(np.min([b[0] for b in frame], 0), np.max([b[1] for b in frame], 0)) if frame else None
     replaced = []
     for structure in structures:
         if not isinstance(structure.geometry, cad.MeshGeometry):
@@ -98,9 +94,6 @@ def box_geometries(assembly, structures):
             wall = HOUSING_WALL
             cavity = Box(lo + [wall, wall, wall], hi + [-wall, -wall, 1.0])
             geometry = Box(lo, hi) - cavity
-        elif structure.name.startswith("frame_"):
-            inner = Box([*housing[0][:2], lo[2] - 1.0], [*housing[1][:2], hi[2] + 1.0])
-            geometry = (frame_box - inner) & Box(lo, hi)
         else:
             if abs(body.volume - np.prod(hi - lo)) > 1e-6 * np.prod(hi - lo):
                 raise ValueError(f"body {body.name!r} is not a box; it needs its own replacement here")
@@ -161,7 +154,8 @@ def resonances(frequencies, s11):
 
 def run_case(cell, lossless=False):
     """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost)."""
-    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um.npz"
+    device = hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]  # a new STEP: new runs
+    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um_{device}.npz"
     if path.exists():
         return dict(np.load(path))
     sim, port = phone_simulation(cell, lossless)
