@@ -31,8 +31,9 @@ The set-up (loading, placing, the port, the box geometries) and the port's and b
 ``mindelec.phone`` (``phone_simulation``, ``figures_of_merit``, ``resonances``), shared with the phone's
 dataset generator and notebook.
 
-Results are cached per cell size under ``benchmarks/output/phone_antenna/`` (a killed run resumes at the
-next cell size); the derived figures are written to ``benchmarks/data/phone_antenna.json``.
+Results are cached per cell size and STEP file (its hash in the name) under
+``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size); the derived figures
+are written to ``benchmarks/data/phone_antenna.json``.
 
     python benchmarks/phone_antenna.py [--quick] [--cells 1.5 1.0 0.75]   # --quick: 1.5 mm cells only
 """
@@ -40,6 +41,7 @@ next cell size); the derived figures are written to ``benchmarks/data/phone_ante
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import pathlib
@@ -48,7 +50,7 @@ import time
 import numpy as np
 import torch
 
-from mindelec import phone
+from mindelec import cad_phone, phone
 
 OUTPUT = pathlib.Path(__file__).parent / "output" / "phone_antenna"
 DATA = pathlib.Path(__file__).parent / "data" / "phone_antenna.json"
@@ -62,7 +64,8 @@ QUICK_CELLS = (1.5e-3,)
 
 def run_case(cell, lossless=False):
     """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost)."""
-    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um.npz"
+    device = hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]  # a new STEP: new runs
+    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um_{device}.npz"
     if path.exists():
         return dict(np.load(path))
     sim = phone.phone_simulation(

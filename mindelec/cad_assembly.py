@@ -18,11 +18,15 @@ non-manifold edges); a body the materials table does not cover. For a grid
 * a body smaller than one cell along every axis is refused: as PEC it would vanish (a cell needs to
   be half covered), as a dielectric it would only blur into the averaged cells; refine the cells or map
   it to ``"ignore"``;
-* a PEC body thinner than a cell along one axis (a plate) or two (a pin) becomes a zero-thickness
+* a PEC body no thicker than a cell along one axis (a plate) or two (a pin) becomes a zero-thickness
   sheet or a one-cell wire (:func:`mindelec.fdtd.pec_sheet`; its rims conformal with
   ``Simulation(subpixel=True)``) on the nearest node plane (line) through it, a wire's ends moved to the
   nearest nodes so that it meets the sheets it joins, provided it is an axis-aligned box (sheets are
   rectangles); another thin PEC shape, or a wire shorter than half a cell, is refused;
+* a PEC solid whose walls are no thicker than a cell over more than 1 % of its surface (measured along
+  each face's inward normal, :attr:`Body.wall_thickness`) is refused: a conductor takes the E edges of
+  cells more than half covered, so such a wall vanishes or appears depending on where the grid falls
+  (a 1 mm frame ring vanished on a 1.5 mm grid and stood on a 1 mm one); build it from plates;
 * a dielectric thinner than a cell along some axes stays a solid: the sub-cell averaging carries its
   fill fraction.
 
@@ -63,6 +67,8 @@ CAD_SUFFIXES = {
 _FIRST_CURVATURE_DIVISIONS = 12  # elements per 2 pi of curvature in the first tessellation
 _MAX_REFINEMENTS = 7  # doubling that up to 12 * 2**7 = 1536 elements per turn
 _BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
+_CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
+_THIN_AREA = 0.01  # a PEC solid is refused when walls no thicker than a cell cover this much of its surface
 _model_counter = itertools.count()
 
 
@@ -153,6 +159,25 @@ class Body:
     def extents(self) -> np.ndarray:
         """``(3,)`` axis-aligned extents (m)."""
         return self.bounds[1] - self.bounds[0]
+
+    @functools.cached_property
+    def wall_thickness(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(thickness, area)``, each ``(T,)``: per triangle, the distance (m) from its centroid along the
+        inward normal to the next surface of the body, and its area (m^2).
+
+        For an axis-aligned plate of thickness ``t`` the faces of its two large sides read ``t``; a shape
+        with no opposite surface along a face's normal (never for a closed mesh) reads ``inf``.
+        """
+        mesh = self.mesh
+        normals = np.asarray(mesh.face_normals, dtype=np.float64)
+        centers = np.asarray(mesh.triangles_center, dtype=np.float64)
+        offset = 1e-9 * float(self.extents.max())  # start just inside, past the face the ray leaves
+        hits, rays, _ = mesh.ray.intersects_location(centers - offset * normals, -normals, multiple_hits=True)
+        thickness = np.full(len(mesh.faces), np.inf)
+        distance = np.einsum("ij,ij->i", hits - centers[rays], -normals[rays])
+        ahead = distance > 2 * offset
+        np.minimum.at(thickness, rays[ahead], distance[ahead])
+        return thickness, np.asarray(mesh.area_faces, dtype=np.float64)
 
     @functools.cached_property
     def geometry(self) -> MeshGeometry:
@@ -248,7 +273,7 @@ class Assembly:
             if body.medium == IGNORE:
                 continue
             extents = body.extents
-            thin = [axis for axis in range(3) if extents[axis] < spacing[axis]]
+            thin = [axis for axis in range(3) if extents[axis] <= spacing[axis] * (1 + _CELL_TIE)]
             if len(thin) == 3:
                 raise ConfigurationError(
                     f"{self._where(body)} measures {_mm(extents)} mm, smaller than one cell "
@@ -260,12 +285,28 @@ class Assembly:
             if isinstance(body.medium, fdtd.PEC) and thin:
                 sheets.append(self._sheet(body, thin, grid))
             elif isinstance(body.medium, fdtd.PEC):
+                self._check_walls(body, spacing)
                 solids.append(fdtd.Structure(body.geometry, body.medium, name=body.name))
             else:
                 dielectrics.append((-body.volume, len(dielectrics), body))
         ordered = [
             fdtd.Structure(body.geometry, body.medium, name=body.name) for *_, body in sorted(dielectrics)]
         return ordered + solids + sheets
+
+    def _check_walls(self, body, spacing):
+        """Refuse a PEC solid with walls no thicker than a cell (measured along each face's normal)."""
+        thickness, area = body.wall_thickness
+        normals = np.abs(np.asarray(body.mesh.face_normals, dtype=np.float64))
+        cell = normals @ spacing / normals.sum(axis=1)  # the cell along the face's normal
+        thin = thickness <= cell * (1 + _CELL_TIE)
+        if area[thin].sum() > _THIN_AREA * area.sum():
+            raise ConfigurationError(
+                f"{self._where(body)} is PEC with walls {1e3 * thickness[thin].min():.4g} mm thick over "
+                f"{area[thin].sum() / area.sum():.0%} of its surface, no thicker than the cells "
+                f"({_mm(spacing)} mm): a conductor needs a cell more than half covered, so such a wall "
+                "vanishes or appears depending on where the grid falls; refine the cells below the wall's "
+                "thickness, or build it from axis-aligned plates (each becomes a sheet)"
+            )
 
     def _sheet(self, body, thin, grid):
         """A thin PEC box as a :func:`mindelec.fdtd.pec_sheet` on the nearest node plane(s)."""

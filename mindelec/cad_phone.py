@@ -11,8 +11,10 @@ antenna end at ``+y``, the origin of the file at the phone's centre):
 * ``pcb``: the FR4 board; ``ground_plane``: its copper, which stops ``clearance`` short of the antenna
   end (the clearance area);
 * ``battery``: a lossy block between the board and the display;
-* ``frame_1``, ``frame_2``, ...: an optional metal frame around the sides, cut by two gaps of
-  ``frame_gap`` level with the ground plane's edge (a separate top piece);
+* ``frame_left_lower``, ``frame_left_upper``, ``frame_right_lower``, ``frame_right_upper``,
+  ``frame_top``, ``frame_bottom``: an optional metal frame around the sides, 1 mm plates (each reaching
+  the mid-plane of the plates it meets, so that they join as sheets on a grid) cut by two gaps of
+  ``frame_gap`` level with the ground plane's edge, which leave a separate top piece;
 * the inverted-F antenna over the clearance: ``ifa_arm`` (length ``antenna_length``, at
   ``antenna_height`` above the copper), ``ifa_short_stub`` and ``ifa_feed_stub`` (from the arm to the
   pins, ``feed_to_short`` apart), ``ifa_short_pin`` (down to the ground plane at its edge) and
@@ -102,7 +104,7 @@ class PhoneDesign:
 
 _WALL, _PCB_BOTTOM, _PCB_THICKNESS, _COPPER = 1.0, 2.0, 1.0, 0.035
 _COPPER_TOP = _PCB_BOTTOM + _PCB_THICKNESS + _COPPER
-_STRIP, _STRIP_THICKNESS, _PIN = 1.0, 0.1, 0.3
+_STRIP, _STRIP_THICKNESS, _PIN, _FRAME = 1.0, 0.1, 0.3, 1.0
 
 
 def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
@@ -160,13 +162,16 @@ def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
         _PIN,
         z_arm - _COPPER_TOP - design.feed_gap,
     )
-    if design.frame:
-        ring_outer = occ.addBox(-w / 2 - 1.0, -length / 2 - 1.0, 1.0, w + 2.0, length + 2.0, t - glass - 2.0)
-        ring_inner = occ.addBox(-w / 2, -length / 2, 0.0, w, length, t)
-        gap = occ.addBox(-w, y_edge - design.frame_gap / 2, 0.0, 2 * w, design.frame_gap, t)
-        pieces, _ = occ.cut([(3, ring_outer)], [(3, ring_inner), (3, gap)])
-        for index, (_, tag) in enumerate(pieces, start=1):
-            body[f"frame_{index}"] = tag
+    if design.frame:  # plates _FRAME thick around the housing, the side plates cut by the gaps
+        z0, height = 1.0, t - glass - 2.0
+        y_gap_lo, y_gap_hi = y_edge - design.frame_gap / 2, y_edge + design.frame_gap / 2
+        # each plate reaches the mid-plane of the plates it meets: as sheets on the grid they then join
+        y_end, x_end = length / 2 + _FRAME / 2, w / 2 + _FRAME / 2
+        for side, x in (("left", -w / 2 - _FRAME), ("right", w / 2)):
+            body[f"frame_{side}_lower"] = occ.addBox(x, -y_end, z0, _FRAME, y_gap_lo + y_end, height)
+            body[f"frame_{side}_upper"] = occ.addBox(x, y_gap_hi, z0, _FRAME, y_end - y_gap_hi, height)
+        body["frame_top"] = occ.addBox(-x_end, length / 2, z0, 2 * x_end, _FRAME, height)
+        body["frame_bottom"] = occ.addBox(-x_end, -length / 2 - _FRAME, z0, 2 * x_end, _FRAME, height)
     occ.synchronize()
     return body
 

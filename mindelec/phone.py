@@ -67,9 +67,9 @@ def phone_materials(lossless: bool = False) -> dict:
 def box_geometries(assembly, structures) -> list:
     """The structures with their CAD meshes replaced by the same shapes as boxes and box CSG.
 
-    The phone's bodies are boxes (volume equal to their bounding box's), the housing a tray (its bounding
-    box less a cavity open at the top, ``HOUSING_WALL`` thick) and the frame pieces parts of a ring (the
-    frame's bounding box less the housing's, cut to each piece's bounding box). Sheets and wires stay.
+    The phone's bodies are boxes (volume equal to their bounding box's; the frame is six plates) and the
+    housing a tray (its bounding box less a cavity open at the top, ``HOUSING_WALL`` thick). Sheets and
+    wires stay as they are.
 
     Raises:
         ValueError: naming a body that is none of these and not a box.
@@ -78,9 +78,6 @@ def box_geometries(assembly, structures) -> list:
 
     from . import fdtd
 
-    housing = assembly.body("housing").bounds
-    frame = [body.bounds for body in assembly.bodies if body.name.startswith("frame_")]
-    frame_box = Box(np.min([b[0] for b in frame], 0), np.max([b[1] for b in frame], 0)) if frame else None
     replaced = []
     for structure in structures:
         if not isinstance(structure.geometry, cad.MeshGeometry):
@@ -92,9 +89,6 @@ def box_geometries(assembly, structures) -> list:
             wall = HOUSING_WALL
             cavity = Box(lo + [wall, wall, wall], hi + [-wall, -wall, 1.0])
             geometry = Box(lo, hi) - cavity
-        elif structure.name.startswith("frame_"):
-            inner = Box([*housing[0][:2], lo[2] - 1.0], [*housing[1][:2], hi[2] + 1.0])
-            geometry = (frame_box - inner) & Box(lo, hi)
         else:
             if abs(body.volume - np.prod(hi - lo)) > 1e-6 * np.prod(hi - lo):
                 raise ConfigurationError(

@@ -56,8 +56,8 @@ renormalisation that of a line section of that impedance.
 
 A :class:`WaveguidePort` reads one field component only: directions are told apart by the
 reference-run subtraction, so each run must carry one direction of travel at each non-source port
-and only the incident wave at the source port in the reference run. Lumped (circuit) ports are not
-provided.
+and only the incident wave at the source port in the reference run. Lumped (circuit) ports are
+:class:`mindelec.fdtd.LumpedPort`; several of them make a network in :mod:`mindelec.multiport`.
 """
 
 from __future__ import annotations

@@ -536,6 +536,52 @@ RECORD = [
     ),
     Validation(
         _EM,
+        "Two-wire moment method (two parallel half-wave dipoles, the reference of the multi-port tests): "
+        "Z21 and Z11 extrapolated to a vanishing radius",
+        "Carter's induced-EMF mutual impedance (Balanis 8-68) at d = 0.25, 0.5, 1 lambda; 73.1 + j42.5 ohm",
+        '3 %; 2 %',
+        "tests/mindelec/test_multiport.py::"
+        "test_two_wire_moment_method_tends_to_the_induced_emf_mutual_impedance",
+    ),
+    Validation(
+        _EM,
+        "Envelope correlation: the S-parameter route; the far-field route",
+        "the printed formula of Blanch, Romeu & Corbella (2003); the closed form for two parallel short "
+        "dipoles d apart",
+        '1e-12 relative; 1e-9',
+        "tests/mindelec/test_multiport.py::"
+        "test_s_parameter_correlation_is_blanch_formula_and_far_field_correlation_of_short_dipoles",
+    ),
+    Validation(
+        _EM,
+        "Two parallel thin-wire dipoles d = lambda/4 apart, two lumped ports (multi-port FDTD): Z21 and Z11 "
+        "over L = 0.40-0.55 lambda; reciprocity and passivity; envelope correlation and total efficiencies "
+        "of the S-parameter and far-field routes; Touchstone round trip",
+        "the two-wire moment method at the same length and radius; S12 = S21, singular values <= 1; each "
+        "other (lossless antennas); scikit-rf reading the .s2p",
+        '5 %; 2e-3, 1; 0.005 absolute, 1 %; 1e-6',
+        "tests/mindelec/test_multiport.py::"
+        "test_parallel_dipoles_against_the_moment_method_and_the_two_correlation_routes",
+    ),
+    Validation(
+        _EM,
+        "Two parallel thin-wire dipoles at d = lambda/2 and lambda: Z21 over L = 0.45-0.55 lambda",
+        "the two-wire moment method at the same length and radius",
+        '5 %',
+        "tests/mindelec/test_multiport.py::"
+        "test_parallel_dipoles_at_larger_spacings",
+    ),
+    Validation(
+        _EM,
+        "Crossed thin-wire dipoles a quarter wavelength apart: coupling and envelope correlation",
+        "zero by symmetry (up to the half cell the grid puts between the x dipole and the z dipole's "
+        "mid-plane)",
+        '|S21| < -50 dB; ECC < 1e-5 by either route',
+        "tests/mindelec/test_multiport.py::"
+        "test_crossed_dipoles_are_uncorrelated",
+    ),
+    Validation(
+        _EM,
         'Thin wire at the radius 0.1985 cells (end correction off); compiled, torch and differentiable paths',
         "the bare line of zeroed edges (the square lattice's equivalent radius); each other",
         '1e-9 relative',

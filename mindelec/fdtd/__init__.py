@@ -41,7 +41,7 @@ from .materials import PEC, AxialConductivity, DesignRegion, Drude, Lorentz, Med
 from .mode_monitors import ModeMonitor
 from .mode_sources import CrossSection, ModeSource
 from .monitors import DFTMonitor, FieldProbe, FluxMonitor, Monitor, Recorder, Snapshots
-from .near_to_far import NearToFarMonitor, NearToFarResult
+from .near_to_far import NearToFarMonitor, NearToFarResult, radiation_overlaps
 from .placement import PlacementWarning
 from .plotting import outline_structures, plot_simulation
 from .result import Result
@@ -82,6 +82,7 @@ __all__ = [
     "Decay",
     "NearToFarMonitor",
     "NearToFarResult",
+    "radiation_overlaps",
     "Snapshots",
     "Monitor",
     "Recorder",

@@ -108,6 +108,59 @@ class NearToFarMonitor(FluxBox):
         )
 
 
+def _sphere_quadrature(results):
+    """Gauss-Legendre in cos(theta) times uniform phi, fine enough for the largest surface's electrical
+    size: ``(theta (T, 1), phi (1, 2T), weights (T, 1))``, the weights summing to 4 pi."""
+    positions = results[0]["positions"]
+    radius = max(float(result["positions"].norm(dim=1).max()) for result in results)
+    frequency = max(float(result["frequencies"].max()) for result in results)
+    count = max(32, math.ceil(2 * (2 * math.pi * frequency / SPEED_OF_LIGHT) * radius) + 16)
+    nodes, weights = np.polynomial.legendre.leggauss(count)
+    real = positions.dtype
+    theta = torch.as_tensor(np.arccos(nodes), dtype=real, device=positions.device)
+    phi = torch.arange(2 * count, dtype=real, device=positions.device) * (math.pi / count)
+    weights = torch.as_tensor(weights, dtype=real, device=positions.device) * (math.pi / count)
+    return theta[:, None], phi[None, :], weights[:, None]
+
+
+def radiation_overlaps(results):
+    """The overlaps of far fields over the sphere: ``R[f, k, l] = oint E_k . conj(E_l) dOmega / eta0``.
+
+    The diagonal is each result's radiated power; the off-diagonal terms are what the envelope correlation
+    of antennas is made of (:mod:`mindelec.diversity`). Over a ground plane
+    (:meth:`NearToFarResult.over_ground`) the integral covers the half-space above it.
+
+    Args:
+        results: ``N`` :class:`NearToFarResult` of the same frequencies and the same ground (or none), e.g.
+            one monitor's far field in ``N`` runs of one structure.
+
+    Returns:
+        (F, N, N) complex Hermitian tensor, W (per Hz^2 for a pulse), in the convention of the module
+        docstring; the quadrature (Gauss-Legendre in cos theta, uniform in phi) is fine enough for the
+        largest surface's electrical size.
+
+    Raises:
+        ConfigurationError: for no result, or results of other frequencies or another ground than the first's.
+    """
+    results = list(results)
+    if not results:
+        raise ConfigurationError("radiation_overlaps: give at least one NearToFarResult")
+    first = results[0]
+    for index, result in enumerate(results):
+        if not torch.equal(result["frequencies"], first["frequencies"]) or result.ground != first.ground:
+            raise ConfigurationError(
+                f"radiation_overlaps: result {index} has other frequencies or another ground plane than "
+                f"result 0 ({result['frequencies'].tolist()} Hz, ground {result.ground}; result 0: "
+                f"{first['frequencies'].tolist()} Hz, ground {first.ground})"
+            )
+    theta, phi, weights = _sphere_quadrature(results)
+    # the fields (F, N, T * 2T * 2): E_theta and E_phi of each result on the quadrature's directions
+    fields = torch.stack([torch.stack(result._radiation(theta, phi), -1) for result in results], 1).flatten(2)
+    area = weights.expand(theta.shape[0], phi.shape[1])[..., None].expand(-1, -1, 2).reshape(-1)
+    overlaps = (fields * area.to(fields.dtype)) @ fields.conj().transpose(1, 2) / VACUUM_IMPEDANCE
+    return overlaps if first.ground is None else overlaps / 2  # the half-space of a mirror-symmetric field
+
+
 def _directions(theta, phi):
     """Unit vectors ``r_hat, theta_hat, phi_hat`` (A, 3) of flattened angles (rad)."""
     sin_t, cos_t, sin_p, cos_p = torch.sin(theta), torch.cos(theta), torch.sin(phi), torch.cos(phi)
@@ -233,29 +286,13 @@ class NearToFarResult(dict):
         e_theta, e_phi = self.pattern(theta, phi)
         return (e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE
 
-    def _quadrature(self):
-        """Gauss-Legendre in cos(theta) times uniform phi, fine enough for the surface's electrical size."""
-        positions = self["positions"]
-        radius = float(positions.norm(dim=1).max())
-        wavenumber = 2 * math.pi * float(self["frequencies"].max()) / SPEED_OF_LIGHT
-        count = max(32, math.ceil(2 * wavenumber * radius) + 16)
-        nodes, weights = np.polynomial.legendre.leggauss(count)
-        real = positions.dtype
-        theta = torch.as_tensor(np.arccos(nodes), dtype=real, device=positions.device)
-        phi = torch.arange(2 * count, dtype=real, device=positions.device) * (math.pi / count)
-        weights = torch.as_tensor(weights, dtype=real, device=positions.device) * (math.pi / count)
-        return theta[:, None], phi[None, :], weights[:, None]
-
     @property
     def radiated_power(self):
         """``oint U dOmega`` (F,) in W (per Hz^2 for a pulse): the power reaching the far field."""
-        theta, phi, weights = self._quadrature()
-        e_theta, e_phi = self._radiation(theta, phi)
-        power = ((e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE * weights).sum(dim=(1, 2))
-        return power if self.ground is None else power / 2  # the half-space of a mirror-symmetric field
+        return radiation_overlaps([self])[:, 0, 0].real
 
     def _maximum_intensity(self):
-        theta, phi, _ = self._quadrature()
+        theta, phi, _ = _sphere_quadrature([self])
         return self.intensity(theta, phi).amax(dim=(1, 2))
 
     def directivity(self, theta=None, phi=None):

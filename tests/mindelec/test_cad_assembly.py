@@ -181,6 +181,29 @@ def test_part_smaller_than_a_cell_is_refused(plates):
     assert screw.name == "screw"
 
 
+def _frame_ring(occ):
+    """A 1 mm metal ring (a phone frame) around a 20 x 16 mm opening, 4 mm tall; a 3 mm solid block."""
+    outer, opening = occ.addBox(-11, -9, 0, 22, 18, 4), occ.addBox(-10, -8, -1, 20, 16, 6)
+    (ring,), _ = occ.cut([(3, outer)], [(3, opening)])
+    return {"ring": ring[1], "block": occ.addBox(-2, -2, -6, 4, 4, 3)}
+
+
+def test_thin_walled_metal_solid_is_refused_until_the_cells_resolve_its_walls(tmp_path):
+    path = _write(tmp_path / "ring.step", _frame_ring)
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"ring": "pec", "block": "pec"})
+    thickness, area = assembly.body("ring").wall_thickness
+    walls = area[np.isclose(thickness, 1e-3, rtol=1e-6)].sum()  # the CAD's 1 mm walls, both faces of each
+    assert walls == pytest.approx(2 * 4e-3 * 2 * (22e-3 + 18e-3 + 20e-3 + 16e-3) / 2, rel=1e-9)
+    block_thickness, _ = assembly.body("block").wall_thickness
+    assert set(np.round(block_thickness * 1e3, 9)) == {3.0, 4.0}  # its height and its width
+    size = (30e-3, 26e-3, 18e-3)
+    for cell in (1.5e-3, 1e-3):  # walls no thicker than a cell: they would vanish or not by the grid's offset
+        with pytest.raises(ConfigurationError, match=r"'ring' is PEC with walls 1 mm thick over 8\d% of"):
+            assembly.structures(fdtd.Grid(size, cell))
+    names = [s.name for s in assembly.structures(fdtd.Grid(size, 0.75e-3))]
+    assert names == ["ring", "block"]
+
+
 def test_structures_voxelise_to_the_bodies_volume(three_bodies):
     grid = fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)
     assembly = cad_assembly.load_step(
@@ -232,8 +255,12 @@ PHONE_MEDIA = {
     "ifa_feed_stub": "pec",
     "ifa_short_pin": "pec",
     "ifa_feed_pin": "pec",
-    "frame_1": "pec",
-    "frame_2": "pec",
+    "frame_left_lower": "pec",
+    "frame_left_upper": "pec",
+    "frame_right_lower": "pec",
+    "frame_right_upper": "pec",
+    "frame_top": "pec",
+    "frame_bottom": "pec",
 }
 
 
@@ -258,7 +285,9 @@ def test_reference_phone_loads_with_its_bodies_and_media(tmp_path):
     structures = {s.name: s for s in phone.structures(fdtd.Grid(size, 1e-3))}
     assert isinstance(structures["ground_plane"].medium, PECSheet)
     assert structures["ifa_short_pin"].medium.size == pytest.approx((0.0, 0.0, 3e-3))  # a wire, node to node
-    assert not isinstance(structures["frame_1"].medium, PECSheet)  # 1 mm thick: a solid
+    assert isinstance(structures["frame_top"].medium, PECSheet)  # 1 mm plates on 1 mm cells: sheets
+    finer = {s.name: s for s in phone.structures(fdtd.Grid(size, 0.75e-3))}
+    assert not isinstance(finer["frame_top"].medium, PECSheet)  # thicker than a cell: a solid
     sim = fdtd.Simulation(
         size=size, cell_size=1e-3, boundary=fdtd.PML(thickness=2), structures=structures.values()
     )
@@ -273,7 +302,7 @@ def test_phone_design_is_parametric_and_checked(tmp_path):
 
     design = cad_phone.PhoneDesign(antenna_length=24.0, feed_to_short=4.0, clearance=8.0, frame=False)
     phone = cad_assembly.load_step(cad_phone.write_phone_step(tmp_path / "p.step", design), tolerance=1e-4)
-    assert "frame_1" not in phone.names
+    assert not [name for name in phone.names if name.startswith("frame")]
     assert phone.body("ifa_arm").extents[0] * 1e3 == pytest.approx(24.0)
     pins = [phone.body(f"ifa_{name}_pin").bounds.mean(0)[0] for name in ("short", "feed")]
     assert (pins[1] - pins[0]) * 1e3 == pytest.approx(4.0)

@@ -44,7 +44,7 @@ def test_bad_cells_arm_heights_and_parameters_are_refused_and_the_drawn_design_i
         assert abs(model.drawn[name] - getattr(design, name)) <= 1.5 + 1e-9, (name, model.drawn)
         assert model.drawn[name] / 1.5 == pytest.approx(round(model.drawn[name] / 1.5))  # whole cells
     names = {structure.name for structure in model.simulation.structures}
-    assert {"housing", "battery", "ground_plane", "ifa_arm", "ifa_short_pin", "frame_1"} <= names
+    assert {"housing", "battery", "ground_plane", "ifa_arm", "ifa_short_pin", "frame_top", "frame_left_upper"} <= names
 
 
 @pytest.mark.slow
