@@ -190,8 +190,8 @@ def phone_simulation(
             "refine the cells")
     short = assembly.body("ifa_short_pin").bounds.mean(0)[0]
     drawn = {
-        "antenna_height": 1e3 * (top - foot[2]),
-        "feed_to_short": 1e3 * cell * abs(round(foot[0] / cell) - round(short / cell)),
+        "antenna_height": float(1e3 * (top - foot[2])),
+        "feed_to_short": float(1e3 * cell * abs(round(foot[0] / cell) - round(short / cell))),
         "port_gap": 1e3 * cell,
     }
     waveform = fdtd.GaussianPulse(f0=sum(band) / 2, fwidth=band[1] - band[0])
@@ -272,9 +272,9 @@ def phone_sample(
 ) -> dict[str, np.ndarray]:
     """Dataset generator (``common.datasets`` contract): S11 and total efficiency of one phone design.
 
-    The labels are those of ``cell``: on coarse cells (the 1.5 mm default) the phone is NOT converged
-    (``benchmarks/phone_antenna.py``: its resonances move by tens of % from 1.5 to 1.0 mm cells); they
-    are the data of a surrogate of this model, not of the phone.
+    The labels are those of ``cell``: on coarse cells (the 1.5 mm default) they are the data of a
+    surrogate of that model, not necessarily the phone's figures (``benchmarks/phone_antenna.py``
+    compares three cell sizes).
 
     Args:
         params: :class:`~mindelec.cad_phone.PhoneDesign` fields (mm), e.g. those of
