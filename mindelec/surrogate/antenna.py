@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "describe_scores",
     "inverse_design",
+    "candidate_designs",
     "check_patch_design",
     "voxel_autoencoder",
 ]
@@ -389,6 +390,43 @@ def describe_scores(scores: dict) -> str:
     )
 
 
+def candidate_designs(
+    names: Sequence[str],
+    bounds: dict[str, tuple[float, float]],
+    candidates: int,
+    seed: int = 0,
+    steps: dict[str, float] | None = None,
+    caller: str = "candidate_designs",
+) -> torch.Tensor:
+    """``(candidates, P)`` scrambled-Sobol designs inside ``bounds`` (columns in the order of ``names``),
+    the parameters of ``steps`` on multiples of their step inside their bounds (see :func:`inverse_design`).
+
+    Raises:
+        ValueError: (naming ``caller``) for a step that is not positive, of no parameter in ``names``, or
+            that leaves no multiple inside its bounds.
+    """
+    names = list(names)
+    low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
+    high = torch.tensor([bounds[name][1] for name in names], dtype=torch.float64)
+    draws = torch.quasirandom.SobolEngine(len(names), scramble=True, seed=seed).draw(
+        candidates, dtype=torch.float64
+    )
+    designs = low + draws * (high - low)
+    for name, grid in (steps or {}).items():
+        low_bound, high_bound = bounds.get(name, (0.0, -1.0))
+        lowest, highest = (1, 0)  # no multiple, unless the step is positive
+        if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
+            lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
+        if name not in names or lowest > highest:
+            raise ConfigurationError(
+                f"{caller}: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
+                f"inside its bounds {bounds.get(name)}"
+            )
+        column = names.index(name)
+        designs[:, column] = (designs[:, column] / grid).round().clamp(lowest, highest) * grid
+    return designs
+
+
 def inverse_design(
     ensemble: Ensemble,
     target: float,
@@ -428,24 +466,7 @@ def inverse_design(
             f"inverse_design: bounds must name exactly {names} and the target {target} Hz lie in the band "
             f"{float(frequencies[0]):.4g} .. {float(frequencies[-1]):.4g} Hz"
         )
-    low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
-    high = torch.tensor([bounds[name][1] for name in names], dtype=torch.float64)
-    draws = torch.quasirandom.SobolEngine(len(names), scramble=True, seed=seed).draw(
-        candidates, dtype=torch.float64
-    )
-    designs = low + draws * (high - low)
-    for name, grid in (steps or {}).items():
-        low_bound, high_bound = bounds.get(name, (0.0, -1.0))
-        lowest, highest = (1, 0)  # no multiple, unless the step is positive
-        if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
-            lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
-        if name not in names or lowest > highest:
-            raise ConfigurationError(
-                f"inverse_design: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
-                f"inside its bounds {bounds.get(name)}"
-            )
-        column = names.index(name)
-        designs[:, column] = (designs[:, column] / grid).round().clamp(lowest, highest) * grid
+    designs = candidate_designs(names, bounds, candidates, seed, steps, "inverse_design")
     prediction, spread = ensemble.predict(designs)
     levels = db(prediction)
     step = float(frequencies[1] - frequencies[0])

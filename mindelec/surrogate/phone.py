@@ -9,8 +9,10 @@ parameters, with the arm height and the feed-to-short distance as the grid draws
 * :func:`ifa_resonance` - ``c / (4 (L + h))``, the quarter-wave resonance of an inverted-F arm of length
   ``L`` at height ``h`` in air (the bent wire from the short to the open end), a frequency scale on which the
   dips of different designs line up (``frequency_reference="mindelec.surrogate.phone:ifa_resonance"``);
-* :func:`phone_inverse_design` - :func:`mindelec.surrogate.antenna.inverse_design` over the recipe's ranges
-  with the drawn parameters on whole cells;
+* :func:`dual_band_design` - the design whose predicted ``|S11|`` is lowest at two frequencies at once (a
+  dual-band tune), surest among near ties;
+* :func:`phone_inverse_design` - :func:`mindelec.surrogate.antenna.inverse_design` (one target) or
+  :func:`dual_band_design` (two) over the recipe's ranges with the drawn parameters on whole cells;
 * :func:`check_phone_design` - one FDTD run of a proposed design (:func:`mindelec.phone.phone_sample`) against
   the ensemble's prediction for it.
 """
@@ -23,12 +25,12 @@ import torch
 
 from common.errors import ConfigurationError, UnknownNameError
 from common.units import SPEED_OF_LIGHT
-from mindelec.surrogate.antenna import Ensemble, inverse_design
+from mindelec.surrogate.antenna import Ensemble, candidate_designs, inverse_design
 from mindelec.surrogate.training import db, relative_error
 
 __all__ = [
-    "INPUTS", "DRAWN", "OUTPUTS", "MODEL_OPTIONS", "ifa_resonance", "phone_bounds", "phone_inverse_design",
-    "check_phone_design",
+    "INPUTS", "DRAWN", "OUTPUTS", "MODEL_OPTIONS", "ifa_resonance", "phone_bounds", "dual_band_design",
+    "phone_inverse_design", "check_phone_design",
 ]
 
 #: the model inputs (mm), in order: design parameters and, for those the grid snaps, their drawn values
@@ -76,19 +78,76 @@ def phone_bounds(recipe) -> dict[str, tuple[float, float]]:
     return bounds
 
 
-def phone_inverse_design(ensemble: Ensemble, target: float, recipe, candidates: int = 4096, seed: int = 0):
-    """The design of ``recipe``'s ranges whose predicted ``|S11|`` dip is closest to ``target`` (Hz).
+def dual_band_design(
+    ensemble: Ensemble,
+    targets: tuple[float, float],
+    bounds: dict[str, tuple[float, float]],
+    candidates: int = 4096,
+    seed: int = 0,
+    steps: dict[str, float] | None = None,
+    uncertainty_weight: float = 10.0,
+) -> dict:
+    """The design whose predicted ``|S11|`` is low at both ``targets`` (Hz): a dual-band tune.
 
-    The drawn inputs are searched on whole cells of the recipe's ``cell`` (those the FDTD draws exactly), the
-    others continuously; see :func:`mindelec.surrogate.antenna.inverse_design` for the score.
+    A Sobol search of ``candidates`` designs inside ``bounds`` (``steps``: parameters on multiples of
+    their step, as :func:`~mindelec.surrogate.antenna.candidate_designs`); the score is the larger of the
+    two predicted ``|S11|`` in dB at the targets (linearly interpolated on the ensemble's axis), plus
+    ``uncertainty_weight`` dB times the ensemble's relative spread over the band (by default a spread of
+    0.1 costs 1 dB; 0 ignores it).
 
     Returns:
-        the :func:`~mindelec.surrogate.antenna.inverse_design` dict (``parameters`` by :data:`INPUTS`, mm).
+        ``parameters`` (dict, by the ensemble's inputs), ``targets`` (Hz), ``predicted_db`` ((2,) ``|S11|``
+        in dB at the targets), ``s11`` ((F,) predicted complex S11), ``relative_spread``.
+
+    Raises:
+        ConfigurationError: for bounds that do not name every input, or targets that are not two
+            different frequencies inside the ensemble's band; see ``candidate_designs`` for ``steps``.
+    """
+    names = ensemble.members[0].parameter_names
+    frequencies = ensemble.frequencies
+    inside = all(float(frequencies[0]) <= float(f) <= float(frequencies[-1]) for f in targets)
+    if set(bounds) != set(names) or len(targets) != 2 or not inside or targets[0] == targets[1]:
+        raise ConfigurationError(
+            f"dual_band_design: bounds must name exactly {names} and targets be two different frequencies "
+            f"in the band {float(frequencies[0]):.4g} .. {float(frequencies[-1]):.4g} Hz, got {targets}")
+    designs = candidate_designs(names, bounds, candidates, seed, steps, "dual_band_design")
+    prediction, spread = ensemble.predict(designs)
+    levels = db(prediction)
+    at = torch.tensor([float(f) for f in targets], dtype=torch.float64)
+    position = (at - frequencies[0]) / (frequencies[1] - frequencies[0])
+    low = position.floor().long().clamp(max=len(frequencies) - 2)
+    weight = (position - low).to(levels)
+    at_targets = levels[:, low] * (1 - weight) + levels[:, low + 1] * weight  # (candidates, 2)
+    relative_spread = spread.norm(dim=1) / prediction.abs().norm(dim=1)
+    score = at_targets.max(dim=1).values + uncertainty_weight * relative_spread
+    best = int(torch.argmin(score))
+    return {
+        "parameters": {name: float(value) for name, value in zip(names, designs[best])},
+        "targets": tuple(float(f) for f in targets),
+        "predicted_db": at_targets[best],
+        "s11": prediction[best],
+        "relative_spread": float(relative_spread[best]),
+    }
+
+
+def phone_inverse_design(ensemble: Ensemble, target, recipe, candidates: int = 4096, seed: int = 0) -> dict:
+    """Inverse design over ``recipe``'s ranges: one ``target`` (Hz), the design whose predicted ``|S11|``
+    dip is closest to it (:func:`~mindelec.surrogate.antenna.inverse_design`), or two ``(f1, f2)``, a
+    dual-band tune (:func:`dual_band_design`).
+
+    The drawn inputs are searched on whole cells of the recipe's ``cell`` (those the FDTD draws exactly), the
+    others continuously.
+
+    Returns:
+        the dict of ``inverse_design`` or ``dual_band_design`` (``parameters`` by :data:`INPUTS`, mm).
     """
     cell_mm = 1e3 * recipe.generator.options.get("cell", 1.5e-3)
     steps = {name: cell_mm for name in DRAWN}
     bounds = phone_bounds(recipe)
-    return inverse_design(ensemble, target, bounds, candidates=candidates, seed=seed, steps=steps)
+    search = {"candidates": candidates, "seed": seed, "steps": steps}
+    if isinstance(target, (tuple, list)):
+        return dual_band_design(ensemble, tuple(target), bounds, **search)
+    return inverse_design(ensemble, target, bounds, **search)
 
 
 def check_phone_design(ensemble: Ensemble, parameters: dict, generator_options: dict | None = None) -> dict:
