@@ -471,11 +471,20 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
 def force_fields_at(force_field: ForceField, states) -> list[ForceField]:
     """One copy of ``force_field`` per state, each set to it: the potentials of
     :class:`~mindsponge.replica_exchange.ThermodynamicState` for Hamiltonian replica exchange over
-    alchemical states (``ThermodynamicState(temperature, potential=copy)``)."""
+    alchemical states (``ThermodynamicState(temperature, potential=copy)``).
+
+    The terms that no state changes (those without the states' global parameters: bonds, the PME
+    sum, restraints) are copied once and shared by the copies (the same term objects), so the
+    replica exchange's energy matrix evaluates them once per configuration rather than once per
+    state. ``force_field`` itself shares nothing with them.
+    """
     import copy
 
     parameters = _state_parameters(states, force_field.global_parameters)
-    return [copy.deepcopy(force_field).set_global_parameters(values) for values in parameters]
+    varied = set().union(*parameters)
+    shared = {id(term): copy.deepcopy(term) for term in force_field.terms
+              if not set(term.global_parameters) & varied}
+    return [copy.deepcopy(force_field, dict(shared)).set_global_parameters(values) for values in parameters]
 
 
 @dataclass(frozen=True)

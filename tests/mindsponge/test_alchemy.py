@@ -292,3 +292,33 @@ def test_a_simulation_follows_lambdas_set_after_it_was_built(vacuum):
     torch.testing.assert_close(scaled_forces, expected_forces.to(scaled_forces), rtol=1e-9, atol=1e-6)
     state = simulation.run(0)  # the state's forces follow too
     torch.testing.assert_close(state.forces, expected_forces.to(state.forces), rtol=1e-9, atol=1e-6)
+
+
+def test_copies_per_state_share_the_terms_no_state_changes(vacuum):
+    """force_fields_at: one force field per state; the terms without lambdas are one object shared by the
+    copies (not by the original), and each copy's energy and forces equal openmmtools' at its state."""
+    atoms = range(10)
+    force_field = ms.alchemy.alchemical_force_field(vacuum.system, atoms)
+    states = [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0)]
+    copies = ms.alchemy.force_fields_at(force_field, states)
+    assert copies[0]["HarmonicBond"] is copies[1]["HarmonicBond"]
+    assert copies[0]["HarmonicBond"] is not force_field["HarmonicBond"]
+    lambda_terms = [term.name for term in force_field.terms if "lambda_sterics" in term.global_parameters]
+    assert lambda_terms and all(copies[0][name] is not copies[1][name] for name in lambda_terms)
+    reference_system = _reference_system(vacuum, atoms)
+    context = openmm.Context(reference_system, openmm.VerletIntegrator(0.001),
+                             openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(vacuum.positions)
+    reference_state = alchemy.AlchemicalState.from_system(reference_system)
+    positions = torch.tensor(vacuum.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    for state, copy_at_state in zip(states, copies):
+        reference_state.lambda_sterics = state.lambda_sterics
+        reference_state.lambda_electrostatics = state.lambda_electrostatics
+        reference_state.apply_to_context(context)
+        expected = context.getState(getEnergy=True, getForces=True)
+        energy, forces = ms.energy_and_forces(copy_at_state, positions)
+        reference_energy = expected.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        reference_forces = expected.getForces(asNumpy=True).value_in_unit(
+            unit.kilojoule_per_mole / unit.nanometer)
+        assert abs(float(energy) - reference_energy) < TOLERANCE * abs(reference_energy)
+        assert np.abs(forces.numpy() - reference_forces).max() < TOLERANCE * np.abs(reference_forces).max()
