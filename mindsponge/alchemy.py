@@ -473,18 +473,32 @@ def force_fields_at(force_field: ForceField, states) -> list[ForceField]:
     :class:`~mindsponge.replica_exchange.ThermodynamicState` for Hamiltonian replica exchange over
     alchemical states (``ThermodynamicState(temperature, potential=copy)``).
 
-    The terms that no state changes (those without the states' global parameters: bonds, the PME
-    sum, restraints) are copied once and shared by the copies (the same term objects), so the
-    replica exchange's energy matrix evaluates them once per configuration rather than once per
-    state. ``force_field`` itself shares nothing with them.
+    States that give a term the same values of its global parameters share one copy of it (the same
+    object): the terms without lambdas (bonds, restraints) are copied once for all states, the
+    electrostatics terms once per value of ``lambda_electrostatics``, and so on. The replica
+    exchange's energy matrix evaluates each distinct term once per configuration, so that the PME
+    sum of a 14-state schedule with 5 electrostatics values runs 5 times per sample, not 14.
+    ``force_field`` itself shares nothing with the copies; change a copy's parameters through
+    another call of this function, not in place (its shared terms would change in the other states).
     """
     import copy
 
     parameters = _state_parameters(states, force_field.global_parameters)
-    varied = set().union(*parameters)
-    shared = {id(term): copy.deepcopy(term) for term in force_field.terms
-              if not set(term.global_parameters) & varied}
-    return [copy.deepcopy(force_field, dict(shared)).set_global_parameters(values) for values in parameters]
+    term_copies: dict[tuple, object] = {}  # (term index, its parameter values) -> the copy at them
+    copies = []
+    for values in parameters:
+        memo = {}
+        for index, term in enumerate(force_field.terms):
+            own = tuple(sorted((name, float(value)) for name, value in values.items()
+                               if name in term.global_parameters))
+            if (index, own) not in term_copies:
+                term_copy = copy.deepcopy(term)
+                for name, value in own:
+                    term_copy.set_global_parameter(name, value)
+                term_copies[(index, own)] = term_copy
+            memo[id(term)] = term_copies[(index, own)]
+        copies.append(copy.deepcopy(force_field, memo).set_global_parameters(values))
+    return copies
 
 
 @dataclass(frozen=True)

@@ -295,16 +295,20 @@ def test_a_simulation_follows_lambdas_set_after_it_was_built(vacuum):
 
 
 def test_copies_per_state_share_the_terms_no_state_changes(vacuum):
-    """force_fields_at: one force field per state; the terms without lambdas are one object shared by the
-    copies (not by the original), and each copy's energy and forces equal openmmtools' at its state."""
+    """force_fields_at: one force field per state; states giving a term the same lambdas share one copy of
+    it (not the original's), and each copy's energy and forces equal openmmtools' at its state."""
     atoms = range(10)
     force_field = ms.alchemy.alchemical_force_field(vacuum.system, atoms)
-    states = [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0)]
+    states = [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0), AlchemicalState(0.7, 0.0)]
     copies = ms.alchemy.force_fields_at(force_field, states)
-    assert copies[0]["HarmonicBond"] is copies[1]["HarmonicBond"]
+    assert copies[0]["HarmonicBond"] is copies[1]["HarmonicBond"] is copies[2]["HarmonicBond"]
     assert copies[0]["HarmonicBond"] is not force_field["HarmonicBond"]
-    lambda_terms = [term.name for term in force_field.terms if "lambda_sterics" in term.global_parameters]
-    assert lambda_terms and all(copies[0][name] is not copies[1][name] for name in lambda_terms)
+    for lambda_name, same in (("lambda_sterics", ()), ("lambda_electrostatics", ((1, 2),))):
+        names = [term.name for term in force_field.terms if lambda_name in term.global_parameters]
+        assert names
+        for first, second in ((0, 1), (0, 2), (1, 2)):
+            shared = (first, second) in same
+            assert all((copies[first][name] is copies[second][name]) == shared for name in names)
     reference_system = _reference_system(vacuum, atoms)
     context = openmm.Context(reference_system, openmm.VerletIntegrator(0.001),
                              openmm.Platform.getPlatformByName("Reference"))

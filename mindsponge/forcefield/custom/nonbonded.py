@@ -216,6 +216,9 @@ class CustomNonbonded(CompiledPairs, EnergyTerm):
                 membership[number, 1, torch.as_tensor(sorted(second), dtype=torch.long)] = True
             del self.groups
             self.register_buffer("groups", membership)
+        # interaction groups of which none has atoms on both sides (a ligand against an empty rest)
+        self._no_group_pairs = bool(interaction_groups) and not bool(
+            (membership[:, 0].any(-1) & membership[:, 1].any(-1)).any())
         self.neighbors = None
         if self.cutoff is not None:
             candidates = _group_candidates(membership, exclusions) if interaction_groups else None
@@ -233,11 +236,7 @@ class CustomNonbonded(CompiledPairs, EnergyTerm):
     @property
     def is_empty(self) -> bool:
         """Fewer than two atoms, or interaction groups of which none has atoms on both sides."""
-        if self.groups is not None:
-            both_sides = self.groups[:, 0].any(-1) & self.groups[:, 1].any(-1)
-            if not bool(both_sides.any()):
-                return True
-        return self.n_atoms < 2
+        return self.n_atoms < 2 or self._no_group_pairs
 
     def extra_repr(self) -> str:
         return (
