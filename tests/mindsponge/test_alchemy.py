@@ -326,3 +326,25 @@ def test_copies_per_state_share_the_terms_no_state_changes(vacuum):
             unit.kilojoule_per_mole / unit.nanometer)
         assert abs(float(energy) - reference_energy) < TOLERANCE * abs(reference_energy)
         assert np.abs(forces.numpy() - reference_forces).max() < TOLERANCE * np.abs(reference_forces).max()
+
+
+def test_energy_matrix_terms_through_kernels_match_the_force_field(explicit_pme):
+    """The replica exchange's energy matrix evaluates each distinct term of the states' copies through its
+    compiled form (PME with charge offsets, soft-core custom terms): each copy's sum equals its energy."""
+    from types import SimpleNamespace
+
+    from mindsponge.replica_rounds import _WORKER_TERM_PROGRAMS, _term_energy
+
+    force_field = ms.alchemy.alchemical_force_field(explicit_pme.system, range(22))
+    copies = ms.alchemy.force_fields_at(force_field, [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0)])
+    positions = torch.tensor(explicit_pme.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    vectors = explicit_pme.system.getDefaultPeriodicBoxVectors()
+    box = torch.tensor([vector.value_in_unit(unit.nanometer) for vector in vectors], dtype=torch.float64)
+    spec = SimpleNamespace(key="test_energy_matrix", barostat=None)
+    for copy_at_state in copies:
+        terms = [term for term in copy_at_state.terms if not term.is_empty]
+        total = sum(_term_energy(spec, term, positions, box) for term in terms)
+        expected = float(copy_at_state(positions, box))
+        assert abs(total - expected) < 1e-9 * abs(expected)
+    compiled = [key for key, program in _WORKER_TERM_PROGRAMS.items() if key[0] == spec.key and program]
+    assert len(compiled) >= 4  # bonded terms, PME at two lambdas, the soft-core terms
