@@ -21,8 +21,11 @@ non-manifold edges); a body the materials table does not cover. For a grid
 * a PEC body no thicker than a cell along one axis (a plate) or two (a pin) becomes a zero-thickness
   sheet or a one-cell wire (:func:`mindelec.fdtd.pec_sheet`; its rims conformal with
   ``Simulation(subpixel=True)``) on the nearest node plane (line) through it, a wire's ends moved to the
-  nearest nodes so that it meets the sheets it joins, provided it is an axis-aligned box (sheets are
-  rectangles); another thin PEC shape, or a wire shorter than half a cell, is refused;
+  nearest nodes, provided it is an axis-aligned box (sheets are rectangles); another thin PEC shape, or
+  a wire shorter than half a cell, is refused. Parts that touch in the CAD still touch on the grid: an
+  end that meets another thin part is carried on to that part's node plane when the collapse moved the
+  plane beyond it (a 1 mm stub ending at a 1 mm arm's rim, on 1 mm cells, would otherwise stop a cell
+  short of the arm: an open circuit); a thin part meeting a PEC *solid* is not adjusted;
 * a PEC solid whose walls are no thicker than a cell over more than 1 % of its surface (measured along
   each face's inward normal, :attr:`Body.wall_thickness`) is refused: a conductor takes the E edges of
   cells more than half covered, so such a wall vanishes or appears depending on where the grid falls
@@ -68,6 +71,7 @@ _FIRST_CURVATURE_DIVISIONS = 12  # elements per 2 pi of curvature in the first t
 _MAX_REFINEMENTS = 7  # doubling that up to 12 * 2**7 = 1536 elements per turn
 _BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
 _CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
+_JOIN_TOLERANCE = 1e-3  # metal parts closer than this fraction of a cell touch
 _THIN_AREA = 0.01  # a PEC solid is refused when walls no thicker than a cell cover this much of its surface
 _model_counter = itertools.count()
 
@@ -263,7 +267,7 @@ class Assembly:
         if grid.ndim != 3:
             raise ConfigurationError(f"{self.path}: a CAD assembly needs a 3D grid; this one is {grid.ndim}D")
         spacing = np.asarray(grid.spacing[:3], dtype=np.float64)
-        dielectrics, solids, sheets = [], [], []
+        dielectrics, solids, thin_metal = [], [], []
         for body in self.bodies:
             if body.medium is None:
                 raise ConfigurationError(
@@ -283,7 +287,7 @@ class Assembly:
                 )
             require_in_grid(body.geometry, grid, self._where(body))
             if isinstance(body.medium, fdtd.PEC) and thin:
-                sheets.append(self._sheet(body, thin, grid))
+                thin_metal.append((body, thin))
             elif isinstance(body.medium, fdtd.PEC):
                 self._check_walls(body, spacing)
                 solids.append(fdtd.Structure(body.geometry, body.medium, name=body.name))
@@ -291,6 +295,10 @@ class Assembly:
                 dielectrics.append((-body.volume, len(dielectrics), body))
         ordered = [
             fdtd.Structure(body.geometry, body.medium, name=body.name) for *_, body in sorted(dielectrics)]
+        sheets = [
+            self._sheet(body, thin, grid, _joined_bounds(body, thin, thin_metal, grid))
+            for body, thin in thin_metal
+        ]
         return ordered + solids + sheets
 
     def _check_walls(self, body, spacing):
@@ -308,8 +316,9 @@ class Assembly:
                 "thickness, or build it from axis-aligned plates (each becomes a sheet)"
             )
 
-    def _sheet(self, body, thin, grid):
-        """A thin PEC box as a :func:`mindelec.fdtd.pec_sheet` on the nearest node plane(s)."""
+    def _sheet(self, body, thin, grid, bounds):
+        """A thin PEC box as a :func:`mindelec.fdtd.pec_sheet` on the nearest node plane(s); ``bounds``
+        (2, 3) are its own, with the ends that touch other collapsed metal moved onto that metal's nodes."""
         from mindelec import fdtd
 
         lo, hi = body.bounds
@@ -322,17 +331,13 @@ class Assembly:
                 "becomes a zero-thickness sheet, and sheets are rectangles; split it into rectangles in the "
                 "CAD model, make it at least a cell thick, or refine the cells"
             )
+        lo, hi = bounds
         center, size = (lo + hi) / 2, hi - lo
-
-        def node(axis, position):  # the nearest integer-node coordinate along axis
-            spacing = grid.spacing[axis]
-            return -grid.size[axis] / 2 + round((position + grid.size[axis] / 2) / spacing) * spacing
-
         for axis in thin:
-            center[axis], size[axis] = node(axis, center[axis]), 0.0
+            center[axis], size[axis] = _node(grid, axis, center[axis]), 0.0
         if len(thin) == 2:  # a wire: its ends on nodes too, so that it meets the sheets it joins
             (axis,) = set(range(3)) - set(thin)
-            start, stop = node(axis, lo[axis]), node(axis, hi[axis])
+            start, stop = _node(grid, axis, lo[axis]), _node(grid, axis, hi[axis])
             if stop <= start:
                 raise ConfigurationError(
                     f"{self._where(body)} is a PEC wire {1e3 * size[axis]:.4g} mm long along {'xyz'[axis]}, "
@@ -343,6 +348,37 @@ class Assembly:
 
     def __repr__(self) -> str:
         return f"Assembly({str(self.path)!r}, bodies={list(self.names)}, tolerance={self.tolerance:g} m)"
+
+
+def _node(grid, axis, position) -> float:
+    """The integer-node coordinate of ``grid`` nearest ``position`` (m) along ``axis``."""
+    spacing = grid.spacing[axis]
+    return -grid.size[axis] / 2 + round((position + grid.size[axis] / 2) / spacing) * spacing
+
+
+def _joined_bounds(body, thin, thin_metal, grid) -> np.ndarray:
+    """``body``'s bounds (2, 3; m) with each end along a non-thin axis extended to the node plane of any
+    thin PEC part that touches that end and collapses along that axis onto a plane beyond it, so that the
+    two still meet once both lie on nodes: a 1 mm stub butting onto a 1 mm arm's rim would otherwise stop
+    a cell short of the arm's node line on a 1 mm grid, and a pin at a ground plate's rim could land just
+    off the plate. ``thin_metal`` lists ``(body, thin axes)`` of every thin PEC part."""
+    lo, hi = body.bounds
+    bounds = np.array([lo, hi])
+    for axis in set(range(3)) - set(thin):
+        tolerance = _JOIN_TOLERANCE * grid.spacing[axis]
+        across = [a for a in range(3) if a != axis]
+        for other, other_thin in thin_metal:
+            other_lo, other_hi = other.bounds
+            if other is body or axis not in other_thin or not all(
+                other_lo[a] - tolerance <= hi[a] and lo[a] <= other_hi[a] + tolerance for a in across
+            ):
+                continue
+            plane = _node(grid, axis, (other_lo[axis] + other_hi[axis]) / 2)
+            for end, sign in ((0, -1), (1, 1)):
+                touches = other_lo[axis] - tolerance <= bounds[end][axis] <= other_hi[axis] + tolerance
+                if touches and sign * (plane - bounds[end][axis]) > 0:
+                    bounds[end][axis] = plane
+    return bounds
 
 
 def _mm(values) -> str:

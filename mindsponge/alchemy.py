@@ -471,11 +471,34 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
 def force_fields_at(force_field: ForceField, states) -> list[ForceField]:
     """One copy of ``force_field`` per state, each set to it: the potentials of
     :class:`~mindsponge.replica_exchange.ThermodynamicState` for Hamiltonian replica exchange over
-    alchemical states (``ThermodynamicState(temperature, potential=copy)``)."""
+    alchemical states (``ThermodynamicState(temperature, potential=copy)``).
+
+    States that give a term the same values of its global parameters share one copy of it (the same
+    object): the terms without lambdas (bonds, restraints) are copied once for all states, the
+    electrostatics terms once per value of ``lambda_electrostatics``, and so on. The replica
+    exchange's energy matrix evaluates each distinct term once per configuration, so that the PME
+    sum of a 14-state schedule with 5 electrostatics values runs 5 times per sample, not 14.
+    ``force_field`` itself shares nothing with the copies; change a copy's parameters through
+    another call of this function, not in place (its shared terms would change in the other states).
+    """
     import copy
 
     parameters = _state_parameters(states, force_field.global_parameters)
-    return [copy.deepcopy(force_field).set_global_parameters(values) for values in parameters]
+    term_copies: dict[tuple, object] = {}  # (term index, its parameter values) -> the copy at them
+    copies = []
+    for values in parameters:
+        memo = {}
+        for index, term in enumerate(force_field.terms):
+            own = tuple(sorted((name, float(value)) for name, value in values.items()
+                               if name in term.global_parameters))
+            if (index, own) not in term_copies:
+                term_copy = copy.deepcopy(term)
+                for name, value in own:
+                    term_copy.set_global_parameter(name, value)
+                term_copies[(index, own)] = term_copy
+            memo[id(term)] = term_copies[(index, own)]
+        copies.append(copy.deepcopy(force_field, memo).set_global_parameters(values))
+    return copies
 
 
 @dataclass(frozen=True)

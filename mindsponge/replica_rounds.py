@@ -39,6 +39,7 @@ class RoundSpec:
 
 
 _WORKER_SIMULATIONS: dict = {}  # (spec key, state) -> Simulation, in each process that runs rounds
+_WORKER_TERM_PROGRAMS: dict = {}  # (spec key, id(term), its global parameters) -> compiled program or None
 
 
 def _integrator_at(template, temperature):
@@ -115,9 +116,11 @@ def _state_energies(spec: RoundSpec, simulation, state) -> list[float]:
     """The potential energy (kJ/mol) of ``state`` in every state of ``spec``.
 
     When every state's potential is a :class:`~mindsponge.forcefield.ForceField` with the same virtual sites
-    (umbrella windows: the base terms and a restraint each), every distinct term is evaluated once (no
-    gradient, in the compute dtype) and each state's energy is the sum of its terms; otherwise each state's
-    potential is evaluated whole.
+    (umbrella windows: the base terms and a restraint each; alchemical states from
+    :func:`mindsponge.alchemy.force_fields_at`, which share the terms they set alike), every distinct term is
+    evaluated once (no gradient, in the compute dtype, through its compiled form where it has one: see
+    :func:`_term_energy`) and each state's energy is the sum of its terms; otherwise each state's potential
+    is evaluated whole.
     """
     from mindsponge.forcefield.base import ForceField
 
@@ -129,8 +132,8 @@ def _state_energies(spec: RoundSpec, simulation, state) -> list[float]:
             for index in range(len(potentials))
         ]
     compute = simulation.precision.compute
-    positions = state.positions.to(compute)
-    box = None if state.box is None else state.box.to(compute)
+    positions = state.positions.to(compute).contiguous()
+    box = None if state.box is None else state.box.to(compute).contiguous()
     virtual_sites = potentials[0].virtual_sites
     energies_of_terms: dict[int, float] = {}
     with torch.no_grad():
@@ -142,11 +145,32 @@ def _state_energies(spec: RoundSpec, simulation, state) -> list[float]:
             for term in potential.terms:
                 if id(term) not in energies_of_terms:
                     energies_of_terms[id(term)] = (
-                        0.0 if getattr(term, "is_empty", False) else float(term(positions, box))
+                        0.0 if getattr(term, "is_empty", False) else _term_energy(spec, term, positions, box)
                     )
                 total += energies_of_terms[id(term)]
             result.append(total)
     return result
+
+
+def _term_energy(spec: RoundSpec, term, positions, box) -> float:
+    """The energy of one term (kJ/mol) at positions in the compute dtype: through its compiled form (one call
+    of the kernels, built once per process) when it has one and the volume is constant, else the term."""
+    from mindsponge import _kernels, step_loop
+    from mindsponge.forcefield.base import ForceField
+
+    key = (spec.key, id(term), tuple(sorted(term.global_parameters.items())))
+    if key not in _WORKER_TERM_PROGRAMS:
+        program = None
+        kernels = _kernels.usable(positions) if spec.barostat is None else None
+        if kernels is not None:
+            program, compiled_names, _ = step_loop.force_program(ForceField([term]), kernels, positions.dtype,
+                                                                 box)
+            program = program if compiled_names else None
+        _WORKER_TERM_PROGRAMS[key] = program
+    program = _WORKER_TERM_PROGRAMS[key]
+    if program is None:
+        return float(term(positions, box))
+    return float(program.evaluate(positions, box)[0])
 
 
 def run_round(job: dict) -> dict:

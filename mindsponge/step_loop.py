@@ -9,9 +9,10 @@ operation, for as many steps as the simulation asks (up to its next report, chec
 move; :meth:`Simulation.run <mindsponge.simulation.Simulation.run>` decides).
 
 The force field becomes a *force program*: the terms that have a compiled form
-(``term.compiled_terms(kernels)``: bonds, angles, torsions, impropers, non-bonded forces without a
-cutoff) run in C++; every other term (learned potentials, custom expressions, biases, non-bonded
-forces with a neighbour list) is one Python call per step, made from C++ with the positions in the
+(``term.compiled_terms(kernels)``: bonds, angles, torsions, impropers, non-bonded forces, custom bonds
+and custom non-bonded forces whose expressions lower to the expression kernel) run in C++; every other
+term (learned potentials, other custom expressions, biases without a compiled form) is one Python call
+per step, made from C++ with the positions in the
 compute dtype, and returns its energy and forces (:func:`~mindsponge.forcefield.base.energy_and_forces`).
 Virtual sites are placed, and their forces carried to their parents, in C++.
 

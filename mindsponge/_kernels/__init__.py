@@ -25,9 +25,9 @@ from common import extensions
 __all__ = ["NAME", "bonded", "constraints", "dynamics", "load", "nonbonded", "usable"]
 
 _SOURCES = [Path(__file__).with_name(name) for name in
-            ("module.cpp", "dynamics.cpp", "nonbonded_term.cpp", "nonbonded.cpp", "cell_search.cpp",
-             "cluster_search.cpp",
-             "cluster_forces.cpp", "pme.cpp", "bonded.cpp", "constraints.cpp")]
+            ("module.cpp", "dynamics.cpp", "nonbonded_term.cpp", "expression_term.cpp", "nonbonded.cpp",
+             "cell_search.cpp", "cluster_search.cpp", "cluster_forces.cpp", "pme.cpp", "bonded.cpp",
+             "constraints.cpp")]
 # no errno and no floating-point traps: lets the pair loop (sqrt, selects) vectorise; results are unchanged.
 _CFLAGS = ("-fno-math-errno", "-fno-trapping-math")
 NAME = "mindsponge_kernels"

@@ -2,6 +2,7 @@
 //
 //   bonded.cpp        bonds, angles, torsions, impropers (BondedTerm, *_forces)
 //   nonbonded.cpp     Lennard-Jones + Coulomb over explicit pairs (PairTerm, pair_forces)
+//   expression_term.cpp  pair energies of a lowered expression of r (ExpressionPairTerm: custom bonds, pairs)
 //   cluster_forces.cpp, cluster_search.cpp, cell_search.cpp, pme.cpp: the neighbour-list and PME kernels
 //   constraints.cpp   SETTLE, SHAKE, RATTLE
 //   dynamics.cpp      the step loop: integrators, thermostats, constraints and forces without Python
@@ -103,6 +104,40 @@ class NeighborNonbondedTerm : public ForceTerm {
   at::Tensor reference_, reference_box_, atom_parameters_, pme_charges_, influence_, influence_box_;
   std::vector<at::Tensor> clusters_;
   double force_transform_[9] = {0};
+  int64_t builds_ = 0;
+};
+
+// Pair energies given by a lowered expression of r (expression_term.cpp, mindsponge.forcefield.expressions.program):
+// over fixed pairs (cutoff <= 0), or over candidate pairs with a cutoff and a Verlet list of its own.
+struct ExpressionPairSpec {
+  at::Tensor code, values;             // (I, 5) long: opcode, destination, operands; (I,) double constants
+  int64_t registers = 0, result = 0;   // registers used; the one holding the energy
+  at::Tensor first, second;            // (P,) long: the pairs, or the candidates with a cutoff
+  at::Tensor pair_table, particle_table;  // (P, Kp) per-pair and (N, Ka) per-atom input columns
+  at::Tensor weights;                  // (P,) multiplicity of each pair, or undefined (1)
+  double cutoff = 0.0, skin = 0.1, switch_distance = -1.0;  // nm (cutoff <= 0: none; switch < 0: none)
+  bool periodic = false;               // minimum-image differences in the box
+  double long_range = 0.0;             // kJ/mol nm^3: E += long_range / V (periodic)
+};
+
+class ExpressionPairTerm : public ForceTerm {
+ public:
+  explicit ExpressionPairTerm(ExpressionPairSpec spec);
+  double add_forces(const at::Tensor& positions, const at::Tensor& box, at::Tensor& forces) override;
+  int64_t builds() const { return builds_; }
+
+ private:
+  void image(const double* box, double* d) const;
+  template <typename T>
+  void build(const T* x, const double* box, int64_t n_atoms);
+  template <typename T>
+  bool moved(const T* x, int64_t n_atoms) const;
+  void run(const int64_t* pairs, int64_t count, const double* distance, double* energy, double* derivative);
+
+  ExpressionPairSpec spec_;
+  std::vector<bool> dynamic_;    // per instruction: whether its value depends on r
+  std::vector<int64_t> listed_;  // the pairs within cutoff + skin at the last build (all without a cutoff)
+  std::vector<double> reference_, value_, gradient_;
   int64_t builds_ = 0;
 };
 

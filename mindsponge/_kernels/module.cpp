@@ -77,6 +77,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def("set_reference", &NeighborNonbondedTerm::set_reference, py::arg("positions"), py::arg("box"))
       .def("builds", &NeighborNonbondedTerm::builds)
       .def("cutoff", &NeighborNonbondedTerm::cutoff);
+  py::class_<ExpressionPairSpec>(module, "ExpressionPairSpec")
+      .def(py::init<>())
+      .def_readwrite("code", &ExpressionPairSpec::code)
+      .def_readwrite("values", &ExpressionPairSpec::values)
+      .def_readwrite("registers", &ExpressionPairSpec::registers)
+      .def_readwrite("result", &ExpressionPairSpec::result)
+      .def_readwrite("first", &ExpressionPairSpec::first)
+      .def_readwrite("second", &ExpressionPairSpec::second)
+      .def_readwrite("pair_table", &ExpressionPairSpec::pair_table)
+      .def_readwrite("particle_table", &ExpressionPairSpec::particle_table)
+      .def_readwrite("weights", &ExpressionPairSpec::weights)
+      .def_readwrite("cutoff", &ExpressionPairSpec::cutoff)
+      .def_readwrite("skin", &ExpressionPairSpec::skin)
+      .def_readwrite("switch_distance", &ExpressionPairSpec::switch_distance)
+      .def_readwrite("periodic", &ExpressionPairSpec::periodic)
+      .def_readwrite("long_range", &ExpressionPairSpec::long_range);
+  py::class_<ExpressionPairTerm, ForceTerm, std::shared_ptr<ExpressionPairTerm>>(module, "ExpressionPairTerm")
+      .def(py::init<ExpressionPairSpec>(), py::arg("spec"))
+      .def("builds", &ExpressionPairTerm::builds);
   py::class_<CallbackTerm, ForceTerm, std::shared_ptr<CallbackTerm>>(module, "CallbackTerm")
       .def(py::init<ForceCallback>(), py::arg("callback"));
 

@@ -181,6 +181,37 @@ def test_part_smaller_than_a_cell_is_refused(plates):
     assert screw.name == "screw"
 
 
+def _inverted_f(occ):
+    """An inverted F over a ground plate (mm): a 1 mm arm at 13 mm, a stub and a pin down to the plate."""
+    return {
+        "ground": occ.addBox(-10, -8, -0.0175, 20, 16, 0.035),
+        "short_pin": occ.addBox(-4.15, 7.7, 0.0175, 0.3, 0.3, 2.9825),  # from the copper to the arm
+        "short_stub": occ.addBox(-4.5, 7.7, 3.0, 1.0, 4.8, 0.1),  # from over the pin to the arm's rim
+        "arm": occ.addBox(-4.5, 12.5, 3.0, 10.0, 1.0, 0.1),
+    }
+
+
+@pytest.mark.parametrize("cell", [1.5e-3, 1e-3, 0.75e-3, 0.6e-3])
+def test_thin_metal_that_touches_in_the_cad_still_touches_on_the_grid(tmp_path, cell):
+    """Collapsing thin metal onto node planes moves each part by up to half a cell; the ends of parts
+    that touch in the CAD follow (on 1 mm cells the stub's end, 12.5 mm, would round to 12 and the arm's
+    line to 13: an open circuit)."""
+    path = _write(tmp_path / "ifa.step", _inverted_f)
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"*": "pec"})
+    sheets = {s.name: s.medium for s in assembly.structures(fdtd.Grid((30e-3, 36e-3, 18e-3), cell))}
+    assert all(isinstance(sheet, PECSheet) for sheet in sheets.values())
+    boxes = {}  # the rasterised box of each (zero-thick along its thin axes)
+    for name, sheet in sheets.items():
+        center, size = np.asarray(sheet.center), np.asarray(sheet.size)
+        boxes[name] = np.array([center - size / 2, center + size / 2])
+    for first, second in (("ground", "short_pin"), ("short_pin", "short_stub"), ("short_stub", "arm")):
+        (lo1, hi1), (lo2, hi2) = boxes[first], boxes[second]
+        assert np.all(lo1 <= hi2 + 1e-9) and np.all(lo2 <= hi1 + 1e-9), (first, second, boxes)
+    for name, box in boxes.items():  # and nothing moved by more than a cell
+        assert np.abs(box - assembly.body(name).bounds).max() <= cell + 1e-9, name
+    assert boxes["ground"][1, 1] == pytest.approx(8e-3)  # the pin on its face does not trim its rim
+
+
 def _frame_ring(occ):
     """A 1 mm metal ring (a phone frame) around a 20 x 16 mm opening, 4 mm tall; a 3 mm solid block."""
     outer, opening = occ.addBox(-11, -9, 0, 22, 18, 4), occ.addBox(-10, -8, -1, 20, 16, 6)

@@ -292,3 +292,59 @@ def test_a_simulation_follows_lambdas_set_after_it_was_built(vacuum):
     torch.testing.assert_close(scaled_forces, expected_forces.to(scaled_forces), rtol=1e-9, atol=1e-6)
     state = simulation.run(0)  # the state's forces follow too
     torch.testing.assert_close(state.forces, expected_forces.to(state.forces), rtol=1e-9, atol=1e-6)
+
+
+def test_copies_per_state_share_the_terms_no_state_changes(vacuum):
+    """force_fields_at: one force field per state; states giving a term the same lambdas share one copy of
+    it (not the original's), and each copy's energy and forces equal openmmtools' at its state."""
+    atoms = range(10)
+    force_field = ms.alchemy.alchemical_force_field(vacuum.system, atoms)
+    states = [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0), AlchemicalState(0.7, 0.0)]
+    copies = ms.alchemy.force_fields_at(force_field, states)
+    assert copies[0]["HarmonicBond"] is copies[1]["HarmonicBond"] is copies[2]["HarmonicBond"]
+    assert copies[0]["HarmonicBond"] is not force_field["HarmonicBond"]
+    for lambda_name, same in (("lambda_sterics", ()), ("lambda_electrostatics", ((1, 2),))):
+        names = [term.name for term in force_field.terms if lambda_name in term.global_parameters]
+        assert names
+        for first, second in ((0, 1), (0, 2), (1, 2)):
+            shared = (first, second) in same
+            assert all((copies[first][name] is copies[second][name]) == shared for name in names)
+    reference_system = _reference_system(vacuum, atoms)
+    context = openmm.Context(reference_system, openmm.VerletIntegrator(0.001),
+                             openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(vacuum.positions)
+    reference_state = alchemy.AlchemicalState.from_system(reference_system)
+    positions = torch.tensor(vacuum.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    for state, copy_at_state in zip(states, copies):
+        reference_state.lambda_sterics = state.lambda_sterics
+        reference_state.lambda_electrostatics = state.lambda_electrostatics
+        reference_state.apply_to_context(context)
+        expected = context.getState(getEnergy=True, getForces=True)
+        energy, forces = ms.energy_and_forces(copy_at_state, positions)
+        reference_energy = expected.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        reference_forces = expected.getForces(asNumpy=True).value_in_unit(
+            unit.kilojoule_per_mole / unit.nanometer)
+        assert abs(float(energy) - reference_energy) < TOLERANCE * abs(reference_energy)
+        assert np.abs(forces.numpy() - reference_forces).max() < TOLERANCE * np.abs(reference_forces).max()
+
+
+def test_energy_matrix_terms_through_kernels_match_the_force_field(explicit_pme):
+    """The replica exchange's energy matrix evaluates each distinct term of the states' copies through its
+    compiled form (PME with charge offsets, soft-core custom terms): each copy's sum equals its energy."""
+    from types import SimpleNamespace
+
+    from mindsponge.replica_rounds import _WORKER_TERM_PROGRAMS, _term_energy
+
+    force_field = ms.alchemy.alchemical_force_field(explicit_pme.system, range(22))
+    copies = ms.alchemy.force_fields_at(force_field, [AlchemicalState(1.0, 0.5), AlchemicalState(0.4, 0.0)])
+    positions = torch.tensor(explicit_pme.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    vectors = explicit_pme.system.getDefaultPeriodicBoxVectors()
+    box = torch.tensor([vector.value_in_unit(unit.nanometer) for vector in vectors], dtype=torch.float64)
+    spec = SimpleNamespace(key="test_energy_matrix", barostat=None)
+    for copy_at_state in copies:
+        terms = [term for term in copy_at_state.terms if not term.is_empty]
+        total = sum(_term_energy(spec, term, positions, box) for term in terms)
+        expected = float(copy_at_state(positions, box))
+        assert abs(total - expected) < 1e-9 * abs(expected)
+    compiled = [key for key, program in _WORKER_TERM_PROGRAMS.items() if key[0] == spec.key and program]
+    assert len(compiled) >= 4  # bonded terms, PME at two lambdas, the soft-core terms

@@ -11,8 +11,10 @@ from torch import Tensor
 from common.errors import ConfigurationError
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _angle, _BondedTerm, _dihedral, _norm
+from mindsponge.forcefield.custom.compiled import CompiledPairs, expression_pair_term
 from mindsponge.forcefield.custom.energy import ExpressionEnergy, total_energy
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction
+from mindsponge.forcefield.expressions.program import PAIR
 
 
 class _CustomBonded(_BondedTerm):
@@ -64,8 +66,12 @@ class _CustomBonded(_BondedTerm):
         return total_energy(energies, len(self), positions)
 
 
-class CustomBond(_CustomBonded):
+class CustomBond(CompiledPairs, _CustomBonded):
     """Bonds with an energy expression of ``r`` (nm) (OpenMM ``CustomBondForce``).
+
+    On CPU the expression runs on the compiled expression kernel, energy and ``dE/dr`` in one
+    pass (:mod:`~mindsponge.forcefield.custom.compiled`; also the step loop's form of the term),
+    unless it has no compiled form or ``compiled_expression = False``.
 
     Args:
         atoms: ``(M, 2)`` integer tensor.
@@ -83,6 +89,25 @@ class CustomBond(_CustomBonded):
 
     def _geometry(self, positions, box):
         return {"r": _norm(self._displacement(positions, box, 0, 1))}
+
+    def _expression_kernel_term(self, kernels):
+        inputs = {name: (PAIR, column) for column, name in enumerate(self.expression.parameter_names)}
+        return expression_pair_term(kernels, self.expression, inputs, self.atoms[:, 0], self.atoms[:, 1],
+                                    pair_table=self.expression.table, periodic=self.periodic)
+
+    def _kernel_key(self) -> tuple:
+        return (self.expression.table._version, tuple(self.expression.global_values.tolist()))
+
+    def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
+        self._check_atoms(positions)
+        if self.periodic and box is None:
+            raise ConfigurationError(
+                f"CustomBond {self.name!r} uses periodic boundary conditions but box is None")
+        energy = self._expression_kernel_energy(positions, box if self.periodic else None)
+        return self._torch_energy(positions, box) if energy is None else energy
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
+        return super().forward(positions, box)
 
 
 class CustomAngle(_CustomBonded):

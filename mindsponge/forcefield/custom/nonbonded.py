@@ -13,8 +13,10 @@ from mindsponge import _kernels, space
 from mindsponge.forcefield.base import EnergyTerm
 from mindsponge.forcefield.bonded import _norm
 from mindsponge.forcefield.custom import long_range
+from mindsponge.forcefield.custom.compiled import CompiledPairs, expression_pair_term
 from mindsponge.forcefield.custom.energy import ExpressionEnergy, exclusion_pairs, pair_box, total_energy
 from mindsponge.forcefield.expressions import ExpressionError, TabulatedFunction
+from mindsponge.forcefield.expressions.program import FIRST, SECOND
 from mindsponge.forcefield.pair_kernels import (
     AnalyticEnergies,
     CoulombKind,
@@ -99,7 +101,7 @@ class _CustomPairs:
     geometry: PairSet | None = None
 
 
-class CustomNonbonded(EnergyTerm):
+class CustomNonbonded(CompiledPairs, EnergyTerm):
     """Pair interactions with an energy expression of ``r`` (OpenMM ``CustomNonbondedForce``).
 
     The expression sees ``r`` (nm), the per-particle parameters of both atoms as ``name1`` and
@@ -125,8 +127,12 @@ class CustomNonbonded(EnergyTerm):
         skin: Verlet skin of the neighbour list, nm.
         name: term name (default ``"CustomNonbonded"``).
 
-    Forces are analytic: autograd differentiates the expression with respect to ``r`` only, and
-    the chain rule through the pair displacements is done by hand. An energy of the form
+    Forces are analytic. On CPU the expression runs on the compiled expression kernel
+    (:mod:`~mindsponge.forcefield.custom.compiled`: energy and ``dE/dr`` of every pair in one
+    pass, in float64; also the step loop's form of this term) unless it has no compiled form
+    (tabulated functions), the cutoff is over all atoms rather than interaction groups, or
+    ``compiled_expression = False``; otherwise autograd differentiates the expression with respect
+    to ``r`` only and the chain rule through the pair displacements is done by hand. An energy of the form
     ``A/r^12 - B/r^6`` (CHARMM's ``acoef(type1, type2)/r^12 - bcoef(type1, type2)/r^6``, or
     ``4*eps*((sig/r)^12-(sig/r)^6)`` with combination rules in definitions) with ``A, B > 0``
     (or both zero) on every pair runs on the Lennard-Jones kernel of
@@ -210,6 +216,9 @@ class CustomNonbonded(EnergyTerm):
                 membership[number, 1, torch.as_tensor(sorted(second), dtype=torch.long)] = True
             del self.groups
             self.register_buffer("groups", membership)
+        # interaction groups of which none has atoms on both sides (a ligand against an empty rest)
+        self._no_group_pairs = bool(interaction_groups) and not bool(
+            (membership[:, 0].any(-1) & membership[:, 1].any(-1)).any())
         self.neighbors = None
         if self.cutoff is not None:
             candidates = _group_candidates(membership, exclusions) if interaction_groups else None
@@ -226,7 +235,8 @@ class CustomNonbonded(EnergyTerm):
 
     @property
     def is_empty(self) -> bool:
-        return self.n_atoms < 2
+        """Fewer than two atoms, or interaction groups of which none has atoms on both sides."""
+        return self.n_atoms < 2 or self._no_group_pairs
 
     def extra_repr(self) -> str:
         return (
@@ -286,15 +296,7 @@ class CustomNonbonded(EnergyTerm):
         )
         if not parameters_need_grad and self._pair_set_cache is not None and self._pair_set_cache[0] == key:
             return self._pair_set_cache[1]
-        first, second = pairs[:, 0], pairs[:, 1]
-        weight = None
-        if self.groups is not None:
-            in_first, in_second = self.groups[:, 0], self.groups[:, 1]
-            multiplicity = (
-                (in_first[:, first] & in_second[:, second]) | (in_second[:, first] & in_first[:, second])
-            ).sum(0)
-            selected = torch.nonzero(multiplicity > 0).squeeze(1)
-            first, second, weight = first[selected], second[selected], multiplicity[selected].to(dtype)
+        first, second, weight = self._group_pairs(pairs, dtype)
         if parameters_need_grad:
             return _CustomPairs(first, second, weight, False, None)
         lennard_jones = None
@@ -303,6 +305,19 @@ class CustomNonbonded(EnergyTerm):
         pair_set = _CustomPairs(first, second, weight, True, lennard_jones)
         self._pair_set_cache = (key, pair_set)
         return pair_set
+
+    def _group_pairs(self, pairs: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(first, second, weight)`` of the candidate pairs ``(P, 2)`` that interact: with interaction
+        groups, those in at least one group and how many (``weight``, else ``None``)."""
+        first, second = pairs[:, 0], pairs[:, 1]
+        if self.groups is None:
+            return first, second, None
+        in_first, in_second = self.groups[:, 0], self.groups[:, 1]
+        multiplicity = (
+            (in_first[:, first] & in_second[:, second]) | (in_second[:, first] & in_first[:, second])
+        ).sum(0)
+        selected = torch.nonzero(multiplicity > 0).squeeze(1)
+        return first[selected], second[selected], multiplicity[selected].to(dtype)
 
     def _expression_inputs(self, pair_set: _CustomPairs, dtype: torch.dtype) -> tuple[dict, dict | None]:
         """The variables and static cache of the expression on a pair set (made on first use)."""
@@ -486,6 +501,32 @@ class CustomNonbonded(EnergyTerm):
         :class:`~mindsponge.forcefield.nonbonded.Nonbonded` (see the class docstring)."""
         return self._used_lennard_jones_kernel
 
+    # --- the compiled expression kernel (see mindsponge.forcefield.custom.compiled) ---------
+
+    def _expression_kernel_term(self, kernels):
+        """The kernel term over every non-excluded pair (no cutoff) or over the interaction groups'
+        candidate pairs (a cutoff; the kernel keeps its own Verlet list), else ``None`` (a cutoff
+        over all atoms keeps the cell-list search of the torch code)."""
+        if self.cutoff is None:
+            pairs = all_pairs(self.n_atoms, self.exclusions)
+        elif isinstance(self.neighbors, _CandidateNeighborList):
+            pairs = self.neighbors.candidates
+        else:
+            return None
+        first, second, weight = self._group_pairs(pairs.cpu(), torch.float64)
+        values = self._particle_values(torch.float64)
+        inputs = {f"{name}{suffix}": (source, column) for column, name in enumerate(values)
+                  for suffix, source in (("1", FIRST), ("2", SECOND))}
+        table = torch.stack(list(values.values()), dim=1) if values else torch.zeros((self.n_atoms, 0))
+        return expression_pair_term(
+            kernels, self.expression, inputs, first, second, particle_table=table, weights=weight,
+            cutoff=self.cutoff, skin=0.1 if self.neighbors is None else self.neighbors.skin,
+            switch_distance=self.switch_distance, periodic=self.periodic,
+            long_range=float(self.long_range_coefficient()) if self.long_range_correction else 0.0)
+
+    def _kernel_key(self) -> tuple:
+        return (self.particle_parameters._version, tuple(self.expression.global_values.tolist()))
+
     def forward(self, positions: Tensor, box: Tensor | None = None) -> Tensor:
         if positions.ndim != 2 or positions.shape != (self.n_atoms, 3):
             raise ConfigurationError(
@@ -493,6 +534,16 @@ class CustomNonbonded(EnergyTerm):
                 f"got {tuple(positions.shape)}"
             )
         box = pair_box(self, box)
+        if not (self.lennard_jones_kernel and self._lennard_jones_classes() is not None):
+            energy = self._expression_kernel_energy(positions, box)
+            if energy is not None:
+                self._used_lennard_jones_kernel = False
+                return energy
+        return self._torch_energy(positions, box)
+
+    def _torch_energy(self, positions: Tensor, box: Tensor | None) -> Tensor:
+        """The energy by the torch code: the Lennard-Jones kernel, the expression with ``dE/dr``
+        by autograd, or autograd throughout (see the class docstring)."""
         pair_set = self._pair_set(positions, box)
         analytic = pair_set.cached and not (box is not None and box.requires_grad)
         self._used_lennard_jones_kernel = (
