@@ -21,11 +21,14 @@ Usage::
 4. Speed: one design's FDTD (CPU seconds of its sample: STEP, set-up and run; the mean over the dataset's
    runs plus the set-up measured on the checked design) against the ensemble's prediction per design in a
    batch of 1024 (one thread).
-5. Inverse design: the design with its ``|S11|`` dip at ``--target`` (4096 Sobol candidates through the
-   ensemble, drawn parameters on whole cells), simulated once by FDTD.
-6. The whole study (dataset + training + the inverse design's 4096 queries + the FDTD check) against FDTD
-   alone for the same queries, and the break-even number of queries ``(dataset + training) / (t_FDTD -
-   t_surrogate)``. The ratio printed last is the whole study's: FDTD alone / surrogate study.
+5. Inverse design, each searched over 4096 Sobol candidates through the ensemble (drawn parameters on
+   whole cells) and simulated once by FDTD: the design with its ``|S11|`` dip at ``--target``, and a
+   dual-band tune, the design whose larger predicted ``|S11|`` at the two ``--dual-band`` frequencies is
+   lowest (``mindelec.surrogate.phone.dual_band_design``), with the FDTD's ``|S11|`` at both.
+6. The whole study (dataset + training + the two inverse designs' 2 x 4096 queries + their two FDTD
+   checks) against FDTD alone for the same queries, and the break-even number of queries ``(dataset +
+   training) / (t_FDTD - t_surrogate)``. The ratio printed last is the whole study's: FDTD alone /
+   surrogate study.
 
 Results go to ``<run>/results.json``.
 """
@@ -96,6 +99,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3000)
     parser.add_argument("--target", type=float, default=2.4e9, help="inverse design's dip frequency (Hz)")
+    parser.add_argument("--dual-band", type=float, nargs=2, default=(1.8e9, 2.6e9), metavar=("F1", "F2"),
+                        help="the dual-band tune's two frequencies (Hz)")
     return parser.parse_args()
 
 
@@ -131,22 +136,40 @@ def main():
           f"{100 * scores['mean_total_efficiency_error_at_resonance']:.2f}); designs with two dips below "
           f"-6 dB: {100 * dual_band_share(table):.0f} %", flush=True)
 
-    started = time.perf_counter()
-    proposal = phone_inverse_design(ensemble, arguments.target, recipe, candidates=CANDIDATES)
-    inverse_seconds = time.perf_counter() - started
-    check = check_phone_design(ensemble, proposal["parameters"], recipe.generator.options)
+    inverse = {}
+    for task, target in (("single_band", arguments.target), ("dual_band", tuple(arguments.dual_band))):
+        started = time.perf_counter()
+        proposal = phone_inverse_design(ensemble, target, recipe, candidates=CANDIDATES)
+        seconds = time.perf_counter() - started
+        checked = check_phone_design(ensemble, proposal["parameters"], recipe.generator.options)
+        inverse[task] = (seconds, checked)
+    _, check = inverse["single_band"]
     fdtd_resonance = float(check["simulated"]["resonance"])
     print(f"inverse design for {arguments.target / 1e9:g} GHz: {check['design']}; FDTD dip at "
           f"{fdtd_resonance / 1e9:.4f} GHz ({100 * (fdtd_resonance / arguments.target - 1):+.2f} % from the "
           f"target; predicted {check['predicted_resonance'] / 1e9:.4f} GHz), S11 relative L2 against the "
           f"prediction {check['relative_l2']:.3f}", flush=True)
+    _, dual = inverse["dual_band"]
+    simulated = dual["simulated"]
+    frequencies = simulated["frequencies"]
+    dual_fdtd = np.interp(arguments.dual_band, frequencies, simulated["s11_db"])
+    dual_predicted = np.interp(arguments.dual_band, frequencies, db(dual["predicted_s11"]).numpy())
+    dual_dips = phone.resonances(frequencies, simulated["s11_real"] + 1j * simulated["s11_imag"])
+    print(f"dual-band tune for {arguments.dual_band[0] / 1e9:g} and {arguments.dual_band[1] / 1e9:g} GHz: "
+          f"{dual['design']}; |S11| FDTD {dual_fdtd[0]:.1f} / {dual_fdtd[1]:.1f} dB, predicted "
+          f"{dual_predicted[0]:.1f} / {dual_predicted[1]:.1f} dB; FDTD dips below -6 dB at "
+          + (", ".join(f"{f / 1e9:.3f} GHz" for f, _ in dual_dips) or "none")
+          + f"; S11 relative L2 against the prediction {dual['relative_l2']:.3f}", flush=True)
+    inverse_seconds = sum(seconds for seconds, _ in inverse.values())
+    check_seconds = sum(result["fdtd_seconds"] for _, result in inverse.values())
 
     setup = setup_seconds(recipe, check["design"])
     fdtd = float(np.mean(table["fdtd_seconds"])) + setup
     surrogate = surrogate_seconds(ensemble, table)
     dataset_cost = designs * fdtd
-    study = dataset_cost + training + inverse_seconds + check["fdtd_seconds"]
-    fdtd_only = CANDIDATES * fdtd
+    queries = len(inverse) * CANDIDATES
+    study = dataset_cost + training + inverse_seconds + check_seconds
+    fdtd_only = queries * fdtd
     break_even = (dataset_cost + training) / (fdtd - surrogate)
     results = {
         "recipe": recipe.name, "designs": designs, "split": {k: len(v) for k, v in ensemble.split.items()},
@@ -160,10 +183,17 @@ def main():
             "predicted_total_efficiency_at_target": float(np.interp(
                 arguments.target, check["simulated"]["frequencies"], check["predicted_efficiency"].numpy())),
         },
+        "dual_band": {
+            "targets": list(arguments.dual_band), "design": dual["design"], "fdtd_s11_db": dual_fdtd.tolist(),
+            "predicted_s11_db": dual_predicted.tolist(), "relative_l2": dual["relative_l2"],
+            "fdtd_dips": [[f, d] for f, d in dual_dips],
+            "fdtd_total_efficiency": np.interp(
+                arguments.dual_band, frequencies, simulated["total_efficiency"]).tolist(),
+        },
         "cost_core_seconds": {
             "fdtd_per_design": fdtd, "setup_per_design": setup, "surrogate_per_design": surrogate,
             "dataset": dataset_cost, "training": training, "inverse_queries": inverse_seconds,
-            "check": check["fdtd_seconds"], "study": study, "fdtd_only": fdtd_only,
+            "checks": check_seconds, "queries": queries, "study": study, "fdtd_only": fdtd_only,
             "break_even_queries": break_even,
         },
     }
@@ -172,10 +202,10 @@ def main():
           f"per design (ensemble of {members}, both outputs, batch of 1024): per-design speed-up "
           f"{fdtd / surrogate:.3g}")
     print(f"whole study: dataset {dataset_cost / 60:.1f} core-min ({designs} designs) + training "
-          f"{training / 60:.1f} + {CANDIDATES} queries {inverse_seconds:.2f} s + check "
-          f"{check['fdtd_seconds']:.0f} s = {study / 60:.1f} core-min; FDTD alone for the {CANDIDATES} "
-          f"queries {fdtd_only / 3600:.1f} core-h; break-even at {break_even:.0f} queries")
-    print(f"ratio (FDTD alone / surrogate study, {CANDIDATES} queries): {fdtd_only / study:.3g}")
+          f"{training / 60:.1f} + {queries} queries {inverse_seconds:.2f} s + {len(inverse)} checks "
+          f"{check_seconds:.0f} s = {study / 60:.1f} core-min; FDTD alone for the {queries} queries "
+          f"{fdtd_only / 3600:.1f} core-h; break-even at {break_even:.0f} queries")
+    print(f"ratio (FDTD alone / surrogate study, {queries} queries): {fdtd_only / study:.3g}")
 
 
 if __name__ == "__main__":
