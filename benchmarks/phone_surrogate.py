@@ -24,7 +24,9 @@ Usage::
 5. Inverse design, each searched over 4096 Sobol candidates through the ensemble (drawn parameters on
    whole cells) and simulated once by FDTD: the design with its ``|S11|`` dip at ``--target``, and a
    dual-band tune, the design whose larger predicted ``|S11|`` at the two ``--dual-band`` frequencies is
-   lowest (``mindelec.surrogate.phone.dual_band_design``), with the FDTD's ``|S11|`` at both.
+   lowest (``mindelec.surrogate.phone.dual_band_design``), with the FDTD's ``|S11|`` at both. By default
+   the two frequencies are a pair the design space reaches: the two deepest dips of the held-out design
+   whose two deepest dips lie furthest apart (a design the ensemble never saw).
 6. The whole study (dataset + training + the two inverse designs' 2 x 4096 queries + their two FDTD
    checks) against FDTD alone for the same queries, and the break-even number of queries ``(dataset +
    training) / (t_FDTD - t_surrogate)``. The ratio printed last is the whole study's: FDTD alone /
@@ -91,6 +93,27 @@ def dual_band_share(table) -> float:
     return float(np.mean([len(phone.resonances(f, s)) >= 2 for f, s in zip(table["frequencies"], s11)]))
 
 
+def held_out_dual_band(table, ids) -> tuple[tuple[float, float], int]:
+    """The two deepest ``|S11|`` dips below -6 dB (Hz, ascending) of the held-out design ``ids`` whose two
+    deepest dips lie furthest apart, and that design's id.
+
+    Raises:
+        SystemExit: if no held-out design has two dips (then pass ``--dual-band``).
+    """
+    best, source = None, None
+    for sample in ids:
+        row = int(np.flatnonzero(table["sample_id"] == sample)[0])
+        s11 = table["s11_real"][row] + 1j * table["s11_imag"][row]
+        dips = sorted(phone.resonances(table["frequencies"][row], s11), key=lambda dip: dip[1])
+        if len(dips) >= 2:
+            pair = tuple(sorted(frequency for frequency, _ in dips[:2]))
+            if best is None or pair[1] - pair[0] > best[1] - best[0]:
+                best, source = pair, int(sample)
+    if best is None:
+        raise SystemExit("no held-out design has two dips below -6 dB: give --dual-band F1 F2")
+    return best, source
+
+
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the small recipe, small models")
@@ -99,8 +122,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3000)
     parser.add_argument("--target", type=float, default=2.4e9, help="inverse design's dip frequency (Hz)")
-    parser.add_argument("--dual-band", type=float, nargs=2, default=(1.8e9, 2.6e9), metavar=("F1", "F2"),
-                        help="the dual-band tune's two frequencies (Hz)")
+    parser.add_argument("--dual-band", type=float, nargs=2, metavar=("F1", "F2"),
+                        help="the dual-band tune's two frequencies (Hz); default: the two deepest dips "
+                             "of the held-out design whose two deepest dips lie furthest apart")
     return parser.parse_args()
 
 
@@ -136,6 +160,9 @@ def main():
           f"{100 * scores['mean_total_efficiency_error_at_resonance']:.2f}); designs with two dips below "
           f"-6 dB: {100 * dual_band_share(table):.0f} %", flush=True)
 
+    dual_source = None
+    if arguments.dual_band is None:
+        arguments.dual_band, dual_source = held_out_dual_band(table, ensemble.split["test"])
     inverse = {}
     for task, target in (("single_band", arguments.target), ("dual_band", tuple(arguments.dual_band))):
         started = time.perf_counter()
@@ -155,7 +182,8 @@ def main():
     dual_fdtd = np.interp(arguments.dual_band, frequencies, simulated["s11_db"])
     dual_predicted = np.interp(arguments.dual_band, frequencies, db(dual["predicted_s11"]).numpy())
     dual_dips = phone.resonances(frequencies, simulated["s11_real"] + 1j * simulated["s11_imag"])
-    print(f"dual-band tune for {arguments.dual_band[0] / 1e9:g} and {arguments.dual_band[1] / 1e9:g} GHz: "
+    print(f"dual-band tune for {arguments.dual_band[0] / 1e9:.4g} and {arguments.dual_band[1] / 1e9:.4g} GHz"
+          + (f" (the dips of held-out design {dual_source})" if dual_source is not None else "") + ": "
           f"{dual['design']}; |S11| FDTD {dual_fdtd[0]:.1f} / {dual_fdtd[1]:.1f} dB, predicted "
           f"{dual_predicted[0]:.1f} / {dual_predicted[1]:.1f} dB; FDTD dips below -6 dB at "
           + (", ".join(f"{f / 1e9:.3f} GHz" for f, _ in dual_dips) or "none")
@@ -184,7 +212,8 @@ def main():
                 arguments.target, check["simulated"]["frequencies"], check["predicted_efficiency"].numpy())),
         },
         "dual_band": {
-            "targets": list(arguments.dual_band), "design": dual["design"], "fdtd_s11_db": dual_fdtd.tolist(),
+            "targets": list(arguments.dual_band), "targets_from_held_out_design": dual_source,
+            "design": dual["design"], "fdtd_s11_db": dual_fdtd.tolist(),
             "predicted_s11_db": dual_predicted.tolist(), "relative_l2": dual["relative_l2"],
             "fdtd_dips": [[f, d] for f, d in dual_dips],
             "fdtd_total_efficiency": np.interp(
