@@ -1,0 +1,184 @@
+"""CAD bodies on an FDTD grid: what each body of a :class:`~mindelec.cad_assembly.Assembly` becomes.
+
+:func:`assembly_structures` (``Assembly.structures(grid)``) turns the bodies into
+``mindelec.fdtd.Structure`` objects for a given grid, refusing, naming the file and the body
+(``ConfigurationError``), what would vanish or depend on where the grid falls:
+
+* a body smaller than one cell along every axis is refused: as PEC it would vanish (a cell needs to
+  be half covered), as a dielectric it would only blur into the averaged cells; refine the cells or map
+  it to ``"ignore"``;
+* a PEC body no thicker than a cell along one axis (a plate) or two (a pin) becomes a zero-thickness
+  sheet or a one-cell wire (:func:`mindelec.fdtd.pec_sheet`; its rims conformal with
+  ``Simulation(subpixel=True)``) on the nearest node plane (line) through it, a wire's ends moved to the
+  nearest nodes, provided it is an axis-aligned box (sheets are rectangles); another thin PEC shape, or
+  a wire shorter than half a cell, is refused. Parts that touch in the CAD still touch on the grid: an
+  end that meets another thin part is carried on to that part's node plane when the collapse moved the
+  plane beyond it (a 1 mm stub ending at a 1 mm arm's rim, on 1 mm cells, would otherwise stop a cell
+  short of the arm: an open circuit); a thin part meeting a PEC *solid* is not adjusted;
+* a PEC solid whose walls are no thicker than a cell over more than 1 % of its surface (measured along
+  each face's inward normal, :attr:`~mindelec.cad_assembly.Body.wall_thickness`) is refused: a
+  conductor takes the E edges of cells more than half covered, so such a wall vanishes or appears
+  depending on where the grid falls (a 1 mm frame ring vanished on a 1.5 mm grid and stood on a 1 mm
+  one); build it from plates;
+* a dielectric thinner than a cell along some axes stays a solid: the sub-cell averaging carries its
+  fill fraction.
+
+Structures come in this order (later ones override earlier ones where they overlap): dielectric bodies
+by decreasing volume (a part inside another wins), then PEC solids, then PEC sheets and wires.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.errors import ConfigurationError
+
+from . import fdtd
+from .cad import require_in_grid
+from .cad_materials import IGNORE
+
+__all__ = ["assembly_structures"]
+
+_BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
+_CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
+_JOIN_TOLERANCE = 1e-3  # metal parts closer than this fraction of a cell touch
+_THIN_AREA = 0.01  # a PEC solid is refused when walls no thicker than a cell cover this much of its surface
+
+
+def _where(assembly, body) -> str:
+    return f"{assembly.path}: body {body.name!r}"
+
+
+def _mm(values) -> str:
+    return " x ".join(f"{1e3 * float(v):.4g}" for v in values)
+
+
+def assembly_structures(assembly, grid) -> list:
+    """The bodies of ``assembly`` as ``mindelec.fdtd.Structure`` objects on ``grid`` (see the module
+    docstring); ``Assembly.structures(grid)`` calls this.
+
+    Args:
+        assembly: a :class:`~mindelec.cad_assembly.Assembly` loaded with materials.
+        grid: a 3D ``mindelec.fdtd.Grid`` (or anything with a ``.grid``): the cells decide which
+            bodies are sheets and where those lie; every body must lie inside its domain.
+
+    Returns:
+        list of ``Structure`` named after their bodies (``structure.name``), ``"ignore"`` bodies
+        left out: dielectrics by decreasing volume, then PEC solids, then PEC sheets and wires.
+
+    Raises:
+        ConfigurationError: naming the body, for one without a medium, outside the domain, smaller
+            than a cell along every axis, or thin, PEC and not an axis-aligned box; for a grid that
+            is not 3D.
+    """
+    grid = getattr(grid, "grid", grid)
+    if grid.ndim != 3:
+        raise ConfigurationError(f"{assembly.path}: a CAD assembly needs a 3D grid; this one is {grid.ndim}D")
+    spacing = np.asarray(grid.spacing[:3], dtype=np.float64)
+    dielectrics, solids, thin_metal = [], [], []
+    for body in assembly.bodies:
+        if body.medium is None:
+            raise ConfigurationError(
+                f"{_where(assembly, body)} has no medium: load the assembly with materials= (a TOML table "
+                "or a dict of body names or glob patterns to media)"
+            )
+        if body.medium == IGNORE:
+            continue
+        extents = body.extents
+        thin = [axis for axis in range(3) if extents[axis] <= spacing[axis] * (1 + _CELL_TIE)]
+        if len(thin) == 3:
+            raise ConfigurationError(
+                f"{_where(assembly, body)} measures {_mm(extents)} mm, smaller than one cell "
+                f"({_mm(spacing)} mm) along every axis: it would vanish from the grid (PEC) or only "
+                "blur into its cells (dielectric); refine the cells or map it to \"ignore\" in the "
+                "materials table"
+            )
+        require_in_grid(body.geometry, grid, _where(assembly, body))
+        if isinstance(body.medium, fdtd.PEC) and thin:
+            thin_metal.append((body, thin))
+        elif isinstance(body.medium, fdtd.PEC):
+            _check_walls(assembly, body, spacing)
+            solids.append(fdtd.Structure(body.geometry, body.medium, name=body.name))
+        else:
+            dielectrics.append((-body.volume, len(dielectrics), body))
+    ordered = [
+        fdtd.Structure(body.geometry, body.medium, name=body.name) for *_, body in sorted(dielectrics)]
+    sheets = [
+        _sheet(assembly, body, thin, grid, _joined_bounds(body, thin, thin_metal, grid))
+        for body, thin in thin_metal
+    ]
+    return ordered + solids + sheets
+
+def _check_walls(assembly, body, spacing):
+    """Refuse a PEC solid with walls no thicker than a cell (measured along each face's normal)."""
+    thickness, area = body.wall_thickness
+    normals = np.abs(np.asarray(body.mesh.face_normals, dtype=np.float64))
+    cell = normals @ spacing / normals.sum(axis=1)  # the cell along the face's normal
+    thin = thickness <= cell * (1 + _CELL_TIE)
+    if area[thin].sum() > _THIN_AREA * area.sum():
+        raise ConfigurationError(
+            f"{_where(assembly, body)} is PEC with walls {1e3 * thickness[thin].min():.4g} mm thick over "
+            f"{area[thin].sum() / area.sum():.0%} of its surface, no thicker than the cells "
+            f"({_mm(spacing)} mm): a conductor needs a cell more than half covered, so such a wall "
+            "vanishes or appears depending on where the grid falls; refine the cells below the wall's "
+            "thickness, or build it from axis-aligned plates (each becomes a sheet)"
+        )
+
+def _sheet(assembly, body, thin, grid, bounds):
+    """A thin PEC box as a :func:`mindelec.fdtd.pec_sheet` on the nearest node plane(s); ``bounds``
+    (2, 3) are its own, with the ends that touch other collapsed metal moved onto that metal's nodes."""
+    lo, hi = body.bounds
+    box_volume = float(np.prod(hi - lo))
+    if abs(body.volume - box_volume) > _BOX_TOLERANCE * box_volume:
+        raise ConfigurationError(
+            f"{_where(assembly, body)} is PEC and thinner than a cell along {[('xyz')[a] for a in thin]} "
+            f"({_mm(hi - lo)} mm against cells of {_mm(grid.spacing)} mm), but not an axis-aligned box "
+            f"(volume {body.volume:.4g} m^3, its bounding box {box_volume:.4g} m^3): a thin conductor "
+            "becomes a zero-thickness sheet, and sheets are rectangles; split it into rectangles in the "
+            "CAD model, make it at least a cell thick, or refine the cells"
+        )
+    lo, hi = bounds
+    center, size = (lo + hi) / 2, hi - lo
+    for axis in thin:
+        center[axis], size[axis] = _node(grid, axis, center[axis]), 0.0
+    if len(thin) == 2:  # a wire: its ends on nodes too, so that it meets the sheets it joins
+        (axis,) = set(range(3)) - set(thin)
+        start, stop = _node(grid, axis, lo[axis]), _node(grid, axis, hi[axis])
+        if stop <= start:
+            raise ConfigurationError(
+                f"{_where(assembly, body)} is a PEC wire {1e3 * size[axis]:.4g} mm long along {'xyz'[axis]}, "
+                f"shorter than half a cell ({1e3 * grid.spacing[axis]:.4g} mm): it spans no Yee edge")
+        center[axis], size[axis] = (start + stop) / 2, stop - start
+    sheet = fdtd.pec_sheet(tuple(center), tuple(size), grid.spacing[:3])
+    return fdtd.Structure(sheet.geometry, sheet.medium, name=body.name)
+
+
+def _node(grid, axis, position) -> float:
+    """The integer-node coordinate of ``grid`` nearest ``position`` (m) along ``axis``."""
+    spacing = grid.spacing[axis]
+    return -grid.size[axis] / 2 + round((position + grid.size[axis] / 2) / spacing) * spacing
+
+
+def _joined_bounds(body, thin, thin_metal, grid) -> np.ndarray:
+    """``body``'s bounds (2, 3; m) with each end along a non-thin axis extended to the node plane of any
+    thin PEC part that touches that end and collapses along that axis onto a plane beyond it, so that the
+    two still meet once both lie on nodes: a 1 mm stub butting onto a 1 mm arm's rim would otherwise stop
+    a cell short of the arm's node line on a 1 mm grid, and a pin at a ground plate's rim could land just
+    off the plate. ``thin_metal`` lists ``(body, thin axes)`` of every thin PEC part."""
+    lo, hi = body.bounds
+    bounds = np.array([lo, hi])
+    for axis in set(range(3)) - set(thin):
+        tolerance = _JOIN_TOLERANCE * grid.spacing[axis]
+        across = [a for a in range(3) if a != axis]
+        for other, other_thin in thin_metal:
+            other_lo, other_hi = other.bounds
+            if other is body or axis not in other_thin or not all(
+                other_lo[a] - tolerance <= hi[a] and lo[a] <= other_hi[a] + tolerance for a in across
+            ):
+                continue
+            plane = _node(grid, axis, (other_lo[axis] + other_hi[axis]) / 2)
+            for end, sign in ((0, -1), (1, 1)):
+                touches = other_lo[axis] - tolerance <= bounds[end][axis] <= other_hi[axis] + tolerance
+                if touches and sign * (plane - bounds[end][axis]) > 0:
+                    bounds[end][axis] = plane
+    return bounds
