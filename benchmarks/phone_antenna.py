@@ -30,6 +30,10 @@ and 1 mm sheets on the finer ones, so only the finer grids share one model of th
 seconds of each FDTD run (update coefficients and steps, one thread); loading the STEP file and
 building the structures come on top.
 
+The set-up (loading, placing, the port, the box geometries) and the port's and box's figures are
+``mindelec.phone`` (``phone_simulation``, ``figures_of_merit``, ``resonances``), shared with the phone's
+dataset generator and notebook.
+
 Results are cached per cell size and STEP file (its hash in the name) under
 ``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size); the derived figures
 are written to ``benchmarks/data/phone_antenna.json``.
@@ -47,112 +51,18 @@ import pathlib
 import time
 
 import numpy as np
-import tomllib
 import torch
 
-import mindelec as me
-from mindelec import cad, cad_assembly, cad_phone
+from mindelec import cad_phone, phone
 
-fdtd = me.fdtd
 OUTPUT = pathlib.Path(__file__).parent / "output" / "phone_antenna"
 DATA = pathlib.Path(__file__).parent / "data" / "phone_antenna.json"
 ALIGN = 3e-3  # the feed lands on a multiple of this (m): a node for every cell size that divides it
-AIR, PML = 15e-3, 10  # air around the phone (m), PML thickness (cells)
 BAND = (0.5e9, 3.5e9)
 PORT_FREQUENCIES = np.linspace(*BAND, 151)
 FAR_FREQUENCIES = np.arange(0.6e9, 3.41e9, 0.1e9)
 CELLS = (1.5e-3, 1.0e-3, 0.75e-3, 0.6e-3)
 QUICK_CELLS = (1.5e-3,)
-HOUSING_WALL = 1e-3  # the tray's wall of mindelec.cad_phone.build_phone (m)
-
-
-def materials(lossless=False):
-    """The phone's materials table (a dict), with every conductivity removed when ``lossless``."""
-    table = tomllib.loads(cad_phone.EXAMPLE_MATERIALS.read_text())["materials"]
-    if lossless:
-        table = {
-            name: {k: v for k, v in spec.items() if k != "conductivity"} if isinstance(spec, dict) else spec
-            for name, spec in table.items()
-        }
-    return table
-
-
-def box_geometries(assembly, structures):
-    """The structures with their CAD meshes replaced by the same shapes as boxes and box CSG.
-
-    Rasterising a triangle mesh (a parity test per sample point) takes minutes on a million-cell grid; the
-    phone's bodies are boxes (volume equal to their bounding box's) and the housing a tray (its bounding
-    box less a cavity open at the top, ``HOUSING_WALL`` thick). Sheets and wires stay as they are.
-    """
-    from common.geometry import Box
-
-    replaced = []
-    for structure in structures:
-        if not isinstance(structure.geometry, cad.MeshGeometry):
-            replaced.append(structure)
-            continue
-        body = assembly.body(structure.name)
-        lo, hi = body.bounds
-        if structure.name == "housing":
-            wall = HOUSING_WALL
-            cavity = Box(lo + [wall, wall, wall], hi + [-wall, -wall, 1.0])
-            geometry = Box(lo, hi) - cavity
-        else:
-            if abs(body.volume - np.prod(hi - lo)) > 1e-6 * np.prod(hi - lo):
-                raise ValueError(f"body {body.name!r} is not a box; it needs its own replacement here")
-            geometry = Box(lo, hi)
-        replaced.append(fdtd.Structure(geometry, structure.medium, name=structure.name))
-    return replaced
-
-
-def phone_simulation(cell, lossless=False):
-    """The phone on a grid of ``cell`` (m): ``(simulation, port)``."""
-    assembly = cad_assembly.load_step(cad_phone.EXAMPLE_STEP, tolerance=1e-4, materials=materials(lossless))
-    pin, ground = assembly.body("ifa_feed_pin"), assembly.body("ground_plane")
-    # the feed: under the pin's centre line, at the ground plane's edge (y) and on its copper (z)
-    feed = np.array([pin.bounds.mean(0)[0], ground.bounds[1][1], ground.bounds.mean(0)[2]])
-    assembly = assembly.translated(np.round(feed / ALIGN) * ALIGN - feed)
-    foot = np.round(feed / ALIGN) * ALIGN
-    lo = np.min([body.bounds[0] for body in assembly.bodies], axis=0)
-    hi = np.max([body.bounds[1] for body in assembly.bodies], axis=0)
-    half = np.maximum(np.abs(lo), np.abs(hi)) + AIR
-    half = np.ceil(half / ALIGN) * ALIGN + PML * cell  # a multiple of 3 mm plus the PML: nodes on 3 mm
-    size = tuple(float(v) for v in 2 * half)
-    grid = fdtd.Grid(size, cell)
-    arm = assembly.body("ifa_arm")
-    top = round(arm.bounds.mean(0)[2] / cell) * cell  # the arm's node plane
-    waveform = fdtd.GaussianPulse(f0=sum(BAND) / 2, fwidth=BAND[1] - BAND[0])
-    port = fdtd.LumpedPort(
-        "feed", center=(foot[0], foot[1], foot[2] + cell / 2), size=(cell,) * 3, waveform=waveform,
-        frequencies=torch.as_tensor(PORT_FREQUENCIES),
-    )
-    feed_pin = fdtd.pec_sheet(
-        center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
-        cell_size=cell,
-    )
-    meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
-    structures = box_geometries(assembly, meshed)
-    box = [float(2 * (h - (PML + 2) * cell)) for h in half]
-    far = fdtd.NearToFarMonitor("far", torch.as_tensor(FAR_FREQUENCIES), center=(0, 0, 0), size=box)
-    sim = fdtd.Simulation(
-        size=size, cell_size=cell, boundary=fdtd.PML(thickness=PML),
-        structures=[*structures, feed_pin, port.resistor], sources=[port.source], monitors=[port, far],
-        threads=1,
-    )
-    return sim, port
-
-
-def resonances(frequencies, s11):
-    """Frequencies (Hz) and |S11| (dB) of the local minima of |S11| below -6 dB, refined by a parabola."""
-    decibels = 20 * np.log10(np.abs(s11))
-    found = []
-    for k in range(1, len(frequencies) - 1):
-        if decibels[k] < min(decibels[k - 1], decibels[k + 1]) and decibels[k] < -6:
-            a, b, c = decibels[k - 1 : k + 2]
-            shift = 0.5 * (a - c) / (a - 2 * b + c)
-            step = frequencies[1] - frequencies[0]
-            found.append((frequencies[k] + shift * step, b - 0.25 * (a - c) * shift))
-    return found
 
 
 def run_case(cell, lossless=False):
@@ -161,17 +71,17 @@ def run_case(cell, lossless=False):
     path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um_{device}.npz"
     if path.exists():
         return dict(np.load(path))
-    sim, port = phone_simulation(cell, lossless)
+    sim = phone.phone_simulation(
+        None, cell, lossless, align=ALIGN, frequencies=PORT_FREQUENCIES, far_frequencies=FAR_FREQUENCIES,
+        band=BAND,
+    ).simulation
     start = time.process_time()
     wall = time.perf_counter()
     result = sim.run(until=40e-9, until_decayed=1e-5, progress=False)
     seconds, wall = time.process_time() - start, time.perf_counter() - wall
-    feed, far = result["feed"], result["far"]
-    accepted = feed["accepted_power"].numpy()
+    far = result["far"]
     figures = dict(
-        frequencies=PORT_FREQUENCIES, s11=feed["s11"].numpy(), impedance=feed["impedance"].numpy(),
-        accepted=accepted, incident=feed["incident_power"].numpy(), far_frequencies=FAR_FREQUENCIES,
-        flux=far["flux"].double().numpy(), radiated=far.radiated_power.double().numpy(),
+        phone.figures_of_merit(result), radiated=far.radiated_power.double().numpy(),
         directivity=far.directivity().double().numpy(),
         cells=np.array(sim.grid.shape), steps=np.array(result.steps), cpu_seconds=np.array(seconds),
         wall_seconds=np.array(wall),
@@ -185,7 +95,7 @@ def summary(figures):
     """The figures of merit at each resonance of one run (a list of dicts)."""
     rows = []
     far_s11 = np.interp(FAR_FREQUENCIES, PORT_FREQUENCIES, np.abs(figures["s11"]))
-    for frequency, decibels in resonances(figures["frequencies"], figures["s11"]):
+    for frequency, decibels in phone.resonances(figures["frequencies"], figures["s11"]):
         k = int(np.argmin(np.abs(FAR_FREQUENCIES - frequency)))
         accepted = np.interp(FAR_FREQUENCIES[k], PORT_FREQUENCIES, figures["accepted"])
         radiation = figures["flux"][k] / accepted

@@ -25,6 +25,9 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
 - ``em_transmission_lines``: the microstrip's full-wave eps_eff within 1 % of Kirschning-Jansen at every
   frequency of the sweep, the extrapolated quasi-TEM Z0 within 2 % of Hammerstad-Jensen, the coplanar
   waveguide within 2 % (Z0) and 1 % (eps_eff) of the conformal mapping, the through-line's |S11| below -30 dB.
+- ``em_phone``: the "1 - |S11|^2 (mismatch limit)" it plots bounds the total efficiency with lossy media
+  (energy conservation; within 2 % where the port accepts a fifth of the incident power or more, elsewhere
+  both are round-off), and the small recipe's "6 designs".
 
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
@@ -76,6 +79,14 @@ assert worst_eps_error < 0.01, eps_errors  # full-wave eps_eff within 1 % of Kir
 assert abs(z_extrapolated / z_static - 1) < 0.02, z_extrapolated
 assert abs(z_cpw_extrapolated / z_cpw - 1) < 0.02 and abs(eps_cpw_extrapolated / eps_cpw - 1) < 0.01
 assert float(s11_db.max()) < -30, s11_db
+""",
+    "em_phone": """
+mismatch = np.interp(figures["far_frequencies"], frequencies, 1 - np.abs(s11) ** 2)
+accepting = mismatch > 0.2
+assert accepting.sum() >= 3, mismatch
+total = figures["total_efficiency"]
+assert (total <= 1.02 * mismatch)[accepting].all(), (total, mismatch)  # lossy media: radiated <= accepted
+assert len(sweep_s11) == 6, len(sweep_s11)
 """,
     "em_fdtd_basics": """
 beyond = np.abs(x) > wavelength

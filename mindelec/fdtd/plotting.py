@@ -95,8 +95,9 @@ def structure_fills(sim, section):
 
 
 def permittivity_section(sim, section, fills):
-    """``(relative permittivity, PEC fill)`` on the section's cells (structures mixed as the run does)."""
-    from .materials import PEC
+    """``(relative permittivity, PEC fill)`` on the section's cells (structures mixed as the run does: an
+    ``AxialConductivity``, a lumped resistor's medium, leaves the permittivity beneath it)."""
+    from .materials import PEC, AxialConductivity
 
     def value(medium):
         return float(torch.as_tensor(medium.permittivity).detach().mean())
@@ -106,6 +107,8 @@ def permittivity_section(sim, section, fills):
     )
     conductor = torch.zeros_like(permittivity)
     for structure, fill in zip(sim.structures, fills):
+        if isinstance(structure.medium, AxialConductivity):
+            continue
         medium = sim.default_medium if isinstance(structure.medium, PEC) else structure.medium
         permittivity = permittivity * (1 - fill) + fill * value(medium)
         conductor = conductor * (1 - fill) + fill * float(isinstance(structure.medium, PEC))

@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "describe_scores",
     "inverse_design",
+    "candidate_designs",
     "check_patch_design",
     "voxel_autoencoder",
 ]
@@ -142,10 +143,24 @@ class Ensemble:
         """``(F,)`` Hz."""
         return self.members[0].frequencies
 
-    def predict(self, parameters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(B, P)`` -> mean complex S11 ``(B, F)`` and the members' standard deviation of it ``(B, F)``."""
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The names of the spectra the members learnt (``"s11"`` first)."""
+        return self.members[0].outputs
+
+    def predict(self, parameters: torch.Tensor, output: str = "s11") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, P)`` -> the mean of ``output`` (complex, ``(B, F)``) and the members' standard deviation
+        of it ``(B, F)``.
+
+        Raises:
+            UnknownNameError: for an output the members did not learn.
+        """
+        if output not in self.outputs:
+            raise UnknownNameError(
+                f"Ensemble.predict: no output {output!r}; the members learnt {self.outputs}")
+        column = self.outputs.index(output)
         with torch.no_grad():
-            predictions = torch.stack([member.predict(parameters)[..., 0] for member in self.members])
+            predictions = torch.stack([member.predict(parameters)[..., column] for member in self.members])
         spread = predictions.std(0) if len(self.members) > 1 else torch.zeros(predictions.shape[1:])
         return predictions.mean(0), spread.abs()
 
@@ -168,9 +183,11 @@ def train_ensemble(
     model_options: dict | None = None,
     split_options: dict | None = None,
     train_limit: int | None = None,
+    outputs: Sequence[str] = ("s11",),
     **fit_options,
 ) -> tuple[Ensemble, list]:
-    """Train ``members`` surrogates of complex S11 on the training designs of a sweep, resumably.
+    """Train ``members`` surrogates of complex S11 (and other spectra) on the training designs of a sweep,
+    resumably.
 
     Args:
         path: the HDF5 sweep (``s11_real``, ``s11_imag``, ``frequencies`` and the parameter columns).
@@ -186,6 +203,8 @@ def train_ensemble(
         split_options: :func:`design_split` options.
         train_limit: train on the first ``train_limit`` training designs only (a learning curve at a
             fixed held-out set); the returned ensemble's ``split["train"]`` lists those.
+        outputs: the spectra learnt, ``"s11"`` first (:func:`~mindelec.surrogate.load_sweep`: e.g.
+            ``("s11", "total_efficiency")``, a real column, learnt by the same network).
         **fit_options: :func:`fit` options (``epochs``, ``learning_rate``, ``progress``...).
 
     Returns:
@@ -194,7 +213,10 @@ def train_ensemble(
     Raises:
         ValueError: if ``folder`` holds the split of other data.
     """
-    sweep = load_sweep(path, parameter_names, ("s11",))
+    outputs = tuple(outputs)
+    if not outputs or outputs[0] != "s11":
+        raise ConfigurationError(f"train_ensemble: outputs must start with 's11', got {outputs}")
+    sweep = load_sweep(path, parameter_names, outputs)
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     split = _stored_split(
@@ -211,7 +233,7 @@ def train_ensemble(
 
     def train(member):
         torch.manual_seed(member)
-        model = SParameterSurrogate(parameter_names, sweep["frequencies"], ("s11",), **(model_options or {}))
+        model = SParameterSurrogate(parameter_names, sweep["frequencies"], outputs, **(model_options or {}))
         model.set_normalization(parameters, s)
         history = fit(  # a member another process finished resumes from its final checkpoint at once
             model,
@@ -277,7 +299,10 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = 
         predicted lowest point: the mean distance over all those dips, % of the band centre; it follows
         every resonance and does not jump with the dips' depth order; ``dips``: how many),
         ``uncertainty`` (mean ensemble spread of S11 / mean ``|S11|``), the same scores for the mean
-        predictor (the mean training S11: ``mean_*``), ``designs`` (count) and ``dip_level``.
+        predictor (the mean training S11: ``mean_*``), ``designs`` (count) and ``dip_level``; for every
+        other (real) output ``name`` the ensemble learnt (e.g. ``total_efficiency``): ``name_error``, the
+        mean absolute error over the band, ``name_error_at_resonance``, at each design's true ``f_res``
+        (interpolated), and ``mean_name_error_at_resonance`` for the mean predictor.
 
     Raises:
         ValueError: if ``subset`` is ``"train"``, empty, or shares a design with the training set.
@@ -322,6 +347,15 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = 
 
     result = scores(prediction)
     result.update({f"mean_{key}": value for key, value in scores(mean).items()})
+    rows = _rows(sweep, ids)
+    for name in ensemble.outputs[1:]:
+        values = load_sweep(path, names, (name,))["s"][:, :, 0].real
+        true, guess = values[rows], ensemble.predict(sweep["parameters"][rows], name)[0].real
+        baseline = values[_rows(sweep, split["train"])].mean(0).expand_as(true)
+        at = [_interpolate(frequencies, resonance, table) for table in (true, guess, baseline)]
+        result[f"{name}_error"] = float((guess - true).abs().mean())
+        result[f"{name}_error_at_resonance"] = float((at[1] - at[0]).abs().mean())
+        result[f"mean_{name}_error_at_resonance"] = float((at[2] - at[0]).abs().mean())
     result.update(
         uncertainty=float(spread.mean() / truth.abs().mean()),
         designs=len(ids),
@@ -329,6 +363,17 @@ def evaluate(ensemble: Ensemble, path, subset: str = "test", dip_level: float = 
         dip_level=dip_level,
     )
     return result
+
+
+def _interpolate(frequencies: torch.Tensor, at: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` ``(B, F)`` on ``frequencies`` ``(F,)``, linearly interpolated to one frequency per row
+    ``at`` ``(B,)``."""
+    step = frequencies[1] - frequencies[0]
+    position = ((at - frequencies[0]) / step).clamp(0, len(frequencies) - 1.000001)
+    low = position.floor().long()
+    weight = (position - low).to(values)
+    rows = torch.arange(len(values))
+    return values[rows, low] * (1 - weight) + values[rows, low + 1] * weight
 
 
 def describe_scores(scores: dict) -> str:
@@ -343,6 +388,43 @@ def describe_scores(scores: dict) -> str:
         f"({scores['mean_dip_error']:.2f} %), "
         f"ensemble spread {scores['uncertainty']:.3f}"
     )
+
+
+def candidate_designs(
+    names: Sequence[str],
+    bounds: dict[str, tuple[float, float]],
+    candidates: int,
+    seed: int = 0,
+    steps: dict[str, float] | None = None,
+    caller: str = "candidate_designs",
+) -> torch.Tensor:
+    """``(candidates, P)`` scrambled-Sobol designs inside ``bounds`` (columns in the order of ``names``),
+    the parameters of ``steps`` on multiples of their step inside their bounds (see :func:`inverse_design`).
+
+    Raises:
+        ValueError: (naming ``caller``) for a step that is not positive, of no parameter in ``names``, or
+            that leaves no multiple inside its bounds.
+    """
+    names = list(names)
+    low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
+    high = torch.tensor([bounds[name][1] for name in names], dtype=torch.float64)
+    draws = torch.quasirandom.SobolEngine(len(names), scramble=True, seed=seed).draw(
+        candidates, dtype=torch.float64
+    )
+    designs = low + draws * (high - low)
+    for name, grid in (steps or {}).items():
+        low_bound, high_bound = bounds.get(name, (0.0, -1.0))
+        lowest, highest = (1, 0)  # no multiple, unless the step is positive
+        if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
+            lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
+        if name not in names or lowest > highest:
+            raise ConfigurationError(
+                f"{caller}: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
+                f"inside its bounds {bounds.get(name)}"
+            )
+        column = names.index(name)
+        designs[:, column] = (designs[:, column] / grid).round().clamp(lowest, highest) * grid
+    return designs
 
 
 def inverse_design(
@@ -384,24 +466,7 @@ def inverse_design(
             f"inverse_design: bounds must name exactly {names} and the target {target} Hz lie in the band "
             f"{float(frequencies[0]):.4g} .. {float(frequencies[-1]):.4g} Hz"
         )
-    low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
-    high = torch.tensor([bounds[name][1] for name in names], dtype=torch.float64)
-    draws = torch.quasirandom.SobolEngine(len(names), scramble=True, seed=seed).draw(
-        candidates, dtype=torch.float64
-    )
-    designs = low + draws * (high - low)
-    for name, grid in (steps or {}).items():
-        low_bound, high_bound = bounds.get(name, (0.0, -1.0))
-        lowest, highest = (1, 0)  # no multiple, unless the step is positive
-        if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
-            lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
-        if name not in names or lowest > highest:
-            raise ConfigurationError(
-                f"inverse_design: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
-                f"inside its bounds {bounds.get(name)}"
-            )
-        column = names.index(name)
-        designs[:, column] = (designs[:, column] / grid).round().clamp(lowest, highest) * grid
+    designs = candidate_designs(names, bounds, candidates, seed, steps, "inverse_design")
     prediction, spread = ensemble.predict(designs)
     levels = db(prediction)
     step = float(frequencies[1] - frequencies[0])

@@ -49,7 +49,9 @@ def load_sweep(path, parameter_names: Sequence[str], outputs: Sequence[str] = ("
     Args:
         path: the HDF5 file.
         parameter_names: the parameter columns, in the model's input order.
-        outputs: S-parameter names; the file needs ``<name>_real`` and ``<name>_imag`` columns (N, F).
+        outputs: names of the ``K`` spectra learnt; the file needs ``<name>_real`` and ``<name>_imag``
+            columns (N, F) of a complex one (an S-parameter), or a column ``<name>`` (N, F) of a real one
+            (e.g. ``total_efficiency``: its imaginary part is then 0).
 
     Returns:
         dict: ``parameters`` (N, P) float64 tensor, ``s`` (N, F, K) complex128 tensor, ``frequencies`` (F,)
@@ -59,18 +61,26 @@ def load_sweep(path, parameter_names: Sequence[str], outputs: Sequence[str] = ("
         FileNotFoundError, KeyError (missing column, named), ValueError (rows with different frequency axes).
     """
     parameter_names, outputs = list(parameter_names), list(outputs)
-    keys = (
-        parameter_names
-        + ["frequencies"]
-        + [f"{name}_{part}" for name in outputs for part in ("real", "imag")]
-    )
-    table = sweep_columns(path, keys)
+    table = sweep_columns(path, parameter_names + ["frequencies"])
+    missing = [
+        name for name in outputs if not ({f"{name}_real", f"{name}_imag"} <= set(table) or name in table)]
+    if missing:
+        raise UnknownNameError(
+            f"sweep file {os.fspath(path)!r} has neither <name>_real and <name>_imag nor <name> columns for "
+            f"{missing}; it has {sorted(table)}"
+        )
     frequencies = _common_axis(table, "frequencies", path)
     parameters = np.stack(
         [np.asarray(table[name], dtype=np.float64).reshape(-1) for name in parameter_names], 1
     )
     s = np.stack(
-        [np.asarray(table[f"{name}_real"]) + 1j * np.asarray(table[f"{name}_imag"]) for name in outputs], -1
+        [
+            np.asarray(table[f"{name}_real"]) + 1j * np.asarray(table[f"{name}_imag"])
+            if f"{name}_real" in table
+            else np.asarray(table[name]) + 0j
+            for name in outputs
+        ],
+        -1,
     )
     sample_id = table.get("sample_id", np.arange(len(parameters)))
     return {

@@ -1,4 +1,5 @@
-"""Simulation.plot: the set-up picture has an artist for every source, monitor, port and PML slab."""
+"""Simulation.plot: the set-up picture has an artist for every source, monitor, port and PML slab, and the
+permittivity it shades is the one the run uses."""
 
 import matplotlib
 
@@ -101,6 +102,27 @@ def test_3d_section_and_refusal():
         sim.plot(normal="z", position=2e-3)
     with pytest.raises(ValueError, match="normal must be"):
         sim.plot(normal="w")
+    plt.close("all")
+
+
+def test_a_lumped_port_in_a_dielectric_leaves_the_dielectric_permittivity_in_the_picture():
+    """A lumped resistor's medium (``AxialConductivity``) only adds a conductivity along its axis: the
+    section through it shows the substrate's permittivity there, the air's elsewhere."""
+    from mindelec.fdtd.plotting import _Section, permittivity_section, structure_fills
+
+    port = fdtd.LumpedPort(
+        "feed", center=(0, 0, 5e-5), size=(1e-4,) * 3, waveform=PULSE, frequencies=torch.tensor([100e9]))
+    substrate = fdtd.Structure(geometry.Box((-3e-4, -3e-4, -1e-4), (3e-4, 3e-4, 2e-4)), fdtd.Medium(4.4))
+    sim = fdtd.Simulation(
+        size=(1e-3, 1e-3, 1e-3), cell_size=100e-6, boundary=fdtd.PML(thickness=2),
+        structures=[substrate, port.resistor], sources=[port.source], monitors=[port],
+    )
+    section = _Section(sim.grid, "z", 5e-5)
+    permittivity, conductor = permittivity_section(sim, section, structure_fills(sim, section))
+    middle = [n // 2 for n in permittivity.shape]
+    assert float(permittivity[middle[0], middle[1]]) == pytest.approx(4.4)  # the port's cell
+    assert float(permittivity[0, 0]) == pytest.approx(1.0) and float(conductor.max()) == 0.0
+    sim.plot(normal="z", position=5e-5)  # the whole picture (it raised on the resistor's medium)
     plt.close("all")
 
 

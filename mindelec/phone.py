@@ -1,0 +1,330 @@
+"""The reference phone (:mod:`mindelec.cad_phone`) as an FDTD simulation, its figures of merit, and a
+``common.datasets`` generator over its design space.
+
+* :func:`phone_simulation` - a :class:`~mindelec.cad_phone.PhoneDesign` (or the stored
+  ``mindelec/examples/phone.step``) loaded through its STEP file (:func:`mindelec.cad_assembly.load_step`)
+  with the media of ``phone_materials.toml`` (:func:`phone_materials`), moved by less than ``align`` so
+  that the feed pin's foot (on the ground copper, at the ground plane's edge) lies on a node, and fed by a
+  50 ohm ``LumpedPort`` across one cell between the copper and the feed pin (the CAD's feed gap becomes
+  one cell: the port needs a whole Yee edge); the pin a PEC wire from there to the arm's node plane; a
+  near-to-far box monitor (``"far"``) 2 cells inside the PML. The bodies are rasterised as boxes and box
+  CSG (:func:`box_geometries`): the phone's parts are boxes, and a triangle-mesh parity test per sample
+  point takes minutes on a million-cell grid.
+* :func:`figures_of_merit` - from a run: S11, accepted and incident power at the port, the radiated power
+  (the box's flux), radiation and total efficiency on the far monitor's frequencies.
+* :func:`resonances` - the ``|S11|`` minima below -6 dB, refined by a parabola.
+* :func:`phone_sample` - the dataset generator (``common.datasets`` contract): complex S11 and total
+  efficiency of one design over a band, with the design as the grid draws it (``*_used``: the arm height
+  and the feed-to-short distance snap to whole cells).
+
+The grid's nodes lie on multiples of the cell from the domain's centre; the phone's origin is its centre
+(:func:`mindelec.cad_phone.write_phone_step`). Lengths in m, frequencies in Hz; ``PhoneDesign`` is in mm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from common.errors import ConfigurationError, NonFiniteResultError
+
+from . import cad, cad_assembly, cad_phone
+
+__all__ = [
+    "PhoneModel",
+    "phone_materials",
+    "box_geometries",
+    "phone_simulation",
+    "figures_of_merit",
+    "resonances",
+    "phone_sample",
+    "DESIGN_PARAMETERS",
+]
+
+HOUSING_WALL = 1e-3  # the tray's wall of mindelec.cad_phone.build_phone (m)
+DESIGN_PARAMETERS = ("antenna_length", "antenna_height", "feed_to_short", "clearance", "frame_gap")
+
+
+def phone_materials(lossless: bool = False) -> dict:
+    """The phone's materials table (``phone_materials.toml`` as a dict), every conductivity removed when
+    ``lossless`` (for the power-balance check: then all accepted power is radiated)."""
+    import tomllib
+
+    table = tomllib.loads(cad_phone.EXAMPLE_MATERIALS.read_text())["materials"]
+    if lossless:
+        table = {
+            name: {k: v for k, v in spec.items() if k != "conductivity"} if isinstance(spec, dict) else spec
+            for name, spec in table.items()
+        }
+    return table
+
+
+def box_geometries(assembly, structures) -> list:
+    """The structures with their CAD meshes replaced by the same shapes as boxes and box CSG.
+
+    The phone's bodies are boxes (volume equal to their bounding box's; the frame is six plates) and the
+    housing a tray (its bounding box less a cavity open at the top, ``HOUSING_WALL`` thick). Sheets and
+    wires stay as they are.
+
+    Raises:
+        ValueError: naming a body that is none of these and not a box.
+    """
+    from common.geometry import Box
+
+    from . import fdtd
+
+    replaced = []
+    for structure in structures:
+        if not isinstance(structure.geometry, cad.MeshGeometry):
+            replaced.append(structure)
+            continue
+        body = assembly.body(structure.name)
+        lo, hi = body.bounds
+        if structure.name == "housing":
+            wall = HOUSING_WALL
+            cavity = Box(lo + [wall, wall, wall], hi + [-wall, -wall, 1.0])
+            geometry = Box(lo, hi) - cavity
+        else:
+            if abs(body.volume - np.prod(hi - lo)) > 1e-6 * np.prod(hi - lo):
+                raise ConfigurationError(
+                    f"box_geometries: body {body.name!r} is not a box; it needs its own replacement here")
+            geometry = Box(lo, hi)
+        replaced.append(fdtd.Structure(geometry, structure.medium, name=structure.name))
+    return replaced
+
+
+@dataclasses.dataclass(frozen=True)
+class PhoneModel:
+    """A phone set up for the FDTD (:func:`phone_simulation`).
+
+    Attributes:
+        simulation: the ``mindelec.fdtd.Simulation`` (monitors ``"feed"``, the port, and ``"far"``).
+        port: the ``LumpedPort`` (50 ohm).
+        assembly: the loaded, moved :class:`~mindelec.cad_assembly.Assembly`.
+        drawn: the design as the grid draws it (mm): ``antenna_height`` (the arm's node plane above the
+            copper's), ``feed_to_short`` (between the two pins' node lines) and ``port_gap`` (one cell).
+    """
+
+    simulation: object
+    port: object
+    assembly: object
+    drawn: dict
+
+
+def _load(design, lossless):
+    """The assembly of ``design`` (``None``: the stored example STEP file), with the phone's media."""
+    materials = phone_materials(lossless)
+    if design is None:
+        return cad_assembly.load_step(cad_phone.EXAMPLE_STEP, tolerance=1e-4, materials=materials)
+    with tempfile.TemporaryDirectory() as folder:
+        path = cad_phone.write_phone_step(pathlib.Path(folder) / "phone.step", design)
+        return cad_assembly.load_step(path, tolerance=1e-4, materials=materials)
+
+
+def phone_simulation(
+    design: cad_phone.PhoneDesign | None = None,
+    cell: float = 1.5e-3,
+    lossless: bool = False,
+    align: float | None = None,
+    frequencies=None,
+    far_frequencies=None,
+    band: tuple[float, float] = (0.5e9, 3.5e9),
+    air: float = 15e-3,
+    pml: int = 10,
+    threads: int = 1,
+) -> PhoneModel:
+    """The phone of ``design`` on a uniform grid of ``cell`` (m), fed at its feed pin (see the module).
+
+    Args:
+        design: a :class:`~mindelec.cad_phone.PhoneDesign` (mm), written to STEP and read back; ``None``:
+            ``mindelec/examples/phone.step`` (the default design).
+        cell: the cell edge (m).
+        lossless: drop every conductivity (the power-balance check).
+        align: the feed's foot goes to the nearest multiple of this (m; a multiple of ``cell``; default
+            ``cell``): with 3 mm, grids of 1.5, 1.0 and 0.75 mm see the phone at the same place.
+        frequencies: ``(F,)`` the port's frequencies (Hz); default 151 over ``band``.
+        far_frequencies: ``(G,)`` the near-to-far box's (Hz); default every 0.1 GHz inside ``band``.
+        band: the Gaussian pulse's band (Hz).
+        air: air between the phone and the PML (m); pml: PML cells.
+
+    Returns:
+        :class:`PhoneModel`.
+
+    Raises:
+        ConfigurationError: for a cell that is not positive, an ``align`` that is not a multiple of it, or
+            a design whose arm lies less than two cells above the copper (one for the port, one for the
+            pin); the design's own checks (:meth:`~mindelec.cad_phone.PhoneDesign.check`).
+    """
+    from . import fdtd
+
+    align = cell if align is None else align
+    if not (cell > 0 and align > 0) or abs(align / cell - round(align / cell)) > 1e-9:
+        raise ConfigurationError(
+            f"phone_simulation: cell {cell} m must be positive and align {align} m a multiple of it")
+    frequencies = torch.as_tensor(
+        np.linspace(*band, 151) if frequencies is None else frequencies, dtype=torch.float64)
+    if far_frequencies is None:
+        far_frequencies = np.arange(np.ceil(band[0] / 1e8) * 1e8, band[1] + 1.0, 1e8)
+    assembly = _load(design, lossless)
+    pin, ground = assembly.body("ifa_feed_pin"), assembly.body("ground_plane")
+    # the feed: under the pin's centre line, at the ground plane's edge (y) and on its copper (z)
+    feed = np.array([pin.bounds.mean(0)[0], ground.bounds[1][1], ground.bounds.mean(0)[2]])
+    foot = np.round(feed / align) * align
+    assembly = assembly.translated(foot - feed)
+    lo = np.min([body.bounds[0] for body in assembly.bodies], axis=0)
+    hi = np.max([body.bounds[1] for body in assembly.bodies], axis=0)
+    half = np.maximum(np.abs(lo), np.abs(hi)) + air
+    half = np.ceil(half / align) * align + pml * cell  # nodes on multiples of align from the centre
+    size = tuple(float(v) for v in 2 * half)
+    grid = fdtd.Grid(size, cell)
+    top = round(assembly.body("ifa_arm").bounds.mean(0)[2] / cell) * cell  # the arm's node plane
+    if top - foot[2] < 2 * cell - 1e-9:
+        raise ConfigurationError(
+            f"phone_simulation: the arm lies {1e3 * (top - foot[2]):.3g} mm above the copper on "
+            f"{1e3 * cell:g} mm cells; the port and the feed pin need a cell each: raise antenna_height or "
+            "refine the cells")
+    short = assembly.body("ifa_short_pin").bounds.mean(0)[0]
+    drawn = {
+        "antenna_height": float(1e3 * (top - foot[2])),
+        "feed_to_short": float(1e3 * cell * abs(round(foot[0] / cell) - round(short / cell))),
+        "port_gap": 1e3 * cell,
+    }
+    waveform = fdtd.GaussianPulse(f0=sum(band) / 2, fwidth=band[1] - band[0])
+    port = fdtd.LumpedPort(
+        "feed", center=(foot[0], foot[1], foot[2] + cell / 2), size=(cell,) * 3, waveform=waveform,
+        frequencies=frequencies,
+    )
+    feed_pin = fdtd.pec_sheet(
+        center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
+        cell_size=cell,
+    )
+    meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
+    box = [float(2 * (h - (pml + 2) * cell)) for h in half]
+    far = fdtd.NearToFarMonitor(
+        "far", torch.as_tensor(far_frequencies, dtype=torch.float64), center=(0, 0, 0), size=box)
+    simulation = fdtd.Simulation(
+        size=size, cell_size=cell, boundary=fdtd.PML(thickness=pml),
+        structures=[*box_geometries(assembly, meshed), feed_pin, port.resistor], sources=[port.source],
+        monitors=[port, far], threads=threads,
+    )
+    return PhoneModel(simulation, port, assembly, drawn)
+
+
+def figures_of_merit(result) -> dict[str, np.ndarray]:
+    """The port's and the far box's figures from a run of :func:`phone_simulation`'s simulation.
+
+    Returns:
+        ``frequencies`` (F,) Hz, ``s11`` (F,) complex, ``impedance`` (F,) ohm, ``accepted`` and ``incident``
+        (F,) W (``Re(V conj(I))`` and the available power of the port's source), on the port's axis;
+        ``far_frequencies`` (G,) Hz, ``flux`` (G,) W (the radiated power: the box's flux),
+        ``radiation_efficiency`` (``P_rad / P_acc``) and ``total_efficiency`` (``P_rad / P_inc``) (G,),
+        on the far box's axis (the port's figures interpolated to it).
+    """
+    feed, far = result["feed"], result["far"]
+    frequencies = feed["frequencies"].double().numpy()
+    figures = {
+        "s11": feed["s11"].to(torch.complex128).numpy(), "impedance": feed["impedance"].numpy(),
+        "accepted": feed["accepted_power"].double().numpy(),
+        "incident": feed["incident_power"].double().numpy(),
+        "far_frequencies": far["frequencies"].double().numpy(), "flux": far["flux"].double().numpy(),
+    }
+    figures["frequencies"] = frequencies
+    on_far = {key: np.interp(figures["far_frequencies"], frequencies, figures[key])
+              for key in ("accepted", "incident")}
+    figures["radiation_efficiency"] = figures["flux"] / on_far["accepted"]
+    figures["total_efficiency"] = figures["flux"] / on_far["incident"]
+    if not all(np.isfinite(v).all() for v in figures.values()):
+        raise NonFiniteResultError("figures_of_merit: the run gave non-finite port or flux spectra")
+    return figures
+
+
+def resonances(frequencies, s11) -> list[tuple[float, float]]:
+    """Frequencies (Hz) and ``|S11|`` (dB) of the local minima of ``|S11|`` below -6 dB, refined by a
+    parabola through the three samples around each; ``frequencies`` (F,) uniform, ``s11`` (F,) complex."""
+    decibels = 20 * np.log10(np.abs(s11))
+    found = []
+    for k in range(1, len(frequencies) - 1):
+        if decibels[k] < min(decibels[k - 1], decibels[k + 1]) and decibels[k] < -6:
+            a, b, c = decibels[k - 1 : k + 2]
+            shift = 0.5 * (a - c) / (a - 2 * b + c)
+            step = frequencies[1] - frequencies[0]
+            found.append((frequencies[k] + shift * step, b - 0.25 * (a - c) * shift))
+    return found
+
+
+def phone_sample(
+    params: dict,
+    seed: int,
+    cell: float = 1.5e-3,
+    band: tuple[float, float] = (0.5e9, 3.5e9),
+    n_frequencies: int = 61,
+    duration: float = 20e-9,
+    decay: float = 1e-4,
+    frame: bool = True,
+    air: float = 15e-3,
+    pml: int = 10,
+    threads: int | None = 1,
+) -> dict[str, np.ndarray]:
+    """Dataset generator (``common.datasets`` contract): S11 and total efficiency of one phone design.
+
+    The labels are those of ``cell``: on coarse cells (the 1.5 mm default) they are the data of a
+    surrogate of that model, not necessarily the phone's figures (``benchmarks/phone_antenna.py``
+    compares three cell sizes).
+
+    Args:
+        params: :class:`~mindelec.cad_phone.PhoneDesign` fields (mm), e.g. those of
+            :data:`DESIGN_PARAMETERS`; the others keep their defaults.
+        seed: unused (the FDTD is deterministic); part of the generator contract.
+        cell: the cell edge (m).
+        band: (Hz); n_frequencies: points of the S11 and efficiency axis over it (both on one axis).
+        duration: the longest run (s); it stops earlier once the fields decay by ``decay``.
+        frame: whether the phone has its metal frame.
+        air, pml: air around the phone (m) and PML cells (:func:`phone_simulation`).
+        threads: CPU threads of the run.
+
+    Returns:
+        ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``total_efficiency`` (F,)
+        (``P_rad / P_inc``: mismatch and the media's losses), ``radiation_efficiency`` (F,),
+        ``resonance`` (Hz, the lowest ``|S11|``, refined by a parabola), ``antenna_height_used`` and
+        ``feed_to_short_used`` (mm, as drawn), ``steps`` and ``fdtd_seconds`` (CPU seconds of the run).
+
+    Raises:
+        ConfigurationError: for parameters that are not ``PhoneDesign`` fields or a design it refuses.
+    """
+    from .antennas import resonance_frequency
+
+    del seed
+    fields = {f.name for f in dataclasses.fields(cad_phone.PhoneDesign)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ConfigurationError(f"phone_sample: {unknown} are not PhoneDesign fields; expected some of "
+                                 f"{sorted(fields)}")
+    design = cad_phone.PhoneDesign(**{k: float(v) for k, v in params.items()}, frame=frame)
+    frequencies = np.linspace(*band, n_frequencies)
+    model = phone_simulation(design, cell, frequencies=frequencies, far_frequencies=frequencies, band=band,
+                             air=air, pml=pml, threads=threads or 1)
+    started = time.process_time()
+    result = model.simulation.run(until=duration, until_decayed=decay, progress=False)
+    seconds = time.process_time() - started
+    figures = figures_of_merit(result)
+    s11 = figures["s11"]
+    s11_db = 20 * np.log10(np.maximum(np.abs(s11), 1e-12))
+    resonance = resonance_frequency(torch.as_tensor(frequencies), torch.as_tensor(s11_db)[None])[0]
+    return {
+        "frequencies": frequencies,
+        "s11_real": s11.real.copy(),
+        "s11_imag": s11.imag.copy(),
+        "s11_db": s11_db,
+        "total_efficiency": figures["total_efficiency"],
+        "radiation_efficiency": figures["radiation_efficiency"],
+        "resonance": np.float64(resonance),
+        "antenna_height_used": np.float64(model.drawn["antenna_height"]),
+        "feed_to_short_used": np.float64(model.drawn["feed_to_short"]),
+        "steps": np.int64(result.steps),
+        "fdtd_seconds": np.float64(seconds),
+    }
