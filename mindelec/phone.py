@@ -31,6 +31,7 @@ import time
 import numpy as np
 import torch
 
+from common import checks
 from common.errors import ConfigurationError, NonFiniteResultError
 
 from . import cad, cad_assembly, cad_phone
@@ -156,14 +157,20 @@ def phone_simulation(
         :class:`PhoneModel`.
 
     Raises:
-        ConfigurationError: for a cell that is not positive, an ``align`` that is not a multiple of it, or
-            a design whose arm lies less than two cells above the copper (one for the port, one for the
-            pin); the design's own checks (:meth:`~mindelec.cad_phone.PhoneDesign.check`).
+        ConfigurationError: for a cell or ``align`` that is not a positive length, ``air`` not a
+            non-negative one, ``pml`` or ``threads`` not a positive int, an ``align`` that is not a
+            multiple of the cell, or a design whose arm lies less than two cells above the copper (one
+            for the port, one for the pin); the design's own checks
+            (:meth:`~mindelec.cad_phone.PhoneDesign.check`).
     """
     from . import fdtd
 
-    align = cell if align is None else align
-    if not (cell > 0 and align > 0) or abs(align / cell - round(align / cell)) > 1e-9:
+    cell = checks.positive(cell, "phone_simulation: cell (m)")
+    align = cell if align is None else checks.positive(align, "phone_simulation: align (m)")
+    air = checks.non_negative(air, "phone_simulation: air (m)")
+    pml = checks.positive_int(pml, "phone_simulation: pml (cells)")
+    threads = checks.positive_int(threads, "phone_simulation: threads")
+    if abs(align / cell - round(align / cell)) > 1e-9:
         raise ConfigurationError(
             f"phone_simulation: cell {cell} m must be positive and align {align} m a multiple of it")
     frequencies = torch.as_tensor(

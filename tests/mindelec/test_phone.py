@@ -31,7 +31,7 @@ SMALL = {"air": 6e-3, "pml": 6}  # a small domain around the phone
 
 
 def test_bad_cells_arm_heights_and_parameters_are_refused_and_the_drawn_design_is_within_a_cell():
-    with pytest.raises(ConfigurationError, match="cell -0.001 m must be positive"):
+    with pytest.raises(ConfigurationError, match=r"cell \(m\) must be a positive number, got -0.001"):
         phone.phone_simulation(None, cell=-1e-3)
     with pytest.raises(ConfigurationError, match="align 0.002 m a multiple of it"):
         phone.phone_simulation(None, cell=1.5e-3, align=2e-3)
