@@ -73,7 +73,7 @@ def box_geometries(assembly, structures) -> list:
     wires stay as they are.
 
     Raises:
-        ValueError: naming a body that is none of these and not a box.
+        ConfigurationError: naming a body that is none of these and not a box.
     """
     from common.geometry import Box
 
