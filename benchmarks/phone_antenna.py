@@ -35,8 +35,11 @@ The set-up (loading, placing, the port, the box geometries) and the port's and b
 dataset generator and notebook.
 
 Results are cached per cell size and STEP file (its hash in the name) under
-``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size); the derived figures
-are written to ``benchmarks/data/phone_antenna.json``.
+``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size). The derived figures of
+every grid are kept in ``benchmarks/data/phone_antenna.json`` with the STEP file's hash: a later run with
+``--cells`` adds its grids to those recorded for the same STEP file (a new file starts a new record), and
+the convergence is computed over all recorded grids, so a study spread over several sessions resumes from
+the repository.
 
     python benchmarks/phone_antenna.py [--quick] [--cells 1.5 1.0 0.75 0.6]   # --quick: 1.5 mm cells only
 """
@@ -63,12 +66,17 @@ PORT_FREQUENCIES = np.linspace(*BAND, 151)
 FAR_FREQUENCIES = np.arange(0.6e9, 3.41e9, 0.1e9)
 CELLS = (1.5e-3, 1.0e-3, 0.75e-3, 0.6e-3)
 QUICK_CELLS = (1.5e-3,)
+LOSSLESS_CELL = 1.5e-3  # the power-balance run with lossless media
+
+
+def device_hash() -> str:
+    """The STEP file's identity (12 hex digits of its SHA-256): a new file, new runs and a new record."""
+    return hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]
 
 
 def run_case(cell, lossless=False):
     """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost)."""
-    device = hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]  # a new STEP: new runs
-    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um_{device}.npz"
+    path = OUTPUT / f"{'lossless_' if lossless else ''}cell_{cell * 1e6:.0f}um_{device_hash()}.npz"
     if path.exists():
         return dict(np.load(path))
     sim = phone.phone_simulation(
@@ -135,9 +143,9 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     cells = tuple(c * 1e-3 for c in args.cells) if args.cells else QUICK_CELLS if args.quick else CELLS
-    lossless = summary(run_case(cells[0], lossless=True))
+    lossless = summary(run_case(LOSSLESS_CELL, lossless=True))
     balance = [abs(row["radiation_efficiency"] - 1) for row in lossless]
-    print(f"lossless media, {cells[0] * 1e3:g} mm: box flux / accepted - 1 at the resonances: "
+    print(f"lossless media, {LOSSLESS_CELL * 1e3:g} mm: box flux / accepted - 1 at the resonances: "
           + ", ".join(f"{b:.2%}" for b in balance), flush=True)
     table = {}
     for cell in cells:
@@ -154,26 +162,28 @@ def main():
                   "{absorbed_fraction:.1%} of accepted; far-field power / box flux "
                   "{far_field_over_flux:.4f}; "
                   "D {directivity_dbi:.2f} dBi, G {gain_dbi:.2f} dBi".format(**row), flush=True)
-    derived = {"cells_mm": [c * 1e3 for c in cells], "lossless_balance": balance, "runs": {}}
+    recorded = json.loads(DATA.read_text()) if DATA.exists() else {}
+    runs = recorded.get("runs", {}) if recorded.get("device") == device_hash() and not args.quick else {}
     for cell, (figures, rows) in table.items():
-        derived["runs"][f"{cell * 1e3:g}"] = {
+        runs[f"{cell * 1e3:g}"] = {
             "grid": [int(v) for v in figures["cells"]], "steps": int(figures["steps"]),
             "core_seconds": float(figures["cpu_seconds"]), "resonances": rows,
         }
-    finest = sorted(cells)[:3]
-    if len(cells) >= 3 and all(table[c][1] for c in finest):
+    grids = sorted(runs, key=float, reverse=True)  # coarse to fine, cell sizes in mm
+    derived = {"device": device_hash(), "cells_mm": [float(c) for c in grids], "lossless_cell_mm":
+               LOSSLESS_CELL * 1e3, "lossless_balance": balance, "runs": {c: runs[c] for c in grids}}
+    if len(grids) >= 3 and all(runs[c]["resonances"] for c in grids[-3:]):
         # the finest grid's deepest resonance, followed to the nearest resonance of each coarser grid
-        deepest = min(table[finest[0]][1], key=lambda row: row["s11_db"])["resonance_ghz"]
-        tracked = [min((row["resonance_ghz"] for row in table[c][1]), key=lambda f: abs(f - deepest))
-                   for c in sorted(cells, reverse=True)]
-        extrapolated, order = richardson(finest[::-1], tracked[-3:])
+        deepest = min(runs[grids[-1]]["resonances"], key=lambda row: row["s11_db"])["resonance_ghz"]
+        tracked = [min((row["resonance_ghz"] for row in runs[c]["resonances"]),
+                       key=lambda frequency: abs(frequency - deepest)) for c in grids]
+        extrapolated, order = richardson([float(c) for c in grids[-3:]], tracked[-3:])
         derived.update(tracked_resonance_ghz=tracked, resonance_extrapolated_ghz=extrapolated, order=order)
-        sizes = ", ".join(f"{c * 1e3:g}" for c in sorted(cells, reverse=True))
         error = 100 * (tracked[-1] / extrapolated - 1)
-        print(f"the finest grid's deepest resonance on each grid ({sizes} mm): "
+        print(f"the finest grid's deepest resonance on each recorded grid ({', '.join(grids)} mm): "
               f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: {extrapolated:.4f} "
               f"GHz at zero cell (Richardson, order {order:.2f}); finest run {error:+.2f} %")
-    if not args.quick:  # the cells run are in the file: a partial study says so
+    if not args.quick:  # the grids recorded are in the file: a partial study says so
         DATA.write_text(json.dumps(derived, indent=1, default=float) + "\n")
 
 
