@@ -294,6 +294,26 @@ def test_a_simulation_follows_lambdas_set_after_it_was_built(vacuum):
     torch.testing.assert_close(state.forces, expected_forces.to(state.forces), rtol=1e-9, atol=1e-6)
 
 
+def test_an_alchemical_force_field_that_ran_pickles_for_worker_processes(vacuum):
+    """A force field whose Simulation ran (compiled kernels and torch expressions built) goes to a worker
+    process by pickle and gives the same energy and forces there."""
+    import pickle
+
+    force_field = ms.alchemy.alchemical_force_field(vacuum.system, range(10))
+    AlchemicalState(lambda_sterics=0.4, lambda_electrostatics=0.0).apply_to(force_field)
+    positions = torch.tensor(vacuum.positions.value_in_unit(unit.nanometer), dtype=torch.float64)
+    simulation = ms.Simulation(ms.System(positions, force_field.masses), force_field,
+                               ms.integrators.LangevinMiddle(0.0005, 300.0, 5.0), progress=False,
+                               overlap_distance=None, precision="double")
+    simulation.run(5)
+    positions = simulation.state.positions
+    copied = pickle.loads(pickle.dumps(force_field))
+    energy, forces = ms.energy_and_forces(force_field, positions, None)
+    copied_energy, copied_forces = ms.energy_and_forces(copied, positions, None)
+    torch.testing.assert_close(copied_energy, energy, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(copied_forces, forces, rtol=1e-12, atol=1e-9)
+
+
 def test_copies_per_state_share_the_terms_no_state_changes(vacuum):
     """force_fields_at: one force field per state; states giving a term the same lambdas share one copy of
     it (not the original's), and each copy's energy and forces equal openmmtools' at its state."""

@@ -8,6 +8,7 @@ float32), and against mindsponge's torch path (``compiled_expression = False``).
 """
 
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -143,6 +144,27 @@ def test_kernel_follows_global_parameters_and_copies(reference):
     assert second == pytest.approx(reference(system, positions, None).total, rel=TOLERANCE)
     assert abs(second - first) > 0.05
     assert float(copy.deepcopy(forcefield)(x)) == second
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_force_fields_with_custom_expressions_pickle_after_they_ran(expression, reference):
+    """Worker processes get force fields pickled: one whose kernel and torch expression were built (its
+    torch nodes are closures) comes back with OpenMM's energy on both paths."""
+    system = _system(_bond_force(expression))
+    positions = _positions()
+    forcefield = from_openmm(system)
+    x = torch.tensor(positions)
+    forcefield(x)  # the kernel path
+    (term,) = list(forcefield)
+    term.compiled_expression = False
+    forcefield(x)  # the torch path
+    term.compiled_expression = True
+    copied = pickle.loads(pickle.dumps(forcefield))
+    expected = reference(system, positions, None).total
+    assert float(copied(x)) == pytest.approx(expected, rel=TOLERANCE)
+    (copied_term,) = list(copied)
+    copied_term.compiled_expression = False
+    assert float(copied(x)) == pytest.approx(expected, rel=TOLERANCE)
 
 
 def test_lowering_folds_constants_and_refuses_what_it_cannot_compile():

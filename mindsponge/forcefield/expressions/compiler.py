@@ -75,6 +75,9 @@ def compile_expression(
     )
     if compiler.dynamic is not None and len(compiler.dynamic) == 1:
         compiled.inverse_powers = compiler.inverse_powers(primary_tree, next(iter(compiler.dynamic)))
+    # its nodes are closures, which do not pickle: a pickled expression is compiled again from these
+    compiled.arguments = (expression, tabulated, tuple(particles), context,
+                          None if dynamic is None else tuple(dynamic))
     return compiled
 
 

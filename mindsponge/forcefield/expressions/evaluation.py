@@ -54,6 +54,7 @@ class CompiledExpression:
         functions: names of the tabulated functions it calls (frozenset).
         uses_box: whether it calls a point function (``pointdistance``, ``periodicdistance``...),
             which takes the minimum image when a box is given.
+        arguments: the arguments of :func:`compile_expression` that made it (it pickles as them).
         inverse_powers: for an expression compiled with one ``dynamic`` variable ``r`` that is,
             definitions substituted, ``sum_k c_k / r^k`` with coefficients ``c_k`` free of ``r``
             (the Lennard-Jones family: ``A/r^12 - B/r^6``, ``4*eps*((sig/r)^12 - (sig/r)^6)``),
@@ -74,6 +75,7 @@ class CompiledExpression:
         self.functions = functions
         self.uses_box = uses_box
         self.inverse_powers: dict[int, CompiledExpression] | None = None
+        self.arguments = (expression,)  # compile_expression's arguments (set by it): what pickles
 
     def __call__(
         self,
@@ -103,6 +105,13 @@ class CompiledExpression:
             )
         environment = Environment(variables, functions or {}, box, static_cache)
         return environment.tensor(self._root(environment))
+
+    def __reduce__(self):
+        """Pickled as the arguments of :func:`compile_expression` (its nodes are closures): force fields
+        with custom forces go to worker processes."""
+        from mindsponge.forcefield.expressions.compiler import compile_expression
+
+        return compile_expression, self.arguments
 
     def __repr__(self) -> str:
         return f"CompiledExpression({self.expression!r})"
