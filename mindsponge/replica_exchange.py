@@ -409,33 +409,29 @@ class ReplicaExchange:
     def _exchange(self, reduced):
         """Swap states between replicas (Metropolis), updating the assignment and the swap counts."""
         count = self.n_replicas
+        if self.exchange == "neighbors":
+            first = np.arange(self.rounds_done % 2, count - 1, 2)
+            second = first + 1
+        else:  # count^3 attempts between uniformly drawn pairs of distinct states, drawn at once
+            first = self._rng.integers(count, size=count**3)
+            second = self._rng.integers(count - 1, size=count**3)
+            second += second >= first
+        thresholds = -np.log1p(-self._rng.random(len(first)))  # accept when delta <= an Exp(1) draw
         replica_of = np.empty(count, dtype=np.int64)
         replica_of[self.assignment] = np.arange(count)
-
-        def attempt(first_state, second_state):
-            i, j = replica_of[first_state], replica_of[second_state]
-            delta = (
-                reduced[i, second_state]
-                + reduced[j, first_state]
-                - reduced[i, first_state]
-                - reduced[j, second_state]
-            )
-            pair = (min(first_state, second_state), max(first_state, second_state))
-            self.record.attempted[pair] += 1
-            self.record.attempted[pair[::-1]] += 1
-            if delta <= 0 or self._rng.random() < math.exp(-delta):
-                self.record.accepted[pair] += 1
-                self.record.accepted[pair[::-1]] += 1
-                replica_of[first_state], replica_of[second_state] = j, i
-                self.assignment[i], self.assignment[j] = second_state, first_state
-
-        if self.exchange == "neighbors":
-            for first in range(self.rounds_done % 2, count - 1, 2):
-                attempt(first, first + 1)
-        else:
-            for _ in range(count**3):
-                first, second = self._rng.choice(count, size=2, replace=False)
-                attempt(int(first), int(second))
+        replica_of, energies, accepted = replica_of.tolist(), np.asarray(reduced, dtype=float).tolist(), []
+        # the attempts depend on one another through replica_of: a loop over plain Python numbers
+        attempts = zip(first.tolist(), second.tolist(), thresholds.tolist())
+        for attempt, (a, b, threshold) in enumerate(attempts):
+            i, j = replica_of[a], replica_of[b]
+            row_i, row_j = energies[i], energies[j]
+            if row_i[b] + row_j[a] - row_i[a] - row_j[b] <= threshold:
+                accepted.append(attempt)
+                replica_of[a], replica_of[b] = j, i
+        for counts, index in ((self.record.attempted, slice(None)), (self.record.accepted, accepted)):
+            np.add.at(counts, (first[index], second[index]), 1)
+            np.add.at(counts, (second[index], first[index]), 1)
+        self.assignment[np.asarray(replica_of)] = np.arange(count)
 
     def _rescale_velocities(self, before):
         for replica, (old, new) in enumerate(zip(before, self.assignment, strict=True)):

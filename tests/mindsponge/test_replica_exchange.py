@@ -116,6 +116,36 @@ def test_exchange_bookkeeping_swaps_and_round_trips():
     assert all(sorted(row) == [0, 1, 2] for row in replicas)
 
 
+@pytest.mark.parametrize("exchange", ["neighbors", "all"])
+def test_exchanges_sample_assignments_with_their_boltzmann_weights(exchange):
+    """With fixed reduced potentials u[replica, state], the exchanges are a Markov chain over assignments
+    whose stationary distribution is exp(-sum_i u[i, state of i]) / Z: visited frequencies against the
+    exact ones over all 24 assignments of 4 replicas."""
+    import itertools
+
+    reduced = np.random.default_rng(3).normal(scale=0.5, size=(4, 4))  # largest weight 0.21
+    record = rex.ExchangeRecord(np.full(4, 300.0), attempted=np.zeros((4, 4), dtype=np.int64),
+                                accepted=np.zeros((4, 4), dtype=np.int64), samples=[[], [], [], []])
+    sampler = rex.ReplicaExchange.__new__(rex.ReplicaExchange)
+    sampler.record, sampler.exchange, sampler.states = record, exchange, (None,) * 4
+    sampler.assignment, sampler._rng = np.arange(4), np.random.default_rng(0)
+    rounds = {"all": 4000, "neighbors": 40000}[exchange]  # one pair swap a round mixes slowly
+    visits = {}
+    for round_index in range(rounds):
+        sampler.rounds_done = round_index
+        sampler._exchange(reduced)
+        key = tuple(sampler.assignment.tolist())
+        visits[key] = visits.get(key, 0) + 1
+    permutations = list(itertools.permutations(range(4)))
+    weights = np.array([math.exp(-sum(reduced[i, state] for i, state in enumerate(p))) for p in permutations])
+    exact = weights / weights.sum()
+    observed = np.array([visits.get(p, 0) for p in permutations]) / rounds
+    # the largest deviation over six seeds was 0.015 (neighbours) and 0.009 (all)
+    assert np.abs(observed - exact).max() < 0.03, (observed.round(3), exact.round(3))
+    attempts = {"all": 4**3 * rounds, "neighbors": 3 * rounds // 2}[exchange]  # pairs (0 1, 2 3), (1 2)
+    assert record.attempted.sum() == 2 * attempts  # both orders of each pair
+
+
 def _alpha_fraction(psi, blocks=8):
     """Fraction of psi in (-120, 50) degrees (alpha_R), and its standard error from ``blocks`` block
     averages."""
