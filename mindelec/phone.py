@@ -13,6 +13,10 @@
 * :func:`figures_of_merit` - from a run: S11, accepted and incident power at the port, the radiated power
   (the box's flux), radiation and total efficiency on the far monitor's frequencies.
 * :func:`resonances` - the ``|S11|`` minima below -6 dB, refined by a parabola.
+* :class:`PhantomPlacement` and :func:`phone_sar` - the phone under a flat phantom of head liquid
+  (:class:`mindelec.sar.FlatPhantom`), its display towards it at a given spacing: the 1 g and 10 g SAR per
+  watt accepted and per watt incident, and where the accepted power goes (radiated, absorbed in the
+  phantom, lost in the phone).
 * :func:`phone_sample` - the dataset generator (``common.datasets`` contract): complex S11 and total
   efficiency of one design over a band, with the design as the grid draws it (``*_used``: the arm height
   and the feed-to-short distance snap to whole cells).
@@ -34,10 +38,12 @@ import torch
 from common import checks
 from common.errors import ConfigurationError, NonFiniteResultError
 
-from . import cad, cad_assembly, cad_phone
+from . import cad, cad_assembly, cad_phone, sar
 
 __all__ = [
     "PhoneModel",
+    "PhantomPlacement",
+    "phone_sar",
     "phone_materials",
     "box_geometries",
     "phone_simulation",
@@ -108,13 +114,60 @@ class PhoneModel:
         port: the ``LumpedPort`` (50 ohm).
         assembly: the loaded, moved :class:`~mindelec.cad_assembly.Assembly`.
         drawn: the design as the grid draws it (mm): ``antenna_height`` (the arm's node plane above the
-            copper's), ``feed_to_short`` (between the two pins' node lines) and ``port_gap`` (one cell).
+            copper's), ``feed_to_short`` (between the two pins' node lines) and ``port_gap`` (one cell);
+            with a phantom, ``phantom_spacing`` (from the display glass to the shell).
+        phantom: the :class:`~mindelec.sar.FlatPhantom` (monitor ``"phantom"``), or ``None``.
     """
 
     simulation: object
     port: object
     assembly: object
     drawn: dict
+    phantom: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PhantomPlacement:
+    """Where :func:`phone_simulation` puts a flat phantom (:class:`mindelec.sar.FlatPhantom`): above the
+    phone's display (``+z``), the liquid reaching ``margin`` beyond the phone's outline on every side.
+
+    The liquid's faces go to the grid's node planes (the SAR voxels are the cells): its bottom surface to
+    the first node plane at least ``spacing`` plus the 2 mm shell above the display glass, so the spacing
+    drawn (``PhoneModel.drawn["phantom_spacing"]``) is up to a cell larger than asked.
+
+    Attributes:
+        frequency: the liquid's properties' and the SAR's frequency (Hz, 300 MHz - 6 GHz).
+        spacing: from the display glass to the shell's outer face (m); IEC/IEEE 62209-1528 tests
+            body-worn positions at 0-25 mm.
+        margin: liquid beyond the phone's outline (m), default 30 mm.
+        depth: the liquid's depth (m), default 60 mm (several skin depths above 300 MHz).
+    """
+
+    frequency: float
+    spacing: float = 5e-3
+    margin: float = 30e-3
+    depth: float = 60e-3
+
+    def __post_init__(self):
+        owner = f"PhantomPlacement(frequency={self.frequency!r})"
+        checks.non_negative(self.spacing, f"{owner}: spacing (m)")
+        checks.positive(self.margin, f"{owner}: margin (m)")
+        checks.positive(self.depth, f"{owner}: depth (m)")
+        try:
+            sar.head_tissue(self.frequency)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{owner}: {error}") from None
+
+    def phantom(self, phone_low, phone_high, cell):
+        """The :class:`~mindelec.sar.FlatPhantom` over a phone spanning ``phone_low``-``phone_high`` (m, 3
+        each) on a grid whose nodes lie on multiples of ``cell`` (m)."""
+        low = np.floor((np.asarray(phone_low[:2]) - self.margin) / cell) * cell
+        high = np.ceil((np.asarray(phone_high[:2]) + self.margin) / cell) * cell
+        surface = np.ceil((phone_high[2] + self.spacing + sar.phantom.SHELL_THICKNESS) / cell - 1e-9) * cell
+        depth = max(1, round(self.depth / cell)) * cell
+        return sar.FlatPhantom(self.frequency, surface=float(surface),
+                               size=(*(float(v) for v in high - low), float(depth)),
+                               center=tuple(float(v) for v in (low + high) / 2))
 
 
 def _load(design, lossless):
@@ -138,6 +191,7 @@ def phone_simulation(
     air: float = 15e-3,
     pml: int = 10,
     threads: int = 1,
+    phantom: PhantomPlacement | None = None,
 ) -> PhoneModel:
     """The phone of ``design`` on a uniform grid of ``cell`` (m), fed at its feed pin (see the module).
 
@@ -151,7 +205,9 @@ def phone_simulation(
         frequencies: ``(F,)`` the port's frequencies (Hz); default 151 over ``band``.
         far_frequencies: ``(G,)`` the near-to-far box's (Hz); default every 0.1 GHz inside ``band``.
         band: the Gaussian pulse's band (Hz).
-        air: air between the phone and the PML (m); pml: PML cells.
+        air: air between the phone (and the phantom) and the PML (m); pml: PML cells.
+        phantom: a :class:`PhantomPlacement`: a flat phantom over the display, its E-field monitor
+            (``"phantom"``), and its frequency added to the port's and the far box's (:func:`phone_sar`).
 
     Returns:
         :class:`PhoneModel`.
@@ -170,21 +226,35 @@ def phone_simulation(
     air = checks.non_negative(air, "phone_simulation: air (m)")
     pml = checks.positive_int(pml, "phone_simulation: pml (cells)")
     threads = checks.positive_int(threads, "phone_simulation: threads")
+    if phantom is not None and not isinstance(phantom, PhantomPlacement):
+        raise ConfigurationError(f"phone_simulation: phantom must be a PhantomPlacement, got {phantom!r}")
     if abs(align / cell - round(align / cell)) > 1e-9:
         raise ConfigurationError(
             f"phone_simulation: cell {cell} m must be positive and align {align} m a multiple of it")
-    frequencies = torch.as_tensor(
-        np.linspace(*band, 151) if frequencies is None else frequencies, dtype=torch.float64)
+    frequencies = np.linspace(*band, 151) if frequencies is None else np.asarray(frequencies, dtype=float)
     if far_frequencies is None:
         far_frequencies = np.arange(np.ceil(band[0] / 1e8) * 1e8, band[1] + 1.0, 1e8)
+    if phantom is not None:
+        frequencies = np.union1d(frequencies, [phantom.frequency])
+        far_frequencies = np.union1d(far_frequencies, [phantom.frequency])
+    frequencies = torch.as_tensor(frequencies, dtype=torch.float64)
     assembly = _load(design, lossless)
     pin, ground = assembly.body("ifa_feed_pin"), assembly.body("ground_plane")
     # the feed: under the pin's centre line, at the ground plane's edge (y) and on its copper (z)
     feed = np.array([pin.bounds.mean(0)[0], ground.bounds[1][1], ground.bounds.mean(0)[2]])
     foot = np.round(feed / align) * align
+    lo = np.min([body.bounds[0] for body in assembly.bodies], axis=0) + foot - feed
+    hi = np.max([body.bounds[1] for body in assembly.bodies], axis=0) + foot - feed
+    flat = None
+    if phantom is not None:  # phone and phantom centred together (the domain is centred on the origin)
+        outer = phantom.phantom(lo, hi, cell).outer_box()
+        shift = -np.round((np.minimum(lo, outer[0]) + np.maximum(hi, outer[1])) / 2 / align) * align
+        foot, lo, hi = foot + shift, lo + shift, hi + shift
+        flat = phantom.phantom(lo, hi, cell)
     assembly = assembly.translated(foot - feed)
-    lo = np.min([body.bounds[0] for body in assembly.bodies], axis=0)
-    hi = np.max([body.bounds[1] for body in assembly.bodies], axis=0)
+    display = float(hi[2])  # the display glass's top face
+    if flat is not None:
+        lo, hi = np.minimum(lo, flat.outer_box()[0]), np.maximum(hi, flat.outer_box()[1])
     half = np.maximum(np.abs(lo), np.abs(hi)) + air
     half = np.ceil(half / align) * align + pml * cell  # nodes on multiples of align from the centre
     size = tuple(float(v) for v in 2 * half)
@@ -210,16 +280,20 @@ def phone_simulation(
         center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
         cell_size=cell,
     )
+    if flat is not None:
+        drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
     meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
     box = [float(2 * (h - (pml + 2) * cell)) for h in half]
     far = fdtd.NearToFarMonitor(
         "far", torch.as_tensor(far_frequencies, dtype=torch.float64), center=(0, 0, 0), size=box)
+    extra = [] if flat is None else flat.structures()
+    monitors = [port, far] + ([] if flat is None else [flat.monitor("phantom", cell)])
     simulation = fdtd.Simulation(
         size=size, cell_size=cell, boundary=fdtd.PML(thickness=pml),
-        structures=[*box_geometries(assembly, meshed), feed_pin, port.resistor], sources=[port.source],
-        monitors=[port, far], threads=threads,
+        structures=[*box_geometries(assembly, meshed), feed_pin, port.resistor, *extra],
+        sources=[port.source], monitors=monitors, threads=threads,
     )
-    return PhoneModel(simulation, port, assembly, drawn)
+    return PhoneModel(simulation, port, assembly, drawn, flat)
 
 
 def figures_of_merit(result) -> dict[str, np.ndarray]:
@@ -250,17 +324,65 @@ def figures_of_merit(result) -> dict[str, np.ndarray]:
     return figures
 
 
+def phone_sar(model: PhoneModel, result) -> dict:
+    """The SAR in the phantom of a :func:`phone_simulation` run with a :class:`PhantomPlacement`.
+
+    Args:
+        model: the :class:`PhoneModel` (its ``phantom`` set); result: its simulation's run.
+
+    Returns:
+        dict at the phantom's frequency: ``sar_1g``, ``sar_10g`` (W/kg per W accepted at the feed) and
+        ``sar_1g_incident``, ``sar_10g_incident`` (per W incident: the conducted power of a 50 ohm
+        transmitter, ``(1 - |S11|^2)`` times the former); ``s11`` (complex); per W accepted: ``radiated``
+        (the far box's flux), ``absorbed_phantom`` (``sigma |E|^2 / 2`` over the phantom) and
+        ``absorbed_phone`` (the rest: the phone's lossy media; with lossless ones it measures the
+        imbalance); ``centre_1g`` and ``centre_10g`` (m, the cubes' centres); ``frequency`` (Hz);
+        ``local_sar`` ``(nx, ny, nz)`` (W/kg per W accepted, the liquid's cells) and ``origin`` (m, its
+        low corner), for maps.
+
+    Raises:
+        ConfigurationError: a model built without a phantom.
+        NonFiniteResultError: non-finite port or field spectra.
+    """
+    flat = model.phantom
+    if flat is None:
+        raise ConfigurationError("phone_sar: the model has no phantom (phone_simulation(phantom=...))")
+    figures = figures_of_merit(result)
+    port = int(np.argmin(np.abs(figures["frequencies"] - flat.frequency)))
+    far = int(np.argmin(np.abs(figures["far_frequencies"] - flat.frequency)))
+    accepted = float(figures["accepted"][port])
+    if not accepted > 0:
+        raise NonFiniteResultError(f"phone_sar: the port accepts {accepted} at {flat.frequency:g} Hz")
+    spacing = model.simulation.grid.spacing
+    local, origin = flat.local_sar(result, "phantom", accepted, spacing)
+    averages = flat.peak_average_sar(local, origin, spacing)
+    mismatch = 1 - abs(figures["s11"][port]) ** 2
+    radiated = float(figures["flux"][far]) / accepted
+    absorbed = flat.absorbed_power(model.simulation, result, "phantom", accepted)
+    values = {
+        "frequency": float(flat.frequency), "s11": complex(figures["s11"][port]),
+        "sar_1g": averages[1].value, "sar_10g": averages[10].value,
+        "sar_1g_incident": averages[1].value * mismatch, "sar_10g_incident": averages[10].value * mismatch,
+        "radiated": radiated, "absorbed_phantom": absorbed, "absorbed_phone": 1 - radiated - absorbed,
+        "centre_1g": averages[1].center, "centre_10g": averages[10].center,
+    }
+    if not (all(np.isfinite(v).all() for v in values.values()) and bool(torch.isfinite(local).all())):
+        raise NonFiniteResultError(f"phone_sar: non-finite figures {values}")
+    return dict(values, local_sar=local, origin=tuple(float(v) for v in origin))
+
+
 def resonances(frequencies, s11) -> list[tuple[float, float]]:
     """Frequencies (Hz) and ``|S11|`` (dB) of the local minima of ``|S11|`` below -6 dB, refined by a
-    parabola through the three samples around each; ``frequencies`` (F,) uniform, ``s11`` (F,) complex."""
+    parabola through the three samples around each; ``frequencies`` (F,) increasing, ``s11`` (F,) complex."""
     decibels = 20 * np.log10(np.abs(s11))
+    frequencies = np.asarray(frequencies, dtype=float)
     found = []
     for k in range(1, len(frequencies) - 1):
         if decibels[k] < min(decibels[k - 1], decibels[k + 1]) and decibels[k] < -6:
-            a, b, c = decibels[k - 1 : k + 2]
-            shift = 0.5 * (a - c) / (a - 2 * b + c)
-            step = frequencies[1] - frequencies[0]
-            found.append((frequencies[k] + shift * step, b - 0.25 * (a - c) * shift))
+            offsets = frequencies[k - 1 : k + 2] - frequencies[k]
+            curvature, slope, value = np.polyfit(offsets, decibels[k - 1 : k + 2], 2)
+            shift = -slope / (2 * curvature)
+            found.append((frequencies[k] + shift, value - slope**2 / (4 * curvature)))
     return found
 
 

@@ -27,7 +27,8 @@ executed copy (the file is not changed) asserts it with the notebook's own varia
   waveguide within 2 % (Z0) and 1 % (eps_eff) of the conformal mapping, the through-line's |S11| below -30 dB.
 - ``em_phone``: the "1 - |S11|^2 (mismatch limit)" it plots bounds the total efficiency with lossy media
   (energy conservation; within 2 % where the port accepts a fifth of the incident power or more, elsewhere
-  both are round-off), and the small recipe's "6 designs".
+  both are round-off), the small recipe's "6 designs", and of the phone under the phantom, a 1 g SAR above
+  the 10 g one and power absorbed both in the phantom and in the lossy phone.
 
 The other notebooks state numbers only for their full size (metadynamics basins, learned-force-field
 spreads) or none; they are only executed.
@@ -87,6 +88,8 @@ assert accepting.sum() >= 3, mismatch
 total = figures["total_efficiency"]
 assert (total <= 1.02 * mismatch)[accepting].all(), (total, mismatch)  # lossy media: radiated <= accepted
 assert len(sweep_s11) == 6, len(sweep_s11)
+assert exposure["sar_1g"] > exposure["sar_10g"] > 0, exposure["sar_1g"]
+assert exposure["absorbed_phantom"] > 0.05 and exposure["absorbed_phone"] > 0.01, exposure  # lossy phone
 """,
     "em_fdtd_basics": """
 beyond = np.abs(x) > wavelength

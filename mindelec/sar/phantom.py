@@ -27,7 +27,7 @@ import torch
 from common.errors import ConfigurationError
 from common.units import VACUUM_PERMITTIVITY
 
-from .averaging import local_sar
+from .averaging import local_sar, mass_averaged_sar
 from .tissue import TISSUE_DENSITY, head_tissue
 
 #: the shell's relative permittivity: the standards bound it (below 5) rather than fix it; 3.7 is a
@@ -174,6 +174,19 @@ class FlatPhantom:
                     values = (values.narrow(b, 0, count) + values.narrow(b, 1, count)) / 2
             magnitudes.append(values.sqrt())
         return local_sar(torch.stack(magnitudes), self.liquid.conductivity, self.density), lo
+
+    def peak_average_sar(self, sar, origin, spacing, grams=(1, 10)):
+        """The peak spatial-average SAR of a :meth:`local_sar` map over cubes of each mass in ``grams``.
+
+        Args:
+            sar, origin: :meth:`local_sar`'s map ``(nx, ny, nz)`` (W/kg per W) and its low corner (m).
+            spacing: the grid's cell ``(dx, dy, dz)`` (m). grams: the cube masses (g; the standards' 1, 10).
+
+        Returns:
+            ``{grams: CubeAverage}`` (:func:`~mindelec.sar.mass_averaged_sar` at the liquid's density).
+        """
+        return {mass: mass_averaged_sar(sar, spacing, mass * 1e-3, self.density, origin=origin)
+                for mass in grams}
 
     def absorbed_power(self, sim, result, name, accepted_power):
         """The power absorbed in the phantom per watt accepted: ``sum sigma |E|^2 / 2 dV`` over the Yee edges

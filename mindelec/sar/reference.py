@@ -27,7 +27,6 @@ import torch
 
 from common.errors import ConfigurationError
 
-from .averaging import mass_averaged_sar
 from .phantom import FlatPhantom
 
 #: the largest wire radius modelled, in cells: ``ThinWire`` runs of radius 0.36 cells blew up within 500 steps
@@ -181,9 +180,8 @@ def validate_dipole(setup, until=None, progress=False):
     result = sim.run(until=until, until_decayed=1e-6, progress=progress)
     feed = result[setup.port.name]
     accepted = float(feed["accepted_power"][0])
-    sar, origin = phantom.local_sar(result, "phantom", accepted, sim.grid.spacing)
-    averages = {grams: mass_averaged_sar(sar, sim.grid.spacing, grams * 1e-3, phantom.density, origin=origin)
-                for grams in (1, 10)}
+    averages = phantom.peak_average_sar(*phantom.local_sar(result, "phantom", accepted, sim.grid.spacing),
+                                        sim.grid.spacing)
     radiated = float(result["radiated"]["flux"][0]) / accepted
     absorbed = phantom.absorbed_power(sim, result, "phantom", accepted)
     return {

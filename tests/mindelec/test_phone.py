@@ -13,7 +13,10 @@ Compared against physics and the recipe machinery, not against numbers of the co
 * a limited run of the shipped small recipe resumes with only the missing design, the first one kept, and
   records the arm height as drawn;
 * bad cells, alignments, arm heights and parameter names are refused before any FDTD run, and the grid
-  draws the arm height and the feed-to-short distance within a cell of the design.
+  draws the arm height and the feed-to-short distance within a cell of the design;
+* under a flat phantom of head liquid, the lossless phone's accepted power equals what leaves through the
+  far box plus what the phantom absorbs (``sigma |E|^2 / 2`` summed over its cells: an independent volume
+  integral), and the peak 1 g SAR lies over the antenna's end of the phone.
 """
 
 import pathlib
@@ -85,3 +88,30 @@ def test_small_phone_recipe_resumes_with_the_missing_design_only(tmp_path):
     np.testing.assert_array_equal(table["s11_real"][0], kept)
     drawn = datasets.sample_parameters(datasets.load_recipe(recipe))[:2]
     assert np.all(np.abs(table["antenna_height_used"] - [p["antenna_height"] for p in drawn]) <= 1.5 + 1e-9)
+
+
+def test_phantom_placements_and_models_without_a_phantom_are_refused_by_name():
+    with pytest.raises(ConfigurationError, match=r"PhantomPlacement\(frequency=2100000000.0\): spacing"):
+        phone.PhantomPlacement(2.1e9, spacing=-1e-3)
+    with pytest.raises(ConfigurationError, match="phantom must be a PhantomPlacement"):
+        phone.phone_simulation(None, cell=1.5e-3, phantom=2.1e9)
+    with pytest.raises(ConfigurationError, match=r"PhantomPlacement\(frequency=100000000.0\): .*300"):
+        phone.PhantomPlacement(100e6)  # the liquid's table: 300 MHz - 6 GHz
+    model = phone.phone_simulation(None, cell=1.5e-3, **SMALL)
+    with pytest.raises(ConfigurationError, match="phone_sar: the model has no phantom"):
+        phone.phone_sar(model, None)
+
+
+@pytest.mark.slow
+def test_lossless_phone_over_a_phantom_loses_its_accepted_power_to_radiation_and_the_phantom_only():
+    placement = phone.PhantomPlacement(2.1e9, spacing=5e-3, margin=6e-3, depth=30e-3)
+    model = phone.phone_simulation(None, cell=1.5e-3, lossless=True, band=(1.5e9, 2.7e9), phantom=placement,
+                                   **SMALL)
+    assert 5.0 <= model.drawn["phantom_spacing"] <= 6.5 + 1e-9, model.drawn  # asked 5 mm, within a cell
+    result = model.simulation.run(until=40e-9, until_decayed=1e-4, progress=False)
+    sar = phone.phone_sar(model, result)
+    assert sar["absorbed_phantom"] > 0.05, sar  # the phantom 6 mm away takes a real share
+    assert abs(sar["absorbed_phone"]) < 0.02, sar  # radiated + absorbed in the phantom = accepted
+    assert sar["sar_1g"] > sar["sar_10g"] > 0, sar
+    ground = model.assembly.body("ground_plane").bounds
+    assert sar["centre_1g"][1] > ground.mean(0)[1], sar  # over the antenna's half of the phone
