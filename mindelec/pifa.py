@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common import checks
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT
 
@@ -139,13 +140,17 @@ def pifa_simulation(
     design = PIFADesign() if design is None else design
     if not isinstance(design, PIFADesign):
         raise ConfigurationError(f"pifa_simulation: design must be a PIFADesign, got {design!r}")
-    if not (isinstance(cell, (int, float)) and math.isfinite(cell) and cell > 0):
-        raise ConfigurationError(f"pifa_simulation: cell must be a positive length (m), got {cell!r}")
-    if not (isinstance(pml, int) and pml > 0 and isinstance(n_frequencies, int) and n_frequencies > 2):
-        raise ConfigurationError(
-            f"pifa_simulation: pml (cells) and n_frequencies must be positive integers, got {pml}, "
-            f"{n_frequencies}")
-    if not 0 < band[0] < band[1]:
+    cell = checks.positive(cell, "pifa_simulation: cell (m)")
+    air = checks.non_negative(air, "pifa_simulation: air (m)")
+    pml = checks.positive_int(pml, "pifa_simulation: pml (cells)")
+    if checks.positive_int(n_frequencies, "pifa_simulation: n_frequencies") < 3:
+        raise ConfigurationError(f"pifa_simulation: n_frequencies must be 3 or more, got {n_frequencies}")
+    if threads is not None:
+        threads = checks.positive_int(threads, "pifa_simulation: threads")
+    if not isinstance(band, (tuple, list)) or len(band) != 2:
+        raise ConfigurationError(f"pifa_simulation: band must be (low, high) Hz, got {band!r}")
+    band = tuple(checks.positive(f, "pifa_simulation: band (Hz)") for f in band)
+    if band[0] >= band[1]:
         raise ConfigurationError(f"pifa_simulation: band must be (low, high) Hz, 0 < low < high, got {band}")
     from mindelec import fdtd
 
