@@ -15,7 +15,7 @@ plate shift are not whole numbers of cells), so the drawn antenna is the design 
 * :class:`PIFADesign` - the dimensions (m);
 * :func:`pifa_simulation` - the :class:`mindelec.fdtd.Simulation` and its port for one design and cell;
 * :func:`quarter_wave_resonance` - the textbook quarter-wave estimates of the fundamental resonance;
-* :func:`resonance` - the |S11| minimum of a run.
+* :func:`resonance` - the ``|S11|`` minimum of a run.
 
 Checked against a measured PIFA and an openEMS model of it in ``tests/mindelec/test_pifa.py`` and
 ``benchmarks/pifa_published.py``.
@@ -218,7 +218,7 @@ def quarter_wave_resonance(design: PIFADesign) -> dict[str, float]:
 
 
 def resonance(result) -> tuple[float, float]:
-    """``(frequency in Hz, |S11| in dB)`` at the deepest |S11| of a :func:`pifa_simulation` run (the grid
+    """``(frequency in Hz, |S11| in dB)`` at the deepest ``|S11|`` of a :func:`pifa_simulation` run (the grid
     minimum refined by a parabola in dB, :func:`mindelec.antennas.resonance_frequency`).
 
     Args:
