@@ -35,11 +35,12 @@ The set-up (loading, placing, the port, the box geometries) and the port's and b
 dataset generator and notebook.
 
 Results are cached per cell size and STEP file (its hash in the name) under
-``benchmarks/output/phone_antenna/`` (a killed run resumes at the next cell size). The derived figures of
-every grid are kept in ``benchmarks/data/phone_antenna.json`` with the STEP file's hash: a later run with
-``--cells`` adds its grids to those recorded for the same STEP file (a new file starts a new record), and
-the convergence is computed over all recorded grids, so a study spread over several sessions resumes from
-the repository.
+``benchmarks/output/phone_antenna/``, and each run writes a restart file there every 10 minutes: a killed
+run resumes within its cell size (its cost is then scaled from the steps after the restart, and marked
+so). The derived figures of every grid are kept in ``benchmarks/data/phone_antenna.json`` with the STEP
+file's hash: a later run with ``--cells`` adds its grids to those recorded for the same STEP file (a new
+file starts a new record), and the convergence is computed over all recorded grids, so a study spread
+over several sessions resumes from the repository.
 
     python benchmarks/phone_antenna.py [--quick] [--cells 1.5 1.0 0.75 0.6]   # --quick: 1.5 mm cells only
 """
@@ -56,6 +57,7 @@ import time
 import numpy as np
 import torch
 
+from common.io import load_checkpoint
 from mindelec import cad_phone, phone
 
 OUTPUT = pathlib.Path(__file__).parent / "output" / "phone_antenna"
@@ -83,18 +85,23 @@ def run_case(cell, lossless=False):
         None, cell, lossless, align=ALIGN, frequencies=PORT_FREQUENCIES, far_frequencies=FAR_FREQUENCIES,
         band=BAND,
     ).simulation
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    restart = path.with_suffix(".restart")
+    resumed_from = load_checkpoint(restart)["step"] if restart.exists() else 0
     start = time.process_time()
     wall = time.perf_counter()
-    result = sim.run(until=40e-9, until_decayed=1e-5, progress=False)
+    result = sim.run(until=40e-9, until_decayed=1e-5, progress=False, restart_file=restart, restart_every=600)
     seconds, wall = time.process_time() - start, time.perf_counter() - wall
+    if resumed_from:  # the cost of the whole run, at the rate of the steps after the restart
+        scale = result.steps / (result.steps - resumed_from)
+        seconds, wall = seconds * scale, wall * scale
     far = result["far"]
     figures = dict(
         phone.figures_of_merit(result), radiated=far.radiated_power.double().numpy(),
         directivity=far.directivity().double().numpy(),
         cells=np.array(sim.grid.shape), steps=np.array(result.steps), cpu_seconds=np.array(seconds),
-        wall_seconds=np.array(wall),
+        wall_seconds=np.array(wall), resumed_from_step=np.array(resumed_from),
     )
-    OUTPUT.mkdir(parents=True, exist_ok=True)
     np.savez(path, **figures)
     return figures
 
@@ -154,7 +161,9 @@ def main():
         table[cell] = (figures, rows)
         shape = tuple(int(n) for n in figures["cells"])
         print(f"{cell * 1e3:g} mm cells {shape}, {int(figures['steps'])} steps, "
-              f"{float(figures['cpu_seconds']):.0f} core-s ({float(figures['wall_seconds']):.0f} s wall)")
+              f"{float(figures['cpu_seconds']):.0f} core-s ({float(figures['wall_seconds']):.0f} s wall"
+              + (f"; scaled from the steps after the restart at step {int(figures['resumed_from_step'])})"
+                 if int(figures.get("resumed_from_step", 0)) else ")"))
         for row in rows:
             print("  resonance {resonance_ghz:.4f} GHz, S11 {s11_db:.1f} dB; at {far_ghz:.1f} GHz: "
                   "radiation "
@@ -169,6 +178,8 @@ def main():
             "grid": [int(v) for v in figures["cells"]], "steps": int(figures["steps"]),
             "core_seconds": float(figures["cpu_seconds"]), "resonances": rows,
         }
+        if int(figures.get("resumed_from_step", 0)):
+            runs[f"{cell * 1e3:g}"]["core_seconds_scaled_from_step"] = int(figures["resumed_from_step"])
     grids = sorted(runs, key=float, reverse=True)  # coarse to fine, cell sizes in mm
     derived = {"device": device_hash(), "cells_mm": [float(c) for c in grids], "lossless_cell_mm":
                LOSSLESS_CELL * 1e3, "lossless_balance": balance, "runs": {c: runs[c] for c in grids}}

@@ -20,7 +20,8 @@ recorders), :mod:`~mindelec.fdtd.flux_box` (closed-box flux), :mod:`~mindelec.fd
 (scattering and absorption cross-sections), :mod:`~mindelec.fdtd.near_to_far` (far fields),
 :mod:`~mindelec.fdtd.coefficients` (materials on the grid), :mod:`~mindelec.fdtd.state` and
 :mod:`~mindelec.fdtd.updates` (the step), :mod:`~mindelec.fdtd.checkpointing` (differentiable runs),
-:mod:`~mindelec.fdtd.simulation` (the driver), :mod:`~mindelec.fdtd.limits` (what a set-up can carry:
+:mod:`~mindelec.fdtd.restart` (restart files: a run that dies resumes), :mod:`~mindelec.fdtd.simulation`
+(the driver), :mod:`~mindelec.fdtd.limits` (what a set-up can carry:
 frequencies, time step, memory), :mod:`~mindelec.fdtd.placement` (refusals and warnings about where things
 sit), :mod:`~mindelec.fdtd.result`.
 Set-up pictures: :mod:`~mindelec.fdtd.plotting`; subpixel smoothing: :mod:`~mindelec.fdtd.smoothing` and

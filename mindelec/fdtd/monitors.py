@@ -37,6 +37,7 @@ import torch
 from common.errors import ConfigurationError
 
 from .grid import ACTIVE_COMPONENTS, AXES, E_COMPONENTS, H_COMPONENTS
+from .restart import copy_into
 
 
 def _check_components(components, grid, polarization, owner):
@@ -101,6 +102,16 @@ class Recorder:
     def memory(self, steps=None):
         """Bytes of the run's buffers and samples (``steps=None``: what does not depend on the run length)."""
         return 0
+
+    def restart_state(self):
+        """What a restart file keeps of this recorder besides its per-step samples (a dict of tensors and
+        numbers; :mod:`~mindelec.fdtd.restart`). Recorders with running state besides ``accumulators``
+        add it."""
+        return {"accumulators": list(self.accumulators)}
+
+    def load_restart_state(self, saved):
+        """Continue from :meth:`restart_state`'s ``saved`` (after :meth:`start`): copied into the buffers."""
+        copy_into(list(self.accumulators), saved["accumulators"], f"monitor {self.name!r}")
 
     def set_band(self, band):
         """Told by the simulation before :meth:`start`: the fields carry nothing above ``band`` (Hz), or
@@ -366,6 +377,13 @@ class _DFTRecorder(Recorder):
         self.sampled = index + 1
         self.accumulators = tuple(totals + buffers)
         return []
+
+    def restart_state(self):
+        return dict(super().restart_state(), sampled=self.sampled)
+
+    def load_restart_state(self, saved):
+        super().load_restart_state(saved)
+        self.sampled = int(saved["sampled"])
 
     def memory(self, steps=None):
         values = sum((2 * len(self.frequencies) + self.BLOCK) * self._width(kind) for kind in self.kinds)

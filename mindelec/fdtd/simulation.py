@@ -51,6 +51,7 @@ from .placement import (
     check_source_placement,
     check_structure_placement,
 )
+from .restart import CHECK_EVERY, RestartFile, setup_digest
 from .result import Result
 from .run_control import decay_watcher, field_band
 from .sources import CurrentSource, PlaneWave
@@ -421,7 +422,8 @@ class Simulation:
             tfsf=tfsf,
         )
 
-    def run(self, until=None, steps=None, progress=True, until_decayed=None):
+    def run(self, until=None, steps=None, progress=True, until_decayed=None, restart_file=None,
+            restart_every=600.0):
         """Run from zero fields for a duration or a number of steps.
 
         Every call starts afresh: zero fields at ``t = 0``, the sources from their waveforms' start,
@@ -439,13 +441,20 @@ class Simulation:
                 ``check_every`` steps after the sources have turned off (:mod:`~mindelec.fdtd.run_control`);
                 ``until``/``steps`` is then the maximum. ``result.steps`` tells where the run stopped,
                 ``result.metadata["decayed"]`` whether it decayed. Not for differentiable runs.
+            restart_file: a path: write the run's state there every ``restart_every`` seconds, and continue
+                from it when it exists (a run that died resumes; :mod:`~mindelec.fdtd.restart`). The result
+                is the one an uninterrupted run gives; the file is deleted when the run completes. A file
+                of another set-up is refused. Not for differentiable runs.
+            restart_every: seconds of wall time between restart files (>= 0).
 
         Returns:
             :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
 
         Raises:
             DataError: a material value became NaN or infinite (e.g. a design tensor changed in place).
-            ConfigurationError: the run (with its snapshots) would not fit in memory.
+            ConfigurationError: the run (with its snapshots) would not fit in memory; a restart file of
+                another set-up or a differentiable run with a restart file.
+            DataError: a damaged restart file.
             FieldBlowUpError: (a :class:`~common.errors.SimulationError` and a ``FloatingPointError``) if the
                 fields become non-finite; its ``step`` and message give the step.
         """
@@ -458,7 +467,17 @@ class Simulation:
         watcher = decay_watcher(until_decayed, self.differentiable, stepper, self.monitors, recorders)
         for recorder in recorders:
             recorder.start(steps)
-        bar = tqdm(total=steps, desc="FDTD", unit="step", disable=not progress, leave=False)
+        samples = [[] for _ in recorders]
+        restart, done = None, 0
+        if restart_file is not None:
+            if self.differentiable:
+                raise ConfigurationError(
+                    "Simulation.run: restart_file is not available for differentiable runs"
+                )
+            digest = setup_digest(self, stepper, recorders, steps, until_decayed)
+            restart = RestartFile(restart_file, restart_every, digest)
+            done = restart.resume(state, recorders, samples, watcher)
+        bar = tqdm(total=steps, initial=done, desc="FDTD", unit="step", disable=not progress, leave=False)
 
         def after_segment(state, done, count):
             self._check_finite(state, done)
@@ -469,9 +488,12 @@ class Simulation:
                 _, samples = run_checkpointed(stepper, state, recorders, steps, after_segment)
             else:
                 with torch.no_grad():
-                    samples, steps = self._run_inplace(stepper, state, recorders, steps, bar, watcher)
+                    steps = self._run_inplace(stepper, state, recorders, samples, range(done, steps), bar,
+                                              watcher, restart)
         finally:
             bar.close()
+        if restart is not None:
+            restart.remove()
         outputs = {recorder.name: recorder.finish(s) for recorder, s in zip(recorders, samples)}
         times = (torch.arange(1, steps + 1, dtype=torch.float64, device=self.device)) * self.dt
         metadata = {
@@ -493,16 +515,19 @@ class Simulation:
                 step=step,
             )
 
-    def _run_inplace(self, stepper, state, recorders, steps, bar, watcher):
-        samples = [[] for _ in recorders]
-        for step in range(steps):
+    def _run_inplace(self, stepper, state, recorders, samples, steps, bar, watcher, restart):
+        """Run the steps of the range ``steps`` in place, appending to ``samples``; returns the number of
+        steps done (fewer than ``steps.stop`` when the fields decayed)."""
+        for step in steps:
             state = stepper.step(state, step, inplace=True)
             for recorder, recorded in zip(recorders, samples):
                 recorded.append(recorder.record(state.fields, step, inplace=True))
             stop = watcher is not None and watcher.stop(state.fields, step)
-            if (step + 1) % 256 == 0 or step + 1 == steps or stop:
+            if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps.stop or stop:
                 self._check_finite(state, step + 1)
                 bar.update(step + 1 - bar.n)
-            if stop:
-                return samples, step + 1
-        return samples, steps
+                if stop:
+                    return step + 1
+                if restart is not None and step + 1 < steps.stop and restart.due():
+                    restart.save(step + 1, state, recorders, samples, watcher)
+        return steps.stop

@@ -1,10 +1,10 @@
 """The state a Yee step advances: fields, CPML auxiliary fields, incident lines, polarisations.
 
-:class:`YeeState` holds every tensor of a run's state in typed containers (no string keys). It is
-not written to disk: a run starts from :meth:`YeeStepper.initial_state
-<mindelec.fdtd.updates.YeeStepper.initial_state>`; :meth:`YeeState.tensors` and
-:meth:`YeeState.with_tensors` flatten it to a list of tensors and back, in a fixed order, for the
-time segments of a differentiable run.
+:class:`YeeState` holds every tensor of a run's state in typed containers (no string keys). A run
+starts from :meth:`YeeStepper.initial_state <mindelec.fdtd.updates.YeeStepper.initial_state>`;
+:meth:`YeeState.tensors` and :meth:`YeeState.with_tensors` flatten it to a list of tensors and back, in a
+fixed order, for the time segments of a differentiable run and for restart files
+(:mod:`~mindelec.fdtd.restart`).
 """
 
 from __future__ import annotations
