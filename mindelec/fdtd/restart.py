@@ -56,6 +56,9 @@ def _feed(hasher, value, where):
         hasher.update(f"{type(value).__name__} {len(value)};".encode())
         for index, item in enumerate(value):
             _feed(hasher, item, f"{where}[{index}]")
+    elif hasattr(value, "__dict__") and not callable(value):  # e.g. a mode source's profile and series
+        hasher.update(f"{type(value).__qualname__};".encode())
+        _feed(hasher, vars(value), f"{where}.")
     else:  # a new kind of set-up object: say where, rather than digest an address
         raise TypeError(f"restart file digest: {where} is a {type(value).__name__}")
 

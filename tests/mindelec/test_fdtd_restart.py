@@ -15,6 +15,7 @@ import mindelec as me
 from common.errors import ConfigurationError, DataError
 from common.geometry import Box
 from common.io import load_checkpoint
+from mindelec import ports
 from mindelec.fdtd import restart as restart_module
 from mindelec.fdtd.simulation import Simulation
 from mindelec.fdtd.updates import YeeStepper
@@ -105,6 +106,27 @@ def test_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, 
     assert_identical(dict(resumed), dict(reference))
     assert torch.equal(resumed.times, reference.times)
     assert not path.exists()  # a completed run removes its restart file
+
+
+def test_mode_source_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """A mode source (a current sheet with a profile) and mode monitors: stopped, resumed, the same S21."""
+    size, cell = (0.06, 0.02, 0.01), 1e-3
+    port_list = [ports.ModePort(name, fdtd.CrossSection(x, size, cell), direction=direction)
+                 for name, x, direction in (("1", -0.015, 1), ("2", 0.015, -1))]
+    frequencies = torch.linspace(10e9, 13e9, 4, dtype=torch.float64)
+    sim = Simulation(size, cell, (fdtd.PML(thickness=10), fdtd.PEC(), fdtd.PEC()),
+                     sources=port_list[0].source(fdtd.GaussianPulse(f0=11.5e9, fwidth=4e9)).currents,
+                     monitors=[port.monitor(frequencies) for port in port_list], threads=1)
+    reference = sim.run(steps=800, progress=False)
+    path = tmp_path / "guide.restart"
+    with monkeypatch.context() as patch:
+        stop_at(patch, STOP_AT)
+        with pytest.raises(KeyboardInterrupt):
+            sim.run(steps=800, progress=False, restart_file=path, restart_every=0)
+    taken = count_steps(monkeypatch)
+    resumed = sim.run(steps=800, progress=False, restart_file=path)
+    assert taken[0] == STOP_AT - restart_module.CHECK_EVERY
+    assert_identical(dict(resumed), dict(reference))
 
 
 def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
