@@ -451,10 +451,10 @@ class Simulation:
             :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
 
         Raises:
-            DataError: a material value became NaN or infinite (e.g. a design tensor changed in place).
+            DataError: a material value became NaN or infinite (e.g. a design tensor changed in place), or
+                the restart file is damaged.
             ConfigurationError: the run (with its snapshots) would not fit in memory; a restart file of
-                another set-up or a differentiable run with a restart file.
-            DataError: a damaged restart file.
+                another set-up, or a differentiable run with a restart file.
             FieldBlowUpError: (a :class:`~common.errors.SimulationError` and a ``FloatingPointError``) if the
                 fields become non-finite; its ``step`` and message give the step.
         """
