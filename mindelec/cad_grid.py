@@ -14,7 +14,10 @@
   a wire shorter than half a cell, is refused. Parts that touch in the CAD still touch on the grid: an
   end that meets another thin part is carried on to that part's node plane when the collapse moved the
   plane beyond it (a 1 mm stub ending at a 1 mm arm's rim, on 1 mm cells, would otherwise stop a cell
-  short of the arm: an open circuit); a thin part meeting a PEC *solid* is not adjusted;
+  short of the arm: an open circuit); a thin part meeting a PEC *solid* is not adjusted. Plates apart
+  in the CAD stay apart on the grid: two plates on one node plane whose facing rims would meet once the
+  staircase rounds them (a gap under about a cell and a half: a phone frame's cut) get their rims on the
+  node lines one cell apart around the gap's centre;
 * a PEC solid whose walls are no thicker than a cell over more than 1 % of its surface (measured along
   each face's inward normal, :attr:`~mindelec.cad_assembly.Body.wall_thickness`) is refused: a
   conductor takes the E edges of cells more than half covered, so such a wall vanishes or appears
@@ -29,6 +32,8 @@ by decreasing volume (a part inside another wins), then PEC solids, then PEC she
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from common.errors import ConfigurationError
@@ -36,6 +41,7 @@ from common.errors import ConfigurationError
 from . import fdtd
 from .cad import require_in_grid
 from .cad_materials import IGNORE
+from .fdtd.materials import SHEET_MARGIN
 
 __all__ = ["assembly_structures"]
 
@@ -103,9 +109,10 @@ def assembly_structures(assembly, grid) -> list:
             dielectrics.append((-body.volume, len(dielectrics), body))
     ordered = [
         fdtd.Structure(body.geometry, body.medium, name=body.name) for *_, body in sorted(dielectrics)]
+    bounds = [_joined_bounds(body, thin, thin_metal, grid) for body, thin in thin_metal]
+    _keep_gaps_open(assembly, thin_metal, bounds, grid)
     sheets = [
-        _sheet(assembly, body, thin, grid, _joined_bounds(body, thin, thin_metal, grid))
-        for body, thin in thin_metal
+        _sheet(assembly, body, thin, grid, joined) for (body, thin), joined in zip(thin_metal, bounds)
     ]
     return ordered + solids + sheets
 
@@ -182,3 +189,58 @@ def _joined_bounds(body, thin, thin_metal, grid) -> np.ndarray:
                 if touches and sign * (plane - bounds[end][axis]) > 0:
                     bounds[end][axis] = plane
     return bounds
+
+
+def _rim_nodes(grid, axis, low, high) -> tuple[int, int]:
+    """The first and last node lines along ``axis`` that a plate's staircase edges reach for a rim at
+    ``low`` and ``high`` (m): :func:`mindelec.fdtd.pec_sheet` widens the plate by a quarter cell and
+    covers the edges whose midpoints lie inside, so a rim rounds outward from a quarter cell past a
+    node line (a tie counts as covered)."""
+    origin, spacing = -grid.size[axis] / 2, grid.spacing[axis]
+    first = math.ceil((low - origin) / spacing + SHEET_MARGIN - _CELL_TIE) - 1
+    last = math.floor((high - origin) / spacing - SHEET_MARGIN + _CELL_TIE) + 1
+    return first, last
+
+
+def _keep_gaps_open(assembly, thin_metal, bounds, grid):
+    """Reopen, in place, the gaps that close on the grid between two plates apart in the CAD.
+
+    Two plates on one node plane (a frame's side cut by a gap, a slot in a ground plane) whose facing
+    rims lie less than about a cell and a half apart meet on a node line once the staircase rounds both
+    rims outward: the gap is shorted. Here both rims of such a pair go onto the node lines one cell
+    apart around the gap's centre (the gap becomes exactly one cell). ``bounds`` are the plates' (2, 3)
+    bounds (m) from :func:`_joined_bounds`, in the order of ``thin_metal``.
+
+    Raises:
+        ConfigurationError: naming both bodies, when the one-cell gap leaves one of them no cell wide.
+    """
+    plates = [(index, body, thin[0]) for index, (body, thin) in enumerate(thin_metal) if len(thin) == 1]
+    for i, first, normal in plates:
+        for j, second, other_normal in plates:
+            if other_normal != normal or _node(grid, normal, bounds[i][:, normal].mean()) != _node(
+                grid, normal, bounds[j][:, normal].mean()
+            ):
+                continue
+            for axis in set(range(3)) - {normal}:
+                (across,) = set(range(3)) - {normal, axis}
+                tolerance = _JOIN_TOLERANCE * grid.spacing[axis]
+                low_part, high_part = bounds[i], bounds[j]
+                gap = high_part[0][axis] - low_part[1][axis]
+                overlap = min(low_part[1][across], high_part[1][across]) - max(
+                    low_part[0][across], high_part[0][across])
+                if gap <= tolerance or overlap <= _JOIN_TOLERANCE * grid.spacing[across]:
+                    continue
+                first_node = _rim_nodes(grid, axis, *high_part[:, axis])[0]
+                if first_node > _rim_nodes(grid, axis, *low_part[:, axis])[1]:
+                    continue  # still apart on the grid
+                centre = (low_part[1][axis] + high_part[0][axis]) / 2
+                below = _node(grid, axis, centre - grid.spacing[axis] / 2)
+                low_part[1][axis], high_part[0][axis] = below, below + grid.spacing[axis]
+                for part, body in ((low_part, first), (high_part, second)):
+                    if part[1][axis] - part[0][axis] < grid.spacing[axis] * (1 - _CELL_TIE):
+                        raise ConfigurationError(
+                            f"{_where(assembly, body)}: keeping its {1e3 * gap:.4g} mm gap to body "
+                            f"{(second if body is first else first).name!r} open on "
+                            f"{1e3 * grid.spacing[axis]:.4g} mm cells leaves it less than a cell wide "
+                            f"along {'xyz'[axis]}; refine the cells"
+                        )

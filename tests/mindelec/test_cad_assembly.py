@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 pytest.importorskip("gmsh")  # the cad extra, part of all: installed by make install
 
@@ -357,3 +358,52 @@ def test_translated_assembly_moves_every_body_and_keeps_its_volume():
     assert np.allclose(phone.body("ifa_arm").bounds, moved.body("ifa_arm").bounds - offset, atol=1e-12)
     with pytest.raises(ConfigurationError, match="3 finite lengths"):
         phone.translated((1.0, 2.0))
+
+
+def _cut_plate(gap):
+    """A 0.1 mm copper plate (mm) on z = 0 cut across y by a gap of ``gap`` mm centred on y = 0."""
+    return lambda occ: {
+        "below": occ.addBox(-6, -9, -0.05, 12, 9 - gap / 2, 0.1),
+        "above": occ.addBox(-6, gap / 2, -0.05, 12, 9 - gap / 2, 0.1),
+    }
+
+
+def _connected_across(structures, cell):
+    """Whether PEC edges join the two plates on the grid: the y edges and z-normal nodes along x = 0 on
+    the plates' plane, from the simulation's own update coefficients (zero where E is held at 0)."""
+    simulation = fdtd.Simulation(size=(24e-3, 24e-3, 12e-3), cell_size=cell, structures=structures)
+    electric, _ = simulation._coefficients()
+    grid = simulation.grid
+    x, z = (int(torch.argmin(grid.coordinates("Ey", a).abs())) for a in (0, 2))
+    ys = grid.coordinates("Ey", 1)
+    covered = (electric["Ey"][1][x, :, z] == 0) & (ys.abs() < 8e-3)
+    return bool(covered[(ys.abs() < 8e-3)].all())
+
+
+@pytest.mark.parametrize("cell", [1.5e-3, 1e-3, 0.75e-3])
+@pytest.mark.parametrize("gap", [1.0, 1.5, 2.0])
+def test_a_gap_between_plates_stays_open_on_the_grid(tmp_path, cell, gap):
+    """A cut narrower than about a cell and a half closed once both rims rounded outward (a phone frame's
+    1.5 mm gaps were shorted on 1 and 1.5 mm cells); the grid keeps at least one cell open, and the
+    plates still reach within a cell of their CAD rims."""
+    path = _write(tmp_path / "cut.step", _cut_plate(gap))
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"*": "pec"})
+    structures = assembly.structures(fdtd.Grid((24e-3, 24e-3, 12e-3), cell))
+    assert not _connected_across(structures, cell)
+    whole = _write(tmp_path / "whole.step", _cut_plate(0.0))  # the control: touching plates stay joined
+    joined = cad_assembly.load_step(whole, tolerance=1e-4, materials={"*": "pec"})
+    assert _connected_across(joined.structures(fdtd.Grid((24e-3, 24e-3, 12e-3), cell)), cell)
+    for structure in structures:
+        sheet, body = structure.medium, assembly.body(structure.name)
+        rims = np.asarray(sheet.center)[1] + np.array([-1, 1]) * np.asarray(sheet.size)[1] / 2
+        assert np.abs(rims - body.bounds[:, 1]).max() <= cell + 1e-9
+
+
+def test_a_gap_that_leaves_a_plate_under_a_cell_is_refused(tmp_path):
+    path = _write(tmp_path / "strip.step", lambda occ: {
+        "plate": occ.addBox(-6, -9, -0.05, 12, 9, 0.1),
+        "strip": occ.addBox(-6, 0.4, -0.05, 12, 1.1, 0.1),  # 1.1 mm wide, 0.4 mm from the plate
+    })
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"*": "pec"})
+    with pytest.raises(ConfigurationError, match=r"body 'strip'.*gap to body 'plate'.*refine the cells"):
+        assembly.structures(fdtd.Grid((24e-3, 24e-3, 12e-3), 1e-3))
