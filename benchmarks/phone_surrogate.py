@@ -119,6 +119,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the small recipe, small models")
     parser.add_argument("--run", default=str(ROOT / "benchmarks" / "output" / "phone_surrogate"))
     parser.add_argument("--limit", type=int, help="use the recipe's first N designs only")
+    parser.add_argument("--workers", type=int, default=1, help="dataset processes, one thread each")
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3000)
     parser.add_argument("--target", type=float, default=2.4e9, help="inverse design's dip frequency (Hz)")
@@ -138,7 +139,7 @@ def main():
     data = run / f"{recipe.name}.h5"
     started = time.perf_counter()
     summary = datasets.generate(
-        recipe, output=data, workers=1, threads=1, limit=arguments.limit, progress=False)
+        recipe, output=data, workers=arguments.workers, threads=1, limit=arguments.limit, progress=False)
     print(f"dataset: {summary} ({time.perf_counter() - started:.0f} s wall in this call)", flush=True)
     table = datasets.read_dataset(data)
     designs = len(table["sample_id"])
