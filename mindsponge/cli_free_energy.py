@@ -18,7 +18,7 @@ schedule of states, and how they combine::
     temperature = 298.15                # K
     steps_per_iteration = 500           # MD steps between evaluations/exchanges
     iterations = 200                    # in all, equilibration included
-    equilibration = 20                  # iterations left out of the estimate
+    equilibration = 20                  # iterations left out of the estimate ("auto": found from the run)
     hrex = true                         # Hamiltonian replica exchange (false: independent windows)
     bootstrap = 200                     # MBAR bootstrap resamplings (0: analytic uncertainty only)
     workers = 0                         # local processes for the replicas; or scheduler = "tcp://host:8786"
@@ -222,7 +222,7 @@ class FreeEnergyConfig:
     temperature: float = 298.15
     steps_per_iteration: int = 500
     iterations: int = 100
-    equilibration: int = 10
+    equilibration: int | Literal["auto"] = 10
     hrex: bool = True
     npt_steps: int = 5000
     bootstrap: int = 200
@@ -237,8 +237,8 @@ class FreeEnergyConfig:
         checks.positive(self.temperature, "temperature (K)")
         checks.positive_int(self.steps_per_iteration, "steps_per_iteration")
         checks.positive_int(self.iterations, "iterations")
-        checks.non_negative_int(self.equilibration, "equilibration")
-        if self.equilibration >= self.iterations:
+        if self.equilibration != "auto" and checks.non_negative_int(
+                self.equilibration, "equilibration") >= self.iterations:
             raise ConfigurationError(f"equilibration ({self.equilibration}) leaves no sample: it must be "
                                      f"fewer than the run's length, {self.iterations}")
         for key in ("npt_steps", "bootstrap", "workers"):

@@ -65,6 +65,7 @@ from mindsponge.free_energy_analysis import (
     FreeEnergySamples,
     convergence,
     decorrelate,
+    discard_equilibration,
     estimate,
     statistical_inefficiencies,
 )
@@ -91,6 +92,7 @@ class LegResult:
         acceptance: ``(K - 1,)`` the fraction of accepted swaps between neighbouring states (HREX), else
             ``None``.
         iterations: the iterations run.
+        equilibration: the iterations left out (found by the analysis when it was asked for ``"auto"``).
     """
 
     samples: FreeEnergySamples
@@ -99,11 +101,13 @@ class LegResult:
     convergence: ConvergenceResult | None
     acceptance: np.ndarray | None
     iterations: int
+    equilibration: int = 0
 
     def summary(self) -> dict:
         """:meth:`FreeEnergyEstimate.summary` with the iterations and the exchange acceptance."""
         result = self.estimate.summary()
         result["iterations"] = self.iterations
+        result["equilibration_iterations"] = self.equilibration
         result["samples_per_state_total"] = [int(count) for count in self.samples.samples_per_state]
         if self.acceptance is not None:
             result["exchange_acceptance"] = [None if math.isnan(value) else float(value)
@@ -187,7 +191,7 @@ def _start(system, force_field, integrator, *, directory, resume, minimize, pres
 
 
 def run_leg(system, force_field, states, *, temperature: float, steps_per_iteration: int, iterations: int,
-            equilibration: int = 0, hrex: bool = True, dt: float = 0.002, friction: float = 1.0,
+            equilibration: int | str = 0, hrex: bool = True, dt: float = 0.002, friction: float = 1.0,
             pressure: float | None = None, npt_steps: int = 0, minimize: bool = True, constraints=None,
             precision=None, seed: int = 0, directory=None, stop_after: int | None = None, workers: int = 0,
             scheduler=None, bootstrap: int = 0, progress: bool = True) -> LegResult | None:
@@ -202,7 +206,8 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
         temperature: K. dt: ps. friction: 1/ps (Langevin, BAOAB).
         steps_per_iteration: MD steps between evaluations (and exchanges).
         iterations: iterations in all (a resumed run continues up to this number).
-        equilibration: the first iterations, whose samples are left out of the estimate.
+        equilibration: the first iterations, whose samples are left out of the estimate, or ``"auto"``:
+            those before the run equilibrated (:func:`analyze`).
         hrex: Hamiltonian replica exchange between neighbouring states (``False``: independent windows).
         pressure: bar: equilibrate the starting box at this pressure for ``npt_steps`` first, then sample
             every state at this pressure (``None``: constant volume).
@@ -229,8 +234,8 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
     checks.positive(temperature, "run_leg: temperature (K)")
     checks.positive_int(steps_per_iteration, "run_leg: steps_per_iteration")
     checks.positive_int(iterations, "run_leg: iterations")
-    checks.non_negative_int(equilibration, "run_leg: equilibration")
-    if equilibration >= iterations:
+    if equilibration != "auto" and checks.non_negative_int(
+            equilibration, "run_leg: equilibration (or 'auto')") >= iterations:
         raise ConfigurationError(f"run_leg: equilibration ({equilibration}) must be fewer than the "
                                  f"iterations ({iterations})")
     parameters = alchemy._state_parameters(states, force_field.global_parameters)
@@ -288,13 +293,14 @@ def _samples_of(record, parameters, temperature, time_per_iteration) -> FreeEner
                              (iteration + 1) * time_per_iteration, tuple(parameters), temperature)
 
 
-def analyze(samples: FreeEnergySamples, *, equilibration: int = 0, decorrelated: bool = True,
+def analyze(samples: FreeEnergySamples, *, equilibration: int | str = 0, decorrelated: bool = True,
             bootstrap: int = 0, seed: int = 0, acceptance=None, iterations: int | None = None) -> LegResult:
     """Estimate a leg from its samples (:meth:`FreeEnergySamples.load` re-analyses a saved run).
 
     Args:
         samples: every sample of the leg.
-        equilibration: iterations whose samples are left out.
+        equilibration: iterations whose samples are left out, or ``"auto"``: those before the run
+            equilibrated (:func:`~mindsponge.free_energy_analysis.discard_equilibration`).
         decorrelated: subsample each state by its statistical inefficiency first.
         bootstrap, seed: MBAR's bootstrap uncertainty (0: none).
         acceptance: optional exchange acceptances to keep in the result.
@@ -303,7 +309,10 @@ def analyze(samples: FreeEnergySamples, *, equilibration: int = 0, decorrelated:
     Returns:
         :class:`LegResult`.
     """
-    production = samples.discard(equilibration)
+    if equilibration == "auto":
+        production, equilibration = discard_equilibration(samples)
+    else:
+        production = samples.discard(checks.non_negative_int(equilibration, "analyze: equilibration"))
     inefficiencies = statistical_inefficiencies(production)
     used = decorrelate(production, inefficiencies) if decorrelated else production
     result = estimate(used, bootstrap=bootstrap, seed=seed, inefficiencies=inefficiencies)
@@ -311,7 +320,7 @@ def analyze(samples: FreeEnergySamples, *, equilibration: int = 0, decorrelated:
     trend = convergence(used) if enough else None
     if iterations is None:
         iterations = int(samples.iteration.max()) + 1 if len(samples.iteration) else 0
-    return LegResult(samples, used, result, trend, acceptance, iterations)
+    return LegResult(samples, used, result, trend, acceptance, iterations, equilibration)
 
 
 def combine(legs: dict, kind: str = "hydration", signs: dict | None = None, temperature: float | None = None,

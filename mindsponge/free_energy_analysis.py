@@ -21,7 +21,9 @@ again, and converts to alchemlyb's ``u_nk`` DataFrame (:meth:`FreeEnergySamples.
 :func:`estimate` runs the estimators through pymbar 4: MBAR over all states with its analytic
 uncertainty and, optionally, a bootstrap one (resampling each state's samples, ``bootstrap=`` times);
 BAR between every pair of neighbouring states (``pymbar.other_estimators.bar``) summed along the path,
-with the uncertainties of the steps added in quadrature; MBAR's overlap matrix. :func:`decorrelate`
+with the uncertainties of the steps added in quadrature; MBAR's overlap matrix.
+:func:`discard_equilibration` drops the iterations before the run equilibrated (pymbar's
+``detect_equilibration`` on the replicas' total reduced potential). :func:`decorrelate`
 keeps every ``g``-th sample of each state, ``g`` its statistical inefficiency (``pymbar.timeseries``,
 computed from the series of the state's reduced potential in its own state). :func:`convergence`
 estimates the difference from the first (forward) and last (reverse) 10 %, 20 %... 100 % of every
@@ -52,7 +54,7 @@ from common.errors import ConfigurationError, DataError
 from common.units import BOLTZMANN_MD
 
 __all__ = ["ConvergenceResult", "FreeEnergyEstimate", "FreeEnergySamples", "convergence", "decorrelate",
-           "estimate", "statistical_inefficiencies", "KCAL_PER_KJ"]
+           "discard_equilibration", "estimate", "statistical_inefficiencies", "KCAL_PER_KJ"]
 
 FORMAT = "mindsponge.FreeEnergySamples 1"
 KCAL_PER_KJ = 1.0 / 4.184
@@ -204,6 +206,31 @@ def statistical_inefficiencies(samples: FreeEnergySamples) -> np.ndarray:
             if len(series) >= 3 and np.ptp(series) > 0:
                 result[state] = max(1.0, float(pymbar.timeseries.statistical_inefficiency(series)))
     return result
+
+
+def discard_equilibration(samples: FreeEnergySamples) -> tuple[FreeEnergySamples, int]:
+    """The samples from the iteration where the run is equilibrated on, and that iteration.
+
+    The series is, per iteration, the sum over the samples of that iteration of their reduced potential in
+    their own state (for replica exchange, the total reduced potential of the replicas, as openmmtools'
+    analyzer takes it); ``pymbar.timeseries.detect_equilibration`` picks the start that leaves the most
+    effectively independent samples. A run that starts away from equilibrium (every replica from one
+    configuration, or a slow rearrangement) otherwise biases MBAR for longer than a fixed burn-in.
+
+    Returns:
+        ``(samples of iterations >= start, start)``; ``start`` 0 for fewer than 3 iterations or a constant
+        series.
+    """
+    _check(samples)
+    iterations, where = np.unique(samples.iteration, return_inverse=True)
+    own = samples.u_kn[samples.state_index, np.arange(samples.u_kn.shape[1])]
+    series = np.bincount(where, weights=own, minlength=len(iterations))
+    if len(series) < 3 or np.ptp(series) == 0:
+        return samples, 0
+    with _pymbar() as pymbar:
+        first = int(pymbar.timeseries.detect_equilibration(series)[0])
+    start = int(iterations[first])
+    return samples.select(samples.iteration >= start), start
 
 
 def decorrelate(samples: FreeEnergySamples, inefficiencies=None) -> FreeEnergySamples:

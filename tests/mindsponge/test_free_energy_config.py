@@ -85,6 +85,17 @@ def test_equilibration_must_leave_samples(tmp_path):
     assert "fewer" in str(caught.value)
 
 
+def test_equilibration_is_a_count_or_auto(tmp_path):
+    from mindsponge import cli_free_energy
+
+    path = write_oscillator(tmp_path)
+    path.write_text(path.read_text().replace("equilibration = 5", 'equilibration = "soon"'))
+    with pytest.raises(ConfigError) as caught:
+        cli_free_energy.run(path, progress=False)
+    assert caught.value.line == line_of(path.read_text().splitlines(), "equilibration")
+    assert "'auto'" in str(caught.value)
+
+
 def test_a_schedule_parameter_the_force_field_lacks_is_refused(tmp_path):
     from mindsponge import cli_free_energy
 

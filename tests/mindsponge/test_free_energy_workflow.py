@@ -109,6 +109,16 @@ def test_harmonic_force_constant_change_matches_the_exact_free_energy(tmp_path, 
         assert all(0.0 < value <= 1.0 for value in leg["exchange_acceptance"])
 
 
+def test_automatic_equilibration_keeps_the_exact_answer(tmp_path):
+    from mindsponge import cli_free_energy
+
+    path = write_oscillator(tmp_path)
+    path.write_text(path.read_text().replace("equilibration = 5", 'equilibration = "auto"'))
+    leg = cli_free_energy.run(path, progress=False)["legs"]["oscillator"]
+    assert 0 <= leg["equilibration_iterations"] < 60
+    assert abs(leg["kT"]["mbar"] - EXACT_KT) < 4 * leg["kT"]["mbar_error"] + 0.1, leg["kT"]
+
+
 def test_a_leg_at_constant_pressure_moves_the_boxes_and_keeps_the_exact_answer(tmp_path):
     """The oscillators in a periodic box sampled at 0.01 bar (each replica's box moves with its barostat): the
     well does not depend on the volume while the box holds it, so the answer is the same exact one."""
