@@ -37,7 +37,7 @@ The ratio ours / OpenMM comes last.
 Every leg and side caches its state under ``benchmarks/output/free_energy/<size>/<molecule>/``
 (openmmtools' NetCDF storage, our checkpoint, the per-iteration wall times), saved after every
 iteration, so a killed run continues where it stopped. The derived figures go to
-``benchmarks/data/free_energy.json``.
+``benchmarks/data/free_energy.json``, one dated entry per molecule: a run of other molecules adds to it.
 
 Usage::
 
@@ -388,10 +388,27 @@ def run_mindsponge(openmm_system, topology, positions, box, atoms, states, itera
 # --- analysis -----------------------------------------------------------------------------------------
 def free_energy(run: dict, burn_in: int) -> dict:
     """MBAR of a run's samples after ``burn_in`` iterations: ``dF`` (decoupled - coupled) and per
-    neighbouring pair, kcal/mol, with errors, and the neighbour overlaps."""
+    neighbouring pair, kcal/mol, with errors, and the neighbour overlaps; and under ``"equilibrated"`` the
+    same ``dF`` from the iterations after the one where the replicas' total reduced potential is
+    equilibrated (pymbar's ``detect_equilibration``), each state's samples decorrelated (its statistical
+    inefficiency): errors that count correlated samples once."""
     import mindsponge as ms
+    from mindsponge import free_energy_analysis as analysis
 
-    energies = run["energies"][burn_in:]  # (T, R, K)
+    every = run["energies"]  # (T, R, K)
+    rounds, count = run["replica_states"].shape
+    own = every[np.arange(rounds)[:, None], np.argsort(run["replica_states"], axis=1)]  # (T, K, K) by state
+    samples = analysis.FreeEnergySamples(
+        u_kn=own.transpose(2, 0, 1).reshape(count, -1), state_index=np.tile(np.arange(count), rounds),
+        iteration=np.repeat(np.arange(rounds), count), time=np.repeat(np.arange(rounds), count).astype(float),
+        states=[{"state": k} for k in range(count)], temperature=TEMPERATURE)
+    kept, start = analysis.discard_equilibration(samples)
+    with _quiet():
+        decorrelated = analysis.decorrelate(kept)
+        equilibrated = analysis.estimate(decorrelated)
+    kt = 0.0083144626 * TEMPERATURE / KJ_PER_KCAL  # kcal/mol
+    value, error = equilibrated.mbar_difference()
+    energies = every[burn_in:]
     replica_states = run["replica_states"][burn_in:]  # (T, R)
     rounds, count = replica_states.shape
     u_kn = np.empty((count, rounds * count))
@@ -400,7 +417,6 @@ def free_energy(run: dict, burn_in: int) -> dict:
         u_kn[:, k * rounds:(k + 1) * rounds] = energies[np.arange(rounds), replica].T
     with _quiet():
         result = ms.alchemy.mbar(u_kn, np.full(count, rounds))
-    kt = 0.0083144626 * TEMPERATURE / KJ_PER_KCAL  # kcal/mol
     pairs = np.arange(count - 1)
     return {
         "delta_f": kt * float(result.delta_f[0, -1]),
@@ -409,6 +425,8 @@ def free_energy(run: dict, burn_in: int) -> dict:
         "pair_errors": (kt * result.d_delta_f[pairs, pairs + 1]).round(4).tolist(),
         "overlaps": result.overlap[pairs, pairs + 1].round(4).tolist(),
         "samples_per_state": rounds,
+        "equilibrated": {"delta_f": kt * value, "error": kt * error, "start_iteration": start,
+                         "decorrelated_samples_per_state": decorrelated.samples_per_state.tolist()},
     }
 
 
@@ -473,7 +491,9 @@ def run_molecule(molecule: str, size: dict, size_name: str, states, sides) -> tu
             print(f"  {leg:7s} {side:10s} dF = {result['delta_f']:8.3f} +- {result['error']:.3f} kcal/mol, "
                   f"min overlap {min(result['overlaps']):.3f}, {result['ns_per_day_per_window']:.2f} ns/day "
                   f"per window, {result['wall_seconds']:.0f} s of sampling "
-                  f"({time.perf_counter() - start:.0f} s now)")
+                  f"({time.perf_counter() - start:.0f} s now); equilibrated from iteration "
+                  f"{result['equilibrated']['start_iteration']}, decorrelated: "
+                  f"{result['equilibrated']['delta_f']:.3f} +- {result['equilibrated']['error']:.3f}")
     return figures, solvent
 
 
@@ -483,15 +503,21 @@ def hydration(molecule: str, figures: dict, solvent) -> dict:
              "experiment": MOLECULES[molecule]["experiment"], "legs": {}}
     for side in ("openmm", "mindsponge"):
         vacuum_leg, solvent_leg = figures[("vacuum", side)], figures[("solvent", side)]
+        vacuum_run, solvent_run = vacuum_leg["equilibrated"], solvent_leg["equilibrated"]
         entry[side] = {
             "dG_hydration": vacuum_leg["delta_f"] - solvent_leg["delta_f"],
             "error": float(np.hypot(vacuum_leg["error"], solvent_leg["error"])),
+            "dG_hydration_equilibrated": vacuum_run["delta_f"] - solvent_run["delta_f"],
+            "error_equilibrated": float(np.hypot(vacuum_run["error"], solvent_run["error"])),
         }
         for leg in ("vacuum", "solvent"):
             entry["legs"][f"{leg}/{side}"] = figures[(leg, side)]
     ours, reference = entry["mindsponge"], entry["openmm"]
     entry["difference_in_sigma"] = (ours["dG_hydration"] - reference["dG_hydration"]) / float(
         np.hypot(ours["error"], reference["error"]))
+    entry["difference_in_sigma_equilibrated"] = (
+        ours["dG_hydration_equilibrated"] - reference["dG_hydration_equilibrated"]) / float(
+        np.hypot(ours["error_equilibrated"], reference["error_equilibrated"]))
     return entry
 
 
@@ -505,6 +531,13 @@ def report(results: dict, speed: dict, size: dict, size_name: str, minutes: floa
         print(f"  {molecule}: mindsponge {ours['dG_hydration']:.2f} +- {ours['error']:.2f}, openmmtools "
               f"{reference['dG_hydration']:.2f} +- {reference['error']:.2f}, difference "
               f"{entry['difference_in_sigma']:+.2f} sigma; experiment (FreeSolv) {entry['experiment']:.2f}")
+        ours_start, reference_start = (entry["legs"][f"solvent/{side}"]["equilibrated"]["start_iteration"]
+                                       for side in ("mindsponge", "openmm"))
+        print(f"    equilibrated (solvent from iteration {ours_start} / {reference_start}), decorrelated: "
+              f"mindsponge {ours['dG_hydration_equilibrated']:.2f} +- {ours['error_equilibrated']:.2f}, "
+              f"openmmtools {reference['dG_hydration_equilibrated']:.2f} +- "
+              f"{reference['error_equilibrated']:.2f}, difference "
+              f"{entry['difference_in_sigma_equilibrated']:+.2f} sigma")
     ratios = []
     for molecule, entry in results.items():
         ours, reference = (entry["legs"][f"solvent/{side}"]["ns_per_day_per_window"]
@@ -517,6 +550,36 @@ def report(results: dict, speed: dict, size: dict, size_name: str, minutes: floa
               f"OpenMM+openmmtools {figures['openmm']:.2f}")
         ratios.append(f"{label} {figures['mindsponge'] / figures['openmm']:.2f}")
     return ratios
+
+
+def record(results: dict, speed: dict, size: dict, states, minutes: float) -> None:
+    """Write the molecules of this run into ``benchmarks/data/free_energy.json``, keeping the entries of the
+    molecules run before (each dated, with its size) when they used the same states; timing runs likewise
+    replace the recorded ones only when this run made them."""
+    stamp = {"date": time.strftime("%Y-%m-%d"), "size": size, "minutes_this_run": minutes,
+             "load_average_at_end": [round(load, 2) for load in os.getloadavg()]}
+    parameters = [state.parameters for state in states]
+    recorded = {}
+    if os.path.exists(DATA):
+        with open(DATA) as handle:
+            recorded = json.load(handle)
+        if recorded.get("states") != parameters:
+            print(f"  {os.path.relpath(DATA)} held other lambda states: its molecules are replaced")
+            recorded = {}
+    molecules = dict(recorded.get("molecules", {}))
+    molecules.update({name: {**entry, **stamp} for name, entry in results.items()})
+    made = {
+        "made_by": "benchmarks/free_energy.py (full size); see its docstring for the protocol",
+        "states": parameters,
+        "molecules": molecules,
+        "speed_ns_per_day_per_window": {**speed, **stamp} if speed else recorded.get(
+            "speed_ns_per_day_per_window", {}),
+    }
+    os.makedirs(os.path.dirname(DATA), exist_ok=True)
+    with open(DATA + ".partial", "w") as handle:
+        json.dump(made, handle, indent=1)
+    os.replace(DATA + ".partial", DATA)
+    print(f"  derived results written to {os.path.relpath(DATA)} ({', '.join(sorted(molecules))})")
 
 
 def main() -> None:
@@ -560,20 +623,7 @@ def main() -> None:
         return
     ratios = report(results, speed, size, size_name, minutes)
     if not arguments.quick:
-        made = {
-            "made_by": "benchmarks/free_energy.py (full size); see its docstring for the protocol",
-            "date": time.strftime("%Y-%m-%d"),
-            "load_average_at_end": [round(load, 2) for load in os.getloadavg()],
-            "states": [state.parameters for state in states],
-            "size": size,
-            "minutes_this_run": minutes,
-            "molecules": results,
-            "speed_ns_per_day_per_window": speed,
-        }
-        os.makedirs(os.path.dirname(DATA), exist_ok=True)
-        with open(DATA, "w") as handle:
-            json.dump(made, handle, indent=1)
-        print(f"  derived results written to {os.path.relpath(DATA)}")
+        record(results, speed, size, states, minutes)
     print("speed ratio mindsponge / OpenMM+openmmtools (ns/day per window): " + ", ".join(ratios))
 
 
