@@ -43,7 +43,13 @@ file's hash: a later run with ``--cells`` adds its grids to those recorded for t
 file starts a new record), and the convergence is computed over all recorded grids, so a study spread
 over several sessions resumes from the repository.
 
-    python benchmarks/phone_antenna.py [--quick] [--cells 1.5 1.0 0.75 0.6]   # --quick: 1.5 mm cells only
+With ``--conformal`` the metal is cut conformally where the CAD puts it (``phone_simulation(subpixel=True)``,
+:mod:`mindelec.fdtd.conformal`, which also smooths the dielectric interfaces) instead of staircased: on
+the staircase a face moves to the nearest node, up to half a cell, differently on every grid (the frame's
+faces, the ground plane's edges and the pins' positions here), which is what kept the staircased grids
+from converging. Those runs are cached and recorded apart (``"conformal"`` in the JSON).
+
+    python benchmarks/phone_antenna.py [--quick] [--conformal] [--cells 1.5 1.0 0.75 0.6]   # --quick: 1.5 mm
 """
 
 from __future__ import annotations
@@ -79,16 +85,17 @@ def device_hash() -> str:
     return hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]
 
 
-def run_case(cell, lossless=False):
-    """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost)."""
+def run_case(cell, lossless=False, conformal=False):
+    """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost);
+    ``conformal``: the metal cut conformally (``phone_simulation(subpixel=True)``) instead of staircased."""
     until = LOSSLESS_UNTIL if lossless else UNTIL
-    kind = f"lossless_{until * 1e9:.0f}ns_" if lossless else ""
+    kind = ("conformal_" if conformal else "") + (f"lossless_{until * 1e9:.0f}ns_" if lossless else "")
     path = OUTPUT / f"{kind}cell_{cell * 1e6:.0f}um_{device_hash()}.npz"
     if path.exists():
         return dict(np.load(path))
     sim = phone.phone_simulation(
         None, cell, lossless, align=ALIGN, frequencies=PORT_FREQUENCIES, far_frequencies=FAR_FREQUENCIES,
-        band=BAND,
+        band=BAND, subpixel=conformal,
     ).simulation
     OUTPUT.mkdir(parents=True, exist_ok=True)
     restart = path.with_suffix(".restart")
@@ -161,10 +168,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1.5 mm cells only")
     parser.add_argument("--cells", type=float, nargs="+", help="cell sizes in mm (divisors of 3 mm)")
+    parser.add_argument("--conformal", action="store_true",
+                        help="conformal metal (subpixel=True), recorded apart from the staircased runs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cells = tuple(c * 1e-3 for c in args.cells) if args.cells else QUICK_CELLS if args.quick else CELLS
-    lossless_figures = run_case(LOSSLESS_CELL, lossless=True)
+    lossless_figures = run_case(LOSSLESS_CELL, lossless=True, conformal=args.conformal)
     lossless = summary(lossless_figures)
     balance = [abs(row["radiation_efficiency"] - 1) for row in lossless]
     print(f"lossless media, {LOSSLESS_CELL * 1e3:g} mm ({decay(lossless_figures, LOSSLESS_UNTIL)}): "
@@ -172,7 +181,7 @@ def main():
           + ", ".join(f"{b:.2%}" for b in balance), flush=True)
     table = {}
     for cell in cells:
-        figures = run_case(cell)
+        figures = run_case(cell, conformal=args.conformal)
         rows = summary(figures)
         table[cell] = (figures, rows)
         shape = tuple(int(n) for n in figures["cells"])
@@ -187,8 +196,11 @@ def main():
                   "{absorbed_fraction:.1%} of accepted; far-field power / box flux "
                   "{far_field_over_flux:.4f}; "
                   "D {directivity_dbi:.2f} dBi, G {gain_dbi:.2f} dBi".format(**row), flush=True)
-    recorded = json.loads(DATA.read_text()) if DATA.exists() else {}
-    runs = recorded.get("runs", {}) if recorded.get("device") == device_hash() and not args.quick else {}
+    whole = json.loads(DATA.read_text()) if DATA.exists() else {}
+    if whole.get("device") != device_hash():
+        whole = {}
+    recorded = whole.get("conformal", {}) if args.conformal else whole
+    runs = recorded.get("runs", {}) if not args.quick else {}
     for cell, (figures, rows) in table.items():
         runs[f"{cell * 1e3:g}"] = {
             "grid": [int(v) for v in figures["cells"]], "steps": int(figures["steps"]),
@@ -211,6 +223,11 @@ def main():
         print(f"the finest grid's deepest resonance on each recorded grid ({', '.join(grids)} mm): "
               f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: {extrapolated:.4f} "
               f"GHz at zero cell (Richardson, order {order:.2f}); finest run {error:+.2f} %")
+    if args.conformal:  # the staircased record stays as it was, the conformal one goes beside it
+        derived = {**{key: value for key, value in whole.items() if key != "conformal"},
+                   "device": device_hash(), "conformal": derived}
+    elif "conformal" in whole:
+        derived["conformal"] = whole["conformal"]
     if not args.quick:  # the grids recorded are in the file: a partial study says so
         DATA.write_text(json.dumps(derived, indent=1, default=float) + "\n")
 

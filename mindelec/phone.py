@@ -192,6 +192,7 @@ def phone_simulation(
     pml: int = 10,
     threads: int = 1,
     phantom: PhantomPlacement | None = None,
+    subpixel: bool | str = False,
 ) -> PhoneModel:
     """The phone of ``design`` on a uniform grid of ``cell`` (m), fed at its feed pin (see the module).
 
@@ -291,7 +292,7 @@ def phone_simulation(
     simulation = fdtd.Simulation(
         size=size, cell_size=cell, boundary=fdtd.PML(thickness=pml),
         structures=[*box_geometries(assembly, meshed), feed_pin, port.resistor, *extra],
-        sources=[port.source], monitors=monitors, threads=threads,
+        sources=[port.source], monitors=monitors, threads=threads, subpixel=subpixel,
     )
     return PhoneModel(simulation, port, assembly, drawn, flat)
 
