@@ -392,31 +392,21 @@ def free_energy(run: dict, burn_in: int) -> dict:
     same ``dF`` from the iterations after the one where the replicas' total reduced potential is
     equilibrated (pymbar's ``detect_equilibration``), each state's samples decorrelated (its statistical
     inefficiency): errors that count correlated samples once."""
-    import mindsponge as ms
     from mindsponge import free_energy_analysis as analysis
 
-    every = run["energies"]  # (T, R, K)
     rounds, count = run["replica_states"].shape
-    own = every[np.arange(rounds)[:, None], np.argsort(run["replica_states"], axis=1)]  # (T, K, K) by state
-    samples = analysis.FreeEnergySamples(
-        u_kn=own.transpose(2, 0, 1).reshape(count, -1), state_index=np.tile(np.arange(count), rounds),
+    by_state = run["energies"][np.arange(rounds)[:, None], np.argsort(run["replica_states"], axis=1)]
+    samples = analysis.FreeEnergySamples(  # (T, K, K): the sample of state k after round t, in every state
+        u_kn=by_state.transpose(2, 0, 1).reshape(count, -1), state_index=np.tile(np.arange(count), rounds),
         iteration=np.repeat(np.arange(rounds), count), time=np.repeat(np.arange(rounds), count).astype(float),
         states=[{"state": k} for k in range(count)], temperature=TEMPERATURE)
     kept, start = analysis.discard_equilibration(samples)
     with _quiet():
+        result = analysis.estimate(samples.discard(burn_in))
         decorrelated = analysis.decorrelate(kept)
         equilibrated = analysis.estimate(decorrelated)
     kt = 0.0083144626 * TEMPERATURE / KJ_PER_KCAL  # kcal/mol
     value, error = equilibrated.mbar_difference()
-    energies = every[burn_in:]
-    replica_states = run["replica_states"][burn_in:]  # (T, R)
-    rounds, count = replica_states.shape
-    u_kn = np.empty((count, rounds * count))
-    for k in range(count):
-        replica = np.argmax(replica_states == k, axis=1)  # (T,) the replica in state k
-        u_kn[:, k * rounds:(k + 1) * rounds] = energies[np.arange(rounds), replica].T
-    with _quiet():
-        result = ms.alchemy.mbar(u_kn, np.full(count, rounds))
     pairs = np.arange(count - 1)
     return {
         "delta_f": kt * float(result.delta_f[0, -1]),
@@ -424,7 +414,7 @@ def free_energy(run: dict, burn_in: int) -> dict:
         "pairs": (kt * result.delta_f[pairs, pairs + 1]).round(4).tolist(),
         "pair_errors": (kt * result.d_delta_f[pairs, pairs + 1]).round(4).tolist(),
         "overlaps": result.overlap[pairs, pairs + 1].round(4).tolist(),
-        "samples_per_state": rounds,
+        "samples_per_state": rounds - burn_in,
         "equilibrated": {"delta_f": kt * value, "error": kt * error, "start_iteration": start,
                          "decorrelated_samples_per_state": decorrelated.samples_per_state.tolist()},
     }
