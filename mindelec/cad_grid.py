@@ -28,6 +28,9 @@
 
 Structures come in this order (later ones override earlier ones where they overlap): dielectric bodies
 by decreasing volume (a part inside another wins), then PEC solids, then PEC sheets and wires.
+
+:func:`drawn_bounds` says where a sheet or wire ends up on the grid (its node plane, its rims or ends),
+the design as drawn, for recording beside the design as asked.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from common.errors import ConfigurationError
 from . import fdtd
 from .cad import require_in_grid
 from .cad_materials import IGNORE
-from .fdtd.materials import SHEET_MARGIN
+from .fdtd.materials import SHEET_MARGIN, PECSheet
 
-__all__ = ["assembly_structures"]
+__all__ = ["assembly_structures", "drawn_bounds"]
 
 _BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
 _CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
@@ -189,6 +192,43 @@ def _joined_bounds(body, thin, thin_metal, grid) -> np.ndarray:
                 if touches and sign * (plane - bounds[end][axis]) > 0:
                     bounds[end][axis] = plane
     return bounds
+
+
+def drawn_bounds(structure, grid, conformal: bool = False) -> np.ndarray:
+    """Where the grid draws a PEC sheet or wire of :func:`assembly_structures` (or
+    :func:`mindelec.fdtd.pec_sheet`): ``(2, 3)`` low and high coordinates (m).
+
+    Along its zero extents it lies on its node plane (line), low = high. Along the others its rims are
+    where the CAD puts them with conformal cells (``Simulation(subpixel=True)``, which cuts a plate's rim
+    between node lines), else on the node lines its staircase reaches (a rim rounds outward from a quarter
+    cell past a node line). A wire's ends are on node lines either way.
+
+    Args:
+        structure: the ``Structure`` of a sheet or wire (its geometry the ``Box`` of ``pec_sheet``).
+        grid: the ``mindelec.fdtd.Grid`` (or anything with a ``.grid``) it was made for.
+        conformal: whether the simulation cuts metal conformally (``subpixel`` not False).
+
+    Raises:
+        ConfigurationError: naming the structure, for one that is not a PEC sheet or wire.
+    """
+    grid = getattr(grid, "grid", grid)
+    if not isinstance(structure.medium, PECSheet):
+        raise ConfigurationError(
+            f"drawn_bounds: structure {structure.name!r} is not a PEC sheet or wire (its medium is "
+            f"{type(structure.medium).__name__})")
+    low, high = structure.geometry.lo.numpy().copy(), structure.geometry.hi.numpy().copy()
+    spacing = np.asarray(grid.spacing[:3], dtype=np.float64)
+    zero = high - low < spacing  # pec_sheet: a cell fraction thick across, extent + half a cell along
+    low[zero] = high[zero] = (low[zero] + high[zero]) / 2
+    wire = int(zero.sum()) == 2
+    for axis in np.flatnonzero(~zero):
+        low[axis] += SHEET_MARGIN * spacing[axis]
+        high[axis] -= SHEET_MARGIN * spacing[axis]
+        if wire or not conformal:
+            first, last = _rim_nodes(grid, axis, low[axis], high[axis])
+            origin = -grid.size[axis] / 2
+            low[axis], high[axis] = origin + first * spacing[axis], origin + last * spacing[axis]
+    return np.array([low, high])
 
 
 def _rim_nodes(grid, axis, low, high) -> tuple[int, int]:

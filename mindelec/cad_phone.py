@@ -104,7 +104,9 @@ class PhoneDesign:
 
 _WALL, _PCB_BOTTOM, _PCB_THICKNESS, _COPPER = 1.0, 2.0, 1.0, 0.035
 _COPPER_TOP = _PCB_BOTTOM + _PCB_THICKNESS + _COPPER
-_STRIP, _STRIP_THICKNESS, _PIN, _FRAME = 1.0, 0.1, 0.3, 1.0
+#: width of the antenna's strips (mm): on cells this wide or wider the arm and its stubs are wires
+STRIP_WIDTH = 1.0
+_STRIP_THICKNESS, _PIN, _FRAME = 0.1, 0.3, 1.0
 
 
 def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
@@ -140,16 +142,17 @@ def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
     )
     # the inverted F: arm over the clearance, stubs back to the ground edge, pins down
     z_arm = _COPPER_TOP + design.antenna_height
-    x_short = -board_w / 2 + 1.0 + _STRIP / 2
+    x_short = -board_w / 2 + 1.0 + STRIP_WIDTH / 2
     x_feed = x_short + design.feed_to_short
     y_arm = y_edge + design.clearance / 2
     body["ifa_arm"] = occ.addBox(
-        x_short - _STRIP / 2, y_arm - _STRIP / 2, z_arm, design.antenna_length, _STRIP, _STRIP_THICKNESS
+        x_short - STRIP_WIDTH / 2, y_arm - STRIP_WIDTH / 2, z_arm, design.antenna_length, STRIP_WIDTH,
+        _STRIP_THICKNESS,
     )
     y_pin = y_edge - _PIN  # the pins stand on the ground plane, just inside its edge
     for name, x in (("short", x_short), ("feed", x_feed)):  # stubs from over the pins to the arm
         body[f"ifa_{name}_stub"] = occ.addBox(
-            x - _STRIP / 2, y_pin, z_arm, _STRIP, y_arm - _STRIP / 2 - y_pin, _STRIP_THICKNESS
+            x - STRIP_WIDTH / 2, y_pin, z_arm, STRIP_WIDTH, y_arm - STRIP_WIDTH / 2 - y_pin, _STRIP_THICKNESS
         )
     body["ifa_short_pin"] = occ.addBox(
         x_short - _PIN / 2, y_pin, _COPPER_TOP, _PIN, _PIN, z_arm - _COPPER_TOP

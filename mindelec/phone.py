@@ -19,7 +19,8 @@
   phantom, lost in the phone).
 * :func:`phone_sample` - the dataset generator (``common.datasets`` contract): complex S11 and total
   efficiency of one design over a band, with the design as the grid draws it (``*_used``: the arm height
-  and the feed-to-short distance snap to whole cells).
+  and the feed-to-short distance snap to whole cells; where the arm is a wire, its length too, and its
+  line to a node; staircased rims to node lines).
 
 The grid's nodes lie on multiples of the cell from the domain's centre; the phone's origin is its centre
 (:func:`mindelec.cad_phone.write_phone_step`). Lengths in m, frequencies in Hz; ``PhoneDesign`` is in mm.
@@ -38,7 +39,8 @@ import torch
 from common import checks
 from common.errors import ConfigurationError, NonFiniteResultError
 
-from . import cad, cad_assembly, cad_phone, sar
+from . import cad, cad_assembly, cad_grid, cad_phone, sar
+from .fdtd.materials import PECSheet
 
 __all__ = [
     "PhoneModel",
@@ -114,8 +116,12 @@ class PhoneModel:
         port: the ``LumpedPort`` (50 ohm).
         assembly: the loaded, moved :class:`~mindelec.cad_assembly.Assembly`.
         drawn: the design as the grid draws it (mm): ``antenna_height`` (the arm's node plane above the
-            copper's), ``feed_to_short`` (between the two pins' node lines) and ``port_gap`` (one cell);
-            with a phantom, ``phantom_spacing`` (from the display glass to the shell).
+            copper's), ``feed_to_short`` (between the two pins' node lines), ``antenna_length`` (the
+            arm's ends: a wire's on node lines), ``clearance`` (twice the arm's line from the ground
+            plane's edge), ``frame_gap`` (between the left frame plates' rims, where the frame is sheets)
+            and ``port_gap`` (one cell); with a phantom, ``phantom_spacing`` (from the display glass to
+            the shell). Rims of sheets are where the CAD puts them with conformal cells, else on the node
+            lines the staircase reaches (:func:`mindelec.cad_grid.drawn_bounds`).
         phantom: the :class:`~mindelec.sar.FlatPhantom` (monitor ``"phantom"``), or ``None``.
     """
 
@@ -284,6 +290,7 @@ def phone_simulation(
     if flat is not None:
         drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
     meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
+    drawn.update(_drawn_metal(meshed, grid, conformal=subpixel is not False))
     box = [float(2 * (h - (pml + 2) * cell)) for h in half]
     far = fdtd.NearToFarMonitor(
         "far", torch.as_tensor(far_frequencies, dtype=torch.float64), center=(0, 0, 0), size=box)
@@ -295,6 +302,19 @@ def phone_simulation(
         sources=[port.source], monitors=monitors, threads=threads, subpixel=subpixel,
     )
     return PhoneModel(simulation, port, assembly, drawn, flat)
+
+
+def _drawn_metal(structures, grid, conformal) -> dict[str, float]:
+    """The arm's length, the clearance (twice the arm's line from the ground plane's edge) and, with a
+    frame of sheets, its gap, as the grid draws them (mm; :func:`mindelec.cad_grid.drawn_bounds`)."""
+    bounds = {structure.name: cad_grid.drawn_bounds(structure, grid, conformal)
+              for structure in structures if isinstance(structure.medium, PECSheet)}
+    arm, ground = bounds["ifa_arm"], bounds["ground_plane"]
+    drawn = {"antenna_length": 1e3 * float(arm[1][0] - arm[0][0]),
+             "clearance": 2e3 * float(arm[:, 1].mean() - ground[1][1])}
+    if "frame_left_lower" in bounds and "frame_left_upper" in bounds:
+        drawn["frame_gap"] = 1e3 * float(bounds["frame_left_upper"][0][1] - bounds["frame_left_lower"][1][1])
+    return drawn
 
 
 def figures_of_merit(result) -> dict[str, np.ndarray]:
@@ -399,6 +419,7 @@ def phone_sample(
     air: float = 15e-3,
     pml: int = 10,
     threads: int | None = 1,
+    subpixel: bool | str = False,
 ) -> dict[str, np.ndarray]:
     """Dataset generator (``common.datasets`` contract): S11 and total efficiency of one phone design.
 
@@ -416,12 +437,19 @@ def phone_sample(
         frame: whether the phone has its metal frame.
         air, pml: air around the phone (m) and PML cells (:func:`phone_simulation`).
         threads: CPU threads of the run.
+        subpixel: ``True`` cuts the metal conformally where the CAD puts it and smooths the dielectric
+            interfaces (:func:`phone_simulation`); then the sheets' rims (the ground plane's, the frame
+            gap's above a cell and a half) change the labels continuously instead of in whole cells. The
+            arm's height and the feed-to-short distance stay on cells (the port and the feed pin sit on
+            grid edges), and so do the arm's ends and line where it is a wire (cells of 1 mm or more).
 
     Returns:
         ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``total_efficiency`` (F,)
         (``P_rad / P_inc``: mismatch and the media's losses), ``radiation_efficiency`` (F,),
-        ``resonance`` (Hz, the lowest ``|S11|``, refined by a parabola), ``antenna_height_used`` and
-        ``feed_to_short_used`` (mm, as drawn), ``steps`` and ``fdtd_seconds`` (CPU seconds of the run).
+        ``resonance`` (Hz, the lowest ``|S11|``, refined by a parabola), ``antenna_length_used``,
+        ``antenna_height_used``, ``feed_to_short_used``, ``clearance_used`` and ``frame_gap_used`` (mm, as
+        drawn: :attr:`PhoneModel.drawn`; the frame gap as asked where the frame is not sheets), ``steps``
+        and ``fdtd_seconds`` (CPU seconds of the run).
 
     Raises:
         ConfigurationError: for parameters that are not ``PhoneDesign`` fields or a design it refuses.
@@ -437,7 +465,7 @@ def phone_sample(
     design = cad_phone.PhoneDesign(**{k: float(v) for k, v in params.items()}, frame=frame)
     frequencies = np.linspace(*band, n_frequencies)
     model = phone_simulation(design, cell, frequencies=frequencies, far_frequencies=frequencies, band=band,
-                             air=air, pml=pml, threads=threads or 1)
+                             air=air, pml=pml, threads=threads or 1, subpixel=subpixel)
     started = time.process_time()
     result = model.simulation.run(until=duration, until_decayed=decay, progress=False)
     seconds = time.process_time() - started
@@ -453,8 +481,11 @@ def phone_sample(
         "total_efficiency": figures["total_efficiency"],
         "radiation_efficiency": figures["radiation_efficiency"],
         "resonance": np.float64(resonance),
+        "antenna_length_used": np.float64(model.drawn["antenna_length"]),
         "antenna_height_used": np.float64(model.drawn["antenna_height"]),
         "feed_to_short_used": np.float64(model.drawn["feed_to_short"]),
+        "clearance_used": np.float64(model.drawn["clearance"]),
+        "frame_gap_used": np.float64(model.drawn.get("frame_gap", design.frame_gap)),
         "steps": np.int64(result.steps),
         "fdtd_seconds": np.float64(seconds),
     }

@@ -14,6 +14,7 @@ the points they are given.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from common.errors import ArgumentTypeError, ConfigurationError
@@ -23,6 +24,8 @@ from .samplers import UnitSampler, check_count, rejection_sample, resolve_dtype
 
 def as_vector(value, name: str, length: int | None = None) -> torch.Tensor:
     """``value`` as a finite float64 CPU vector of ``length`` entries, or ``ValueError`` naming ``name``."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        value = value.copy()  # torch warns on read-only arrays (CAD bounds); the vector is a copy anyway
     try:
         vector = torch.as_tensor(value, dtype=torch.float64).detach().cpu().reshape(-1).clone()
     except (TypeError, ValueError, RuntimeError) as error:

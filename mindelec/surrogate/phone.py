@@ -4,15 +4,19 @@ the grid draws, and the FDTD check of a proposed design.
 
 The surrogates are :class:`mindelec.surrogate.antenna.Ensemble` of ``SParameterSurrogate`` learning complex
 S11 and the total efficiency (a real spectrum) on one frequency axis, from :data:`INPUTS`: the design
-parameters, with the arm height and the feed-to-short distance as the grid draws them (whole cells).
+parameters as the grid draws them (``PhoneModel.drawn``, recorded by ``phone_sample`` as ``*_used``). On
+1.5 mm cells the arm, a 1 mm strip, is a wire: its length goes to whole cells and its line to a node, so
+designs up to a cell apart in arm length (two in clearance) are the same model, and a surrogate of the
+parameters as asked would learn a staircase.
 
 * :func:`ifa_resonance` - ``c / (4 (L + h))``, the quarter-wave resonance of an inverted-F arm of length
   ``L`` at height ``h`` in air (the bent wire from the short to the open end), a frequency scale on which the
   dips of different designs line up (``frequency_reference="mindelec.surrogate.phone:ifa_resonance"``);
 * :func:`dual_band_design` - the design whose predicted ``|S11|`` is lowest at two frequencies at once (a
   dual-band tune), surest among near ties;
+* :func:`drawn_steps` - the lattice on which a recipe's grid draws each input;
 * :func:`phone_inverse_design` - :func:`mindelec.surrogate.antenna.inverse_design` (one target) or
-  :func:`dual_band_design` (two) over the recipe's ranges with the drawn parameters on whole cells;
+  :func:`dual_band_design` (two) over the recipe's ranges with the inputs on that lattice;
 * :func:`check_phone_design` - one FDTD run of a proposed design (:func:`mindelec.phone.phone_sample`) against
   the ensemble's prediction for it.
 """
@@ -25,18 +29,26 @@ import torch
 
 from common.errors import ConfigurationError, UnknownNameError
 from common.units import SPEED_OF_LIGHT
+from mindelec import cad_phone
 from mindelec.surrogate.antenna import Ensemble, candidate_designs, inverse_design
 from mindelec.surrogate.training import db, relative_error
 
 __all__ = [
-    "INPUTS", "DRAWN", "OUTPUTS", "MODEL_OPTIONS", "ifa_resonance", "phone_bounds", "dual_band_design",
-    "phone_inverse_design", "check_phone_design",
+    "INPUTS", "DRAWN", "OUTPUTS", "MODEL_OPTIONS", "ifa_resonance", "phone_bounds", "drawn_steps",
+    "dual_band_design", "phone_inverse_design", "check_phone_design",
 ]
 
-#: the model inputs (mm), in order: design parameters and, for those the grid snaps, their drawn values
-INPUTS = ("antenna_length", "antenna_height_used", "feed_to_short_used", "clearance", "frame_gap")
-#: the drawn input of each snapped design parameter
-DRAWN = {"antenna_height_used": "antenna_height", "feed_to_short_used": "feed_to_short"}
+#: the model inputs (mm), in order: the design parameters as the grid draws them
+INPUTS = (
+    "antenna_length_used", "antenna_height_used", "feed_to_short_used", "clearance_used", "frame_gap_used")
+#: the design parameter each input draws
+DRAWN = {
+    "antenna_length_used": "antenna_length",
+    "antenna_height_used": "antenna_height",
+    "feed_to_short_used": "feed_to_short",
+    "clearance_used": "clearance",
+    "frame_gap_used": "frame_gap",
+}
 #: the spectra learnt, on the dataset's one frequency axis
 OUTPUTS = ("s11", "total_efficiency")
 #: ``SParameterSurrogate`` options: Fourier features of the frequency and of its ratio to the arm's resonance
@@ -47,16 +59,16 @@ MODEL_OPTIONS = {
 }
 
 
-def ifa_resonance(antenna_length, antenna_height_used) -> torch.Tensor:
+def ifa_resonance(antenna_length_used, antenna_height_used) -> torch.Tensor:
     """Quarter-wave resonance (Hz) of an inverted-F arm: ``c / (4 (L + h))``, ``L`` and ``h`` in mm.
 
     Args:
-        antenna_length, antenna_height_used: ``(B,)`` arm length and height above the ground (mm).
+        antenna_length_used, antenna_height_used: ``(B,)`` arm length and height above the ground (mm).
 
     Returns:
         ``(B,)`` float64, Hz.
     """
-    length = torch.as_tensor(antenna_length, dtype=torch.float64)
+    length = torch.as_tensor(antenna_length_used, dtype=torch.float64)
     height = torch.as_tensor(antenna_height_used, dtype=torch.float64)
     return SPEED_OF_LIGHT / (4e-3 * (length + height))
 
@@ -76,6 +88,24 @@ def phone_bounds(recipe) -> dict[str, tuple[float, float]]:
                 f"{sorted(recipe.parameters)}")
         bounds[name] = (recipe.parameters[parameter].low, recipe.parameters[parameter].high)
     return bounds
+
+
+def drawn_steps(generator_options: dict) -> dict[str, float]:
+    """``{input: step}`` (mm) of the :data:`INPUTS` that the grid of ``phone_sample``'s options draws on a
+    lattice: the arm's height and the feed-to-short distance on whole cells; where the arm is a wire
+    (cells no narrower than its strip), its length on whole cells and the clearance on two (the arm's line
+    on a node, the ground plane's edge on another); without conformal cells (``subpixel``), every rim on
+    whole cells. The others are drawn as asked."""
+    cell = 1e3 * generator_options.get("cell", 1.5e-3)
+    conformal = generator_options.get("subpixel", False) is not False
+    wire = cad_phone.STRIP_WIDTH <= cell * (1 + 1e-6)
+    steps = {"antenna_height_used": cell, "feed_to_short_used": cell}
+    if wire or not conformal:
+        steps["antenna_length_used"] = cell
+        steps["clearance_used"] = 2 * cell if wire else cell
+    if not conformal:
+        steps["frame_gap_used"] = cell
+    return steps
 
 
 def dual_band_design(
@@ -135,14 +165,13 @@ def phone_inverse_design(ensemble: Ensemble, target, recipe, candidates: int = 4
     dip is closest to it (:func:`~mindelec.surrogate.antenna.inverse_design`), or two ``(f1, f2)``, a
     dual-band tune (:func:`dual_band_design`).
 
-    The drawn inputs are searched on whole cells of the recipe's ``cell`` (those the FDTD draws exactly), the
+    The inputs are searched on the lattice the recipe's grid draws them on (:func:`drawn_steps`), the
     others continuously.
 
     Returns:
         the dict of ``inverse_design`` or ``dual_band_design`` (``parameters`` by :data:`INPUTS`, mm).
     """
-    cell_mm = 1e3 * recipe.generator.options.get("cell", 1.5e-3)
-    steps = {name: cell_mm for name in DRAWN}
+    steps = drawn_steps(recipe.generator.options)
     bounds = phone_bounds(recipe)
     search = {"candidates": candidates, "seed": seed, "steps": steps}
     if isinstance(target, (tuple, list)):

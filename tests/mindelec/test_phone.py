@@ -54,6 +54,21 @@ def test_bad_cells_arm_heights_and_parameters_are_refused_and_the_drawn_design_i
     assert expected <= names, names
 
 
+def test_the_drawn_design_has_wires_on_nodes_and_conformal_rims_where_the_cad_puts_them():
+    design = PhoneDesign(antenna_length=29.3, clearance=11.4, frame_gap=2.7)
+    staircase = phone.phone_simulation(design, cell=1.5e-3, **SMALL).drawn
+    conformal = phone.phone_simulation(design, cell=1.5e-3, subpixel=True, **SMALL).drawn
+    for drawn in (staircase, conformal):  # the 1 mm arm is a wire on 1.5 mm cells: ends and line on nodes
+        assert drawn["antenna_length"] / 1.5 == pytest.approx(round(drawn["antenna_length"] / 1.5)), drawn
+        assert abs(drawn["antenna_length"] - 29.3) <= 1.5, drawn
+        assert drawn["clearance"] / 3.0 == pytest.approx(round(drawn["clearance"] / 3.0)), drawn
+        assert abs(drawn["clearance"] - 11.4) <= 1.5 + 1e-9, drawn  # the arm's line within half a cell
+    assert staircase["frame_gap"] / 1.5 == pytest.approx(round(staircase["frame_gap"] / 1.5)), staircase
+    assert conformal["frame_gap"] == pytest.approx(2.7, abs=1e-9)  # the plates' rims as in the CAD
+    fine = phone.phone_simulation(design, cell=0.75e-3, subpixel=True, **SMALL).drawn  # the arm a sheet
+    assert (fine["antenna_length"], fine["clearance"]) == pytest.approx((29.3, 11.4), abs=1e-9), fine
+
+
 @pytest.mark.slow
 def test_lossless_phone_radiates_what_its_port_accepts_and_the_lossy_one_less():
     model = phone.phone_simulation(None, cell=1.5e-3, lossless=True, **SMALL)

@@ -3,8 +3,8 @@
 Compared against an analytic answer: an ensemble stand-in whose S11 has two Gaussian dips in ``|S11|``,
 one at the arm's quarter-wave resonance ``c / (4 (L + h))`` and one set by the frame gap
 (``1.2 + 0.2 gap`` GHz), so that the designs with dips at both targets are known in closed form; the
-search must land on them (both dips within a quarter of their width of the targets), with the arm height on
-whole cells, and the single-target search must put its dip on the target too.
+search must land on them (both dips within a quarter of their width of the targets), with each input on
+the lattice the recipe's grid draws it on, and the single-target search must put its dip on the target too.
 """
 
 import pathlib
@@ -15,7 +15,7 @@ import torch
 import common.datasets as datasets
 from common.errors import ConfigurationError
 from common.units import SPEED_OF_LIGHT
-from mindelec.surrogate.phone import INPUTS, phone_inverse_design
+from mindelec.surrogate.phone import INPUTS, drawn_steps, phone_inverse_design
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FREQUENCIES = torch.linspace(0.5e9, 3.5e9, 121, dtype=torch.float64)
@@ -25,8 +25,8 @@ WIDTH = 0.08e9  # of each dip (Hz)
 def dips(designs):
     """``(B, 2)`` the two dip frequencies (Hz) of designs ``(B, 5)`` in the order of ``INPUTS``."""
     column = {name: designs[:, INPUTS.index(name)] for name in INPUTS}
-    arm = SPEED_OF_LIGHT / (4e-3 * (column["antenna_length"] + column["antenna_height_used"]))
-    return torch.stack([arm, 1.2e9 + 0.2e9 * column["frame_gap"]], 1)
+    arm = SPEED_OF_LIGHT / (4e-3 * (column["antenna_length_used"] + column["antenna_height_used"]))
+    return torch.stack([arm, 1.2e9 + 0.2e9 * column["frame_gap_used"]], 1)
 
 
 class _Member:
@@ -47,15 +47,22 @@ class TwoDipEnsemble:
         return s11, torch.zeros_like(s11.real)
 
 
-def test_dual_band_tune_lands_on_the_analytic_designs_and_the_single_target_search_on_its_dip():
-    recipe = datasets.load_recipe(ROOT / "datasets" / "phone_antenna_small.toml")
+@pytest.mark.parametrize("recipe_name, gap", [("phone_antenna_small", 3.0), ("phone_antenna", 2.6)])
+def test_dual_band_tune_lands_on_the_analytic_designs_and_the_single_target_search_on_its_dip(
+    recipe_name, gap
+):
+    # the small recipe is staircased (every input on whole cells), the full one conformal (the frame gap free)
+    recipe = datasets.load_recipe(ROOT / "datasets" / f"{recipe_name}.toml")
     ensemble = TwoDipEnsemble()
-    arm_sum, gap = 33.0, 2.5  # L + h and the frame gap (mm) of designs inside the recipe's ranges
-    targets = (SPEED_OF_LIGHT / (4 * arm_sum * 1e-3), 1.2e9 + 0.2e9 * gap)  # 2.27 and 1.7 GHz
+    arm_sum = 33.0  # L + h (mm) of designs inside the recipe's ranges; the gap (mm) one the grid draws
+    targets = (SPEED_OF_LIGHT / (4 * arm_sum * 1e-3), 1.2e9 + 0.2e9 * gap)  # 2.27 and 1.72 / 1.8 GHz
     found = phone_inverse_design(ensemble, targets, recipe)
     design = found["parameters"]
-    height = design["antenna_height_used"]
-    assert height / 1.5 == pytest.approx(round(height / 1.5))  # the drawn height on whole 1.5 mm cells
+    steps = drawn_steps(recipe.generator.options)
+    assert set(steps) == set(INPUTS) - ({"frame_gap_used"} if recipe_name == "phone_antenna" else set())
+    assert steps["clearance_used"] == pytest.approx(3.0)  # the arm, a wire, on a node: two cells
+    for name, step in steps.items():  # each input on the lattice the grid draws it on
+        assert design[name] / step == pytest.approx(round(design[name] / step)), (name, design)
     row = torch.tensor([[design[name] for name in INPUTS]], dtype=torch.float64)
     # both dips within a quarter of their width (20 MHz, under 1.2 % of either target) of the targets
     assert (dips(row)[0] - torch.tensor(targets)).abs().max() < WIDTH / 4, (dips(row), targets)
