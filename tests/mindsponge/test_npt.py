@@ -104,7 +104,9 @@ def _densities(system, openmm_system, steps, label, validation_figure):
         ours.append(simulation.observables(pressure=False)["density"])
     integrator = openmm.LangevinMiddleIntegrator(TEMPERATURE, 1.0, 0.002)
     integrator.setRandomNumberSeed(3)
-    context = openmm.Context(openmm_system, integrator, openmm.Platform.getPlatformByName("CPU"))
+    context = openmm.Context(
+        openmm_system, integrator, openmm.Platform.getPlatformByName("CPU"), {"Threads": "1"}
+    )  # one thread: the same run every time on a machine
     context.setPeriodicBoxVectors(*system.box.numpy())
     context.setPositions(simulation.system.positions.numpy())
     openmm.LocalEnergyMinimizer.minimize(context)
