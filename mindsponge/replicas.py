@@ -138,7 +138,7 @@ class WindowRestraints(EnergyTerm):
         super().__init__(name)
         if not isinstance(colvar, Colvar):
             raise ArgumentTypeError(f"WindowRestraints: colvar must be a Colvar, got {colvar!r}")
-        centers = torch.as_tensor(np.asarray(centers, dtype=np.float64)).reshape(-1)
+        centers = torch.tensor(np.asarray(centers, dtype=np.float64)).reshape(-1)  # a copy: moved in place
         if len(centers) < 1 or not bool(torch.isfinite(centers).all()):
             raise ConfigurationError("WindowRestraints: centers must be one finite value per copy")
         if not (isinstance(force_constant, int | float) and 0 < force_constant < np.inf):

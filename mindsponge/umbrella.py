@@ -12,6 +12,8 @@ Example (24 windows on a torsion, run as replica exchange)::
 Units: the collective variable's, kJ/mol, K.
 """
 
+import time
+
 import numpy as np
 import torch
 
@@ -144,6 +146,133 @@ class UmbrellaSampling:
         for window, values in enumerate(record.samples):
             self.add_samples(window, np.asarray(values, dtype=np.float64)[:, 0])
         return record
+
+    def run_replicas(self, system, potential, integrator, steps, equilibration=0, every=10, starts=None,
+                     pull_steps=0, seed=0):
+        """Sample every window at once as copies of one molecule in one simulation
+        (:mod:`mindsponge.replicas`): one call of a learned potential per step for all windows.
+
+        Args:
+            system: the molecule (vacuum, no box).
+            potential: a bound learned potential or committee (it has ``replicated(count)``).
+            integrator: an integrator at this sampling's temperature (e.g. ``LangevinMiddle``).
+            steps: production steps, sampled every ``every`` steps.
+            equilibration: steps run first and not sampled (after the pull).
+            starts: optional ``(K, N, 3)`` nm, one configuration per window in the order of ``centers``
+                (e.g. the last frames of another potential's windows); default: the system's for all.
+            pull_steps: steps over which each window's centre moves from its copy's starting CV value to the
+                window's own centre (the short way round a periodic CV), before the equilibration: windows
+                that start far from their centre are not thrown there by the full restraint.
+            seed: the random seed (velocities and the thermostat).
+
+        Returns:
+            ``(frames, seconds_per_step)``: the last configuration of every window ``(K, N, 3)`` nm, and the
+            wall time of one production step of all windows over their number (s). The samples of every
+            window are set (:meth:`free_energy`, :meth:`population`).
+
+        Raises:
+            TypeError: a potential without ``replicated``.
+            ValueError: ``starts`` of the wrong shape or not finite, or negative step counts.
+        """
+        from mindsponge.potentials import SumPotential
+        from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
+        from mindsponge.simulation import Simulation
+
+        if not hasattr(potential, "replicated"):
+            raise ArgumentTypeError(
+                f"UmbrellaSampling.run_replicas: the potential must have replicated(count) (a bound learned "
+                f"potential or committee), got {type(potential).__name__}")
+        for name, value in (("steps", steps), ("equilibration", equilibration), ("pull_steps", pull_steps)):
+            if not isinstance(value, int) or value < 0:
+                raise ConfigurationError(
+                    f"UmbrellaSampling.run_replicas: {name} must be a non-negative int, got {value!r}")
+        count = len(self.centers)
+        if starts is not None:
+            starts = torch.as_tensor(np.asarray(starts, dtype=np.float64))
+            if starts.shape != (count, system.n_atoms, 3) or not bool(torch.isfinite(starts).all()):
+                raise ConfigurationError(
+                    f"UmbrellaSampling.run_replicas: starts must be finite ({count}, {system.n_atoms}, 3)"
+                    f" nm, one configuration per window, got shape {tuple(starts.shape)}")
+        copies = replicate(system, count, positions=starts)
+        targets = torch.tensor(self.centers, dtype=torch.float64)
+        begin = self.colvar(copies.positions.reshape(count, -1, 3), None).detach().double().cpu()
+        windows = WindowRestraints(self.colvar, begin if pull_steps else targets, self.force_constant)
+        simulation = Simulation(copies, SumPotential(potential.replicated(count), windows), integrator,
+                                seed=seed, progress=False, overlap_distance=None)
+        simulation.set_velocities(self.temperature, seed=seed)
+        if pull_steps:
+            distance = self.colvar.difference(targets, begin)
+            for done in range(0, pull_steps, 10):
+                fraction = min(1.0, (done + 10) / pull_steps)
+                windows.centers.copy_((begin + fraction * distance).to(windows.centers.dtype))
+                simulation.run(min(10, pull_steps - done))
+            windows.centers.copy_(targets.to(windows.centers.dtype))
+        simulation.run(equilibration)
+        recorder = ReplicaColvarReporter(self.colvar, count, every=every)
+        simulation.reporters.append(recorder)
+        began = time.perf_counter()
+        simulation.run(steps)
+        seconds = time.perf_counter() - began
+        simulation.reporters.remove(recorder)
+        for window in range(count):
+            self.add_samples(window, recorder.values[:, window])
+        frames = split(simulation.state.positions.detach().cpu(), count).numpy()
+        return frames, seconds / max(steps, 1) / count
+
+    def population(self, inside, blocks=5):
+        """Unbiased probability that the CV lies in a region, by MBAR over all windows' samples.
+
+        Args:
+            inside: callable ``values -> bool array`` on CV values (a 1D float64 array, CV units), e.g.
+                ``lambda s: np.abs(s) < np.radians(120)`` for the gauche region of a torsion.
+            blocks: every window's samples are cut into this many contiguous blocks in time; the estimate is
+                repeated on each set of blocks (block ``b`` of every window), and the standard error is their
+                spread over ``sqrt(blocks)``: an error that counts time correlation, as long as a block is
+                longer than the CV's correlation time.
+
+        Returns:
+            ``(probability, standard_error)``, from all samples and from the blocks.
+
+        Raises:
+            ValueError: a window without samples (or fewer than ``blocks``), ``blocks`` under 2, or ``inside``
+                not giving one bool per value.
+        """
+        missing = [index for index, samples in enumerate(self.samples) if samples is None]
+        if missing:
+            raise ConfigurationError(
+                f"UmbrellaSampling: windows {missing} have no samples (run or add_samples first)")
+        if not isinstance(blocks, int) or blocks < 2:
+            raise ConfigurationError(
+                f"UmbrellaSampling.population: blocks must be an int >= 2, got {blocks!r}")
+        short = [index for index, samples in enumerate(self.samples) if len(samples) < blocks]
+        if short:
+            raise ConfigurationError(
+                f"UmbrellaSampling.population: windows {short} have fewer samples than the {blocks} blocks")
+        probability = self._population([samples for samples in self.samples], inside)
+        parts = [
+            self._population([np.array_split(samples, blocks)[block] for samples in self.samples], inside)
+            for block in range(blocks)
+        ]
+        return probability, float(np.std(parts, ddof=1) / np.sqrt(blocks))
+
+    def _population(self, samples, inside):
+        """The MBAR probability of ``inside`` under no bias from the per-window ``samples``."""
+        import pymbar
+        from scipy.special import logsumexp
+
+        values = np.concatenate(samples)
+        counts = np.array([len(part) for part in samples])
+        flags = np.asarray(inside(values))
+        if flags.shape != values.shape or flags.dtype != bool:
+            raise ConfigurationError(
+                f"UmbrellaSampling.population: inside must return one bool per value, got an array of "
+                f"{flags.dtype} {flags.shape} for {values.shape[0]} values")
+        reduced = self._reduced_bias(values)  # (K, n)
+        free_energies = pymbar.MBAR(reduced, counts, verbose=False).f_k
+        log_weights = -logsumexp(free_energies[:, None] - reduced, b=counts[:, None], axis=0)
+        if not flags.any():
+            return 0.0
+        return float(np.exp(logsumexp(log_weights[flags]) - logsumexp(log_weights)))
 
     def _reduced_bias(self, values):
         """``beta w_k(x)``: (K, len(values)) reduced bias energies of every window at ``values``."""

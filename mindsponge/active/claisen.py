@@ -334,24 +334,12 @@ def _pulled_windows(
 def _replica_windows(starts, potential, umbrella, temperature, steps, equilibration, every, seed):
     """:func:`umbrella_profile` from the pulled ``starts``, the windows run together as copies of the
     molecule (one run: no progress bar)."""
-    from mindsponge.potentials import SumPotential
-    from mindsponge.replicas import ReplicaColvarReporter, WindowRestraints, replicate, split
+    from mindsponge.integrators import LangevinMiddle
 
-    count = len(starts)
-    windows = WindowRestraints(umbrella.colvar, umbrella.centers, umbrella.force_constant)
-    system = replicate(reactant(), count, positions=torch.stack(starts))
-    together = _simulation(system, SumPotential(potential.replicated(count), windows), temperature, seed)
-    together.set_velocities(temperature, seed=seed)
-    together.run(equilibration)
-    recorder = ReplicaColvarReporter(umbrella.colvar, count, every=every)
-    together.reporters.append(recorder)
-    began = time.perf_counter()
-    together.run(steps)
-    seconds = time.perf_counter() - began
-    for window in range(count):
-        umbrella.add_samples(window, recorder.values[:, window])
-    frames = split(together.state.positions.detach().cpu(), count).numpy()
-    return umbrella, frames, seconds / (steps * count)
+    frames, seconds = umbrella.run_replicas(
+        reactant(), potential, LangevinMiddle(_TIMESTEP, temperature, _FRICTION), steps, equilibration, every,
+        starts=torch.stack(starts), seed=seed)
+    return umbrella, frames, seconds
 
 
 RING = (0, 1, 2, 3, 4, 5)  # C0-C1-O2-C3-C4-C5, closed by the breaking and the forming bond

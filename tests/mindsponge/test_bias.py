@@ -145,6 +145,45 @@ def test_umbrella_sampling_mbar_and_wham_recover_double_well_free_energy():
         assert np.sqrt(np.mean((profile[occupied][low] - reference[low]) ** 2)) < 1.0, method
 
 
+def periodic_well(angle):
+    """``U(phi) = 4 cos(3 phi) + 1.5 cos(phi)`` kJ/mol: three wells, the one at 180 degrees the deepest."""
+    return 4.0 * np.cos(3.0 * angle) + 1.5 * np.cos(angle)
+
+
+def test_umbrella_population_of_a_torsion_region_matches_quadrature():
+    """Independent samples drawn exactly from 18 windows' biased distributions on a periodic potential (the
+    windows wrap round at +-180 degrees): the MBAR population of |phi| < 120 degrees agrees with quadrature
+    within four of its block errors, and the block error itself is near the spread of repeated runs."""
+    grid = np.linspace(-np.pi, np.pi, 20001)
+    exact_weights = np.exp(-periodic_well(grid) / KT)
+    region = np.abs(grid) < np.radians(120.0)
+    exact = integrate.trapezoid(exact_weights * region, grid) / integrate.trapezoid(exact_weights, grid)
+    centers = np.linspace(-np.pi, np.pi, 18, endpoint=False)
+    estimates, errors = [], []
+    for seed in range(6):
+        generator = np.random.default_rng(seed)
+        umbrella = bias.UmbrellaSampling(colvar.Torsion([0, 1, 2, 3]), centers, 60.0, TEMPERATURE)
+        for window, center in enumerate(centers):
+            wrapped = (grid - center + np.pi) % (2 * np.pi) - np.pi
+            density = np.exp(-(periodic_well(grid) + 30.0 * wrapped**2) / KT)
+            cumulative = np.cumsum(density) / density.sum()
+            umbrella.add_samples(window, np.interp(generator.random(400), cumulative, grid))
+        probability, error = umbrella.population(lambda values: np.abs(values) < np.radians(120.0))
+        assert abs(probability - exact) < 4 * error, (seed, probability, error, exact)
+        estimates.append(probability)
+        errors.append(error)
+    assert 0.2 < exact < 0.8  # both regions matter
+    assert 0.3 < np.mean(errors) / np.std(estimates, ddof=1) < 3.0, (errors, estimates)
+    with pytest.raises(ValueError, match="blocks must be an int >= 2"):
+        umbrella.population(lambda values: values > 0, blocks=1)
+    with pytest.raises(ValueError, match="one bool per value"):
+        umbrella.population(lambda values: values)
+    half_done = bias.UmbrellaSampling(colvar.Torsion([0, 1, 2, 3]), [0.0, 1.0], 60.0, TEMPERATURE)
+    half_done.add_samples(0, np.zeros(10))
+    with pytest.raises(ValueError, match=r"windows \[1\] have no samples"):
+        half_done.population(lambda values: values > 0)
+
+
 def _one_particle_simulation(forcefield, seed=1):
     system = ms.System(
         positions=torch.tensor([[-0.1, 0.0, 0.0]], dtype=torch.float64),

@@ -183,6 +183,34 @@ def test_umbrella_windows_run_together_stay_at_their_centres():
         )
 
 
+def test_umbrella_run_replicas_pulls_every_window_to_its_centre_round_a_torsion():
+    """UmbrellaSampling.run_replicas on a tiny SchNet: every copy starts from the same geometry and its
+    window's centre is pulled the short way round the periodic torsion (across +-180 degrees for two of
+    them) to windows 120 degrees apart; each then samples its own centre. Bad starts are refused."""
+    from mindsponge.colvar import Torsion
+    from mindsponge.umbrella import UmbrellaSampling
+
+    system = claisen.reactant()
+    torch.manual_seed(0)
+    bound = SchNet(cutoff=0.5, features=8, interactions=1).bind(system.atomic_numbers)
+    torsion = Torsion([0, 1, 2, 3])
+    start = float(torsion(system.positions, None))
+    centers = [start + np.radians(120.0) * index for index in range(3)]
+    umbrella = UmbrellaSampling(torsion, centers, 2000.0, 300.0)
+    integrator = ms.integrators.LangevinMiddle(0.0005, 300.0, 5.0)
+    frames, seconds = umbrella.run_replicas(system, bound, integrator, steps=40, equilibration=20, every=4,
+                                            pull_steps=400, seed=2)
+    assert frames.shape == (3, system.n_atoms, 3) and seconds > 0
+    for center, samples in zip(centers, umbrella.samples):
+        assert len(samples) == 10
+        offsets = torsion.difference(torch.as_tensor(samples), center)
+        assert float(offsets.abs().max()) < np.radians(20.0), (center, samples)
+    with pytest.raises(ValueError, match=r"starts must be finite \(3, 14, 3\) nm"):
+        umbrella.run_replicas(system, bound, integrator, steps=1, starts=np.zeros((2, 14, 3)))
+    with pytest.raises(TypeError, match="replicated"):
+        umbrella.run_replicas(system, SumPotential(bound), integrator, steps=1)
+
+
 def test_pulled_starts_are_the_same_with_and_without_replicas():
     """starts="pulled" runs the replicas' protocol one window at a time: after one step from the pulled
     configurations the two runs' CV agree (to the step's motion) while the windows lie 0.1 nm apart; a
