@@ -17,14 +17,26 @@ fix: decorrelated frames of long trajectories from those conformers at several t
    (``conformers=1``, the old default).
 3. One ACENet per dataset, trained for the same wall-clock budget.
 4. Learned MD of the same length from the same starts, the trajectories run as batched replicas.
+5. Umbrella sampling along the O-C-C-F torsion (24 windows 15 degrees apart, all the way round), GFN2-xTB
+   (the windows one after the other, each started from the end of the one before) and the model on the
+   trajectory data (the windows as copies of the molecule, each pulled to its centre from the anti
+   geometry): the gauche population by MBAR (:meth:`UmbrellaSampling.population`) with block errors. Plain
+   MD crosses between anti and gauche a few times in 20 ps, so its populations carry errors of several
+   points per side; the windows need no crossing, and their estimate is several times tighter.
 
 Printed: the gauche fraction (|O-C-C-F| < 120 degrees) of each, with the standard error over
-trajectories, and the median torsion of the gauche frames (where the model puts the gauche well); last,
-the difference learned (trajectory data) - GFN2-xTB in percentage points.
+trajectories, and the median torsion of the gauche frames (where the model puts the gauche well); then the
+umbrella populations; last, the difference learned (trajectory data) - GFN2-xTB in percentage points from
+the umbrella windows (and from plain MD).
 Every stage is cached under ``benchmarks/output/conformer_populations`` (a killed run resumes at the
 stage it reached); the populations are written to ``benchmarks/data/conformer_populations.json``.
 
-    python benchmarks/conformer_populations.py [--quick] [--threads 2]
+    python benchmarks/conformer_populations.py [--quick] [--threads 2] [--only STAGE]
+
+``--only reference|learned|comparisons`` runs one part and fills its cache (GFN2-xTB MD and windows; the
+model on the trajectory data, its MD and windows; the two short-run comparisons), so that the parts can run
+side by side on separate cores; a run without it reads every cache, runs what is missing, and writes the
+result.
 """
 
 import argparse
@@ -42,6 +54,7 @@ from common import datasets
 from mindsponge.colvar import Torsion
 from mindsponge.replicas import ReplicaColvarReporter, replicate
 from mindsponge.training import Trainer, TrainingData
+from mindsponge.umbrella import UmbrellaSampling
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUTPUT = pathlib.Path(__file__).parent / "output" / "conformer_populations"  # gitignored
@@ -68,20 +81,30 @@ path = "fluoroethanol_{name}.h5"
 # trajectories x ps of the reference and of the learned MD on the trajectory data, samples per dataset,
 # training budget s, and the trajectories of the two short-run comparisons (ensemble, single geometry)
 SIZES = {
-    "full": {"trajectories": 12, "picoseconds": 20.0, "samples": 400, "budget": 300.0, "comparisons": 6},
-    "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0, "comparisons": 3},
+    "full": {"trajectories": 12, "picoseconds": 20.0, "samples": 400, "budget": 300.0, "comparisons": 6,
+             "window_picoseconds": 10.0},
+    "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0, "comparisons": 3,
+              "window_picoseconds": 0.2},
 }
+WINDOW_CENTERS = np.radians(np.arange(-180.0, 180.0, 15.0))  # rad, all the way round
+WINDOW_FORCE_CONSTANT = 80.0  # kJ/mol/rad^2: a window's width sqrt(kT/k) is 10 degrees
+WINDOW_EQUILIBRATION, WINDOW_PULL, WINDOW_EVERY = 1000, 2000, 10  # steps
+EDGES = np.radians(np.arange(-180.0, 180.1, 10.0))  # bins of the free-energy profile
+
+
+def is_gauche(torsions: np.ndarray) -> np.ndarray:
+    """|O-C-C-F| < 120 degrees, of torsions in rad."""
+    return np.abs(np.degrees(torsions)) < 120.0
 
 
 def gauche_centre(torsions: np.ndarray) -> float:
     """Median |O-C-C-F| (degrees) of the gauche frames of torsions ``(T, R)`` rad: the gauche well."""
-    degrees = np.abs(np.degrees(torsions))
-    return float(np.median(degrees[degrees < 120.0]))
+    return float(np.median(np.abs(np.degrees(torsions))[is_gauche(torsions)]))
 
 
 def gauche_fraction(torsions: np.ndarray) -> tuple[float, float]:
     """Gauche fraction of torsions ``(T, R)`` rad and its standard error over the ``R`` trajectories."""
-    gauche = (np.abs(np.degrees(torsions)) < 120.0).mean(0)
+    gauche = is_gauche(torsions).mean(0)
     error = gauche.std(ddof=1) / np.sqrt(len(gauche)) if len(gauche) > 1 else float("nan")
     return float(gauche.mean()), float(error)
 
@@ -123,6 +146,51 @@ def reference(size: dict) -> np.ndarray:
     return np.stack(columns, axis=1)
 
 
+def umbrella_of(samples: np.ndarray) -> UmbrellaSampling:
+    """The windows' sampling with the torsion samples ``(K, T)`` rad of every window."""
+    umbrella = UmbrellaSampling(Torsion(TORSION), WINDOW_CENTERS, WINDOW_FORCE_CONSTANT, TEMPERATURE)
+    for window, values in enumerate(samples):
+        umbrella.add_samples(window, values)
+    return umbrella
+
+
+def reference_windows(size: dict) -> UmbrellaSampling:
+    """GFN2-xTB umbrella windows one after the other round the torsion, each started from the end of the one
+    before (the first from the conformer nearest -180 degrees); the samples cached when done."""
+    path = OUTPUT / f"xtb_windows_{size['window_picoseconds']:g}ps.npy"
+    if not path.exists():
+        ensemble = ms.molecules.conformers(f"smiles:{SMILES}")
+        torsion = Torsion(TORSION)
+        first = min(ensemble, key=lambda structure: abs(float(torsion.difference(
+            torsion(torch.as_tensor(structure.positions), None), torch.tensor(WINDOW_CENTERS[0])))))
+        atoms = ase.Atoms(numbers=first.atomic_numbers, positions=10.0 * first.positions)
+        umbrella = umbrella_of([])
+        previous = {"positions": torch.as_tensor(first.positions), "simulation": None}
+
+        def simulate(restraint, window):
+            if previous["simulation"] is not None:  # start where the window before ended
+                previous["positions"] = previous["simulation"].state.positions.detach().clone()
+            system = ms.System.from_ase(atoms).replace(positions=previous["positions"])
+            potential = ms.potentials.SumPotential(ms.labels.XTB(first.atomic_numbers), restraint)
+            integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
+            simulation = ms.Simulation(system, potential, integrator, seed=200 + window, progress=False,
+                                       overlap_distance=None)
+            simulation.set_velocities(TEMPERATURE, seed=200 + window)
+            previous["simulation"] = simulation
+            return simulation
+
+        start = time.perf_counter()
+        umbrella.run(simulate, window_steps(size), every=WINDOW_EVERY, equilibration=WINDOW_EQUILIBRATION)
+        print(f"GFN2-xTB windows: {len(WINDOW_CENTERS)} x {window_steps(size)} steps in "
+              f"{time.perf_counter() - start:.0f} s")
+        np.save(path, np.stack(umbrella.samples))
+    return umbrella_of(np.load(path))
+
+
+def window_steps(size: dict) -> int:
+    return int(round(size["window_picoseconds"] / TIMESTEP))
+
+
 def dataset(name: str, conformers: int, size: dict) -> pathlib.Path:
     if name == "trajectory":  # the shipped recipe (its small variant for --quick)
         stem = "fluoroethanol_xtb" if size is SIZES["full"] else "fluoroethanol_xtb_small"
@@ -138,15 +206,24 @@ def dataset(name: str, conformers: int, size: dict) -> pathlib.Path:
 
 
 def trained(name: str, path: pathlib.Path, size: dict):
-    data = TrainingData.from_hdf5(path)
+    """ACENet trained on the ``name`` data for the budget, or its saved weights (so that the plain MD and the
+    windows of one invocation or of separate ones use the same model)."""
+    saved = OUTPUT / f"{name}_{size['samples']}_{size['budget']:g}s.pt"
     torch.manual_seed(0)
     model = ms.potentials.ACENet(cutoff=0.5, features=32, interactions=2, max_l=2, correlation=3)
+    if saved.exists():
+        state = torch.load(saved)
+        model.load_state_dict(state["model"])
+        print(f"ACENet on the {name} data (saved): validation force MAE {state['force_mae']:.1f} kJ/mol/nm")
+        return model
+    data = TrainingData.from_hdf5(path)
     trainer = Trainer(model, data, batch_size=8, learning_rate=5e-3, ema_decay=0.99, validation_fraction=0.1,
                       checkpoint=OUTPUT / f"{name}_{size['samples']}_{size['budget']:g}s.chk", progress=False)
     trainer.fit(epochs=10_000, time_limit=size["budget"])
     metrics = trainer.evaluate()
     print(f"ACENet on the {name} data: validation force MAE {metrics['force_mae']:.1f} kJ/mol/nm")
-    return trainer.model
+    torch.save({"model": trainer.model.state_dict(), "force_mae": float(metrics["force_mae"])}, saved)
+    return trained(name, path, size)  # the saved weights, as every later invocation will use them
 
 
 def learned(name: str, conformers: int, size: dict) -> np.ndarray:
@@ -164,15 +241,51 @@ def learned(name: str, conformers: int, size: dict) -> np.ndarray:
     return np.load(path)
 
 
+def learned_windows(size: dict) -> UmbrellaSampling:
+    """The windows under the model on the trajectory data, as copies of the molecule, every one pulled to its
+    centre from the anti geometry (cached)."""
+    path = OUTPUT / f"learned_windows_{size['samples']}_{size['window_picoseconds']:g}ps.npy"
+    if not path.exists():
+        model = trained("trajectory", dataset("trajectory", 10, size), size)
+        structure, atoms, _ = starts(1)
+        umbrella = umbrella_of([])
+        potential = model.double().bind(torch.as_tensor(structure.atomic_numbers))
+        integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
+        start = time.perf_counter()
+        umbrella.run_replicas(ms.System.from_ase(atoms), potential, integrator, window_steps(size),
+                              equilibration=WINDOW_EQUILIBRATION, every=WINDOW_EVERY, pull_steps=WINDOW_PULL,
+                              seed=300)
+        print(f"learned windows: {len(WINDOW_CENTERS)} copies x {window_steps(size)} steps in "
+              f"{time.perf_counter() - start:.0f} s")
+        np.save(path, np.stack(umbrella.samples))
+    return umbrella_of(np.load(path))
+
+
+def profile(umbrella: UmbrellaSampling) -> list[float]:
+    """The free-energy profile along the torsion on :data:`EDGES`, kJ/mol (minimum 0)."""
+    return [round(float(value), 3) for value in umbrella.free_energy(EDGES)[1]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", choices=("reference", "learned", "comparisons"),
+                        help="run one part (filling its cache) and stop")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
     size = SIZES["quick" if arguments.quick else "full"]
     OUTPUT.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if arguments.only == "reference":
+        reference(size), reference_windows(size)
+        return
+    if arguments.only == "learned":
+        learned("trajectory", 10, size), learned_windows(size)
+        return
+    if arguments.only == "comparisons":
+        learned("ensemble", 10, size), learned("single", 1, size)
+        return
     reference_torsions = reference(size)
     results = {"reference": gauche_fraction(reference_torsions)}
     centres = {"reference": gauche_centre(reference_torsions)}
@@ -183,8 +296,13 @@ def main() -> None:
               "ensemble": "ACENet, data from the conformer ensemble",
               "single": "ACENet, data from one geometry (conformers=1)"}
     for key, (fraction, error) in results.items():
-        print(f"{labels[key]:48s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %, "
+        print(f"{labels[key]:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %, "
               f"median |O-C-C-F| of gauche frames {centres[key]:5.1f} deg")
+    windows = {"reference": reference_windows(size), "trajectory": learned_windows(size)}
+    populations = {key: umbrella.population(is_gauche) for key, umbrella in windows.items()}
+    for key, (fraction, error) in populations.items():
+        label = f"{labels[key]}, umbrella windows"
+        print(f"{label:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %")
     if not arguments.quick:
         RESULT.parent.mkdir(exist_ok=True)
         RESULT.write_text(json.dumps({
@@ -192,12 +310,21 @@ def main() -> None:
             "gauche_fraction": {key: {"mean": value[0], "standard_error": value[1]}
                                 for key, value in results.items()},
             "gauche_median_torsion_degrees": centres,
+            "umbrella": {
+                "windows": len(WINDOW_CENTERS), "force_constant_kj_per_mol_rad2": WINDOW_FORCE_CONSTANT,
+                "steps_per_window": window_steps(size), "equilibration_steps": WINDOW_EQUILIBRATION,
+                "learned_pull_steps": WINDOW_PULL, "sample_every_steps": WINDOW_EVERY,
+                "gauche_fraction": {key: {"mean": value[0], "standard_error_of_5_blocks": value[1]}
+                                    for key, value in populations.items()},
+                "profile_bin_edges_degrees": np.degrees(EDGES).round(6).tolist(),
+                "profile_kj_per_mol": {key: profile(umbrella) for key, umbrella in windows.items()}},
             "seconds_this_invocation": round(time.perf_counter() - start), "threads": arguments.threads,
             "cpu": os.cpu_count()}, indent=1) + "\n")
-    difference = 100 * (results["trajectory"][0] - results["reference"][0])
-    combined = 100 * np.hypot(results["trajectory"][1], results["reference"][1])
-    print(f"gauche population, learned (trajectory data) - GFN2-xTB: {difference:+.1f} points "
-          f"(combined standard error {combined:.1f})")
+    for what, values in (("plain MD", results), ("umbrella windows", populations)):
+        difference = 100 * (values["trajectory"][0] - values["reference"][0])
+        combined = 100 * np.hypot(values["trajectory"][1], values["reference"][1])
+        print(f"gauche population, learned (trajectory data) - GFN2-xTB, {what}: {difference:+.1f} points "
+              f"(combined standard error {combined:.1f})")
 
 
 if __name__ == "__main__":
