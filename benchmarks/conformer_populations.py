@@ -31,12 +31,13 @@ the umbrella windows (and from plain MD).
 Every stage is cached under ``benchmarks/output/conformer_populations`` (a killed run resumes at the
 stage it reached); the populations are written to ``benchmarks/data/conformer_populations.json``.
 
-    python benchmarks/conformer_populations.py [--quick] [--threads 2] [--only STAGE]
+    python benchmarks/conformer_populations.py [--quick] [--threads 2] [--only STAGE] [--budget S]
 
 ``--only reference|learned|comparisons`` runs one part and fills its cache (GFN2-xTB MD and windows; the
 model on the trajectory data, its MD and windows; the two short-run comparisons), so that the parts can run
 side by side on separate cores; a run without it reads every cache, runs what is missing, and writes the
-result.
+result. ``--budget S`` trains for S seconds instead (its models and their runs cached apart; with
+``--without-comparisons`` only the model on the trajectory data); the JSON keeps one entry per budget.
 """
 
 import argparse
@@ -193,7 +194,8 @@ def window_steps(size: dict) -> int:
 
 def dataset(name: str, conformers: int, size: dict) -> pathlib.Path:
     if name == "trajectory":  # the shipped recipe (its small variant for --quick)
-        stem = "fluoroethanol_xtb" if size is SIZES["full"] else "fluoroethanol_xtb_small"
+        full = size["samples"] == SIZES["full"]["samples"]
+        stem = "fluoroethanol_xtb" if full else "fluoroethanol_xtb_small"
         path = OUTPUT / f"{stem}.h5"
         datasets.generate(ROOT / "datasets" / f"{stem}.toml", output=path, workers=1, progress=True)
         return path
@@ -205,10 +207,20 @@ def dataset(name: str, conformers: int, size: dict) -> pathlib.Path:
     return path
 
 
+def model_tag(size: dict) -> str:
+    """The samples and the training budget, which name a model's caches."""
+    return f"{size['samples']}_{size['budget']:g}s"
+
+
+def validation_mae(name: str, size: dict) -> float:
+    """The saved model's validation force MAE, kJ/mol/nm."""
+    return round(float(torch.load(OUTPUT / f"{name}_{model_tag(size)}.pt")["force_mae"]), 2)
+
+
 def trained(name: str, path: pathlib.Path, size: dict):
     """ACENet trained on the ``name`` data for the budget, or its saved weights (so that the plain MD and the
     windows of one invocation or of separate ones use the same model)."""
-    saved = OUTPUT / f"{name}_{size['samples']}_{size['budget']:g}s.pt"
+    saved = OUTPUT / f"{name}_{model_tag(size)}.pt"
     torch.manual_seed(0)
     model = ms.potentials.ACENet(cutoff=0.5, features=32, interactions=2, max_l=2, correlation=3)
     if saved.exists():
@@ -218,7 +230,7 @@ def trained(name: str, path: pathlib.Path, size: dict):
         return model
     data = TrainingData.from_hdf5(path)
     trainer = Trainer(model, data, batch_size=8, learning_rate=5e-3, ema_decay=0.99, validation_fraction=0.1,
-                      checkpoint=OUTPUT / f"{name}_{size['samples']}_{size['budget']:g}s.chk", progress=False)
+                      checkpoint=OUTPUT / f"{name}_{model_tag(size)}.chk", progress=False)
     trainer.fit(epochs=10_000, time_limit=size["budget"])
     metrics = trainer.evaluate()
     print(f"ACENet on the {name} data: validation force MAE {metrics['force_mae']:.1f} kJ/mol/nm")
@@ -230,7 +242,7 @@ def learned(name: str, conformers: int, size: dict) -> np.ndarray:
     """Learned-MD torsions ``(T, R)`` of the model trained on the ``name`` data: the trajectories as batched
     replicas (cached: the data, the training and the MD run only when the file is missing)."""
     count = size["trajectories"] if name == "trajectory" else size["comparisons"]
-    path = OUTPUT / f"learned_{name}_{size['samples']}_{count}x{size['picoseconds']:g}ps.npy"
+    path = OUTPUT / f"learned_{name}_{model_tag(size)}_{count}x{size['picoseconds']:g}ps.npy"
     if not path.exists():
         model = trained(name, dataset(name, conformers, size), size)
         structure, atoms, positions = starts(count)
@@ -244,7 +256,7 @@ def learned(name: str, conformers: int, size: dict) -> np.ndarray:
 def learned_windows(size: dict) -> UmbrellaSampling:
     """The windows under the model on the trajectory data, as copies of the molecule, every one pulled to its
     centre from the anti geometry (cached)."""
-    path = OUTPUT / f"learned_windows_{size['samples']}_{size['window_picoseconds']:g}ps.npy"
+    path = OUTPUT / f"learned_windows_{model_tag(size)}_{size['window_picoseconds']:g}ps.npy"
     if not path.exists():
         model = trained("trajectory", dataset("trajectory", 10, size), size)
         structure, atoms, _ = starts(1)
@@ -272,11 +284,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", choices=("reference", "learned", "comparisons"),
                         help="run one part (filling its cache) and stop")
+    parser.add_argument("--budget", type=float, help="training seconds per model (default: the size's)")
+    parser.add_argument("--without-comparisons", dest="comparisons", action="store_false",
+                        help="only the model on the trajectory data (not the two short-run comparisons)")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
-    size = SIZES["quick" if arguments.quick else "full"]
+    size = dict(SIZES["quick" if arguments.quick else "full"])
+    size["budget"] = arguments.budget or size["budget"]
     OUTPUT.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
     if arguments.only == "reference":
         reference(size), reference_windows(size)
         return
@@ -286,10 +301,11 @@ def main() -> None:
     if arguments.only == "comparisons":
         learned("ensemble", 10, size), learned("single", 1, size)
         return
+    names = (("trajectory", 10),) + ((("ensemble", 10), ("single", 1)) if arguments.comparisons else ())
     reference_torsions = reference(size)
     results = {"reference": gauche_fraction(reference_torsions)}
     centres = {"reference": gauche_centre(reference_torsions)}
-    for name, conformers in (("trajectory", 10), ("ensemble", 10), ("single", 1)):
+    for name, conformers in names:
         torsions = learned(name, conformers, size)
         results[name], centres[name] = gauche_fraction(torsions), gauche_centre(torsions)
     labels = {"reference": "GFN2-xTB MD", "trajectory": "ACENet, trajectory frames (the shipped recipe)",
@@ -303,10 +319,14 @@ def main() -> None:
     for key, (fraction, error) in populations.items():
         label = f"{labels[key]}, umbrella windows"
         print(f"{label:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %")
-    if not arguments.quick:
+    if not arguments.quick:  # one entry per training budget
         RESULT.parent.mkdir(exist_ok=True)
-        RESULT.write_text(json.dumps({
-            "how": "python benchmarks/conformer_populations.py (full size)", "size": size,
+        record = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+        record = record if "runs" in record else {"runs": {}}
+        record["how"] = "python benchmarks/conformer_populations.py [--budget S --without-comparisons]"
+        record["runs"][f"{size['budget']:g}s"] = {
+            "size": size,
+            "validation_force_mae_kj_per_mol_nm": {name: validation_mae(name, size) for name, _ in names},
             "gauche_fraction": {key: {"mean": value[0], "standard_error": value[1]}
                                 for key, value in results.items()},
             "gauche_median_torsion_degrees": centres,
@@ -318,8 +338,8 @@ def main() -> None:
                                     for key, value in populations.items()},
                 "profile_bin_edges_degrees": np.degrees(EDGES).round(6).tolist(),
                 "profile_kj_per_mol": {key: profile(umbrella) for key, umbrella in windows.items()}},
-            "seconds_this_invocation": round(time.perf_counter() - start), "threads": arguments.threads,
-            "cpu": os.cpu_count()}, indent=1) + "\n")
+            "threads": arguments.threads, "cpu": os.cpu_count()}
+        RESULT.write_text(json.dumps(record, indent=1) + "\n")
     for what, values in (("plain MD", results), ("umbrella windows", populations)):
         difference = 100 * (values["trajectory"][0] - values["reference"][0])
         combined = 100 * np.hypot(values["trajectory"][1], values["reference"][1])
