@@ -248,7 +248,7 @@ class UmbrellaSampling:
         if short:
             raise ConfigurationError(
                 f"UmbrellaSampling.population: windows {short} have fewer samples than the {blocks} blocks")
-        probability = self._population([samples for samples in self.samples], inside)
+        probability = self._population(self.samples, inside)
         parts = [
             self._population([np.array_split(samples, blocks)[block] for samples in self.samples], inside)
             for block in range(blocks)
