@@ -17,19 +17,26 @@ fix: decorrelated frames of long trajectories from those conformers at several t
    (``conformers=1``, the old default).
 3. One ACENet per dataset, trained for the same wall-clock budget.
 4. Learned MD of the same length from the same starts, the trajectories run as batched replicas.
-5. Umbrella sampling along the O-C-C-F torsion (24 windows 15 degrees apart, all the way round), GFN2-xTB
-   (the windows one after the other, each started from the end of the one before) and the model on the
-   trajectory data (the windows as copies of the molecule, each pulled to its centre from the anti
-   geometry): the gauche population by MBAR (:meth:`UmbrellaSampling.population`) with block errors. Plain
-   MD crosses between anti and gauche a few times in 20 ps, so its populations carry errors of several
-   points per side; the windows need no crossing, and their estimate is several times tighter.
+5. Umbrella sampling along the O-C-C-F torsion (24 windows 15 degrees apart, all the way round), for
+   GFN2-xTB and for the model on the trajectory data by the same protocol: the windows sampled together as
+   Hamiltonian replica exchange (:meth:`UmbrellaSampling.run_exchange`, neighbours swap every 50 fs),
+   started from a relaxed GFN2-xTB scan (restrained minimisations at every centre, cached), the gauche
+   population by MBAR (:meth:`UmbrellaSampling.population`) with block errors. Plain MD crosses between
+   anti and gauche a few times in 20 ps, so its populations carry errors of several points per side; the
+   windows need no crossing. Windows run one after the other instead (each from the end of the one
+   before) carried a slow degree of freedom from window to window: their gauche- and gauche+ populations,
+   equal for this achiral molecule, differed by 23 points, far beyond their block errors. The exchanges
+   let configurations travel between windows; the gauche-/gauche+ difference is printed as the check.
+   Along the relaxed scan, the model's energies are compared with GFN2-xTB's (the minimum-energy profile).
 
 Printed: the gauche fraction (|O-C-C-F| < 120 degrees) of each, with the standard error over
 trajectories, and the median torsion of the gauche frames (where the model puts the gauche well); then the
-umbrella populations; last, the difference learned (trajectory data) - GFN2-xTB in percentage points from
+windows' populations (gauche- and gauche+ apart, and the neighbour acceptance) and the relaxed-scan gauche
+minimum; last, the difference learned (trajectory data) - GFN2-xTB in percentage points from
 the umbrella windows (and from plain MD).
 Every stage is cached under ``benchmarks/output/conformer_populations`` (a killed run resumes at the
-stage it reached); the populations are written to ``benchmarks/data/conformer_populations.json``.
+stage it reached, the windows at their last exchange round); the populations are written to
+``benchmarks/data/conformer_populations.json``.
 
     python benchmarks/conformer_populations.py [--quick] [--threads 2] [--only STAGE] [--budget S]
 
@@ -52,6 +59,7 @@ import torch
 
 import mindsponge as ms
 from common import datasets
+from mindsponge.bias import HarmonicRestraint
 from mindsponge.colvar import Torsion
 from mindsponge.replicas import ReplicaColvarReporter, replicate
 from mindsponge.training import Trainer, TrainingData
@@ -83,13 +91,14 @@ path = "fluoroethanol_{name}.h5"
 # training budget s, and the trajectories of the two short-run comparisons (ensemble, single geometry)
 SIZES = {
     "full": {"trajectories": 12, "picoseconds": 20.0, "samples": 400, "budget": 300.0, "comparisons": 6,
-             "window_picoseconds": 10.0},
+             "window_picoseconds": 10.0, "equilibration": 1000},
     "quick": {"trajectories": 3, "picoseconds": 2.0, "samples": 96, "budget": 45.0, "comparisons": 3,
-              "window_picoseconds": 0.2},
+              "window_picoseconds": 0.2, "equilibration": 100},
 }
 WINDOW_CENTERS = np.radians(np.arange(-180.0, 180.0, 15.0))  # rad, all the way round
 WINDOW_FORCE_CONSTANT = 80.0  # kJ/mol/rad^2: a window's width sqrt(kT/k) is 10 degrees
-WINDOW_EQUILIBRATION, WINDOW_PULL, WINDOW_EVERY = 1000, 2000, 10  # steps
+WINDOW_EVERY, STEPS_PER_ROUND = 10, 100  # steps between samples and between exchanges
+SCAN_FORCE_CONSTANT = 5000.0  # kJ/mol/rad^2: the restraint of the relaxed scan's minimisations
 EDGES = np.radians(np.arange(-180.0, 180.1, 10.0))  # bins of the free-energy profile
 
 
@@ -155,37 +164,66 @@ def umbrella_of(samples: np.ndarray) -> UmbrellaSampling:
     return umbrella
 
 
-def reference_windows(size: dict) -> UmbrellaSampling:
-    """GFN2-xTB umbrella windows one after the other round the torsion, each started from the end of the one
-    before (the first from the conformer nearest -180 degrees); the samples cached when done."""
-    path = OUTPUT / f"xtb_windows_{size['window_picoseconds']:g}ps.npy"
+def relaxed_scan() -> dict:
+    """GFN2-xTB minima of the molecule restrained to every window centre (from the anti geometry and from
+    every ETKDG conformer, the lowest kept), cached: ``geometries`` ``(K, N, 3)`` nm and ``energies`` ``(K,)``
+    kJ/mol (unrestrained). They start the windows, and along them a model's minimum-energy torsion profile
+    is compared with GFN2-xTB's."""
+    path = OUTPUT / "xtb_relaxed_scan.npz"
     if not path.exists():
         ensemble = ms.molecules.conformers(f"smiles:{SMILES}")
-        torsion = Torsion(TORSION)
-        first = min(ensemble, key=lambda structure: abs(float(torsion.difference(
-            torsion(torch.as_tensor(structure.positions), None), torch.tensor(WINDOW_CENTERS[0])))))
-        atoms = ase.Atoms(numbers=first.atomic_numbers, positions=10.0 * first.positions)
+        atoms = ase.Atoms(numbers=ensemble[0].atomic_numbers, positions=10.0 * ensemble[0].positions)
+        xtb = ms.labels.XTB(ensemble[0].atomic_numbers)
+        geometries, energies = [], []
+        for center in WINDOW_CENTERS:
+            best = None
+            for structure in ensemble:
+                restraint = HarmonicRestraint(Torsion(TORSION), float(center), SCAN_FORCE_CONSTANT)
+                system = ms.System.from_ase(atoms).replace(positions=torch.as_tensor(structure.positions))
+                simulation = ms.Simulation(system, ms.potentials.SumPotential(xtb, restraint),
+                                           ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION),
+                                           precision="double", progress=False, overlap_distance=None)
+                simulation.minimize(tolerance=1.0, max_iterations=500)
+                positions = simulation.state.positions.detach().clone()
+                energy = float(xtb(positions, None))
+                if best is None or energy < best[0]:
+                    best = (energy, positions.numpy())
+            energies.append(best[0])
+            geometries.append(best[1])
+        partial = OUTPUT / "xtb_relaxed_scan.tmp.npz"
+        np.savez(partial, geometries=np.array(geometries), energies=np.array(energies))
+        os.replace(partial, path)
+    return dict(np.load(path))
+
+
+def exchange_windows(name: str, potential, size: dict) -> tuple[UmbrellaSampling, dict]:
+    """The windows sampled together as Hamiltonian replica exchange under ``potential`` (neighbours swap
+    every :data:`STEPS_PER_ROUND` steps), started from the relaxed scan, the first ``equilibration`` steps'
+    samples dropped; resumable from its checkpoint, the samples cached. Returns the sampling and
+    ``{"neighbour_acceptance", "seconds"}``."""
+    path = OUTPUT / f"{name}_exchange_{size['window_picoseconds']:g}ps.npz"
+    if not path.exists():
+        structure, atoms, _ = starts(1)
         umbrella = umbrella_of([])
-        previous = {"positions": torch.as_tensor(first.positions), "simulation": None}
-
-        def simulate(restraint, window):
-            if previous["simulation"] is not None:  # start where the window before ended
-                previous["positions"] = previous["simulation"].state.positions.detach().clone()
-            system = ms.System.from_ase(atoms).replace(positions=previous["positions"])
-            potential = ms.potentials.SumPotential(ms.labels.XTB(first.atomic_numbers), restraint)
-            integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
-            simulation = ms.Simulation(system, potential, integrator, seed=200 + window, progress=False,
-                                       overlap_distance=None)
-            simulation.set_velocities(TEMPERATURE, seed=200 + window)
-            previous["simulation"] = simulation
-            return simulation
-
+        rounds = (size["equilibration"] + window_steps(size)) // STEPS_PER_ROUND
         start = time.perf_counter()
-        umbrella.run(simulate, window_steps(size), every=WINDOW_EVERY, equilibration=WINDOW_EQUILIBRATION)
-        print(f"GFN2-xTB windows: {len(WINDOW_CENTERS)} x {window_steps(size)} steps in "
-              f"{time.perf_counter() - start:.0f} s")
-        np.save(path, np.stack(umbrella.samples))
-    return umbrella_of(np.load(path))
+        integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
+        record = umbrella.run_exchange(
+            ms.System.from_ase(atoms), potential, integrator, rounds=rounds, steps_per_round=STEPS_PER_ROUND,
+            sample_every=WINDOW_EVERY,
+            starts=relaxed_scan()["geometries"], precision="double", seed=400,
+            checkpoint=OUTPUT / f"{name}_exchange_{size['window_picoseconds']:g}ps.chk")
+        seconds = time.perf_counter() - start
+        count = len(WINDOW_CENTERS)
+        acceptance = record.acceptance()[np.arange(count - 1), np.arange(1, count)]
+        print(f"{name} exchange windows: {count} x {rounds * STEPS_PER_ROUND} steps in {seconds:.0f} s, "
+              f"neighbour acceptance {acceptance.min():.2f}-{acceptance.max():.2f}")
+        np.savez(path, samples=np.stack(umbrella.samples), acceptance=acceptance, seconds=seconds)
+    cached = np.load(path)
+    dropped = size["equilibration"] // WINDOW_EVERY
+    details = {"neighbour_acceptance": [round(float(value), 3) for value in cached["acceptance"]],
+               "seconds": round(float(cached["seconds"]))}
+    return umbrella_of(cached["samples"][:, dropped:]), details
 
 
 def window_steps(size: dict) -> int:
@@ -253,24 +291,44 @@ def learned(name: str, conformers: int, size: dict) -> np.ndarray:
     return np.load(path)
 
 
-def learned_windows(size: dict) -> UmbrellaSampling:
-    """The windows under the model on the trajectory data, as copies of the molecule, every one pulled to its
-    centre from the anti geometry (cached)."""
-    path = OUTPUT / f"learned_windows_{model_tag(size)}_{size['window_picoseconds']:g}ps.npy"
-    if not path.exists():
-        model = trained("trajectory", dataset("trajectory", 10, size), size)
-        structure, atoms, _ = starts(1)
-        umbrella = umbrella_of([])
-        potential = model.double().bind(torch.as_tensor(structure.atomic_numbers))
-        integrator = ms.integrators.LangevinMiddle(TIMESTEP, TEMPERATURE, FRICTION)
-        start = time.perf_counter()
-        umbrella.run_replicas(ms.System.from_ase(atoms), potential, integrator, window_steps(size),
-                              equilibration=WINDOW_EQUILIBRATION, every=WINDOW_EVERY, pull_steps=WINDOW_PULL,
-                              seed=300)
-        print(f"learned windows: {len(WINDOW_CENTERS)} copies x {window_steps(size)} steps in "
-              f"{time.perf_counter() - start:.0f} s")
-        np.save(path, np.stack(umbrella.samples))
-    return umbrella_of(np.load(path))
+def reference_windows(size: dict) -> tuple[UmbrellaSampling, dict]:
+    """The exchange windows under GFN2-xTB, and its relaxed-scan energies."""
+    structure, _, _ = starts(1)
+    umbrella, details = exchange_windows("xtb", ms.labels.XTB(structure.atomic_numbers), size)
+    details["scan_energy_kj_per_mol"] = scan_profile(relaxed_scan()["energies"])
+    return umbrella, details
+
+
+def learned_windows(size: dict) -> tuple[UmbrellaSampling, dict]:
+    """The exchange windows under the model on the trajectory data, and its minimum-energy profile along the
+    relaxed scan against GFN2-xTB's."""
+    model = trained("trajectory", dataset("trajectory", 10, size), size)
+    structure, _, _ = starts(1)
+    potential = model.double().bind(torch.as_tensor(structure.atomic_numbers))
+    umbrella, details = exchange_windows(f"learned_{model_tag(size)}", potential, size)
+    scan = relaxed_scan()
+    with torch.no_grad():
+        energies = np.array([float(potential(torch.as_tensor(positions), None))
+                             for positions in scan["geometries"]])
+    details["scan_energy_kj_per_mol"] = scan_profile(energies)
+    return umbrella, details
+
+
+def scan_profile(energies: np.ndarray) -> list[float]:
+    """Energies along the relaxed scan relative to the anti one (the window at -180 degrees), kJ/mol."""
+    return [round(float(value), 3) for value in energies - energies[0]]
+
+
+def mirror_populations(umbrella: UmbrellaSampling) -> dict:
+    """The populations of gauche- (-120 < O-C-C-F < 0 degrees) and gauche+ (0 to 120): for this achiral
+    molecule they are equal, so their difference shows an error that the block errors may miss."""
+    degrees = np.degrees
+    result = {}
+    for key, inside in (("gauche_minus", lambda values: (degrees(values) > -120.0) & (degrees(values) < 0.0)),
+                        ("gauche_plus", lambda values: (degrees(values) >= 0.0) & (degrees(values) < 120.0))):
+        mean, error = umbrella.population(inside)
+        result[key] = {"mean": mean, "standard_error_of_5_blocks": error}
+    return result
 
 
 def profile(umbrella: UmbrellaSampling) -> list[float]:
@@ -315,10 +373,18 @@ def main() -> None:
         print(f"{labels[key]:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %, "
               f"median |O-C-C-F| of gauche frames {centres[key]:5.1f} deg")
     windows = {"reference": reference_windows(size), "trajectory": learned_windows(size)}
-    populations = {key: umbrella.population(is_gauche) for key, umbrella in windows.items()}
+    populations = {key: umbrella.population(is_gauche) for key, (umbrella, _) in windows.items()}
+    mirrors = {key: mirror_populations(umbrella) for key, (umbrella, _) in windows.items()}
     for key, (fraction, error) in populations.items():
-        label = f"{labels[key]}, umbrella windows"
-        print(f"{label:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} %")
+        label = f"{labels[key]}, exchange windows"
+        minus, plus = (100 * mirrors[key][side]["mean"] for side in ("gauche_minus", "gauche_plus"))
+        print(f"{label:64s} gauche {100 * fraction:5.1f} +- {100 * error:4.1f} % "
+              f"(gauche- {minus:4.1f}, gauche+ {plus:4.1f}; acceptance "
+              f"{min(windows[key][1]['neighbour_acceptance']):.2f}-{max(windows[key][1]['neighbour_acceptance']):.2f})")
+    scans = {key: np.array(details["scan_energy_kj_per_mol"]) for key, (_, details) in windows.items()}
+    gauche_scan = np.abs(np.degrees(WINDOW_CENTERS)) < 120.0
+    print("relaxed-scan energy of the gauche minimum relative to anti, kJ/mol: "
+          + ", ".join(f"{labels[key]} {values[gauche_scan].min():+.2f}" for key, values in scans.items()))
     if not arguments.quick:  # one entry per training budget
         RESULT.parent.mkdir(exist_ok=True)
         record = json.loads(RESULT.read_text()) if RESULT.exists() else {}
@@ -331,16 +397,21 @@ def main() -> None:
                                 for key, value in results.items()},
             "gauche_median_torsion_degrees": centres,
             "umbrella": {
+                "protocol": "Hamiltonian replica exchange between the windows "
+                            "(UmbrellaSampling.run_exchange), started from the GFN2-xTB relaxed scan",
                 "windows": len(WINDOW_CENTERS), "force_constant_kj_per_mol_rad2": WINDOW_FORCE_CONSTANT,
-                "steps_per_window": window_steps(size), "equilibration_steps": WINDOW_EQUILIBRATION,
-                "learned_pull_steps": WINDOW_PULL, "sample_every_steps": WINDOW_EVERY,
+                "steps_per_window": window_steps(size), "equilibration_steps": size["equilibration"],
+                "steps_per_exchange": STEPS_PER_ROUND, "sample_every_steps": WINDOW_EVERY,
                 "gauche_fraction": {key: {"mean": value[0], "standard_error_of_5_blocks": value[1]}
                                     for key, value in populations.items()},
+                "mirror_check": mirrors,
+                "run": {key: details for key, (_, details) in windows.items()},
                 "profile_bin_edges_degrees": np.degrees(EDGES).round(6).tolist(),
-                "profile_kj_per_mol": {key: profile(umbrella) for key, umbrella in windows.items()}},
+                "profile_kj_per_mol": {key: profile(umbrella) for key, (umbrella, _) in windows.items()},
+                "relaxed_scan_centres_degrees": np.degrees(WINDOW_CENTERS).round(6).tolist()},
             "threads": arguments.threads, "cpu": os.cpu_count()}
         RESULT.write_text(json.dumps(record, indent=1) + "\n")
-    for what, values in (("plain MD", results), ("umbrella windows", populations)):
+    for what, values in (("plain MD", results), ("exchange windows", populations)):
         difference = 100 * (values["trajectory"][0] - values["reference"][0])
         combined = 100 * np.hypot(values["trajectory"][1], values["reference"][1])
         print(f"gauche population, learned (trajectory data) - GFN2-xTB, {what}: {difference:+.1f} points "

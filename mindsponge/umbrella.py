@@ -21,6 +21,7 @@ from common.errors import ArgumentTypeError, ConfigurationError, OutOfRangeError
 from common.units import BOLTZMANN_MD
 from mindsponge.bias import ColvarReporter, HarmonicRestraint
 from mindsponge.colvar import Colvar
+from mindsponge.forcefield.base import EnergyTerm
 
 __all__ = ["UmbrellaSampling"]
 
@@ -100,7 +101,10 @@ class UmbrellaSampling:
         Args:
             system: the :class:`~mindsponge.system.System`.
             forcefield: the unbiased :class:`~mindsponge.forcefield.ForceField`; window ``k`` runs it with
-                ``restraints[k]`` added.
+                ``restraints[k]`` added. Any other potential module ``(positions, box) -> energy`` (kJ/mol:
+                a bound learned potential, :class:`~mindsponge.labels.XTB`) is taken as the one term of a
+                force field; it is evaluated once per replica and round for the exchanges, whose
+                acceptance then depends on the restraints alone.
             integrator: an integrator at this sampling's temperature (``LangevinMiddle``, or
                 ``VelocityVerlet`` with a thermostat).
             rounds: exchange rounds.
@@ -117,9 +121,12 @@ class UmbrellaSampling:
         from mindsponge.replica_exchange import ReplicaExchange, ThermodynamicState
 
         if not isinstance(forcefield, ForceField):
-            raise ArgumentTypeError(
-                f"UmbrellaSampling.run_exchange: forcefield must be a ForceField, got {forcefield!r}"
-            )
+            if not isinstance(forcefield, torch.nn.Module):
+                raise ArgumentTypeError(
+                    "UmbrellaSampling.run_exchange: forcefield must be a ForceField or a potential module "
+                    f"(positions, box) -> energy, got {type(forcefield).__name__}"
+                )
+            forcefield = ForceField([_PotentialTerm(forcefield)])
         states = [
             ThermodynamicState(
                 self.temperature,
@@ -345,3 +352,14 @@ class UmbrellaSampling:
                 break
         with np.errstate(divide="ignore"):
             return np.where(occupied, -np.log(probability), np.nan)
+
+
+class _PotentialTerm(EnergyTerm):
+    """A potential module ``(positions, box) -> energy`` as the one term of a force field."""
+
+    def __init__(self, potential):
+        super().__init__("potential")
+        self.potential = potential
+
+    def forward(self, positions, box=None):
+        return self.potential(positions, box)

@@ -358,3 +358,32 @@ def test_bad_arguments_are_refused():
         rex.ReplicaExchange(
             system, forcefield, [rex.ThermodynamicState(300.0)] * 2, ms.integrators.VelocityVerlet(0.002), 10
         )
+
+
+def test_umbrella_exchange_takes_any_potential_module():
+    """run_exchange with a potential that is not a ForceField (here the dipeptide's force field behind a
+    SumPotential, as a learned potential or GFN2-xTB would be; no constraints, which a bare potential does
+    not carry) samples what the ForceField itself samples: the same windows, seed and starts give the same
+    samples (double precision, to 1e-6 rad) and the same exchanges; anything but a module is refused."""
+    from mindsponge.potentials import SumPotential
+
+    pdb = app.PDBFile(DIPEPTIDE)
+    forcefield = ms.interop.openmm.from_openmm(
+        app.ForceField("amber14-all.xml").createSystem(pdb.topology, nonbondedMethod=app.NoCutoff))
+    system = ms.System.from_pdb(DIPEPTIDE).replace(masses=forcefield.masses)  # OpenMM's, as the force field's
+    phi = ms.colvar.Torsion(PHI)
+    start = float(phi(system.positions, None))
+    centers = [start - 0.2, start, start + 0.2]
+    integrator = ms.integrators.LangevinMiddle(0.0005, 300.0, 1.0)
+    options = dict(rounds=4, steps_per_round=20, sample_every=5, precision="double", seed=5, progress=False)
+    runs = []
+    for potential in (forcefield, SumPotential(forcefield)):
+        umbrella = UmbrellaSampling(phi, centers, force_constant=100.0, temperature=300.0)
+        record = umbrella.run_exchange(system, potential, integrator, **options)
+        runs.append((np.stack(umbrella.samples), np.array(record.states)))
+    (samples, states), (wrapped_samples, wrapped_states) = runs
+    assert samples.shape == (3, 16) and np.abs(samples - wrapped_samples).max() < 1e-6
+    assert np.array_equal(states, wrapped_states)
+    with pytest.raises(TypeError, match="a ForceField or a potential module"):
+        UmbrellaSampling(phi, centers, 100.0, 300.0).run_exchange(
+            system, lambda positions, box: positions.sum(), integrator, **options)
