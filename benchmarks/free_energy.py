@@ -583,7 +583,9 @@ def main() -> None:
     parser.add_argument("--no-speed", action="store_true", help="skip the idle / busy timing runs")
     parser.add_argument("--sides", nargs="+", default=["openmm", "mindsponge"],
                         choices=["openmm", "mindsponge"],
-                        help="run only these samplers (e.g. the reference first and ours later)")
+                        help="run only these samplers (e.g. the reference first and ours later); both sides "
+                             "start from one equilibrated box, so start the second process only once the "
+                             "first has written output/free_energy/<size>/<molecule>/equilibrated.npz")
     arguments = parser.parse_args()
     size_name = "quick" if arguments.quick else "full"
     size = dict(SIZES[size_name])
