@@ -101,6 +101,14 @@ class PhoneDesign:
                 f"stay under the display glass ({top_room:.3g} mm above the copper)"
             )
 
+    @property
+    def feed_foot(self) -> tuple[float, float]:
+        """``(x, y)`` (mm, from the phone's centre) of the feed pin's centre line at the ground plane's
+        edge: where :func:`mindelec.phone.phone_simulation` puts the lumped port's foot."""
+        board_width, board_length = self.width - 2 * _WALL - 2.0, self.length - 2 * _WALL - 2.0
+        x_short = -board_width / 2 + 1.0 + STRIP_WIDTH / 2
+        return x_short + self.feed_to_short, board_length / 2 - self.clearance
+
 
 _WALL, _PCB_BOTTOM, _PCB_THICKNESS, _COPPER = 1.0, 2.0, 1.0, 0.035
 _COPPER_TOP = _PCB_BOTTOM + _PCB_THICKNESS + _COPPER
@@ -125,9 +133,9 @@ def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
     body["housing"] = tray[1]
     body["display_glass"] = occ.addBox(-w / 2, -length / 2, t - glass, w, length, glass)
     board_w, board_l = w - 2 * _WALL - 2.0, length - 2 * _WALL - 2.0
-    y_bottom, y_top = -board_l / 2, board_l / 2
+    y_bottom = -board_l / 2
     body["pcb"] = occ.addBox(-board_w / 2, y_bottom, _PCB_BOTTOM, board_w, board_l, _PCB_THICKNESS)
-    y_edge = y_top - design.clearance  # the ground plane's edge
+    x_feed, y_edge = design.feed_foot  # y_edge: the ground plane's edge
     body["ground_plane"] = occ.addBox(
         -board_w / 2, y_bottom, _PCB_BOTTOM + _PCB_THICKNESS, board_w, y_edge - y_bottom, _COPPER
     )
@@ -142,8 +150,7 @@ def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
     )
     # the inverted F: arm over the clearance, stubs back to the ground edge, pins down
     z_arm = _COPPER_TOP + design.antenna_height
-    x_short = -board_w / 2 + 1.0 + STRIP_WIDTH / 2
-    x_feed = x_short + design.feed_to_short
+    x_short = x_feed - design.feed_to_short
     y_arm = y_edge + design.clearance / 2
     body["ifa_arm"] = occ.addBox(
         x_short - STRIP_WIDTH / 2, y_arm - STRIP_WIDTH / 2, z_arm, design.antenna_length, STRIP_WIDTH,

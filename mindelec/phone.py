@@ -20,7 +20,9 @@
 * :func:`phone_sample` - the dataset generator (``common.datasets`` contract): complex S11 and total
   efficiency of one design over a band, with the design as the grid draws it (``*_used``: the arm height
   and the feed-to-short distance snap to whole cells; where the arm is a wire, its length too, and its
-  line to a node; staircased rims to node lines).
+  line to a node; staircased rims to node lines); with ``on_grid`` each design first goes through
+  :func:`design_on_grid`, which moves its feed-to-short distance and clearance by under half a cell so
+  that the phone need not move and every design's housing, board and frame lie on the same cells.
 
 The grid's nodes lie on multiples of the cell from the domain's centre; the phone's origin is its centre
 (:func:`mindelec.cad_phone.write_phone_step`). Lengths in m, frequencies in Hz; ``PhoneDesign`` is in mm.
@@ -52,6 +54,7 @@ __all__ = [
     "figures_of_merit",
     "resonances",
     "phone_sample",
+    "design_on_grid",
     "DESIGN_PARAMETERS",
 ]
 
@@ -407,6 +410,30 @@ def resonances(frequencies, s11) -> list[tuple[float, float]]:
     return found
 
 
+def design_on_grid(design: cad_phone.PhoneDesign, cell: float) -> cad_phone.PhoneDesign:
+    """``design`` with its feed-to-short distance and clearance moved by at most half a cell each so that
+    the feed pin's foot (:attr:`~mindelec.cad_phone.PhoneDesign.feed_foot`) lies on a node of ``cell`` (m).
+
+    :func:`phone_simulation` moves the phone by less than a cell to put that foot on a node; the move
+    depends on those two parameters, and the housing, the board's far end and the frame's plates snap to
+    other cells with it (on 1.5 mm cells the arm's distance from the frame's side plate changed by a cell
+    between designs drawn alike). Designs on the grid are not moved: their phone lies on the same cells,
+    so what the grid draws depends on the design as drawn (:attr:`PhoneModel.drawn`) only.
+
+    Raises:
+        ConfigurationError: for a cell that is not a positive length; the moved design's own checks.
+    """
+    cell_mm = 1e3 * checks.positive(cell, "design_on_grid: cell (m)")
+    x, y = design.feed_foot
+    moved = dataclasses.replace(
+        design,
+        feed_to_short=design.feed_to_short + round(x / cell_mm) * cell_mm - x,
+        clearance=design.clearance - (round(y / cell_mm) * cell_mm - y),
+    )
+    moved.check()
+    return moved
+
+
 def phone_sample(
     params: dict,
     seed: int,
@@ -420,6 +447,7 @@ def phone_sample(
     pml: int = 10,
     threads: int | None = 1,
     subpixel: bool | str = False,
+    on_grid: bool = False,
 ) -> dict[str, np.ndarray]:
     """Dataset generator (``common.datasets`` contract): S11 and total efficiency of one phone design.
 
@@ -442,6 +470,9 @@ def phone_sample(
             gap's above a cell and a half) change the labels continuously instead of in whole cells. The
             arm's height and the feed-to-short distance stay on cells (the port and the feed pin sit on
             grid edges), and so do the arm's ends and line where it is a wire (cells of 1 mm or more).
+        on_grid: move the design onto the grid first (:func:`design_on_grid`: the feed-to-short distance
+            and the clearance by under half a cell), so that every design's phone lies on the same cells
+            and the labels depend on the design as drawn only.
 
     Returns:
         ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``total_efficiency`` (F,)
@@ -463,6 +494,8 @@ def phone_sample(
         raise ConfigurationError(f"phone_sample: {unknown} are not PhoneDesign fields; expected some of "
                                  f"{sorted(fields)}")
     design = cad_phone.PhoneDesign(**{k: float(v) for k, v in params.items()}, frame=frame)
+    if on_grid:
+        design = design_on_grid(design, cell)
     frequencies = np.linspace(*band, n_frequencies)
     model = phone_simulation(design, cell, frequencies=frequencies, far_frequencies=frequencies, band=band,
                              air=air, pml=pml, threads=threads or 1, subpixel=subpixel)

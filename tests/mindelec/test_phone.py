@@ -14,6 +14,8 @@ Compared against physics and the recipe machinery, not against numbers of the co
   records the arm height as drawn;
 * bad cells, alignments, arm heights and parameter names are refused before any FDTD run, and the grid
   draws the arm height and the feed-to-short distance within a cell of the design;
+* designs moved onto the grid (``design_on_grid``) are drawn without moving the phone: two designs have
+  their housing centred and their frame on the same cells, where a design off the grid moves the phone;
 * under a flat phantom of head liquid, the lossless phone's accepted power equals what leaves through the
   far box plus what the phantom absorbs (``sigma |E|^2 / 2`` summed over its cells: an independent volume
   integral), and the peak 1 g SAR lies over the antenna's end of the phone.
@@ -67,6 +69,30 @@ def test_the_drawn_design_has_wires_on_nodes_and_conformal_rims_where_the_cad_pu
     assert conformal["frame_gap"] == pytest.approx(2.7, abs=1e-9)  # the plates' rims as in the CAD
     fine = phone.phone_simulation(design, cell=0.75e-3, subpixel=True, **SMALL).drawn  # the arm a sheet
     assert (fine["antenna_length"], fine["clearance"]) == pytest.approx((29.3, 11.4), abs=1e-9), fine
+
+
+def test_designs_moved_onto_the_grid_put_every_phone_on_the_same_cells():
+    designs = [PhoneDesign(feed_to_short=6.165, clearance=11.4),
+               PhoneDesign(feed_to_short=8.3, clearance=7.9)]
+    housings, fixed = [], []
+    for design in designs:
+        moved = phone.design_on_grid(design, 1.5e-3)
+        assert abs(moved.feed_to_short - design.feed_to_short) <= 0.75 + 1e-9, moved
+        assert abs(moved.clearance - design.clearance) <= 0.75 + 1e-9, moved
+        foot = np.array(moved.feed_foot) / 1.5
+        np.testing.assert_allclose(foot, np.round(foot), atol=1e-9)  # on a node of the 1.5 mm grid
+        model = phone.phone_simulation(moved, cell=1.5e-3, **SMALL)
+        housings.append(model.assembly.body("housing").bounds)
+        # the parts that no design parameter moves lie on the same cells for both designs
+        fixed.append(np.stack([model.assembly.body(name).bounds
+                               for name in ("pcb", "frame_top", "frame_bottom")]))
+    np.testing.assert_allclose(fixed[0], fixed[1], atol=1e-12)
+    for housing in housings:  # the phone, centred in its file, was not moved in x and y
+        np.testing.assert_allclose(housing[0][:2], -housing[1][:2], atol=1e-12)
+    as_asked = phone.phone_simulation(designs[0], cell=1.5e-3, **SMALL).assembly.body("housing").bounds
+    assert abs(as_asked[0][0] + as_asked[1][0]) > 1e-4  # off the grid, the phone moves to put the feed on it
+    with pytest.raises(ConfigurationError, match=r"design_on_grid: cell \(m\) must be a positive"):
+        phone.design_on_grid(designs[0], 0.0)
 
 
 @pytest.mark.slow
