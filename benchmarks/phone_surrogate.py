@@ -97,6 +97,27 @@ def dual_band_share(table) -> float:
     return float(np.mean([len(phone.resonances(f, s)) >= 2 for f, s in zip(table["frequencies"], s11)]))
 
 
+def label_floor(table) -> dict:
+    """How far apart the S11 of designs drawn alike lie: for every pair of designs with the same drawn
+    inputs (``INPUTS`` to 1e-6 mm), ``|S11_a - S11_b| / |S11_b|`` (L2 over the band). No model of the drawn
+    inputs can get below these on such designs.
+
+    Returns:
+        ``{"pairs": n, "relative_l2": [...], "median": m, "worst": w}`` (``None`` figures without pairs).
+    """
+    keys = np.round(np.stack([table[name] for name in INPUTS], 1), 6)
+    s11 = table["s11_real"] + 1j * table["s11_imag"]
+    distances = []
+    for first in range(len(keys)):
+        for second in range(first + 1, len(keys)):
+            if np.array_equal(keys[first], keys[second]):
+                difference = np.linalg.norm(s11[first] - s11[second])
+                distances.append(float(difference / np.linalg.norm(s11[second])))
+    return {"pairs": len(distances), "relative_l2": distances,
+            "median": float(np.median(distances)) if distances else None,
+            "worst": max(distances) if distances else None}
+
+
 def held_out_dual_band(table, ids) -> tuple[tuple[float, float], int]:
     """The two deepest ``|S11|`` dips below -6 dB (Hz, ascending) of the held-out design ``ids`` whose two
     deepest dips lie furthest apart, and that design's id.
@@ -165,6 +186,10 @@ def main():
     scores = evaluate(ensemble, data, "test")
     resonance = held_out_resonances(ensemble, table, ensemble.split["test"])
     print(describe_scores(scores), flush=True)
+    floor = label_floor(table)
+    print(f"label floor: {floor['pairs']} pairs of designs drawn alike"
+          + (f", S11 relative L2 between them median {floor['median']:.4f}, worst {floor['worst']:.4f}"
+             if floor["pairs"] else ""), flush=True)
     print(f"held-out resonance error {resonance['mean']:.2f} % of the true resonance (median "
           f"{resonance['median']:.2f} %, worst {resonance['worst']:.2f} %); total efficiency at the "
           f"resonance {100 * scores['total_efficiency_error_at_resonance']:.2f} points (mean predictor "
@@ -213,7 +238,7 @@ def main():
     results = {
         "recipe": recipe.name, "designs": designs, "split": {k: len(v) for k, v in ensemble.split.items()},
         "members": members, "epochs": epochs, "scores": scores, "resonance_error_percent": resonance,
-        "dual_band_share": dual_band_share(table),
+        "dual_band_share": dual_band_share(table), "label_floor": floor,
         "inverse_design": {
             "target": arguments.target, "design": check["design"], "fdtd_resonance": fdtd_resonance,
             "predicted_resonance": check["predicted_resonance"], "relative_l2": check["relative_l2"],
