@@ -283,15 +283,12 @@ def learned_accuracy(quick: bool, molecules: list[str], epochs: int | None = Non
     print(f"ours at or below MACE's test force MAE on {wins} of {len(results)} molecules")
     if not quick:
         recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        if recorded and "budgets" not in recorded:  # the 10-epoch file of 2026-12, before budgets were kept
-            recorded["load_average"] = dict.fromkeys(recorded["molecules"], recorded["load_average"])
-            recorded = {"budgets": {"mace_10_epochs": recorded}}
         entry = recorded.setdefault("budgets", {}).setdefault(
-            f"mace_{epochs}_epochs", {"molecules": {}, "load_average": {}})
+            f"mace_{epochs}_epochs", {"molecules": {}, "load_average_at_end": {}})
         entry.update({"samples": samples, "mace": {"epochs": epochs, "channels": channels}, "ours": OURS})
         for name, value in results.items():
             entry["molecules"][name] = value
-            entry["load_average"][name] = os.getloadavg()[0]
+            entry["load_average_at_end"][name] = os.getloadavg()[0]  # of the run that measured it
         RESULTS.write_text(json.dumps(recorded, indent=1) + "\n")
 
 
