@@ -418,7 +418,9 @@ def design_on_grid(design: cad_phone.PhoneDesign, cell: float) -> cad_phone.Phon
     depends on those two parameters, and the housing, the board's far end and the frame's plates snap to
     other cells with it (on 1.5 mm cells the arm's distance from the frame's side plate changed by a cell
     between designs drawn alike). Designs on the grid are not moved: their phone lies on the same cells,
-    so what the grid draws depends on the design as drawn (:attr:`PhoneModel.drawn`) only.
+    and what the grid draws depends on the moved design only. (Its drawn clearance, :attr:`PhoneModel.drawn`,
+    is twice the arm's line from the ground edge, which two ground edges a cell apart can share; the moved
+    design's ``clearance`` tells them apart.)
 
     Raises:
         ConfigurationError: for a cell that is not a positive length; the moved design's own checks.
@@ -471,8 +473,7 @@ def phone_sample(
             arm's height and the feed-to-short distance stay on cells (the port and the feed pin sit on
             grid edges), and so do the arm's ends and line where it is a wire (cells of 1 mm or more).
         on_grid: move the design onto the grid first (:func:`design_on_grid`: the feed-to-short distance
-            and the clearance by under half a cell), so that every design's phone lies on the same cells
-            and the labels depend on the design as drawn only.
+            and the clearance by under half a cell), so that every design's phone lies on the same cells.
 
     Returns:
         ``frequencies`` (F,) Hz, ``s11_real``, ``s11_imag``, ``s11_db`` (F,), ``total_efficiency`` (F,)
