@@ -120,11 +120,12 @@ class PhoneModel:
         assembly: the loaded, moved :class:`~mindelec.cad_assembly.Assembly`.
         drawn: the design as the grid draws it (mm): ``antenna_height`` (the arm's node plane above the
             copper's), ``feed_to_short`` (between the two pins' node lines), ``antenna_length`` (the
-            arm's ends: a wire's on node lines), ``clearance`` (twice the arm's line from the ground
-            plane's edge), ``frame_gap`` (between the left frame plates' rims, where the frame is sheets)
-            and ``port_gap`` (one cell); with a phantom, ``phantom_spacing`` (from the display glass to
-            the shell). Rims of sheets are where the CAD puts them with conformal cells, else on the node
-            lines the staircase reaches (:func:`mindelec.cad_grid.drawn_bounds`).
+            arm's ends: a wire's on node lines), ``clearance`` (from the ground plane's edge to the
+            board's end; the arm's line, on a node where it is a wire, follows from it), ``frame_gap``
+            (between the left frame plates' rims, where the frame is sheets) and ``port_gap`` (one
+            cell); with a phantom, ``phantom_spacing`` (from the display glass to the shell). Rims of
+            sheets are where the CAD puts them with conformal cells, else on the node lines the
+            staircase reaches (:func:`mindelec.cad_grid.drawn_bounds`).
         phantom: the :class:`~mindelec.sar.FlatPhantom` (monitor ``"phantom"``), or ``None``.
     """
 
@@ -293,7 +294,7 @@ def phone_simulation(
     if flat is not None:
         drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
     meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
-    drawn.update(_drawn_metal(meshed, grid, conformal=subpixel is not False))
+    drawn.update(_drawn_metal(meshed, grid, subpixel is not False, assembly.body("pcb").bounds[1][1]))
     box = [float(2 * (h - (pml + 2) * cell)) for h in half]
     far = fdtd.NearToFarMonitor(
         "far", torch.as_tensor(far_frequencies, dtype=torch.float64), center=(0, 0, 0), size=box)
@@ -307,14 +308,15 @@ def phone_simulation(
     return PhoneModel(simulation, port, assembly, drawn, flat)
 
 
-def _drawn_metal(structures, grid, conformal) -> dict[str, float]:
-    """The arm's length, the clearance (twice the arm's line from the ground plane's edge) and, with a
-    frame of sheets, its gap, as the grid draws them (mm; :func:`mindelec.cad_grid.drawn_bounds`)."""
+def _drawn_metal(structures, grid, conformal, board_end) -> dict[str, float]:
+    """The arm's length, the clearance (from the ground plane's edge to the board's end, ``board_end``
+    in m) and, with a frame of sheets, its gap, as the grid draws them (mm;
+    :func:`mindelec.cad_grid.drawn_bounds`)."""
     bounds = {structure.name: cad_grid.drawn_bounds(structure, grid, conformal)
               for structure in structures if isinstance(structure.medium, PECSheet)}
     arm, ground = bounds["ifa_arm"], bounds["ground_plane"]
     drawn = {"antenna_length": 1e3 * float(arm[1][0] - arm[0][0]),
-             "clearance": 2e3 * float(arm[:, 1].mean() - ground[1][1])}
+             "clearance": 1e3 * float(board_end - ground[1][1])}
     if "frame_left_lower" in bounds and "frame_left_upper" in bounds:
         drawn["frame_gap"] = 1e3 * float(bounds["frame_left_upper"][0][1] - bounds["frame_left_lower"][1][1])
     return drawn
@@ -418,9 +420,8 @@ def design_on_grid(design: cad_phone.PhoneDesign, cell: float) -> cad_phone.Phon
     depends on those two parameters, and the housing, the board's far end and the frame's plates snap to
     other cells with it (on 1.5 mm cells the arm's distance from the frame's side plate changed by a cell
     between designs drawn alike). Designs on the grid are not moved: their phone lies on the same cells,
-    and what the grid draws depends on the moved design only. (Its drawn clearance, :attr:`PhoneModel.drawn`,
-    is twice the arm's line from the ground edge, which two ground edges a cell apart can share; the moved
-    design's ``clearance`` tells them apart.)
+    and what the grid draws depends on the moved design only. On ``cell`` its clearance
+    (:attr:`PhoneModel.drawn`) is the board's end less a node: 5.5, 7.0, 8.5 ... mm on 1.5 mm cells.
 
     Raises:
         ConfigurationError: for a cell that is not a positive length; the moved design's own checks.

@@ -395,15 +395,16 @@ def candidate_designs(
     bounds: dict[str, tuple[float, float]],
     candidates: int,
     seed: int = 0,
-    steps: dict[str, float] | None = None,
+    steps: dict[str, float | tuple[float, float]] | None = None,
     caller: str = "candidate_designs",
 ) -> torch.Tensor:
     """``(candidates, P)`` scrambled-Sobol designs inside ``bounds`` (columns in the order of ``names``),
-    the parameters of ``steps`` on multiples of their step inside their bounds (see :func:`inverse_design`).
+    the parameters of ``steps`` on their lattice inside their bounds (see :func:`inverse_design`): a step
+    ``s`` puts a parameter on multiples of ``s``, a pair ``(s, origin)`` on ``origin + k s``.
 
     Raises:
         ValueError: (naming ``caller``) for a step that is not positive, of no parameter in ``names``, or
-            that leaves no multiple inside its bounds.
+            that leaves no lattice point inside its bounds.
     """
     names = list(names)
     low = torch.tensor([bounds[name][0] for name in names], dtype=torch.float64)
@@ -412,18 +413,20 @@ def candidate_designs(
         candidates, dtype=torch.float64
     )
     designs = low + draws * (high - low)
-    for name, grid in (steps or {}).items():
-        low_bound, high_bound = bounds.get(name, (0.0, -1.0))
-        lowest, highest = (1, 0)  # no multiple, unless the step is positive
-        if grid > 0:  # the multiples inside the bounds, forgiving the rounding of a bound on the grid
+    for name, lattice in (steps or {}).items():
+        grid, origin = lattice if isinstance(lattice, (tuple, list)) else (lattice, 0.0)
+        low_bound, high_bound = (v - origin for v in bounds.get(name, (origin, origin - 1.0)))
+        lowest, highest = (1, 0)  # no lattice point, unless the step is positive
+        if grid > 0:  # the points inside the bounds, forgiving the rounding of a bound on the lattice
             lowest, highest = math.ceil(low_bound / grid - 1e-9), math.floor(high_bound / grid + 1e-9)
         if name not in names or lowest > highest:
             raise ConfigurationError(
-                f"{caller}: steps[{name!r}] = {grid} must be > 0 for one of {names} with a multiple "
-                f"inside its bounds {bounds.get(name)}"
+                f"{caller}: steps[{name!r}] = {lattice} must have a step > 0 for one of {names} with a "
+                f"lattice point inside its bounds {bounds.get(name)}"
             )
         column = names.index(name)
-        designs[:, column] = (designs[:, column] / grid).round().clamp(lowest, highest) * grid
+        points = ((designs[:, column] - origin) / grid).round().clamp(lowest, highest)
+        designs[:, column] = origin + points * grid
     return designs
 
 
@@ -446,8 +449,9 @@ def inverse_design(
     0.01 weighs as much as one frequency step off target, so the search avoids designs the ensemble
     is unsure of (0 ignores the spread).
     ``steps`` puts parameters the simulator draws on a grid (a patch's inset snaps to whole cells:
-    ``{"inset_used": 1 / n_length}``) on multiples of their step inside the bounds, so that the winner
-    is a design the simulator draws as it is.
+    ``{"inset_used": 1 / n_length}``) on multiples of their step inside the bounds (or on
+    ``origin + k step`` for a pair ``(step, origin)``), so that the winner is a design the simulator
+    draws as it is.
 
     Returns:
         ``parameters`` (dict), ``resonance`` (predicted, Hz), ``s11`` ((F,) predicted complex S11),

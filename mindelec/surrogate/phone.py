@@ -5,9 +5,10 @@ the grid draws, and the FDTD check of a proposed design.
 The surrogates are :class:`mindelec.surrogate.antenna.Ensemble` of ``SParameterSurrogate`` learning complex
 S11 and the total efficiency (a real spectrum) on one frequency axis, from :data:`INPUTS`: the design
 parameters as the grid draws them (``PhoneModel.drawn``, recorded by ``phone_sample`` as ``*_used``). On
-1.5 mm cells the arm, a 1 mm strip, is a wire: its length goes to whole cells and its line to a node, so
-designs up to a cell apart in arm length (two in clearance) are the same model, and a surrogate of the
-parameters as asked would learn a staircase.
+1.5 mm cells the arm, a 1 mm strip, is a wire: its length goes to whole cells and its line to a node, and
+on one grid (``on_grid``) the ground plane's edge goes to a node, so designs up to a cell apart in arm
+length or clearance are the same model, and a surrogate of the parameters as asked would learn a
+staircase.
 
 * :func:`ifa_resonance` - ``c / (4 (L + h))``, the quarter-wave resonance of an inverted-F arm of length
   ``L`` at height ``h`` in air (the bent wire from the short to the open end), a frequency scale on which the
@@ -90,19 +91,24 @@ def phone_bounds(recipe) -> dict[str, tuple[float, float]]:
     return bounds
 
 
-def drawn_steps(generator_options: dict) -> dict[str, float]:
-    """``{input: step}`` (mm) of the :data:`INPUTS` that the grid of ``phone_sample``'s options draws on a
-    lattice: the arm's height and the feed-to-short distance on whole cells; where the arm is a wire
-    (cells no narrower than its strip), its length on whole cells and the clearance on two (the arm's line
-    on a node, the ground plane's edge on another); without conformal cells (``subpixel``), every rim on
-    whole cells. The others are drawn as asked."""
+def drawn_steps(generator_options: dict) -> dict[str, float | tuple[float, float]]:
+    """``{input: lattice}`` (mm) of the :data:`INPUTS` that the grid of ``phone_sample``'s options draws
+    on a lattice (a step, for its multiples, or ``(step, origin)`` for ``origin + k step``, as
+    :func:`~mindelec.surrogate.antenna.candidate_designs` takes): the arm's height and the feed-to-short
+    distance on whole cells; where the arm is a wire (cells no narrower than its strip) or without
+    conformal cells (``subpixel``), its length on whole cells; without conformal cells, the frame gap on
+    whole cells; with ``on_grid``, the clearance on the board's end less whole cells (the ground plane's
+    edge on a node; without it, the phone moves to put that edge on a node and the clearance is drawn as
+    asked). The others are drawn as asked."""
     cell = 1e3 * generator_options.get("cell", 1.5e-3)
     conformal = generator_options.get("subpixel", False) is not False
     wire = cad_phone.STRIP_WIDTH <= cell * (1 + 1e-6)
-    steps = {"antenna_height_used": cell, "feed_to_short_used": cell}
+    steps: dict[str, float | tuple[float, float]] = {"antenna_height_used": cell, "feed_to_short_used": cell}
     if wire or not conformal:
         steps["antenna_length_used"] = cell
-        steps["clearance_used"] = 2 * cell if wire else cell
+    if generator_options.get("on_grid", False):
+        design = cad_phone.PhoneDesign()
+        steps["clearance_used"] = (cell, design.feed_foot[1] + design.clearance)  # the board's end
     if not conformal:
         steps["frame_gap_used"] = cell
     return steps

@@ -191,13 +191,19 @@ def test_inverse_design_puts_the_analytic_resonance_on_target(trained):
     assert 2.2 <= permittivity <= 4.4
     truth = cavity_resonance(on_grid["parameters"]["length"], permittivity)
     assert abs(truth - target) / target < 0.03
+    # a lattice offset from zero: 2.3, 2.7, ... 4.3
+    offset = inverse_design(ensemble, target, BOUNDS, candidates=1024, steps={"permittivity": (0.4, 2.3)})
+    permittivity = offset["parameters"]["permittivity"]
+    assert (permittivity - 2.3) / 0.4 == pytest.approx(round((permittivity - 2.3) / 0.4), abs=1e-9)
+    assert 2.3 - 1e-9 <= permittivity <= 4.3 + 1e-9
     # the ensemble's spread steers the search: weighing it heavily never picks a less certain design
     band_spread = float(found["spread"].norm() / found["s11"].abs().norm())
     assert found["relative_spread"] == pytest.approx(band_spread)
     blind = inverse_design(ensemble, target, BOUNDS, candidates=1024, uncertainty_weight=0.0)
     wary = inverse_design(ensemble, target, BOUNDS, candidates=1024, uncertainty_weight=1e4)
     assert wary["relative_spread"] <= blind["relative_spread"]
-    for steps in ({"permittivity": 0.0}, {"permittivity": 5.0}, {"thickness": 0.1}):
+    for steps in ({"permittivity": 0.0}, {"permittivity": 5.0}, {"thickness": 0.1},
+                  {"permittivity": (5.0, 1.0)}):  # 1.0, 6.0: no point inside 2.2 .. 4.4
         with pytest.raises(ValueError, match="steps"):
             inverse_design(ensemble, target, BOUNDS, steps=steps)
 
