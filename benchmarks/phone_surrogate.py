@@ -51,7 +51,7 @@ import common.datasets as datasets
 from mindelec import phone
 from mindelec.antennas import resonance_frequency
 from mindelec.cad_phone import PhoneDesign
-from mindelec.surrogate import db
+from mindelec.surrogate import db, relative_error
 from mindelec.surrogate.antenna import describe_scores, evaluate, train_ensemble
 from mindelec.surrogate.phone import INPUTS, MODEL_OPTIONS, OUTPUTS, check_phone_design, phone_inverse_design
 
@@ -106,13 +106,10 @@ def label_floor(table) -> dict:
         ``{"pairs": n, "relative_l2": [...], "median": m, "worst": w}`` (``None`` figures without pairs).
     """
     keys = np.round(np.stack([table[name] for name in INPUTS], 1), 6)
-    s11 = table["s11_real"] + 1j * table["s11_imag"]
-    distances = []
-    for first in range(len(keys)):
-        for second in range(first + 1, len(keys)):
-            if np.array_equal(keys[first], keys[second]):
-                difference = np.linalg.norm(s11[first] - s11[second])
-                distances.append(float(difference / np.linalg.norm(s11[second])))
+    s11 = torch.complex(torch.as_tensor(table["s11_real"]), torch.as_tensor(table["s11_imag"]))
+    first, second = np.triu_indices(len(keys), 1)
+    alike = (keys[first] == keys[second]).all(1)
+    distances = relative_error(s11[first[alike]], s11[second[alike]]).tolist()
     return {"pairs": len(distances), "relative_l2": distances,
             "median": float(np.median(distances)) if distances else None,
             "worst": max(distances) if distances else None}
