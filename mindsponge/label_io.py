@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import sys
 
 import numpy as np
 
@@ -68,6 +69,10 @@ def _checked(labels: dict) -> dict[str, np.ndarray]:
         positions = arrays["positions"]
     count, atoms = positions.shape[:2]
     numbers = arrays["atomic_numbers"]
+    if not (np.issubdtype(numbers.dtype, np.integer)
+            or (np.issubdtype(numbers.dtype, np.floating) and np.all(numbers == np.round(numbers)))):
+        raise DataError(f"labels['atomic_numbers'] must be whole numbers (elements' atomic numbers), got "
+                        f"{numbers.dtype} values such as {numbers.reshape(-1)[:3].tolist()}")
     arrays["atomic_numbers"] = np.broadcast_to(numbers[-1] if numbers.ndim == 3 else numbers,
                                                (count, atoms)).astype(np.int64)
     expected = {"positions": (count, atoms, 3), "forces": (count, atoms, 3), "energy": (count,),
@@ -77,6 +82,11 @@ def _checked(labels: dict) -> dict[str, np.ndarray]:
         if value.shape != shape:
             raise DataError(f"labels[{key!r}] has shape {value.shape}, expected {shape} "
                             f"({count} configurations of {atoms} atoms)")
+    for key in ("positions", "energy", "forces", "box"):
+        if key in arrays:
+            finite = np.isfinite(arrays[key].reshape(count, -1)).all(1)
+            if not finite.all():
+                raise DataError(f"labels[{key!r}] of configuration {int(np.argmin(finite))} is not finite")
     return arrays
 
 
@@ -117,20 +127,28 @@ def _checked_keys(keys: dict | None) -> dict[str, str]:
 def _frame_label(frame, info: dict, data: dict, label: str, key: str, where: str):
     """The ``label`` ("energy" or "forces") of one frame, in eV or eV/Å: from the calculator when
     ``key`` is ASE's own name, else from the per-frame values (``info``) or per-atom arrays (``data``)."""
-    if key == label and frame.calc is not None and label in frame.calc.results:
-        return frame.calc.results[label]
+    results = frame.calc.results if frame.calc is not None else {}
+    if key in results:  # ASE's readers keep energy, free_energy, forces and stress as calculator results
+        return results[key]
     stored = info if label == "energy" else data
     if key in stored:
         return stored[key]
     raise DataError(
-        f"{where} has no {label} under {key!r} (per-configuration keys {sorted(info)}, per-atom arrays "
-        f"{sorted(data)}); name it with keys={{{label!r}: ...}} (MACE files use 'REF_{label}')")
+        f"{where} has no {label} under {key!r} (calculator results {sorted(results)}, per-configuration "
+        f"keys {sorted(info)}, per-atom arrays {sorted(data)}); name it with keys={{{label!r}: ...}} (MACE "
+        f"files use 'REF_{label}')")
 
 
 def _frame_configuration(frame, info: dict, data: dict, keys: dict, where: str) -> dict:
     """One ``ase.Atoms`` (eV, eV/Å) as a configuration in the labels' units."""
-    energy = np.asarray(_frame_label(frame, info, data, "energy", keys["energy"], where), dtype=np.float64)
-    forces = np.asarray(_frame_label(frame, info, data, "forces", keys["forces"], where), dtype=np.float64)
+    try:
+        energy, forces = (np.asarray(_frame_label(frame, info, data, label, keys[label], where),
+                                     dtype=np.float64) for label in ("energy", "forces"))
+    except (TypeError, ValueError) as error:
+        if isinstance(error, DataError):
+            raise
+        raise DataError(f"{where}: energy {keys['energy']!r} and forces {keys['forces']!r} must be numbers "
+                        f"({error})") from error
     if energy.size != 1 or forces.shape != (len(frame), 3):
         raise DataError(f"{where}: energy {keys['energy']!r} has shape {energy.shape} and forces "
                         f"{keys['forces']!r} {forces.shape}; expected one value and ({len(frame)}, 3)")
@@ -138,8 +156,14 @@ def _frame_configuration(frame, info: dict, data: dict, keys: dict, where: str) 
                      "atomic_numbers": frame.numbers.astype(np.int64),
                      "energy": float(energy.reshape(())) * units.EV_TO_KJ_PER_MOL,
                      "forces": forces * _EV_PER_ANGSTROM}
+    for key in ("positions", "energy", "forces"):
+        if not np.isfinite(configuration[key]).all():
+            raise DataError(f"{where}: {key} is not finite")
     if frame.pbc.all():
         configuration["box"] = frame.cell[:] * units.ANGSTROM_TO_NM
+    elif frame.pbc.any():
+        raise DataError(f"{where} is periodic along some axes only (pbc {frame.pbc.tolist()}); labels hold "
+                        f"fully periodic or non-periodic configurations")
     for key, value in info.items():
         if key not in keys.values() and isinstance(value, int | float | np.number) \
                 and not isinstance(value, bool):
@@ -156,8 +180,11 @@ def _stack(configurations: list[dict], source: str) -> dict[str, np.ndarray]:
                 f"{source}: configuration {index} has {len(configuration['positions'])} atoms, the first "
                 f"has {atoms}; read_configurations (or TrainingData.from_file) reads mixed sizes")
     shared = set.intersection(*(set(configuration) for configuration in configurations))
-    if not all("box" in configuration for configuration in configurations):
-        shared.discard("box")
+    periodic = ["box" in configuration for configuration in configurations]
+    if any(periodic) and not all(periodic):
+        raise DataError(f"{source}: configuration {periodic.index(not periodic[0])} is "
+                        f"{'not ' if periodic[0] else ''}periodic, the first is"
+                        f"{'' if periodic[0] else ' not'}; read_configurations reads such a mix")
     return {key: np.stack([np.asarray(configuration[key]) for configuration in configurations])
             for key in sorted(shared)}
 
@@ -179,7 +206,15 @@ def _write_ase(path: pathlib.Path, arrays: dict[str, np.ndarray], format: str, k
         ase.io.write(path, frames, format="extxyz")
         return
     import ase.db
+    from ase.db.core import reserved_keys
+    from ase.db.row import AtomsRow
 
+    # names the database keeps for itself or a row computes (row.mass, row.charge) come back wrong
+    taken = set(reserved_keys) | {name for name in dir(AtomsRow) if not name.startswith("_")}
+    clashing = sorted(set(frames[0].info) & taken)
+    if clashing:
+        raise DataError(f"{path}: the extra label(s) {clashing} are names an ASE database keeps or computes "
+                        f"for itself (it would return its own values); rename them or use extxyz, npz or h5")
     with ase.db.connect(path, type="db", append=False) as database:
         for frame in frames:
             extras = dict(frame.info)
@@ -235,20 +270,38 @@ def write_labels(path: str | os.PathLike, labels: dict, format: str | None = Non
 
 def _read_ase(path: pathlib.Path, format: str, keys: dict[str, str]) -> list[dict]:
     if format == "extxyz":
-        import ase.io
-
-        frames = ase.io.read(path, index=":", format="extxyz")
-        entries = [(frame, dict(frame.info), dict(frame.arrays)) for frame in frames]
+        entries = _read_extxyz(path)
     else:
+        import sqlite3
+
         import ase.db
 
-        with ase.db.connect(path, type="db") as database:
-            rows = sorted(database.select(), key=lambda row: row.id)
-            entries = [(row.toatoms(), dict(row.key_value_pairs), dict(row.data)) for row in rows]
+        try:
+            with ase.db.connect(path, type="db") as database:
+                rows = sorted(database.select(), key=lambda row: row.id)
+                entries = [(row.toatoms(), dict(row.key_value_pairs), dict(row.data)) for row in rows]
+        except (sqlite3.DatabaseError, ValueError, KeyError) as error:
+            raise DataError(f"{path} cannot be read as an ASE database ({type(error).__name__}: {error})") \
+                from error
     if not entries:
         raise DataError(f"{path}: no configurations")
     return [_frame_configuration(frame, info, data, keys, f"{path}: configuration {index}")
             for index, (frame, info, data) in enumerate(entries)]
+
+
+def _read_extxyz(path: pathlib.Path) -> list[tuple]:
+    """The frames of an extxyz file with their ``info`` and ``arrays``; a damaged frame raises
+    :class:`DataError` naming the file and the frame."""
+    import ase.io
+
+    entries = []
+    try:
+        for frame in ase.io.iread(path, index=":", format="extxyz"):
+            entries.append((frame, dict(frame.info), dict(frame.arrays)))
+    except Exception as error:  # ASE's reader raises ValueError, XYZError, IndexError... on damaged text
+        raise DataError(f"{path}: configuration {len(entries)} (counting from 0) cannot be read as extxyz "
+                        f"({type(error).__name__}: {error})") from error
+    return entries
 
 
 def _renamed(table: dict, keys: dict[str, str], source: str) -> dict:
@@ -273,11 +326,23 @@ def _source(path, format: str | None, keys: dict | None) -> tuple[pathlib.Path, 
 def _read_columns(path: pathlib.Path, format: str, keys: dict[str, str]) -> dict[str, np.ndarray]:
     """An npz archive's or HDF5 table's labels as arrays."""
     if format == "npz":
-        with np.load(path) as archive:
-            return _checked(_renamed(dict(archive), keys, str(path)))
-    from common.datasets import read_dataset
+        import zipfile
 
-    return _checked(_renamed(read_dataset(path), keys, str(path)))
+        try:
+            with np.load(path) as archive:
+                table = dict(archive)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+            raise DataError(f"{path} cannot be read as an npz archive of label arrays "
+                            f"({type(error).__name__}: {error})") from error
+    else:
+        from common.datasets import read_dataset
+
+        table = read_dataset(path)
+    try:
+        return _checked(_renamed(table, keys, str(path)))
+    except DataError as error:
+        message = str(error)
+        raise DataError(message if message.startswith(str(path)) else f"{path}: {message}") from error
 
 
 def read_configurations(path: str | os.PathLike, format: str | None = None,
@@ -342,8 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forces-key", default="forces", help="INPUT's forces key (MACE: REF_forces)")
     arguments = parser.parse_args(argv)
     keys = {"energy": arguments.energy_key, "forces": arguments.forces_key}
-    labels = read_labels(arguments.input, keys=keys)
-    write_labels(arguments.output, labels, overwrite=arguments.overwrite)
+    try:
+        labels = read_labels(arguments.input, keys=keys)
+        write_labels(arguments.output, labels, overwrite=arguments.overwrite)
+    except (ConfigurationError, DataError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     count, atoms = labels["positions"].shape[:2]
     print(f"{arguments.output}: {count} configurations of {atoms} atoms")
     return 0

@@ -71,12 +71,13 @@ class Committee(nn.Module):
         <mindsponge.potentials.LearnedPotential.bind>`)."""
         return CommitteePotential(self, atomic_numbers, replicas)
 
-    def predict(self, positions, atomic_numbers) -> tuple[Tensor, Tensor]:
+    def predict(self, positions, atomic_numbers, box=None) -> tuple[Tensor, Tensor]:
         """Energies and forces of every model on frames.
 
         Args:
             positions: ``(F, N, 3)`` nm (array or tensor).
             atomic_numbers: ``(N,)`` integers.
+            box: ``(3, 3)`` nm, the periodic box of every frame, or ``None`` (molecules in vacuum).
 
         Returns:
             ``energies`` ``(K, F)`` kJ/mol and ``forces`` ``(K, F, N, 3)`` kJ/mol/nm (detached, in the
@@ -88,25 +89,38 @@ class Committee(nn.Module):
             raise ConfigurationError(
                 f"Committee.predict: positions must be (F, N, 3) nm, got {tuple(frames.shape)}")
         count, atoms = frames.shape[:2]
-        numbers = torch.as_tensor(atomic_numbers).long().repeat(count)
+        if box is not None:  # the models batch molecules without a box: one frame at a time
+            results = [self._predict_batch(frame, atomic_numbers, torch.as_tensor(box).to(dtype), None)
+                       for frame in frames]
+            return torch.stack([energy[:, 0] for energy, _ in results], 1), \
+                torch.stack([force for _, force in results], 1)
         batch = torch.repeat_interleave(torch.arange(count), atoms)
-        flat = frames.reshape(-1, 3).detach().requires_grad_(True)
+        energies, forces = self._predict_batch(frames.reshape(-1, 3), atomic_numbers, None, batch)
+        return energies, forces.reshape(len(self.models), count, atoms, 3)
+
+    def _predict_batch(self, positions: Tensor, atomic_numbers, box: Tensor | None,
+                       batch: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Energies ``(K, F)`` (``(K, 1)`` without a batch) and forces ``(K, N F, 3)`` of every model."""
+        copies = 1 if batch is None else int(batch[-1]) + 1
+        numbers = torch.as_tensor(atomic_numbers).long().repeat(copies)
+        flat = positions.detach().requires_grad_(True)
         energies, forces = [], []
         with torch.enable_grad():
             for model in self.models:
-                energy = model(flat, numbers, batch=batch)
+                energy = model(flat, numbers, box=box, batch=batch).reshape(-1)
                 (gradient,) = torch.autograd.grad(energy.sum(), flat)
                 energies.append(energy.detach())
-                forces.append(-gradient.reshape(count, atoms, 3))
+                forces.append(-gradient)
         return torch.stack(energies), torch.stack(forces)
 
-    def force_disagreement(self, positions, atomic_numbers, batch_size: int = 64) -> Tensor:
-        """Uncertainty ``(F,)`` kJ/mol/nm of frames ``(F, N, 3)`` nm: the largest per-atom RMS
-        deviation of the models' forces from their mean (see the module docstring)."""
+    def force_disagreement(self, positions, atomic_numbers, batch_size: int = 64, box=None) -> Tensor:
+        """Uncertainty ``(F,)`` kJ/mol/nm of frames ``(F, N, 3)`` nm (in a periodic ``box`` ``(3, 3)``
+        nm, or ``None``): the largest per-atom RMS deviation of the models' forces from their mean
+        (see the module docstring)."""
         frames = torch.as_tensor(positions)
         values = []
         for start in range(0, len(frames), batch_size):
-            _, forces = self.predict(frames[start : start + batch_size], atomic_numbers)
+            _, forces = self.predict(frames[start : start + batch_size], atomic_numbers, box)
             deviation = forces - forces.mean(0, keepdim=True)
             values.append((deviation * deviation).sum(-1).mean(0).sqrt().amax(-1))
         return torch.cat(values) if values else torch.zeros(0)

@@ -98,7 +98,8 @@ class UncertaintyReporter(Reporter):
     def report(self, state, observables) -> None:
         """Record the frame's disagreement; warn, flag or stop as configured."""
         positions = state.positions.detach().cpu().double()
-        value = float(self.committee.force_disagreement(positions[None], self.atomic_numbers)[0])
+        box = None if state.box is None else state.box.detach().cpu().double()
+        value = float(self.committee.force_disagreement(positions[None], self.atomic_numbers, box=box)[0])
         step = int(state.step)
         self.steps.append(step)
         self.disagreement.append(value)

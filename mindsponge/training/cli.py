@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 
 import torch
 
+from common.errors import MindScienceError
 from mindsponge import potentials as potentials_module
 from mindsponge.training.data import TrainingData, store_split
 from mindsponge.training.trainer import Trainer
@@ -59,6 +61,18 @@ def main(argv=None) -> int:
     parser.add_argument("--log", help="append every epoch's record to this CSV file as training runs")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.store_split and (len(args.data) != 1
+                             or pathlib.Path(args.data[0]).suffix.lower() not in (".h5", ".hdf5")):
+        parser.error("--store-split writes the split into the dataset: it needs a single HDF5 (.h5) file")
+    try:
+        return _train(args)
+    except MindScienceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _train(args) -> int:
+    """Train as the parsed arguments say; print the final metrics as JSON."""
     torch.manual_seed(args.seed)
     model = potentials_module.MODELS[args.model](cutoff=args.cutoff, features=args.features,
                                                  interactions=args.interactions)
@@ -71,8 +85,6 @@ def main(argv=None) -> int:
                       test_fraction=args.test_fraction, split_by=args.split_by, ema_decay=args.ema_decay,
                       gradient_clip=args.gradient_clip)
     if args.store_split and trainer.context.is_main:
-        if len(args.data) != 1:
-            parser.error("--store-split needs a single dataset file")
         store_split(args.data[0], trainer.split)
     history = trainer.fit(args.epochs, time_limit=args.time_limit)
     if trainer.context.is_main:

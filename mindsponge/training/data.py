@@ -35,6 +35,15 @@ class DatasetError(DataError):
     """A dataset file that cannot be used for training (the message names the file and key)."""
 
 
+def _refuse_periodic(columns, where: str) -> None:
+    """Refuse periodic data: the potentials batch molecules without a box, so training would see a
+    periodic configuration as a cluster in vacuum and its labels would not match."""
+    if "box" in columns:
+        raise DatasetError(f"{where} is periodic (it has a 'box'); training takes non-periodic molecules "
+                           f"only: the potentials evaluate batches without a box, so a periodic sample's "
+                           f"forces would be fitted as those of a cluster in vacuum")
+
+
 @dataclasses.dataclass
 class TrainingData:
     """Configurations with reference energies and forces, held in memory (flat over atoms).
@@ -145,6 +154,7 @@ class TrainingData:
             if missing:
                 raise DatasetError(
                     f"dataset file {str(path)!r} has no column(s) {missing}; it has {sorted(table)}")
+            _refuse_periodic(table, f"dataset file {str(path)!r}")
             parts.append(cls.from_arrays(*(table[names[key]] for key in
                                            ("positions", "atomic_numbers", "energy", "forces")),
                                          source=f"dataset file {str(path)!r}", groups=table.get(group_key)))
@@ -200,6 +210,10 @@ class TrainingData:
             raise DatasetError(f"{source}: the dataset holds no samples")
         by_size: dict[int, list[int]] = {}
         for index, configuration in enumerate(configurations):
+            _refuse_periodic(configuration, f"{source}: sample {index}")
+            for key in ("positions", "energy", "forces"):
+                if not np.isfinite(np.asarray(configuration[key], dtype=np.float64)).all():
+                    raise DatasetError(f"{source}: {key!r} of sample {index} is not finite")
             by_size.setdefault(len(configuration["positions"]), []).append(index)
         parts, order = [], []
         for size, indices in by_size.items():

@@ -205,6 +205,34 @@ def test_force_disagreement_is_the_largest_per_atom_rms_deviation():
     )
 
 
+def test_force_disagreement_in_a_periodic_box_uses_the_box():
+    """Frames in a box: each model's forces with the box (minimum image across the faces), not those of
+    the cluster in vacuum; the frames of a batch are evaluated alike."""
+    from mindsponge.potentials import SchNet
+
+    torch.manual_seed(1)
+    committee = active.Committee([SchNet(cutoff=0.4, features=8, interactions=1).double() for _ in range(2)])
+    box = torch.eye(3, dtype=torch.float64) * 0.9
+    rng = np.random.default_rng(2)
+    frames = torch.as_tensor(rng.uniform(0.0, 0.9, size=(3, 6, 3)))
+    numbers = torch.tensor([8, 1, 1, 8, 1, 1])
+    expected, vacuum = [], []
+    for frame in frames:
+        forces = {True: [], False: []}
+        for model in committee.models:
+            for periodic in (True, False):
+                x = frame.clone().requires_grad_(True)
+                (gradient,) = torch.autograd.grad(model(x, numbers, box if periodic else None), x)
+                forces[periodic].append(-gradient)
+        for periodic, values in forces.items():
+            mean = (values[0] + values[1]) / 2
+            rms = torch.sqrt(((values[0] - mean) ** 2 + (values[1] - mean) ** 2).sum(-1) / 2).max()
+            (expected if periodic else vacuum).append(rms)
+    got = committee.force_disagreement(frames, numbers, box=box)
+    assert torch.allclose(got, torch.stack(expected), rtol=1e-10)
+    assert not torch.allclose(got, torch.stack(vacuum), rtol=1e-3)  # the box matters for these frames
+
+
 def test_select_frames_takes_only_flagged_frames_at_most_max():
     disagreement = np.array([1.0, 50.0, 2.0, 80.0, 60.0, 3.0, 99.0])
     assert active.select_frames(disagreement, 10.0, 10).tolist() == [1, 3, 4, 6]

@@ -120,8 +120,12 @@ def test_train_command_line_reads_extxyz(tmp_path, capsys):
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert np.isfinite(final["force_mae"])
     assert isinstance(ms.potentials.load(output), ms.potentials.LearnedPotential)
-    with pytest.raises(MindScienceError, match="no energy under 'energy'"):
-        main([str(path), "--epochs", "1", "--quiet"])
+    assert main([str(path), "--epochs", "1", "--quiet"]) == 2  # a data error: a message, no traceback
+    assert "no energy under 'energy'" in capsys.readouterr().err
+    before = path.read_bytes()
+    with pytest.raises(SystemExit):  # refused before reading the data: the split goes into an HDF5 file
+        main([str(path), "--store-split", "--energy-key", "REF_energy", "--forces-key", "REF_forces"])
+    assert "single HDF5" in capsys.readouterr().err and path.read_bytes() == before
 
 
 def test_time_limit_stops_within_an_epoch(monkeypatch):

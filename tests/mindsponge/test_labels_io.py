@@ -142,5 +142,5 @@ def test_command_line_converts_between_formats(tmp_path, capsys):
     assert main([str(tmp_path / "water.h5"), str(tmp_path / "water.extxyz")]) == 0
     assert "3 configurations of 3 atoms" in capsys.readouterr().out
     assert_labels_close(read_labels(tmp_path / "water.extxyz"), labels)
-    with pytest.raises(FileExistsError):
-        main([str(tmp_path / "water.h5"), str(tmp_path / "water.extxyz")])
+    assert main([str(tmp_path / "water.h5"), str(tmp_path / "water.extxyz")]) == 2  # no overwrite
+    assert "water.extxyz exists; pass overwrite" in capsys.readouterr().err
