@@ -280,3 +280,73 @@ def test_a_file_openmm_cannot_read_is_named(tmp_path):
     broken.write_text("%VERSION nonsense\n")
     with pytest.raises(DataError, match="AmberPrmtopFile cannot read the Amber prmtop file .*broken.prmtop"):
         ms.interop.load_amber(broken, CB7[1])
+
+
+def test_coordinates_in_another_atom_order_are_refused_naming_the_line(tmp_path, parmed_files):
+    """A gro or crd with two atom lines swapped has the right count but puts every coordinate of the two
+    atoms on the other: refused by name (ParmEd's files pass, OpenMM's renaming, HH31 -> H1, allowed)."""
+    paths = parmed_files["alanine"]
+    lines = open(paths["gro"]).read().splitlines()
+    lines[2], lines[3] = lines[3], lines[2]
+    swapped = tmp_path / "swapped.gro"
+    swapped.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"swapped.gro', line 3: atom 1 is CH3 of residue ACE, but the top"):
+        ms.interop.load_gromacs(paths["top"], swapped)
+    lines = open(paths["crd"]).read().splitlines()
+    first = next(index for index, line in enumerate(lines) if line.split()[:1] == ["1"])
+    lines[first], lines[first + 1] = lines[first + 1], lines[first]
+    swapped = tmp_path / "swapped.crd"
+    swapped.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"swapped.crd', atom 1: atom 1 is CH3"):
+        ms.interop.load_charmm(paths["psf"], swapped, paths["par"], box=paths["box"])
+
+
+def test_damaged_files_and_bad_arguments_are_refused_as_such(tmp_path, parmed_files):
+    text = open(BENZENE_TOLUENE[0]).read()
+    truncated = tmp_path / "truncated.prmtop"  # cut inside %FLAG SCREEN, the last per-atom section
+    truncated.write_text(text[: text.index("%FLAG SCREEN") + 200])
+    with pytest.raises(DataError, match=r"truncated.prmtop': %FLAG SCREEN holds \d+ values for 27 atoms"):
+        ms.interop.load_amber(truncated, BENZENE_TOLUENE[1], implicitSolvent="OBC2")
+    start = text.index("%FLAG CHARGE")
+    garbled = tmp_path / "garbled.prmtop"
+    value = start + text[start:].index("E+00") - 4
+    garbled.write_text(text[:value] + "x" + text[value + 1:])
+    with pytest.raises(DataError, match="garbled.prmtop'.*damaged"):
+        ms.interop.load_amber(garbled, BENZENE_TOLUENE[1])
+    lines = open(BENZENE_TOLUENE[1]).read().splitlines()
+    lines[2] = "         nan" + lines[2][12:]
+    nan = tmp_path / "nan.inpcrd"
+    nan.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="nan.inpcrd': the coordinates of atom 1 are not finite"):
+        ms.interop.load_amber(BENZENE_TOLUENE[0], nan)
+    for dtype in (torch.int64, torch.float16, "float32"):
+        with pytest.raises(ConfigurationError, match="dtype must be torch.float32 or torch.float64"):
+            ms.interop.load_amber(*BENZENE_TOLUENE, dtype=dtype)
+    paths = parmed_files["cb7"]
+    with pytest.raises(UnknownNameError, match="'includeDir' \\(did you mean 'include_dir'"):
+        ms.interop.load_gromacs(paths["top"], paths["gro"], includeDir=str(tmp_path))
+    system, _ = ms.interop.load_charmm(paths["psf"], paths["crd"], paths["par"],
+                                       box=[3.0, 3.1, 3.2] * unit.nanometer)
+    np.testing.assert_allclose(system.box.numpy(), np.diag([3.0, 3.1, 3.2]))
+
+
+def test_obc2_matches_gbsaobcforce_for_an_atom_engulfed_by_a_scaled_sphere(reference):
+    """OpenMM's CustomGBForce form of OBC2 leaves out GBSAOBCForce's term for an atom inside another's
+    scaled sphere (sr2 - r > or1); mindsponge adds it back. A hydrogen 0.03 nm from a sulfur (radius
+    0.18 nm, scale 0.96) of T4 lysozyme's methionine, and three particles with a large scale factor."""
+    system = openmm.System()
+    force = openmm.GBSAOBCForce()
+    for charge, radius, scale in ((0.3, 0.12, 0.85), (-0.3, 0.18, 3.0), (0.1, 0.15, 0.8)):
+        system.addParticle(1.0)
+        force.addParticle(charge, radius, scale)
+    system.addForce(force)
+    native = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+    from mindsponge.interop.openmm.engine_files import _obc2_as_custom_gb
+
+    converted = ms.interop.openmm.from_openmm(_obc2_as_custom_gb(system))
+    for distance in (0.005, 0.02, 0.1, 0.3):
+        positions = np.array([[0.0, 0.0, 0.0], [distance, 0.0, 0.0], [0.0, 0.4, 0.0]])
+        expected = reference(native, positions, None)
+        x = torch.tensor(positions)
+        assert converted(x, None).item() == pytest.approx(expected.total, rel=1e-6, abs=1e-6), distance
+        assert _rms_relative(ms.forces(converted, x, None).numpy(), expected.forces) < 1e-5, distance

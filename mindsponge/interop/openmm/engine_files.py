@@ -22,8 +22,16 @@ are. The defaults differ from OpenMM's where OpenMM's would surprise a simulatio
   OpenMM's default).
 
 Amber's OBC2 implicit solvent without salt (``implicitSolvent="OBC2"``) is a ``GBSAOBCForce`` in
-OpenMM; it is replaced by OpenMM's own equivalent ``CustomGBForce`` (``customgbforces.GBSAOBC2Force``,
-the same charges, radii and screening factors), which mindsponge runs.
+OpenMM; it is replaced by OpenMM's ``CustomGBForce`` form of it (``customgbforces.GBSAOBC2Force``, the
+same charges, radii and screening factors), which mindsponge runs. That form lacks one term of
+``GBSAOBCForce``'s Born integral, the one for an atom engulfed by another's scaled sphere (a clash
+near a sulfur, whose scaled radius is large); it is added back (``_ENGULFED``), so the two agree
+also there.
+
+The coordinates must be those of the topology, atom by atom: besides the atom counts, a gro's or
+crd's atom names are compared with the topology's (a swapped pair of lines is refused, naming the
+line), and every per-atom section of a prmtop must hold one value per atom (a truncated file is
+refused, naming the section).
 """
 
 from __future__ import annotations
@@ -31,13 +39,14 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import numbers
 import os
 
 import torch
 
 from common.errors import ConfigurationError, DataError, MissingFileError, UnknownNameError
 from mindsponge.interop.openmm.files import _box, _charges, _check_file
-from mindsponge.interop.openmm.system import from_openmm, masses
+from mindsponge.interop.openmm.system import check_dtype, from_openmm, masses
 
 __all__ = ["load_amber", "load_gromacs", "load_charmm"]
 
@@ -58,6 +67,17 @@ _UNITS = {
     "implicitSolventKappa": "/nanometer",
 }
 _NOT_OPTIONS = {"self", "params", "verbose"}
+_LOADER_ARGUMENTS = {"load_amber": ("dtype", "return_openmm_system"),
+                     "load_gromacs": ("include_dir", "defines", "dtype", "return_openmm_system"),
+                     "load_charmm": ("box", "dtype", "return_openmm_system")}
+# customgbforces.GBSAOBC2Force's Born integral and the same with GBSAOBCForce's term for an atom
+# engulfed by the other's scaled sphere (sr2 - r > or1: 2 (1/or1 - 1/L) inside the 0.5 factor)
+_BORN_INTEGRAL = "0.5*(1/L-1/U+0.25*(r-sr2^2/r)*(1/(U^2)-1/(L^2))+0.5*log(L/U)/r)"
+_ENGULFED = f"{_BORN_INTEGRAL}+step(sr2-r-or1)*(1/or1-1/L)"
+# the per-atom sections of a prmtop (each holds one value per atom when present)
+_PER_ATOM_SECTIONS = ("ATOM_NAME", "CHARGE", "ATOMIC_NUMBER", "MASS", "ATOM_TYPE_INDEX",
+                      "NUMBER_EXCLUDED_ATOMS", "AMBER_ATOM_TYPE", "TREE_CHAIN_CLASSIFICATION", "JOIN_ARRAY",
+                      "IROTAT", "RADII", "SCREEN")
 
 
 def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_openmm_system: bool = False,
@@ -93,9 +113,11 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_ope
     """
     from openmm import app
 
+    check_dtype("load_amber", dtype)
     prmtop = _check_file(prmtop, "Amber prmtop")
     inpcrd = _check_file(inpcrd, "Amber coordinate (inpcrd)")
     topology_file = _read(app.AmberPrmtopFile, prmtop, "Amber prmtop")
+    _check_prmtop_sections(topology_file, prmtop)
     coordinates = _read(app.AmberInpcrdFile, inpcrd, "Amber coordinate (inpcrd)")
     _check_counts(prmtop, topology_file.topology.getNumAtoms(), inpcrd, len(coordinates.positions))
     box = coordinates.boxVectors
@@ -103,7 +125,7 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_ope
         topology_file.topology.setPeriodicBoxVectors(box)
     openmm_system = _create_system(topology_file, prmtop, "load_amber", system_options)
     return _translate(_obc2_as_custom_gb(openmm_system), topology_file.topology, coordinates.positions, dtype,
-                      return_openmm_system)
+                      return_openmm_system, inpcrd)
 
 
 def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype: torch.dtype = torch.float64,
@@ -136,6 +158,7 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
     """
     from openmm import app, unit
 
+    check_dtype("load_gromacs", dtype)
     top = _check_file(top, "GROMACS topology (top)")
     gro = _check_file(gro, "GROMACS coordinate (gro)")
     if include_dir is not None:
@@ -146,12 +169,18 @@ def load_gromacs(top, gro, include_dir=None, defines: dict | None = None, dtype:
     box = coordinates.getPeriodicBoxVectors()
     if box is not None and not any(any(vector) for vector in box.value_in_unit(unit.nanometer)):
         box = None  # an all-zero box line: a system without periodicity
+    searched = f" (include folder {include_dir!r})" if include_dir else \
+        " (no include_dir given: OpenMM's guess of the GROMACS installation was searched)"
     topology_file = _read(app.GromacsTopFile, top, "GROMACS topology (top)", periodicBoxVectors=box,
-                          includeDir=include_dir, defines=defines)
+                          includeDir=include_dir, defines=defines, note=searched)
     _check_counts(top, topology_file.topology.getNumAtoms(), gro, len(coordinates.positions))
+    # a gro line: residue number and name, atom name (5 characters each); names cut to 5 characters
+    _check_names(top, topology_file.topology, gro,
+                 [(residue, atom) for residue, atom in zip(coordinates.residueNames, coordinates.atomNames,
+                                                           strict=True)], first_line=3, width=5)
     openmm_system = _create_system(topology_file, top, "load_gromacs", system_options)
     return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
-                      return_openmm_system)
+                      return_openmm_system, gro)
 
 
 def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, *,
@@ -183,6 +212,7 @@ def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, 
     """
     from openmm import Vec3, app, unit
 
+    check_dtype("load_charmm", dtype)
     psf = _check_file(psf, "CHARMM psf")
     crd = _check_file(crd, "CHARMM coordinate (crd)")
     params = [params] if isinstance(params, (str, os.PathLike)) else list(params)
@@ -196,17 +226,23 @@ def load_charmm(psf, crd, params, box=None, dtype: torch.dtype = torch.float64, 
     topology_file = _read(app.CharmmPsfFile, psf, "CHARMM psf", periodicBoxVectors=vectors)
     coordinates = _read(app.CharmmCrdFile, crd, "CHARMM coordinate (crd)")
     _check_counts(psf, topology_file.topology.getNumAtoms(), crd, len(coordinates.positions))
+    _check_names(psf, topology_file.topology, crd, _crd_names(crd), first_line=None, width=None)
     try:
         parameters = app.CharmmParameterSet(*params)
     except Exception as error:
         raise DataError(f"OpenMM cannot read the CHARMM parameter files {params}: {error}") from error
-    openmm_system = _create_system(topology_file, psf, "load_charmm", system_options, parameters)
+    openmm_system = _create_system(topology_file, psf, "load_charmm", system_options, parameters,
+                                   parameter_files=params)
     return _translate(openmm_system, topology_file.topology, coordinates.positions, dtype,
-                      return_openmm_system)
+                      return_openmm_system, crd)
 
 
 def _box_rows(box) -> list[list[float]]:
     """A CHARMM box as three rows of nm: from ``(3,)`` edge lengths or ``(3, 3)`` vectors."""
+    from openmm import unit
+
+    if unit.is_quantity(box):
+        box = box.value_in_unit(unit.nanometer)
     rows = torch.as_tensor(box, dtype=torch.float64)
     if rows.shape == (3,):
         rows = torch.diag(rows)
@@ -216,13 +252,63 @@ def _box_rows(box) -> list[list[float]]:
     return rows.tolist()
 
 
-def _read(reader, path: str, what: str, **arguments):
-    """``reader(path, **arguments)``, its failures named with the file."""
+def _read(reader, path: str, what: str, note: str = "", **arguments):
+    """``reader(path, **arguments)``, its failures named with the file (and ``note`` added)."""
     try:
         return reader(path, **arguments)
     except Exception as error:
+        hint = ""
+        if reader.__name__ == "AmberPrmtopFile" and isinstance(error, IndexError | KeyError):
+            hint = (" (a truncated file, or a prmtop older than Amber 7 without %FLAG sections: ParmEd "
+                    "converts those)")
         raise DataError(f"OpenMM's {reader.__name__} cannot read the {what} file {path!r}: "
-                        f"{type(error).__name__}: {error}") from error
+                        f"{type(error).__name__}: {error}{note}{hint}") from error
+
+
+def _check_prmtop_sections(topology_file, path: str) -> None:
+    """Refuse a prmtop whose per-atom sections do not hold one value per atom (a truncated file:
+    OpenMM's reader would pair the short list with the first atoms and give the rest defaults)."""
+    raw = topology_file._prmtop._raw_data
+    atoms = topology_file.topology.getNumAtoms()
+    for section in _PER_ATOM_SECTIONS:
+        if section in raw and len(raw[section]) != atoms:
+            raise DataError(f"Amber prmtop {path!r}: %FLAG {section} holds {len(raw[section])} values for "
+                            f"{atoms} atoms (a truncated or damaged file?)")
+
+
+def _crd_names(path: str) -> list[tuple[str, str]]:
+    """``(residue name, atom name)`` of every atom line of a CHARMM crd (standard or extended)."""
+    names = []
+    with open(path) as file:
+        lines = [line for line in file if not line.startswith("*")]
+    for line in lines[1:]:  # the first is the atom count
+        words = line.split()
+        if len(words) >= 4:
+            names.append((words[2], words[3]))
+    return names
+
+
+def _check_names(topology_path: str, topology, coordinates_path: str, names, first_line, width) -> None:
+    """Refuse coordinates whose residue and atom names differ from the topology's, atom by atom (lines
+    in another order give a valid-looking but wrong system); ``width`` cuts the topology's names as
+    the file format does; ``first_line`` is the file line of the first atom (for the message)."""
+    from openmm.app import PDBFile
+
+    PDBFile._loadNameReplacementTables()  # the topology readers rename atoms by these tables (HH31 -> H1)
+    residues, atoms = PDBFile._residueNameReplacements, PDBFile._atomNameReplacements
+    for index, (atom, (residue_name, atom_name)) in enumerate(zip(topology.atoms(), names, strict=False)):
+        residue_name, atom_name = residue_name.strip(), atom_name.strip()
+        expected = (atom.residue.name[:width] if width else atom.residue.name,
+                    atom.name[:width] if width else atom.name)
+        standard_residue = residues.get(residue_name, residue_name)
+        standard = (standard_residue, atoms.get(standard_residue, {}).get(atom_name, atom_name))
+        standard = tuple(name[:width] if width else name for name in standard)
+        if expected not in ((residue_name, atom_name), standard):
+            where = f"line {first_line + index}" if first_line else f"atom {index + 1}"
+            raise DataError(
+                f"{coordinates_path!r}, {where}: atom {index + 1} is {atom_name} of residue "
+                f"{residue_name}, but the topology {topology_path!r} has {expected[1]} of "
+                f"{expected[0]} there: give the coordinates written with this topology, atoms in its order")
 
 
 def _check_counts(topology_path: str, topology_atoms: int, coordinates_path: str, coordinate_atoms: int):
@@ -232,15 +318,16 @@ def _check_counts(topology_path: str, topology_atoms: int, coordinates_path: str
             f"{topology_atoms}: give the coordinates written with this topology")
 
 
-def _create_system(topology_file, path: str, caller: str, given: dict, *leading):
+def _create_system(topology_file, path: str, caller: str, given: dict, *leading, parameter_files=()):
     """``topology_file.createSystem`` with the defaults of the module docstring and ``given`` options."""
     from openmm import app
 
     accepted = [name for name in inspect.signature(topology_file.createSystem).parameters
                 if name not in _NOT_OPTIONS]
+    own = _LOADER_ARGUMENTS[caller]
     for name in given:
         if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
+            close = difflib.get_close_matches(name, accepted + list(own), n=1)  # own: include_dir...
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UnknownNameError(
                 f"{caller}: {type(topology_file).__name__}.createSystem takes no option {name!r}{hint}; "
@@ -256,6 +343,11 @@ def _create_system(topology_file, path: str, caller: str, given: dict, *leading)
         return topology_file.createSystem(*leading, **options)
     except Exception as error:
         shown = ", ".join(f"{name}={value}" for name, value in options.items())
+        damaged = isinstance(error, ValueError) and "could not convert" in str(error)  # a garbled number
+        if type(error).__name__ == "MissingParameter" or isinstance(error, KeyError) or damaged:
+            files = f" and the parameter files {list(parameter_files)}" if parameter_files else ""
+            raise DataError(f"{caller}: {path!r}{files}: damaged, or without parameters OpenMM needs: "
+                            f"{type(error).__name__}: {error}") from error
         raise ConfigurationError(
             f"{caller}: OpenMM cannot build a System from {path!r} with {shown}: "
             f"{type(error).__name__}: {error}") from error
@@ -271,7 +363,8 @@ def _option_value(caller: str, name: str, value):
                 f"{caller}: {name}={value!r} is not one of {', '.join(_NAMED[name])}"
                 + (" (or None)" if name in ("constraints", "implicitSolvent") else ""))
         return getattr(app, value)
-    if name in _UNITS and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if name in _UNITS and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
         md_unit = _UNITS[name]
         if md_unit.startswith("/"):
             return value / getattr(unit, md_unit[1:])
@@ -320,6 +413,10 @@ def _custom_obc2(force, customgbforces):
     for particle in range(force.getNumParticles()):
         charge, radius, scale = force.getParticleParameters(particle)
         custom.addParticle([charge, radius, scale])
+    name, expression, kind = custom.getComputedValueParameters(0)
+    if _BORN_INTEGRAL not in expression:
+        raise RuntimeError(f"OpenMM's GBSAOBC2Force has another Born integral than expected: {expression}")
+    custom.setComputedValueParameters(0, name, expression.replace(_BORN_INTEGRAL, _ENGULFED, 1), kind)
     custom.finalize()
     if cutoff is not None:
         custom.setNonbondedMethod(openmm.CustomGBForce.CutoffPeriodic if periodic
@@ -329,7 +426,7 @@ def _custom_obc2(force, customgbforces):
     return custom
 
 
-def _translate(openmm_system, openmm_topology, positions, dtype, return_openmm_system=False):
+def _translate(openmm_system, openmm_topology, positions, dtype, return_openmm_system, coordinates_path):
     """``(System, ForceField)`` of an OpenMM System, its topology and positions (a quantity); with
     ``return_openmm_system``, ``(System, ForceField, openmm_system)`` (as ``from_pdb_with_forcefield``)."""
     from openmm import unit
@@ -338,6 +435,11 @@ def _translate(openmm_system, openmm_topology, positions, dtype, return_openmm_s
     from mindsponge.topology import Topology
 
     coordinates = torch.tensor(positions.value_in_unit(unit.nanometer), dtype=dtype)
+    finite = torch.isfinite(coordinates).all(1)
+    if not bool(finite.all()):
+        atom = int(torch.argmin(finite.int()))
+        raise DataError(f"{coordinates_path!r}: the coordinates of atom {atom + 1} are not finite "
+                        f"({coordinates[atom].tolist()})")
     system = System(
         positions=coordinates,
         masses=masses(openmm_system, dtype),

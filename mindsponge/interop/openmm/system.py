@@ -43,6 +43,13 @@ _INSTEAD = {
 }
 
 
+def check_dtype(caller: str, dtype) -> None:
+    """Refuse a dtype other than float32 and float64 (integers would truncate coordinates and
+    charges, half precision overflows), naming the caller."""
+    if dtype not in (torch.float32, torch.float64):
+        raise ArgumentTypeError(f"{caller}: dtype must be torch.float32 or torch.float64, got {dtype!r}")
+
+
 def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64) -> ForceField:
     """Translate an OpenMM ``System`` into a :class:`~mindsponge.forcefield.ForceField`.
 
@@ -80,6 +87,7 @@ def from_openmm(openmm_system, topology=None, dtype: torch.dtype = torch.float64
 
     if not isinstance(openmm_system, openmm.System):
         raise ArgumentTypeError(f"from_openmm expects an openmm.System, got {type(openmm_system).__name__}")
+    check_dtype("from_openmm", dtype)
     if topology is not None:
         atoms = topology.n_atoms if hasattr(topology, "n_atoms") else topology.getNumAtoms()
         if atoms != openmm_system.getNumParticles():
