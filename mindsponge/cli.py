@@ -67,7 +67,10 @@ it after the run (:mod:`mindsponge.cli_learned`).
 
 ``--resume`` continues from the checkpoint in the output directory up to ``steps``; the CSV log
 and the H5MD trajectory are first cut back to the checkpoint's step, so that every reported step
-appears once, in order, even after the run was killed between two checkpoints. The progress
+appears once, in order, even after the run was killed between two checkpoints. A resume whose
+settings (time step, integrator, thermostat, barostat, constraints, precision, system, force field)
+differ from the run's is refused, listing the changes, unless ``--allow-changed-config`` is given
+(:mod:`mindsponge.cli_settings`; ``steps`` and ``[output]`` may change). The progress
 bars (standard error) are redrawn at most once a minute when standard error is not a terminal;
 ``--quiet`` turns them off. ``--output DIR`` replaces ``[output] directory`` (relative to the
 working directory, as any command-line path, and allowed anywhere). Errors are printed as one
@@ -89,6 +92,7 @@ from common.output_paths import output_folder
 from mindsponge import cli_learned, cli_replicas, cli_system
 from mindsponge.cli_learned import ActiveConfig, PotentialConfig
 from mindsponge.cli_replicas import ReplicasConfig
+from mindsponge.cli_settings import SETTINGS_FILE, check_resumed_settings
 from mindsponge.cli_system import SystemConfig, WaterBoxConfig  # noqa: F401  (their home was here)
 
 __all__ = ["RunConfig", "main", "run"]
@@ -328,7 +332,8 @@ def _output_files(config, folder):
     return files
 
 
-def run(config_path, resume=False, progress=True, output_directory=None, active=False):
+def run(config_path, resume=False, progress=True, output_directory=None, active=False,
+        allow_changed_config=False):
     """Run the simulation a configuration file describes (see the module docstring).
 
     Args:
@@ -340,6 +345,8 @@ def run(config_path, resume=False, progress=True, output_directory=None, active=
         progress: show progress bars (rate-limited when standard error is not a terminal).
         active: after the run, label the frames the committee flagged and retrain it (``[active]``;
             :func:`mindsponge.cli_learned.retrain`).
+        allow_changed_config: resume although the settings differ from the run's
+            (:mod:`mindsponge.cli_settings`; otherwise refused).
 
     Returns:
         the :class:`~mindsponge.simulation.Simulation` after the run (with ``[replicas]``: the
@@ -373,6 +380,7 @@ def run(config_path, resume=False, progress=True, output_directory=None, active=
     thermostat = _thermostat(config.thermostat)
     barostat = _barostat(config.barostat)
     output = config.output
+    check_resumed_settings(folder.file(SETTINGS_FILE), config, resume, allow_changed_config)
     if config.replicas is not None:
         return cli_replicas.run(config, files, system, forcefield, integrator, thermostat, barostat,
                                 precision, resume, progress)
@@ -467,6 +475,8 @@ def main(argv=None):
     run_parser = commands.add_parser("run", help="run a simulation from a TOML configuration")
     run_parser.add_argument("config", type=pathlib.Path, help="the TOML run configuration")
     run_parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    run_parser.add_argument("--allow-changed-config", action="store_true",
+                            help="resume although the settings (dt, integrator...) differ from the run's")
     run_parser.add_argument("--quiet", action="store_true", help="no progress bar")
     run_parser.add_argument("--active", action="store_true",
                             help="after the run, label the frames the committee flagged and retrain it")
@@ -485,7 +495,8 @@ def main(argv=None):
 
         command = cli_free_energy.run
     else:
-        command, options = run, {"active": arguments.active}
+        command, options = run, {"active": arguments.active,
+                                 "allow_changed_config": arguments.allow_changed_config}
     try:
         command(
             arguments.config,

@@ -321,3 +321,27 @@ def test_replicas_with_a_barostat_move_their_boxes(tmp_path):
     volumes = [float(torch.linalg.det(state.box)) for state in sampler.replica_states]
     start = float(torch.linalg.det(sampler._spec.system.box))
     assert all(abs(volume / start - 1) > 1e-9 for volume in volumes)
+
+
+def test_resume_with_changed_settings_is_refused_unless_allowed(tmp_path, capsys):
+    """A resume with another time step would continue another simulation from this one's state: refused,
+    naming the change; more steps and other reporting are free; --allow-changed-config continues and
+    records the change."""
+    config = tmp_path / "run.toml"
+    short = CONFIG.replace(f"steps = {STEPS}", "steps = 4")
+    config.write_text(short)
+    assert main(["run", str(config), "--quiet"]) == 0
+    config.write_text(short.replace("steps = 4", "steps = 6").replace(f"report_every = {REPORT_EVERY}",
+                                                                      "report_every = 2"))
+    assert main(["run", str(config), "--resume", "--quiet"]) == 0
+    config.write_text(short.replace("steps = 4", "steps = 8").replace("dt = 0.002", "dt = 0.001"))
+    assert main(["run", str(config), "--resume", "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert "integrator.dt: 0.002 -> 0.001" in error and "--allow-changed-config" in error
+    with pytest.warns(UserWarning, match="changed settings: integrator.dt"):
+        assert main(["run", str(config), "--resume", "--quiet", "--allow-changed-config"]) == 0
+    import json
+
+    record = json.loads((tmp_path / "out" / "run_settings.json").read_text())
+    assert record["settings"]["integrator"]["dt"] == 0.001
+    assert record["changes"] == [["integrator.dt: 0.002 -> 0.001"]]
