@@ -20,9 +20,10 @@ import json
 import pathlib
 import warnings
 
+from common.differences import nested_differences
 from common.errors import ConfigurationError
 
-__all__ = ["SETTINGS_FILE", "FREE_TO_CHANGE", "run_settings", "differences", "check_resumed_settings"]
+__all__ = ["SETTINGS_FILE", "FREE_TO_CHANGE", "run_settings", "check_resumed_settings"]
 
 SETTINGS_FILE = "run_settings.json"
 FREE_TO_CHANGE = ("steps", "output", "minimize", "minimize_tolerance", "seed")
@@ -34,17 +35,6 @@ def run_settings(config) -> dict:
     for key in FREE_TO_CHANGE:
         settings.pop(key, None)
     return json.loads(json.dumps(settings, default=str))
-
-
-def differences(saved, current, prefix: str = "") -> list[str]:
-    """``"key.path: saved -> current"`` for every value that differs between two settings dicts."""
-    if isinstance(saved, dict) and isinstance(current, dict):
-        changed = []
-        for key in sorted(set(saved) | set(current)):
-            name = f"{prefix}.{key}" if prefix else key
-            changed += differences(saved.get(key), current.get(key), name)
-        return changed
-    return [] if saved == current else [f"{prefix or 'settings'}: {saved!r} -> {current!r}"]
 
 
 def check_resumed_settings(path: pathlib.Path, config, resume: bool, allow_changed: bool) -> None:
@@ -65,7 +55,7 @@ def check_resumed_settings(path: pathlib.Path, config, resume: bool, allow_chang
     record = {"settings": current, "changes": []}
     if resume and path.is_file():
         saved = json.loads(path.read_text())
-        changed = differences(saved["settings"], current)
+        changed = nested_differences(saved["settings"], current)
         if changed and not allow_changed:
             raise ConfigurationError(
                 f"--resume: the configuration differs from the run it continues ({path}): "

@@ -18,7 +18,9 @@ code runs) when the recipe is loaded or validated, and is run on every worker. E
 of ``generate``: 0 complete, 1 samples failed (listed), 2 refused before running, 3 samples
 could not run because of their workers (see :mod:`common.datasets.__main__`).
 
-From Python:
+From Python (in a script, under ``if __name__ == "__main__":``: the worker processes import the
+script, and a call at its top level would start generating again in each of them; ``generate``
+refuses to run there):
 
     >>> from common import datasets                                           # doctest: +SKIP
     >>> summary = datasets.generate("datasets/oscillator_small.toml", workers=2)  # doctest: +SKIP

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             allow_changed_generator=arguments.allow_changed_generator,
             threads=arguments.threads,
         )
-    except (ValueError, RuntimeError) as error:  # refusals: the output file, arguments, busy file
+    except (ValueError, RuntimeError, OSError) as error:  # refusals: the output file, arguments, busy file
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(summary)

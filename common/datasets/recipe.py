@@ -81,11 +81,15 @@ __all__ = [
     "sample_parameters",
     "sample_seed",
     "RESERVED_COLUMNS",
+    "RESERVED_GROUPS",
     "EXTENDABLE_METHODS",
 ]
 
 RESERVED_COLUMNS = ("sample_id", "sample_seed")
 """Columns the runner adds to every sample; no parameter or generator output may use these names."""
+
+RESERVED_GROUPS = ("runs", "failed", "infrastructure")
+"""Groups the runner keeps beside the samples in the file's root; no column may take these names."""
 
 EXECUTION_KEYS = ("timeout", "retries")
 """``[generator]`` keys that change how samples run, not their content (not fingerprinted)."""
@@ -168,6 +172,8 @@ class Parameter:
             raise ConfigurationError(
                 f"values must be all numbers, all strings or all booleans, got {self.values}"
             )
+        if kinds == {"number"} and not all(math.isfinite(value) for value in self.values):
+            raise ConfigurationError(f"values must be finite numbers, got {self.values}")
         if kinds == {"number"} and any(isinstance(value, float) for value in self.values):
             self.values = [float(value) for value in self.values]
 
@@ -400,10 +406,11 @@ def _parameter_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
     if not recipe.parameters:
         errors.append(("the recipe needs at least one parameter", ("parameters",)))
     for name, parameter in recipe.parameters.items():
-        if not name.isidentifier() or keyword.iskeyword(name) or name in RESERVED_COLUMNS:
+        if not name.isidentifier() or keyword.iskeyword(name) or name in RESERVED_COLUMNS + RESERVED_GROUPS:
             errors.append(
                 (
-                    f"parameter name must be a Python identifier and not one of {RESERVED_COLUMNS}",
+                    f"parameter name must be a Python identifier and not one of "
+                    f"{RESERVED_COLUMNS + RESERVED_GROUPS}",
                     ("parameters", name),
                 )
             )
@@ -415,14 +422,15 @@ def _parameter_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
 
 
 def _label_errors(recipe: Recipe) -> list[tuple[str, tuple]]:
-    return [
-        (
-            f"label {label!r} clashes with a parameter or a reserved column {RESERVED_COLUMNS}",
-            ("generator", "labels"),
-        )
-        for label in recipe.generator.labels or ()
-        if label in recipe.parameters or label in RESERVED_COLUMNS
-    ]
+    errors = []
+    for label in recipe.generator.labels or ():
+        if label in recipe.parameters or label in RESERVED_COLUMNS + RESERVED_GROUPS:
+            errors.append((f"label {label!r} clashes with a parameter or a name the file reserves "
+                           f"{RESERVED_COLUMNS + RESERVED_GROUPS}", ("generator", "labels")))
+        elif not label or "/" in label or label.startswith("_"):
+            errors.append((f"label {label!r} cannot name a column: it must be non-empty, without '/', "
+                           f"and not start with '_'", ("generator", "labels")))
+    return errors
 
 
 def _sampling_errors(recipe: Recipe, earlier: list) -> list[tuple[str, tuple]]:

@@ -26,8 +26,9 @@ import numpy as np
 
 from common import io
 from common.datasets.code_fingerprint import CodeFingerprint, describe_changes
-from common.datasets.recipe import EXTENDABLE_METHODS, Recipe
-from common.errors import BusyError, ConfigurationError
+from common.datasets.recipe import EXTENDABLE_METHODS, RESERVED_COLUMNS, Recipe, loads_recipe
+from common.differences import nested_differences
+from common.errors import BusyError, ConfigurationError, DataError
 
 __all__ = ["FileState", "open_locked", "generator_fingerprint", "UncheckedImportsWarning"]
 
@@ -75,7 +76,8 @@ def _generator_digest(recipe: Recipe, **code: str) -> str:
 
 
 def open_locked(
-    path: pathlib.Path, recipe: Recipe, attributes: dict, parameters: list[dict], allow_changed: bool
+    path: pathlib.Path, recipe: Recipe, attributes: dict, parameters: list[dict], allow_changed: bool,
+    requested: int | None = None,
 ) -> tuple[io.H5Writer, FileState]:
     """Open the writer (taking the file's lock), check the file may be resumed, read what it holds.
 
@@ -89,6 +91,9 @@ def open_locked(
             and generator's fingerprints, the code files and package versions).
         parameters: ``sample_parameters(recipe)``.
         allow_changed: resume a file made by other code.
+        requested: the samples this run covers (ids below it; default all): a file made by other
+            code that already holds all of them is opened (nothing would be mixed; the changes are
+            recorded in the run's entry) without ``allow_changed``.
 
     Raises:
         RuntimeError: if another process is writing the file (another ``generate`` of it).
@@ -106,10 +111,12 @@ def open_locked(
     try:
         stored = writer.attributes
         _check_recipe(path, stored, recipe)
-        fingerprint, changes = _check_code(path, stored, attributes, recipe, allow_changed)
         finished, failed = _read_ids(writer)
+        covered = set(range(len(parameters) if requested is None else requested)) <= finished
+        fingerprint, changes = _check_code(path, stored, attributes, recipe, allow_changed or covered)
         _check_sample_count(path, stored, recipe, finished | set(failed))
         _check_parameters(writer, recipe, parameters)
+        _check_columns(writer, recipe)
     except BaseException:
         writer.close()
         raise
@@ -127,9 +134,25 @@ def _check_recipe(path: pathlib.Path, stored: dict, recipe: Recipe) -> None:
     legacy = {recipe.fingerprint_with_n(n) for n in (recipe.sampling.n, file_n)}
     if fingerprint != recipe.fingerprint() and fingerprint not in legacy:
         raise ConfigurationError(
-            f"{path} was generated from a different recipe (generator, options, labels, parameters or "
-            f"sampling differ); resuming would mix datasets. Choose another output path or delete the file"
+            f"{path} was generated from a different recipe ({_recipe_changes(stored, recipe)}); resuming "
+            f"would mix datasets. Choose another output path or delete the file"
         )
+
+
+def _recipe_changes(stored: dict, recipe: Recipe) -> str:
+    """What differs between the recipe stored in a file and ``recipe`` (``n`` left out, as extending is
+    allowed), as ``key.path: file's -> this recipe's``; a generic phrase when the stored one cannot be
+    read."""
+    generic = "generator, options, labels, parameters or sampling differ"
+    try:
+        before = loads_recipe(str(stored["recipe"]), "<the file's recipe>")._fingerprinted()
+    except (KeyError, ValueError, TypeError):  # an old file, or a recipe whose generator is gone
+        return generic
+    after = recipe._fingerprinted()
+    for content in (before, after):
+        content["sampling"].pop("n", None)
+    changed = nested_differences(before, after)
+    return "; ".join(changed) if changed else generic
 
 
 def _check_code(
@@ -203,6 +226,21 @@ def _check_sample_count(path: pathlib.Path, stored: dict, recipe: Recipe, held: 
         )
 
 
+def _check_columns(writer: io.H5Writer, recipe: Recipe) -> None:
+    """Refuse a file whose samples lack a column every sample of this recipe has (a damaged file)."""
+    if not writer.count("/"):
+        return
+    held = set(writer.columns("/"))
+    # labels may echo a parameter back (not stored twice), so those are only required as parameters
+    needed = set(RESERVED_COLUMNS) | set(recipe.parameters) | set(recipe.generator.labels or ())
+    missing = sorted(needed - held)
+    if missing:
+        raise DataError(
+            f"{writer.path}: its samples have no column(s) {missing}, which every sample of this recipe "
+            f"has (it holds {sorted(held)}); the file was damaged or edited. Generate into a new file"
+        )
+
+
 def _check_parameters(writer: io.H5Writer, recipe: Recipe, parameters: list[dict]) -> None:
     """Refuse a file whose samples' parameters are not the ones this recipe's sampling gives them."""
     if not writer.count("/"):
@@ -213,7 +251,7 @@ def _check_parameters(writer: io.H5Writer, recipe: Recipe, parameters: list[dict
         expected = np.array([parameters[sample_id][name] for sample_id in ids])
         held = table[name]
         if expected.dtype.kind in "fi" and held.dtype.kind in "fi":
-            differ = ~np.isclose(held, expected, rtol=_PARAMETER_RTOL, atol=0.0)
+            differ = ~np.isclose(held, expected, rtol=_PARAMETER_RTOL, atol=0.0, equal_nan=True)
         else:
             differ = held != expected
         if differ.any():

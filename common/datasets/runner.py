@@ -323,6 +323,17 @@ def _append_run(
     writer.append({key: value for key, value in record.items() if key in columns}, group="runs")
 
 
+def _imported_by_a_worker() -> bool:
+    """Whether the call comes from the top level of a main script a worker process is importing (as
+    ``__mp_main__``: forkserver and spawn workers import the main script before running jobs)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def generate(
     recipe: Recipe | str | os.PathLike,
     output: str | os.PathLike | None = None,
@@ -374,6 +385,11 @@ def generate(
     """
     from tqdm.auto import tqdm
 
+    if _imported_by_a_worker():
+        raise RuntimeError(
+            "generate() was called while a worker process imported the script that calls it: put the "
+            "call under `if __name__ == \"__main__\":` (the workers import the main script, and each would "
+            "start generating again)")
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -393,7 +409,8 @@ def generate(
     )
     executor = _executor_name(workers, scheduler)
     start = time.perf_counter()
-    writer, state = open_locked(path, recipe, attributes, parameters, allow_changed_generator)
+    parallel.check_pool_arguments(workers, threads, "generate")
+    writer, state = open_locked(path, recipe, attributes, parameters, allow_changed_generator, requested)
     with writer:
         failed_before = {sample_id for sample_id in state.failed if sample_id < requested}
         skipped = state.finished | (set() if retry_failed else failed_before)
@@ -469,6 +486,7 @@ class _Outcomes:
     def __init__(self, writer, recipe: Recipe, path: pathlib.Path, summary: GenerationSummary, bar):
         self.writer, self.recipe, self.path, self.summary, self.bar = writer, recipe, path, summary, bar
         self.validated = False
+        self.held_before = writer.count("/") > 0  # samples of earlier runs the first one must fit
         self.finished_now: set[int] = set()
 
     def record(self, job: tuple, result: Any) -> None:
@@ -515,10 +533,15 @@ class _Outcomes:
         try:
             self.writer.append(record)
         except (ValueError, TypeError) as error:  # keys, shapes or dtypes unlike earlier samples
-            if not self.validated:
+            if not self.validated and self.held_before:
                 raise DataError(
                     f"{self.path}: sample {sample_id}, the first of this run to finish, does not fit "
                     f"the samples already in the file ({error}); the generator's output changed"
+                ) from error
+            if not self.validated:
+                raise DataError(
+                    f"{self.path}: sample {sample_id}, the first of this run to finish, returned a value "
+                    f"the file cannot store ({error}); fix the generator's output"
                 ) from error
             return parallel.JobFailure(type(error).__name__, str(error), "")
         self.validated = True

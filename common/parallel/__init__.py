@@ -53,7 +53,25 @@ from common.parallel.distributed import DistributedContext
 from common.parallel.pool import run_pool
 from common.parallel.worker import InfrastructureError, JobFailure, JobTimeoutError, call
 
-__all__ = ["DistributedContext", "InfrastructureError", "JobFailure", "JobTimeoutError", "run_jobs"]
+__all__ = [
+    "DistributedContext",
+    "InfrastructureError",
+    "JobFailure",
+    "JobTimeoutError",
+    "check_pool_arguments",
+    "run_jobs",
+]
+
+
+def check_pool_arguments(workers: int | None, threads: int | None, caller: str) -> None:
+    """Refuse a bad ``workers`` (an int >= 0, 0 = in this process) or ``threads`` (an int >= 1, per
+    worker) before anything is started or written; ``None`` is the default for either."""
+    from common.checks import non_negative_int, positive_int  # here: common.checks imports torch
+
+    if workers is not None:
+        non_negative_int(workers, f"{caller}: workers (0 = in this process)")
+    if threads is not None:
+        positive_int(threads, f"{caller}: threads (per worker)")
 
 
 def run_jobs(
@@ -117,12 +135,9 @@ def run_jobs(
 
     if not callable(fn):
         raise ArgumentTypeError(f"run_jobs: fn must be callable, got {type(fn).__name__}")
-    if workers is not None:
-        non_negative_int(workers, "run_jobs: workers (0 = in this process)")
+    check_pool_arguments(workers, threads, "run_jobs")
     if max_in_flight is not None:
         positive_int(max_in_flight, "run_jobs: max_in_flight")
-    if threads is not None:
-        positive_int(threads, "run_jobs: threads (per worker)")
     non_negative_int(retries, "run_jobs: retries")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ConfigurationError(f"run_jobs: timeout must be a number of seconds > 0, got {timeout!r}")

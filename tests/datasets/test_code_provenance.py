@@ -187,6 +187,8 @@ def test_a_file_written_before_code_fingerprints_resumes_with_a_warning(tmp_path
 
     (folder / f"{name}.py").write_text(GENERATOR.format(helper=helper) + "\n# edited\n")  # this is checked
     _reload(name, helper)
+    assert datasets.generate(path, workers=0, progress=False).succeeded == 0  # finished: nothing to mix
+    path.write_text(path.read_text().replace("n = 6", "n = 8"))  # more samples would mix the two codes
     with pytest.raises(ValueError, match=rf"{name}\.py changed \(sha256"):
         datasets.generate(path, workers=0, progress=False)
 

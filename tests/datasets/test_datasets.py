@@ -75,6 +75,9 @@ BAD_RECIPES = [
     ("examples:damped_oscillator", "examples:no_such_function", 5, "has no attribute 'no_such_function'"),
     ('method = "sobol"', 'method = "grid"', 9, "needs 'points'"),
     ("n = 32", "n = 0", 14, "key 'n'"),
+    ("damping = {", "runs = {", 10, "not one of ('sample_id', 'sample_seed', 'runs', 'failed', 'infra"),
+    ("damping = { low = 0.0, high = 1.2 }", "damping = { values = [nan, 1.0] }", 10, "values must be finite"),
+    ("\n[parameters]", 'labels = ["a/b"]\n[parameters]', 7, "label 'a/b' cannot name a column"),
 ]
 
 
@@ -214,9 +217,43 @@ def test_limit_then_continue(tmp_path):
 def test_resume_refuses_a_file_from_another_recipe(tmp_path):
     path = _recipe(tmp_path, n=4)
     datasets.generate(path, workers=0, progress=False)
-    path.write_text(path.read_text().replace("seed = 3", "seed = 4"))
-    with pytest.raises(ValueError, match="different recipe"):
+    path.write_text(path.read_text().replace("seed = 3", "seed = 4").replace("noise = 0.01", "noise = 0.02"))
+    with pytest.raises(ValueError, match="different recipe") as raised:  # naming what differs
         datasets.generate(path, workers=0, progress=False)
+    assert "generator.options.noise: 0.01 -> 0.02; sampling.seed: 3 -> 4" in str(raised.value)
+
+
+def test_a_file_that_lost_a_label_column_is_refused(tmp_path):
+    path = _recipe(tmp_path, n=4)
+    labels = 'labels = ["times", "displacement", "velocity", "energy"]\n[parameters]'
+    path.write_text(path.read_text().replace("\n[parameters]", labels))
+    datasets.generate(path, workers=0, progress=False)
+    with h5py.File(tmp_path / "recipe.h5", "a") as file:
+        del file["energy"]
+    path.write_text(path.read_text().replace("n = 4", "n = 6"))
+    with pytest.raises(DataError, match=r"recipe.h5: its samples have no column\(s\) \['energy'\]"):
+        datasets.generate(path, workers=0, progress=False)
+
+
+def test_bad_workers_are_refused_before_the_file_is_made(tmp_path):
+    path = _recipe(tmp_path, n=4)
+    with pytest.raises(ValueError, match="generate: workers"):
+        datasets.generate(path, workers=-1, progress=False)
+    with pytest.raises(ValueError, match="generate: threads"):
+        datasets.generate(path, workers=0, threads=0, progress=False)
+    assert not (tmp_path / "recipe.h5").exists()
+
+
+def test_a_script_without_a_main_guard_is_told_so(tmp_path):
+    """The workers import the main script; an unguarded generate() call there would start over in each of
+    them: it refuses, naming the guard."""
+    script = tmp_path / "unguarded.py"
+    recipe = str(_recipe(tmp_path, n=2))
+    script.write_text(f"from common import datasets\n"
+                      f"print(datasets.generate({recipe!r}, workers=1, progress=False))\n")
+    completed = subprocess.run([sys.executable, str(script)], env=_environment(), capture_output=True,
+                               text=True, timeout=600)
+    assert 'put the call under `if __name__ == "__main__":`' in completed.stderr
 
 
 @pytest.mark.slow
@@ -656,6 +693,8 @@ def test_changed_generator_code_is_refused_unless_allowed(tmp_path, monkeypatch)
     assert summary.succeeded == 3
     runs = io.read_table(tmp_path / "changing.h5", "runs")
     assert len(set(runs["generator_fingerprint"])) == 2  # the mix is on record
+    module.write_text(module.read_text().replace("** 3", "** 4"))  # changed again, but nothing is left
+    assert datasets.generate(path, workers=0, progress=False).succeeded == 0  # a finished file opens
 
 
 @pytest.mark.slow
