@@ -258,9 +258,8 @@ def test_a_box_shrunk_below_the_cutoff_stops_with_the_step_barostat_and_box(tmp_
             ),
             "MonteCarloAnisotropicBarostat",
         ),
-        (lambda: openmm.GBSAOBCForce(), "implicit/obc2.xml"),
     ],
-    ids=["andersen", "membrane", "gbsa"],
+    ids=["andersen", "membrane"],
 )
 def test_refused_forces_say_what_to_use_instead(force, message):
     openmm_system = openmm.System()

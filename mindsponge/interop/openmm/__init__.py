@@ -37,6 +37,8 @@ OpenMM force                 mindsponge term
                              interaction groups, computed values)
 ``CustomGBForce``            :class:`~mindsponge.forcefield.custom.CustomGB` (all computed-value
                              and energy-term kinds; Amber's OBC2 from ``implicit/obc2.xml``)
+``GBSAOBCForce``             :class:`~mindsponge.forcefield.custom.CustomGB`: OBC2 as its
+                             ``CustomGBForce`` form (:mod:`~mindsponge.interop.openmm.obc`)
 ``CMMotionRemover``          ``forcefield.remove_center_of_mass_motion = True``: the Simulation
                              removes the centre-of-mass motion (``False`` without one)
 ``MonteCarloBarostat``,      ``forcefield.barostat``, the same :mod:`mindsponge.barostats` barostat:
@@ -52,8 +54,8 @@ and the tabulated functions
 energy-parameter derivatives are ignored (they do not change the energy).
 
 Not supported (each refusal says what to use instead where there is something): ``CustomHbondForce``,
-``CustomManyParticleForce``, ``CustomCVForce``, ``GBSAOBCForce`` (use ``implicit/obc2.xml``),
-``NonbondedForce`` with ``LJPME`` (use PME), ``setIncludeDirectSpace(False)``;
+``CustomManyParticleForce``, ``CustomCVForce``, ``NonbondedForce`` with ``LJPME`` (use PME),
+``setIncludeDirectSpace(False)``;
 ``AndersenThermostat`` (use Langevin dynamics or a thermostat),
 ``MonteCarloMembraneBarostat`` and ``MonteCarloFlexibleBarostat`` (pass
 ``barostat=ms.barostats.MonteCarloAnisotropicBarostat(...)``); the AMOEBA, Drude, RPMD and ATM forces;

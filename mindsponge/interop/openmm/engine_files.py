@@ -36,7 +36,6 @@ refused, naming the section).
 
 from __future__ import annotations
 
-import copy
 import difflib
 import inspect
 import numbers
@@ -46,6 +45,7 @@ import torch
 
 from common.errors import ConfigurationError, DataError, MissingFileError, UnknownNameError
 from mindsponge.interop.openmm.files import _box, _charges, _check_file
+from mindsponge.interop.openmm.obc import obc2_as_custom_gb
 from mindsponge.interop.openmm.system import check_dtype, from_openmm, masses
 
 __all__ = ["load_amber", "load_gromacs", "load_charmm"]
@@ -70,10 +70,6 @@ _NOT_OPTIONS = {"self", "params", "verbose"}
 _LOADER_ARGUMENTS = {"load_amber": ("dtype", "return_openmm_system"),
                      "load_gromacs": ("include_dir", "defines", "dtype", "return_openmm_system"),
                      "load_charmm": ("box", "dtype", "return_openmm_system")}
-# customgbforces.GBSAOBC2Force's Born integral and the same with GBSAOBCForce's term for an atom
-# engulfed by the other's scaled sphere (sr2 - r > or1: 2 (1/or1 - 1/L) inside the 0.5 factor)
-_BORN_INTEGRAL = "0.5*(1/L-1/U+0.25*(r-sr2^2/r)*(1/(U^2)-1/(L^2))+0.5*log(L/U)/r)"
-_ENGULFED = f"{_BORN_INTEGRAL}+step(sr2-r-or1)*(1/or1-1/L)"
 # the per-atom sections of a prmtop (each holds one value per atom when present)
 _PER_ATOM_SECTIONS = ("ATOM_NAME", "CHARGE", "ATOMIC_NUMBER", "MASS", "ATOM_TYPE_INDEX",
                       "NUMBER_EXCLUDED_ATOMS", "AMBER_ATOM_TYPE", "TREE_CHAIN_CLASSIFICATION", "JOIN_ARRAY",
@@ -124,7 +120,7 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_ope
     if box is not None:
         topology_file.topology.setPeriodicBoxVectors(box)
     openmm_system = _create_system(topology_file, prmtop, "load_amber", system_options)
-    return _translate(_obc2_as_custom_gb(openmm_system), topology_file.topology, coordinates.positions, dtype,
+    return _translate(obc2_as_custom_gb(openmm_system), topology_file.topology, coordinates.positions, dtype,
                       return_openmm_system, inpcrd)
 
 
@@ -370,60 +366,6 @@ def _option_value(caller: str, name: str, value):
             return value / getattr(unit, md_unit[1:])
         return value * getattr(unit, md_unit)
     return value
-
-
-def _obc2_as_custom_gb(openmm_system):
-    """The System with its ``GBSAOBCForce`` (Amber's OBC2) replaced by OpenMM's equivalent
-    ``CustomGBForce`` (``customgbforces.GBSAOBC2Force``), at the same index; others unchanged."""
-    import openmm
-    from openmm.app.internal import customgbforces
-
-    forces = list(openmm_system.getForces())
-    if not any(isinstance(force, openmm.GBSAOBCForce) for force in forces):
-        return openmm_system
-    replaced = []
-    for force in forces:
-        if isinstance(force, openmm.GBSAOBCForce):
-            force = _custom_obc2(force, customgbforces)
-        else:
-            force = copy.deepcopy(force)
-        replaced.append(force)
-    while openmm_system.getNumForces():
-        openmm_system.removeForce(openmm_system.getNumForces() - 1)
-    for force in replaced:
-        openmm_system.addForce(force)
-    return openmm_system
-
-
-def _custom_obc2(force, customgbforces):
-    import openmm
-    from openmm import unit
-
-    surface = force.getSurfaceAreaEnergy().value_in_unit(unit.kilojoule_per_mole / unit.nanometer**2)
-    if surface != 0 and abs(surface - 2.25936) > 1e-9:  # customgbforces' ACE term: 4 pi 2.25936 = 28.3919551
-        raise ConfigurationError(
-            f"a GBSAOBCForce with surface-area energy {surface} kJ/mol/nm^2 has no OpenMM CustomGBForce "
-            "equivalent (ACE: 2.25936 kJ/mol/nm^2, or 0 for none)")
-    periodic = force.getNonbondedMethod() == openmm.GBSAOBCForce.CutoffPeriodic
-    cutoff = None if force.getNonbondedMethod() == openmm.GBSAOBCForce.NoCutoff else force.getCutoffDistance()
-    custom = customgbforces.GBSAOBC2Force(
-        solventDielectric=force.getSolventDielectric(), soluteDielectric=force.getSoluteDielectric(),
-        SA="ACE" if surface != 0 else None,
-        cutoff=None if cutoff is None else cutoff.value_in_unit(unit.nanometer), kappa=0.0)
-    for particle in range(force.getNumParticles()):
-        charge, radius, scale = force.getParticleParameters(particle)
-        custom.addParticle([charge, radius, scale])
-    name, expression, kind = custom.getComputedValueParameters(0)
-    if _BORN_INTEGRAL not in expression:
-        raise RuntimeError(f"OpenMM's GBSAOBC2Force has another Born integral than expected: {expression}")
-    custom.setComputedValueParameters(0, name, expression.replace(_BORN_INTEGRAL, _ENGULFED, 1), kind)
-    custom.finalize()
-    if cutoff is not None:
-        custom.setNonbondedMethod(openmm.CustomGBForce.CutoffPeriodic if periodic
-                                  else openmm.CustomGBForce.CutoffNonPeriodic)
-        custom.setCutoffDistance(cutoff)
-    custom.setForceGroup(force.getForceGroup())
-    return custom
 
 
 def _translate(openmm_system, openmm_topology, positions, dtype, return_openmm_system, coordinates_path):

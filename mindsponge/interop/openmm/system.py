@@ -7,7 +7,7 @@ import torch
 
 from common.errors import ArgumentTypeError, ConfigurationError
 from mindsponge.forcefield.base import EnergyTerm, ForceField, VirtualSites
-from mindsponge.interop.openmm import custom, standard
+from mindsponge.interop.openmm import custom, obc, standard
 from mindsponge.interop.openmm.reading import UnsupportedOpenMMForceError, md, unsupported
 
 # OpenMM force class -> converter(index, force, dtype) -> EnergyTerm
@@ -25,13 +25,12 @@ _CONVERTERS = {
     "CustomCentroidBondForce": custom.custom_centroid_term,
     "CustomNonbondedForce": custom.custom_nonbonded_term,
     "CustomGBForce": custom.custom_gb_term,
+    "GBSAOBCForce": obc.obc_term,  # Amber's OBC2, as its CustomGBForce form
 }
 # forces that are not energy terms: how a run uses them (see _dynamics)
 _DYNAMICS = {"CMMotionRemover", "MonteCarloBarostat", "MonteCarloAnisotropicBarostat"}
 # forces refused with what to use instead
 _INSTEAD = {
-    "GBSAOBCForce": "build the System with OpenMM's implicit/obc2.xml (OBC2 as a CustomGBForce), which "
-                    "mindsponge runs",
     "AndersenThermostat": "remove it and run with integrator=ms.integrators.LangevinMiddle(dt, "
                           "temperature, friction), or VelocityVerlet(dt, "
                           "thermostat=ms.thermostats.Bussi(temperature, 0.1))",
