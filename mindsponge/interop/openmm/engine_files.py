@@ -25,8 +25,8 @@ Amber's OBC2 implicit solvent without salt (``implicitSolvent="OBC2"``) is a ``G
 OpenMM; it is replaced by OpenMM's ``CustomGBForce`` form of it (``customgbforces.GBSAOBC2Force``, the
 same charges, radii and screening factors), which mindsponge runs. That form lacks one term of
 ``GBSAOBCForce``'s Born integral, the one for an atom engulfed by another's scaled sphere (a clash
-near a sulfur, whose scaled radius is large); it is added back (``_ENGULFED``), so the two agree
-also there.
+near a sulfur, whose scaled radius is large); it is added back (:mod:`mindsponge.interop.openmm.obc`),
+so the two agree also there.
 
 The coordinates must be those of the topology, atom by atom: besides the atom counts, a gro's or
 crd's atom names are compared with the topology's (a swapped pair of lines is refused, naming the
