@@ -3,14 +3,17 @@
 OpenMM's own ``CustomGBForce`` form of it (``customgbforces.GBSAOBC2Force``: the same charges, radii
 and screening factors) lacks one term of ``GBSAOBCForce``'s Born integral: the one for an atom
 engulfed by another's scaled sphere (``sr2 - r > or1``; a clash near a sulfur, whose scaled radius is
-large). It is added back here (:data:`_ENGULFED`), so the two agree also there.
+large). It is added back here (:data:`_ENGULFED`), and its rounded constants are replaced by
+``GBSAOBCForce``'s own (:func:`_exact_constants`), so the two agree to rounding, also there.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 from common.errors import ConfigurationError
+from common.units import COULOMB_MD
 
 __all__ = ["custom_obc2", "obc2_as_custom_gb", "obc_term"]
 
@@ -18,6 +21,13 @@ __all__ = ["custom_obc2", "obc2_as_custom_gb", "obc_term"]
 # engulfed by the other's scaled sphere (sr2 - r > or1: 2 (1/or1 - 1/L) inside the 0.5 factor)
 _BORN_INTEGRAL = "0.5*(1/L-1/U+0.25*(r-sr2^2/r)*(1/(U^2)-1/(L^2))+0.5*log(L/U)/r)"
 _ENGULFED = f"{_BORN_INTEGRAL}+step(sr2-r-or1)*(1/or1-1/L)"
+
+
+def _exact_constants(surface: float) -> dict[str, float]:
+    """customgbforces' rounded constants -> ``GBSAOBCForce``'s: Coulomb's 1/(4 pi eps0) (OpenMM's
+    ``ONE_4PI_EPS0``, :data:`common.units.COULOMB_MD`, kJ/mol nm/e^2) and the ACE term's 4 pi times the
+    surface energy (kJ/mol/nm^2). The rounded ones alone left the energies 2e-7 apart."""
+    return {"138.935485": COULOMB_MD, "28.3919551": 4 * math.pi * surface}
 
 
 def obc2_as_custom_gb(openmm_system):
@@ -67,6 +77,11 @@ def custom_obc2(force):
         raise RuntimeError(f"OpenMM's GBSAOBC2Force has another Born integral than expected: {expression}")
     custom.setComputedValueParameters(0, name, expression.replace(_BORN_INTEGRAL, _ENGULFED, 1), kind)
     custom.finalize()
+    for term in range(custom.getNumEnergyTerms()):  # GBSAOBCForce's constants, not rounded ones
+        expression, kind = custom.getEnergyTermParameters(term)
+        for rounded, exact in _exact_constants(surface).items():
+            expression = expression.replace(rounded, repr(exact))
+        custom.setEnergyTermParameters(term, expression, kind)
     if cutoff is not None:
         custom.setNonbondedMethod(openmm.CustomGBForce.CutoffPeriodic if periodic
                                   else openmm.CustomGBForce.CutoffNonPeriodic)
