@@ -61,6 +61,7 @@ from torch import Tensor
 from common.errors import ArgumentTypeError, ConfigurationError, UnknownNameError
 from common.units import BAR_NM3_TO_KJ_PER_MOL, BOLTZMANN_MD
 from mindsponge.forcefield.base import ForceField, check_inputs
+from mindsponge.free_energy_analysis import refuse_nan
 
 __all__ = [
     "AlchemicalRegion",
@@ -452,6 +453,9 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
 
     Returns:
         :class:`MBARResult`.
+
+    Raises:
+        common.errors.DataError: a NaN in ``u_kn`` (its state and sample named; ``+inf`` is allowed).
     """
     u_kn = np.asarray(u_kn.detach().cpu() if isinstance(u_kn, Tensor) else u_kn, dtype=np.float64)
     counts = np.asarray(samples_per_state, dtype=np.int64).reshape(-1)
@@ -459,6 +463,7 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
         raise ConfigurationError(
             f"mbar: u_kn must be (K, N) with samples_per_state (K,) summing to N, got u_kn {u_kn.shape} and "
             f"samples_per_state {counts.tolist()}")
+    refuse_nan(u_kn, np.repeat(np.arange(len(counts)), counts), "mbar")
     with _quiet_import():
         import pymbar
 

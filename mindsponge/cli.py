@@ -312,6 +312,8 @@ class RunConfig:
     def __post_init__(self):
         checks.non_negative_int(self.steps, "steps")
         checks.positive(self.minimize_tolerance, "minimize_tolerance (kJ/mol/nm)")
+        if self.replicas is not None:
+            self.replicas.rounds(self.steps)  # whole rounds of exchanges, at least one (names 'steps')
         if self.replicas is not None and self.barostat is not None and self.barostat.type == "berendsen":
             # names the barostat key only, so that the loader reports the [barostat] line
             raise ConfigurationError(

@@ -87,14 +87,20 @@ inefficiencies, exchange acceptance; the combined result), ``free_energy.log``, 
 written after every iteration), ``leg.json``, ``start.npz`` and the plots ``overlap.png``,
 ``convergence.png`` and ``steps.png``. A run that is killed continues with ``--resume`` and loses no
 sample; without it a new run starts (the legs' checkpoints are removed first). Bad settings are refused
-with the file, line and key before anything runs (unknown keys, lambdas outside ``[0, 1]``, empty or
-mismatched schedules, region atoms outside the system, a residue the topology does not have).
+with the file, line and key before anything runs (unknown keys, lambdas outside ``[0, 1]``, schedules of
+fewer than two states, mismatched or of several kinds at once, parameters that are not finite numbers,
+region atoms outside the system, a residue the topology does not have, a missing input file, ``pressure``
+on a leg without a box, a ``combine`` whose legs are missing, a negative ``seed``). Numbers ``results.json``
+cannot hold (an uncertainty across states without overlap) are ``null``; each leg lists its ``warnings``
+(neighbouring states that overlap too little, :data:`mindsponge.free_energy_analysis.MIN_OVERLAP`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import pathlib
 import re
 import types
@@ -139,11 +145,19 @@ class RegionConfig:
         checks.non_negative(self.softcore_alpha, "softcore_alpha")
 
 
+#: the kinds of schedule, each by its keys: counts, lambda lists, global parameters (a schedule gives one)
+_SCHEDULE_KINDS = (("electrostatics", "sterics"), ("lambda_electrostatics", "lambda_sterics"),
+                   ("parameters",))
+
+
 def _check_lambdas(key, values):
     if values is None:
         return
     if not values:
         raise ConfigurationError(f"{key} is empty: give the lambda of every state")
+    if len(values) < 2:
+        raise ConfigurationError(f"{key} has {len(values)} value: give the lambda of every state (two or "
+                                 "more states)")
     outside = [value for value in values if not 0.0 <= value <= 1.0]
     if outside:
         raise ConfigurationError(f"{key} must lie in [0, 1], got {outside[0]}")
@@ -153,7 +167,8 @@ def _check_lambdas(key, values):
 class ScheduleConfig:
     """``schedule``: counts (``electrostatics``, ``sterics``: :func:`mindsponge.alchemy.lambda_schedule`),
     explicit ``lambda_electrostatics`` and ``lambda_sterics`` lists, or ``parameters`` (global parameter
-    name -> values; any force field); ``lambda_restraints``: one value per state (a restrained leg)."""
+    name -> values; any force field): one of these kinds, two or more states; ``lambda_restraints``: one
+    value per state (a restrained leg)."""
 
     electrostatics: int | None = None
     sterics: int | None = None
@@ -163,8 +178,6 @@ class ScheduleConfig:
     parameters: dict[str, list[float]] | None = None
 
     def __post_init__(self):
-        for key in ("lambda_electrostatics", "lambda_sterics", "lambda_restraints"):
-            _check_lambdas(key, getattr(self, key))
         lists = (self.lambda_electrostatics, self.lambda_sterics)
         if (lists[0] is None) != (lists[1] is None):
             given = "lambda_electrostatics" if lists[0] is not None else "lambda_sterics"
@@ -173,14 +186,29 @@ class ScheduleConfig:
         if lists[0] is not None and len(lists[0]) != len(lists[1]):
             raise ConfigurationError(f"lambda_sterics has {len(lists[1])} values but the electrostatics list "
                                      f"{len(lists[0])}: give one of each per state")
+        for key in ("lambda_electrostatics", "lambda_sterics", "lambda_restraints"):
+            _check_lambdas(key, getattr(self, key))
         for key in ("electrostatics", "sterics"):
             if getattr(self, key) is not None and getattr(self, key) < 2:
                 raise ConfigurationError(f"{key} must be 2 or more states, got {getattr(self, key)}")
+        given = [key for keys in _SCHEDULE_KINDS for key in keys if getattr(self, key) is not None]
+        if sum(any(key in given for key in keys) for keys in _SCHEDULE_KINDS) > 1:
+            raise ConfigurationError(
+                f"{', '.join(given)} are schedules of different kinds: give the counts (electrostatics, "
+                "sterics), the lambda lists or parameters, not several")
         if self.parameters is not None:
-            lengths = {len(values) for values in self.parameters.values()}
-            if not self.parameters or 0 in lengths or len(lengths) > 1:
-                raise ConfigurationError("parameters must give every global parameter the same number "
-                                         "(two or more) of values")
+            _check_parameter_values(self.parameters)
+
+
+def _check_parameter_values(parameters: dict) -> None:
+    """``schedule.parameters``: two or more finite values of every global parameter, as many of each."""
+    lengths = {len(values) for values in parameters.values()}
+    if not parameters or min(lengths) < 2 or len(lengths) > 1:
+        raise ConfigurationError("parameters must give every global parameter the same number "
+                                 "(two or more) of values")
+    for name, values in parameters.items():
+        if not all(math.isfinite(value) for value in values):
+            raise ConfigurationError(f"parameters: {name} must be finite numbers, got {values}")
 
 
 @dataclass
@@ -283,6 +311,9 @@ class FreeEnergyRunConfig:
     integrator: IntegratorSettings = field(default_factory=IntegratorSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
 
+    def __post_init__(self):
+        checks.non_negative_int(self.seed, "seed")
+
 
 def states_of(schedule: ScheduleConfig, alchemical: bool) -> list[dict]:
     """The states of a schedule, as global-parameter dicts (``alchemical``: counts default to 5 and 9)."""
@@ -339,7 +370,13 @@ def _build_leg(config, index, config_path, dtype):
     namespace = types.SimpleNamespace(system=leg.system, forcefield=leg.forcefield,
                                       constraints=config.constraints)
     cli_system.resolve_paths(namespace, pathlib.Path(config_path).resolve().parent)
-    system, plain, openmm_system = cli_system.build(namespace, dtype, return_openmm_system=True)
+    try:
+        system, plain, openmm_system = cli_system.build(namespace, dtype, return_openmm_system=True)
+    except FileNotFoundError as error:  # named with the [system] key whose file it is
+        keys = [item.name for item in dataclasses.fields(leg.system)
+                if any(str(path) in str(error) for path in _paths(getattr(leg.system, item.name)))]
+        raise config_module.key_error(config_path, ("free_energy", "leg", index, "system", *keys[:1]),
+                                      str(error)) from error
     region = leg.region if leg.region is not None else settings.region
     schedule = leg.schedule if leg.schedule is not None else settings.schedule
     where_schedule = ("free_energy", "leg", index, "schedule") if leg.schedule else ("free_energy",
@@ -354,7 +391,7 @@ def _build_leg(config, index, config_path, dtype):
             raise config_module.key_error(config_path, ("free_energy", "leg", index, "name"), (
                 "has no alchemical region and no schedule parameters: give [free_energy.region] (atoms or "
                 "residue), or schedule.parameters of the force field's global parameters"))
-        _check_parameters(states, plain, config_path, where_schedule)
+        _check_parameters(states, plain, schedule, config_path, where_schedule)
         return system, plain, states, None
     where = ("free_energy", "leg", index, "region") if leg.region else ("free_energy", "region")
     atoms = _region_atoms(region, system, config_path, where)
@@ -375,17 +412,32 @@ def _build_leg(config, index, config_path, dtype):
                                                      pme_treatment=settings.pme_treatment)
     except ConfigurationError as error:
         raise config_module.key_error(config_path, where, str(error)) from error
-    _check_parameters(states, force_field, config_path, where_schedule)
+    _check_parameters(states, force_field, schedule, config_path, where_schedule)
     return system, force_field, states, restraint
 
 
-def _check_parameters(states, force_field, config_path, where) -> None:
+def _paths(value) -> list:
+    """The paths of a ``[system]`` value (one path, a list of them, or another value: none)."""
+    values = value if isinstance(value, list) else [value]
+    return [path for path in values if isinstance(path, pathlib.Path)]
+
+
+def _check_parameters(states, force_field, schedule, config_path, where) -> None:
+    """Refuse states that set global parameters the force field lacks, naming the schedule key that set
+    them (``lambda_restraints`` without a restraint on this leg, a name in ``parameters``...)."""
     unknown = sorted(set().union(*states) - set(force_field.global_parameters))
     if unknown:
-        key = "parameters" if "lambda_sterics" not in unknown else "lambda_sterics"
+        name = unknown[0]
+        if name == "lambda_restraints":
+            key, hint = name, ": it switches a [free_energy.restraint] on this leg, and this leg has none"
+        elif schedule.parameters is not None and name in schedule.parameters:
+            key, hint = "parameters", ""
+        else:  # an alchemical lambda, of the lists or of the counts
+            key = name if getattr(schedule, name, None) is not None else name.removeprefix("lambda_")
+            hint = ""
         raise config_module.key_error(config_path, (*where, key), (
             f"sets {unknown}, which the force field does not have (it has "
-            f"{sorted(force_field.global_parameters)})"))
+            f"{sorted(force_field.global_parameters)}){hint}"))
 
 
 def _logger(path: pathlib.Path):
@@ -408,6 +460,38 @@ def _plots(directory: pathlib.Path, result) -> None:
                                                                                      dpi=100)
 
 
+def _check_leg_names(settings: FreeEnergyConfig, config_path) -> dict | None:
+    """The restraint's leg exists and ``combine`` has the legs it needs (the file, line and key named).
+    Returns the legs' signs for ``combine = "sum"`` (else ``None``)."""
+    from mindsponge import free_energy
+
+    names = [leg.name for leg in settings.leg]
+    if settings.restraint is not None and settings.restraint.leg not in names:
+        raise config_module.key_error(config_path, ("free_energy", "restraint", "leg"), (
+            f"is {settings.restraint.leg!r}, which is not a leg (the legs: {names})"))
+    signs = {leg.name: leg.sign for leg in settings.leg} if settings.combine == "sum" else None
+    try:
+        free_energy.combination_signs(settings.combine, names, signs)
+    except ConfigurationError as error:
+        raise config_module.key_error(config_path, ("free_energy", "combine"), str(error)) from error
+    return signs
+
+
+def _check_pressures(settings: FreeEnergyConfig, systems, config_path) -> None:
+    """Every leg with ``pressure`` has a periodic system (checked before any leg runs; the file, line and
+    key named)."""
+    for index, (leg, system) in enumerate(zip(settings.leg, systems, strict=True)):
+        if leg.pressure is not None and system.box is None:
+            raise config_module.key_error(config_path, ("free_energy", "leg", index, "pressure"), (
+                "needs a periodic system, but this leg's system has no box: remove the key (constant "
+                "volume) or give the system a box"))
+
+
+def _shown(value, spec: str = ".4f") -> str:
+    """A number of the results for the log (``None``, a number JSON cannot hold: ``"unknown"``)."""
+    return "unknown" if value is None else format(value, spec)
+
+
 def run(config_path, resume: bool = False, progress: bool = True, output_directory=None,
         stop_after: int | None = None) -> dict:
     """Run the legs of a ``mindsponge fe`` configuration and combine them (see the module docstring).
@@ -425,7 +509,8 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
         finished so far when ``stop_after`` stopped them early.
 
     Raises:
-        common.config.ConfigError: a bad file, value or region (file, line and key named).
+        common.config.ConfigError: a bad file, value or region (file, line and key named), before any leg
+            runs.
     """
     from common.output_paths import output_folder
     from common.precision import Precision
@@ -434,15 +519,13 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
     config = config_module.load(config_path, FreeEnergyRunConfig)
     folder = output_folder(config_path, config.output.directory, command_line=output_directory)
     precision = Precision.from_name(config.precision)
-    names = [leg.name for leg in config.free_energy.leg]
-    if config.free_energy.restraint is not None and config.free_energy.restraint.leg not in names:
-        raise config_module.key_error(config_path, ("free_energy", "restraint", "leg"), (
-            f"is {config.free_energy.restraint.leg!r}, which is not a leg (the legs: {names})"))
-    legs = [_build_leg(config, index, config_path, precision.compute)
-            for index in range(len(config.free_energy.leg))]
+    settings = config.free_energy
+    signs = _check_leg_names(settings, config_path)
+    legs = [_build_leg(config, index, config_path, precision.compute) for index in range(len(settings.leg))]
+    _check_pressures(settings, [system for system, *_ in legs], config_path)
     folder.path.mkdir(parents=True, exist_ok=True)
     logger, handler = _logger(folder.file("free_energy.log"))
-    settings, results, finished = config.free_energy, {}, {}
+    results, finished = {}, {}
     try:
         for leg, (system, force_field, states, _) in zip(settings.leg, legs, strict=True):
             directory = folder.file(leg.name)
@@ -465,9 +548,11 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
             finished[leg.name] = result
             results[leg.name] = result.summary()
             value = results[leg.name]["kJ/mol"]
-            logger.info("leg %s: dG = %.4f +- %.4f kJ/mol (MBAR), %.4f +- %.4f (BAR), overlap min %.3f",
-                        leg.name, value["mbar"], value["mbar_error"], value["bar"], value["bar_error"],
-                        results[leg.name]["overlap_min"])
+            logger.info("leg %s: dG = %s +- %s kJ/mol (MBAR), %s +- %s (BAR), overlap min %s", leg.name,
+                        *(_shown(value[key]) for key in ("mbar", "mbar_error", "bar", "bar_error")),
+                        _shown(results[leg.name]["overlap_min"], ".3g"))
+            for message in results[leg.name]["warnings"]:
+                logger.warning("leg %s: %s", leg.name, message)
             if config.output.plots:
                 _plots(directory, result)
         output = {"legs": results, "sign_convention": SIGN_CONVENTION}
@@ -477,15 +562,15 @@ def run(config_path, resume: bool = False, progress: bool = True, output_directo
                 output["restraint"] = restraint_summary(leg.name, restraint, system, settings.temperature)
                 correction = output["restraint"]["standard_state_correction"]["kT"]
         if len(finished) == len(settings.leg):
-            signs = {leg.name: leg.sign for leg in settings.leg} if settings.combine == "sum" else None
             output["combined"] = free_energy.combine(finished, settings.combine, signs=signs,
                                                      temperature=settings.temperature,
                                                      correction_kT=-correction)
-            logger.info("combined (%s): %.4f +- %.4f kJ/mol", settings.combine,
-                        output["combined"]["kJ/mol"]["value"], output["combined"]["kJ/mol"]["error"])
+            combined = output["combined"]["kJ/mol"]
+            logger.info("combined (%s): %s +- %s kJ/mol", settings.combine, _shown(combined["value"]),
+                        _shown(combined["error"]))
             path = folder.file("results.json")
             temporary = path.with_suffix(".partial")
-            temporary.write_text(json.dumps(output, indent=1))
+            temporary.write_text(json.dumps(output, indent=1, allow_nan=False))  # strict JSON: no NaN
             temporary.replace(path)
         return output
     finally:

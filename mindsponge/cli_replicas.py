@@ -1,7 +1,8 @@
 """``mindsponge run`` with a ``[replicas]`` table: temperature replica exchange of the configured system.
 
 Every replica runs ``steps`` steps in all, in rounds of ``steps_per_round`` with exchanges between them
-(:class:`mindsponge.replica_exchange.ReplicaExchange`). The output directory holds
+(:class:`mindsponge.replica_exchange.ReplicaExchange`); ``steps`` must be a whole number of rounds, one or
+more (:meth:`ReplicasConfig.rounds`). The output directory holds
 
 - ``replicas.chk``: the sampler after the last completed round; ``--resume`` continues from it;
 - ``replicas.csv``: one row per round: ``round``, ``time`` (ps per replica), the state of every replica
@@ -78,6 +79,21 @@ class ReplicasConfig:
         checks.positive_int(self.steps_per_round, "steps_per_round")
         checks.non_negative_int(self.workers, "workers")
 
+    def rounds(self, steps: int) -> int:
+        """The rounds of ``steps`` MD steps per replica (the run's ``steps``).
+
+        Raises:
+            ConfigurationError: ``steps`` is not a whole number of rounds, one or more; the message names
+                ``steps`` alone, so that a check in the run's configuration reports that key's line.
+        """
+        if steps < self.steps_per_round or steps % self.steps_per_round:
+            raise ConfigurationError(
+                f"steps must be a whole number (one or more) of rounds of steps_per_round = "
+                f"{self.steps_per_round} MD steps, got {steps}: a replica exchange runs whole rounds, so "
+                f"give {max(1, round(steps / self.steps_per_round)) * self.steps_per_round}, or change "
+                "steps_per_round")
+        return steps // self.steps_per_round
+
 
 def run(config, files, system, forcefield, integrator, thermostat, barostat, precision, resume, progress):
     """Run the replica exchange of ``config`` (a :class:`mindsponge.cli.RunConfig` with ``replicas``).
@@ -93,6 +109,7 @@ def run(config, files, system, forcefield, integrator, thermostat, barostat, pre
     from mindsponge import replica_exchange as rex
 
     settings = config.replicas
+    rounds = settings.rounds(config.steps)
     config.output.directory.mkdir(parents=True, exist_ok=True)
     temperatures = settings.temperatures or rex.geometric_temperatures(
         settings.low, settings.high, settings.count
@@ -134,7 +151,6 @@ def run(config, files, system, forcefield, integrator, thermostat, barostat, pre
     )
     if resume:
         sampler.load_checkpoint(checkpoint)
-    rounds = config.steps // settings.steps_per_round
     sampler.run(max(rounds - sampler.rounds_done, 0))
     _write_tables(sampler, files, integrator.dt)
     return sampler

@@ -15,7 +15,10 @@ Resuming: with ``directory=`` everything the run needs is written after every it
 state, the reduced potentials so far); :func:`run_leg` called again with the same arguments continues
 after the last completed iteration, and the samples, hence the analysis, are those of an uninterrupted
 run. ``stop_after=`` stops after that many iterations in all (a run split in parts). A leg's settings are
-kept in ``leg.json``; a directory holding a run of other states or settings is refused.
+kept in ``leg.json`` (the states, temperature, integrator, precision, constraints, how the start was made
+and a digest of the force field's parameters); a directory holding a run of other states or settings is
+refused, naming the settings that differ, and so is a checkpoint without its ``leg.json`` or a damaged
+``leg.json`` or ``start.npz`` (:class:`common.errors.DataError`, naming the file).
 
 Constant pressure: with ``pressure=`` the starting structure is first equilibrated at that pressure
 (Monte Carlo barostat, fully interacting state, ``npt_steps``), and then every replica samples its state
@@ -45,18 +48,20 @@ Example::
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import math
 import os
 import pathlib
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from common import checks
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, DataError
 from common.units import BOLTZMANN_MD
 from mindsponge.free_energy_analysis import (
     KCAL_PER_KJ,
@@ -67,10 +72,11 @@ from mindsponge.free_energy_analysis import (
     decorrelate,
     discard_equilibration,
     estimate,
+    finite_or_none,
     statistical_inefficiencies,
 )
 
-__all__ = ["LegResult", "analyze", "combine", "run_leg", "COMBINATIONS"]
+__all__ = ["LegResult", "analyze", "combination_signs", "combine", "run_leg", "COMBINATIONS"]
 
 #: how legs combine: kind -> {leg name: sign}
 COMBINATIONS = {"hydration": {"vacuum": 1.0, "solvent": -1.0}, "binding": {"solvent": 1.0, "complex": -1.0}}
@@ -78,6 +84,10 @@ CHECKPOINT = "replicas.chk"
 SETTINGS = "leg.json"
 START = "start.npz"
 SAMPLES = "u_kn.npz"
+#: the layout of leg.json; a record without ``format`` was written before it kept the integrator, precision,
+#: constraints, minimisation and force field, and holds only :data:`_FIRST_KEYS`
+SETTINGS_FORMAT = 2
+_FIRST_KEYS = ("states", "temperature", "steps_per_iteration", "hrex", "seed", "n_atoms", "pressure")
 
 
 @dataclass(frozen=True)
@@ -110,8 +120,7 @@ class LegResult:
         result["equilibration_iterations"] = self.equilibration
         result["samples_per_state_total"] = [int(count) for count in self.samples.samples_per_state]
         if self.acceptance is not None:
-            result["exchange_acceptance"] = [None if math.isnan(value) else float(value)
-                                             for value in self.acceptance]
+            result["exchange_acceptance"] = [finite_or_none(value) for value in self.acceptance]
         return result
 
 
@@ -127,26 +136,99 @@ def _independent_windows():
     return IndependentWindows
 
 
-def _settings_record(states, temperature, steps_per_iteration, hrex, seed, n_atoms, pressure) -> dict:
-    record = {"states": [dict(state) for state in states], "temperature": float(temperature),
-              "steps_per_iteration": int(steps_per_iteration), "hrex": bool(hrex), "seed": int(seed),
-              "n_atoms": int(n_atoms)}
-    if pressure is not None:  # sampled at constant pressure (a leg at constant volume has no such key)
+def _settings_record(states, force_field, system, *, temperature, steps_per_iteration, hrex, seed, pressure,
+                     npt_steps, dt, friction, minimize, constraints, precision) -> dict:
+    """What ``leg.json`` keeps of a leg: everything that decides its samples, so that a run continued with
+    other settings is refused (:func:`_check_directory`).
+
+    The states, temperature (K), ``steps_per_iteration``, ``hrex``, ``seed``, the atom count, ``dt`` (ps),
+    ``friction`` (1/ps), ``minimize``, the ``constraints`` (their name, or a description), the
+    ``precision`` (its name), ``pressure`` (bar) and ``npt_steps`` (at constant pressure only), and
+    ``force_field``: :func:`_force_field_digest`, which changes with any parameter, the alchemical region
+    or its options. ``minimize``, ``npt_steps`` and ``seed`` shape the start (``start.npz``) and the random
+    streams, which a resumed run reads back; they are kept so that the folder's run is the one its
+    configuration describes.
+    """
+    if constraints is not None and not isinstance(constraints, str):
+        constraints = f"{type(constraints).__name__} of {constraints.n_constraints} distances"
+    if precision is not None and not isinstance(precision, str):
+        precision = precision.name or repr(precision)
+    record = {"format": SETTINGS_FORMAT, "states": [dict(state) for state in states],
+              "temperature": float(temperature), "steps_per_iteration": int(steps_per_iteration),
+              "hrex": bool(hrex), "seed": int(seed), "n_atoms": int(system.n_atoms), "dt": float(dt),
+              "friction": float(friction), "minimize": bool(minimize), "constraints": constraints,
+              "precision": precision, "force_field": _force_field_digest(force_field)}
+    if pressure is not None:  # sampled at constant pressure (a leg at constant volume has no such keys)
         record["pressure"] = float(pressure)
+        record["npt_steps"] = int(npt_steps)
+    return record
+
+
+def _force_field_digest(force_field) -> str:
+    """SHA-256 of a force field's terms (kind and name), their tensors (parameters, atom indices, the
+    values of the global parameters), masses and constraints: the same for a force field built again from
+    the same files and settings, different when a parameter, the alchemical region or its options
+    change. Settings a term keeps outside tensors (a cutoff, the nonbonded method) are not in it."""
+    digest = hashlib.sha256(" ".join(f"{type(term).__name__}:{term.name}" for term in force_field).encode())
+    tensors = dict(force_field.state_dict())
+    if force_field.masses is not None:
+        tensors["masses"] = force_field.masses
+    if force_field.constraints is not None:
+        tensors["constraint_pairs"] = force_field.constraints.pairs
+        tensors["constraint_distances"] = force_field.constraints.distances
+    for name, tensor in tensors.items():
+        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+        digest.update(f"{name} {array.dtype} {array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _read_record(path: pathlib.Path) -> dict:
+    """``leg.json``, or :class:`DataError` naming it when it is not a JSON object."""
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, OSError) as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DataError(f"{path}: damaged leg settings ({type(error).__name__}: {error}); remove the leg's "
+                        "folder to start it again") from error
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: damaged leg settings (a JSON {type(record).__name__}, not an object); "
+                        "remove the leg's folder to start it again")
     return record
 
 
 def _check_directory(directory: pathlib.Path, record: dict) -> bool:
-    """Write ``leg.json`` or compare with it; True when the directory holds a run to continue."""
+    """Write ``leg.json`` or compare with it; True when the directory holds a run to continue.
+
+    A ``leg.json`` of the first layout (no ``format``: it kept :data:`_FIRST_KEYS` only) cannot show that
+    the integrator, precision, constraints, minimisation and force field are unchanged, so it is refused
+    (rather than trusted): the message gives the keys to add to it when the run did use these settings.
+
+    Raises:
+        ConfigurationError: a run of other settings (the keys that differ named), or a ``leg.json`` of the
+            first layout.
+        DataError: a checkpoint without ``leg.json``, or a damaged ``leg.json``.
+    """
     path = directory / SETTINGS
     if path.exists():
-        previous = json.loads(path.read_text())
-        if previous != record:
-            changed = sorted(key for key in record if previous.get(key) != record[key])
+        previous = _read_record(path)
+        first_layout = "format" not in previous
+        changed = sorted(key for key in record.keys() | previous.keys()
+                         if previous.get(key) != record.get(key) and (key in _FIRST_KEYS or not first_layout))
+        if changed:
             raise ConfigurationError(
-                f"{path}: this folder holds a leg run with other settings ({', '.join(changed)} differ); "
+                f"{path}: this folder holds a leg run with other settings (changed: {', '.join(changed)}); "
                 "use another output folder, or remove it to start again")
+        if first_layout:
+            unrecorded = {key: record[key] for key in record if key not in previous}
+            raise ConfigurationError(
+                f"{path}: this leg was started by an earlier mindsponge, which did not record "
+                f"{', '.join(key for key in unrecorded if key != 'format')}, so the run cannot be checked "
+                "against these settings. If it ran with them, add these keys to the file to continue it: "
+                f"{json.dumps(unrecorded)}; else use another output folder, or remove it to start again")
         return (directory / CHECKPOINT).exists()
+    if (directory / CHECKPOINT).exists():
+        raise DataError(f"{directory / CHECKPOINT} has no {SETTINGS} beside it: the settings of the run it "
+                        "continues are unknown; remove the checkpoint (or the folder) to start the leg again")
     directory.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".partial")
     temporary.write_text(json.dumps(record, indent=1))
@@ -160,17 +242,20 @@ def _start(system, force_field, integrator, *, directory, resume, minimize, pres
     ``start.npz`` so that a resumed run builds its replicas from the same one."""
     path = None if directory is None else directory / START
     if resume and path is not None and path.exists():
-        with np.load(path) as data:
-            box = None if data["box"].size == 0 else torch.as_tensor(data["box"]).to(system.positions)
-            return system.replace(positions=torch.as_tensor(data["positions"]).to(system.positions), box=box)
+        try:
+            with np.load(path) as data:
+                positions, box = data["positions"], data["box"]
+        except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+            raise DataError(f"{path}: cannot read the leg's starting structure ({type(error).__name__}: "
+                            f"{error}); remove it to have it made again") from error
+        box = None if box.size == 0 else torch.as_tensor(box).to(system.positions)
+        return system.replace(positions=torch.as_tensor(positions).to(system.positions), box=box)
     if minimize or pressure is not None:
         from mindsponge import barostats
         from mindsponge.simulation import Simulation
 
         barostat = None
         if pressure is not None:
-            if system.box is None:
-                raise ConfigurationError("pressure needs a periodic system, but this leg's system has no box")
             barostat = barostats.MonteCarloBarostat(pressure, integrator.temperature)
         simulation = Simulation(system, force_field, copy.copy(integrator), barostat=barostat,
                                 constraints=constraints, precision=precision, progress=progress, seed=seed)
@@ -226,7 +311,9 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
         :class:`LegResult`, or ``None`` when ``stop_after`` stopped the run before ``iterations``.
 
     Raises:
-        ConfigurationError: fewer than two states, bad counts, a directory of another run.
+        ConfigurationError: fewer than two states, bad counts, ``pressure`` for a system without a box, a
+            directory of another run (:func:`_check_directory`).
+        DataError: a damaged ``leg.json`` or ``start.npz``, or a checkpoint without ``leg.json``.
     """
     from mindsponge import alchemy, barostats, integrators
     from mindsponge import replica_exchange as rex
@@ -241,11 +328,15 @@ def run_leg(system, force_field, states, *, temperature: float, steps_per_iterat
     parameters = alchemy._state_parameters(states, force_field.global_parameters)
     if len(parameters) < 2:
         raise ConfigurationError(f"run_leg: give two or more states, got {len(parameters)}")
+    if pressure is not None and system.box is None:
+        raise ConfigurationError("run_leg: pressure needs a periodic system, but this system has no box")
     directory = None if directory is None else pathlib.Path(directory)
     resume = False
     if directory is not None:
-        record = _settings_record(parameters, temperature, steps_per_iteration, hrex, seed, system.n_atoms,
-                                  pressure)
+        record = _settings_record(parameters, force_field, system, temperature=temperature,
+                                  steps_per_iteration=steps_per_iteration, hrex=hrex, seed=seed,
+                                  pressure=pressure, npt_steps=npt_steps, dt=dt, friction=friction,
+                                  minimize=minimize, constraints=constraints, precision=precision)
         resume = _check_directory(directory, record)
     integrator = integrators.LangevinMiddle(dt, float(temperature), friction)
     force_field.barostat = None  # the sampler's own barostat, or constant volume (see the module docstring)
@@ -323,6 +414,25 @@ def analyze(samples: FreeEnergySamples, *, equilibration: int | str = 0, decorre
     return LegResult(samples, used, result, trend, acceptance, iterations, equilibration)
 
 
+def combination_signs(kind: str, names, signs: dict | None = None) -> dict:
+    """The sign of every leg in a ``kind`` combination (see :func:`combine`) of the legs ``names``.
+
+    Raises:
+        ConfigurationError: an unknown ``kind``, or a leg it needs missing from ``names``.
+    """
+    if kind == "sum":
+        signs = {name: 1.0 for name in names} if signs is None else dict(signs)
+    elif kind in COMBINATIONS:
+        signs = dict(COMBINATIONS[kind])
+    else:
+        raise ConfigurationError(f"combine: kind must be one of {[*COMBINATIONS, 'sum']}, got {kind!r}")
+    missing = sorted(set(signs) - set(names))
+    if missing:
+        raise ConfigurationError(f"a {kind} free energy needs the legs {sorted(signs)}; missing {missing} "
+                                 f"(the legs: {sorted(names)})")
+    return signs
+
+
 def combine(legs: dict, kind: str = "hydration", signs: dict | None = None, temperature: float | None = None,
             correction_kT: float = 0.0) -> dict:  # noqa: N803 - kT is the unit
     """Combine the legs' first-to-last MBAR differences into one free energy.
@@ -337,18 +447,13 @@ def combine(legs: dict, kind: str = "hydration", signs: dict | None = None, temp
 
     Returns:
         dict: ``kT``, ``kJ/mol``, ``kcal/mol``, each ``{"value", "error", "bootstrap_error"}`` (errors of
-        the legs in quadrature; ``bootstrap_error`` ``None`` unless every leg has one), and ``signs``.
+        the legs in quadrature; ``bootstrap_error`` ``None`` unless every leg has one; a number that is not
+        finite is ``None``), and ``signs``.
+
+    Raises:
+        ConfigurationError: see :func:`combination_signs`.
     """
-    if kind == "sum":
-        signs = {name: 1.0 for name in legs} if signs is None else dict(signs)
-    elif kind in COMBINATIONS:
-        signs = COMBINATIONS[kind]
-    else:
-        raise ConfigurationError(f"combine: kind must be one of {[*COMBINATIONS, 'sum']}, got {kind!r}")
-    missing = sorted(set(signs) - set(legs))
-    if missing:
-        raise ConfigurationError(
-            f"combine: a {kind} free energy needs the legs {sorted(signs)}; missing {missing}")
+    signs = combination_signs(kind, legs, signs)
     value, variance, bootstrap = float(correction_kT), 0.0, 0.0
     for name, sign in signs.items():
         difference, error = legs[name].estimate.mbar_difference()
@@ -361,6 +466,8 @@ def combine(legs: dict, kind: str = "hydration", signs: dict | None = None, temp
     kT = BOLTZMANN_MD * temperature  # noqa: N806
     result = {"kind": kind, "signs": signs, "correction_kT": float(correction_kT)}
     for unit, scale in (("kT", 1.0), ("kJ/mol", kT), ("kcal/mol", kT * KCAL_PER_KJ)):
-        result[unit] = {"value": value * scale, "error": math.sqrt(variance) * scale,
-                        "bootstrap_error": None if bootstrap is None else math.sqrt(bootstrap) * scale}
+        result[unit] = {"value": finite_or_none(value * scale),
+                        "error": finite_or_none(math.sqrt(variance) * scale),
+                        "bootstrap_error": None if bootstrap is None else finite_or_none(
+                            math.sqrt(bootstrap) * scale)}
     return result

@@ -29,6 +29,15 @@ computed from the series of the state's reduced potential in its own state). :fu
 estimates the difference from the first (forward) and last (reverse) 10 %, 20 %... 100 % of every
 state's samples. Plots: :mod:`mindsponge.free_energy_plots`.
 
+Reduced potentials may be ``+inf`` (a configuration impossible in that state: atoms overlapping where their
+interaction is on), never NaN (refused, naming the state and the sample). pymbar's BAR gives up on infinite
+works, or on states too far apart to bracket the solution, by answering ``0 +- 0``; such a step is taken
+from MBAR of its two states instead (the same estimator: MBAR of two states is BAR). A step between
+identical states (every work exactly 0) is ``0 +- 0``. Neighbours whose overlap is below :data:`MIN_OVERLAP`
+are warned about (``warnings.warn``, and :attr:`FreeEnergyEstimate.warnings`); where it is essentially nil
+(below :data:`NO_OVERLAP`) the BAR and bootstrap uncertainties across that step are not numbers (``NaN``;
+``None`` in :meth:`FreeEnergyEstimate.summary`): they would be tiny and wrong.
+
 Signs: ``delta_f[i, j] = f_j - f_i`` (kT); along an alchemical schedule from the fully interacting
 state (first) to the non-interacting one (last), ``delta_f[0, -1]`` is the free energy of decoupling
 (or annihilating) the region.
@@ -45,7 +54,10 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import warnings
+import zipfile
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -54,10 +66,44 @@ from common.errors import ConfigurationError, DataError
 from common.units import BOLTZMANN_MD
 
 __all__ = ["ConvergenceResult", "FreeEnergyEstimate", "FreeEnergySamples", "convergence", "decorrelate",
-           "discard_equilibration", "estimate", "statistical_inefficiencies", "KCAL_PER_KJ"]
+           "discard_equilibration", "estimate", "finite_or_none", "refuse_nan", "statistical_inefficiencies",
+           "KCAL_PER_KJ", "MIN_OVERLAP", "NO_OVERLAP"]
 
 FORMAT = "mindsponge.FreeEnergySamples 1"
 KCAL_PER_KJ = 1.0 / 4.184
+#: neighbour overlap (MBAR's overlap matrix) below which an estimate is warned about: the threshold of
+#: Klimovich, Shirts and Mobley, J. Comput. Aided Mol. Des. 29, 397 (2015) (alchemical-analysis), the
+#: usual guide for placing alchemical states
+MIN_OVERLAP = 0.03
+#: neighbour overlap below which the states share no sample: BAR's and the bootstrap's uncertainties across
+#: the step are then meaningless (pymbar returns tiny ones) and are reported as unknown
+NO_OVERLAP = 1e-10
+
+
+def finite_or_none(value) -> float | None:
+    """``float(value)``, or ``None`` for NaN or an infinity (JSON has no such numbers)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def refuse_nan(u_kn: np.ndarray, state_index: np.ndarray, where: str) -> None:
+    """Refuse NaN reduced potentials (``+inf`` is allowed: a configuration impossible in a state).
+
+    Args:
+        u_kn: ``(K, N)`` kT.
+        state_index: ``(N,)`` the state each sample was drawn in.
+        where: what holds them, for the message (``"FreeEnergySamples"``, ``"mbar"``).
+
+    Raises:
+        DataError: naming the first NaN's state and sample (and the state the sample was drawn in).
+    """
+    bad = np.isnan(u_kn)
+    if bad.any():
+        state, sample = (int(index[0]) for index in np.nonzero(bad))
+        raise DataError(
+            f"{where}: u_kn is NaN in state {state} for sample {sample} (drawn in state "
+            f"{int(state_index[sample])}; {int(bad.sum())} NaN in all): an energy evaluation failed; "
+            "a configuration impossible in a state has u = +inf, which is allowed")
 
 
 @contextlib.contextmanager
@@ -109,6 +155,7 @@ class FreeEnergySamples:
                                          f"({u_kn.shape[1]}), got {len(values)}")
         if len(index) and (index.min() < 0 or index.max() >= len(self.states)):
             raise ConfigurationError(f"FreeEnergySamples: state_index must lie in 0..{len(self.states) - 1}")
+        refuse_nan(u_kn, index, "FreeEnergySamples")
         order = np.lexsort((iteration, index))  # by state, then in time: the order pymbar and BAR expect
         for name, values in (("u_kn", u_kn[:, order]), ("state_index", index[order]),
                              ("iteration", iteration[order]), ("time", time[order])):
@@ -161,19 +208,23 @@ class FreeEnergySamples:
         """Read a file written by :meth:`save`.
 
         Raises:
-            DataError: not such a file (named), or a key missing.
+            DataError: not such a file, a damaged (truncated, empty) one, a key missing or NaN reduced
+                potentials; the file is named.
         """
         try:
             with np.load(path) as data:
                 if str(data["format"]) != FORMAT:
-                    raise DataError(f"{path}: not a FreeEnergySamples file (format {str(data['format'])!r})")
+                    raise DataError(f"not a FreeEnergySamples file (format {str(data['format'])!r})")
                 names = [str(name) for name in data["state_names"]]
                 states = tuple({name: float(value) for name, value in zip(names, row, strict=True)
                                 if not np.isnan(value)} for row in data["state_values"])
                 return cls(data["u_kn"], data["state_index"], data["iteration"], data["time"], states,
                            float(data["temperature"]))
-        except (KeyError, ValueError, OSError) as error:
-            raise DataError(f"{path}: cannot read FreeEnergySamples: {error}") from error
+        except DataError as error:  # another format, NaN reduced potentials
+            raise DataError(f"{path}: {error}") from error
+        except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+            raise DataError(f"{path}: cannot read FreeEnergySamples ({type(error).__name__}: {error})"
+                            ) from error
 
     def to_u_nk(self):
         """alchemlyb's ``u_nk`` layout: a pandas DataFrame with one row per sample, indexed by ``time``
@@ -257,13 +308,15 @@ class FreeEnergyEstimate:
     Attributes:
         delta_f: ``(K, K)`` MBAR ``f_j - f_i``.
         d_delta_f: ``(K, K)`` its analytic uncertainty (one standard deviation).
-        d_delta_f_bootstrap: ``(K, K)`` its bootstrap uncertainty, or ``None`` (no bootstrap asked).
+        d_delta_f_bootstrap: ``(K, K)`` its bootstrap uncertainty, or ``None`` (no bootstrap asked); NaN
+            between states separated by a step without overlap (below :data:`NO_OVERLAP`).
         overlap: ``(K, K)`` MBAR's overlap matrix.
         bar_steps: ``(K - 1,)`` BAR ``f_{k+1} - f_k`` between neighbouring states.
-        d_bar_steps: ``(K - 1,)`` their uncertainties.
+        d_bar_steps: ``(K - 1,)`` their uncertainties (NaN: unknown, a step without overlap).
         samples_per_state: ``(K,)`` the samples used.
         temperature: K.
         statistical_inefficiency: ``(K,)`` of the samples given, when known.
+        warnings: what makes the estimate doubtful (neighbours with too little overlap), as sentences.
     """
 
     delta_f: np.ndarray
@@ -275,23 +328,26 @@ class FreeEnergyEstimate:
     samples_per_state: np.ndarray
     temperature: float
     statistical_inefficiency: np.ndarray | None = field(default=None)
+    warnings: tuple[str, ...] = ()
 
     def mbar_difference(self, first: int = 0, last: int = -1) -> tuple[float, float]:
         """``(f_last - f_first, analytic uncertainty)`` from MBAR, kT."""
         return float(self.delta_f[first, last]), float(self.d_delta_f[first, last])
 
     def bar_difference(self) -> tuple[float, float]:
-        """``(f_last - f_first, uncertainty)``: BAR summed over the neighbouring steps, kT."""
+        """``(f_last - f_first, uncertainty)``: BAR summed over the neighbouring steps, kT (the uncertainty
+        is NaN when one step's is unknown)."""
         return float(self.bar_steps.sum()), float(np.sqrt(np.sum(self.d_bar_steps**2)))
 
     def neighbor_overlap(self) -> np.ndarray:
-        """``(K - 1,)``: the overlap between each state and the next (MBAR's overlap matrix; below about
-        0.03, the states are too far apart)."""
+        """``(K - 1,)``: the overlap between each state and the next (MBAR's overlap matrix; below
+        :data:`MIN_OVERLAP`, the states are too far apart)."""
         return np.array([self.overlap[k, k + 1] for k in range(len(self.overlap) - 1)])
 
     def summary(self) -> dict:
         """The first-to-last difference in kT, kJ/mol and kcal/mol with its uncertainties, the lowest
-        neighbour overlap and the sample counts, as plain numbers (for JSON)."""
+        neighbour overlap, the sample counts and the :attr:`warnings`, as plain numbers (for JSON: a number
+        that is not finite, such as an unknown uncertainty, is ``None``)."""
         kT = BOLTZMANN_MD * self.temperature  # noqa: N806
         value, error = self.mbar_difference()
         bar_value, bar_error = self.bar_difference()
@@ -299,19 +355,23 @@ class FreeEnergyEstimate:
         result = {}
         for unit, scale in (("kT", 1.0), ("kJ/mol", kT), ("kcal/mol", kT * KCAL_PER_KJ)):
             result[unit] = {
-                "mbar": value * scale, "mbar_error": error * scale,
-                "mbar_bootstrap_error": None if bootstrap is None else bootstrap * scale,
-                "bar": bar_value * scale, "bar_error": bar_error * scale,
+                "mbar": finite_or_none(value * scale), "mbar_error": finite_or_none(error * scale),
+                "mbar_bootstrap_error": None if bootstrap is None else finite_or_none(bootstrap * scale),
+                "bar": finite_or_none(bar_value * scale), "bar_error": finite_or_none(bar_error * scale),
             }
-        result["overlap_min"] = float(self.neighbor_overlap().min()) if len(self.overlap) > 1 else 1.0
+        overlap = self.neighbor_overlap()
+        result["overlap_min"] = finite_or_none(overlap.min()) if len(overlap) else 1.0
         result["samples_per_state"] = [int(count) for count in self.samples_per_state]
         if self.statistical_inefficiency is not None:
-            result["statistical_inefficiency"] = [float(g) for g in self.statistical_inefficiency]
+            result["statistical_inefficiency"] = [finite_or_none(g) for g in self.statistical_inefficiency]
         result["temperature"] = self.temperature
+        result["warnings"] = list(self.warnings)
         return result
 
 
 def _bar_steps(samples: FreeEnergySamples, pymbar) -> tuple[np.ndarray, np.ndarray]:
+    """BAR between every state and the next (see the module docstring for the steps pymbar's BAR cannot
+    take)."""
     steps, errors = [], []
     for k in range(samples.n_states - 1):
         from_k = samples.state_index == k
@@ -320,10 +380,39 @@ def _bar_steps(samples: FreeEnergySamples, pymbar) -> tuple[np.ndarray, np.ndarr
             raise ConfigurationError(f"BAR: states {k} and {k + 1} both need samples")
         work_forward = samples.u_kn[k + 1, from_k] - samples.u_kn[k, from_k]
         work_reverse = samples.u_kn[k, from_next] - samples.u_kn[k + 1, from_next]
-        result = pymbar.other_estimators.bar(work_forward, work_reverse, relative_tolerance=1e-12)
-        steps.append(float(result["Delta_f"]))
-        errors.append(float(result["dDelta_f"]))
+        if not work_forward.any() and not work_reverse.any():  # identical states: pymbar's variance is NaN
+            steps.append(0.0)
+            errors.append(0.0)
+            continue
+        step, error = 0.0, 0.0  # what pymbar's BAR answers when it gives up (infinite works, no bracket)
+        if np.isfinite(work_forward).all() and np.isfinite(work_reverse).all():
+            result = pymbar.other_estimators.bar(work_forward, work_reverse, relative_tolerance=1e-12)
+            step, error = float(result["Delta_f"]), float(result["dDelta_f"])
+        if (step, error) == (0.0, 0.0) or not (math.isfinite(step) and math.isfinite(error)):
+            pair = from_k | from_next  # MBAR of the two states, which is BAR
+            estimator = pymbar.MBAR(samples.u_kn[k:k + 2, pair], [int(from_k.sum()), int(from_next.sum())],
+                                    relative_tolerance=1e-12)
+            result = estimator.compute_free_energy_differences()
+            step, error = float(result["Delta_f"][0, 1]), float(result["dDelta_f"][0, 1])
+        steps.append(step)
+        errors.append(error)
     return np.array(steps), np.array(errors)
+
+
+def _overlap_warnings(overlap: np.ndarray, states) -> tuple[str, ...]:
+    """A sentence for every neighbour pair whose overlap is below :data:`MIN_OVERLAP`, each also given to
+    ``warnings.warn``."""
+    messages = []
+    for k in range(len(overlap) - 1):
+        if overlap[k, k + 1] < MIN_OVERLAP:
+            unknown = (" (no overlap at all: BAR's and the bootstrap's uncertainties across it are unknown)"
+                       if overlap[k, k + 1] < NO_OVERLAP else "")
+            messages.append(
+                f"states {k} {states[k]} and {k + 1} {states[k + 1]} overlap by {overlap[k, k + 1]:.3g}, "
+                f"below {MIN_OVERLAP}{unknown}: the free energy across this step is unreliable; add states "
+                "between them or sample longer")
+            warnings.warn(messages[-1], RuntimeWarning, stacklevel=3)
+    return tuple(messages)
 
 
 def _check(samples) -> None:
@@ -346,7 +435,8 @@ def estimate(samples: FreeEnergySamples, *, bootstrap: int = 0, seed: int = 0,
         inefficiencies: optional ``(K,)`` statistical inefficiencies to record in the result.
 
     Returns:
-        :class:`FreeEnergyEstimate`.
+        :class:`FreeEnergyEstimate`; a ``RuntimeWarning`` is issued for every neighbour pair whose overlap
+        is below :data:`MIN_OVERLAP` (the same sentences are in its ``warnings``).
     """
     _check(samples)
     counts = samples.samples_per_state
@@ -362,10 +452,17 @@ def estimate(samples: FreeEnergySamples, *, bootstrap: int = 0, seed: int = 0,
                 uncertainty_method="bootstrap")["dDelta_f"])
         overlap = np.asarray(estimator.compute_overlap()["matrix"])
         steps, step_errors = _bar_steps(samples, pymbar)
+    index = np.arange(samples.n_states)
+    lower, upper = np.minimum.outer(index, index), np.maximum.outer(index, index)
+    for k in np.flatnonzero(np.diagonal(overlap, 1) < NO_OVERLAP):  # steps without overlap
+        step_errors[k] = np.nan
+        if bootstrapped is not None:  # every pair of states on either side of the step
+            bootstrapped[(lower <= k) & (upper > k)] = np.nan
     if inefficiencies is not None:
         inefficiencies = np.asarray(inefficiencies, dtype=np.float64)
     return FreeEnergyEstimate(np.asarray(analytic["Delta_f"]), np.asarray(analytic["dDelta_f"]), bootstrapped,
-                              overlap, steps, step_errors, counts, samples.temperature, inefficiencies)
+                              overlap, steps, step_errors, counts, samples.temperature, inefficiencies,
+                              _overlap_warnings(overlap, samples.states))
 
 
 @dataclass(frozen=True)

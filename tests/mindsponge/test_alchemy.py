@@ -24,7 +24,7 @@ pytest.importorskip("pymbar")
 from openmm import unit  # noqa: E402
 
 import mindsponge as ms  # noqa: E402
-from common.errors import ConfigurationError, UnknownNameError  # noqa: E402
+from common.errors import ConfigurationError, DataError, UnknownNameError  # noqa: E402
 from common.units import BOLTZMANN_MD  # noqa: E402
 from mindsponge.alchemy import AlchemicalRegion, AlchemicalState  # noqa: E402
 
@@ -198,6 +198,17 @@ def test_harmonic_oscillator_free_energy_by_mbar():
     assert 0 < uncertainty < 0.1
     assert abs(delta - expected) < 4 * uncertainty, (delta, expected, uncertainty)
     assert result.overlap.shape == (3, 3) and np.allclose(result.overlap.sum(1), 1.0)
+
+
+def test_mbar_refuses_nan_naming_the_state_and_sample():
+    """A NaN reduced potential (a failed evaluation) surfaced as pymbar's LAPACK failure; +inf (a
+    configuration impossible in a state) is allowed."""
+    u_kn = np.zeros((2, 6))
+    u_kn[0, 4] = np.nan
+    with pytest.raises(DataError, match=r"NaN in state 0 for sample 4 \(drawn in state 1"):
+        ms.alchemy.mbar(u_kn, [3, 3])
+    u_kn[0, 4] = np.inf
+    assert np.isfinite(ms.alchemy.mbar(u_kn, [3, 3]).delta_f).all()
 
 
 def test_reduced_potentials_match_energies(vacuum):

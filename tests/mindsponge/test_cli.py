@@ -306,7 +306,7 @@ def test_replicas_table_runs_temperature_exchange_and_resumes(tmp_path, capsys):
 def test_replicas_with_a_berendsen_barostat_are_refused_with_the_line(tmp_path, capsys):
     path = tmp_path / "run.toml"
     config = CONFIG.replace('type = "c_rescale"', 'type = "berendsen"')
-    path.write_text(config + "\n[replicas]\ntemperatures = [300.0, 310.0]\n")
+    path.write_text(config + "\n[replicas]\ntemperatures = [300.0, 310.0]\nsteps_per_round = 50\n")
     assert main(["run", str(path), "--quiet"]) == 2
     error = capsys.readouterr().err
     assert "which the Berendsen barostat does not" in error and "run.toml:17: key 'barostat'" in error, error

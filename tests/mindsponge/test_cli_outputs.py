@@ -100,7 +100,8 @@ def test_a_linked_output_folder_under_the_command_line_folder_is_refused(places,
 def test_replica_exchange_files_linked_to_elsewhere_are_refused(places, capsys):
     project, outside = places
     path = project / "run.toml"
-    path.write_text(CONFIG.format(directory="remd") + "[replicas]\ntemperatures = [300.0, 320.0]\n")
+    replicas = "[replicas]\ntemperatures = [300.0, 320.0]\nsteps_per_round = 2\n"
+    path.write_text(CONFIG.format(directory="remd") + replicas)
     (project / "remd").mkdir()
     (project / "remd" / "replicas.csv").symlink_to(outside / "log.csv")
     message = _refused(capsys, path, "directory")
