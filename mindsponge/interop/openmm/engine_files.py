@@ -98,7 +98,9 @@ def load_amber(prmtop, inpcrd, dtype: torch.dtype = torch.float64, *, return_ope
         System, charges ``(N,)`` e, box ``(3, 3)`` nm or ``None``, the prmtop's topology) and a
         :class:`~mindsponge.forcefield.ForceField` carrying the System's masses and constraints; with
         ``return_openmm_system=True`` also the ``openmm.System`` itself, third (for
-        :func:`mindsponge.alchemy.alchemical_force_field`).
+        :func:`mindsponge.alchemy.alchemical_force_field`), with an OBC2 ``GBSAOBCForce`` already replaced
+        by the ``CustomGBForce`` mindsponge runs (:mod:`~mindsponge.interop.openmm.obc`): compare with
+        ``AmberPrmtopFile.createSystem``'s own System to check the two against each other.
 
     Raises:
         MissingFileError: a file is missing (named).
