@@ -26,7 +26,7 @@ import pathlib
 import numpy as np
 import torch
 
-from common.errors import ArgumentTypeError, ConfigurationError, MissingFileError
+from common.errors import ArgumentTypeError, ConfigurationError, DataError, MissingFileError
 from common.geometry import Geometry
 from common.geometry.base import split_by_measure
 
@@ -67,6 +67,7 @@ def load_mesh(path, repair: bool = True, scale: float = 1.0):
         raise ConfigurationError(
             f"load_mesh: {str(path)!r} has suffix {path.suffix!r}; expected one of {MESH_SUFFIXES}"
         )
+    _check_binary_stl(path)
     loaded = trimesh.load(str(path), force="mesh", process=True)
     if not isinstance(loaded, trimesh.Trimesh) or len(loaded.faces) == 0:
         raise ConfigurationError(f"load_mesh: {str(path)!r} holds no triangles")
@@ -75,6 +76,22 @@ def load_mesh(path, repair: bool = True, scale: float = 1.0):
         mesh.apply_scale(float(scale))
     mesh.metadata["name"] = path.name
     return repair_mesh(mesh) if repair else mesh
+
+
+def _check_binary_stl(path: pathlib.Path) -> None:
+    """Refuse a binary STL whose size disagrees with the triangle count in its header (a truncated or
+    damaged file, which trimesh would read as empty)."""
+    if path.suffix.lower() != ".stl":
+        return
+    with open(path, "rb") as file:
+        head = file.read(84)
+    count = int.from_bytes(head[80:84], "little") if len(head) == 84 else -1
+    size = path.stat().st_size
+    if size == 84 + 50 * count or head.lstrip()[:5].lower() == b"solid":  # binary as counted, or ASCII
+        return
+    if len(head) == 84:
+        raise DataError(f"load_mesh: {str(path)!r} is a binary STL whose header counts {count} triangles "
+                        f"({84 + 50 * count} bytes) but the file has {size} bytes: truncated or damaged")
 
 
 def repair_mesh(mesh):

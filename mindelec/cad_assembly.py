@@ -325,19 +325,32 @@ def _label(gmsh, dim, tag) -> str:
 
 
 def _unique_names(labels):
-    seen, names = {}, []
+    """The labels made unique: a repeated label gets ``.2``, ``.3``... (a suffix no label already has)."""
+    taken, names = set(labels), []
     for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        names.append(label if seen[label] == 1 else f"{label}.{seen[label]}")
+        name, count = label, 1
+        while name in names or (count > 1 and name in taken):
+            count += 1
+            name = f"{label}.{count}"
+        names.append(name)
     return names
 
 
 def _surface_deviation(gmsh, surface, triangles):
-    """Largest distance (m) from the triangles' centroids and edge midpoints ``(T, 3, 3)`` to the surface."""
+    """Largest distance (m) from the triangles' centroids and edge midpoints ``(T, 3, 3)`` to the surface.
+
+    Each sample's distance is bounded from above twice: by its distance to the point gmsh projects it
+    to, and by its distance to the nearest vertex of its triangle (the vertices lie on the surface);
+    the smaller bound is taken, so a projection that fails (gmsh returns a face's seam point for
+    samples on a thin cylinder) cannot keep the refinement going forever."""
+    count = len(triangles)
     samples = np.concatenate(
         [triangles.mean(1), (triangles + np.roll(triangles, -1, axis=1)).reshape(-1, 3) / 2])
+    owners = np.concatenate([np.arange(count), np.repeat(np.arange(count), 3)])
     closest, _ = gmsh.model.getClosestPoint(2, surface, samples.ravel())
-    return float(np.linalg.norm(np.asarray(closest).reshape(-1, 3) - samples, axis=1).max())
+    projected = np.linalg.norm(np.asarray(closest).reshape(-1, 3) - samples, axis=1)
+    to_vertices = np.linalg.norm(triangles[owners] - samples[:, None, :], axis=2).min(1)
+    return float(np.minimum(projected, to_vertices).max())
 
 
 def _tessellate(gmsh, path, volumes, tolerance):
@@ -405,6 +418,7 @@ def _volume_mesh(gmsh, path, volume, nodes, surfaces):
             "(solids that touch along an edge or a point must be separate bodies)"
         )
     trimesh.repair.fix_normals(mesh)  # gmsh orients each face's triangles by the face, not the solid
+    mesh = _voids_inward(mesh)
     if not (mesh.is_winding_consistent and mesh.is_watertight):
         raise ConfigurationError(f"{path}: body {name!r} is not orientable (a closed solid has an inside)")
     if mesh.volume <= 0:
@@ -412,6 +426,23 @@ def _volume_mesh(gmsh, path, volume, nodes, surfaces):
     deviation = max(surfaces[abs(signed)][1] for _, signed in gmsh.model.getBoundary(
         [(3, volume)], combined=False, oriented=True, recursive=False))
     return mesh, deviation
+
+
+def _voids_inward(mesh):
+    """The mesh with each void's shell facing into the void: ``fix_normals`` turns every closed shell
+    outward on its own, which counts a hollow solid's void as volume (a shell inside an odd number of
+    the others bounds a void)."""
+    import trimesh
+
+    shells = mesh.split(only_watertight=False)
+    if len(shells) < 2:
+        return mesh
+    for index, shell in enumerate(shells):
+        inside = sum(bool(other.contains(shell.vertices[:1])[0]) for other_index, other in enumerate(shells)
+                     if other_index != index)
+        if inside % 2 == 1:
+            shell.invert()
+    return trimesh.util.concatenate(shells)
 
 
 def _step_string(text: str) -> str:

@@ -88,6 +88,10 @@ def medium_from_spec(spec, where: str):
             f"{where}: unknown key(s) {unknown} for a {model or 'plain'} medium; expected some of "
             f"{list(_MODELS[model])}"
         )
+    wrong = sorted(key for key, value in spec.items() if isinstance(value, bool | str))
+    if wrong:  # float() would read true as 1 and "4" as 4
+        raise ConfigurationError(f"{where}: {wrong} must be numbers, got "
+                                 f"{', '.join(f'{key} = {spec[key]!r}' for key in wrong)}")
     cls = {None: fdtd.Medium, "drude": fdtd.Drude, "lorentz": fdtd.Lorentz}[model]
     try:
         return cls(**spec)
@@ -122,12 +126,14 @@ class MaterialTable:
     def lookup(self, *names: str):
         """The medium for the first of ``names`` that the table matches, or ``None``.
 
-        Each name is tried against the exact keys, then against the glob patterns in order.
+        Every name is tried against the exact keys first (a body's unique name, then its label:
+        ``screw.2`` takes the entry ``screw``), then each name against the glob patterns in order.
         """
         exact = dict(self.entries)
         for name in names:
             if name in exact:
                 return exact[name]
+        for name in names:
             for pattern, medium in self.entries:
                 if fnmatch.fnmatchcase(name, pattern):
                     return medium

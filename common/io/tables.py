@@ -47,7 +47,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from common.errors import ArgumentTypeError, ConfigurationError
+from common.errors import ArgumentTypeError, ConfigurationError, DataError
 from common.io import heaps, recovery
 from common.io.locking import WriterLock
 
@@ -234,6 +234,11 @@ class H5Writer:
                 os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=access
             )
         except OSError as error:
+            if "truncated file" in str(error):  # HDF5's own words for a file shorter than its superblock says
+                raise DataError(
+                    f"H5Writer: {self.path} is truncated ({error}); `python -m common.io check {self.path}` "
+                    "reports what of it is intact and recoverable"
+                ) from error
             raise OSError(
                 f"H5Writer: cannot open {self.path} for writing ({error}); if this process reads it "
                 "(an H5Dataset, an open h5py.File), close that first"

@@ -178,6 +178,22 @@ class LumpedPort(DFTMonitor):
         slices = _edge_slices(grid, self.center, self.size, self.axis_index, repr(self))
         return _PortRecorder(self, slices, grid, dt)
 
+    def check_gap(self, grid, electric):
+        """Refuse a gap a PEC structure covers (its edges' ``cb`` zero): no current could cross it.
+
+        Args:
+            grid: the simulation's grid; electric: its E update coefficients ``{component: (ca, cb,
+                poles)}`` (:func:`mindelec.fdtd.coefficients.update_coefficients`).
+        """
+        component = "E" + AXES[self.axis_index]
+        slices = _edge_slices(grid, self.center, self.size, self.axis_index, repr(self))
+        cb = torch.broadcast_to(torch.as_tensor(electric[component][1]), grid.shape)[slices]
+        if bool((cb == 0).any()):
+            raise ConfigurationError(
+                f"{self!r}: {int((cb == 0).sum())} of its {cb.numel()} gap edges lie inside a PEC structure "
+                "(a solid or sheet covers the gap), so no current can cross it; leave the gap free of metal "
+                "between the two conductors it feeds")
+
     def network(self, result):
         """The port's S11 as a one-port ``skrf.Network`` (reference impedance ``R0``) from a run's result."""
         import skrf

@@ -41,6 +41,7 @@ from .checkpointing import run_checkpointed
 from .coefficients import update_coefficients
 from .conformal import conformal_geometry, conformal_update, time_step_factor
 from .grid import ACTIVE_COMPONENTS, Grid
+from .lumped import LumpedPort
 from .materials import DesignRegion, Medium, Structure
 from .monitors import Monitor
 from .near_to_far import NearToFarMonitor
@@ -399,6 +400,9 @@ class Simulation:
     def _stepper(self, steps):
         """The :class:`YeeStepper` of a run of ``steps`` steps (coefficients, sources, plane-wave lines)."""
         electric, magnetic = self._coefficients(self._conformal)
+        for monitor in self.monitors:
+            if isinstance(monitor, LumpedPort):
+                monitor.check_gap(self.grid, electric)
         lines = [
             wave.incident_line(self.grid, self.polarization, self._pml_x, self.dt, self.default_medium, steps)
             for wave in self._plane_waves

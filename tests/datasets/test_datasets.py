@@ -235,6 +235,16 @@ def test_a_file_that_lost_a_label_column_is_refused(tmp_path):
         datasets.generate(path, workers=0, progress=False)
 
 
+def test_a_truncated_output_file_is_refused_as_truncated(tmp_path):
+    path = _recipe(tmp_path, n=4)
+    datasets.generate(path, workers=0, progress=False)
+    output = tmp_path / "recipe.h5"
+    output.write_bytes(output.read_bytes()[: output.stat().st_size // 2])
+    path.write_text(path.read_text().replace("n = 4", "n = 6"))
+    with pytest.raises(DataError, match="recipe.h5 is truncated .*python -m common.io check"):
+        datasets.generate(path, workers=0, progress=False)
+
+
 def test_bad_workers_are_refused_before_the_file_is_made(tmp_path):
     path = _recipe(tmp_path, n=4)
     with pytest.raises(ValueError, match="generate: workers"):

@@ -144,6 +144,13 @@ def test_bad_meshes(tmp_path, sphere_mesh):
     (tmp_path / "part.step").write_text("ISO-10303-21;")
     with pytest.raises(ValueError, match="suffix '.step'"):
         cad.load_mesh(tmp_path / "part.step")
+    sphere_mesh.export(tmp_path / "whole.stl")  # binary: 84 bytes and 50 per triangle
+    data = (tmp_path / "whole.stl").read_bytes()
+    (tmp_path / "cut.stl").write_bytes(data[:-30])
+    triangles = len(sphere_mesh.faces)
+    with pytest.raises(ValueError, match=f"'.*cut.stl' is a binary STL whose header counts {triangles} "
+                                         f"triangles .* but the file has {len(data) - 30} bytes"):
+        cad.load_mesh(tmp_path / "cut.stl")
 
 
 def test_point_cloud_density_and_labels(sphere_mesh):

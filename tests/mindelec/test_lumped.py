@@ -95,6 +95,20 @@ def test_port_off_the_yee_cells_is_refused():
         me.fdtd.LumpedPort("feed", (0, 0, 0), (CELL,) * 3, waveform, [1e9], impedance=-50)
 
 
+def test_port_whose_gap_lies_in_pec_is_refused_before_the_run():
+    """No current can cross a gap a PEC block covers: refused when the run starts, naming the port."""
+    waveform = me.fdtd.GaussianPulse(f0=1.5e9, fwidth=3e9)
+    port = me.fdtd.LumpedPort("feed", center=(0, 0, CELL / 2), size=(CELL,) * 3, waveform=waveform,
+                              frequencies=[1e9])
+    from common.geometry import Box
+
+    block = me.fdtd.Structure(Box((-2 * CELL,) * 3, (2 * CELL,) * 3), me.fdtd.PEC())
+    simulation = me.fdtd.Simulation(size=(12 * CELL,) * 3, cell_size=CELL, boundary=me.fdtd.PML(thickness=3),
+                                    structures=[block, port.resistor], sources=[port.source], monitors=[port])
+    with pytest.raises(ConfigurationError, match="'feed'.*1 of its 1 gap edges lie inside a PEC"):
+        simulation.run(steps=5, progress=False)
+
+
 def _dipole_run(cells, ratios, monitors=lambda frequencies, box: []):
     """Run a ``cells``-long wire dipole fed at its centre by a 50 ohm port, at ``ratios`` x the frequency of
     L = lambda/2; ``monitors(frequencies, box)`` adds monitors on a closed box 2 cells inside the PML.
