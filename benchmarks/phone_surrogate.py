@@ -222,10 +222,16 @@ def main():
         inverse[task] = (seconds, checked)
     _, check = inverse["single_band"]
     fdtd_resonance = float(check["simulated"]["resonance"])
+    single = check["simulated"]
+    single_dips = phone.resonances(single["frequencies"], single["s11_real"] + 1j * single["s11_imag"])
+    nearest = min(single_dips, key=lambda dip: abs(dip[0] - arguments.target)) if single_dips else None
     print(f"inverse design for {arguments.target / 1e9:g} GHz: {check['design']}; FDTD dip at "
           f"{fdtd_resonance / 1e9:.4f} GHz ({100 * (fdtd_resonance / arguments.target - 1):+.2f} % from the "
           f"target; predicted {check['predicted_resonance'] / 1e9:.4f} GHz), S11 relative L2 against the "
-          f"prediction {check['relative_l2']:.3f}", flush=True)
+          f"prediction {check['relative_l2']:.3f}; FDTD dips below -6 dB at "
+          + (", ".join(f"{f / 1e9:.3f} GHz ({depth:.1f} dB)" for f, depth in single_dips) or "none")
+          + ("" if nearest is None else
+             f"; the nearest the target {100 * (nearest[0] / arguments.target - 1):+.2f} %"), flush=True)
     _, dual = inverse["dual_band"]
     simulated = dual["simulated"]
     frequencies = simulated["frequencies"]
@@ -256,6 +262,8 @@ def main():
         "inverse_design": {
             "target": arguments.target, "design": check["design"], "fdtd_resonance": fdtd_resonance,
             "predicted_resonance": check["predicted_resonance"], "relative_l2": check["relative_l2"],
+            "fdtd_dips": [[f, d] for f, d in single_dips],
+            "fdtd_dip_nearest_target": None if nearest is None else nearest[0],
             "fdtd_total_efficiency_at_target": float(np.interp(
                 arguments.target, check["simulated"]["frequencies"], check["simulated"]["total_efficiency"])),
             "predicted_total_efficiency_at_target": float(np.interp(
