@@ -452,10 +452,8 @@ def mbar(u_kn, samples_per_state) -> MBARResult:
         samples_per_state: ``(K,)`` how many samples came from each state (zeros allowed).
 
     Returns:
-        :class:`MBARResult`.
-
-    Raises:
-        common.errors.DataError: a NaN in ``u_kn`` (its state and sample named; ``+inf`` is allowed).
+        :class:`MBARResult`; a NaN in ``u_kn`` raises :class:`common.errors.DataError` naming its state and
+        sample (``+inf`` is allowed).
     """
     u_kn = np.asarray(u_kn.detach().cpu() if isinstance(u_kn, Tensor) else u_kn, dtype=np.float64)
     counts = np.asarray(samples_per_state, dtype=np.int64).reshape(-1)
