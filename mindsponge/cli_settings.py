@@ -21,7 +21,7 @@ import pathlib
 import warnings
 
 from common.differences import nested_differences
-from common.errors import ConfigurationError
+from common.errors import ConfigurationError, DataError
 
 __all__ = ["SETTINGS_FILE", "FREE_TO_CHANGE", "run_settings", "check_resumed_settings"]
 
@@ -49,20 +49,25 @@ def check_resumed_settings(path: pathlib.Path, config, resume: bool, allow_chang
 
     Raises:
         ConfigurationError: a resume whose settings differ, without ``allow_changed`` (every change
-            is listed, with the file).
+            is listed, with the file). DataError: a damaged ``run_settings.json`` (named).
     """
     current = run_settings(config)
     record = {"settings": current, "changes": []}
     if resume and path.is_file():
-        saved = json.loads(path.read_text())
-        changed = nested_differences(saved["settings"], current)
+        try:
+            stored = json.loads(path.read_text())
+            saved, earlier = stored["settings"], list(stored.get("changes", []))
+        except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+            raise DataError(f"{path}: damaged run settings ({type(error).__name__}: {error}); remove it to "
+                            "resume without the check, or start the run again") from error
+        changed = nested_differences(saved, current)
         if changed and not allow_changed:
             raise ConfigurationError(
                 f"--resume: the configuration differs from the run it continues ({path}): "
                 f"{'; '.join(changed)}. "
                 f"A resumed run continues the same simulation: restore these settings, or pass "
                 f"--allow-changed-config to continue with the new ones (the change is recorded)")
-        record["changes"] = saved.get("changes", [])
+        record["changes"] = earlier
         if changed:
             warnings.warn(f"resuming with changed settings: {'; '.join(changed)}", stacklevel=2)
             record["changes"].append(changed)

@@ -231,7 +231,6 @@ def _check_columns(writer: io.H5Writer, recipe: Recipe) -> None:
     if not writer.count("/"):
         return
     held = set(writer.columns("/"))
-    # labels may echo a parameter back (not stored twice), so those are only required as parameters
     needed = set(RESERVED_COLUMNS) | set(recipe.parameters) | set(recipe.generator.labels or ())
     missing = sorted(needed - held)
     if missing:

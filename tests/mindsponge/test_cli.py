@@ -345,3 +345,6 @@ def test_resume_with_changed_settings_is_refused_unless_allowed(tmp_path, capsys
     record = json.loads((tmp_path / "out" / "run_settings.json").read_text())
     assert record["settings"]["integrator"]["dt"] == 0.001
     assert record["changes"] == [["integrator.dt: 0.002 -> 0.001"]]
+    (tmp_path / "out" / "run_settings.json").write_text("{not json")
+    assert main(["run", str(config), "--resume", "--quiet"]) == 2
+    assert "run_settings.json: damaged run settings" in capsys.readouterr().err
