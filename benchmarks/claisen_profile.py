@@ -7,7 +7,9 @@ active-learning committee (:mod:`mindsponge.active.claisen`):
    restraint pulled through the centres (``starts="pulled"``), the frames of every window labelled
    with GFN2-xTB's energies and forces, the restraint taken out (``TrajectoryLabels``); MBAR profile,
    barrier and reaction free energy, and the same from each half of the samples (their spread);
-2. each model (``--models``) trained on every ``--stride``-th labelled frame for ``--minutes`` on one
+   at full size read from ``benchmarks/data/claisen_reference*.npz`` when there (see :func:`reference`);
+2. each model (``--models``) trained on every ``--stride``-th stored labelled frame (1,704 at full
+   size, every 125 fs of every window) for ``--minutes`` on one
    core (80/10/10 split, Adam with a moving average of the weights, clipped gradients, forces and
    energies weighted 1:1 and energies 1000:1 after ``--switch`` epochs);
 3. the learned profile, every window started from the last frame of the reference's, all windows as
@@ -16,7 +18,8 @@ active-learning committee (:mod:`mindsponge.active.claisen`):
 
 Printed last: each model's barrier and reaction free energy minus GFN2-xTB's (kJ/mol; the goal is
 4 in magnitude) and GFN2-xTB's MD step time over the learned one's per window (the goal is 20). The
-reference and the trained models are kept in ``--output`` (a run started again reuses them).
+trained models are kept in ``--output`` (a run started again reuses them). The active-learning
+committee's profile is ``benchmarks/claisen_committee.py``.
 ``--quick``: 17 short windows, 2-minute training (a smoke test: the figures mean nothing).
 
     OMP_NUM_THREADS=1 python benchmarks/claisen_profile.py [--quick] [--models SchNet PaiNN]
@@ -39,9 +42,13 @@ from mindsponge.training import Trainer, TrainingData
 
 TEMPERATURE = 300.0  # K
 FULL = {"centers": (-0.35, 0.35, 71), "force_constant": 100000.0, "equilibration": 1000, "steps": 6000,
-        "every": 10, "record": 50}  # claisen.SIZES["full"], frames recorded every 25 fs
+        "every": 10, "record": 50, "keep": 5}  # claisen.SIZES["full"], frames recorded every 25 fs
 QUICK = {"centers": (-0.3, 0.2, 17), "force_constant": 20000.0, "equilibration": 20, "steps": 60, "every": 4,
-         "record": 4}
+         "record": 4, "keep": 1}
+DATA = pathlib.Path(__file__).parent / "data"
+STORED = (DATA / "claisen_reference.npz", DATA / "claisen_reference_labels.npz")
+"""The full-size reference: MBAR samples of s (nm), window ends (nm), GFN2-xTB's step time (s), the
+windows; and the labelled frames (:func:`mindsponge.label_io.read_labels`)."""
 
 
 def profile_numbers(umbrella, edges) -> tuple[float, float]:
@@ -62,26 +69,35 @@ def halves(umbrella, edges) -> list[tuple[float, float]]:
 
 
 def reference(size, centers, force_constant, output: pathlib.Path):
-    """The GFN2-xTB run (or its saved result): umbrella samples, last frames, labels, s per step."""
-    path = output / "reference.npz"
+    """The GFN2-xTB run, or its stored result: umbrella samples, window ends, MD step time, labels.
+
+    At full size the result is kept in ``benchmarks/data`` (:data:`STORED`; the labelled frames
+    every 125 fs, every fifth of those recorded), so that no later run repeats the 40 minutes of
+    GFN2-xTB; a quick run keeps it in ``output``.
+    """
+    samples_path, labels_path = STORED if size is FULL else (output / "reference.npz",
+                                                              output / "reference_labels.npz")
     numbers = claisen.reactant().atomic_numbers
-    if not path.is_file():
+    if not samples_path.is_file():
         labels = TrajectoryLabels(every=size["record"])
         umbrella, frames, seconds = claisen.umbrella_profile(
             XTB(numbers), centers, force_constant, TEMPERATURE, size["steps"], size["equilibration"],
             every=size["every"], seed=1, starts="pulled", labels=labels)
-        write_labels(output / "reference_labels.h5", {**labels.labels(), "atomic_numbers": numbers.numpy()},
-                     overwrite=True)
-        np.savez(path, samples=np.stack(umbrella.samples), frames=frames, seconds=seconds)
-    with np.load(path) as saved:
+        kept = {key: values[:: size["keep"]] for key, values in labels.labels().items()}
+        write_labels(labels_path, {**kept, "atomic_numbers": numbers.numpy()}, overwrite=True)
+        np.savez_compressed(samples_path, samples=np.stack(umbrella.samples), frames=frames, seconds=seconds,
+                            centers=centers, force_constant=force_constant)
+    with np.load(samples_path) as saved:
+        if not np.allclose(saved["centers"], centers) or float(saved["force_constant"]) != force_constant:
+            raise ValueError(f"{samples_path}: stored for other windows; remove it to run the reference anew")
         umbrella = UmbrellaSampling(claisen.reaction_coordinate(), centers, force_constant, TEMPERATURE)
         for window, samples in enumerate(saved["samples"]):
             umbrella.add_samples(window, samples)
-        return umbrella, saved["frames"], float(saved["seconds"]), read_labels(output / "reference_labels.h5")
+        return umbrella, saved["frames"], float(saved["seconds"]), read_labels(labels_path)
 
 
 def trained(name: str, labels: dict, stride: int, minutes: float, switch: int, output: pathlib.Path):
-    """A model (64 features, 3 interactions) trained on every ``stride``-th labelled frame, or reloaded."""
+    """A model (64 features, 3 interactions) trained on every ``stride``-th stored frame, or reloaded."""
     path = output / f"{name}.pt"
     if not path.is_file():
         data = TrainingData.from_arrays(
@@ -108,8 +124,8 @@ def main():
     parser.add_argument("--models", nargs="+", default=["SchNet", "PaiNN"],
                         choices=["SchNet", "PaiNN", "ACENet"])
     parser.add_argument("--minutes", type=float, default=34.0, help="training budget per model")
-    parser.add_argument("--stride", type=int, default=5,
-                        help="train on every stride-th labelled frame (recorded every 25 fs)")
+    parser.add_argument("--stride", type=int, default=1,
+                        help="train on every stride-th stored labelled frame (kept every 125 fs)")
     parser.add_argument("--switch", type=int, default=80, help="epoch from which energies weigh 1000:1")
     parser.add_argument("--output", type=pathlib.Path,
                         default=pathlib.Path(__file__).parent / "output" / "claisen_profile")

@@ -12,12 +12,14 @@ left the region it knows; the frames after would be meaningless), as is one that
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import torch
 
 from common import checks
 from common.errors import ConfigurationError, SimulationError
+from common.parallel import JobFailure, run_jobs
 from mindsponge import bias as bias_module
 from mindsponge import colvar as colvar_module
 from mindsponge.active.uncertainty import UncertaintyReporter, _Runaway
@@ -78,6 +80,8 @@ class Exploration:
         friction: Langevin friction, 1/ps.
         stop_factor: a trajectory stops once its disagreement exceeds ``stop_factor * threshold``.
         umbrella: optional umbrella windows (then one trajectory per centre).
+        workers: processes that run the trajectories side by side, one thread each (0: one after
+            the other in this process).
     """
 
     temperature: float = 300.0
@@ -88,10 +92,12 @@ class Exploration:
     friction: float = 5.0
     stop_factor: float = 5.0
     umbrella: Umbrella | None = None
+    workers: int = 0
 
     def __post_init__(self):
         for name in ("temperature", "timestep", "friction", "stop_factor"):
             checks.positive(getattr(self, name), name)
+        checks.non_negative_int(self.workers, "workers (0 = the trajectories one after the other here)")
         for name in ("steps", "every", "trajectories"):
             checks.positive_int(getattr(self, name), name)
 
@@ -114,8 +120,10 @@ def _starts(settings: Exploration, data_positions: np.ndarray, seed: int) -> tup
     return starts, restraints
 
 
-def _trajectory(committee, atomic_numbers, start, restraint, settings, seed, stop_above):
-    """One trajectory: ``(positions (F, N, 3), disagreement (F,), stopped early)``."""
+def _trajectory(committee, atomic_numbers, settings, stop_above, job):
+    """One trajectory of ``job = (index, start, restraint, seed)``: ``(positions (F, N, 3),
+    disagreement (F,), stopped early)``."""
+    _, start, restraint, seed = job
     import ase
 
     from mindsponge.integrators import LangevinMiddle
@@ -177,19 +185,22 @@ def explore(
     from tqdm.auto import tqdm
 
     starts, restraints = _starts(settings, np.asarray(data_positions, dtype=np.float64), seed)
-    parts = []
-    for index in tqdm(range(len(starts)), desc="exploration", disable=not progress):
-        parts.append(
-            _trajectory(
-                committee,
-                atomic_numbers,
-                starts[index],
-                restraints[index],
-                settings,
-                seed + index,
-                settings.stop_factor * threshold,
-            )
-        )
+    jobs = [(index, starts[index], restraints[index], seed + index) for index in range(len(starts))]
+    trajectory = functools.partial(
+        _trajectory, committee, atomic_numbers, settings, settings.stop_factor * threshold
+    )
+    threads = 1 if settings.workers else None
+    finished = {}
+    for job, result in tqdm(
+        run_jobs(trajectory, jobs, workers=settings.workers, threads=threads),
+        total=len(jobs),
+        desc="exploration",
+        disable=not progress,
+    ):
+        if isinstance(result, JobFailure):
+            raise SimulationError(f"exploration trajectory {job[0]} failed: {result}")
+        finished[job[0]] = result
+    parts = [finished[index] for index in range(len(jobs))]
     return {
         "positions": np.concatenate([part[0] for part in parts]),
         "disagreement": np.concatenate([part[1] for part in parts]),

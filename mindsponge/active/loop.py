@@ -30,6 +30,7 @@ import torch
 from common import checks, datasets
 from common import config as config_module
 from common.errors import ConfigurationError, SimulationError
+from common.parallel import JobFailure, run_jobs
 from mindsponge import potentials as potentials_module
 from mindsponge.active.committee import Committee
 from mindsponge.active.exploration import Exploration, explore
@@ -70,7 +71,10 @@ class CommitteeSettings:
     ``epochs`` for round 0, ``retrain_epochs`` for every warm-started retraining.
     ``weight_schedule`` maps a first epoch (a string in TOML: ``{ "0" = [1.0, 1.0], "80" =
     [1000.0, 1.0] }``) to the ``[energy_weight, force_weight]`` of the training loss from then on,
-    in every (re)training; ``energy_weight`` and ``force_weight`` weigh the validation loss.
+    in round 0 and, unless ``retrain_weight_schedule`` is given, in every retraining (whose epochs
+    count from 0 again); ``energy_weight`` and ``force_weight`` weigh the validation loss.
+    ``workers``: processes that train the members side by side, one thread each (0: one after the
+    other in this process, with its threads).
     """
 
     model: Literal["SchNet", "PaiNN", "MolCT"] = "SchNet"
@@ -89,14 +93,19 @@ class CommitteeSettings:
     ema_decay: float | None = None
     gradient_clip: float | None = None
     weight_schedule: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    retrain_weight_schedule: dict[str, tuple[float, float]] | None = None
     seed: int = 0
+    workers: int = 0
 
     def __post_init__(self):
-        if not all(epoch.isdigit() for epoch in self.weight_schedule):
-            raise ConfigurationError(
-                f"weight_schedule: keys must be first epochs (0-based) as strings such as \"80\", got "
-                f"{list(self.weight_schedule)}"
-            )
+        checks.non_negative_int(self.workers, "workers (0 = the members one after the other here)")
+        for name in ("weight_schedule", "retrain_weight_schedule"):
+            schedule = getattr(self, name) or {}
+            if not all(epoch.isdigit() for epoch in schedule):
+                raise ConfigurationError(
+                    f"{name}: keys must be first epochs (0-based) as strings such as \"80\", got "
+                    f"{list(schedule)}"
+                )
         if checks.positive_int(self.size, "size") < 2:
             raise ConfigurationError(f"size must be >= 2 (a committee), got {self.size}")
         for name in ("features", "interactions", "epochs", "retrain_epochs", "batch_size", "patience"):
@@ -179,6 +188,60 @@ def _save_npz(path: pathlib.Path, **arrays) -> None:
     os.replace(temporary, path)
 
 
+@dataclasses.dataclass
+class _MemberJob:
+    """One committee member's (re)training: fresh when ``previous`` is None, else warm-started from it."""
+
+    settings: CommitteeSettings
+    index: int
+    member: int
+    folder: pathlib.Path
+    data: TrainingData
+    previous: torch.nn.Module | None
+    progress: bool
+
+
+def _fresh_model(settings: CommitteeSettings, member: int):
+    torch.manual_seed(settings.seed + member)
+    model = potentials_module.MODELS[settings.model](
+        cutoff=settings.cutoff, features=settings.features, interactions=settings.interactions
+    )
+    return model.to(getattr(torch, settings.dtype))
+
+
+def _train_member(job: _MemberJob) -> float:
+    """Train one member, save it as ``model_M.pt`` (kept if already saved); its validation force MAE."""
+    settings, path = job.settings, job.folder / f"model_{job.member}.pt"
+    saved = path.is_file()
+    schedule = settings.weight_schedule
+    if job.previous is not None and settings.retrain_weight_schedule is not None:
+        schedule = settings.retrain_weight_schedule
+    if saved:
+        model = potentials_module.load(path)
+    else:
+        model = _fresh_model(settings, job.member) if job.previous is None else copy.deepcopy(job.previous)
+    trainer = Trainer(
+        model,
+        job.data,
+        energy_weight=settings.energy_weight,
+        force_weight=settings.force_weight,
+        learning_rate=settings.learning_rate,
+        batch_size=settings.batch_size,
+        patience=settings.patience,
+        ema_decay=settings.ema_decay,
+        gradient_clip=settings.gradient_clip,
+        weight_schedule={int(epoch): weights for epoch, weights in schedule.items()},
+        checkpoint=job.folder / f"model_{job.member}.chk",
+        seed=settings.seed + 101 * job.member + job.index,
+        progress=job.progress,
+        fit_statistics=job.previous is None and not saved,
+    )
+    if not saved:
+        trainer.fit(settings.epochs if job.previous is None else settings.retrain_epochs)
+        potentials_module.save(trainer.model, path)
+    return float(trainer.evaluate()["force_mae"])
+
+
 class ActiveLearning:
     """Run (or resume) an active-learning loop (see the module docstring).
 
@@ -237,46 +300,40 @@ class ActiveLearning:
         return TrainingData.from_hdf5(paths)
 
     # --- training --------------------------------------------------------------------------------
-    def _fresh_model(self, member: int):
-        settings = self.config.committee
-        torch.manual_seed(settings.seed + member)
-        model = potentials_module.MODELS[settings.model](
-            cutoff=settings.cutoff, features=settings.features, interactions=settings.interactions
-        )
-        return model.to(getattr(torch, settings.dtype))
-
     def train(self, index: int, data: TrainingData, previous: Committee | None) -> tuple[Committee, float]:
         """Train (round 0) or retrain from ``previous`` (warm start) the committee of round ``index``.
+
+        The members train one after the other, or side by side in ``[committee] workers`` processes.
+        A member whose ``model_M.pt`` is already saved is not trained again; one that was interrupted
+        resumes from its ``model_M.chk``.
 
         Returns:
             the committee and the mean validation force MAE of its models (kJ/mol/nm).
         """
         settings, folder = self.config.committee, self.round_directory(index)
         folder.mkdir(parents=True, exist_ok=True)
-        models, errors = [], []
-        for member in range(settings.size):
-            model = self._fresh_model(member) if previous is None else copy.deepcopy(previous.models[member])
-            trainer = Trainer(
-                model,
+        jobs = [
+            _MemberJob(
+                settings,
+                index,
+                member,
+                folder,
                 data,
-                energy_weight=settings.energy_weight,
-                force_weight=settings.force_weight,
-                learning_rate=settings.learning_rate,
-                batch_size=settings.batch_size,
-                patience=settings.patience,
-                ema_decay=settings.ema_decay,
-                gradient_clip=settings.gradient_clip,
-                weight_schedule={int(epoch): weights for epoch, weights in settings.weight_schedule.items()},
-                checkpoint=folder / f"model_{member}.chk",
-                seed=settings.seed + 101 * member + index,
-                progress=self.progress,
-                fit_statistics=previous is None,
+                None if previous is None else previous.models[member],
+                self.progress and not settings.workers,
             )
-            trainer.fit(settings.epochs if previous is None else settings.retrain_epochs)
-            errors.append(trainer.evaluate()["force_mae"])
-            potentials_module.save(trainer.model, folder / f"model_{member}.pt")
-            models.append(trainer.model)
-        return Committee(models), float(np.mean(errors))
+            for member in range(settings.size)
+        ]
+        errors = {}
+        threads = 1 if settings.workers else None
+        for job, result in run_jobs(_train_member, jobs, workers=settings.workers, threads=threads):
+            if isinstance(result, JobFailure):
+                raise SimulationError(
+                    f"round {index}: committee member {job.member} failed to train: {result}"
+                )
+            errors[job.member] = result
+        committee = self.load_committee(index)
+        return committee, float(np.mean([errors[member] for member in range(settings.size)]))
 
     def load_committee(self, index: int) -> Committee:
         """The saved committee of round ``index``."""
@@ -378,28 +435,35 @@ class ActiveLearning:
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, max_rounds: int | None = None) -> list[dict]:
-        """Run (or resume) the loop; returns the records of all rounds (also in ``rounds.csv``)."""
+        """Run (or resume) the loop; returns the records of all rounds (also in ``rounds.csv``).
+
+        Resuming needs every finished round's ``record.json`` and ``labels.h5`` and the models of the
+        last round that retrained (earlier rounds' models and explorations may be gone).
+        """
         max_rounds = self.config.max_rounds if max_rounds is None else max_rounds
         self.directory.mkdir(parents=True, exist_ok=True)
         self.records = []
+        committee, latest = None, 0  # the current committee (loaded when needed) and its round
         record = self._finished(0)
         if record is None:
             data = self.training_data(0)
             committee, error = self.train(0, data, None)
             record = self._record(0, data, validation_force_mae=error)
-        else:
-            committee = self.load_committee(0)
         self._append(record)
         for index in range(1, max_rounds + 1):
             record = self._finished(index)
             if record is None:
+                if committee is None:
+                    committee = self.load_committee(latest)
                 record, committee = self._round(index, committee)
             elif not record["converged"]:
-                committee = self.load_committee(index)
+                committee = None
+            if not record["converged"]:
+                latest = index
             self._append(record)
             if record["converged"]:
                 break
-        self.committee = committee
+        self.committee = self.load_committee(latest) if committee is None else committee
         return self.records
 
     def _append(self, record: dict) -> None:

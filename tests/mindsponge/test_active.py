@@ -169,6 +169,31 @@ def test_log_has_a_row_per_round(interrupted_then_resumed):
     )
 
 
+def test_a_run_resumes_from_the_records_the_labels_and_the_last_committee_alone(
+    interrupted_then_resumed, tmp_path
+):
+    """What a repository keeps of a run (every round's record and labels, the last committee's models)
+    is enough to resume it: nothing is trained or labelled again and the committee is round 1's."""
+    source = interrupted_then_resumed["run"]
+    kept = tmp_path / "run"
+    for path in source.directory.rglob("*"):
+        name = path.relative_to(source.directory)
+        if path.name in ("record.json", "labels.h5", "initial.h5") or (
+            name.parts[0] == "round_001" and path.suffix == ".pt"
+        ):
+            (kept / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, kept / name)
+    config = source.config
+    config = type(config)(**{**vars(config), "directory": str(kept)})
+    resumed = active.ActiveLearning(config, source.base, progress=False)
+    assert resumed.run() == interrupted_then_resumed["records"]
+    assert not (kept / "round_000" / "model_0.pt").exists()
+    frames = torch.as_tensor(interrupted_then_resumed["known"][:3])
+    numbers = resumed.training_data(0).atomic_numbers[:2]
+    np.testing.assert_array_equal(resumed.committee.force_disagreement(frames, numbers),
+                                  source.committee.force_disagreement(frames, numbers))
+
+
 def test_command_line_resumes_and_plots(interrupted_then_resumed, tmp_path, capsys):
     folder = tmp_path / "copy"
     shutil.copytree(interrupted_then_resumed["folder"], folder)
@@ -281,14 +306,94 @@ def test_committee_members_train_with_the_configured_average_clipping_and_weight
 
     monkeypatch.setattr(loop, "Trainer", RecordingTrainer)
     options = "\n".join(["learning_rate = 0.01", "ema_decay = 0.99", "gradient_clip = 50.0",
-                         'weight_schedule = { "5" = [100.0, 1.0] }'])
+                         'weight_schedule = { "5" = [100.0, 1.0] }',
+                         'retrain_weight_schedule = { "0" = [1.0, 1.0], "2" = [100.0, 1.0] }'])
     text = CONFIG.format(threshold=1.0).replace("learning_rate = 0.01", options)
     (tmp_path / "config.toml").write_text(text)
     config, base = active.load_config(tmp_path / "config.toml")
-    committee, _ = active.ActiveLearning(config, base, progress=False).train(0, None, None)
+    run = active.ActiveLearning(config, base, progress=False)
+    committee, _ = run.train(0, None, None)
     assert len(committee) == len(seen) == 3
     assert all(options["ema_decay"] == 0.99 and options["gradient_clip"] == 50.0 for options in seen)
     assert all(options["weight_schedule"] == {5: (100.0, 1.0)} for options in seen)
+    run.train(1, None, committee)  # warm-started retraining: its own schedule
+    assert all(options["weight_schedule"] == {0: (1.0, 1.0), 2: (100.0, 1.0)} for options in seen[3:])
     (tmp_path / "config.toml").write_text(text.replace('"5" =', '"five" ='))
     with pytest.raises(ConfigError, match="weight_schedule: keys must be first epochs"):
         active.load_config(tmp_path / "config.toml")
+
+
+def _h2_training_data(frames: int = 24):
+    from mindsponge.train import TrainingData
+
+    generator = np.random.default_rng(0)
+    distance = 0.074 + 0.01 * generator.standard_normal(frames)
+    positions = np.zeros((frames, 2, 3))
+    positions[:, 1, 0] = distance
+    force = 3.0e5 * (distance - 0.074)  # a harmonic bond, kJ/mol/nm
+    forces = np.zeros((frames, 2, 3))
+    forces[:, 0, 0], forces[:, 1, 0] = force, -force
+    energy = 1.5e5 * (distance - 0.074) ** 2
+    numbers = np.ones((frames, 2), dtype=np.int64)
+    return TrainingData.from_arrays(positions, numbers, energy, forces, source="H2")
+
+
+def test_committee_members_train_side_by_side_as_one_after_the_other_and_keep_finished_members(tmp_path):
+    """``[committee] workers = 2`` trains the members in two processes to the same weights as in this
+    process; a member whose model was saved is not trained again when the round is run again."""
+    data = _h2_training_data()
+    predictions, folders = {}, {}
+    for workers in (0, 2):
+        (tmp_path / f"{workers}").mkdir()
+        text = CONFIG.format(threshold=1.0).replace("epochs = 60", "epochs = 4")
+        text = text.replace("learning_rate = 0.01", f"learning_rate = 0.01\nworkers = {workers}")
+        (tmp_path / f"{workers}" / "config.toml").write_text(text)
+        config, base = active.load_config(tmp_path / f"{workers}" / "config.toml")
+        run = active.ActiveLearning(config, base, progress=False)
+        committee, error = run.train(0, data, None)
+        energy = committee.models[2](data.positions[:2], data.atomic_numbers[:2]).item()
+        predictions[workers] = (energy, error)
+        folders[workers] = run
+    np.testing.assert_allclose(predictions[2], predictions[0], rtol=1e-8)
+
+    run = folders[2]
+    folder = run.round_directory(0)
+    kept = {member: (folder / f"model_{member}.pt").stat().st_mtime_ns for member in (0, 2)}
+    (folder / "model_1.pt").unlink()
+    (folder / "model_1.chk").unlink()
+    committee, error = run.train(0, data, None)
+    assert {member: (folder / f"model_{member}.pt").stat().st_mtime_ns for member in (0, 2)} == kept
+    assert committee.models[2](data.positions[:2], data.atomic_numbers[:2]).item() == predictions[2][0]
+    assert error == pytest.approx(predictions[2][1], rel=1e-12)
+
+
+def test_committee_workers_must_be_a_non_negative_count(tmp_path):
+    from common.config import ConfigError
+
+    text = CONFIG.format(threshold=1.0).replace("learning_rate = 0.01", "learning_rate = 0.01\nworkers = -1")
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError, match="workers"):
+        active.load_config(tmp_path / "config.toml")
+
+
+def test_exploration_trajectories_run_side_by_side_as_one_after_the_other():
+    """``[exploration] workers = 2`` gives the frames and disagreements of the in-process run."""
+    from mindsponge import potentials
+    from mindsponge.active.exploration import Exploration, Umbrella, explore
+
+    torch.manual_seed(0)
+    committee = active.Committee(
+        [potentials.MODELS["SchNet"](cutoff=0.4, features=8, interactions=1).double() for _ in range(2)]
+    )
+    starts = _h2_training_data(4).positions.reshape(4, 2, 3).numpy()
+    umbrella = Umbrella([(0, 1)], [1.0], [0.07, 0.09, 0.11], 200000.0)
+    results = {
+        workers: explore(committee, torch.ones(2, dtype=torch.int64), starts,
+                         Exploration(steps=40, every=10, umbrella=umbrella, workers=workers), 1.0,
+                         progress=False)
+        for workers in (0, 2)
+    }
+    assert results[0]["trajectory"].tolist() == results[2]["trajectory"].tolist()
+    assert len(set(results[0]["trajectory"].tolist())) == 3
+    np.testing.assert_allclose(results[2]["positions"], results[0]["positions"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(results[2]["disagreement"], results[0]["disagreement"], rtol=1e-10)

@@ -1,0 +1,205 @@
+"""The Claisen rearrangement's profile from a committee trained by active learning, against GFN2-xTB.
+
+The reactive case of ``notebooks/reactive_claisen.ipynb`` at full size, in three resumable steps:
+
+1. the GFN2-xTB reference of ``benchmarks/claisen_profile.py``: 71 umbrella windows of 3.5 ps on
+   s = d(O2-C3) - d(C0-C5), MBAR, and the 1,704 frames its windows labelled; read from
+   ``benchmarks/data/claisen_reference*.npz`` (run when absent);
+2. active learning by ``datasets/active/claisen_active.toml`` from those frames: a committee of four
+   PaiNN, umbrella exploration with the committee's mean over both basins and the barrier, the
+   frames whose force disagreement exceeds the threshold labelled with GFN2-xTB, warm-started
+   retraining, until a round flags nothing or after ``max_rounds``. Every round's exploration is
+   summarised by how its frames ended: chair, boat, open or apart (``claisen.ring_conformation``;
+   "apart" is the dissociation a single PaiNN trained on the reference's frames showed in
+   ``claisen_profile.py``), among all frames and among the flagged ones;
+3. the last committee's profile, every window started from the reference's last frame, the windows
+   as copies of the molecule in one simulation per part (``--parts``, run by ``--workers``
+   processes); barrier and reaction free energy against GFN2-xTB's, and the windows whose molecule
+   came apart.
+
+Resumable from the repository: after every round the files a run needs to continue (each round's
+``record.json``, ``labels.h5`` and ``summary.txt``, the last committee's models, ``rounds.csv``) are copied to
+``benchmarks/data/claisen_committee/``, and each part of the profile is stored there when it
+finishes; a run whose ``--output`` lacks them starts from there. ``--quick``: the notebook's small
+configuration (a smoke test: the figures mean nothing), kept in ``--output`` only.
+
+Printed last: the committee's barrier and reaction free energy minus GFN2-xTB's (kJ/mol; the goal
+is 4 in magnitude).
+
+    OMP_NUM_THREADS=1 python benchmarks/claisen_committee.py [--quick] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import pathlib
+import shutil
+import time
+
+import numpy as np
+import torch
+from claisen_profile import FULL, QUICK, TEMPERATURE, halves, profile_numbers, reference
+
+from common.parallel import JobFailure, run_jobs
+from mindsponge import active
+from mindsponge import potentials as potentials_module
+from mindsponge.active import claisen
+from mindsponge.bias import UmbrellaSampling
+from mindsponge.label_io import write_labels
+
+ROOT = pathlib.Path(__file__).resolve().parent
+KINDS = ("chair", "boat", "open", "apart")
+KEPT = ("record.json", "labels.h5", "summary.txt")  # of every round; the last committee's model_M.pt besides
+
+
+def keep(run: active.ActiveLearning, store: pathlib.Path) -> None:
+    """Copy what continuing the run needs from its directory to ``store`` (older models dropped)."""
+    latest = max(record["round"] for record in run.records if not record["converged"])
+    for old in store.glob("round_*/model_*.pt"):
+        if old.parent.name != f"round_{latest:03d}":
+            old.unlink()
+    for path in run.directory.glob("round_*/*"):
+        model = path.suffix == ".pt" and path.parent.name == f"round_{latest:03d}"
+        if path.name in KEPT or model:
+            (store / path.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, store / path.parent.name / path.name)
+    shutil.copy2(run.directory / "rounds.csv", store / "rounds.csv")
+
+
+def restore(store: pathlib.Path, directory: pathlib.Path) -> None:
+    """Copy the stored rounds into an output directory that lacks them."""
+    for path in store.glob("round_*/*"):
+        target = directory / path.parent.name / path.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
+def exploration_summary(run: active.ActiveLearning, record: dict, threshold: float) -> str:
+    """How the round's explored and flagged frames ended, by ring conformation (kept in the round's
+    ``summary.txt``, written while its exploration is there)."""
+    path = run.round_directory(record["round"]) / "summary.txt"
+    if not path.is_file():
+        if not record["explored_frames"]:
+            return "no exploration"
+        explored = run.exploration(record["round"])
+        kinds = np.array(claisen.ring_conformation(explored["positions"]))
+        flagged = explored["disagreement"] > threshold
+
+        def counts(chosen) -> str:
+            return ", ".join(f"{np.sum(kinds[chosen] == kind)} {kind}" for kind in KINDS)
+
+        path.write_text(f"explored {len(kinds)} frames ({counts(slice(None))}); flagged {int(flagged.sum())} "
+                        f"({counts(flagged)}); trajectories stopped early: {record['stopped_trajectories']}")
+    return path.read_text()
+
+
+def profile_part(job, model_paths, numbers, size, force_constant):
+    """One part of the committee's profile: ``job = (windows, centres, starts)``; its samples,
+    last frames and CPU seconds per window step."""
+    _, centers, starts = job
+    torch.set_num_threads(1)
+    committee = active.Committee([potentials_module.load(path) for path in model_paths])
+    umbrella, frames, seconds = claisen.umbrella_profile(
+        committee.bind(numbers), centers, force_constant, TEMPERATURE, size["steps"], size["equilibration"],
+        every=size["every"], seed=1, starts=starts, replicas=True, progress=False)
+    return np.stack(umbrella.samples), frames, seconds
+
+
+def committee_profile(run, store, centers, size, force_constant, starts, parts, workers):
+    """The last committee's umbrella samples and last frames, window by window (parts kept in ``store``)."""
+    latest = max(record["round"] for record in run.records if not record["converged"])
+    model_paths = sorted(run.round_directory(latest).glob("model_*.pt"))
+    numbers = claisen.reactant().atomic_numbers
+    pieces = np.array_split(np.arange(len(centers)), parts)
+    missing = [(windows, centers[windows], starts[windows]) for part, windows in enumerate(pieces)
+               if not (store / f"profile_{latest:03d}_{part}.npz").is_file()]
+    part_of = {tuple(windows): part for part, windows in enumerate(pieces)}
+    task = functools.partial(profile_part, model_paths=model_paths, numbers=numbers, size=size,
+                             force_constant=force_constant)
+    for job, result in run_jobs(task, missing, workers=workers, threads=1):
+        if isinstance(result, JobFailure):
+            raise RuntimeError(f"profile windows {job[0].tolist()} failed: {result}")
+        samples, frames, seconds = result
+        np.savez_compressed(store / f"profile_{latest:03d}_{part_of[tuple(job[0])]}.npz", windows=job[0],
+                            samples=samples, frames=frames, seconds=seconds)
+        print(f"profile part {part_of[tuple(job[0])]} (windows {job[0][0]}-{job[0][-1]}): "
+              f"{1e3 * seconds:.2f} ms per window step", flush=True)
+    umbrella = UmbrellaSampling(claisen.reaction_coordinate(), centers, force_constant, TEMPERATURE)
+    frames, seconds = np.zeros((len(centers), len(numbers), 3)), []
+    for part in range(parts):
+        with np.load(store / f"profile_{latest:03d}_{part}.npz") as saved:
+            for window, samples, last in zip(saved["windows"], saved["samples"], saved["frames"]):
+                umbrella.add_samples(int(window), samples)
+                frames[window] = last
+            seconds.append(float(saved["seconds"]))
+    return umbrella, frames, float(np.mean(seconds))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test at the notebook's small size")
+    parser.add_argument("--workers", type=int, default=2, help="processes for the profile's parts")
+    parser.add_argument("--parts", type=int, default=4, help="parts of the profile's windows")
+    parser.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: all)")
+    parser.add_argument("--output", type=pathlib.Path, default=ROOT / "output" / "claisen_committee")
+    args = parser.parse_args()
+    size = QUICK if args.quick else FULL
+    output = args.output / ("quick" if args.quick else "full")
+    store = output / "kept" if args.quick else ROOT / "data" / "claisen_committee"
+    output.mkdir(parents=True, exist_ok=True)
+    store.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    centers = np.linspace(*size["centers"])
+    force_constant = size["force_constant"]  # kJ/mol/nm^2
+    edges = np.linspace(centers[0] - 0.02, centers[-1] + 0.02, 101)
+
+    started = time.time()
+    umbrella, frames, xtb_seconds, labels = reference(size, centers, force_constant, output)
+    barrier, reaction = profile_numbers(umbrella, edges)
+    print(f"GFN2-xTB: barrier {barrier:.1f} kJ/mol, reaction {reaction:.1f} kJ/mol (halves: "
+          + ", ".join(f"{b:.1f} and {r:.1f}" for b, r in halves(umbrella, edges))
+          + f"), {len(labels['energy'])} labelled frames; windows near the barrier end "
+          + ", ".join(claisen.ring_conformation(frames[np.abs(centers) <= 0.05])), flush=True)
+
+    initial = output / "reference_labels.h5"
+    if not initial.is_file():
+        write_labels(initial, labels)
+    name = claisen.SIZES["small" if args.quick else "full"]["active"]
+    config, base = active.load_config(ROOT.parent / "datasets" / "active" / name)
+    config.directory, config.initial = str(output / "active"), str(initial)
+    run = active.ActiveLearning(config, base, progress=True)
+    restore(store, run.directory)
+    last_round = config.max_rounds if args.rounds is None else min(args.rounds, config.max_rounds)
+    finished = [index for index in range(last_round + 1)
+                if (run.round_directory(index) / "record.json").is_file()]
+    for rounds in range(max(finished, default=0), last_round + 1):  # one round at a time, each kept
+        records = run.run(max_rounds=rounds)
+        record = records[-1]
+        summary = exploration_summary(run, record, config.selection.threshold)
+        keep(run, store)
+        print(f"round {record['round']}: {record['training_frames']} training frames, validation force MAE "
+              f"{record['validation_force_mae']:.1f} kJ/mol/nm, added {record['added_frames']}; {summary}",
+              flush=True)
+        if record["converged"]:
+            break
+    if args.rounds is not None and not records[-1]["converged"] and last_round < config.max_rounds:
+        print(f"stopped after round {last_round} as asked ({time.time() - started:.0f} s)")
+        return
+
+    learned, learned_frames, seconds = committee_profile(run, store, centers, size, force_constant, frames,
+                                                         args.parts, args.workers)
+    learned_barrier, learned_reaction = profile_numbers(learned, edges)
+    apart = [f"{center:+.3f}" for center, kind in zip(centers, claisen.ring_conformation(learned_frames))
+             if kind == "apart"]
+    print(f"committee ({len(run.committee)} {config.committee.model}, {len(records) - 1} rounds): barrier "
+          f"{learned_barrier:.1f} kJ/mol, reaction {learned_reaction:.1f} kJ/mol, {1e3 * seconds:.2f} ms per "
+          f"window step; windows come apart: {', '.join(apart) or 'none'}; {time.time() - started:.0f} s")
+    print(f"committee - GFN2-xTB: barrier {learned_barrier - barrier:+.1f} kJ/mol, reaction "
+          f"{learned_reaction - reaction:+.1f} kJ/mol; ratio GFN2-xTB/committee MD step time per window: "
+          f"{xtb_seconds / seconds:.2f}")
+
+
+if __name__ == "__main__":
+    main()
