@@ -169,15 +169,21 @@ class LogReporter(Reporter):
         self.stdout = bool(stdout) and path is not None
         self._handle = None
         self._last = None  # (wall time, step, time) of the previous report
+        if self.path is not None and not self.append:
+            self._open()  # the file and its header exist from now on, even if the run dies before a report
+
+    def _open(self):
+        if self.path is None:
+            self._handle = sys.stdout
+        else:
+            self._handle = open(self.path, "a" if self.append else "w")  # noqa: SIM115
+        if not self.append:
+            self._write_line(",".join(self.COLUMNS))
+            self.append = self.path is not None  # reopened after close(): continue the file
 
     def _write(self, line):
         if self._handle is None:
-            if self.path is None:
-                self._handle = sys.stdout
-            else:
-                self._handle = open(self.path, "a" if self.append else "w")  # noqa: SIM115
-            if not self.append:
-                self._write_line(",".join(self.COLUMNS))
+            self._open()
         self._write_line(line)
 
     def _write_line(self, line):

@@ -161,9 +161,10 @@ def test_truncate_then_append_reports_every_step_once(tmp_path):
 def test_truncate_without_files_and_of_a_header_only_log(tmp_path):
     log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
     trajectory = reporters.H5MDReporter(tmp_path / "traj.h5md", every=2, append=True)
-    log.truncate(10)  # nothing written yet: nothing to do
+    log.truncate(10)  # nothing written yet but the log's header: nothing to do
     trajectory.truncate(10)
-    assert not (tmp_path / "log.csv").exists() and not (tmp_path / "traj.h5md").exists()
+    assert (tmp_path / "log.csv").read_text().splitlines() == [DESIGN_HEADER + ",speed"]
+    assert not (tmp_path / "traj.h5md").exists()
     (tmp_path / "log.csv").write_text("step,ti")  # killed while writing the header
     log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
     log.truncate(0)
@@ -172,6 +173,21 @@ def test_truncate_without_files_and_of_a_header_only_log(tmp_path):
     simulation.close()
     assert (tmp_path / "log.csv").read_text().splitlines()[0] == DESIGN_HEADER + ",speed"
     assert [int(row["step"]) for row in _rows((tmp_path / "log.csv").read_text())] == [2]
+
+
+def test_the_log_exists_before_the_first_report_and_a_second_run_continues_it(tmp_path):
+    """A run that dies before its first report still leaves the log's header; a run after the
+    simulation closed its reporters appends to the log instead of starting it again."""
+    log = reporters.LogReporter(tmp_path / "log.csv", every=2)
+    assert (tmp_path / "log.csv").read_text().splitlines() == [DESIGN_HEADER + ",speed"]
+    simulation = _ideal_gas_simulation(log)
+    simulation.run(2)
+    simulation.close()
+    simulation.run(2)
+    simulation.close()
+    text = (tmp_path / "log.csv").read_text()
+    assert text.splitlines()[0] == DESIGN_HEADER + ",speed" and text.count("step,") == 1
+    assert [int(row["step"]) for row in _rows(text)] == [2, 4]
 
 
 def test_truncate_of_a_damaged_trajectory_names_the_file(tmp_path):
