@@ -75,7 +75,8 @@ def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tens
     Args:
         tensor: any floating tensor (integer tensors pass unchanged); a 0-d tensor is one item.
         name: what the tensor is (``"positions"``, ``"permittivity of DesignRegion 'lens'"``).
-        item: what one index of the first axis is (``"atom"``, ``"cell"``, ``"sample"``).
+        item: what one index of the first axis is (``"atom"``, ``"cell"``, ``"sample"``; an item
+            that starts with ``name``, such as ``"box vector"`` of ``"box"``, is named alone).
 
     Returns:
         ``tensor`` unchanged.
@@ -100,6 +101,8 @@ def finite(tensor: torch.Tensor, name: str, item: str = "element") -> torch.Tens
     more = f" ({count} {item}s in all)" if count > 1 else ""
     if tensor.dim() == 1:
         raise DataError(f"{name} of {item} {first} is not finite: {shown}{more}")
+    if item.startswith(name):  # the row is the thing itself: "box vector 1 is not finite: (...)"
+        raise DataError(f"{item} {first} is not finite: ({shown}){more}")
     raise DataError(f"{name} of {item} {first} are not finite: ({shown}){more}")
 
 

@@ -38,6 +38,13 @@ def test_finite_names_first_bad_atom(bad):
         checks.positions(positions)
 
 
+def test_finite_names_a_row_that_is_the_thing_itself_alone():
+    box = torch.eye(3, dtype=torch.float64)
+    box[1, 1] = math.nan
+    with pytest.raises(DataError, match=r"^box vector 1 is not finite: \(0, nan, 0\)$"):
+        checks.finite(box, "box", item="box vector")
+
+
 def test_finite_one_dimensional_and_scalar():
     with pytest.raises(DataError, match="permittivity of cell 2 is not finite"):
         checks.finite(torch.tensor([1.0, 2.0, math.nan]), "permittivity", item="cell")

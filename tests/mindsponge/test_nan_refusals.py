@@ -37,7 +37,7 @@ def test_force_field_refuses_non_finite_positions_naming_the_atom(bad):
 def test_force_field_refuses_a_non_finite_box():
     forcefield, positions, box = _bonded()
     box[1, 1] = float("inf")
-    with pytest.raises(DataError, match=r"box of box vector 1 are not finite: \(0, inf, 0\)"):
+    with pytest.raises(DataError, match=r"box vector 1 is not finite: \(0, inf, 0\)"):
         forcefield(positions, box)
 
 

@@ -143,7 +143,7 @@ def test_nan_position_names_the_atom():
         small_system().replace(velocities=velocities)
     box = small_system().box.clone()
     box[2, 2] = float("inf")
-    with pytest.raises(DataError, match=r"box of box vector 2 are not finite"):
+    with pytest.raises(DataError, match=r"box vector 2 is not finite"):
         small_system().replace(box=box)
 
 
