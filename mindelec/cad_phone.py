@@ -79,7 +79,7 @@ class PhoneDesign:
         ]
         if positive:
             raise ConfigurationError(f"PhoneDesign: {positive} must be positive lengths (mm)")
-        board_width = self.width - 4.0
+        board_width = self.board[0]
         if self.antenna_length + 2.0 > board_width:
             raise ConfigurationError(
                 f"PhoneDesign: antenna_length {self.antenna_length} mm does not fit the board "
@@ -102,10 +102,16 @@ class PhoneDesign:
             )
 
     @property
+    def board(self) -> tuple[float, float]:
+        """The board's ``(width, length)`` (mm): the housing's inside less 1 mm of play on every side.
+        It is centred on the phone, so its antenna end lies at ``y = length / 2``."""
+        return self.width - 2 * _WALL - 2.0, self.length - 2 * _WALL - 2.0
+
+    @property
     def feed_foot(self) -> tuple[float, float]:
         """``(x, y)`` (mm, from the phone's centre) of the feed pin's centre line at the ground plane's
         edge: where :func:`mindelec.phone.phone_simulation` puts the lumped port's foot."""
-        board_width, board_length = self.width - 2 * _WALL - 2.0, self.length - 2 * _WALL - 2.0
+        board_width, board_length = self.board
         x_short = -board_width / 2 + 1.0 + STRIP_WIDTH / 2
         return x_short + self.feed_to_short, board_length / 2 - self.clearance
 
@@ -132,7 +138,7 @@ def build_phone(occ, design: PhoneDesign) -> dict[str, int]:
     (tray,), _ = occ.cut([(3, outer)], [(3, cavity)])
     body["housing"] = tray[1]
     body["display_glass"] = occ.addBox(-w / 2, -length / 2, t - glass, w, length, glass)
-    board_w, board_l = w - 2 * _WALL - 2.0, length - 2 * _WALL - 2.0
+    board_w, board_l = design.board
     y_bottom = -board_l / 2
     body["pcb"] = occ.addBox(-board_w / 2, y_bottom, _PCB_BOTTOM, board_w, board_l, _PCB_THICKNESS)
     x_feed, y_edge = design.feed_foot  # y_edge: the ground plane's edge

@@ -107,8 +107,7 @@ def drawn_steps(generator_options: dict) -> dict[str, float | tuple[float, float
     if wire or not conformal:
         steps["antenna_length_used"] = cell
     if generator_options.get("on_grid", False):
-        design = cad_phone.PhoneDesign()
-        steps["clearance_used"] = (cell, design.feed_foot[1] + design.clearance)  # the board's end
+        steps["clearance_used"] = (cell, cad_phone.PhoneDesign().board[1] / 2)  # the board's end
     if not conformal:
         steps["frame_gap_used"] = cell
     return steps
