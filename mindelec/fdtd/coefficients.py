@@ -10,7 +10,7 @@ regions' permittivity into their boxes and returns, per E component, ``(ca, cb, 
   ``P^{n+1} = c1 P^n + c2 P^{n-1} + c3 E^n`` (``c3`` carries the medium's fill weight);
 
 and per H component ``ch = dt / (mu0 mu_r)``. Uniform values stay floats; varying ones are tensors of
-the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover more than half a node (in conformal
+the grid shape. PEC fills zero ``ca`` and ``cb`` where they cover half a node or more (in conformal
 runs, where they cover the whole edge or all but ``EDGE_MINIMUM`` of it: :mod:`mindelec.fdtd.conformal`).
 :class:`~mindelec.fdtd.materials.AxialConductivity` structures are not mixed: their conductivity, times
 their fill, is added to that of the one E component along their axis. With ``subpixel=True`` the E
@@ -25,6 +25,11 @@ from common.units import VACUUM_PERMEABILITY, VACUUM_PERMITTIVITY
 from .grid import H_COMPONENTS
 from .materials import PEC, AxialConductivity, Medium, PECSheet
 from .smoothing import smoothed_media
+
+#: PEC zeroes an E node whose dual cell it covers this much or more: half, so that the tangential E on
+#: a face lying on a node plane (covered exactly half) is zeroed and the conductor ends at its face (the
+#: margin absorbs rounding)
+_HALF_COVERED = 0.5 - 1e-6
 
 
 def update_coefficients(
@@ -66,7 +71,7 @@ def update_coefficients(
         poles = mixer.poles(weights, dt)
         conductor = sum((w for w, m in zip(weights, mixer.media) if isinstance(m, PEC)), 0.0)
         if isinstance(conductor, torch.Tensor):
-            inside = conductor > 0.5
+            inside = conductor >= _HALF_COVERED
             if conformal is not None:
                 covered = conformal.fractions[component] == 0
                 inside = torch.where(conformal.edge_region.to(device), covered.to(device), inside)

@@ -1,6 +1,6 @@
 """Conformal PEC (Dey and Mittra): perfect conductors cut the Yee cells where their surfaces lie.
 
-A staircased conductor (the default: E is zero at nodes whose cell is more than half covered) moves its
+A staircased conductor (the default: E is zero at nodes whose cell is half covered or more) moves its
 surface by up to half a cell, an error of first order in the cell size that also jumps about from one grid
 to the next. With ``Simulation(subpixel=True)`` (or ``"diagonal"``), PEC structures in 2D and 3D runs are
 conformal instead, in the finite-integration form of Dey and Mittra, IEEE Microwave Guided Wave Lett. 7,

@@ -215,7 +215,8 @@ class Lorentz(Medium):
 class PEC:
     """A perfect electric conductor: tangential E is zero on it.
 
-    Used as a structure's medium (cells more than half covered have E = 0) or as a boundary
+    Used as a structure's medium (cells half covered or more have E = 0: a face on a node plane is drawn
+    where it lies) or as a boundary
     (``boundary=PEC()``: the walls at ``+-size/2`` are perfect conductors).
     """
 

@@ -60,7 +60,7 @@ What this module does (``Simulation(subpixel=True)``), once at set-up:
   arithmetic mean; zero-thickness PEC sheets (:func:`~mindelec.fdtd.pec_sheet`) displace no dielectric
   and count as nothing (their 0.8-cell box had counted as the default medium: a patch on a three-cell
   substrate resonated 12 % high). PEC structures themselves are conformal in 2D and 3D runs
-  (:mod:`mindelec.fdtd.conformal`) and staircased in 1D (E zero where a cell is more than half covered).
+  (:mod:`mindelec.fdtd.conformal`) and staircased in 1D (E zero where a cell is half covered or more).
 """
 
 import math

@@ -88,3 +88,28 @@ def test_pec_sheet_halves_the_cavity():
     measured = _ringing_frequency(sim, 4000, (33e9, 45e9))
     half = SIZE[0] / 2
     assert measured == pytest.approx(_discrete_frequency(half, SIZE[1], sim.dt, CELLS), rel=3e-4)
+
+
+@pytest.mark.parametrize("hole", [False, True])
+def test_pec_solid_with_faces_on_node_planes_is_drawn_to_its_faces(hole):
+    """A PEC block whose face lies on a node plane zeroes the tangential E on that face, as the PEC walls
+    and sheets do: the cavity left beside it rings at the Yee grid's own frequency for its size. Two
+    cases: the block fills the half x > 0 (the cavity is the other half), and a block fills the domain
+    but for a vacuum cavity whose four side faces lie on node planes (a hole cut by a later structure)."""
+    from common.geometry import Box
+
+    big = 1.0
+    if hole:
+        a, b = SIZE[0] - 4 * CELLS[0], SIZE[1] - 4 * CELLS[1]  # two cells of metal on every side
+        structures = [
+            me.fdtd.Structure(Box((-big, -big, -big), (big, big, big)), me.fdtd.PEC()),
+            me.fdtd.Structure(Box((-a / 2, -b / 2, -big), (a / 2, b / 2, big)), me.fdtd.Medium()),
+        ]
+        band = (24e9, 40e9)
+    else:
+        a, b = SIZE[0] / 2, SIZE[1]
+        structures = [me.fdtd.Structure(Box((0.0, -big, -big), (big, big, big)), me.fdtd.PEC())]
+        band = (33e9, 45e9)
+    sim = _cavity(sum(band) / 2, structures=structures)
+    measured = _ringing_frequency(sim, 4000, band)
+    assert measured == pytest.approx(_discrete_frequency(a, b, sim.dt, CELLS), rel=3e-4)
