@@ -48,6 +48,7 @@ from mindsponge import potentials as potentials_module
 from mindsponge.active import claisen
 from mindsponge.bias import UmbrellaSampling
 from mindsponge.label_io import write_labels
+from mindsponge.labels import XTB
 
 ROOT = pathlib.Path(__file__).resolve().parent
 KINDS = ("chair", "boat", "open", "apart")
@@ -94,6 +95,37 @@ def exploration_summary(run: active.ActiveLearning, record: dict, threshold: flo
         path.write_text(f"explored {len(kinds)} frames ({counts(slice(None))}); flagged {int(flagged.sum())} "
                         f"({counts(flagged)}); trajectories stopped early: {record['stopped_trajectories']}")
     return path.read_text()
+
+
+def dissociation_check(committee, frames, centers, threshold: float) -> str:
+    """The hole a single PaiNN fell into, seen by ``committee``: the reference's window ends within
+    0.05 nm of s = 0 with the vinyl-oxy fragment (C0, C1, O2 and their hydrogens) moved 0.2, 0.4 and
+    0.6 nm away from the allyl one along the line between their centres; the median energy change
+    (GFN2-xTB's and the committee mean's) and force disagreement at each distance."""
+    numbers = claisen.reactant().atomic_numbers
+    heavy = np.flatnonzero(numbers.numpy() > 1)
+    shifts = (0.0, 0.2, 0.4, 0.6)
+    moved = []
+    for frame in frames[np.abs(centers) <= 0.05]:
+        nearest = heavy[np.argmin(np.linalg.norm(frame[:, None] - frame[None, heavy], axis=-1), axis=1)]
+        vinyl = np.isin(nearest, [0, 1, 2])
+        direction = frame[vinyl].mean(0) - frame[~vinyl].mean(0)
+        for shift in shifts:
+            copy = frame.copy()
+            copy[vinyl] += shift * direction / np.linalg.norm(direction)
+            moved.append(copy)
+    moved = torch.as_tensor(np.array(moved))
+    xtb = XTB(numbers)
+    reference = np.array([float(xtb(positions, None)) for positions in moved]).reshape(-1, len(shifts))
+    energies, _ = committee.predict(moved, numbers)
+    learned = energies.mean(0).detach().double().numpy().reshape(-1, len(shifts))
+    disagreement = committee.force_disagreement(moved, numbers).numpy().reshape(-1, len(shifts))
+    rows = ", ".join(
+        f"{shift:.1f} nm: {np.median(reference[:, k] - reference[:, 0]):+.0f} / "
+        f"{np.median(learned[:, k] - learned[:, 0]):+.0f} kJ/mol, {np.median(disagreement[:, k]):.0f}"
+        for k, shift in enumerate(shifts))
+    return (f"fragments moved apart at the {len(reference)} window ends near s = 0 (energy change GFN2-xTB / "
+            f"committee, force disagreement in kJ/mol/nm, threshold {threshold:g}): {rows}")
 
 
 def profile_part(job, model_paths, numbers, size, force_constant):
@@ -187,11 +219,20 @@ def main():
         if record["converged"]:
             break
 
+    print("round 0: " + dissociation_check(run.load_committee(0), frames, centers, config.selection.threshold)
+          if (run.round_directory(0) / "model_0.pt").is_file() else "round 0: its models are not kept")
+    print(f"round {records[-1]['round']}: "
+          + dissociation_check(run.committee, frames, centers, config.selection.threshold), flush=True)
     learned, learned_frames, seconds = committee_profile(run, store, centers, size, force_constant, frames,
                                                          args.parts, args.workers)
     learned_barrier, learned_reaction = profile_numbers(learned, edges)
-    apart = [f"{center:+.3f}" for center, kind in zip(centers, claisen.ring_conformation(learned_frames))
-             if kind == "apart"]
+    kinds = np.array(claisen.ring_conformation(learned_frames))
+    apart = [f"{center:+.3f}" for center, kind in zip(centers, kinds) if kind == "apart"]
+    numbers = claisen.reactant().atomic_numbers
+    ends = run.committee.force_disagreement(torch.as_tensor(learned_frames), numbers).numpy()
+    print(f"the committee's own window ends: force disagreement median {np.median(ends):.0f} kJ/mol/nm, "
+          f"above the threshold in {int(np.sum(ends > config.selection.threshold))} of {len(ends)} windows"
+          + (f"; {np.median(ends[kinds == 'apart']):.0f} in those that came apart" if apart else ""))
     print(f"committee ({len(run.committee)} {config.committee.model}, {len(records) - 1} rounds): barrier "
           f"{learned_barrier:.1f} kJ/mol, reaction {learned_reaction:.1f} kJ/mol, {1e3 * seconds:.2f} ms per "
           f"window step; windows come apart: {', '.join(apart) or 'none'}; {time.time() - started:.0f} s")
