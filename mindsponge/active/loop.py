@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import warnings
 from typing import Literal
 
 import numpy as np
@@ -292,11 +293,16 @@ class ActiveLearning:
     def training_data(self, rounds: int) -> TrainingData:
         """The initial data and the labels of rounds ``1..rounds``."""
         paths = [self.initial_data_path()]
-        paths += [
-            path
-            for index in range(1, rounds + 1)
-            if (path := self.round_directory(index) / "labels.h5").is_file() and _has_samples(path)
-        ]
+        for index in range(1, rounds + 1):
+            path = self.round_directory(index) / "labels.h5"
+            if path.is_file() and _has_samples(path):
+                paths.append(path)
+            elif (record := self._finished(index)) is not None and record["added_frames"]:
+                warnings.warn(
+                    f"{path} is missing: the {record['added_frames']} frames round {index} labelled are "
+                    "not in the training data",
+                    stacklevel=2,
+                )
         return TrainingData.from_hdf5(paths)
 
     # --- training --------------------------------------------------------------------------------
@@ -364,6 +370,49 @@ class ActiveLearning:
             progress=self.progress,
         )
         result["atomic_numbers"] = numbers.numpy()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _save_npz(path, **result)
+        return result
+
+    def supply_exploration(self, index: int, positions, atomic_numbers) -> dict[str, np.ndarray]:
+        """Frames from outside the loop (a production run, a probe built by hand) as round ``index``'s
+        exploration, in place of the exploration MD: the next :meth:`run` that reaches the round
+        labels those the committee of round ``index - 1`` disagrees on and retrains.
+
+        Args:
+            index: a round not yet explored (``1..``); the rounds before it must have finished.
+            positions: ``(F, N, 3)`` nm.
+            atomic_numbers: ``(N,)``.
+
+        Returns:
+            the stored exploration: ``positions``, ``disagreement`` (F,) kJ/mol/nm under the committee
+            of round ``index - 1``, ``trajectory`` (F,) all -1 (supplied), ``stopped`` (0,).
+        """
+        path = self.round_directory(index) / "exploration.npz"
+        if index < 1 or path.is_file() or self._finished(index) is not None:
+            raise ConfigurationError(
+                f"round {index} of {self.directory} is explored already or is not a round (1 or later)"
+            )
+        previous = [self._finished(before) for before in range(index)]
+        if any(record is None or record["converged"] for record in previous):
+            raise ConfigurationError(
+                f"round {index}: the rounds before it in {self.directory} have not all finished unconverged"
+            )
+        positions = torch.as_tensor(np.asarray(positions, dtype=np.float64))
+        if positions.ndim != 3 or positions.shape[1:] != (len(atomic_numbers), 3):
+            raise ConfigurationError(
+                f"supplied positions have shape {tuple(positions.shape)}; "
+                f"expected (frames, {len(atomic_numbers)}, 3)"
+            )
+        checks.finite(positions, "supplied positions", "frame")
+        committee = self.load_committee(index - 1)
+        result = {
+            "positions": positions.numpy(),
+            "disagreement": committee.force_disagreement(positions, atomic_numbers).numpy(),
+            "trajectory": np.full(len(positions), -1),
+            "stopped": np.zeros(0, dtype=bool),
+            "atomic_numbers": np.asarray(atomic_numbers),
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         _save_npz(path, **result)
         return result

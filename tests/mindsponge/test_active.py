@@ -20,6 +20,7 @@ import torch
 
 pytest.importorskip("tblite")
 
+from common.errors import ConfigurationError, DataError  # noqa: E402
 from mindsponge import active  # noqa: E402
 from mindsponge import labels as labels_module  # noqa: E402
 from mindsponge.active.__main__ import main  # noqa: E402
@@ -192,6 +193,58 @@ def test_a_run_resumes_from_the_records_the_labels_and_the_last_committee_alone(
     numbers = resumed.training_data(0).atomic_numbers[:2]
     np.testing.assert_array_equal(resumed.committee.force_disagreement(frames, numbers),
                                   source.committee.force_disagreement(frames, numbers))
+
+
+def _copy_run(source, target, keep) -> active.ActiveLearning:
+    """A run in ``target`` with the files of ``source``'s directory that ``keep(relative path)`` accepts."""
+    for path in source.directory.rglob("*"):
+        name = path.relative_to(source.directory)
+        if path.is_file() and keep(name):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target / name)
+    config = type(source.config)(**{**vars(source.config), "directory": str(target)})
+    return active.ActiveLearning(config, source.base, progress=False)
+
+
+def test_supplied_frames_stand_in_for_the_exploration_and_only_the_uncertain_are_labelled(
+    interrupted_then_resumed, tmp_path
+):
+    """Frames from elsewhere (a production run) as round 1's exploration: those at the training data's
+    bond lengths are left, those stretched past them are labelled and trained on."""
+    result = interrupted_then_resumed
+    run = _copy_run(result["run"], tmp_path / "run", lambda name: name.parts[0] != "round_001")
+    known = result["known"][:4]
+    stretched = known.copy()
+    stretched[:, 1] = known[:, 0] + (known[:, 1] - known[:, 0]) * (0.14 / _bond_lengths(known))[:, None]
+    explored = run.supply_exploration(1, np.concatenate([known, stretched]), [1, 1])
+    flagged = explored["disagreement"] > result["threshold"]
+    np.testing.assert_array_equal(flagged, [False] * 4 + [True] * 4)
+    records = run.run(max_rounds=1)
+    assert records[1]["explored_frames"] == 8 and records[1]["added_frames"] == 4
+    assert records[1]["training_frames"] == 32 + 4
+    with h5py.File(run.round_directory(1) / "labels.h5") as handle:
+        np.testing.assert_allclose(_bond_lengths(handle["positions"][:]), 0.14)
+    with pytest.raises(ConfigurationError, match="round 1 .* is explored already"):
+        run.supply_exploration(1, stretched, [1, 1])
+    with pytest.raises(ConfigurationError, match=r"shape \(4, 1, 3\); expected \(frames, 2, 3\)"):
+        run.supply_exploration(2, stretched[:, :1], [1, 1])
+    stretched[2, 1, 0] = np.nan
+    with pytest.raises(DataError, match="supplied positions of frame 2"):
+        run.supply_exploration(2, stretched, [1, 1])
+    with pytest.raises(ConfigurationError, match="round 3: the rounds before it"):
+        run.supply_exploration(3, known, [1, 1])
+
+
+def test_a_finished_round_whose_labels_are_missing_is_named_not_dropped_silently(
+    interrupted_then_resumed, tmp_path
+):
+    result = interrupted_then_resumed
+    run = _copy_run(result["run"], tmp_path / "run", lambda name: name.name != "labels.h5")
+    added = result["records"][1]["added_frames"]
+    missing = rf"round_001/labels.h5 is missing: the {added} frames round 1 labelled"
+    with pytest.warns(UserWarning, match=missing):
+        data = run.training_data(1)
+    assert len(data) == 32
 
 
 def test_command_line_resumes_and_plots(interrupted_then_resumed, tmp_path, capsys):
