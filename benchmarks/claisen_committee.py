@@ -1,6 +1,6 @@
 """The Claisen rearrangement's profile from a committee trained by active learning, against GFN2-xTB.
 
-The reactive case of ``notebooks/reactive_claisen.ipynb`` at full size, in three resumable steps:
+The reactive case of ``notebooks/reactive_claisen.ipynb`` at full size, in resumable steps:
 
 1. the GFN2-xTB reference of ``benchmarks/claisen_profile.py``: 71 umbrella windows of 3.5 ps on
    s = d(O2-C3) - d(C0-C5), MBAR, and the 1,704 frames its windows labelled; read from
@@ -15,7 +15,11 @@ The reactive case of ``notebooks/reactive_claisen.ipynb`` at full size, in three
 3. the last committee's profile, every window started from the reference's last frame, the windows
    as copies of the molecule in one simulation per part (``--parts``, run by ``--workers``
    processes); barrier and reaction free energy against GFN2-xTB's, and the windows whose molecule
-   came apart.
+   came apart;
+4. ``--profile-rounds K``: K more rounds driven by production, each exploring the frames the
+   previous committee's profile ended its windows on, together with the dissociation probe (the
+   reference's window ends near s = 0 with the fragments moved 0.2-0.6 nm apart), through
+   ``ActiveLearning.supply_exploration``; every such round's committee is profiled in turn.
 
 Resumable from the repository: after every round the files a run needs to continue (each round's
 ``record.json``, ``labels.h5`` and ``summary.txt``, the last committee's models, ``rounds.csv``) are copied to
@@ -27,7 +31,8 @@ profiles the committee of round ``N`` (or of the round that converged before it)
 Printed last: the committee's barrier and reaction free energy minus GFN2-xTB's (kJ/mol; the goal
 is 4 in magnitude).
 
-    OMP_NUM_THREADS=1 python benchmarks/claisen_committee.py [--quick] [--workers 2]
+    OMP_NUM_THREADS=1 python benchmarks/claisen_committee.py [--quick] [--workers 2] [--rounds 2]
+        [--profile-rounds 1]
 """
 
 from __future__ import annotations
@@ -97,33 +102,41 @@ def exploration_summary(run: active.ActiveLearning, record: dict, threshold: flo
     return path.read_text()
 
 
-def dissociation_check(committee, frames, centers, threshold: float) -> str:
-    """The hole a single PaiNN fell into, seen by ``committee``: the reference's window ends within
-    0.05 nm of s = 0 with the vinyl-oxy fragment (C0, C1, O2 and their hydrogens) moved 0.2, 0.4 and
-    0.6 nm away from the allyl one along the line between their centres; the median energy change
-    (GFN2-xTB's and the committee mean's) and force disagreement at each distance."""
+SHIFTS = (0.0, 0.2, 0.4, 0.6)  # nm, the fragments' separation added by the dissociation probe
+
+
+def dissociation_probe(frames, centers) -> np.ndarray:
+    """The hole a single PaiNN fell into, built by hand: the reference's window ends within 0.05 nm of
+    s = 0 with the vinyl-oxy fragment (C0, C1, O2 and their hydrogens) moved ``SHIFTS`` nm away from
+    the allyl one along the line between their centres; ``(ends, len(SHIFTS), N, 3)`` nm."""
     numbers = claisen.reactant().atomic_numbers
     heavy = np.flatnonzero(numbers.numpy() > 1)
-    shifts = (0.0, 0.2, 0.4, 0.6)
     moved = []
     for frame in frames[np.abs(centers) <= 0.05]:
         nearest = heavy[np.argmin(np.linalg.norm(frame[:, None] - frame[None, heavy], axis=-1), axis=1)]
         vinyl = np.isin(nearest, [0, 1, 2])
         direction = frame[vinyl].mean(0) - frame[~vinyl].mean(0)
-        for shift in shifts:
+        for shift in SHIFTS:
             copy = frame.copy()
             copy[vinyl] += shift * direction / np.linalg.norm(direction)
             moved.append(copy)
-    moved = torch.as_tensor(np.array(moved))
+    return np.array(moved).reshape(-1, len(SHIFTS), *frames.shape[1:])
+
+
+def dissociation_check(committee, frames, centers, threshold: float) -> str:
+    """The dissociation probe seen by ``committee``: the median energy change (GFN2-xTB's and the
+    committee mean's) and force disagreement at each separation."""
+    numbers = claisen.reactant().atomic_numbers
+    moved = torch.as_tensor(dissociation_probe(frames, centers).reshape(-1, *frames.shape[1:]))
     xtb = XTB(numbers)
-    reference = np.array([float(xtb(positions, None)) for positions in moved]).reshape(-1, len(shifts))
+    reference = np.array([float(xtb(positions, None)) for positions in moved]).reshape(-1, len(SHIFTS))
     energies, _ = committee.predict(moved, numbers)
-    learned = energies.mean(0).detach().double().numpy().reshape(-1, len(shifts))
-    disagreement = committee.force_disagreement(moved, numbers).numpy().reshape(-1, len(shifts))
+    learned = energies.mean(0).detach().double().numpy().reshape(-1, len(SHIFTS))
+    disagreement = committee.force_disagreement(moved, numbers).numpy().reshape(-1, len(SHIFTS))
     rows = ", ".join(
         f"{shift:.1f} nm: {np.median(reference[:, k] - reference[:, 0]):+.0f} / "
         f"{np.median(learned[:, k] - learned[:, 0]):+.0f} kJ/mol, {np.median(disagreement[:, k]):.0f}"
-        for k, shift in enumerate(shifts))
+        for k, shift in enumerate(SHIFTS))
     return (f"fragments moved apart at the {len(reference)} window ends near s = 0 (energy change GFN2-xTB / "
             f"committee, force disagreement in kJ/mol/nm, threshold {threshold:g}): {rows}")
 
@@ -177,6 +190,9 @@ def main():
     parser.add_argument("--parts", type=int, default=4, help="parts of the profile's windows")
     parser.add_argument("--rounds", type=int, default=None,
                         help="profile the committee of this round at the latest (default: max_rounds)")
+    parser.add_argument("--profile-rounds", type=int, default=0,
+                        help="rounds after the profiled one whose exploration is the previous committee's "
+                             "profile (its window ends) and the dissociation probe, each profiled")
     parser.add_argument("--output", type=pathlib.Path, default=ROOT / "output" / "claisen_committee")
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
@@ -210,36 +226,64 @@ def main():
                 if (run.round_directory(index) / "record.json").is_file()]
     for rounds in range(min(max(finished, default=0), last_round), last_round + 1):  # each round kept
         records = run.run(max_rounds=rounds)
-        record = records[-1]
-        summary = exploration_summary(run, record, config.selection.threshold)
-        keep(run, store)
-        print(f"round {record['round']}: {record['training_frames']} training frames, validation force MAE "
-              f"{record['validation_force_mae']:.1f} kJ/mol/nm, added {record['added_frames']}; {summary}",
-              flush=True)
-        if record["converged"]:
+        report_round(run, store, records[-1], config.selection.threshold)
+        if records[-1]["converged"]:
             break
 
     print("round 0: " + dissociation_check(run.load_committee(0), frames, centers, config.selection.threshold)
           if (run.round_directory(0) / "model_0.pt").is_file() else "round 0: its models are not kept")
-    print(f"round {records[-1]['round']}: "
-          + dissociation_check(run.committee, frames, centers, config.selection.threshold), flush=True)
-    learned, learned_frames, seconds = committee_profile(run, store, centers, size, force_constant, frames,
-                                                         args.parts, args.workers)
+    reported = functools.partial(report_committee, run, store, frames, centers, size, args,
+                                 (barrier, reaction), xtb_seconds, edges, started)
+    learned_frames = reported(records)
+    numbers = claisen.reactant().atomic_numbers
+    for _ in range(args.profile_rounds):  # production-driven rounds: the profile is the exploration
+        index = records[-1]["round"] + 1
+        if records[-1]["converged"]:
+            break
+        folder = run.round_directory(index)
+        if not (folder / "record.json").is_file() and not (folder / "exploration.npz").is_file():
+            probe = dissociation_probe(frames, centers)[:, 1:].reshape(-1, *frames.shape[1:])
+            run.supply_exploration(index, np.concatenate([learned_frames, probe]), numbers)
+        records = run.run(max_rounds=index)
+        report_round(run, store, records[-1], config.selection.threshold)
+        learned_frames = reported(records)
+
+
+def report_round(run, store, record, threshold) -> None:
+    """Keep the round's files in ``store`` and print its record and exploration summary."""
+    summary = exploration_summary(run, record, threshold)
+    keep(run, store)
+    print(f"round {record['round']}: {record['training_frames']} training frames, validation force MAE "
+          f"{record['validation_force_mae']:.1f} kJ/mol/nm, added {record['added_frames']}; {summary}",
+          flush=True)
+
+
+def report_committee(run, store, frames, centers, size, args, reference_numbers, xtb_seconds, edges, started,
+                     records) -> np.ndarray:
+    """The last committee's dissociation check and profile against GFN2-xTB's (printed); returns the
+    profile's window ends ``(windows, N, 3)`` nm."""
+    threshold = run.config.selection.threshold
+    print(f"round {records[-1]['round']}: " + dissociation_check(run.committee, frames, centers, threshold),
+          flush=True)
+    learned, learned_frames, seconds = committee_profile(run, store, centers, size, size["force_constant"],
+                                                         frames, args.parts, args.workers)
     learned_barrier, learned_reaction = profile_numbers(learned, edges)
     kinds = np.array(claisen.ring_conformation(learned_frames))
     apart = [f"{center:+.3f}" for center, kind in zip(centers, kinds) if kind == "apart"]
     numbers = claisen.reactant().atomic_numbers
     ends = run.committee.force_disagreement(torch.as_tensor(learned_frames), numbers).numpy()
     print(f"the committee's own window ends: force disagreement median {np.median(ends):.0f} kJ/mol/nm, "
-          f"above the threshold in {int(np.sum(ends > config.selection.threshold))} of {len(ends)} windows"
+          f"above the threshold in {int(np.sum(ends > threshold))} of {len(ends)} windows"
           + (f"; {np.median(ends[kinds == 'apart']):.0f} in those that came apart" if apart else ""))
-    print(f"committee ({len(run.committee)} {config.committee.model}, {len(records) - 1} rounds): barrier "
-          f"{learned_barrier:.1f} kJ/mol, reaction {learned_reaction:.1f} kJ/mol, {1e3 * seconds:.2f} ms per "
-          f"window step; windows come apart: {', '.join(apart) or 'none'}; {time.time() - started:.0f} s")
+    barrier, reaction = reference_numbers
+    print(f"committee ({len(run.committee)} {run.config.committee.model}, {len(records) - 1} rounds): "
+          f"barrier {learned_barrier:.1f} kJ/mol, reaction {learned_reaction:.1f} kJ/mol, "
+          f"{1e3 * seconds:.2f} ms per window step; windows come apart: {', '.join(apart) or 'none'}; "
+          f"{time.time() - started:.0f} s")
     print(f"committee - GFN2-xTB: barrier {learned_barrier - barrier:+.1f} kJ/mol, reaction "
           f"{learned_reaction - reaction:+.1f} kJ/mol; ratio GFN2-xTB/committee MD step time per window: "
-          f"{xtb_seconds / seconds:.2f}")
-
+          f"{xtb_seconds / seconds:.2f}", flush=True)
+    return learned_frames
 
 if __name__ == "__main__":
     main()
