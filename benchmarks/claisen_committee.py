@@ -285,5 +285,6 @@ def report_committee(run, store, frames, centers, size, args, reference_numbers,
           f"{xtb_seconds / seconds:.2f}", flush=True)
     return learned_frames
 
+
 if __name__ == "__main__":
     main()
