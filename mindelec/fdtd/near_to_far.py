@@ -38,7 +38,7 @@ from common.units import SPEED_OF_LIGHT, VACUUM_IMPEDANCE
 from .flux_box import FluxBox, surface_flux
 from .grid import AXES
 
-#: angle-by-surface-point products computed at once (bounds the memory of a pattern)
+#: frequency-by-angle-by-surface-point phases computed at once (bounds the memory of a pattern)
 CHUNK = 2**22
 
 
@@ -241,10 +241,38 @@ class NearToFarResult(dict):
             ground=(index, position),
         )
 
+    def at_frequency(self, index):
+        """The result at one of its frequencies (``index`` into ``"frequencies"``), as a one-frequency
+        :class:`NearToFarResult` (the same ground): its patterns, directivity and power cost ``1 / F`` of
+        this result's.
+
+        Raises:
+            ConfigurationError: for an index outside ``[-F, F)``.
+        """
+        count = len(self["frequencies"])
+        if not (isinstance(index, int) and -count <= index < count):
+            raise ConfigurationError(
+                f"NearToFarResult.at_frequency: index must be an integer in [-{count}, {count}), "
+                f"got {index!r}"
+            )
+        one = slice(index % count, index % count + 1)
+        return NearToFarResult(
+            frequencies=self["frequencies"][one],
+            positions=self["positions"],
+            areas=self["areas"],
+            electric_current=self["electric_current"][one],
+            magnetic_current=self["magnetic_current"][one],
+            flux=self["flux"][one],
+            ground=self.ground,
+        )
+
     def pattern(self, theta, phi):
         """The far field ``r E`` (V; per Hz for a pulse) as ``(E_theta, E_phi)``, each ``(F, *S)`` complex;
         zero below a ground plane (:meth:`over_ground`)."""
-        e_theta, e_phi = self._radiation(theta, phi)
+        return self._above_ground(theta, phi, *self._radiation(theta, phi))
+
+    def _above_ground(self, theta, phi, e_theta, e_phi):
+        """The far field ``(E_theta, E_phi)`` with the directions below the ground plane (if any) zeroed."""
         if self.ground is None:
             return e_theta, e_phi
         theta, phi = self._angles(theta, phi)
@@ -260,7 +288,7 @@ class NearToFarResult(dict):
         weighted_m = self["magnetic_current"] * self["areas"][None, :, None]
         complex_dtype = weighted_j.dtype
         wavenumbers = 2 * math.pi * self["frequencies"] / SPEED_OF_LIGHT
-        chunk = max(1, CHUNK // len(self["positions"]))
+        chunk = max(1, CHUNK // (len(self["positions"]) * len(self["frequencies"])))
         e_theta, e_phi = [], []
         for start in range(0, len(r_hat), chunk):
             directions = r_hat[start : start + chunk]
@@ -291,17 +319,25 @@ class NearToFarResult(dict):
         """``oint U dOmega`` (F,) in W (per Hz^2 for a pulse): the power reaching the far field."""
         return radiation_overlaps([self])[:, 0, 0].real
 
-    def _maximum_intensity(self):
-        theta, phi, _ = _sphere_quadrature([self])
-        return self.intensity(theta, phi).amax(dim=(1, 2))
+    def _power_and_peak(self):
+        """The radiated power (F,) and the largest intensity (F,) over the radiated-power quadrature, from
+        one evaluation of the far field on it (as :func:`radiation_overlaps`: over a ground plane the
+        sphere's integral halved, the field below the plane being the mirror of the field above)."""
+        theta, phi, weights = _sphere_quadrature([self])
+        e_theta, e_phi = self._radiation(theta, phi)
+        intensity = (e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE  # (F, T, 2T)
+        power = (intensity * weights).sum(dim=(1, 2))
+        return (power if self.ground is None else power / 2), intensity.amax(dim=(1, 2))
 
     def directivity(self, theta=None, phi=None):
         """``D = 4 pi U / P_rad``: ``(F, *S)`` at the angles, or (F,) its maximum when no angles are given
         (found on the radiated-power quadrature grid, refined by nothing: within its angular step)."""
+        if theta is None and phi is None:
+            power, peak = self._power_and_peak()
+            self._check_power(power, "the radiated power")
+            return 4 * math.pi * peak / power
         power = self.radiated_power
         self._check_power(power, "the radiated power")
-        if theta is None and phi is None:
-            return 4 * math.pi * self._maximum_intensity() / power
         intensity = self.intensity(
             theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0
         )
@@ -333,7 +369,7 @@ class NearToFarResult(dict):
         """``G = 4 pi U / P_accepted = efficiency * D``: ``(F, *S)`` at the angles, or (F,) its maximum."""
         accepted = self._accepted(accepted_power)
         if theta is None and phi is None:
-            return 4 * math.pi * self._maximum_intensity() / accepted
+            return 4 * math.pi * self._power_and_peak()[1] / accepted
         intensity = self.intensity(
             theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0
         )
@@ -352,17 +388,18 @@ class NearToFarResult(dict):
             raise ConfigurationError(
                 "NearToFarResult.plot_polar: give phi (elevation cut) or theta, not both"
             )
+        single = self.at_frequency(frequency_index)
         sweep = torch.linspace(0, 2 * math.pi, points, dtype=self["positions"].dtype)
         if theta is None:
             phi = 0.0 if phi is None else float(phi)
             # theta > pi continues the cut on the other side: (2 pi - theta, phi + pi)
             folded = torch.where(sweep <= math.pi, sweep, 2 * math.pi - sweep)
-            directivity = self.directivity(folded, torch.where(sweep <= math.pi, phi, phi + math.pi))
+            directivity = single.directivity(folded, torch.where(sweep <= math.pi, phi, phi + math.pi))
             label = f"phi = {math.degrees(phi):.0f} deg"
         else:
-            directivity = self.directivity(torch.full_like(sweep, float(theta)), sweep)
+            directivity = single.directivity(torch.full_like(sweep, float(theta)), sweep)
             label = f"theta = {math.degrees(float(theta)):.0f} deg"
-        values = directivity[frequency_index].detach().cpu()
+        values = directivity[0].detach().cpu()
         if decibels:
             values = 10 * torch.log10(values.clamp_min(1e-12))
             values = values.clamp_min(float(values.max()) - 40)
@@ -385,7 +422,7 @@ class NearToFarResult(dict):
         real = self["positions"].dtype
         theta = torch.linspace(0, math.pi, points[0], dtype=real)[:, None]
         phi = torch.linspace(0, 2 * math.pi, points[1], dtype=real)[None, :]
-        radius = self.directivity(theta, phi)[frequency_index].detach().cpu()
+        radius = self.at_frequency(frequency_index).directivity(theta, phi)[0].detach().cpu()
         r_hat, _, _ = _directions(*torch.broadcast_tensors(theta, phi))
         xyz = (radius[..., None] * r_hat).numpy()
         if ax is None:

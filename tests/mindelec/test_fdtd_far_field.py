@@ -101,6 +101,16 @@ def test_near_to_far_directivity_and_power(dipole_run):
     e_theta, e_phi = far.pattern(torch.tensor([[0.5, 1.0]]), 0.0)
     assert e_theta.shape == (3, 1, 2) and e_theta.dtype == torch.complex128
     assert bool((e_phi.abs() < 0.01 * e_theta.abs()).all())  # a z-dipole radiates E_theta only
+    # one frequency of the result gives that frequency's figures, from its own currents
+    last = far.at_frequency(-1)
+    assert last["frequencies"].tolist() == far["frequencies"][-1:].tolist()
+    assert torch.allclose(last.directivity(), far.directivity()[-1:], rtol=1e-12, atol=0.0)
+    assert torch.allclose(last.gain(power[-1]), far.gain(power)[-1:], rtol=1e-12, atol=0.0)
+    assert torch.allclose(last.radiated_power, far.radiated_power[-1:], rtol=1e-12, atol=0.0)
+    assert not torch.allclose(far.at_frequency(0).radiated_power, last.radiated_power, rtol=0.05, atol=0.0)
+    for index in (3, -4, 1.0):
+        with pytest.raises(ConfigurationError, match=r"at_frequency: index must be an integer in \[-3, 3\)"):
+            far.at_frequency(index)
 
 
 def test_pattern_plots_draw(dipole_run):
