@@ -18,7 +18,8 @@ Usage::
 2. An ensemble of ``--members`` ``SParameterSurrogate`` learning S11 and the total efficiency from
    ``mindelec.surrogate.phone.INPUTS`` (the design as the grid draws it), conditioned on
    the frequency (Fourier features) and on ``f / f_ref - 1`` for the arm's quarter-wave resonance
-   (``mindelec.surrogate.phone:ifa_resonance``), trained on 80 % of the designs.
+   (``mindelec.surrogate.phone:ifa_resonance``), trained on 80 % of the designs, each member on all of
+   them for ``mindelec.surrogate.phone.FIT_OPTIONS``'s epochs (``--epochs``).
 3. Held out (``mindelec.surrogate.antenna.evaluate`` on the other 20 %): relative L2 of complex S11, the
    resonance error (lowest ``|S11|``; % of each design's own resonance, and of the band centre), the total
    efficiency's error at each design's resonance (points), each against the mean predictor.
@@ -54,7 +55,14 @@ from mindelec.antennas import resonance_frequency
 from mindelec.cad_phone import PhoneDesign
 from mindelec.surrogate import db, relative_error
 from mindelec.surrogate.antenna import describe_scores, evaluate, train_ensemble
-from mindelec.surrogate.phone import INPUTS, MODEL_OPTIONS, OUTPUTS, check_phone_design, phone_inverse_design
+from mindelec.surrogate.phone import (
+    FIT_OPTIONS,
+    INPUTS,
+    MODEL_OPTIONS,
+    OUTPUTS,
+    check_phone_design,
+    phone_inverse_design,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CANDIDATES = 4096
@@ -163,7 +171,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--limit", type=int, help="use the recipe's first N designs only")
     parser.add_argument("--workers", type=int, default=1, help="dataset processes, one thread each")
     parser.add_argument("--members", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3000)
+    parser.add_argument("--epochs", type=int, default=FIT_OPTIONS["epochs"])
     parser.add_argument("--target", type=float, default=2.4e9, help="inverse design's dip frequency (Hz)")
     parser.add_argument("--dual-band", type=float, nargs=2, metavar=("F1", "F2"),
                         help="the dual-band tune's two frequencies (Hz); default: the two deepest dips "
@@ -192,7 +200,8 @@ def main():
     started = time.process_time()
     ensemble, _ = train_ensemble(
         data, INPUTS, run / "ensemble", members=members, model_options=MODEL_OPTIONS, outputs=OUTPUTS,
-        split_options={"extrapolation_parameter": None}, epochs=epochs, progress=False, threads=1)
+        split_options={"extrapolation_parameter": None}, **{**FIT_OPTIONS, "epochs": epochs}, progress=False,
+        threads=1)
     # the CPU time of every call that trained (a resumed run adds the rest of its training to the first's)
     ledger = run / "ensemble" / "training_core_seconds.txt"
     training = (float(ledger.read_text()) if ledger.exists() else 0.0) + time.process_time() - started
