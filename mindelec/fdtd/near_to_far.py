@@ -28,6 +28,7 @@ on the plane ``M = 0`` while the tangential ``J`` cancels against its image.
 """
 
 import math
+import operator
 
 import numpy as np
 import torch
@@ -250,12 +251,16 @@ class NearToFarResult(dict):
             ConfigurationError: for an index outside ``[-F, F)``.
         """
         count = len(self["frequencies"])
-        if not (isinstance(index, int) and -count <= index < count):
+        try:
+            position = operator.index(index)  # Python, NumPy and 0-d torch integers
+        except TypeError:
+            position = None
+        if position is None or not -count <= position < count:
             raise ConfigurationError(
                 f"NearToFarResult.at_frequency: index must be an integer in [-{count}, {count}), "
                 f"got {index!r}"
             )
-        one = slice(index % count, index % count + 1)
+        one = slice(position % count, position % count + 1)
         return NearToFarResult(
             frequencies=self["frequencies"][one],
             positions=self["positions"],

@@ -10,6 +10,7 @@ with ``I l(f)`` the DFT of the source's moment, ``amplitude * waveform`` at the 
 import math
 
 import matplotlib
+import numpy as np
 import pytest
 import torch
 
@@ -103,6 +104,7 @@ def test_near_to_far_directivity_and_power(dipole_run):
     assert bool((e_phi.abs() < 0.01 * e_theta.abs()).all())  # a z-dipole radiates E_theta only
     # one frequency of the result gives that frequency's figures, from its own currents
     last = far.at_frequency(-1)
+    assert torch.equal(far.at_frequency(np.int64(2))["frequencies"], last["frequencies"])
     assert last["frequencies"].tolist() == far["frequencies"][-1:].tolist()
     assert torch.allclose(last.directivity(), far.directivity()[-1:], rtol=1e-12, atol=0.0)
     assert torch.allclose(last.gain(power[-1]), far.gain(power)[-1:], rtol=1e-12, atol=0.0)
