@@ -31,6 +31,12 @@ square lattice's Green's function):
   it takes the permittivity ``eps p / s`` and its circulating H the permeability ``s mu / p`` (``eps mu``
   unchanged), with ``p = 1 - END_CORRECTION s``; a wire so thin that ``p`` would fall below
   :data:`END_FLOOR` keeps the floor and warns (its resonance stays short).
+* A joined end (``ThinWire(..., joined=...)``) meets another conductor on its end node: a pin standing on a
+  ground plane, or joining an arm. Its zeroed edges run to that node, and it has no end correction: the
+  charge and current go on into the conductor. The spokes at that node lie in the conductor where it is a
+  plane or a line through the node (their update coefficient is zero there, so their correction is too).
+  A quarter-wave monopole on a ground plane, its image a dipole, matches the moment method's dipole of
+  twice its length (``tests/mindelec/test_monopole.py``).
 
 Each corrected component gets ``(factor - 1) * coefficient * curl`` added after its Yee update
 (:class:`WireCorrections`, a sparse step on the compiled and the torch paths alike, differentiable); the
@@ -65,6 +71,10 @@ EDGE_RADIUS = BARE_RADIUS * math.exp(math.pi / 2)
 END_CORRECTION = 0.15
 #: the smallest ``p``: below it (``s > 6``, radii under about 8e-5 cells) the end correction is partial
 END_FLOOR = 0.1
+#: the largest radius (in cells) whose runs were checked to stay bounded with the time step of
+#: :func:`time_step_factor` (``tests/mindelec/test_thin_wire.py``): thicker wires are modelled at this radius
+#: where a caller chooses the radius for a CAD body (:func:`mindelec.cad_grid.assembly_structures`)
+STABLE_RADIUS = 0.36
 #: how far (in cells) a wire's length and gaps may sit from whole and half cells
 ALIGNMENT_TOLERANCE = 1e-6
 #: how far (in cells) a wire may sit from the grid's node lines and planes when a simulation takes it (the
@@ -91,25 +101,30 @@ class ThinWire(Structure):
 
     Args:
         start, end: the wire's ends (m), 3 coordinates each, differing along one axis only (the wire's
-            axis) by a whole number of cells (at least 2); on an integer-node line of the grid across that
-            axis and on half-node planes (edge centres) along it. The zeroed edges run from half a cell
-            after ``start`` to half a cell before ``end`` (see the module docstring).
+            axis); on an integer-node line of the grid across that axis. Along it, a free end lies on a
+            half-node plane (an edge centre: the zeroed edges stop half a cell before it, see the module
+            docstring) and a joined end on a node plane; the end nodes are at least one edge apart.
         radius: (m), ``0 < radius < cell / 2`` for the cell edges across the wire.
         cell_size: the simulation's cell size (m), one length or ``(dx, dy, dz)``.
         gaps: centres (m) of wire edges left open (not zeroed), e.g. ``[port.center]`` for the one-edge
             gap of a lumped port; the near-field correction still applies around them.
+        joined: ``(at start, at end)``: whether that end meets another conductor on its end node (a pin
+            standing on a ground plane, or joining an arm): the wire's charge and current go on into that
+            conductor, so the end correction is left out there (free ends keep it).
 
     Attributes:
-        axis: index (0-2) of the wire's axis; ``radius``, ``start``, ``end`` as given (ends in order).
+        axis: index (0-2) of the wire's axis; ``radius``, ``start``, ``end``, ``joined`` as given (ends in
+            order, ``joined`` with them).
         edges: the number of edges between the end nodes, gaps included.
         gaps: the gaps' edge indices (0 the first edge after ``start``).
 
     Raises:
-        ConfigurationError: for a wire not along one axis, a radius outside ``(0, cell / 2)``, or a gap
-            off the wire's edges. The grid alignment is checked when a :class:`Simulation` takes the wire.
+        ConfigurationError: for a wire not along one axis, a radius outside ``(0, cell / 2)``, ends off
+            their planes, or a gap off the wire's edges. The grid alignment is checked when a
+            :class:`Simulation` takes the wire.
     """
 
-    def __init__(self, start, end, radius, cell_size, gaps=()):
+    def __init__(self, start, end, radius, cell_size, gaps=(), joined=(False, False)):
         start, end = tuple(float(v) for v in start), tuple(float(v) for v in end)
         cells = _cells(cell_size)
         owner = f"ThinWire(start={start}, end={end})"
@@ -121,8 +136,11 @@ class ThinWire(Structure):
                 f"{owner}: the ends must differ along exactly one axis (a grid-aligned wire)"
             )
         axis = along[0]
+        joined = tuple(joined)
+        if len(joined) != 2 or not all(isinstance(flag, bool) for flag in joined):
+            raise ConfigurationError(f"{owner}: joined must be two booleans (at start, at end), got {joined}")
         if end[axis] < start[axis]:
-            start, end = end, start
+            start, end, joined = end, start, joined[::-1]
         radius = float(radius)
         across = min(cells[a] for a in range(3) if a != axis)
         if not (math.isfinite(radius) and 0 < radius < across / 2):
@@ -131,16 +149,21 @@ class ThinWire(Structure):
                 "thicker wires need a PEC structure resolved by the grid"
             )
         self.start, self.end, self.radius, self.axis, self.cells = start, end, radius, axis, cells
-        self.owner = owner
-        span = (end[axis] - start[axis]) / cells[axis]
-        if abs(span - round(span)) > ALIGNMENT_TOLERANCE or round(span) < 2:
+        self.joined, self.owner = joined, owner
+        free = joined.count(False)
+        edges = (end[axis] - start[axis]) / cells[axis] - free / 2
+        if abs(edges - round(edges)) > ALIGNMENT_TOLERANCE or round(edges) < 1:
+            planes = {2: "both ends on half-node planes", 1: "one end on a half-node plane, the joined one "
+                      "on a node plane", 0: "both (joined) ends on node planes"}[free]
             raise ConfigurationError(
-                f"{owner}: its length {end[axis] - start[axis]:.6g} m must be a whole number of cells, at "
-                f"least 2 (cell {cells[axis]:.6g} m along {AXES[axis]}): the ends lie on half-node planes"
+                f"{owner}: its length {end[axis] - start[axis]:.6g} m must be a whole number of cells plus "
+                f"{free / 2:g}, at least {1 + free / 2:g} (cell {cells[axis]:.6g} m along {AXES[axis]}): "
+                f"{planes}"
             )
-        self.edges = round(span) - 1
+        self.edges = round(edges)
         self.first = list(start)
-        self.first[axis] += cells[axis] / 2  # the node half a cell inside the start
+        if not joined[0]:
+            self.first[axis] += cells[axis] / 2  # the node half a cell inside a free start
         self.gaps = [self._gap_edge(tuple(float(v) for v in gap)) for gap in gaps]
         super().__init__(self._zeroed_geometry(), PECSheet())
 
@@ -181,8 +204,28 @@ class ThinWire(Structure):
             raise ConfigurationError(f"{self.owner}: the gaps leave no edge of the wire to zero")
         return geometry
 
+    def end_nodes(self):
+        """The coordinates (m) of the wire's first and last nodes (the zeroed edges and gaps between)."""
+        last = list(self.first)
+        last[self.axis] += self.edges * self.cells[self.axis]
+        return tuple(self.first), tuple(last)
+
+    def meets(self, other) -> bool:
+        """Whether a joined end of this wire lies on ``other`` (a :class:`ThinWire`): on its line, between
+        its end nodes, ends included (a pin standing on a stub at a corner)."""
+        (low, high), axis = other.end_nodes(), other.axis
+        tolerance = [ALIGNMENT_TOLERANCE * cell for cell in self.cells]
+        for node, joined in zip(self.end_nodes(), self.joined):
+            on_line = all(abs(node[a] - low[a]) <= tolerance[a] for a in range(3) if a != axis)
+            along = low[axis] - tolerance[axis] <= node[axis] <= high[axis] + tolerance[axis]
+            if joined and on_line and along:
+                return True
+        return False
+
     def __repr__(self):
-        return f"ThinWire(start={self.start}, end={self.end}, radius={self.radius:g}, gaps={self.gaps})"
+        joined = f", joined={self.joined}" if any(self.joined) else ""
+        ends = f"start={self.start}, end={self.end}"
+        return f"ThinWire({ends}, radius={self.radius:g}, gaps={self.gaps}{joined})"
 
 
 def radius_scale(spacing, radius):
@@ -248,12 +291,13 @@ class WireCorrections:
                 f"{wires[0]!r}: thin wires need a 3D simulation, this one is {grid.ndim}D"
             )
         rows = {}
-        for wire in wires:
+        for number, wire in enumerate(wires):
             for component, row in self._wire_rows(grid, wire):
-                rows.setdefault(component, []).append(row)
+                rows.setdefault(component, []).append((*row, torch.full_like(row[-1], number)))
+        junctions = torch.tensor([[a is b or a.meets(b) or b.meets(a) for b in wires] for a in wires])
         for component, parts in rows.items():
             columns = [torch.cat(column) for column in zip(*parts)]
-            index, factor = self._merged(grid, wires, component, columns)
+            index, factor = self._merged(grid, wires, component, columns, junctions)
             active = H_COMPONENTS if component[0] == "E" else E_COMPONENTS
             terms = [
                 (source, axis, sign / grid.spacing[axis])
@@ -262,32 +306,36 @@ class WireCorrections:
             self.entries[component] = (index, factor, terms)
 
     @staticmethod
-    def _merged(grid, wires, component, columns):
-        """The rows' indices and factors with a node two wires correct alike and from the same place (two
-        wires meeting end to end along one line: the edge between their ends) kept once; any other node
-        corrected twice is refused (two wires side by side)."""
-        *index, factor, role = columns
+    def _merged(grid, wires, component, columns, junctions):
+        """The rows' indices and factors, one row per node. A node two wires correct alike and from the
+        same place (two wires meeting end to end along one line: the edge between their ends) is kept once;
+        a node around a junction (wires of which one has a joined end on the other, ``junctions[a, b]``:
+        a pin meeting a stub at a corner) takes the mean of the wires' factors; any other node corrected
+        twice is refused (two wires side by side)."""
+        *index, factor, role, owner = columns
         nodes = (index[0] * grid.shape[1] + index[1]) * grid.shape[2] + index[2]
         unique, inverse = torch.unique(nodes, return_inverse=True)
         first = torch.full(unique.shape, len(nodes), dtype=torch.long).scatter_reduce(
             0, inverse, torch.arange(len(nodes)), "amin"
         )
-        if not (torch.equal(factor, factor[first][inverse]) and torch.equal(role, role[first][inverse])):
+        alike = (factor == factor[first][inverse]) & (role == role[first][inverse])
+        if not bool((alike | junctions[owner, owner[first][inverse]]).all()):
             raise ConfigurationError(
                 f"{wires!r}: two thin wires share an {component} node around them; keep wires at least "
-                "two cells apart (ends meeting along one line, of one radius, are fine)"
+                "two cells apart (ends meeting along one line, of one radius, and wires joined at a corner "
+                "with joined=... are fine)"
             )
-        return tuple(column[first] for column in index), factor[first]
+        count = torch.zeros(unique.shape, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(factor))
+        total = torch.zeros(unique.shape, dtype=torch.float64).index_add_(0, inverse, factor)
+        return tuple(column[first] for column in index), total / count
 
     def _wire_rows(self, grid, wire):
         """Per corrected component around ``wire``: ``(component, row)``, ``row`` the 5 columns ``(index x3,
         factor, role)``: the circulating H at each edge (gaps included) and the spokes at each node, on both
         sides of the wire across each of the two other axes."""
         owner, w = repr(wire), wire.axis
-        line = [
-            _node_index(grid, wire.first[a], a, owner, "line" if a != w else "start + half a cell")
-            for a in range(3)
-        ]
+        first = "start" if wire.joined[0] else "start + half a cell"
+        line = [_node_index(grid, wire.first[a], a, owner, "line" if a != w else first) for a in range(3)]
         last = line[w] + wire.edges
         if any(not 1 <= line[a] <= grid.shape[a] - 2 for a in range(3)) or last > grid.shape[w] - 2:
             raise ConfigurationError(f"{owner}: keep the wire at least one cell away from the domain's walls")
@@ -300,19 +348,20 @@ class WireCorrections:
                 )
             scales[d] = radius_scale(grid.spacing[d], wire.radius)
         edges, nodes = torch.arange(line[w], last), torch.arange(line[w], last + 1)
-        ends = torch.tensor([line[w] - 1, last])
-        # the axial edges just beyond both ends: eps p / s, their circulating H s mu / p
+        # the axial edges just beyond the free ends: eps p / s, their circulating H s mu / p
+        ends = torch.tensor([edge for edge, joined in zip((line[w] - 1, last), wire.joined) if not joined])
         mean = (scales[across[0]] + scales[across[1]]) / 2
-        end = end_factor(mean, owner)
-        yield "E" + AXES[w], self._row(line, w, ends, {}, mean / end - 1.0)
+        end = end_factor(mean, owner) if len(ends) else 1.0
+        rows = [("H", edges, {d: 1.0 / scales[d] - 1.0 for d in across}),
+                ("E", nodes, {d: scales[d] - 1.0 for d in across})]
+        if len(ends):
+            yield "E" + AXES[w], self._row(line, w, ends, {}, mean / end - 1.0)
+            rows.insert(1, ("H", ends, {d: end / scales[d] - 1.0 for d in across}))
         for d in across:
-            for component, along, factor in (
-                ("H" + AXES[3 - w - d], edges, 1.0 / scales[d] - 1.0),
-                ("H" + AXES[3 - w - d], ends, end / scales[d] - 1.0),
-                ("E" + AXES[d], nodes, scales[d] - 1.0),
-            ):
+            for field, along, factors in rows:
+                component = field + AXES[3 - w - d] if field == "H" else field + AXES[d]
                 for offset in (0, -1):  # the node on the + side of the wire, then on the - side
-                    yield component, self._row(line, w, along, {d: offset}, factor)
+                    yield component, self._row(line, w, along, {d: offset}, factors[d])
         axial = 2.0 / (scales[across[0]] + scales[across[1]]) - 1.0
         for first in (0, -1):
             for second in (0, -1):

@@ -1,9 +1,10 @@
 """A quarter-wave monopole over a PEC ground plane, against image theory and the moment-method dipole.
 
 Set-up: a thin wire (``me.fdtd.ThinWire`` of radius ``a``) standing on a PEC sheet that crosses the whole
-domain, PML included (an infinite ground plane), fed by a one-cell 50 ohm lumped port at its base; the
-wire's height ``h`` runs from the ground to its end (``n + 1/2`` cells: ``n`` zeroed edges, the gap the first,
-and the end half a cell beyond, as :mod:`mindelec.fdtd.thin_wire` models wire ends).
+domain, PML included (an infinite ground plane), its base joined to the plane (``joined=(True, False)``),
+fed by a one-cell 50 ohm lumped port at its base; the wire's height ``h`` runs from the ground to its end
+(``n + 1/2`` cells: ``n`` edges, the gap the first, and the free end half a cell beyond the last node, as
+:mod:`mindelec.fdtd.thin_wire` models free ends).
 
 References (image theory, Balanis ch. 4.7): over an infinite ground the monopole and its image are a dipole
 of length ``2h`` fed across a gap with twice the voltage and the same current, so
@@ -34,10 +35,11 @@ CELL = 1e-3
 PML = 8
 
 
-def _monopole(edges, radius, heights, far_heights=(0.25,)):
+def _monopole(edges, radius, heights, far_heights=(0.25,), joined=True):
     """Run a monopole of ``edges`` zeroed edges (height ``h = (edges + 1/2)`` cells) and ``radius`` (m) over
     an infinite ground: the port at the frequencies where ``h / lambda`` is ``heights``, a flux box and a
-    near-to-far monitor at ``far_heights``.
+    near-to-far monitor at ``far_heights``; the base joined to the plane, or (``joined=False``) a free end
+    half a cell below it.
 
     Returns:
         ``(ground z in m, result)``: the port ``"feed"``, the flux box ``"box"`` and the near-to-far monitor
@@ -58,9 +60,12 @@ def _monopole(edges, radius, heights, far_heights=(0.25,)):
         "feed", center=(0, 0, ground + CELL / 2), size=(CELL,) * 3, waveform=waveform, frequencies=frequencies
     )
     plane = me.fdtd.pec_sheet(center=(0, 0, ground), size=(size[0], size[1], 0), cell_size=CELL)
-    wire = me.fdtd.ThinWire(
-        (0, 0, ground - CELL / 2), (0, 0, ground + height), radius, CELL, gaps=[port.center]
-    )
+    if joined:
+        wire = me.fdtd.ThinWire((0, 0, ground), (0, 0, ground + height), radius, CELL, gaps=[port.center],
+                                joined=(True, False))
+    else:  # a free end half a cell under the plane, its end correction acting where the fields are zero
+        wire = me.fdtd.ThinWire((0, 0, ground - CELL / 2), (0, 0, ground + height), radius, CELL,
+                                gaps=[port.center])
     top = size[2] / 2 - (PML + 2) * CELL  # the box: on the ground, two cells inside the PML elsewhere
     box = dict(center=(0, 0, (ground + top) / 2), size=((across - 2 * PML - 4) * CELL,) * 2 + (top - ground,))
     sim = me.fdtd.Simulation(
@@ -152,6 +157,15 @@ def test_quarter_wave_monopole_coarse(validation_figure):
     assert directivity == pytest.approx(3.28, rel=0.02)
     assert pattern < 0.02
     assert balance < 0.01
+
+
+def test_a_joined_base_is_a_free_end_under_an_infinite_plane():
+    """Under a plane that crosses the whole domain the fields are zero, so the end correction of a free end
+    half a cell below it acts on nothing: the joined base gives the same impedance to round-off."""
+    heights = np.linspace(0.22, 0.26, 3)
+    impedances = [_monopole(6, 13 * CELL / 5000, heights, joined=joined)[1]["feed"]["impedance"]
+                  for joined in (True, False)]
+    assert torch.allclose(impedances[0], impedances[1], rtol=1e-9, atol=0)
 
 
 @pytest.mark.slow

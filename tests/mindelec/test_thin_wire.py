@@ -261,3 +261,42 @@ def test_a_wire_thicker_than_the_bare_line_gets_a_stable_time_step():
     field = torch.as_tensor(thick.run(steps=2000, progress=False)["probe"]["Ez"]).abs()
     assert torch.isfinite(field).all()
     assert field[-300:].max() < 1e-3 * field.max()
+
+
+def test_joined_ends_drop_the_end_correction_and_wires_joined_at_a_corner_share_their_nodes():
+    """A joined end (a pin on a plane or on another wire) sits on its end node and has no end correction;
+    the free end keeps it. A pin joined at a corner to a stub of another radius takes the mean of the two
+    wires' factors where their corrections meet; without ``joined`` the same two wires are refused (their
+    corrections would overlap with nothing to say they touch)."""
+    radius = CELL / 20
+    pin = me.fdtd.ThinWire((0, 0, 0), (0, 0, 4.5 * CELL), radius, CELL, joined=(True, False))
+    assert pin.edges == 4 and pin.end_nodes() == ((0, 0, 0), (0, 0, 4 * CELL))
+    grid = me.fdtd.Simulation(size=(14 * CELL,) * 3, cell_size=CELL, structures=[pin]).grid
+    index, factor, _ = me.fdtd.thin_wire.WireCorrections(grid, [pin]).entries["Ez"]
+    assert index[2].tolist() == [11]  # only the edge beyond the free end (node 11), none below node 7
+    scale = me.fdtd.thin_wire.radius_scale(CELL, radius)
+    assert float(factor[0]) == pytest.approx(scale / me.fdtd.thin_wire.end_factor(scale) - 1)
+    with pytest.raises(ConfigurationError, match="whole number of cells plus 0.5"):
+        me.fdtd.ThinWire((0, 0, 0), (0, 0, 4 * CELL), radius, CELL, joined=(True, False))
+    with pytest.raises(ConfigurationError, match="two booleans"):
+        me.fdtd.ThinWire((0, 0, 0), (0, 0, 4 * CELL), radius, CELL, joined=(1, 0))
+
+    def corner(joined):
+        """The upright's top node and the stub's first are both the origin; joined there, or free."""
+        top, first = ((0, 0, 0), (0, 0, 0)) if joined else ((0, 0, CELL / 2), (0, -CELL / 2, 0))
+        upright = me.fdtd.ThinWire((0, 0, -3 * CELL), top, radius, CELL, joined=(True, joined))
+        stub = me.fdtd.ThinWire(first, (0, 3.5 * CELL, 0), 2 * radius, CELL, joined=(joined, False))
+        return upright, stub
+
+    upright, stub = corner(True)
+    apart = me.fdtd.ThinWire((3 * CELL, 0, 0), (3 * CELL, 0, 4.5 * CELL), radius, CELL, joined=(True, False))
+    assert upright.meets(stub) and stub.meets(upright) and not upright.meets(apart)
+    sim = me.fdtd.Simulation(size=(14 * CELL,) * 3, cell_size=CELL, structures=[upright, stub])
+    corrections = me.fdtd.thin_wire.WireCorrections(sim.grid, [upright, stub])
+    index, factor, _ = corrections.entries["Hx"]  # the Hx between the two wires' last and first edges
+    node = (index[0] == 7) & (index[1] == 7) & (index[2] == 6)
+    scales = [me.fdtd.thin_wire.radius_scale(CELL, r) for r in (radius, 2 * radius)]
+    assert int(node.sum()) == 1
+    assert float(factor[node][0]) == pytest.approx((1 / scales[0] - 1 + 1 / scales[1] - 1) / 2)
+    with pytest.raises(ConfigurationError, match="two thin wires share an"):
+        me.fdtd.Simulation(size=(14 * CELL,) * 3, cell_size=CELL, structures=list(corner(False)))
