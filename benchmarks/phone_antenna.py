@@ -85,17 +85,29 @@ def device_hash() -> str:
     return hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]
 
 
-def run_case(cell, lossless=False, conformal=False):
+RECORDS = ("conformal", "thin_wires", "conformal_thin_wires")  # the studies beside the staircased one
+
+
+def record_name(conformal, wires) -> str | None:
+    """The key of a study's record in the JSON (``None``: the staircased bare-wire study, at the top)."""
+    parts = ["conformal"] * conformal + ["thin_wires"] * (wires == "thin")
+    return "_".join(parts) or None
+
+
+def run_case(cell, lossless=False, conformal=False, wires="bare"):
     """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost);
-    ``conformal``: the metal cut conformally (``phone_simulation(subpixel=True)``) instead of staircased."""
+    ``conformal``: the metal cut conformally (``phone_simulation(subpixel=True)``) instead of staircased;
+    ``wires``: the pins (and the arm on cells of 1 mm or more) as ``"bare"`` lines or ``"thin"`` wires of
+    the CAD's radius (``phone_simulation(wires=)``)."""
     until = LOSSLESS_UNTIL if lossless else UNTIL
-    kind = ("conformal_" if conformal else "") + (f"lossless_{until * 1e9:.0f}ns_" if lossless else "")
+    kind = ("conformal_" if conformal else "") + ("thin_wires_" if wires == "thin" else "") + (
+        f"lossless_{until * 1e9:.0f}ns_" if lossless else "")
     path = OUTPUT / f"{kind}cell_{cell * 1e6:.0f}um_{device_hash()}.npz"
     if path.exists():
         return dict(np.load(path))
     sim = phone.phone_simulation(
         None, cell, lossless, align=ALIGN, frequencies=PORT_FREQUENCIES, far_frequencies=FAR_FREQUENCIES,
-        band=BAND, subpixel=conformal,
+        band=BAND, subpixel=conformal, wires=wires,
     ).simulation
     OUTPUT.mkdir(parents=True, exist_ok=True)
     restart = path.with_suffix(".restart")
@@ -170,10 +182,14 @@ def main():
     parser.add_argument("--cells", type=float, nargs="+", help="cell sizes in mm (divisors of 3 mm)")
     parser.add_argument("--conformal", action="store_true",
                         help="conformal metal (subpixel=True), recorded apart from the staircased runs")
+    parser.add_argument("--wires", choices=["bare", "thin"], default="bare",
+                        help="the pins as bare lines (0.2 cells' radius) or thin wires of the CAD's radius, "
+                        "recorded apart")
     args = parser.parse_args()
+    record = record_name(args.conformal, args.wires)
     torch.set_num_threads(1)
     cells = tuple(c * 1e-3 for c in args.cells) if args.cells else QUICK_CELLS if args.quick else CELLS
-    lossless_figures = run_case(LOSSLESS_CELL, lossless=True, conformal=args.conformal)
+    lossless_figures = run_case(LOSSLESS_CELL, lossless=True, conformal=args.conformal, wires=args.wires)
     lossless = summary(lossless_figures)
     balance = [abs(row["radiation_efficiency"] - 1) for row in lossless]
     print(f"lossless media, {LOSSLESS_CELL * 1e3:g} mm ({decay(lossless_figures, LOSSLESS_UNTIL)}): "
@@ -181,7 +197,7 @@ def main():
           + ", ".join(f"{b:.2%}" for b in balance), flush=True)
     table = {}
     for cell in cells:
-        figures = run_case(cell, conformal=args.conformal)
+        figures = run_case(cell, conformal=args.conformal, wires=args.wires)
         rows = summary(figures)
         table[cell] = (figures, rows)
         shape = tuple(int(n) for n in figures["cells"])
@@ -199,7 +215,7 @@ def main():
     whole = json.loads(DATA.read_text()) if DATA.exists() else {}
     if whole.get("device") != device_hash():
         whole = {}
-    recorded = whole.get("conformal", {}) if args.conformal else whole
+    recorded = whole.get(record, {}) if record else whole
     runs = recorded.get("runs", {}) if not args.quick else {}
     for cell, (figures, rows) in table.items():
         runs[f"{cell * 1e3:g}"] = {
@@ -223,11 +239,12 @@ def main():
         print(f"the finest grid's deepest resonance on each recorded grid ({', '.join(grids)} mm): "
               f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: {extrapolated:.4f} "
               f"GHz at zero cell (Richardson, order {order:.2f}); finest run {error:+.2f} %")
-    if args.conformal:  # the staircased record stays as it was, the conformal one goes beside it
-        derived = {**{key: value for key, value in whole.items() if key != "conformal"},
-                   "device": device_hash(), "conformal": derived}
-    elif "conformal" in whole:
-        derived["conformal"] = whole["conformal"]
+    others = {key: value for key, value in whole.items() if key in RECORDS and key != record}
+    if record:  # the staircased bare-wire record stays as it was, the others go beside it
+        derived = {**{key: value for key, value in whole.items() if key != record},
+                   "device": device_hash(), record: derived}
+    else:
+        derived.update(others)
     if not args.quick:  # the grids recorded are in the file: a partial study says so
         DATA.write_text(json.dumps(derived, indent=1, default=float) + "\n")
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from common.errors import ConfigurationError
 
@@ -46,7 +47,7 @@ from .cad import require_in_grid
 from .cad_materials import IGNORE
 from .fdtd.materials import SHEET_MARGIN, PECSheet
 
-__all__ = ["assembly_structures", "drawn_bounds"]
+__all__ = ["assembly_structures", "drawn_bounds", "equivalent_radius"]
 
 _BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
 _CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
@@ -62,7 +63,7 @@ def _mm(values) -> str:
     return " x ".join(f"{1e3 * float(v):.4g}" for v in values)
 
 
-def assembly_structures(assembly, grid) -> list:
+def assembly_structures(assembly, grid, wires: str = "bare") -> list:
     """The bodies of ``assembly`` as ``mindelec.fdtd.Structure`` objects on ``grid`` (see the module
     docstring); ``Assembly.structures(grid)`` calls this.
 
@@ -70,6 +71,12 @@ def assembly_structures(assembly, grid) -> list:
         assembly: a :class:`~mindelec.cad_assembly.Assembly` loaded with materials.
         grid: a 3D ``mindelec.fdtd.Grid`` (or anything with a ``.grid``): the cells decide which
             bodies are sheets and where those lie; every body must lie inside its domain.
+        wires: how a PEC body thinner than a cell along two axes is drawn. ``"bare"``: a line of zeroed
+            edges, which acts as a wire of radius 0.2 cells whatever the body's cross-section (so its
+            inductance changes with the cells); ``"thin"``: a :class:`~mindelec.fdtd.ThinWire` of the
+            cross-section's equivalent radius (:func:`equivalent_radius`; at most
+            :data:`~mindelec.fdtd.thin_wire.STABLE_RADIUS` cells), its ends joined
+            (``ThinWire(joined=...)``) where they lie on other metal on the grid.
 
     Returns:
         list of ``Structure`` named after their bodies (``structure.name``), ``"ignore"`` bodies
@@ -83,6 +90,8 @@ def assembly_structures(assembly, grid) -> list:
     grid = getattr(grid, "grid", grid)
     if grid.ndim != 3:
         raise ConfigurationError(f"{assembly.path}: a CAD assembly needs a 3D grid; this one is {grid.ndim}D")
+    if wires not in ("bare", "thin"):
+        raise ConfigurationError(f"{assembly.path}: wires must be 'bare' or 'thin', got {wires!r}")
     spacing = np.asarray(grid.spacing[:3], dtype=np.float64)
     dielectrics, solids, thin_metal = [], [], []
     for body in assembly.bodies:
@@ -117,7 +126,53 @@ def assembly_structures(assembly, grid) -> list:
     sheets = [
         _sheet(assembly, body, thin, grid, joined) for (body, thin), joined in zip(thin_metal, bounds)
     ]
+    if wires == "thin":
+        metal = solids + sheets
+        sheets = [
+            _thin_wire(assembly, sheet, body, grid, [other for other in metal if other is not sheet])
+            if len(thin) == 2 else sheet
+            for sheet, (body, thin) in zip(sheets, thin_metal)
+        ]
     return ordered + solids + sheets
+
+
+def equivalent_radius(width: float, thickness: float) -> float:
+    """The radius (m) of the round wire equivalent to a conductor of rectangular cross-section ``width``
+    x ``thickness`` (m): ``(w + t) / 4 (1 + 0.18 t / w)``, ``t <= w``. Exact in both limits of the
+    conformal-mapping result (Balanis, *Antenna Theory*, sec. 9.7): a strip's ``w / 4`` and a square's
+    ``0.59 w``; between them an interpolation."""
+    wide, narrow = max(width, thickness), min(width, thickness)
+    return (wide + narrow) / 4 * (1 + 0.18 * narrow / wide)
+
+
+def _thin_wire(assembly, sheet, body, grid, metal):
+    """The wire ``sheet`` (a :func:`_sheet` line of zeroed edges for ``body``) as a
+    :class:`~mindelec.fdtd.ThinWire` of the body's equivalent radius. An end whose node lies on another
+    structure of ``metal`` (sheets, wires, solids) is joined there; a free end goes to the half-node plane
+    nearest the CAD's end (a thin wire's free end lies half a cell beyond its last node)."""
+    low, high = drawn_bounds(sheet, grid)
+    (axis,) = np.flatnonzero(high - low > 0)
+    across = [a for a in range(3) if a != axis]
+    extents = body.extents
+    cell, step, origin = min(grid.spacing[a] for a in across), grid.spacing[axis], -grid.size[axis] / 2
+    radius = min(equivalent_radius(extents[across[0]], extents[across[1]]),
+                 fdtd.thin_wire.STABLE_RADIUS * cell)
+    ends, joined = [low.copy(), high.copy()], []
+    for end, cad_end in zip(ends, (body.bounds[0][axis], body.bounds[1][axis])):
+        node = torch.as_tensor(end, dtype=torch.float64)[None]
+        touching = any(bool(other.geometry.contains(node)[0]) for other in metal)
+        joined.append(touching)
+        if not touching:
+            end[axis] = origin + (math.floor((cad_end - origin) / step) + 0.5) * step
+    if ends[1][axis] - ends[0][axis] < step * (1 + joined.count(False) / 2) * (1 - 1e-6):
+        raise ConfigurationError(
+            f"{_where(assembly, body)}: as a thin wire on {1e3 * step:.4g} mm cells it spans no Yee edge "
+            f"between its ends ({_mm(ends[0])} and {_mm(ends[1])} mm); refine the cells or draw it bare "
+            "(wires='bare')")
+    cells = tuple(grid.spacing[:3])
+    wire = fdtd.ThinWire(tuple(ends[0]), tuple(ends[1]), radius, cells, joined=tuple(joined))
+    wire.name = body.name
+    return wire
 
 def _check_walls(assembly, body, spacing):
     """Refuse a PEC solid with walls no thicker than a cell (measured along each face's normal)."""
@@ -201,7 +256,8 @@ def drawn_bounds(structure, grid, conformal: bool = False) -> np.ndarray:
     Along its zero extents it lies on its node plane (line), low = high. Along the others its rims are
     where the CAD puts them with conformal cells (``Simulation(subpixel=True)``, which cuts a plate's rim
     between node lines), else on the node lines its staircase reaches (a rim rounds outward from a quarter
-    cell past a node line). A wire's ends are on node lines either way.
+    cell past a node line). A wire's ends are on node lines either way, but a
+    :class:`~mindelec.fdtd.ThinWire`'s free ends, which lie half a cell beyond its last nodes.
 
     Args:
         structure: the ``Structure`` of a sheet or wire (its geometry the ``Box`` of ``pec_sheet``).
@@ -228,6 +284,9 @@ def drawn_bounds(structure, grid, conformal: bool = False) -> np.ndarray:
             first, last = _rim_nodes(grid, axis, low[axis], high[axis])
             origin = -grid.size[axis] / 2
             low[axis], high[axis] = origin + first * spacing[axis], origin + last * spacing[axis]
+    if isinstance(structure, fdtd.ThinWire):
+        axis = structure.axis
+        low[axis], high[axis] = structure.start[axis], structure.end[axis]
     return np.array([low, high])
 
 

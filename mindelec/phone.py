@@ -203,6 +203,7 @@ def phone_simulation(
     threads: int = 1,
     phantom: PhantomPlacement | None = None,
     subpixel: bool | str = False,
+    wires: str = "bare",
 ) -> PhoneModel:
     """The phone of ``design`` on a uniform grid of ``cell`` (m), fed at its feed pin (see the module).
 
@@ -219,6 +220,12 @@ def phone_simulation(
         air: air between the phone (and the phantom) and the PML (m); pml: PML cells.
         phantom: a :class:`PhantomPlacement`: a flat phantom over the display, its E-field monitor
             (``"phantom"``), and its frequency added to the port's and the far box's (:func:`phone_sar`).
+        subpixel: ``True``: conformal metal and smoothed dielectric interfaces (``Simulation(subpixel=)``).
+        wires: the pins (and, on cells of 1 mm or more, the arm and its stubs), thinner than a cell:
+            ``"bare"`` lines of zeroed edges, which act as wires of 0.2 cells' radius, so their inductance
+            changes with the cells; ``"thin"``: :class:`~mindelec.fdtd.ThinWire` of the CAD
+            cross-section's equivalent radius, joined to the metal they meet
+            (:func:`mindelec.cad_grid.assembly_structures`), the feed pin's with the port's gap.
 
     Returns:
         :class:`PhoneModel`.
@@ -287,13 +294,18 @@ def phone_simulation(
         "feed", center=(foot[0], foot[1], foot[2] + cell / 2), size=(cell,) * 3, waveform=waveform,
         frequencies=frequencies,
     )
-    feed_pin = fdtd.pec_sheet(
-        center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
-        cell_size=cell,
-    )
+    if wires == "thin":
+        radius = min(cad_grid.equivalent_radius(*pin.extents[:2]), fdtd.thin_wire.STABLE_RADIUS * cell)
+        feed_pin = fdtd.ThinWire((foot[0], foot[1], foot[2]), (foot[0], foot[1], top), radius, cell,
+                                 gaps=[port.center], joined=(True, True))
+    else:
+        feed_pin = fdtd.pec_sheet(
+            center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
+            cell_size=cell,
+        )
     if flat is not None:
         drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
-    meshed = [s for s in assembly.structures(grid) if s.name != "ifa_feed_pin"]
+    meshed = [s for s in assembly.structures(grid, wires=wires) if s.name != "ifa_feed_pin"]
     drawn.update(_drawn_metal(meshed, grid, subpixel is not False, assembly.body("pcb").bounds[1][1]))
     box = [float(2 * (h - (pml + 2) * cell)) for h in half]
     far = fdtd.NearToFarMonitor(

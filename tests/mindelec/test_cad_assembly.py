@@ -15,7 +15,7 @@ import torch  # noqa: E402
 pytest.importorskip("gmsh")  # the cad extra, part of all: installed by make install
 
 from common.errors import ConfigurationError, DataError, MissingFileError, UnknownNameError  # noqa: E402
-from mindelec import cad_assembly, fdtd, voxels  # noqa: E402
+from mindelec import cad_assembly, cad_grid, fdtd, voxels  # noqa: E402
 from mindelec.fdtd.materials import PECSheet  # noqa: E402
 
 MM = 1e-3
@@ -211,6 +211,43 @@ def test_thin_metal_that_touches_in_the_cad_still_touches_on_the_grid(tmp_path, 
     for name, box in boxes.items():  # and nothing moved by more than a cell
         assert np.abs(box - assembly.body(name).bounds).max() <= cell + 1e-9, name
     assert boxes["ground"][1, 1] == pytest.approx(8e-3)  # the pin on its face does not trim its rim
+
+
+
+@pytest.mark.parametrize("cell", [1.5e-3, 1e-3, 0.75e-3])
+def test_thin_wires_take_the_cads_radius_and_join_the_metal_they_meet(tmp_path, cell):
+    """``wires="thin"``: the 0.3 mm pin becomes a ThinWire of the square's equivalent radius (0.59 x 0.3
+    mm, capped at STABLE_RADIUS cells) joined to the ground plate and the stub; on cells of 1 mm or more
+    the 1 mm x 0.1 mm stub and arm are thin wires too, the arm's far end free on the half-node plane
+    nearest the CAD's 5.5 mm; the pin's zeroed edges are the bare line's, and a simulation takes them all
+    (the corner junctions' corrections merge)."""
+    path = _write(tmp_path / "ifa.step", _inverted_f)
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"*": "pec"})
+    grid = fdtd.Grid((30e-3, 36e-3, 18e-3), cell)
+    structures = {s.name: s for s in assembly.structures(grid, wires="thin")}
+    bare = {s.name: s for s in assembly.structures(grid)}
+    pin = structures["short_pin"]
+    assert isinstance(pin, fdtd.ThinWire) and pin.joined == (True, True)
+    assert pin.radius == pytest.approx(min(0.59 * 0.3e-3, fdtd.thin_wire.STABLE_RADIUS * cell), rel=1e-3)
+    assert np.allclose(cad_grid.drawn_bounds(pin, grid), cad_grid.drawn_bounds(bare["short_pin"], grid))
+    stub, arm = structures["short_stub"], structures["arm"]
+    if cell >= 1e-3:
+        assert isinstance(stub, fdtd.ThinWire) and stub.joined == (True, True)
+        assert isinstance(arm, fdtd.ThinWire) and not arm.joined[1]
+        half_nodes = (arm.end[0] + grid.size[0] / 2) / cell - 0.5
+        assert half_nodes == pytest.approx(round(half_nodes)) and abs(arm.end[0] - 5.5e-3) <= cell / 2 + 1e-9
+        assert arm.radius == pytest.approx(cad_grid.equivalent_radius(1e-3, 0.1e-3))
+    else:
+        assert not isinstance(stub, fdtd.ThinWire) and not isinstance(arm, fdtd.ThinWire)
+    fdtd.Simulation(size=grid.size, cell_size=cell, structures=list(structures.values()))
+    with pytest.raises(ConfigurationError, match="wires must be 'bare' or 'thin'"):
+        assembly.structures(grid, wires="round")
+
+
+def test_equivalent_radius_of_a_strip_and_a_square():
+    assert cad_grid.equivalent_radius(1.0, 0.0) == pytest.approx(0.25)  # a strip: w / 4
+    assert cad_grid.equivalent_radius(0.3, 0.3) == pytest.approx(0.59 * 0.3)  # a square: 0.59 w
+    assert cad_grid.equivalent_radius(0.1, 1.0) == cad_grid.equivalent_radius(1.0, 0.1)
 
 
 def _frame_ring(occ):
