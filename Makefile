@@ -33,14 +33,14 @@ lint: install
 # The fast tier for the inner loop (under about 3 minutes on 2 cores): lint and every test not marked slow
 # (long validations, notebooks, command-line runs in subprocesses); `make test` runs them all.
 check: install lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow" -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" -q
 
 # The tests keep the notebooks they execute and the figures the validation tests measured under build/,
 # where `make docs` finds them.
 test: install lint
 	rm -rf build/validation
 	NOTEBOOK_SIZE=small OMP_NUM_THREADS=1 MINDSCIENCE_EXECUTED_NOTEBOOKS=build/notebooks \
-		MINDSCIENCE_VALIDATION_RECORD=build/validation $(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
+		MINDSCIENCE_VALIDATION_RECORD=build/validation $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=25
 
 # The documentation site, into docs/_build/html (warnings are errors).
 docs: install
