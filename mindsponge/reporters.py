@@ -259,11 +259,15 @@ class H5MDReporter(Reporter):
     MDAnalysis, or write a DCD/XTC from the frames, for mdtraj.
 
     Args:
-        path: the ``.h5md`` file (overwritten).
+        path: the ``.h5md`` file (overwritten: created when the reporter is, so that a path that cannot be
+            written fails before the run starts; its datasets come with the first report).
         every: report every this many steps.
         velocities: also write velocities (nm/ps).
         append: append to an existing file written by this reporter (a resumed run, after
             :meth:`truncate`).
+
+    Raises:
+        ConfigurationError: the file cannot be created (naming it and why).
     """
 
     def __init__(self, path, every=100, velocities=False, append=False):
@@ -272,6 +276,15 @@ class H5MDReporter(Reporter):
         self.append = bool(append) and os.path.isfile(path)
         self.velocities = bool(velocities)
         self._file = None
+        if not self.append:
+            import h5py
+
+            try:
+                self._file = h5py.File(self.path, "w")
+            except OSError as error:
+                raise ConfigurationError(
+                    f"H5MDReporter: cannot create the trajectory {str(self.path)!r}: {error}; give a path in "
+                    "a folder that exists and can be written") from error
 
     def _dataset(self, group, shape, dtype, unit=None):
         for name, data_shape, data_dtype in (("value", shape, dtype), ("step", (), "i8"), ("time", (), "f8")):
@@ -288,12 +301,11 @@ class H5MDReporter(Reporter):
         if unit is not None:
             group["value"].attrs["unit"] = unit
 
-    def _open(self, state):
-        import h5py
-
+    def _layout(self, state):
+        """Create the file's groups and datasets for the system of ``state`` (the first report)."""
         from mindsponge import __version__
 
-        handle = h5py.File(self.path, "w")
+        handle = self._file
         h5md = handle.create_group("h5md")
         h5md.attrs["version"] = [1, 1]
         h5md.create_group("author").attrs["name"] = "mindsponge"
@@ -315,7 +327,7 @@ class H5MDReporter(Reporter):
             ("temperature", "K"),
         ):
             self._dataset(handle.create_group(f"observables/{name}"), (), "f8", unit)
-        self._file = handle
+        self.append = True  # reopened after close(): continue the file
 
     @staticmethod
     def _append(group, value, state):
@@ -328,12 +340,12 @@ class H5MDReporter(Reporter):
 
     def report(self, state, observables):
         """Append the frame of ``state``."""
-        if self._file is None and self.append:
+        if self._file is None:
             import h5py
 
-            self._file = h5py.File(self.path, "a")
-        if self._file is None:
-            self._open(state)
+            self._file = h5py.File(self.path, "a" if self.append else "w")
+        if "particles" not in self._file:
+            self._layout(state)
         handle = self._file
 
         def array(tensor):

@@ -110,6 +110,27 @@ def test_reporters_refuse_a_bad_interval(tmp_path, every):
         reporters.H5MDReporter(tmp_path / "traj.h5md", every=every)
 
 
+
+def test_h5md_reporter_refuses_an_unwritable_path_at_once_and_continues_after_close(tmp_path):
+    """The trajectory file is created with the reporter: a folder that does not exist fails before any
+    step, naming the file; a simulation closed and run again goes on appending to the same file."""
+    from common.errors import ConfigurationError
+    from mindsponge.analysis import read_h5md
+
+    missing = tmp_path / "no_such_folder" / "traj.h5md"
+    with pytest.raises(ConfigurationError, match=r"cannot create the trajectory .*no_such_folder/traj\.h5md"):
+        reporters.H5MDReporter(missing, every=2)
+    path = tmp_path / "traj.h5md"
+    trajectory = reporters.H5MDReporter(path, every=2)
+    assert path.is_file()
+    simulation = _ideal_gas_simulation(trajectory)
+    simulation.run(4)
+    simulation.close()
+    simulation.run(4)
+    simulation.close()
+    frames = read_h5md(path)
+    assert len(frames.positions) == 4
+
 def test_truncate_then_append_reports_every_step_once(tmp_path):
     """A run checkpointed at step 8 and stopped at step 12, in the middle of writing step 14 (a
     partial CSV row; a position frame whose step and time were not written), continued with
@@ -159,12 +180,14 @@ def test_truncate_then_append_reports_every_step_once(tmp_path):
 
 
 def test_truncate_without_files_and_of_a_header_only_log(tmp_path):
+    h5py = pytest.importorskip("h5py")
     log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
     trajectory = reporters.H5MDReporter(tmp_path / "traj.h5md", every=2, append=True)
     log.truncate(10)  # nothing written yet but the log's header: nothing to do
     trajectory.truncate(10)
     assert (tmp_path / "log.csv").read_text().splitlines() == [DESIGN_HEADER + ",speed"]
-    assert not (tmp_path / "traj.h5md").exists()
+    with h5py.File(tmp_path / "traj.h5md", "r") as handle:  # created with the reporter, still empty
+        assert list(handle) == []
     (tmp_path / "log.csv").write_text("step,ti")  # killed while writing the header
     log = reporters.LogReporter(tmp_path / "log.csv", every=2, append=True)
     log.truncate(0)
