@@ -174,6 +174,7 @@ def _thin_wire(assembly, sheet, body, grid, metal):
     wire.name = body.name
     return wire
 
+
 def _check_walls(assembly, body, spacing):
     """Refuse a PEC solid with walls no thicker than a cell (measured along each face's normal)."""
     thickness, area = body.wall_thickness

@@ -71,6 +71,27 @@ def test_the_drawn_design_has_wires_on_nodes_and_conformal_rims_where_the_cad_pu
     assert (fine["antenna_length"], fine["clearance"]) == pytest.approx((29.3, 11.4), abs=1e-9), fine
 
 
+
+def test_thin_wire_pins_take_the_cads_radius_and_the_feed_pin_keeps_the_ports_gap():
+    """``wires="thin"``: the 0.3 mm square pins become ThinWires of radius 0.59 x 0.3 mm, joined to the
+    copper and to their stubs, the feed pin with the port's edge open; on 1.5 mm cells the arm is a thin
+    wire too, its free end on the half-node plane nearest the CAD's, so the arm's length as drawn is
+    within half a cell of the design's at each end."""
+    from mindelec import fdtd
+
+    design = PhoneDesign(antenna_length=29.3)
+    model = phone.phone_simulation(design, cell=1.5e-3, wires="thin", **SMALL)
+    wires = {s.name: s for s in model.simulation.structures if isinstance(s, fdtd.ThinWire)}
+    feed = wires.pop(None)  # the feed pin, made by phone_simulation
+    assert feed.joined == (True, True) and feed.gaps == [0]
+    assert feed.radius == pytest.approx(0.59 * 0.3e-3, rel=1e-3)
+    assert wires["ifa_short_pin"].joined == (True, True)
+    assert wires["ifa_short_pin"].radius == pytest.approx(feed.radius)
+    assert set(wires) == {"ifa_arm", "ifa_short_stub", "ifa_feed_stub", "ifa_short_pin"}
+    assert abs(model.drawn["antenna_length"] - 29.3) <= 1.5 + 1e-9, model.drawn
+    with pytest.raises(ConfigurationError, match="wires must be 'bare' or 'thin'"):
+        phone.phone_simulation(design, cell=1.5e-3, wires="round", **SMALL)
+
 def test_designs_moved_onto_the_grid_put_every_phone_on_the_same_cells():
     designs = [PhoneDesign(feed_to_short=6.165, clearance=11.4),
                PhoneDesign(feed_to_short=8.3, clearance=7.9)]
