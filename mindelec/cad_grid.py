@@ -47,7 +47,7 @@ from .cad import require_in_grid
 from .cad_materials import IGNORE
 from .fdtd.materials import SHEET_MARGIN, PECSheet
 
-__all__ = ["assembly_structures", "drawn_bounds", "equivalent_radius"]
+__all__ = ["assembly_structures", "drawn_bounds", "equivalent_radius", "wire_radius"]
 
 _BOX_TOLERANCE = 1e-6  # relative volume difference under which a thin body is its bounding box
 _CELL_TIE = 1e-6  # a length within this relative distance of a cell counts as one cell
@@ -145,6 +145,12 @@ def equivalent_radius(width: float, thickness: float) -> float:
     return (wide + narrow) / 4 * (1 + 0.18 * narrow / wide)
 
 
+def wire_radius(width: float, thickness: float, cell: float) -> float:
+    """The radius (m) a thin wire of that cross-section (m) takes on cells of ``cell`` (m) across it:
+    :func:`equivalent_radius`, at most :data:`~mindelec.fdtd.thin_wire.STABLE_RADIUS` cells."""
+    return min(equivalent_radius(width, thickness), fdtd.thin_wire.STABLE_RADIUS * cell)
+
+
 def _thin_wire(assembly, sheet, body, grid, metal):
     """The wire ``sheet`` (a :func:`_sheet` line of zeroed edges for ``body``) as a
     :class:`~mindelec.fdtd.ThinWire` of the body's equivalent radius. An end whose node lies on another
@@ -155,8 +161,7 @@ def _thin_wire(assembly, sheet, body, grid, metal):
     across = [a for a in range(3) if a != axis]
     extents = body.extents
     cell, step, origin = min(grid.spacing[a] for a in across), grid.spacing[axis], -grid.size[axis] / 2
-    radius = min(equivalent_radius(extents[across[0]], extents[across[1]]),
-                 fdtd.thin_wire.STABLE_RADIUS * cell)
+    radius = wire_radius(extents[across[0]], extents[across[1]], cell)
     ends, joined = [low.copy(), high.copy()], []
     for end, cad_end in zip(ends, (body.bounds[0][axis], body.bounds[1][axis])):
         node = torch.as_tensor(end, dtype=torch.float64)[None]

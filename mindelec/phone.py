@@ -295,7 +295,7 @@ def phone_simulation(
         frequencies=frequencies,
     )
     if wires == "thin":
-        radius = min(cad_grid.equivalent_radius(*pin.extents[:2]), fdtd.thin_wire.STABLE_RADIUS * cell)
+        radius = cad_grid.wire_radius(*pin.extents[:2], cell)
         feed_pin = fdtd.ThinWire((foot[0], foot[1], foot[2]), (foot[0], foot[1], top), radius, cell,
                                  gaps=[port.center], joined=(True, True))
     else:
