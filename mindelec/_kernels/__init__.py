@@ -1,8 +1,8 @@
 """Compiled CPU kernel of the forward-only Yee update, built on first use by :mod:`common.extensions`.
 
-:func:`yee` returns the module compiled from ``yee.cpp`` (``curl_update``: the bulk curl update of all
-H or all E components in one pass over the grid; ``cpml_update``: the CPML auxiliary fields and
-corrections of the same group, slab after slab), or ``None`` when it cannot be built or
+:func:`yee` returns the module compiled from ``yee.cpp`` (``curl_update``: the curl update of all H or
+all E components in one pass over the grid, the CPML auxiliary fields and corrections of their slabs
+included), or ``None`` when it cannot be built or
 ``MINDSCIENCE_NO_EXTENSIONS=1``. :class:`~mindelec.fdtd.updates.YeeStepper` uses it only for CPU
 float32/float64 fields updated in place without a graph, and keeps the pure torch path for everything
 else (differentiable recomputation, CUDA).

@@ -12,8 +12,9 @@ Two modes share the code. ``inplace=True`` (forward-only runs under ``torch.no_g
 the tensors in place, with scalar coefficients where the medium is uniform. On CPU the bulk of
 steps 1 and 3 (``F = ca F + cb curl`` for all H, then all E components) is then one pass of the
 compiled kernel of :mod:`mindelec._kernels` (about 72 B moved per cell and step in 3D float32, the
-memory-bandwidth limit), followed by one more kernel call for all the group's CPML slabs (auxiliary
-fields and corrections); sources, polarisation currents, plane waves and PEC walls follow in torch.
+memory-bandwidth limit), the CPML slabs' auxiliary fields and corrections fused into the same pass
+(each slab's psi read and written once more); sources, polarisation currents, plane waves and PEC walls
+follow in torch.
 Without the kernel (``compiled=False``, CUDA, or a failed build) the torch path does one pass per curl
 term (a difference into a buffer, then an add) and a few operations per CPML slab. ``inplace=False``
 (differentiable runs) starts each field from a new tensor (``E * ca`` or a clone), so that the
@@ -318,9 +319,9 @@ class YeeStepper:
 
     def _compiled_curls(self, kernel, state, coefficients):
         """``F = ca F + cb curl`` in place, in one pass of the compiled kernel, for every component in
-        ``coefficients`` (``{component: (ca, cb)}``, all H or all E), then the CPML auxiliary fields and
-        corrections (one more kernel call, over the PML slabs). The kernels' arguments are built once per
-        group and reused while the state holds the same tensors (in-place runs update them in place).
+        ``coefficients`` (``{component: (ca, cb)}``, all H or all E), the CPML auxiliary fields and
+        corrections included. The kernel's arguments are built once per group and reused while the state
+        holds the same tensors (in-place runs update them in place).
         """
         group = tuple(coefficients)
         values = (value for pair in coefficients.values() for value in pair)
@@ -329,12 +330,10 @@ class YeeStepper:
         seen = () if cached is None else cached[0]
         if len(seen) != len(tensors) or any(a is not b for a, b in zip(seen, tensors)):
             cached = self._kernel_calls[group] = (tensors, self._kernel_arguments(state, coefficients))
-        curl_arguments, cpml_arguments = cached[1]
-        kernel.curl_update(*curl_arguments)
-        kernel.cpml_update(*cpml_arguments)
+        kernel.curl_update(*cached[1])
 
     def _kernel_arguments(self, state, coefficients):
-        """The argument lists of ``curl_update`` and ``cpml_update`` for one group of components."""
+        """The argument list of ``curl_update`` for one group of components."""
         fields = state.fields
         if self.grid.ndim < 3:  # (1, ..., n_x, ...) views; 3D fields are passed as they are
             fields = {component: field.view(self._kernel_shape) for component, field in fields.items()}
@@ -348,62 +347,44 @@ class YeeStepper:
             arguments["sources"].append([fields[term.source] for term in self.terms[component]])
         components = list(coefficients)
         forward = components[0][0] == "H"
-        curl_arguments = (
+        slabs = self._kernel_slabs(coefficients)
+        psi = [state.psi[key].view(shape) for key, shape in slabs["psi"]]
+        return (
             *arguments.values(),
             [[term.axis + 3 - self.grid.ndim for term in self.terms[c]] for c in components],
             [[term.sign / term.spacing for term in self.terms[c]] for c in components],
             self._kernel_periodic,
             forward,
-        )
-        slabs = self._kernel_slabs(coefficients)
-        psi = [state.psi[key] for key, _ in slabs["psi"]]
-        if self.grid.ndim < 3:
-            psi = [tensor.view(shape) for tensor, (_, shape) in zip(psi, slabs["psi"])]
-        cpml_arguments = (
-            [fields[component] for component in slabs["fields"]],
-            [fields[source] for source in slabs["sources"]],
+            slabs["fields"],
+            slabs["terms"],
             psi,
-            *(slabs[name] for name in ("b", "a", "kappa", "coefficient", "coefficient_scalar")),
-            slabs["axes"],
-            slabs["starts"],
-            slabs["signs"],
-            self._kernel_periodic,
-            forward,
+            *(slabs[name] for name in ("b", "a", "kappa", "starts", "signs")),
         )
-        return curl_arguments, cpml_arguments
 
     def _kernel_slabs(self, coefficients):
         """The CPML slabs of ``coefficients``' components, as :meth:`_compiled_curls` passes them to the
-        kernel: a dict of lists, one entry per (component, term, side) in the torch path's order (built once
-        per group of components).
+        kernel: a dict of lists, one entry per (component, term, side): the component's and the term's
+        index in the group, the psi key and the shape of its kernel view, the profiles, the first layer
+        and the term's sign (built once per group of components).
         """
         group = tuple(coefficients)
         if group in self._kernel_cpml:
             return self._kernel_cpml[group]
         missing = 3 - self.grid.ndim
-        slabs = {
-            name: []
-            for name in ("fields", "sources", "psi", "b", "a", "kappa", "coefficient", "coefficient_scalar")
-        }
-        slabs.update(axes=[], starts=[], signs=[])
-        for component, (_, cb) in coefficients.items():
-            for term in self.terms[component]:
+        slabs = {name: [] for name in ("fields", "terms", "psi", "b", "a", "kappa", "starts", "signs")}
+        for index, component in enumerate(coefficients):
+            for term_index, term in enumerate(self.terms[component]):
                 if term.pml is None:
                     continue
                 thickness, sides = term.pml
                 shape = list(self.grid.shape[: self.grid.ndim])
                 shape[term.axis] = thickness
                 for side, start in (("left", 0), ("right", self.grid.shape[term.axis] - thickness)):
-                    key = CpmlKey(component, term.axis, side)
-                    slabs["fields"].append(component)
-                    slabs["sources"].append(term.source)
-                    slabs["psi"].append((key, (1,) * missing + tuple(shape)))  # key, shape of its kernel view
+                    slabs["fields"].append(index)
+                    slabs["terms"].append(term_index)
+                    slabs["psi"].append((CpmlKey(component, term.axis, side), (1,) * missing + tuple(shape)))
                     for name, profile in zip(("b", "a", "kappa"), sides[side]):
                         slabs[name].append(profile.reshape(-1).contiguous())
-                    tensor, scalar = self._kernel_coefficient(cb)
-                    slabs["coefficient"].append(tensor)
-                    slabs["coefficient_scalar"].append(scalar)
-                    slabs["axes"].append(term.axis + missing)
                     slabs["starts"].append(start)
                     slabs["signs"].append(term.sign)
         self._kernel_cpml[group] = slabs

@@ -9,6 +9,7 @@ validations in test_fdtd_validation.py run with the default ``compiled=True``, s
 compiled path against analytic results.
 """
 
+import math
 import warnings
 
 import pytest
@@ -25,6 +26,7 @@ PULSE = fdtd.GaussianPulse(f0=3e12, fwidth=2e12)
 STEPS = 80
 # largest difference between the compiled and the torch run, relative to the largest field of its kind
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 2e-5}
+NO_SLABS = ([], [], [], [], [], [], [], [])  # curl_update's CPML arguments for a grid without PML
 
 
 @pytest.fixture(scope="module")
@@ -120,24 +122,21 @@ def _relative_differences(first, second):
 @pytest.mark.parametrize("case", list(CASES))
 def test_compiled_equals_pure_torch(kernel, case, dtype, monkeypatch):
     arguments, components = CASES[case]
-    calls = {"curl_update": [], "cpml_update": []}
+    calls = {"curl_update": [], "slabs": []}
 
     class Counting:
         def curl_update(self, *arguments):
             calls["curl_update"].append(1)
+            calls["slabs"].append(len(arguments[10]))
             return kernel.curl_update(*arguments)
-
-        def cpml_update(self, fields, *arguments):
-            calls["cpml_update"].append(len(fields))
-            return kernel.cpml_update(fields, *arguments)
 
     monkeypatch.setattr(_kernels, "yee", Counting)
     compiled = _final_fields(arguments, components, dtype, compiled=True)
-    # the compiled path updated H and E on every step, and all the PML slabs (none without PML)
-    assert len(calls["curl_update"]) == len(calls["cpml_update"]) == 2 * STEPS
+    # the compiled path updated H and E on every step, with all the PML slabs (none without PML)
+    assert len(calls["curl_update"]) == 2 * STEPS
     boundary = arguments["boundary"]
     has_pml = any(isinstance(b, fdtd.PML) for b in (boundary if isinstance(boundary, tuple) else (boundary,)))
-    assert (sum(calls["cpml_update"]) > 0) == has_pml
+    assert (sum(calls["slabs"]) > 0) == has_pml
     reference = _final_fields(arguments, components, dtype, compiled=False)
     assert len(calls["curl_update"]) == 2 * STEPS  # and the torch run did not use it
     for component in components:
@@ -171,77 +170,104 @@ def test_kernel_matches_differences_on_every_axis(kernel, periodic, forward):
         torch.set_num_threads(2)  # rows split between threads must give the same result
         kernel.curl_update(fields, [ca, None], [0.0, 0.9], [None, cb], [0.7, 0.0],
                            [terms[0][0], terms[1][0]], [terms[0][1], terms[1][1]], [terms[0][2], terms[1][2]],
-                           list(periodic), forward)
+                           list(periodic), forward, *NO_SLABS)
     finally:
         torch.set_num_threads(threads)
     for field, reference in zip(fields, expected):
         assert float((field - reference).abs().max()) < 1e-13 * float(reference.abs().max())
 
 
+def _reference_cpml_update(fields, coefficients, terms, slabs, periodic, forward):
+    """The fields and psi after the kernel's update with CPML slabs, written in torch (the argument layout of
+    :func:`test_cpml_slabs_in_the_kernel_match_torch_on_every_axis_and_side`)."""
+    expected_fields, expected_psi = [], [slab[3].clone() for slab in slabs]
+    for field_index, field in enumerate(fields):
+        curl = torch.zeros(field.shape, dtype=torch.float64)
+        for term_index, (source, axis, scale) in enumerate(terms[field_index]):
+            difference = _difference(source, axis, forward, periodic)
+            curl += scale * difference
+            for slab, psi in zip(slabs, expected_psi):
+                if slab[:2] == (field_index, term_index):
+                    start, thickness, sign = slab[2], len(slab[4]), slab[7]
+                    along = [1, 1, 1]
+                    along[axis] = thickness
+                    b, a, kappa = (profile.reshape(along) for profile in slab[4:7])
+                    part = difference.narrow(axis, start, thickness)
+                    psi.copy_(b * psi + a * part)
+                    curl.narrow(axis, start, thickness).add_(sign * (psi + kappa * part))
+        ca_value, ca_scalar, cb_value, cb_scalar = coefficients[field_index]
+        expected_fields.append((ca_scalar if ca_value is None else ca_value) * field
+                               + (cb_scalar if cb_value is None else cb_value) * curl)
+    return expected_fields, expected_psi
+
+
 @pytest.mark.parametrize("periodic", [False, True], ids=["pec", "periodic"])
 @pytest.mark.parametrize("forward", [True, False], ids=["forward", "backward"])
-def test_cpml_kernel_matches_torch_on_every_axis_and_side(kernel, periodic, forward):
-    """Random slabs on both sides of all three axes, one field (overlapping corners, applied in order),
-    tensor and scalar coefficients: psi and the field against the CPML update written in torch."""
+def test_cpml_slabs_in_the_kernel_match_torch_on_every_axis_and_side(kernel, periodic, forward):
+    """Random slabs on both sides of all three axes of two fields (their corners overlap, and along the
+    first axis, 6 cells for slabs of 4, the two sides overlap too), tensor and scalar coefficients: psi and
+    the fields against the update with the CPML corrections written in torch."""
     generator = torch.Generator().manual_seed(5)
-    shape, thickness = (6, 7, 9), 3
+    shape, thickness = (6, 7, 9), 4
 
     def random(*size):
         return torch.randn(size, dtype=torch.float64, generator=generator)
 
-    field, source, coefficient = random(*shape), random(*shape), random(*shape)
-    slabs = []
-    for axis in range(3):
-        psi_shape = list(shape)
-        psi_shape[axis] = thickness
-        for start in (0, shape[axis] - thickness):
-            slabs.append((axis, start, random(*psi_shape), *(random(thickness) for _ in range(3))))
-    expected_field, expected_psi = field.clone(), []
-    for index, (axis, start, psi, b, a, kappa) in enumerate(slabs):
-        along = [1, 1, 1]
-        along[axis] = thickness
-        b, a, kappa = (profile.reshape(along) for profile in (b, a, kappa))
-        part = _difference(source, axis, forward, periodic).narrow(axis, start, thickness)
-        updated = b * psi + a * part
-        expected_psi.append(updated)
-        scale = coefficient.narrow(axis, start, thickness) if index % 2 else 0.7
-        expected_field.narrow(axis, start, thickness).add_(-1.5 * scale * (updated + kappa * part))
+    fields, sources = [random(*shape) for _ in range(2)], [random(*shape) for _ in range(3)]
+    ca, cb = random(*shape), random(*shape)
+    coefficients = [(ca, 0.0, None, 0.8), (None, 0.9, cb, 0.0)]  # (ca, ca_scalar, cb, cb_scalar) per field
+    terms = [[(sources[0], 0, 2.0), (sources[1], 1, -1.5), (sources[2], 2, 0.5)],
+             [(sources[2], 2, -1.0), (sources[0], 1, 3.0)]]  # (source, axis, scale) per term
+    slabs = []  # (field, term, start, psi, b, a, kappa, sign)
+    for field_index, field_terms in enumerate(terms):
+        for term_index, (_, axis, scale) in enumerate(field_terms):
+            psi_shape = list(shape)
+            psi_shape[axis] = thickness
+            for start in (0, shape[axis] - thickness):
+                slabs.append((field_index, term_index, start, random(*psi_shape),
+                              *(random(thickness) for _ in range(3)), math.copysign(1.0, scale)))
+    expected_fields, expected_psi = _reference_cpml_update(
+        fields, coefficients, terms, slabs, periodic, forward)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)  # rows split between threads must give the same result
-        kernel.cpml_update(
-            [field] * len(slabs), [source] * len(slabs), [slab[2] for slab in slabs],
-            *([slab[k] for slab in slabs] for k in (3, 4, 5)),
-            [coefficient if index % 2 else None for index in range(len(slabs))],
-            [0.0 if index % 2 else 0.7 for index in range(len(slabs))],
-            [slab[0] for slab in slabs], [slab[1] for slab in slabs], [-1.5] * len(slabs),
-            [periodic] * 3, forward,
+        kernel.curl_update(
+            fields, [c[0] for c in coefficients], [c[1] for c in coefficients], [c[2] for c in coefficients],
+            [c[3] for c in coefficients], [[t[0] for t in field_terms] for field_terms in terms],
+            [[t[1] for t in field_terms] for field_terms in terms],
+            [[t[2] for t in field_terms] for field_terms in terms], [periodic] * 3, forward,
+            *([slab[k] for slab in slabs] for k in (0, 1, 3, 4, 5, 6, 2, 7)),
         )
     finally:
         torch.set_num_threads(threads)
     for slab, reference in zip(slabs, expected_psi):
-        assert float((slab[2] - reference).abs().max()) < 1e-13 * float(reference.abs().max())
-    assert float((field - expected_field).abs().max()) < 1e-13 * float(expected_field.abs().max())
+        assert float((slab[3] - reference).abs().max()) < 1e-13 * float(reference.abs().max())
+    for field, reference in zip(fields, expected_fields):
+        assert float((field - reference).abs().max()) < 1e-13 * float(reference.abs().max())
 
 
-def test_cpml_kernel_rejects_a_psi_of_the_wrong_shape(kernel):
+def test_cpml_slab_of_the_wrong_shape_is_refused(kernel):
     field, profile = torch.zeros(4, 5, 6), torch.zeros(2)
+    curl = ([field], [None], [1.0], [None], [1.0], [[field.clone()]], [[0]], [[1.0]], [False] * 3, True)
     with pytest.raises(RuntimeError, match="psi has shape"):
-        kernel.cpml_update([field], [field.clone()], [torch.zeros(2, 5, 5)], [profile], [profile], [profile],
-                           [None], [1.0], [0], [0], [1.0], [False] * 3, True)
+        kernel.curl_update(*curl, [0], [0], [torch.zeros(2, 5, 5)], [profile], [profile], [profile], [0],
+                           [1.0])
     with pytest.raises(RuntimeError, match="one value per slab layer"):
-        kernel.cpml_update([field], [field.clone()], [torch.zeros(4, 5, 2)], [profile], [torch.zeros(3)],
-                           [profile], [None], [1.0], [2], [4], [1.0], [False] * 3, True)
+        kernel.curl_update(*curl, [0], [0], [torch.zeros(2, 5, 6)], [profile], [torch.zeros(3)], [profile],
+                           [2], [1.0])
+    with pytest.raises(RuntimeError, match="names field 0 term 1, which does not exist"):
+        kernel.curl_update(*curl, [0], [1], [torch.zeros(2, 5, 6)], [profile], [profile], [profile], [0],
+                           [1.0])
 
 
 def test_kernel_rejects_mismatched_arrays(kernel):
     field = torch.zeros(4, 5, 6)
     with pytest.raises(RuntimeError, match="ca has dtype"):
         kernel.curl_update([field], [torch.zeros(4, 5, 6, dtype=torch.float64)], [0.0], [None], [1.0],
-                           [[field.clone()]], [[2]], [[1.0]], [False] * 3, True)
+                           [[field.clone()]], [[2]], [[1.0]], [False] * 3, True, *NO_SLABS)
     with pytest.raises(RuntimeError, match="a source must be contiguous"):
         kernel.curl_update([field], [None], [1.0], [None], [1.0], [[torch.zeros(6, 5, 4).transpose(0, 2)]],
-                           [[2]], [[1.0]], [False] * 3, True)
+                           [[2]], [[1.0]], [False] * 3, True, *NO_SLABS)
 
 
 def test_disabled_extensions_fall_back_to_torch(monkeypatch):
