@@ -91,16 +91,17 @@ inline void add_outer_difference(T* __restrict__ buffer, const T* __restrict__ h
   }
 }
 
-// part[k] = D(source)[k] along the row (axis 2)
+// part[k] = D(source) at the cells start .. start + n - 1 of a row along axis 2 (count cells in the row)
 template <typename T>
-inline void inner_difference(T* __restrict__ part, const T* __restrict__ here, int64_t n, bool forward,
-                             bool periodic) {
-  if (forward) {
-    for (int64_t k = 0; k < n - 1; ++k) part[k] = here[k + 1] - here[k];
-    part[n - 1] = (periodic ? here[0] : T(0)) - here[n - 1];
-  } else {
-    part[0] = here[0] - (periodic ? here[n - 1] : T(0));
-    for (int64_t k = 1; k < n; ++k) part[k] = here[k] - here[k - 1];
+inline void inner_difference(T* __restrict__ part, const T* __restrict__ here, int64_t start, int64_t n,
+                             int64_t count, bool forward, bool periodic) {
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t g = start + k;
+    if (forward) {
+      part[k] = (g + 1 < count ? here[g + 1] : (periodic ? here[0] : T(0))) - here[g];
+    } else {
+      part[k] = here[g] - (g > 0 ? here[g - 1] : (periodic ? here[count - 1] : T(0)));
+    }
   }
 }
 
@@ -141,27 +142,33 @@ inline void apply_row(T* __restrict__ field, const T* __restrict__ ca, T ca_scal
   }
 }
 
-// whether the row at `index` (its indices along axes 0 and 1) crosses one of the term's slabs
+// whether the row at `index` (its indices along axes 0 and 1) lies in one of the slabs of a term across
+// rows (axis 0 or 1)
 template <typename T>
-inline bool crosses_slab(const Term<T>& term, const int64_t* index) {
+inline bool in_slab(const Term<T>& term, const int64_t* index) {
   for (const Slab<T>& slab : term.slabs) {
-    if (term.axis == 2) return true;
     const int64_t layer = index[term.axis] - slab.start;
     if (layer >= 0 && layer < slab.thickness) return true;
   }
   return false;
 }
 
-// the CPML corrections of one term on one row into curl (part: the term's difference along the row)
+// the CPML corrections of a term along the row (axis 2) into curl: the slabs' differences into part
 template <typename T>
-inline void add_slab_corrections(T* curl, const T* part, const Term<T>& term, const int64_t* index, int64_t row,
-                                 int64_t n1, int64_t n2) {
+inline void add_row_slab_corrections(T* curl, T* part, const Term<T>& term, const T* here, int64_t row, int64_t n2,
+                                     bool forward, bool periodic) {
   for (const Slab<T>& slab : term.slabs) {
-    if (term.axis == 2) {
-      slab_row<T, true>(curl + slab.start, slab.psi + row * slab.thickness, part + slab.start, slab.b, slab.a,
-                        slab.kappa, slab.sign, slab.thickness);
-      continue;
-    }
+    inner_difference(part, here, slab.start, slab.thickness, n2, forward, periodic);
+    slab_row<T, true>(curl + slab.start, slab.psi + row * slab.thickness, part, slab.b, slab.a, slab.kappa,
+                      slab.sign, slab.thickness);
+  }
+}
+
+// the CPML corrections of a term across rows into curl (part: the term's difference along the whole row)
+template <typename T>
+inline void add_layer_slab_corrections(T* curl, const T* part, const Term<T>& term, const int64_t* index,
+                                       int64_t n1, int64_t n2) {
+  for (const Slab<T>& slab : term.slabs) {
     const int64_t layer = index[term.axis] - slab.start;
     if (layer < 0 || layer >= slab.thickness) continue;
     const int64_t slab_row_index = term.axis == 0 ? layer * n1 + index[1] : index[0] * slab.thickness + layer;
@@ -185,25 +192,26 @@ void curl_update_impl(std::vector<Component<T>>& components, const int64_t* shap
         std::fill(curl.begin(), curl.end(), T(0));
         for (const Term<T>& term : component.terms) {
           const T* here = term.source + offset;
-          const T* there = nullptr;
-          if (term.axis != 2) {
-            const int64_t count = term.axis == 0 ? n0 : n1;
-            int64_t neighbour = index[term.axis] + (forward ? 1 : -1);
-            if (neighbour < 0 || neighbour >= count) {
-              if (periodic[term.axis]) neighbour = forward ? 0 : count - 1;
-              else neighbour = -1;
-            }
-            if (neighbour >= 0) there = here + (neighbour - index[term.axis]) * strides[term.axis];
-          }
-          if (!crosses_slab(term, index)) {
-            if (term.axis == 2) add_inner_difference(curl.data(), here, term.scale, n2, forward, periodic[2]);
-            else add_outer_difference(curl.data(), here, there, term.scale, n2, forward);
+          if (term.axis == 2) {
+            add_inner_difference(curl.data(), here, term.scale, n2, forward, periodic[2]);
+            add_row_slab_corrections(curl.data(), part.data(), term, here, row, n2, forward, periodic[2]);
             continue;
           }
-          if (term.axis == 2) inner_difference(part.data(), here, n2, forward, periodic[2]);
-          else outer_difference(part.data(), here, there, n2, forward);
+          const int64_t count = term.axis == 0 ? n0 : n1;
+          int64_t neighbour = index[term.axis] + (forward ? 1 : -1);
+          if (neighbour < 0 || neighbour >= count) {
+            if (periodic[term.axis]) neighbour = forward ? 0 : count - 1;
+            else neighbour = -1;
+          }
+          const T* there = nullptr;
+          if (neighbour >= 0) there = here + (neighbour - index[term.axis]) * strides[term.axis];
+          if (!in_slab(term, index)) {
+            add_outer_difference(curl.data(), here, there, term.scale, n2, forward);
+            continue;
+          }
+          outer_difference(part.data(), here, there, n2, forward);
           for (int64_t k = 0; k < n2; ++k) curl[k] += term.scale * part[k];
-          add_slab_corrections(curl.data(), part.data(), term, index, row, n1, n2);
+          add_layer_slab_corrections(curl.data(), part.data(), term, index, n1, n2);
         }
         T* field = component.field + offset;
         const T* ca = component.ca == nullptr ? nullptr : component.ca + offset;
