@@ -1,7 +1,8 @@
 """The reference phone's antenna from its CAD file: S11, efficiencies, pattern, gain and their convergence.
 
 The device is ``mindelec/examples/phone.step`` (the default ``mindelec.cad_phone.PhoneDesign``: a 72 x 144 x
-8.7 mm candy bar, an inverted-F antenna of 30 mm over a 10 mm clearance, the metal frame with its two gaps),
+8.7 mm candy bar, an inverted-F antenna of 30 mm, 3 mm high, over a 10 mm clearance, its feed 6 mm from its
+shorting pin, the metal frame with its two gaps),
 its media from ``phone_materials.toml`` (lossy housing, glass, FR4 and a lossy battery block), loaded with
 ``mindelec.cad_assembly.load_step`` and moved by less than 1.5 mm so that the feed pin's foot (on the
 ground copper, at the ground plane's edge) lies on a node of every grid used (a multiple of 3 mm). The feed
@@ -27,7 +28,11 @@ absorption. (An independent volume integral of ``sigma |E|^2`` over the bodies i
 Convergence: the finest grid's deepest resonance, followed to the nearest resonance on each coarser
 grid, extrapolated to zero cell by Richardson from the three finest grids (the order fitted from the
 three, ``f(h) = f0 + C h^p``). The IFA's 1 mm strips are one-cell wires on the 1.5 and 1.0 mm grids
-and 1 mm sheets on the finer ones, so only the finer grids share one model of them. Cost: the CPU
+and 1 mm sheets on the finer ones, and the frame's 1 mm plates sheets on 1.0 mm cells and more, solids
+below, so only the grids under 1 mm share one model of them. The pins stand on node lines wherever the
+CAD puts them: the default design's 6 mm between feed and shorting pin and its 3 mm arm height are whole
+cells on 1.5, 1.0, 0.75, 0.6 and 0.5 mm (with the 5 mm of the designs before 2026-12-07 the pin spacing
+was drawn 4.5, 5.0, 5.25, 4.8 and 5.0 mm on those grids, which kept the series from converging). Cost: the CPU
 seconds of each FDTD run (update coefficients and steps, one thread); loading the STEP file and
 building the structures come on top.
 
@@ -40,8 +45,9 @@ Results are cached per cell size and STEP file (its hash in the name) under
 run resumes within its cell size (its cost is then scaled from the steps after the restart, and marked
 so). The derived figures of every grid are kept in ``benchmarks/data/phone_antenna.json`` with the STEP
 file's hash: a later run with ``--cells`` adds its grids to those recorded for the same STEP file (a new
-file starts a new record), and the convergence is computed over all recorded grids, so a study spread
-over several sessions resumes from the repository.
+file starts a new record and keeps the old one under ``"previous_devices"``, by its hash), and the
+convergence is computed over all recorded grids, so a study spread over several sessions resumes from
+the repository.
 
 With ``--conformal`` the metal is cut conformally where the CAD puts it (``phone_simulation(subpixel=True)``,
 :mod:`mindelec.fdtd.conformal`, which also smooths the dielectric interfaces) instead of staircased: on
@@ -213,7 +219,9 @@ def main():
                   "{far_field_over_flux:.4f}; "
                   "D {directivity_dbi:.2f} dBi, G {gain_dbi:.2f} dBi".format(**row), flush=True)
     whole = json.loads(DATA.read_text()) if DATA.exists() else {}
-    if whole.get("device") != device_hash():
+    previous = whole.pop("previous_devices", {})
+    if whole and whole.get("device") != device_hash():  # a new STEP file: the old one's studies kept apart
+        previous[whole["device"]] = whole
         whole = {}
     recorded = whole.get(record, {}) if record else whole
     runs = recorded.get("runs", {}) if not args.quick else {}
@@ -245,6 +253,8 @@ def main():
                    "device": device_hash(), record: derived}
     else:
         derived.update(others)
+    if previous:
+        derived["previous_devices"] = previous
     if not args.quick:  # the grids recorded are in the file: a partial study says so
         DATA.write_text(json.dumps(derived, indent=1, default=float) + "\n")
 

@@ -59,7 +59,7 @@ class PhoneDesign:
 
     antenna_length: float = 30.0
     antenna_height: float = 3.0
-    feed_to_short: float = 5.0
+    feed_to_short: float = 6.0
     clearance: float = 10.0
     frame: bool = True
     frame_gap: float = 1.5
