@@ -70,7 +70,6 @@ import time
 import numpy as np
 import torch
 
-from common.io import load_checkpoint
 from mindelec import cad_phone, phone
 
 OUTPUT = pathlib.Path(__file__).parent / "output" / "phone_antenna"
@@ -117,21 +116,22 @@ def run_case(cell, lossless=False, conformal=False, wires="bare"):
     ).simulation
     OUTPUT.mkdir(parents=True, exist_ok=True)
     restart = path.with_suffix(".restart")
-    resumed_from = load_checkpoint(restart)["step"] if restart.exists() else 0
-    start = time.process_time()
     wall = time.perf_counter()
     result = sim.run(until=until, until_decayed=1e-5, progress=False,
                      restart_file=restart, restart_every=600)
-    seconds, wall = time.process_time() - start, time.perf_counter() - wall
-    if resumed_from:  # the cost of the whole run, at the rate of the steps after the restart
-        scale = result.steps / (result.steps - resumed_from)
-        seconds, wall = seconds * scale, wall * scale
+    wall = time.perf_counter() - wall
+    cost = result.cost  # a resumed run: its set-up, plus its steps at the rate of the steps it ran
+    resumed_from = cost["resumed_from"]
+    scale = result.steps / (result.steps - resumed_from)
+    seconds = cost["setup_seconds"] + cost["stepping_seconds"] * scale
+    wall *= seconds / (cost["setup_seconds"] + cost["stepping_seconds"])
     far = result["far"]
     figures = dict(
         phone.figures_of_merit(result), radiated=far.radiated_power.double().numpy(),
         directivity=far.directivity().double().numpy(),
         cells=np.array(sim.grid.shape), steps=np.array(result.steps), cpu_seconds=np.array(seconds),
-        wall_seconds=np.array(wall), resumed_from_step=np.array(resumed_from),
+        wall_seconds=np.array(wall), setup_seconds=np.array(cost["setup_seconds"]),
+        resumed_from_step=np.array(resumed_from),
         decayed=np.array(bool(result.metadata["decayed"])),
     )
     np.savez(path, **figures)

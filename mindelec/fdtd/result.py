@@ -25,14 +25,21 @@ class Result:
         dt: the time step (s).
         steps: number of steps run.
         metadata: dict of plain values describing the simulation (size, spacing, ndim, polarization, steps).
+        cost: how this process spent the run (not saved; a resumed run differs here only):
+            ``setup_seconds`` (CPU seconds, all threads, from the call to the first step: materials,
+            conformal weights, the restart file read), ``stepping_seconds`` (CPU seconds of the steps this
+            process ran), ``resumed_from`` (the step a restart file continued from, 0 for a fresh run).
+            The CPU cost of the whole run uninterrupted is about
+            ``setup_seconds + stepping_seconds * steps / (steps - resumed_from)``.
     """
 
-    def __init__(self, monitors, times, dt, metadata):
+    def __init__(self, monitors, times, dt, metadata, cost=None):
         self._monitors = monitors
         self.times = times
         self.dt = dt
         self.steps = len(times)
         self.metadata = metadata
+        self.cost = cost or {}
 
     def __getitem__(self, name):
         if name not in self._monitors:

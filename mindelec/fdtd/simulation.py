@@ -27,6 +27,7 @@ extra forward pass. Otherwise the fields are updated in place under ``torch.no_g
 """
 
 import math
+import time
 
 import torch
 from tqdm import tqdm
@@ -452,7 +453,8 @@ class Simulation:
             restart_every: seconds of wall time between restart files (>= 0).
 
         Returns:
-            :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times.
+            :class:`Result`: ``result[name]`` holds each monitor's tensors; ``result.times``: E sample times;
+            ``result.cost``: the CPU seconds of the set-up and of the steps, and the step resumed from.
 
         Raises:
             DataError: a material value became NaN or infinite (e.g. a design tensor changed in place), or
@@ -462,6 +464,7 @@ class Simulation:
             FieldBlowUpError: (a :class:`~common.errors.SimulationError` and a ``FloatingPointError``) if the
                 fields become non-finite; its ``step`` and message give the step.
         """
+        started = time.process_time()
         steps = self._steps(until, steps)
         self._check_material_values()
         limits.check_memory(self, steps)
@@ -482,6 +485,7 @@ class Simulation:
             restart = RestartFile(restart_file, restart_every, digest)
             done = restart.resume(state, recorders, samples, watcher)
         bar = tqdm(total=steps, initial=done, desc="FDTD", unit="step", disable=not progress, leave=False)
+        stepping = time.process_time()
 
         def after_segment(state, done, count):
             self._check_finite(state, done)
@@ -496,6 +500,8 @@ class Simulation:
                                               watcher, restart)
         finally:
             bar.close()
+        cost = {"setup_seconds": stepping - started, "stepping_seconds": time.process_time() - stepping,
+                "resumed_from": done}
         if restart is not None:
             restart.remove()
         outputs = {recorder.name: recorder.finish(s) for recorder, s in zip(recorders, samples)}
@@ -508,7 +514,7 @@ class Simulation:
             "steps": steps,
             "decayed": bool(watcher is not None and watcher.decayed),
         }
-        return Result(outputs, times.to(self.dtype), self.dt, metadata)
+        return Result(outputs, times.to(self.dtype), self.dt, metadata, cost)
 
     def _check_finite(self, state, step):
         # the extremes propagate NaN and inf: one read pass, no field-sized temporaries

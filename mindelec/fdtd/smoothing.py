@@ -193,9 +193,12 @@ def _region_weights(fills, structures, points, spacing, axes):
     within the region), their planar fills say nothing of how they overlap: there the shares are counted
     on ``_SAMPLES`` points per axis of the region, each owned by the last structure containing it.
     """
-    weights = [torch.ones_like(fills[0])]
-    for fill in fills:
-        weights = [w * (1 - fill) for w in weights] + [fill]
+    uncovered = torch.ones_like(fills[0])  # prod_{j > k} (1 - fill_j), from the last structure back
+    weights = []
+    for fill in reversed(fills):
+        weights.append(fill * uncovered)
+        uncovered = uncovered * (1 - fill)
+    weights = [uncovered] + weights[::-1]
     shared = sum(((fill > 0) & (fill < 1)).to(torch.int64) for fill in fills) >= 2
     if bool(shared.any()):
         offsets = (torch.arange(_SAMPLES, dtype=torch.float64) + 0.5) / _SAMPLES - 0.5

@@ -103,6 +103,8 @@ def test_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, 
     resumed = sim.run(steps=maximum, until_decayed=decay, progress=False, restart_file=path, restart_every=0)
     assert taken[0] == STOP_AT - restart_module.CHECK_EVERY and len(taken) == reference.steps - taken[0]
     assert resumed.steps == reference.steps and resumed.metadata == reference.metadata
+    assert reference.cost["resumed_from"] == 0 and resumed.cost["resumed_from"] == taken[0]
+    assert all(resumed.cost[key] > 0 for key in ("setup_seconds", "stepping_seconds"))
     assert_identical(dict(resumed), dict(reference))
     assert torch.equal(resumed.times, reference.times)
     assert not path.exists()  # a completed run removes its restart file
