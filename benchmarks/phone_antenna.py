@@ -42,18 +42,22 @@ dataset generator and notebook.
 
 Results are cached per cell size and STEP file (its hash in the name) under
 ``benchmarks/output/phone_antenna/``, and each run writes a restart file there every 10 minutes: a killed
-run resumes within its cell size (its cost is then scaled from the steps after the restart, and marked
-so). The derived figures of every grid are kept in ``benchmarks/data/phone_antenna.json`` with the STEP
-file's hash: a later run with ``--cells`` adds its grids to those recorded for the same STEP file (a new
-file starts a new record and keeps the old one under ``"previous_devices"``, by its hash), and the
-convergence is computed over all recorded grids, so a study spread over several sessions resumes from
-the repository.
+run resumes within its cell size (its cost is then its set-up plus its steps at the rate of the steps after
+the restart, and marked so). The derived figures of every grid are kept in
+``benchmarks/data/phone_antenna.json`` with the STEP file's hash: a later run with ``--cells`` adds its
+grids to those recorded for the same STEP file (a new file starts a new record and keeps the old one under
+``"previous_devices"``, by its hash), and the convergence is computed over all recorded grids, so a study
+spread over several sessions resumes from the repository.
 
 With ``--conformal`` the metal is cut conformally where the CAD puts it (``phone_simulation(subpixel=True)``,
 :mod:`mindelec.fdtd.conformal`, which also smooths the dielectric interfaces) instead of staircased: on
 the staircase a face moves to the nearest node, up to half a cell, differently on every grid (the frame's
 faces, the ground plane's edges and the pins' positions here), which is what kept the staircased grids
 from converging. Those runs are cached and recorded apart (``"conformal"`` in the JSON).
+
+The port's gap is one cell by default, so it shrinks with the cells (1.5 to 0.5 mm) and each grid models
+another feed. ``--port-gap MM`` keeps it (whole cells: 1.5 mm on 1.5, 0.75 and 0.5 mm cells), recorded apart
+(``"..._port_gap_1.5mm"``); on the grid whose cell it is, the run is the default one.
 
     python benchmarks/phone_antenna.py [--quick] [--conformal] [--cells 1.5 1.0 0.75 0.6]   # --quick: 1.5 mm
 """
@@ -90,29 +94,32 @@ def device_hash() -> str:
     return hashlib.sha256(cad_phone.EXAMPLE_STEP.read_bytes()).hexdigest()[:12]
 
 
-RECORDS = ("conformal", "thin_wires", "conformal_thin_wires")  # the studies beside the staircased one
-
-
-def record_name(conformal, wires) -> str | None:
-    """The key of a study's record in the JSON (``None``: the staircased bare-wire study, at the top)."""
+def record_name(conformal, wires, port_gap=None) -> str | None:
+    """The key of a study's record in the JSON (``None``: the staircased bare-wire one-cell-gap study, at the
+    top); ``port_gap`` in m."""
     parts = ["conformal"] * conformal + ["thin_wires"] * (wires == "thin")
+    parts += [f"port_gap_{port_gap * 1e3:g}mm"] if port_gap else []
     return "_".join(parts) or None
 
 
-def run_case(cell, lossless=False, conformal=False, wires="bare"):
+def run_case(cell, lossless=False, conformal=False, wires="bare", port_gap=None):
     """One run, cached: a dict of arrays (port spectra, far-field figures per far frequency, cost);
     ``conformal``: the metal cut conformally (``phone_simulation(subpixel=True)``) instead of staircased;
     ``wires``: the pins (and the arm on cells of 1 mm or more) as ``"bare"`` lines or ``"thin"`` wires of
-    the CAD's radius (``phone_simulation(wires=)``)."""
+    the CAD's radius (``phone_simulation(wires=)``); ``port_gap``: the port's gap (m, whole cells; ``None``
+    and one cell are the default run)."""
+    if port_gap is not None and abs(port_gap - cell) < 1e-9 * cell:
+        port_gap = None
     until = LOSSLESS_UNTIL if lossless else UNTIL
     kind = ("conformal_" if conformal else "") + ("thin_wires_" if wires == "thin" else "") + (
-        f"lossless_{until * 1e9:.0f}ns_" if lossless else "")
+        f"lossless_{until * 1e9:.0f}ns_" if lossless else "") + (
+        f"gap_{port_gap * 1e6:.0f}um_" if port_gap else "")
     path = OUTPUT / f"{kind}cell_{cell * 1e6:.0f}um_{device_hash()}.npz"
     if path.exists():
         return dict(np.load(path))
     sim = phone.phone_simulation(
         None, cell, lossless, align=ALIGN, frequencies=PORT_FREQUENCIES, far_frequencies=FAR_FREQUENCIES,
-        band=BAND, subpixel=conformal, wires=wires,
+        band=BAND, subpixel=conformal, wires=wires, port_gap=port_gap,
     ).simulation
     OUTPUT.mkdir(parents=True, exist_ok=True)
     restart = path.with_suffix(".restart")
@@ -191,11 +198,15 @@ def main():
     parser.add_argument("--wires", choices=["bare", "thin"], default="bare",
                         help="the pins as bare lines (0.2 cells' radius) or thin wires of the CAD's radius, "
                         "recorded apart")
+    parser.add_argument("--port-gap", type=float, help="the port's gap in mm (whole cells on every grid), "
+                        "recorded apart; default one cell")
     args = parser.parse_args()
-    record = record_name(args.conformal, args.wires)
+    port_gap = args.port_gap * 1e-3 if args.port_gap else None
+    record = record_name(args.conformal, args.wires, port_gap)
     torch.set_num_threads(1)
     cells = tuple(c * 1e-3 for c in args.cells) if args.cells else QUICK_CELLS if args.quick else CELLS
-    lossless_figures = run_case(LOSSLESS_CELL, lossless=True, conformal=args.conformal, wires=args.wires)
+    lossless_figures = run_case(LOSSLESS_CELL, lossless=True, conformal=args.conformal, wires=args.wires,
+                                port_gap=port_gap)
     lossless = summary(lossless_figures)
     balance = [abs(row["radiation_efficiency"] - 1) for row in lossless]
     print(f"lossless media, {LOSSLESS_CELL * 1e3:g} mm ({decay(lossless_figures, LOSSLESS_UNTIL)}): "
@@ -203,13 +214,14 @@ def main():
           + ", ".join(f"{b:.2%}" for b in balance), flush=True)
     table = {}
     for cell in cells:
-        figures = run_case(cell, conformal=args.conformal, wires=args.wires)
+        figures = run_case(cell, conformal=args.conformal, wires=args.wires, port_gap=port_gap)
         rows = summary(figures)
         table[cell] = (figures, rows)
         shape = tuple(int(n) for n in figures["cells"])
         print(f"{cell * 1e3:g} mm cells {shape}, {int(figures['steps'])} steps ({decay(figures, UNTIL)}), "
               f"{float(figures['cpu_seconds']):.0f} core-s ({float(figures['wall_seconds']):.0f} s wall"
-              + (f"; scaled from the steps after the restart at step {int(figures['resumed_from_step'])})"
+              + (f"; its set-up plus its steps at the rate of those after the restart at step "
+                 f"{int(figures['resumed_from_step'])})"
                  if int(figures.get("resumed_from_step", 0)) else ")"))
         for row in rows:
             print("  resonance {resonance_ghz:.4f} GHz, S11 {s11_db:.1f} dB; at {far_ghz:.1f} GHz: "
@@ -247,7 +259,8 @@ def main():
         print(f"the finest grid's deepest resonance on each recorded grid ({', '.join(grids)} mm): "
               f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: {extrapolated:.4f} "
               f"GHz at zero cell (Richardson, order {order:.2f}); finest run {error:+.2f} %")
-    others = {key: value for key, value in whole.items() if key in RECORDS and key != record}
+    others = {key: value for key, value in whole.items()  # the studies beside the staircased one
+              if isinstance(value, dict) and "runs" in value and key != record}
     if record:  # the staircased bare-wire record stays as it was, the others go beside it
         derived = {**{key: value for key, value in whole.items() if key != record},
                    "device": device_hash(), record: derived}

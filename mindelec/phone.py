@@ -204,6 +204,7 @@ def phone_simulation(
     phantom: PhantomPlacement | None = None,
     subpixel: bool | str = False,
     wires: str = "bare",
+    port_gap: float | None = None,
 ) -> PhoneModel:
     """The phone of ``design`` on a uniform grid of ``cell`` (m), fed at its feed pin (see the module).
 
@@ -226,6 +227,9 @@ def phone_simulation(
             changes with the cells; ``"thin"``: :class:`~mindelec.fdtd.ThinWire` of the CAD
             cross-section's equivalent radius, joined to the metal they meet
             (:func:`mindelec.cad_grid.assembly_structures`), the feed pin's with the port's gap.
+        port_gap: the port's gap above the copper (m): whole cells, the pin from its top to the arm;
+            default one cell. A convergence study that keeps it (1.5 mm on 1.5, 0.75 and 0.5 mm cells)
+            refines one model; the default's gap shrinks with the cells.
 
     Returns:
         :class:`PhoneModel`.
@@ -233,8 +237,8 @@ def phone_simulation(
     Raises:
         ConfigurationError: for a cell or ``align`` that is not a positive length, ``air`` not a
             non-negative one, ``pml`` or ``threads`` not a positive int, an ``align`` that is not a
-            multiple of the cell, or a design whose arm lies less than two cells above the copper (one
-            for the port, one for the pin); the design's own checks
+            multiple of the cell, a ``port_gap`` that is not a whole number of cells, or a design whose
+            arm does not lie at least a cell above the port's gap; the design's own checks
             (:meth:`~mindelec.cad_phone.PhoneDesign.check`).
     """
     from . import fdtd
@@ -249,6 +253,7 @@ def phone_simulation(
     if abs(align / cell - round(align / cell)) > 1e-9:
         raise ConfigurationError(
             f"phone_simulation: cell {cell} m must be positive and align {align} m a multiple of it")
+    gap_cells = _whole_cells(port_gap, cell)
     frequencies = np.linspace(*band, 151) if frequencies is None else np.asarray(frequencies, dtype=float)
     if far_frequencies is None:
         far_frequencies = np.arange(np.ceil(band[0] / 1e8) * 1e8, band[1] + 1.0, 1e8)
@@ -278,31 +283,21 @@ def phone_simulation(
     size = tuple(float(v) for v in 2 * half)
     grid = fdtd.Grid(size, cell)
     top = round(assembly.body("ifa_arm").bounds.mean(0)[2] / cell) * cell  # the arm's node plane
-    if top - foot[2] < 2 * cell - 1e-9:
+    gap = cell * gap_cells
+    if top - foot[2] < gap + cell - 1e-9:
         raise ConfigurationError(
             f"phone_simulation: the arm lies {1e3 * (top - foot[2]):.3g} mm above the copper on "
-            f"{1e3 * cell:g} mm cells; the port and the feed pin need a cell each: raise antenna_height or "
-            "refine the cells")
+            f"{1e3 * cell:g} mm cells; the port's gap ({1e3 * gap:g} mm) and a cell of feed pin do not fit "
+            "under it: raise antenna_height, shorten port_gap or refine the cells")
     short = assembly.body("ifa_short_pin").bounds.mean(0)[0]
     drawn = {
         "antenna_height": float(1e3 * (top - foot[2])),
         "feed_to_short": float(1e3 * cell * abs(round(foot[0] / cell) - round(short / cell))),
-        "port_gap": 1e3 * cell,
+        "port_gap": 1e3 * gap,
     }
     waveform = fdtd.GaussianPulse(f0=sum(band) / 2, fwidth=band[1] - band[0])
-    port = fdtd.LumpedPort(
-        "feed", center=(foot[0], foot[1], foot[2] + cell / 2), size=(cell,) * 3, waveform=waveform,
-        frequencies=frequencies,
-    )
-    if wires == "thin":
-        radius = cad_grid.wire_radius(*pin.extents[:2], cell)
-        feed_pin = fdtd.ThinWire((foot[0], foot[1], foot[2]), (foot[0], foot[1], top), radius, cell,
-                                 gaps=[port.center], joined=(True, True))
-    else:
-        feed_pin = fdtd.pec_sheet(
-            center=(foot[0], foot[1], (foot[2] + cell + top) / 2), size=(0, 0, top - foot[2] - cell),
-            cell_size=cell,
-        )
+    port, feed_pin = _feed(foot, top, cell, gap_cells, waveform, frequencies,
+                           cad_grid.wire_radius(*pin.extents[:2], cell) if wires == "thin" else None)
     if flat is not None:
         drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
     meshed = [s for s in assembly.structures(grid, wires=wires) if s.name != "ifa_feed_pin"]
@@ -318,6 +313,37 @@ def phone_simulation(
         sources=[port.source], monitors=monitors, threads=threads, subpixel=subpixel,
     )
     return PhoneModel(simulation, port, assembly, drawn, flat)
+
+
+def _whole_cells(port_gap, cell) -> int:
+    """The port's gap (m; ``None``: one cell) in cells; refused unless whole."""
+    if port_gap is None:
+        return 1
+    cells = checks.positive(port_gap, "phone_simulation: port_gap (m)") / cell
+    if abs(cells - round(cells)) > 1e-6:
+        raise ConfigurationError(
+            f"phone_simulation: port_gap {port_gap} m must be a whole number of {cell} m cells")
+    return round(cells)
+
+
+def _feed(foot, top, cell, gap_cells, waveform, frequencies, radius):
+    """``(port, feed pin)``: the port's gap of ``gap_cells`` above ``foot`` (m) and the pin from the copper
+    to the arm's node plane ``top`` (m): a thin wire of ``radius`` (m) with the gap's edges open, or
+    (``radius=None``) a bare line from the gap's top."""
+    from . import fdtd
+
+    gap = gap_cells * cell
+    port = fdtd.LumpedPort(
+        "feed", center=(foot[0], foot[1], foot[2] + gap / 2), size=(cell, cell, gap), waveform=waveform,
+        frequencies=frequencies,
+    )
+    if radius is not None:
+        gaps = [(foot[0], foot[1], foot[2] + (k + 0.5) * cell) for k in range(gap_cells)]
+        return port, fdtd.ThinWire((foot[0], foot[1], foot[2]), (foot[0], foot[1], top), radius, cell,
+                                   gaps=gaps, joined=(True, True))
+    return port, fdtd.pec_sheet(
+        center=(foot[0], foot[1], (foot[2] + gap + top) / 2), size=(0, 0, top - foot[2] - gap),
+        cell_size=cell)
 
 
 def _drawn_metal(structures, grid, conformal, board_end) -> dict[str, float]:

@@ -92,6 +92,28 @@ def test_thin_wire_pins_take_the_cads_radius_and_the_feed_pin_keeps_the_ports_ga
     with pytest.raises(ConfigurationError, match="wires must be 'bare' or 'thin'"):
         phone.phone_simulation(design, cell=1.5e-3, wires="round", **SMALL)
 
+
+@pytest.mark.parametrize("wires", ["bare", "thin"])
+def test_a_port_gap_of_whole_cells_is_the_same_feed_on_every_grid(wires):
+    """``port_gap=1.5 mm`` on 0.75 mm cells: a port two cells long above the copper, the feed pin's two
+    gap edges open (thin) or the bare line from the gap's top; the same drawn gap as one 1.5 mm cell."""
+    from mindelec import fdtd
+
+    coarse = phone.phone_simulation(None, cell=1.5e-3, wires=wires, **SMALL)
+    fine = phone.phone_simulation(None, cell=0.75e-3, wires=wires, port_gap=1.5e-3, **SMALL)
+    assert coarse.drawn["port_gap"] == fine.drawn["port_gap"] == pytest.approx(1.5)
+    for model in (coarse, fine):
+        bottom = model.port.center[2] - model.port.size[2] / 2
+        assert model.port.size[2] == pytest.approx(1.5e-3)
+        pins = [s for s in model.simulation.structures if isinstance(s, fdtd.ThinWire) and s.name is None]
+        if wires == "thin":
+            assert pins[0].gaps == list(range(round(1.5e-3 / model.simulation.grid.spacing[2])))
+            assert pins[0].start[2] == pytest.approx(bottom)
+    with pytest.raises(ConfigurationError, match="port_gap 0.001 m must be a whole number of 0.00075 m"):
+        phone.phone_simulation(None, cell=0.75e-3, port_gap=1e-3, **SMALL)
+    with pytest.raises(ConfigurationError, match=r"gap \(3 mm\) and a cell of feed pin do not fit"):
+        phone.phone_simulation(None, cell=1.5e-3, port_gap=3e-3, **SMALL)
+
 def test_designs_moved_onto_the_grid_put_every_phone_on_the_same_cells():
     designs = [PhoneDesign(feed_to_short=6.165, clearance=11.4),
                PhoneDesign(feed_to_short=8.3, clearance=7.9)]
