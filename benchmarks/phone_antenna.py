@@ -189,6 +189,15 @@ def richardson(cells, values):
     return f3 - constant * h3**p, p
 
 
+def without_nan(value):
+    """``value`` with every float NaN (a Richardson fit without a solution) as ``None``: strict JSON."""
+    if isinstance(value, dict):
+        return {key: without_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nan(item) for item in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1.5 mm cells only")
@@ -254,11 +263,14 @@ def main():
         tracked = [min((row["resonance_ghz"] for row in runs[c]["resonances"]),
                        key=lambda frequency: abs(frequency - deepest)) for c in grids]
         extrapolated, order = richardson([float(c) for c in grids[-3:]], tracked[-3:])
+        found = not math.isnan(extrapolated)
         derived.update(tracked_resonance_ghz=tracked, resonance_extrapolated_ghz=extrapolated, order=order)
-        error = 100 * (tracked[-1] / extrapolated - 1)
         print(f"the finest grid's deepest resonance on each recorded grid ({', '.join(grids)} mm): "
-              f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: {extrapolated:.4f} "
-              f"GHz at zero cell (Richardson, order {order:.2f}); finest run {error:+.2f} %")
+              f"{', '.join(f'{f:.4f}' for f in tracked)} GHz; from the three finest: "
+              + (f"{extrapolated:.4f} GHz at zero cell (Richardson, order {order:.2f}); finest run "
+                 f"{100 * (tracked[-1] / extrapolated - 1):+.2f} %" if found else
+                 "no Richardson extrapolation (not monotone); spread of the three "
+                 f"{100 * (max(tracked[-3:]) / min(tracked[-3:]) - 1):.2f} %"))
     others = {key: value for key, value in whole.items()  # the studies beside the staircased one
               if isinstance(value, dict) and "runs" in value and key != record}
     if record:  # the staircased bare-wire record stays as it was, the others go beside it
@@ -269,7 +281,7 @@ def main():
     if previous:
         derived["previous_devices"] = previous
     if not args.quick:  # the grids recorded are in the file: a partial study says so
-        DATA.write_text(json.dumps(derived, indent=1, default=float) + "\n")
+        DATA.write_text(json.dumps(without_nan(derived), indent=1, default=float) + "\n")
 
 
 if __name__ == "__main__":
