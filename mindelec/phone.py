@@ -6,10 +6,10 @@
   with the media of ``phone_materials.toml`` (:func:`phone_materials`), moved by less than ``align`` so
   that the feed pin's foot (on the ground copper, at the ground plane's edge) lies on a node, and fed by a
   50 ohm ``LumpedPort`` across one cell between the copper and the feed pin (the CAD's feed gap becomes
-  one cell: the port needs a whole Yee edge); the pin a PEC wire from there to the arm's node plane; a
-  near-to-far box monitor (``"far"``) 2 cells inside the PML. The bodies are rasterised as boxes and box
-  CSG (:func:`box_geometries`): the phone's parts are boxes, and a triangle-mesh parity test per sample
-  point takes minutes on a million-cell grid.
+  one cell, or ``port_gap`` in whole cells: the port needs whole Yee edges); the pin a PEC wire from there
+  to the arm's node plane; a near-to-far box monitor (``"far"``) 2 cells inside the PML. The bodies are
+  rasterised as boxes and box CSG (:func:`box_geometries`): the phone's parts are boxes, and a triangle-mesh
+  parity test per sample point takes minutes on a million-cell grid.
 * :func:`figures_of_merit` - from a run: S11, accepted and incident power at the port, the radiated power
   (the box's flux), radiation and total efficiency on the far monitor's frequencies.
 * :func:`resonances` - the ``|S11|`` minima below -6 dB, refined by a parabola.
