@@ -324,10 +324,13 @@ class NearToFarResult(dict):
         """``oint U dOmega`` (F,) in W (per Hz^2 for a pulse): the power reaching the far field."""
         return radiation_overlaps([self])[:, 0, 0].real
 
-    def _power_and_peak(self):
-        """The radiated power (F,) and the largest intensity (F,) over the radiated-power quadrature, from
-        one evaluation of the far field on it (as :func:`radiation_overlaps`: over a ground plane the
-        sphere's integral halved, the field below the plane being the mirror of the field above)."""
+    def power_and_peak(self):
+        """``(radiated power (F,) W, largest intensity (F,) W/sr)`` (per Hz^2 for a pulse) over the
+        radiated-power quadrature, from one evaluation of the far field on it: what
+        :attr:`radiated_power` and :meth:`directivity` (``4 pi peak / power``) each evaluate, for a caller
+        who wants both (on a large surface the far field is the costly part). As
+        :func:`radiation_overlaps`, over a ground plane the sphere's integral is halved, the field below
+        the plane being the mirror of the field above."""
         theta, phi, weights = _sphere_quadrature([self])
         e_theta, e_phi = self._radiation(theta, phi)
         intensity = (e_theta.abs() ** 2 + e_phi.abs() ** 2) / VACUUM_IMPEDANCE  # (F, T, 2T)
@@ -338,7 +341,7 @@ class NearToFarResult(dict):
         """``D = 4 pi U / P_rad``: ``(F, *S)`` at the angles, or (F,) its maximum when no angles are given
         (found on the radiated-power quadrature grid, refined by nothing: within its angular step)."""
         if theta is None and phi is None:
-            power, peak = self._power_and_peak()
+            power, peak = self.power_and_peak()
             self._check_power(power, "the radiated power")
             return 4 * math.pi * peak / power
         power = self.radiated_power
@@ -374,7 +377,7 @@ class NearToFarResult(dict):
         """``G = 4 pi U / P_accepted = efficiency * D``: ``(F, *S)`` at the angles, or (F,) its maximum."""
         accepted = self._accepted(accepted_power)
         if theta is None and phi is None:
-            return 4 * math.pi * self._power_and_peak()[1] / accepted
+            return 4 * math.pi * self.power_and_peak()[1] / accepted
         intensity = self.intensity(
             theta if theta is not None else math.pi / 2, phi if phi is not None else 0.0
         )

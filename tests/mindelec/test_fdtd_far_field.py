@@ -96,6 +96,11 @@ def test_near_to_far_directivity_and_power(dipole_run):
     assert torch.allclose(far.directivity(), torch.full_like(power, 1.5), rtol=0.01)
     assert torch.allclose(far.directivity(math.pi / 2, 1.0), torch.full_like(power, 1.5), rtol=0.01)
     assert torch.allclose(far.radiated_power / power, torch.ones_like(power), atol=0.02)
+    # both from one far-field pass: the same power, and the peak a Hertzian dipole's 1.5 P / (4 pi)
+    radiated, peak = far.power_and_peak()
+    assert torch.allclose(radiated, far.radiated_power, rtol=1e-12, atol=0.0)
+    assert torch.allclose(4 * math.pi * peak / radiated, far.directivity(), rtol=1e-12, atol=0.0)
+    assert torch.allclose(peak / power, torch.full_like(power, 1.5 / (4 * math.pi)), rtol=0.03)
     # a lossless dipole fed with exactly the power it radiates: efficiency 1, gain = directivity
     assert torch.allclose(far.efficiency(power), torch.ones_like(power), atol=0.02)
     assert torch.allclose(far.gain(power), far.directivity(), rtol=0.02)
