@@ -28,14 +28,21 @@ a related set-up).
 
 Resumable: every leg and side checkpoints after every iteration under
 ``benchmarks/output/binding_free_energy/<size>/`` (openmmtools' NetCDF, our checkpoint, per-iteration
-wall times) and a re-run continues; the reduced potentials of each finished leg and side go to
-``benchmarks/data/binding_free_energy/<size>/<leg>_<side>.npz`` (energies ``(T, R, K)`` kT, the state of
-each replica ``(T, R)``, seconds per iteration) and the derived figures to ``.../results.json``, so a
-later session can re-analyse or continue (``--iterations`` raises the target).
+wall times) and a re-run continues. The full size takes longer than a machine lives (about 14 core-hours
+for the four runs), so it also keeps what a run on another machine needs inside the repository, under
+``benchmarks/data/binding_free_energy/full/``: the equilibrated boxes (``complex/``, ``solvent/``), from
+which the restraint follows, and each leg and side's portable state (``carry/<leg>_<side>/``: our
+checkpoint; openmmtools' replica positions, velocities, boxes, states and reduced potentials), written
+every 10 minutes of sampling; a run on a fresh clone continues from them. The reduced potentials of each
+finished leg and side go to ``<leg>_<side>.npz`` there (energies ``(T, R, K)`` kT, the state of each
+replica ``(T, R)``, seconds per iteration) and the derived figures to ``results.json`` once all four are
+done, so a later session can re-analyse or continue (``--iterations`` raises the target). ``--quick``
+keeps everything under ``benchmarks/output``.
 
 Usage::
 
-    .venv/bin/python benchmarks/binding_free_energy.py [--quick] [--sides openmm mindsponge] [--iterations N]
+    .venv/bin/python benchmarks/binding_free_energy.py [--quick] [--sides openmm mindsponge]
+        [--legs complex solvent] [--iterations N]
 """
 
 from __future__ import annotations
@@ -134,6 +141,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=None, help="override the size's iterations")
     parser.add_argument("--sides", nargs="+", default=["openmm", "mindsponge"],
                         choices=["openmm", "mindsponge"])
+    parser.add_argument("--legs", nargs="+", default=["complex", "solvent"], choices=["complex", "solvent"],
+                        help="the legs to run (the binding free energy needs both; a run of one leg stops "
+                             "after it)")
     arguments = parser.parse_args()
     size_name = "quick" if arguments.quick else "full"
     size = dict(SIZES[size_name])
@@ -141,17 +151,18 @@ def main() -> None:
         size["iterations"] = arguments.iterations
     torch.set_num_threads(1)
     report_kernels_and_load()
-    output, data = os.path.join(OUTPUT, size_name), os.path.join(DATA, size_name)
+    output = os.path.join(OUTPUT, size_name)
+    data = os.path.join(DATA, size_name) if size_name == "full" else output  # the full size's files carry on
     states = ms.alchemy.lambda_schedule(electrostatics=hydration.ELECTROSTATICS, sterics=hydration.STERICS)
     start = time.perf_counter()
-    plain, topology, positions, box = complex_system(os.path.join(output, "complex"), size["equilibration"])
+    plain, topology, positions, box = complex_system(os.path.join(data, "complex"), size["equilibration"])
     restraint = restraint_of(plain, positions)
     reference_system, our_system, reference_force = restrained_systems(plain, restraint)
     thermodynamic = mmstates.ThermodynamicState(reference_system, hydration.TEMPERATURE * unit.kelvin)
     corrections = {"openmm": reference_force.compute_standard_state_correction(thermodynamic),
                    "mindsponge": restraint.standard_state_correction(hydration.TEMPERATURE,
                                                                      max_volume=abs(np.linalg.det(box)))}
-    solvent = hydration.solvated_system("cb7-b2-guest", os.path.join(output, "solvent"),
+    solvent = hydration.solvated_system("cb7-b2-guest", os.path.join(data, "solvent"),
                                         size["equilibration"])
     print(f"complex: {plain.getNumParticles()} atoms, box {box[0, 0]:.3f} nm; restraint on "
           f"{len(restraint.receptor_atoms)} host atoms, r0 {restraint.well_radius:.3f} nm; standard-state "
@@ -163,15 +174,18 @@ def main() -> None:
             "solvent": ({"openmm": solvent[0], "mindsponge": solvent[0]}, solvent[1], solvent[2], solvent[3],
                         solvent[4])}
     figures = {}
-    for leg, (systems, leg_topology, leg_positions, leg_box, atoms) in legs.items():
+    for leg in arguments.legs:
+        systems, leg_topology, leg_positions, leg_box, atoms = legs[leg]
         for side in arguments.sides:
             directory = os.path.join(output, leg, side)
+            carry = os.path.join(data, "carry", f"{leg}_{side}") if size_name == "full" else None
             if side == "openmm":
                 run = hydration.run_openmmtools(systems[side], leg_positions, leg_box, atoms, states,
-                                                size["iterations"], size["steps"], directory)
+                                                size["iterations"], size["steps"], directory, carry=carry)
             else:
                 run = hydration.run_mindsponge(systems[side], leg_topology, leg_positions, leg_box, atoms,
-                                               states, size["iterations"], size["steps"], directory)
+                                               states, size["iterations"], size["steps"], directory,
+                                               carry=carry)
             save_run(run, os.path.join(data, f"{leg}_{side}.npz"))
             try:
                 result = hydration.free_energy(run, size["burn_in"])
@@ -185,6 +199,9 @@ def main() -> None:
             print(f"  {leg:7s} {side:10s} dF = {result['delta_f']:8.3f} +- {result['error']:.3f} kcal/mol, "
                   f"{result['seconds_per_iteration']:.1f} s per iteration ({len(states)} replicas x "
                   f"{size['steps']} steps), {result['ns_per_day_per_window']:.2f} ns/day per window")
+    if len(arguments.legs) < len(legs):
+        print_load_average("end (one leg: no binding free energy)")
+        return
     kcal = hydration.TEMPERATURE * 0.0083144626 / hydration.KJ_PER_KCAL
     results = {"size": size, "states": [state.parameters for state in states], "legs": figures,
                "restraint": {"receptor_atoms": list(restraint.receptor_atoms),

@@ -285,19 +285,31 @@ def _context_cache():
                               platform_properties={"Threads": "1"})
 
 
-def run_openmmtools(openmm_system, positions, box, atoms, states, iterations, steps, directory) -> dict:
-    """Replica exchange with openmmtools (continuing its storage in ``directory``): ``{"u_kn": (K, N),
-    "counts": (K,), "seconds": per-iteration wall times}``."""
-    from openmm import unit
+def run_openmmtools(openmm_system, positions, box, atoms, states, iterations, steps, directory,
+                    carry: str | None = None) -> dict:
+    """Replica exchange with openmmtools (continuing its storage in ``directory``): ``{"energies": (T, R, K)
+    reduced, "replica_states": (T, R), "seconds": per-iteration wall times}``.
 
+    ``carry``: a directory (inside the repository) that keeps the run's portable state: the replicas'
+    positions, velocities, boxes and states, and every iteration's reduced potentials, written every
+    :data:`CARRY_SECONDS` and when the run stops (``openmmtools_carry.npz``, a few MB). When it holds more
+    iterations than ``directory`` (a new machine: no storage), the run continues from it: a fresh storage
+    whose replicas start where the carried ones stopped, the earlier iterations' energies prepended."""
     with _quiet():
-        from openmmtools import alchemy, multistate
-        from openmmtools import states as mmstates
+        from openmmtools import multistate
 
     os.makedirs(directory, exist_ok=True)
     storage = os.path.join(directory, "openmmtools.nc")
     timing = os.path.join(directory, "openmmtools_seconds.json")
+    earlier_path = os.path.join(directory, "openmmtools_earlier.npz")  # the iterations before this storage
+    carried = None if carry is None else os.path.join(carry, "openmmtools_carry.npz")
     seconds = json.load(open(timing)) if os.path.exists(timing) else []
+    if carried is not None and os.path.exists(carried) and _iterations_in(carried) > len(seconds):
+        for path in (storage, os.path.join(directory, "openmmtools_checkpoint.nc"), timing):
+            if os.path.exists(path):
+                os.remove(path)
+        _write_atomically(earlier_path, lambda partial: _copy(carried, partial))
+        seconds = []
     move_class = _langevin_middle_move()
     with _quiet():
         if os.path.exists(storage) and os.path.exists(timing):
@@ -306,57 +318,153 @@ def run_openmmtools(openmm_system, positions, box, atoms, states, iterations, st
         else:
             if os.path.exists(storage):
                 os.remove(storage)  # created but no iteration finished: start again
-            factory = alchemy.AbsoluteAlchemicalFactory()
-            region = alchemy.AlchemicalRegion(alchemical_atoms=atoms)
-            alchemical = factory.create_alchemical_system(openmm_system, region)
-            reference = mmstates.ThermodynamicState(alchemical, TEMPERATURE * unit.kelvin)
-            alchemical_state = alchemy.AlchemicalState.from_system(alchemical)
-            thermodynamic_states = []
-            for state in states:
-                compound = mmstates.CompoundThermodynamicState(reference, [alchemical_state])
-                compound.lambda_sterics = state.lambda_sterics
-                compound.lambda_electrostatics = state.lambda_electrostatics
-                thermodynamic_states.append(compound)
-            sampler_state = mmstates.SamplerState(positions * unit.nanometer,
-                                                  box_vectors=None if box is None else box * unit.nanometer)
-            move = move_class(n_steps=steps)
-            sampler = multistate.ReplicaExchangeSampler(mcmc_moves=move, number_of_iterations=iterations,
+            if not os.path.exists(earlier_path):
+                seeds = [_sampler_state(positions, None, box)], None
+            else:
+                with np.load(earlier_path) as earlier:
+                    seconds = earlier["seconds"].tolist()
+                    seeds = ([_sampler_state(*replica) for replica in zip(
+                        earlier["positions"], earlier["velocities"], earlier["boxes"])],
+                        earlier["thermodynamic_states"].tolist())
+            sampler = multistate.ReplicaExchangeSampler(mcmc_moves=move_class(n_steps=steps),
+                                                        number_of_iterations=iterations,
                                                         replica_mixing_scheme="swap-all",
                                                         online_analysis_interval=None)
             reporter = multistate.MultiStateReporter(storage, checkpoint_interval=1)
             sampler.energy_context_cache = sampler.sampler_context_cache = _context_cache()
-            sampler.create(thermodynamic_states, [sampler_state], storage=reporter)
+            sampler.create(_alchemical_states(openmm_system, atoms, states), seeds[0], storage=reporter,
+                           initial_thermodynamic_states=seeds[1])
             json.dump(seconds, open(timing, "w"))
+        earlier = _earlier_iterations(earlier_path)
         sampler.energy_context_cache = sampler.sampler_context_cache = _context_cache()
-        if sampler.number_of_iterations < iterations:
-            sampler.number_of_iterations = iterations
-        while sampler.iteration < iterations:
+        sampler.number_of_iterations = max(sampler.number_of_iterations, iterations)
+        last_carry = time.perf_counter()
+        while len(earlier["energies"]) + sampler.iteration < iterations:
             start = time.perf_counter()
             sampler.run(n_iterations=1)
             seconds.append(time.perf_counter() - start)
-            with open(timing + ".partial", "w") as handle:
-                json.dump(seconds, handle)
-            os.replace(timing + ".partial", timing)
+            _write_atomically(timing, lambda partial: json.dump(seconds, open(partial, "w")))
+            finished = len(earlier["energies"]) + sampler.iteration >= iterations
+            if carried is not None and (finished or time.perf_counter() - last_carry > CARRY_SECONDS):
+                _carry_openmmtools(carried, sampler, reporter, earlier, seconds)
+                last_carry = time.perf_counter()
         energies, _, _ = reporter.read_energies()  # (T + 1, R, K) reduced, iteration 0: the start
         replica_states = reporter.read_replica_thermodynamic_states()  # (T + 1, R)
         reporter.close()
-    energies = np.asarray(energies)[1:iterations + 1]
-    replica_states = np.asarray(replica_states)[1:iterations + 1]
+    energies = _after(earlier["energies"], np.asarray(energies)[1:])[:iterations]
+    replica_states = _after(earlier["replica_states"], np.asarray(replica_states)[1:])[:iterations]
     return {"energies": energies, "replica_states": replica_states, "seconds": seconds[:iterations]}
+
+
+#: how often (wall seconds) a run with ``carry=`` writes its portable state
+CARRY_SECONDS = 600.0
+
+
+def _alchemical_states(openmm_system, atoms, states) -> list:
+    """openmmtools' compound thermodynamic states of ``states`` (lambdas) for the region ``atoms``."""
+    from openmm import unit
+    from openmmtools import alchemy
+    from openmmtools import states as mmstates
+
+    factory = alchemy.AbsoluteAlchemicalFactory()
+    region = alchemy.AlchemicalRegion(alchemical_atoms=atoms)
+    alchemical = factory.create_alchemical_system(openmm_system, region)
+    reference = mmstates.ThermodynamicState(alchemical, TEMPERATURE * unit.kelvin)
+    alchemical_state = alchemy.AlchemicalState.from_system(alchemical)
+    thermodynamic_states = []
+    for state in states:
+        compound = mmstates.CompoundThermodynamicState(reference, [alchemical_state])
+        compound.lambda_sterics = state.lambda_sterics
+        compound.lambda_electrostatics = state.lambda_electrostatics
+        thermodynamic_states.append(compound)
+    return thermodynamic_states
+
+
+def _sampler_state(positions, velocities, box):
+    """An openmmtools ``SamplerState`` from nm, nm/ps and nm arrays (``None``: not set)."""
+    from openmm import unit
+    from openmmtools import states as mmstates
+
+    state = mmstates.SamplerState(np.asarray(positions, dtype=np.float64) * unit.nanometer,
+                                  box_vectors=None if box is None else np.asarray(box, dtype=np.float64)
+                                  * unit.nanometer)
+    if velocities is not None:
+        state.velocities = np.asarray(velocities, dtype=np.float64) * unit.nanometer / unit.picosecond
+    return state
+
+
+def _earlier_iterations(path: str) -> dict:
+    """The carried iterations a storage continues (none without ``path``): energies and states."""
+    if not os.path.exists(path):
+        return {"energies": np.zeros((0, 0, 0)), "replica_states": np.zeros((0, 0), dtype=int)}
+    with np.load(path) as earlier:
+        return {"energies": earlier["energies"], "replica_states": earlier["replica_states"]}
+
+
+def _after(earlier: np.ndarray, later: np.ndarray) -> np.ndarray:
+    """``later`` iterations appended to the ``earlier`` ones (which may be none)."""
+    return np.concatenate([earlier, later]) if len(earlier) else later
+
+
+def _carry_openmmtools(path, sampler, reporter, earlier, seconds) -> None:
+    """Write the openmmtools run's portable state to ``path`` (see :func:`run_openmmtools`)."""
+    from openmm import unit
+
+    energies, _, _ = reporter.read_energies()
+    replica_states = reporter.read_replica_thermodynamic_states()
+    sampler_states, done = sampler.sampler_states, sampler.iteration + 1
+    arrays = {
+        "energies": _after(earlier["energies"], np.asarray(energies)[1:done]),
+        "replica_states": _after(earlier["replica_states"], np.asarray(replica_states)[1:done]),
+        "positions": np.array([s.positions.value_in_unit(unit.nanometer) for s in sampler_states]),
+        "velocities": np.array([s.velocities.value_in_unit(unit.nanometer / unit.picosecond)
+                                for s in sampler_states]),
+        "boxes": np.array([s.box_vectors.value_in_unit(unit.nanometer) for s in sampler_states]),
+        "thermodynamic_states": np.asarray(sampler._replica_thermodynamic_states),
+        "seconds": np.asarray(seconds),
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _write_atomically(path, lambda partial: np.savez_compressed(open(partial, "wb"), **arrays))
+
+
+def _iterations_in(carried: str) -> int:
+    """How many iterations a carried state holds (openmmtools' npz or our checkpoint's timing file)."""
+    if carried.endswith(".npz"):
+        with np.load(carried) as data:
+            return len(data["seconds"])
+    return len(json.load(open(carried)))
+
+
+def _write_atomically(path: str, write) -> None:
+    """``write(partial_path)`` then move the partial file to ``path``."""
+    write(path + ".partial")
+    os.replace(path + ".partial", path)
+
+
+def _copy(source: str, destination: str) -> None:
+    import shutil
+
+    shutil.copyfile(source, destination)
 
 
 # --- ours: mindsponge ---------------------------------------------------------------------------------
 def run_mindsponge(openmm_system, topology, positions, box, atoms, states, iterations, steps,
-                   directory) -> dict:
+                   directory, carry: str | None = None) -> dict:
     """Replica exchange with mindsponge (continuing its checkpoint in ``directory``): as
-    :func:`run_openmmtools`."""
+    :func:`run_openmmtools`; ``carry`` keeps a copy of the checkpoint and its timing file
+    (``mindsponge.ckpt``, ``mindsponge_seconds.json``)."""
     import mindsponge as ms
     from mindsponge import replica_exchange as rex
     from mindsponge.topology import Topology
 
     os.makedirs(directory, exist_ok=True)
-    checkpoint = os.path.join(directory, "mindsponge.ckpt")
-    timing = os.path.join(directory, "mindsponge_seconds.json")
+    names = ("mindsponge.ckpt", "mindsponge_seconds.json")
+    checkpoint, timing = (os.path.join(directory, name) for name in names)
+    carried = None if carry is None else [os.path.join(carry, name) for name in names]
+    local = len(json.load(open(timing))) if os.path.exists(timing) else 0
+    if carried is not None and all(map(os.path.exists, carried)) and _iterations_in(carried[1]) > local:
+        for source, destination in zip(carried, (checkpoint, timing)):
+            _write_atomically(destination, lambda partial, source=source: _copy(source, partial))
     forcefield = ms.alchemy.alchemical_force_field(openmm_system, atoms, dtype=torch.float32)
     masses = [openmm_system.getParticleMass(i)._value for i in range(openmm_system.getNumParticles())]
     system = ms.System(positions=torch.as_tensor(positions, dtype=torch.float32),
@@ -371,13 +479,18 @@ def run_mindsponge(openmm_system, topology, positions, box, atoms, states, itera
     sampler.run(0)  # loads the checkpoint if there is one
     seconds = json.load(open(timing)) if os.path.exists(timing) and sampler.rounds_done else []
     seconds = seconds[:sampler.rounds_done]
+    last_carry = time.perf_counter()
     while sampler.rounds_done < iterations:
         start = time.perf_counter()
         sampler.run(1)
         seconds.append(time.perf_counter() - start)
-        with open(timing + ".partial", "w") as handle:
-            json.dump(seconds, handle)
-        os.replace(timing + ".partial", timing)
+        _write_atomically(timing, lambda partial: json.dump(seconds, open(partial, "w")))
+        finished = sampler.rounds_done >= iterations
+        if carried is not None and (finished or time.perf_counter() - last_carry > CARRY_SECONDS):
+            os.makedirs(carry, exist_ok=True)  # the checkpoint first: its timing file says it is complete
+            for source, destination in zip((checkpoint, timing), carried):
+                _write_atomically(destination, lambda partial, source=source: _copy(source, partial))
+            last_carry = time.perf_counter()
     record = sampler.record
     energies = np.asarray(record.reduced_potentials, dtype=np.float64)[:iterations]
     # the state each replica was sampled in during round t: the assignment before round t's exchange
