@@ -89,6 +89,7 @@ def _assert_recoverable_rows_are_true(path, report, tables):
                 np.testing.assert_array_equal(read, truth[:recoverable])
 
 
+@pytest.mark.slow
 @HANG
 def test_truncated_dataset_files_are_damaged_within_a_bound(tmp_path, reference):
     data = reference["data"]

@@ -254,6 +254,7 @@ def test_bad_workers_are_refused_before_the_file_is_made(tmp_path):
     assert not (tmp_path / "recipe.h5").exists()
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_is_told_so(tmp_path):
     """The workers import the main script; an unguarded generate() call there would start over in each of
     them: it refuses, naming the guard."""

@@ -273,6 +273,7 @@ def test_thin_walled_metal_solid_is_refused_until_the_cells_resolve_its_walls(tm
     assert names == ["ring", "block"]
 
 
+@pytest.mark.slow
 def test_structures_voxelise_to_the_bodies_volume(three_bodies):
     grid = fdtd.Grid((20e-3, 16e-3, 10e-3), 0.5e-3)
     assembly = cad_assembly.load_step(

@@ -131,6 +131,7 @@ def test_mode_source_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypat
     assert_identical(dict(resumed), dict(reference))
 
 
+@pytest.mark.slow
 def test_killed_process_resumes_to_the_uninterrupted_result(tmp_path):
     """SIGKILL while the run writes a restart file every 256 steps: the file left is whole and resumes."""
     path, steps = tmp_path / "run.restart", 4000

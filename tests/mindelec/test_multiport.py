@@ -47,6 +47,7 @@ def _dipoles(spacing, half_lengths, far_lengths=(), crossed=False):
     return pair.multiport, pair.build, pair.until
 
 
+@pytest.mark.slow
 def test_two_wire_moment_method_tends_to_the_induced_emf_mutual_impedance():
     """Carter's mutual impedance assumes infinitely thin wires with sinusoidal currents; the moment method
     approaches it as 1 / ln(L / a) vanishes (measured 9 % off at a = 1e-5 lambda, 6 % at 1e-7). Extrapolated
@@ -127,6 +128,7 @@ def _check_network(result, tmp_path):
     return reciprocity, largest
 
 
+@pytest.mark.slow
 def test_parallel_dipoles_against_the_moment_method_and_the_two_correlation_routes(
     tmp_path, validation_figure
 ):

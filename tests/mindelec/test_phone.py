@@ -56,6 +56,7 @@ def test_bad_cells_arm_heights_and_parameters_are_refused_and_the_drawn_design_i
     assert expected <= names, names
 
 
+@pytest.mark.slow
 def test_the_drawn_design_has_wires_on_nodes_and_conformal_rims_where_the_cad_puts_them():
     design = PhoneDesign(antenna_length=29.3, clearance=11.4, frame_gap=2.7)
     staircase = phone.phone_simulation(design, cell=1.5e-3, **SMALL).drawn

@@ -391,6 +391,7 @@ def _h2_training_data(frames: int = 24):
     return TrainingData.from_arrays(positions, numbers, energy, forces, source="H2")
 
 
+@pytest.mark.slow
 def test_committee_members_train_side_by_side_as_one_after_the_other_and_keep_finished_members(tmp_path):
     """``[committee] workers = 2`` trains the members in two processes to the same weights as in this
     process; a member whose model was saved is not trained again when the round is run again."""

@@ -257,6 +257,7 @@ def test_refusals(vacuum, explicit_pme):
         AlchemicalState(0.5, 0.5).apply_to(plain)
 
 
+@pytest.mark.slow
 def test_independent_windows_of_a_harmonic_oscillator(tmp_path):
     """Langevin MD of one particle in 0.5 k r^2 at three force constants (independent windows): MBAR on
     the saved u_kn gives Delta f = 1.5 ln(k2 / k0) kT (3D). The samples are correlated, so MBAR's

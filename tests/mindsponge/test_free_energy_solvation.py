@@ -5,8 +5,10 @@ iterations of a few steps (``mindsponge.examples.hydration`` at its ``small`` si
 import json
 
 import numpy as np
+import pytest
 
 
+@pytest.mark.slow
 def test_toluene_hydration_runs_end_to_end(tmp_path):
     from mindsponge import cli_free_energy
     from mindsponge.examples import hydration

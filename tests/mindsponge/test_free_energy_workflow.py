@@ -83,6 +83,7 @@ def write_oscillator(folder, iterations=60, hrex="true", seed=0, box=None, press
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hrex", ["true", "false"])
 def test_harmonic_force_constant_change_matches_the_exact_free_energy(tmp_path, hrex):
     from mindsponge import cli_free_energy
@@ -109,6 +110,7 @@ def test_harmonic_force_constant_change_matches_the_exact_free_energy(tmp_path, 
         assert all(0.0 < value <= 1.0 for value in leg["exchange_acceptance"])
 
 
+@pytest.mark.slow
 def test_automatic_equilibration_keeps_the_exact_answer(tmp_path):
     from mindsponge import cli_free_energy
 
@@ -119,6 +121,7 @@ def test_automatic_equilibration_keeps_the_exact_answer(tmp_path):
     assert abs(leg["kT"]["mbar"] - EXACT_KT) < 4 * leg["kT"]["mbar_error"] + 0.1, leg["kT"]
 
 
+@pytest.mark.slow
 def test_a_leg_at_constant_pressure_moves_the_boxes_and_keeps_the_exact_answer(tmp_path):
     """The oscillators in a periodic box sampled at 0.01 bar (each replica's box moves with its barostat): the
     well does not depend on the volume while the box holds it, so the answer is the same exact one."""
