@@ -31,6 +31,15 @@ from .smoothing import smoothed_media
 #: margin absorbs rounding)
 _HALF_COVERED = 0.5 - 1e-6
 
+#: a structure's region of cells reaches this fraction of a cell beyond the cells its bounding box meets
+#: (rounding of the node coordinates)
+_REGION_PAD = 1e-6
+
+
+def _overlap(first, second) -> bool:
+    """Whether two regions (index slices per axis) share a node."""
+    return all(a.start < b.stop and b.start < a.stop for a, b in zip(first, second))
+
 
 def update_coefficients(
     grid, active, dt, default_medium, structures, design, dtype, device, subpixel=False, conformal=None
@@ -55,10 +64,13 @@ def update_coefficients(
     mixer = media_mixer(grid, default_medium, structures, dtype, device)
     electric, magnetic = {}, {}
     for component in active:
-        weights = mixer.weights(component)
         if component in H_COMPONENTS:
-            magnetic[component] = dt / (VACUUM_PERMEABILITY * mixer.mix(weights, "permeability"))
+            permeability = mixer.uniform("permeability")
+            if permeability is None:  # media of other permeabilities: mixed by their fills
+                permeability = mixer.mix(mixer.weights(component), "permeability")
+            magnetic[component] = dt / (VACUUM_PERMEABILITY * permeability)
             continue
+        weights = mixer.weights(component)
         if subpixel:
             permittivity, conductivity = smoothed_media(mixer, weights, component)
         else:
@@ -104,19 +116,47 @@ class _Mixer:
         self.media = [default_medium] + [s.medium for s in structures]
         self.dtype, self.device = dtype, device
 
-    def _rasterize(self, component, geometry, supersample):
-        """Fill fraction (tensor of the grid shape) of ``geometry`` at ``component``'s nodes."""
+    def _region(self, component, geometry):
+        """Index slices of ``component``'s nodes whose cells meet ``geometry``'s bounding box (the whole grid
+        for a geometry without one); ``None`` when no cell does."""
+        try:
+            lo, hi = geometry.bounds_float64
+        except NotImplementedError:
+            return tuple(slice(0, n) for n in self.grid.shape)
+        region = []
+        for axis in range(self.grid.ndim):
+            centers = self.grid.coordinates(component, axis, torch.float64)
+            reach = self.grid.spacing[axis] * (0.5 + _REGION_PAD)
+            index = ((centers + reach >= float(lo[axis])) & (centers - reach <= float(hi[axis]))).nonzero()
+            if len(index) == 0:
+                return None
+            region.append(slice(int(index[0]), int(index[-1]) + 1))
+        return tuple(region) + tuple(slice(0, n) for n in self.grid.shape[self.grid.ndim:])
+
+    def _rasterize(self, component, geometry, supersample, region=None):
+        """Fill fraction of ``geometry`` at ``component``'s nodes: over the grid, or over the index slices
+        ``region`` only (a tensor of that block's shape)."""
         from common.geometry import rasterize
 
         grid = self.grid
-        centers = [grid.coordinates(component, a, torch.float64) for a in range(grid.ndim)]
+        region = region or tuple(slice(0, n) for n in grid.shape)
+        centers = [grid.coordinates(component, a, torch.float64)[region[a]] for a in range(grid.ndim)]
         spacing = list(grid.spacing[: grid.ndim])
         fill = torch.as_tensor(rasterize(geometry, centers, spacing, supersample=supersample))
-        return fill.to(dtype=self.dtype, device=self.device).reshape(grid.shape)
+        return fill.to(dtype=self.dtype, device=self.device).reshape([s.stop - s.start for s in region])
+
+    def _placed(self, component, geometry, supersample):
+        """Fill fraction (tensor of the grid shape) of ``geometry``, rasterised over the cells its bounding
+        box meets (zero elsewhere: the same values as over the whole grid)."""
+        fill = torch.zeros(self.grid.shape, dtype=self.dtype, device=self.device)
+        region = self._region(component, geometry)
+        if region is not None:
+            fill[region] = self._rasterize(component, geometry, supersample, region)
+        return fill
 
     def _fill_fractions(self, component, structures):
         """Per structure, its fill fraction (tensor of the grid shape) at ``component``'s nodes."""
-        return [self._rasterize(component, s.geometry, 1 if isinstance(s.medium, PECSheet) else 4)
+        return [self._placed(component, s.geometry, 1 if isinstance(s.medium, PECSheet) else 4)
                 for s in structures]
 
     def axial_conductivity(self, component, axial):
@@ -124,6 +164,14 @@ class _Mixer:
         along = [s for s in axial if s.medium.axis == component[1]]
         fills = self._fill_fractions(component, along)
         return sum((fill * s.medium.conductivity for fill, s in zip(fills, along)), 0.0)
+
+    def uniform(self, name):
+        """The media's common value of ``name`` (a float) when every medium (PEC counting as the default
+        medium, as in :meth:`mix`) has the same number; ``None`` otherwise."""
+        values = {getattr(m if isinstance(m, Medium) else self.default_medium, name) for m in self.media}
+        if len(values) == 1 and isinstance(value := values.pop(), (int, float)):
+            return float(value)
+        return None
 
     def weights(self, component):
         """Effective weight of each medium (default, then structures) at ``component``'s nodes.
@@ -133,18 +181,30 @@ class _Mixer:
         structures that abut or overlap within a cell share it as their geometry does. (Multiplying
         ``1 - fill`` factors would treat their coverages as independent: two boxes meeting on a node plane
         would leave a quarter of it to the default medium.) PEC sheets cover a node or not, so their
-        union is the largest of their fills.
+        union is the largest of their fills. Structure ``k`` changes the union only over the cells its
+        bounding box meets, so the union is rasterised there, of the structures whose boxes meet those
+        cells (the values are those of the whole grid's union; the cost grows with the structures' sizes,
+        not with their count squared).
         """
         if not self.structures:
             return [1.0]
         empty = torch.zeros(self.grid.shape, dtype=self.dtype, device=self.device)
-        covered, solids, sheets = [empty], None, empty  # covered[j]: by the last j structures
+        covered, solid_fill, sheets = [empty], empty, empty  # covered[j]: by the last j structures
+        solids = []  # (geometry, region) of the solids met so far, the last structure first
         for structure in reversed(self.structures):
-            if isinstance(structure.medium, PECSheet):
-                sheets = torch.maximum(sheets, self._rasterize(component, structure.geometry, 1))
-            else:
-                solids = structure.geometry if solids is None else structure.geometry | solids
-            solid_fill = empty if solids is None else self._rasterize(component, solids, 4)
+            region = self._region(component, structure.geometry)
+            if region is not None and isinstance(structure.medium, PECSheet):
+                sheets = sheets.clone()
+                sheets[region] = torch.maximum(
+                    sheets[region], self._rasterize(component, structure.geometry, 1, region))
+            elif region is not None:
+                solids.insert(0, (structure.geometry, region))
+                members = [geometry for geometry, other in solids if _overlap(region, other)]
+                union = members[-1]
+                for geometry in reversed(members[:-1]):  # structure k | (k+1 | (... | n))
+                    union = geometry | union
+                solid_fill = solid_fill.clone()
+                solid_fill[region] = self._rasterize(component, union, 4, region)
             covered.append(torch.maximum(solid_fill, sheets))
         covered = covered[::-1]  # covered[k]: by structures k..n-1; covered[-1] = 0
         return [1 - covered[0]] + [covered[k] - covered[k + 1] for k in range(len(self.structures))]

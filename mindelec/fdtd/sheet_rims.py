@@ -55,6 +55,10 @@ RIM_REACH = 1.0
 #: free rims are placed (:func:`placed_rim`) on sheets at least this many cells across them
 PLACED_WIDTH = 2.0
 
+#: the elements a sheet's cover is computed for lie within this many cells of its rectangle along every
+#: axis (an element a cell long reaches half a cell; a placed rim lies inside the drawn one)
+_COVER_REACH = 1.5
+
 #: Where a free rim is placed (module docstring): a rim that the covers and factors place ``RIM_OFFSETS``
 #: cells past the last node line on its sheet acts ``RIM_EXCESS`` cells further out than that (a sheet
 #: that much longer). Measured on the septum against mode matching (TM, ``E`` along the rim), extrapolated
@@ -81,6 +85,19 @@ def sheet_cover(structure, grid, points, axes, structures=None):
     sheet = structure.medium
     if sheet.center is None:
         return (structure.geometry._margin(points) > 0).to(torch.float64)
+    # only elements within _COVER_REACH cells of the rectangle can meet it (its rims are placed inward)
+    extents = torch.tensor([_extent(sheet, axis) for axis in range(grid.ndim)], dtype=torch.float64)
+    reach = _COVER_REACH * torch.tensor(grid.spacing[: grid.ndim], dtype=torch.float64)
+    index = ((points >= extents[:, 0] - reach) & (points <= extents[:, 1] + reach)).all(dim=1).nonzero()[:, 0]
+    cover = torch.zeros(points.shape[0], dtype=torch.float64)
+    if index.numel():
+        cover[index] = _rectangle_cover(structure, grid, points[index], axes, structures)
+    return cover
+
+
+def _rectangle_cover(structure, grid, points, axes, structures):
+    """:func:`sheet_cover` of a sheet with a rectangle, at ``points`` ``(n, d)`` (m)."""
+    sheet = structure.medium
     cover = torch.ones(points.shape[0], dtype=torch.float64)
     for axis in range(grid.ndim):
         low, high = _extent(sheet, axis)

@@ -206,17 +206,32 @@ def _region_weights(fills, structures, points, spacing, axes):
         displacement = torch.zeros(grids[0].numel(), points.shape[1], dtype=torch.float64)
         for a, values in zip(axes, grids):
             displacement[:, a] = values.reshape(-1)
-        samples = (points[shared].unsqueeze(1) + displacement).reshape(-1, points.shape[1])
-        owner = torch.zeros(samples.shape[0], dtype=torch.int64)
+        centres = points[shared]
+        owner = torch.zeros(centres.shape[0], displacement.shape[0], dtype=torch.int64)
         for index, structure in enumerate(structures, start=1):
             if isinstance(structure.medium, PECSheet):  # zero thickness: owns no sample
                 continue
+            rows = _near_bounds(structure.geometry, centres, spacing / 2)  # the others' samples lie outside
+            if rows.numel() == 0:
+                continue
+            samples = (centres[rows].unsqueeze(1) + displacement).reshape(-1, points.shape[1])
             inside = torch.cat([structure.geometry._margin(chunk) > 0 for chunk in samples.split(_CHUNK)])
-            owner[inside] = index
-        owner = owner.reshape(-1, displacement.shape[0])
+            owner[rows] = torch.where(inside.reshape(len(rows), -1), index, owner[rows])
         for index, weight in enumerate(weights):
             weight[shared] = (owner == index).to(torch.float64).mean(dim=1)
     return weights
+
+
+def _near_bounds(geometry, points, reach):
+    """Indices of ``points`` ``(n, d)`` (m) within ``reach`` ``(d,)`` (m) of ``geometry``'s bounding box along
+    every axis (all of them for a geometry without one)."""
+    try:
+        low, high = geometry.bounds_float64
+    except NotImplementedError:
+        return torch.arange(points.shape[0])
+    tolerance = 1e-6 * reach
+    near = ((points >= low - reach - tolerance) & (points <= high + reach + tolerance)).all(dim=1)
+    return near.nonzero()[:, 0]
 
 
 def node_points(grid, component):

@@ -348,3 +348,31 @@ def test_septum_between_walls_converges_at_second_order_in_3d(family):
         errors.append(abs(float(wavenumbers[np.argmin(np.abs(wavenumbers - reference))]) / reference - 1))
     order = math.log(errors[0] / errors[1], 1.5)
     assert errors[0] < 0.02 and order > 1.7, errors
+
+
+def test_a_sheets_cover_is_computed_near_it_only_and_equals_the_whole_grids():
+    """A sheet's cover is evaluated for the elements within 1.5 cells of its rectangle only; everywhere it
+    equals, to the bit, the cover evaluated at every element of the grid (plates with placed rims, a strip
+    narrower than two cells, a sheet meeting another, one reaching the domain's wall)."""
+    from mindelec.fdtd.grid import component_axis
+    from mindelec.fdtd.sheet_rims import _rectangle_cover, sheet_cover
+    from mindelec.fdtd.smoothing import node_points
+
+    cell = 1e-4
+    sheets = [
+        fdtd.pec_sheet((0.3 * cell, 0.2 * cell, 0.0), (6.4 * cell, 5.3 * cell, 0.0), cell),  # placed rims
+        fdtd.pec_sheet((-2.55 * cell, 4.6 * cell, 2 * cell), (5.1 * cell, 1.35 * cell, 0.0), cell),  # strip
+        fdtd.pec_sheet((3 * cell, 0.0, -2 * cell), (0.0, 5.3 * cell, 4 * cell), cell),  # meets the plate
+        fdtd.pec_sheet((0.0, -5 * cell, -4 * cell), (16 * cell, 3.7 * cell, 0.0), cell),  # wall to wall
+    ]
+    sim = fdtd.Simulation(size=(16 * cell,) * 3, cell_size=cell, structures=sheets, subpixel=True)
+    grid, nonzero = sim.grid, 0
+    for component in ("Ex", "Ey", "Ez", "Hx", "Hy", "Hz"):
+        axis = component_axis(component)
+        axes = [axis] if component[0] == "E" else [a for a in range(3) if a != axis]
+        points = node_points(grid, component)
+        for sheet in sheets:
+            near = sheet_cover(sheet, grid, points, axes, sim.structures)
+            assert torch.equal(near, _rectangle_cover(sheet, grid, points, axes, sim.structures)), component
+            nonzero += int((near > 0).sum())
+    assert nonzero > 300

@@ -690,3 +690,48 @@ def test_holey_lattice_out_of_plane_field_converges_at_second_order():
     assert _lattice_frequency(20, "Ez", False, SHIFTS[1]) == pytest.approx(
         _lattice_frequency(20, "Ez", True, SHIFTS[1]), rel=1e-12
     )
+
+
+def test_media_weights_equal_the_whole_grid_unions_they_are_defined_by():
+    """Each structure's weight is what the union of it and the later structures covers minus what the later
+    ones cover, solids sampled on 4 points per axis, PEC sheets by their nodes. Computed over the cells each
+    structure's box meets, the weights equal, to the bit, the unions rasterised over the whole grid: boxes
+    that abut and overlap, a sphere, a box with a hole, a sheet, and a structure outside the grid."""
+    from mindelec.fdtd.coefficients import media_mixer
+    from mindelec.fdtd.materials import PECSheet
+
+    cell = 1e-3
+    hollow = geometry.Box((-6e-3, -6e-3, -3e-3), (6e-3, 6e-3, 3e-3)) - geometry.Box(
+        (-4.3e-3, -4.3e-3, -1.2e-3), (4.3e-3, 4.3e-3, 1.2e-3))
+    abutting = [geometry.Box((-2.2e-3, -7.5e-3, -2.5e-3), (2.6e-3, -4.5e-3, 2.5e-3)),
+                geometry.Box((2.6e-3, -7.5e-3, -2.5e-3), (5.1e-3, -3.7e-3, 1.5e-3))]
+    structures = [
+        fdtd.Structure(hollow, fdtd.Medium(3.0)),
+        fdtd.Structure(abutting[0], fdtd.Medium(5.0)),
+        fdtd.Structure(abutting[1], fdtd.Medium(2.0)),
+        fdtd.Structure(geometry.Sphere((1.3e-3, 1.7e-3, 0.4e-3), 2.35e-3), fdtd.PEC()),
+        fdtd.pec_sheet((0.0, 2e-3, 1e-3), (6e-3, 4e-3, 0.0), cell),
+        fdtd.Structure(geometry.Box((20e-3, 20e-3, 20e-3), (22e-3, 22e-3, 22e-3)), fdtd.Medium(7.0)),
+        fdtd.Structure(geometry.Box((-1.5e-3, -1.5e-3, -6e-3), (1.5e-3, 1.5e-3, -2.7e-3)), fdtd.Medium(9.0)),
+    ]
+    with pytest.warns(Warning, match="wholly outside the domain"):
+        sim = fdtd.Simulation(size=(18e-3, 18e-3, 12e-3), cell_size=cell, structures=structures,
+                              dtype=torch.float64)
+    mixer = media_mixer(sim.grid, sim.default_medium, sim.structures, sim.dtype, sim.device)
+    for component in ("Ex", "Ey", "Ez", "Hx"):
+        centers = [sim.grid.coordinates(component, a, torch.float64) for a in range(3)]
+        covered = [torch.zeros(sim.grid.shape, dtype=torch.float64)]
+        for k in range(len(structures) - 1, -1, -1):
+            later = structures[k:]
+            solids = [s.geometry for s in later if not isinstance(s.medium, PECSheet)]
+            union = functools.reduce(lambda first, second: first | second, solids)
+            fill = geometry.rasterize(union, centers, [cell] * 3, supersample=4)
+            for sheet in (s for s in later if isinstance(s.medium, PECSheet)):
+                nodes = geometry.rasterize(sheet.geometry, centers, [cell] * 3, supersample=1)
+                fill = torch.maximum(fill, nodes)
+            covered.insert(0, fill)
+        expected = [1 - covered[0]] + [covered[k] - covered[k + 1] for k in range(len(structures))]
+        weights = mixer.weights(component)
+        assert all(torch.equal(w, e) for w, e in zip(weights, expected)), component
+        assert float(weights[7].sum()) > 0 and float(weights[6].abs().sum()) == 0.0  # inside, outside
+    assert mixer.uniform("permeability") == 1.0 and mixer.uniform("permittivity") is None
