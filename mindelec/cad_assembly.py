@@ -218,12 +218,13 @@ class Assembly:
         )
         return dataclasses.replace(self, bodies=bodies)
 
-    def structures(self, grid, wires: str = "bare") -> list:
+    def structures(self, grid, wires: str = "bare", conformal: bool = False) -> list:
         """The bodies as ``mindelec.fdtd.Structure`` objects on ``grid``, thin PEC pins as ``wires``
-        (``"bare"`` or ``"thin"``): see :func:`mindelec.cad_grid.assembly_structures`, which this calls."""
+        (``"bare"`` or ``"thin"``), for a simulation that cuts metal ``conformal``-ly or not: see
+        :func:`mindelec.cad_grid.assembly_structures`, which this calls."""
         from .cad_grid import assembly_structures
 
-        return assembly_structures(self, grid, wires=wires)
+        return assembly_structures(self, grid, wires=wires, conformal=conformal)
 
     def __repr__(self) -> str:
         return f"Assembly({str(self.path)!r}, bodies={list(self.names)}, tolerance={self.tolerance:g} m)"

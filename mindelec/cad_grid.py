@@ -17,7 +17,8 @@
   short of the arm: an open circuit); a thin part meeting a PEC *solid* is not adjusted. Plates apart
   in the CAD stay apart on the grid: two plates on one node plane whose facing rims would meet once the
   staircase rounds them (a gap under about a cell and a half: a phone frame's cut) get their rims on the
-  node lines one cell apart around the gap's centre;
+  node lines one cell apart around the gap's centre; with conformal metal (``conformal=True``) the rims,
+  and so the gap, stay as drawn;
 * a PEC solid whose walls are no thicker than a cell over more than 1 % of its surface (measured along
   each face's inward normal, :attr:`~mindelec.cad_assembly.Body.wall_thickness`) is refused: a
   conductor takes the E edges of cells more than half covered, so such a wall vanishes or appears
@@ -63,7 +64,7 @@ def _mm(values) -> str:
     return " x ".join(f"{1e3 * float(v):.4g}" for v in values)
 
 
-def assembly_structures(assembly, grid, wires: str = "bare") -> list:
+def assembly_structures(assembly, grid, wires: str = "bare", conformal: bool = False) -> list:
     """The bodies of ``assembly`` as ``mindelec.fdtd.Structure`` objects on ``grid`` (see the module
     docstring); ``Assembly.structures(grid)`` calls this.
 
@@ -77,6 +78,9 @@ def assembly_structures(assembly, grid, wires: str = "bare") -> list:
             cross-section's equivalent radius (:func:`equivalent_radius`; at most
             :data:`~mindelec.fdtd.thin_wire.STABLE_RADIUS` cells), its ends joined
             (``ThinWire(joined=...)``) where they lie on other metal on the grid.
+        conformal: whether the simulation cuts metal conformally (``Simulation(subpixel=True)``): sheets'
+            rims then stay where the CAD puts them, so a gap between two plates keeps its width instead of
+            becoming one cell (the staircase's reopening of gaps that its rounding would close).
 
     Returns:
         list of ``Structure`` named after their bodies (``structure.name``), ``"ignore"`` bodies
@@ -121,8 +125,15 @@ def assembly_structures(assembly, grid, wires: str = "bare") -> list:
             dielectrics.append((-body.volume, len(dielectrics), body))
     ordered = [
         fdtd.Structure(body.geometry, body.medium, name=body.name) for *_, body in sorted(dielectrics)]
+    return ordered + solids + _thin_structures(assembly, thin_metal, solids, grid, wires, conformal)
+
+
+def _thin_structures(assembly, thin_metal, solids, grid, wires, conformal) -> list:
+    """The thin PEC bodies ``thin_metal`` (``(body, thin axes)``) as sheets and wires (see
+    :func:`assembly_structures`), joined to each other and to the PEC ``solids``."""
     bounds = [_joined_bounds(body, thin, thin_metal, grid) for body, thin in thin_metal]
-    _keep_gaps_open(assembly, thin_metal, bounds, grid)
+    if not conformal:
+        _keep_gaps_open(assembly, thin_metal, bounds, grid)
     sheets = [
         _sheet(assembly, body, thin, grid, joined) for (body, thin), joined in zip(thin_metal, bounds)
     ]
@@ -133,7 +144,7 @@ def assembly_structures(assembly, grid, wires: str = "bare") -> list:
             if len(thin) == 2 else sheet
             for sheet, (body, thin) in zip(sheets, thin_metal)
         ]
-    return ordered + solids + sheets
+    return sheets
 
 
 def equivalent_radius(width: float, thickness: float) -> float:

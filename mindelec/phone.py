@@ -300,7 +300,8 @@ def phone_simulation(
                            cad_grid.wire_radius(*pin.extents[:2], cell) if wires == "thin" else None)
     if flat is not None:
         drawn["phantom_spacing"] = float(1e3 * (flat.surface - flat.shell_thickness - display))
-    meshed = [s for s in assembly.structures(grid, wires=wires) if s.name != "ifa_feed_pin"]
+    meshed = [s for s in assembly.structures(grid, wires=wires, conformal=subpixel is not False)
+              if s.name != "ifa_feed_pin"]
     drawn.update(_drawn_metal(meshed, grid, subpixel is not False, assembly.body("pcb").bounds[1][1]))
     box = [float(2 * (h - (pml + 2) * cell)) for h in half]
     far = fdtd.NearToFarMonitor(

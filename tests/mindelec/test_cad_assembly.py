@@ -436,6 +436,32 @@ def test_a_gap_between_plates_stays_open_on_the_grid(tmp_path, cell, gap):
         assert np.abs(rims - body.bounds[:, 1]).max() <= cell + 1e-9
 
 
+@pytest.mark.parametrize("cell", [1.5e-3, 1e-3, 0.75e-3])
+def test_conformal_plates_keep_the_cads_gap(tmp_path, cell):
+    """With conformal metal the rims are cut where the CAD puts them, so a 1.5 mm cut keeps its width on
+    every grid (the staircase's reopening made it one cell: 1 mm on 1 mm cells), and the plates' E edges
+    across it are not held at zero (no short)."""
+    from mindelec.cad_grid import drawn_bounds
+
+    path = _write(tmp_path / "cut.step", _cut_plate(1.5))
+    assembly = cad_assembly.load_step(path, tolerance=1e-4, materials={"*": "pec"})
+    grid = fdtd.Grid((24e-3, 24e-3, 12e-3), cell)
+    gaps = {}
+    for conformal in (True, False):
+        structures = assembly.structures(grid, conformal=conformal)
+        drawn = {s.name: drawn_bounds(s, grid, conformal) for s in structures}
+        gaps[conformal] = float(drawn["above"][0][1] - drawn["below"][1][1])
+    assert abs(gaps[True] - 1.5e-3) < 1e-9
+    assert abs(gaps[False] - {1.5e-3: 1.5e-3, 1e-3: 1e-3, 0.75e-3: 1.5e-3}[cell]) < 1e-9  # reopened: a cell
+    structures = assembly.structures(grid, conformal=True)
+    simulation = fdtd.Simulation(size=(24e-3, 24e-3, 12e-3), cell_size=cell, structures=structures,
+                                 subpixel=True)
+    electric, _ = simulation._coefficients(simulation._conformal)
+    x, z = (int(torch.argmin(simulation.grid.coordinates("Ey", a).abs())) for a in (0, 2))
+    across = simulation.grid.coordinates("Ey", 1).abs() < 2 * cell
+    assert bool((electric["Ey"][1][x, across, z] != 0).any())
+
+
 def test_a_gap_that_leaves_a_plate_under_a_cell_is_refused(tmp_path):
     path = _write(tmp_path / "strip.step", lambda occ: {
         "plate": occ.addBox(-6, -9, -0.05, 12, 9, 0.1),
